@@ -1,0 +1,135 @@
+/* tessel/nn.h — layers, models, initialization, optimizers and schedules,
+ * built only on the public graph API.
+ *
+ * Parameters are graph inputs with names ("fc1.weight"). A ts_params set owns
+ * their host values (PyTorch-compatible default initialization) and their
+ * device buffers; any number of graphs (a training step, an evaluation
+ * forward) bind the same parameters by name. */
+#ifndef TESSEL_NN_H
+#define TESSEL_NN_H
+
+#include "tessel/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameter sets ---- */
+typedef enum {
+  TS_INIT_ZEROS,
+  TS_INIT_ONES,
+  TS_INIT_UNIFORM,        /* U(-bound, bound) with bound = a */
+  TS_INIT_FAN_IN_UNIFORM, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's Linear/Conv default */
+  TS_INIT_NORMAL          /* N(0, a^2) */
+} ts_init_kind;
+
+typedef struct {
+  ts_init_kind kind;
+  double a;       /* bound or std */
+  int64_t fan_in; /* for TS_INIT_FAN_IN_UNIFORM */
+} ts_init;
+
+typedef struct ts_params ts_params;
+
+/* seed drives every initializer, in declaration order. */
+ts_params *ts_params_new(uint64_t seed);
+void ts_params_free(ts_params *p);
+int ts_params_count(const ts_params *p);
+const char *ts_params_name(const ts_params *p, int i);
+/* Trainable parameters get gradients and optimizer updates; state (optimizer
+ * moments, batch-norm running statistics) does not. */
+bool ts_params_trainable(const ts_params *p, int i);
+int ts_params_find(const ts_params *p, const char *name); /* index or -1 */
+int64_t ts_params_numel(const ts_params *p, int i);
+/* Total elements of trainable parameters. */
+int64_t ts_params_trainable_numel(const ts_params *p);
+
+/* Declares parameter `name` (first use: records shape, dtype, init and draws
+ * its host value) and returns its input node in g (created on first use in g).
+ * A later declaration with another shape or dtype is an error naming both. */
+ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt, int rank,
+                        const int64_t *shape, ts_init init, bool trainable);
+/* Host value access (row-major, the parameter's dtype). Writing marks the
+ * device copy stale; ts_params_sync_host pulls device values back. */
+void *ts_params_host(ts_params *p, int i);
+/* Device buffer of parameter i (created from the host value on first use). */
+ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i);
+int ts_params_sync_host(ts_params *p);
+
+/* ---- building layers ---- */
+/* The context a model is built in: graph, parameters, mode, and the random
+ * seed input used by dropout. Layers record batch-norm running-stat updates
+ * in it; ts_nn_finish turns them into aliased outputs. */
+typedef struct {
+  ts_graph *g;
+  ts_params *p;
+  bool training;
+  ts_tensor seed;     /* rank-0 i64 input; TS_NONE disables dropout */
+  uint64_t next_key;  /* rng key counter for dropout layers */
+  int n_updates;
+  ts_tensor update_param[64];
+  ts_tensor update_value[64];
+} ts_nn;
+
+void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor seed);
+/* Adds the recorded state updates as outputs aliased to their parameters. */
+int ts_nn_finish(ts_nn *m);
+
+/* x (..., in) -> (..., out); weight (out, in), bias (out), PyTorch init. */
+ts_tensor ts_nn_linear(ts_nn *m, const char *name, ts_tensor x, int64_t in, int64_t out, bool bias);
+/* x (N, Cin, H, W) -> (N, Cout, OH, OW); weight (Cout, Cin, k, k). */
+ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k,
+                       int stride, int pad, bool bias);
+/* (N, C, ...) batch norm with affine weight/bias and running stats
+ * (momentum 0.1, eps 1e-5, PyTorch semantics: running var is unbiased). */
+ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c);
+ts_tensor ts_nn_layer_norm(ts_nn *m, const char *name, ts_tensor x, int64_t d);
+/* indices (...) int -> (..., d); weight (v, d) ~ N(0, 1). */
+ts_tensor ts_nn_embedding(ts_nn *m, const char *name, ts_tensor indices, int64_t v, int64_t d);
+/* Identity unless training and seed is set. */
+ts_tensor ts_nn_dropout(ts_nn *m, ts_tensor x, double p);
+
+/* ---- models ---- */
+/* 784-512-512-10 with ReLU; x (B, 1, 28, 28) or (B, 784) f32 -> logits (B, 10). */
+ts_tensor ts_model_mlp(ts_nn *m, ts_tensor x);
+/* The PyTorch MNIST example network: conv 1->32 3x3, ReLU, conv 32->64 3x3,
+ * ReLU, max-pool 2, dropout 0.25, fc 9216-128, ReLU, dropout 0.5, fc 128-10.
+ * x (B, 1, 28, 28) -> logits (B, 10). */
+ts_tensor ts_model_mnist_cnn(ts_nn *m, ts_tensor x);
+
+/* ---- optimizers ---- */
+typedef enum { TS_OPTIM_SGD, TS_OPTIM_ADAMW } ts_optim_kind;
+
+typedef struct {
+  ts_optim_kind kind;
+  double momentum;     /* SGD */
+  bool nesterov;       /* SGD */
+  double weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+  double beta1, beta2, eps; /* AdamW (0 = 0.9, 0.999, 1e-8) */
+} ts_optim_config;
+
+/* Appends to m->g the update of each trainable parameter params[i] given its
+ * gradient grads[i]. Reads the learning rate from the rank-0 f32 input
+ * `lr` and the 1-based step number from the rank-0 f32 input `step` (bias
+ * correction). Creates state parameters ("<name>.momentum", "<name>.exp_avg",
+ * "<name>.exp_avg_sq") and adds every new value as an output aliased to its
+ * parameter, so an execute updates everything in place. */
+int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
+                   const ts_tensor *params, const ts_tensor *grads);
+
+/* ---- learning-rate schedules ---- */
+typedef enum { TS_LR_CONSTANT, TS_LR_COSINE } ts_lr_kind;
+typedef struct {
+  ts_lr_kind kind;
+  double base_lr;
+  int64_t warmup_steps; /* linear warm-up from 0 */
+  int64_t total_steps;  /* cosine decays to min_lr at total_steps */
+  double min_lr;
+} ts_lr_schedule;
+/* Learning rate for 0-based step. */
+double ts_lr_at(const ts_lr_schedule *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

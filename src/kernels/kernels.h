@@ -1,0 +1,33 @@
+/* kernels.h — the CPU kernel entry point: one call computes one node.
+ *
+ * The executor calls ts_kernel_run for every node of the optimized program in
+ * schedule order. Operand and result buffers are dense row-major arrays of the
+ * nodes' dtypes and (global, on one device) shapes, 64-byte aligned, and the
+ * result never overlaps an operand. Kernels use OpenMP for parallel loops
+ * (the same runtime oneDNN uses, so the two never oversubscribe the cores). */
+#ifndef TS_KERNELS_H
+#define TS_KERNELS_H
+
+#include "ir/ir.h"
+
+/* Per-node cache a kernel may keep between executions (e.g. a oneDNN
+ * primitive and its reordered weights). Kernels allocate a struct whose first
+ * member is ts_kstate; the executor frees it through .free. */
+typedef struct ts_kstate {
+  void (*free)(struct ts_kstate *s);
+} ts_kstate;
+
+typedef struct {
+  int num_threads; /* threads this call may use (>= 1) */
+} ts_kctx;
+
+/* Computes node `id` of g. in[i] is operand i's data, out the result.
+ * *state starts NULL and is kept by the executor for this node.
+ * Returns 0, or -1 with ts_set_error (e.g. gather index out of range). */
+int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out,
+                  ts_kstate **state, const ts_kctx *ctx);
+
+/* Sets the OpenMP / oneDNN thread count for subsequent kernels. */
+void ts_kernels_set_num_threads(int n);
+
+#endif
