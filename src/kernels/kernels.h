@@ -3,7 +3,9 @@
  * The executor calls ts_kernel_run for every node of the optimized program in
  * schedule order. Operand and result buffers are dense row-major arrays of the
  * nodes' dtypes and (global, on one device) shapes, 64-byte aligned, and the
- * result never overlaps an operand. Kernels use OpenMP for parallel loops
+ * result never overlaps an operand, with one exception: elementwise and FUSED
+ * kernels accept out == in[i] (exactly the same pointer, same numel) so the
+ * executor can update a donated buffer in place. Kernels use OpenMP for parallel loops
  * (the same runtime oneDNN uses, so the two never oversubscribe the cores). */
 #ifndef TS_KERNELS_H
 #define TS_KERNELS_H
