@@ -1,0 +1,226 @@
+/* composites.c — builders that lower to primitive ops at build time: relu,
+ * gelu, softmax, log_softmax, cross_entropy, layer_norm, batch norm and
+ * dropout. Autodiff and the compiler only ever see the primitives. */
+#include <string.h>
+
+#include "ir/builders_internal.h"
+
+static ts_tensor scalar_like(ts_graph *g, ts_tensor x, double v) {
+  return ts_scalar(g, ts_node_at(g, x)->dtype, v);
+}
+
+/* r is x reduced over the dims marked in red[]; broadcast it back to x's shape. */
+static ts_tensor bcast_back(ts_graph *g, ts_tensor r, int rank, const int64_t *xshape, const bool *red) {
+  if (r == TS_NONE) return TS_NONE;
+  int dims[TS_MAX_RANK], n = 0;
+  for (int d = 0; d < rank; d++)
+    if (!red[d]) dims[n++] = d;
+  return ts_broadcast_in_dim(g, r, rank, xshape, dims);
+}
+
+/* x must be a float tensor of rank >= min_rank; copies its shape out. */
+static bool check_float(const ts_graph *g, ts_tensor x, const char *who, int min_rank, int *rank, int64_t *shape) {
+  if (!ir_check_tensor(g, x, who)) return false;
+  const ts_node *n = ts_node_at(g, x);
+  char s[96];
+  if (!ts_dtype_is_float(n->dtype) || n->rank < min_rank) {
+    ts_set_error("%s: input must be a float tensor of rank >= %d but is %s", who, min_rank,
+                 ir_shape_str(n, s, sizeof s));
+    return false;
+  }
+  *rank = n->rank;
+  memcpy(shape, n->shape, sizeof n->shape);
+  return true;
+}
+
+/* An optional per-feature vector: TS_NONE (absent) or (len) of dtype dt. */
+static bool check_vec(const ts_graph *g, ts_tensor v, const char *who, const char *what, ts_dtype dt, int64_t len,
+                      bool optional) {
+  if (v == TS_NONE && optional) return true;
+  if (!ir_check_tensor(g, v, who)) return false;
+  const ts_node *n = ts_node_at(g, v);
+  char s[96];
+  if (n->dtype != dt || n->rank != 1 || n->shape[0] != len) {
+    ts_set_error("%s: %s must be %s[%lld] but is %s", who, what, ts_dtype_name(dt), (long long)len,
+                 ir_shape_str(n, s, sizeof s));
+    return false;
+  }
+  return true;
+}
+
+ts_tensor ts_relu(ts_graph *g, ts_tensor x) {
+  if (!ir_check_tensor(g, x, "relu")) return TS_NONE;
+  /* max(x, 0): the max adjoint sends ties to the second operand, so the
+   * gradient at 0 is 0 as in PyTorch */
+  return ts_max(g, x, scalar_like(g, x, 0.0));
+}
+
+ts_tensor ts_gelu(ts_graph *g, ts_tensor x) {
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, x, "gelu", 0, &rank, shape)) return TS_NONE;
+  /* 0.5 * x * (1 + erf(x / sqrt(2))) */
+  ts_tensor e = ts_erf(g, ts_mul(g, x, scalar_like(g, x, 0.70710678118654752440)));
+  ts_tensor h = ts_add(g, e, scalar_like(g, x, 1.0));
+  return ts_mul(g, ts_mul(g, x, scalar_like(g, x, 0.5)), h);
+}
+
+static int norm_dim(const char *who, int dim, int rank) {
+  int d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank) return ts_set_error("%s: dim %d is outside [-%d, %d)", who, dim, rank, rank), -1;
+  return d;
+}
+
+/* x - max(x, dim), broadcast back; the shifted logits of softmax. */
+static ts_tensor shifted(ts_graph *g, ts_tensor x, int dim, int rank, const int64_t *shape, bool *red) {
+  for (int d = 0; d < rank; d++) red[d] = d == dim;
+  ts_tensor m = ts_reduce(g, x, TS_REDUCE_MAX, 1, &dim, false);
+  return ts_sub(g, x, bcast_back(g, m, rank, shape, red));
+}
+
+ts_tensor ts_softmax(ts_graph *g, ts_tensor x, int dim) {
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  bool red[TS_MAX_RANK];
+  if (!check_float(g, x, "softmax", 1, &rank, shape)) return TS_NONE;
+  if ((dim = norm_dim("softmax", dim, rank)) < 0) return TS_NONE;
+  ts_tensor e = ts_exp(g, shifted(g, x, dim, rank, shape, red));
+  ts_tensor s = ts_reduce(g, e, TS_REDUCE_SUM, 1, &dim, false);
+  return ts_div(g, e, bcast_back(g, s, rank, shape, red));
+}
+
+ts_tensor ts_log_softmax(ts_graph *g, ts_tensor x, int dim) {
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  bool red[TS_MAX_RANK];
+  if (!check_float(g, x, "log_softmax", 1, &rank, shape)) return TS_NONE;
+  if ((dim = norm_dim("log_softmax", dim, rank)) < 0) return TS_NONE;
+  ts_tensor z = shifted(g, x, dim, rank, shape, red);
+  ts_tensor lse = ts_log(g, ts_reduce(g, ts_exp(g, z), TS_REDUCE_SUM, 1, &dim, false));
+  return ts_sub(g, z, bcast_back(g, lse, rank, shape, red));
+}
+
+ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
+  const char *who = "cross_entropy";
+  if (!ir_check_tensor(g, logits, who) || !ir_check_tensor(g, labels, who)) return TS_NONE;
+  const ts_node *nl = ts_node_at(g, logits), *ny = ts_node_at(g, labels);
+  char sl[96], sy[96];
+  if (nl->rank != 2 || !ts_dtype_is_float(nl->dtype)) {
+    ts_set_error("%s: logits must be a float (B, C) tensor but are %s", who, ir_shape_str(nl, sl, sizeof sl));
+    return TS_NONE;
+  }
+  if (ny->dtype != TS_I32 && ny->dtype != TS_I64) {
+    ts_set_error("%s: labels must be i32 or i64 class indices but are %s", who, ir_shape_str(ny, sy, sizeof sy));
+    return TS_NONE;
+  }
+  if (ny->rank != 1 || ny->shape[0] != nl->shape[0]) {
+    ts_set_error("%s: logits are %s so labels must be (%lld) but are %s", who, ir_shape_str(nl, sl, sizeof sl),
+                 (long long)nl->shape[0], ir_shape_str(ny, sy, sizeof sy));
+    return TS_NONE;
+  }
+  int64_t bc[2] = {nl->shape[0], nl->shape[1]}; // (B, C)
+  ts_dtype fdt = nl->dtype, idt = ny->dtype;
+  ts_tensor ls = ts_log_softmax(g, logits, 1); // (B, C)
+  /* one-hot of the labels: iota over classes == label, as float */
+  int dim0 = 0, dim1 = 1;
+  ts_tensor cls = ts_iota(g, idt, 2, bc, 1);
+  ts_tensor lab = ts_broadcast_in_dim(g, labels, 2, bc, &dim0);
+  ts_tensor onehot = ts_convert(g, ts_compare(g, cls, lab, TS_CMP_EQ), fdt);
+  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, ls), TS_REDUCE_SUM, 1, &dim1, false); // (B)
+  return ts_neg(g, ts_mean_all(g, picked));
+}
+
+ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
+  const char *who = "layer_norm";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  bool red[TS_MAX_RANK];
+  if (!check_float(g, x, who, 1, &rank, shape)) return TS_NONE;
+  ts_dtype dt = ts_node_at(g, x)->dtype;
+  int64_t D = shape[rank - 1];
+  if (!check_vec(g, gamma, who, "gamma", dt, D, true) || !check_vec(g, beta, who, "beta", dt, D, true))
+    return TS_NONE;
+  int last = rank - 1;
+  for (int d = 0; d < rank; d++) red[d] = d == last;
+  ts_tensor mean = ts_reduce(g, x, TS_REDUCE_MEAN, 1, &last, false);
+  ts_tensor xc = ts_sub(g, x, bcast_back(g, mean, rank, shape, red));
+  ts_tensor var = ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, 1, &last, false); // biased
+  ts_tensor inv = ts_rsqrt(g, ts_add(g, var, scalar_like(g, x, eps)));
+  ts_tensor y = ts_mul(g, xc, bcast_back(g, inv, rank, shape, red));
+  if (gamma != TS_NONE) y = ts_mul(g, y, gamma); /* (D) broadcasts over the last dim */
+  if (beta != TS_NONE) y = ts_add(g, y, beta);
+  return y;
+}
+
+/* v (C) broadcast along dim 1 of shape (N, C, ...). */
+static ts_tensor per_channel(ts_graph *g, ts_tensor v, int rank, const int64_t *shape) {
+  int one = 1;
+  return ts_broadcast_in_dim(g, v, rank, shape, &one);
+}
+
+ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, ts_tensor *mean,
+                              ts_tensor *var) {
+  const char *who = "batch_norm_train";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  bool red[TS_MAX_RANK];
+  if (mean) *mean = TS_NONE;
+  if (var) *var = TS_NONE;
+  if (!check_float(g, x, who, 2, &rank, shape)) return TS_NONE;
+  ts_dtype dt = ts_node_at(g, x)->dtype;
+  if (!check_vec(g, gamma, who, "gamma", dt, shape[1], true) || !check_vec(g, beta, who, "beta", dt, shape[1], true))
+    return TS_NONE;
+  int dims[TS_MAX_RANK], n = 0;
+  for (int d = 0; d < rank; d++) {
+    red[d] = d != 1;
+    if (red[d]) dims[n++] = d;
+  }
+  ts_tensor m = ts_reduce(g, x, TS_REDUCE_MEAN, n, dims, false); // (C)
+  ts_tensor xc = ts_sub(g, x, bcast_back(g, m, rank, shape, red));
+  ts_tensor v = ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, n, dims, false); // (C), biased
+  ts_tensor inv = ts_rsqrt(g, ts_add(g, v, scalar_like(g, x, eps)));
+  ts_tensor y = ts_mul(g, xc, per_channel(g, inv, rank, shape));
+  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape));
+  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape));
+  if (mean) *mean = m;
+  if (var) *var = v;
+  return y;
+}
+
+ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+                             ts_tensor running_var, double eps) {
+  const char *who = "batch_norm_eval";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, x, who, 2, &rank, shape)) return TS_NONE;
+  ts_dtype dt = ts_node_at(g, x)->dtype;
+  int64_t C = shape[1];
+  if (!check_vec(g, gamma, who, "gamma", dt, C, true) || !check_vec(g, beta, who, "beta", dt, C, true) ||
+      !check_vec(g, running_mean, who, "running_mean", dt, C, false) ||
+      !check_vec(g, running_var, who, "running_var", dt, C, false))
+    return TS_NONE;
+  ts_tensor inv = ts_rsqrt(g, ts_add(g, running_var, scalar_like(g, x, eps))); // (C)
+  ts_tensor y = ts_sub(g, x, per_channel(g, running_mean, rank, shape));
+  y = ts_mul(g, y, per_channel(g, inv, rank, shape));
+  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape));
+  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape));
+  return y;
+}
+
+ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key) {
+  if (!ir_check_tensor(g, x, "dropout")) return TS_NONE;
+  if (!(p >= 0.0 && p < 1.0)) {
+    ts_set_error("dropout: p = %g is outside [0, 1)", p);
+    return TS_NONE;
+  }
+  if (p == 0.0) return x;
+  const ts_node *n = ts_node_at(g, x);
+  int rank = n->rank;
+  int64_t shape[TS_MAX_RANK];
+  memcpy(shape, n->shape, sizeof shape);
+  ts_tensor u = ts_rng_uniform(g, seed, key, n->dtype, rank, shape);
+  if (u == TS_NONE) return TS_NONE;
+  ts_tensor keep = ts_compare(g, u, scalar_like(g, x, p), TS_CMP_GE);
+  ts_tensor scaled = ts_mul(g, x, scalar_like(g, x, 1.0 / (1.0 - p)));
+  return ts_select(g, keep, scaled, scalar_like(g, x, 0.0));
+}
