@@ -1,0 +1,152 @@
+/* compile.c — ts_compile: verify, run the graph passes, plan memory, build
+ * the constant pool; plus the executable's queries and text form. An
+ * executable is run by one thread at a time (it owns one arena). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/compile.h"
+#include "opt/opt.h"
+#include "util/half.h" /* splat constants in bf16 / f16 */
+
+typedef ts_graph *(*pass_fn)(const ts_graph *, int *);
+
+static ts_graph *run_pass(ts_graph *g, pass_fn fn, const char *name, bool verbose) {
+  int changed = 0;
+  ts_graph *out = fn(g, &changed);
+  if (verbose && out)
+    fprintf(stderr, "tessel compile: %-8s %5d -> %5d nodes (%d changed)\n", name, g->n_nodes, out->n_nodes,
+            changed);
+  ts_graph_free(g);
+  return out;
+}
+
+ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
+  ts_compile_options o = {0};
+  if (opts) o = *opts;
+  if (!g) {
+    ts_set_error("compile: graph is NULL");
+    return NULL;
+  }
+  if (ts_graph_verify(g) < 0) return NULL;
+  if (g->n_outputs == 0) {
+    ts_set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
+    return NULL;
+  }
+  ts_graph *w = opt_rebuild(g, NULL, NULL, NULL);
+  if (w && !o.no_simplify) w = run_pass(w, opt_simplify, "simplify", o.verbose);
+  if (w && !o.no_cse) w = run_pass(w, opt_cse, "cse", o.verbose);
+  if (w) w = run_pass(w, opt_dce, "dce", o.verbose);
+  if (w && !o.no_fusion) {
+    w = run_pass(w, opt_fuse, "fusion", o.verbose);
+    if (w) w = run_pass(w, opt_dce, "dce", o.verbose);
+  }
+  return w;
+}
+
+static void write_elem(ts_dtype dt, void *p, double v) {
+  switch (dt) {
+  case TS_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+  case TS_F64: memcpy(p, &v, 8); break;
+  case TS_BF16: { uint16_t h = ts_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
+  case TS_F16: { uint16_t h = ts_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+  case TS_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
+  case TS_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+  case TS_U8: *(uint8_t *)p = (uint8_t)v; break;
+  case TS_BOOL: *(uint8_t *)p = v != 0; break;
+  default: break;
+  }
+}
+
+/* Copies every constant into the pool (splats materialized once). */
+static int fill_pool(ts_executable *e) {
+  const ts_device *d = &e->client->dev;
+  for (int i = 0; i < e->g->n_nodes; i++) {
+    const ts_node *n = &e->g->nodes[i];
+    if (n->op != TS_OP_CONSTANT) continue;
+    const plan_value *v = &e->plan.values[i];
+    char *dst = (char *)e->pool + v->offset;
+    if (n->data) {
+      if (d->to_device(d->ctx, dst, n->data, v->bytes) < 0) return -1;
+      continue;
+    }
+    size_t es = ts_dtype_size(n->dtype);
+    char *host = malloc(v->bytes ? v->bytes : 1);
+    if (!host) return ts_set_error("compile: out of memory materializing constant %d", i);
+    for (size_t off = 0; off < v->bytes; off += es) write_elem(n->dtype, host + off, n->attr.value);
+    int rc = d->to_device(d->ctx, dst, host, v->bytes);
+    free(host);
+    if (rc < 0) return -1;
+  }
+  return 0;
+}
+
+ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
+  if (!c) {
+    ts_set_error("compile: client is NULL");
+    return NULL;
+  }
+  ts_graph *opt = ts_compile_graph(g, opts);
+  if (!opt) return NULL;
+  ts_executable *e = calloc(1, sizeof *e);
+  if (!e) {
+    ts_graph_free(opt);
+    ts_set_error("compile: out of memory");
+    return NULL;
+  }
+  e->client = c;
+  e->g = opt;
+  if (ts_plan_build(opt, &e->plan) < 0) goto fail;
+  if (opts && opts->verbose)
+    fprintf(stderr, "tessel compile: plan: arena %zu bytes, constants %zu bytes, %d in-place, %d copies\n",
+            e->plan.arena_bytes, e->plan.const_bytes, e->plan.n_inplace, e->plan.n_copies);
+  e->state = calloc((size_t)opt->n_nodes + 1, sizeof *e->state);
+  e->values = calloc((size_t)opt->n_nodes + 1, sizeof *e->values);
+  e->arena = c->dev.alloc(c->dev.ctx, e->plan.arena_bytes);
+  e->pool = c->dev.alloc(c->dev.ctx, e->plan.const_bytes);
+  if (!e->state || !e->values || !e->arena || !e->pool) {
+    ts_set_error("compile: out of memory (arena %zu bytes, constants %zu bytes)", e->plan.arena_bytes,
+                 e->plan.const_bytes);
+    goto fail;
+  }
+  if (fill_pool(e) < 0) goto fail;
+  return e;
+fail:
+  ts_executable_free(e);
+  return NULL;
+}
+
+void ts_executable_free(ts_executable *e) {
+  if (!e) return;
+  if (e->state)
+    for (int i = 0; i < e->g->n_nodes; i++)
+      if (e->state[i] && e->state[i]->free) e->state[i]->free(e->state[i]);
+  const ts_device *d = &e->client->dev;
+  if (e->arena) d->free(d->ctx, e->arena);
+  if (e->pool) d->free(d->ctx, e->pool);
+  free(e->state);
+  free(e->values);
+  ts_plan_free(&e->plan);
+  ts_graph_free(e->g);
+  free(e);
+}
+
+int ts_executable_num_inputs(const ts_executable *e) { return e ? e->g->n_inputs : 0; }
+int ts_executable_num_outputs(const ts_executable *e) { return e ? e->g->n_outputs : 0; }
+size_t ts_executable_peak_bytes(const ts_executable *e) { return e ? e->plan.arena_bytes : 0; }
+
+char *ts_executable_to_string(const ts_executable *e) {
+  if (!e) {
+    ts_set_error("executable_to_string: executable is NULL");
+    return NULL;
+  }
+  char *prog = ts_graph_to_string(e->g);
+  if (!prog) return NULL;
+  size_t len = strlen(prog), cap = len + 1;
+  char *buf = prog;
+  if (ts_plan_print(&e->plan, e->g, &buf, &len, &cap) < 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}

@@ -1,0 +1,216 @@
+/* fuse.c — elementwise fusion: chains of elementwise ops become one
+ * TS_OP_FUSED node computing them element by element, so no intermediate is
+ * materialized.
+ *
+ * Greedy, from the last node backwards: an elementwise node not yet taken
+ * becomes the root (the one result) of a group; a producer joins the group
+ * when it is elementwise, has the root's numel, is no graph output and all its
+ * users are already in the group (scanning ids downwards makes that decidable
+ * in one pass, since users have larger ids). Splat constants become CONSTANT
+ * instructions and broadcasts of one element become scalar external inputs,
+ * whatever their other users (they cost nothing to duplicate). A group of one
+ * op stays that op. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "opt/opt.h"
+
+typedef struct {
+  int32_t *group;     /* per node: root of its group, or -1 */
+  ts_fused **prog;    /* per root: the program */
+  int32_t **ext;      /* per root: external inputs (source node ids) */
+  int *n_ext;
+  int fused_nodes;    /* source nodes absorbed into FUSED nodes */
+} fuse_state;
+
+static bool splat_instr(const ts_graph *g, ts_tensor t, double *v) {
+  return g->nodes[t].dtype != TS_I64 && opt_splat_value(g, t, v);
+}
+
+static bool scalar_broadcast(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == TS_OP_BROADCAST && ts_shape_numel(g->nodes[n->in[0]].rank, g->nodes[n->in[0]].shape) == 1;
+}
+
+/* Builds the program of the group rooted at root from members lo..root. */
+static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int32_t *slot, int32_t *stamp,
+                         int32_t *cslot, int32_t *cstamp, int32_t *eslot, int32_t *estamp) {
+  int cap = 16, n = 0, n_ext = 0, cap_ext = 8;
+  ts_fused_instr *ins = malloc((size_t)cap * sizeof *ins);
+  int32_t *ext = malloc((size_t)cap_ext * sizeof *ext);
+  if (!ins || !ext) goto oom;
+  for (int m = lo; m <= root; m++) {
+    if (s->group[m] != root) continue;
+    const ts_node *nd = &g->nodes[m];
+    int32_t ops[3] = {0, 0, 0};
+    for (int k = 0; k < nd->n_in && k < 3; k++) {
+      int o = nd->in[k];
+      double v;
+      if (s->group[o] == root && stamp[o] == root) {
+        ops[k] = slot[o];
+        continue;
+      }
+      if (n + 2 > cap) {
+        cap *= 2;
+        ts_fused_instr *q = realloc(ins, (size_t)cap * sizeof *ins);
+        if (!q) goto oom;
+        ins = q;
+      }
+      if (splat_instr(g, o, &v)) {
+        if (cstamp[o] != root) {
+          memset(&ins[n], 0, sizeof ins[n]);
+          ins[n].op = TS_OP_CONSTANT;
+          ins[n].dtype = g->nodes[o].dtype;
+          ins[n].value = v;
+          cstamp[o] = root;
+          cslot[o] = n++;
+        }
+        ops[k] = cslot[o];
+        continue;
+      }
+      if (scalar_broadcast(g, o)) o = g->nodes[o].in[0];
+      if (estamp[o] != root) {
+        if (n_ext == cap_ext) {
+          cap_ext *= 2;
+          int32_t *q = realloc(ext, (size_t)cap_ext * sizeof *ext);
+          if (!q) goto oom;
+          ext = q;
+        }
+        estamp[o] = root;
+        eslot[o] = n_ext;
+        ext[n_ext++] = o;
+      }
+      ops[k] = -eslot[o] - 1;
+    }
+    if (n + 1 > cap) {
+      cap *= 2;
+      ts_fused_instr *q = realloc(ins, (size_t)cap * sizeof *ins);
+      if (!q) goto oom;
+      ins = q;
+    }
+    memset(&ins[n], 0, sizeof ins[n]);
+    ins[n].op = nd->op;
+    ins[n].dtype = nd->dtype;
+    if (nd->op == TS_OP_COMPARE) ins[n].cmp = nd->attr.cmp;
+    ins[n].a = ops[0];
+    ins[n].b = ops[1];
+    ins[n].c = ops[2];
+    stamp[m] = root;
+    slot[m] = n++;
+  }
+  ts_fused *f = malloc(sizeof *f);
+  if (!f) goto oom;
+  f->n = n;
+  f->ins = ins;
+  s->prog[root] = f;
+  s->ext[root] = ext;
+  s->n_ext[root] = n_ext;
+  return 0;
+oom:
+  free(ins);
+  free(ext);
+  return ts_set_error("compile: out of memory building a fused program");
+}
+
+/* Marks producer t as a candidate of the group at root (only elementwise
+ * producers can join, so the downward scan stops at the lowest of those). */
+static void want(const ts_graph *g, int32_t *wanted, int *min_w, int t, int root) {
+  if (!ts_op_is_elementwise(g->nodes[t].op)) return;
+  wanted[t] = root;
+  if (t < *min_w) *min_w = t;
+}
+
+static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
+  int nn = g->n_nodes;
+  int32_t *wanted = malloc((size_t)nn * sizeof *wanted);
+  int32_t *scratch = malloc((size_t)nn * 6 * sizeof *scratch);
+  if (!wanted || !scratch) {
+    free(wanted);
+    free(scratch);
+    return ts_set_error("compile: out of memory in fusion");
+  }
+  for (int i = 0; i < nn; i++) wanted[i] = -1;
+  int32_t *slot = scratch, *stamp = scratch + nn, *cslot = scratch + 2 * nn, *cstamp = scratch + 3 * nn;
+  int32_t *eslot = scratch + 4 * nn, *estamp = scratch + 5 * nn;
+  for (int i = 0; i < 6 * nn; i++) scratch[i] = -1;
+  int rc = 0;
+  for (int root = nn - 1; root >= 0 && rc == 0; root--) {
+    const ts_node *r = &g->nodes[root];
+    if (s->group[root] >= 0 || !ts_op_is_elementwise(r->op)) continue;
+    int64_t numel = ts_shape_numel(r->rank, r->shape);
+    s->group[root] = root;
+    int lo = root, members = 1, min_w = root;
+    for (int k = 0; k < r->n_in; k++) want(g, wanted, &min_w, r->in[k], root);
+    for (int i = root - 1; i >= min_w; i--) {
+      const ts_node *p = &g->nodes[i];
+      if (wanted[i] != root || s->group[i] >= 0 || !ts_op_is_elementwise(p->op)) continue;
+      if (u->n_out[i] || ts_shape_numel(p->rank, p->shape) != numel) continue;
+      bool inside = true;
+      for (int k = u->off[i]; k < u->off[i + 1] && inside; k++) inside = s->group[u->users[k]] == root;
+      if (!inside) continue;
+      s->group[i] = root;
+      members++;
+      lo = i;
+      for (int k = 0; k < p->n_in; k++) want(g, wanted, &min_w, p->in[k], root);
+    }
+    if (members < 2) {
+      s->group[root] = -1;
+      continue;
+    }
+    s->fused_nodes += members;
+    rc = build_program(g, s, root, lo, slot, stamp, cslot, cstamp, eslot, estamp);
+  }
+  free(wanted);
+  free(scratch);
+  return rc;
+}
+
+static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  fuse_state *s = user;
+  if (s->group[id] < 0) return OPT_KEEP;
+  if (s->group[id] != id) return OPT_DROP;
+  const ts_node *n = &src->nodes[id];
+  int ne = s->n_ext[id];
+  int32_t *in = malloc(((size_t)ne + 1) * sizeof *in);
+  for (int k = 0; k < ne; k++) in[k] = map[s->ext[id][k]];
+  ts_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.fused = s->prog[id];
+  s->prog[id] = NULL; /* taken over by the node */
+  ts_tensor t = ir_append(dst, TS_OP_FUSED, n->dtype, n->rank, n->shape, ne, in, &attr);
+  free(in);
+  return t;
+}
+
+ts_graph *opt_fuse(const ts_graph *g, int *changed) {
+  int nn = g->n_nodes;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return NULL;
+  fuse_state s = {0};
+  s.group = malloc(((size_t)nn + 1) * sizeof *s.group);
+  s.prog = calloc((size_t)nn + 1, sizeof *s.prog);
+  s.ext = calloc((size_t)nn + 1, sizeof *s.ext);
+  s.n_ext = calloc((size_t)nn + 1, sizeof *s.n_ext);
+  ts_graph *out = NULL;
+  if (!s.group || !s.prog || !s.ext || !s.n_ext) {
+    ts_set_error("compile: out of memory in fusion");
+    goto done;
+  }
+  for (int i = 0; i < nn; i++) s.group[i] = -1;
+  if (find_groups(g, &u, &s) == 0) out = opt_rebuild(g, fuse_node, &s, NULL);
+  if (changed) *changed = s.fused_nodes;
+done:
+  for (int i = 0; i < nn && s.prog; i++) {
+    if (s.prog[i]) {
+      free(s.prog[i]->ins);
+      free(s.prog[i]);
+    }
+    if (s.ext) free(s.ext[i]);
+  }
+  free(s.group);
+  free(s.prog);
+  free(s.ext);
+  free(s.n_ext);
+  opt_users_free(&u);
+  return out;
+}

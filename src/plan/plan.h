@@ -1,0 +1,59 @@
+/* plan.h — the memory plan of an optimized graph: where every value lives
+ * while the program runs (caller's input or output buffer, constant pool,
+ * temporary arena, or an alias of another value), the arena offsets found by
+ * liveness analysis with best-fit reuse, and the copies left for the end. */
+#ifndef TS_PLAN_H
+#define TS_PLAN_H
+
+#include "ir/ir.h"
+
+#define PLAN_ALIGN 64
+
+typedef enum {
+  PLAN_INPUT,   /* the caller's input buffer `index` (also in-place donated outputs) */
+  PLAN_CONST,   /* constant pool + offset */
+  PLAN_ARENA,   /* arena + offset */
+  PLAN_OUTPUT,  /* the caller's output buffer `index` */
+  PLAN_ALIAS,   /* same memory as node `index` (RESHAPE) */
+  PLAN_UNUSED,  /* dropped value (never read) */
+} plan_kind;
+
+typedef struct {
+  plan_kind kind;
+  int index;
+  size_t offset;
+  size_t bytes;
+  int def, last; /* live range in schedule positions (last use; n_nodes = end) */
+} plan_value;
+
+/* An end-of-run copy. src: node `src_node`'s memory, or when src_node < 0
+ * the arena at src_offset; dst: output `dst_output` (its buffer, or for an
+ * aliased output the input buffer), or when dst_output < 0 the arena at
+ * dst_offset (staging, so that swapping donated inputs works). */
+typedef struct {
+  int src_node;
+  size_t src_offset;
+  int dst_output;
+  size_t dst_offset;
+  size_t bytes;
+} plan_copy;
+
+typedef struct {
+  int n;               /* nodes */
+  plan_value *values;  /* per node, in schedule (= node) order */
+  size_t arena_bytes;  /* peak */
+  size_t const_bytes;
+  plan_copy *copies;
+  int n_copies;
+  int n_inplace;       /* donated outputs computed directly into their input */
+  int n_reused;        /* elementwise values written over a dying operand */
+} ts_plan;
+
+/* Plans g (already optimized; schedule = node order). */
+int ts_plan_build(const ts_graph *g, ts_plan *p);
+void ts_plan_free(ts_plan *p);
+/* Appends the plan as text (one value a line) to a malloc'd string *buf of
+ * length *len; returns 0 or -1. */
+int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap);
+
+#endif
