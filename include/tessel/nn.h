@@ -111,7 +111,7 @@ typedef struct {
 /* Appends to m->g the update of each trainable parameter params[i] given its
  * gradient grads[i]. Reads the learning rate from the rank-0 f32 input
  * `lr` and the 1-based step number from the rank-0 f32 input `step` (bias
- * correction). Creates state parameters ("<name>.momentum", "<name>.exp_avg",
+ * correction). Creates state parameters ("<name>.momentum_buffer", "<name>.exp_avg",
  * "<name>.exp_avg_sq") and adds every new value as an output aliased to its
  * parameter, so an execute updates everything in place. */
 int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
