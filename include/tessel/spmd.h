@@ -1,0 +1,123 @@
+/* tessel/spmd.h — device meshes, partition specs and shardings (the SPMD
+ * annotations of PyTorch/XLA's Mesh and mark_sharding).
+ *
+ * A mesh arranges N devices in an n-d grid with optional axis names; a
+ * partition spec says, for each tensor dim, which mesh axes split it (none:
+ * replicated; several: split over their product, major to minor); a sharding
+ * is the spec resolved on a mesh into XLA's tile assignment, printable as the
+ * OpSharding text PyTorch/XLA shows (`{devices=[2,1,2]0,1,2,3
+ * last_tile_dim_replicate}`). Mesh axes a spec does not use replicate the
+ * tensor (partial replication). */
+#ifndef TESSEL_SPMD_H
+#define TESSEL_SPMD_H
+
+#include "tessel/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_MESH_MAX_RANK 8
+#define TS_MESH_MAX_NAME 32 /* bytes of an axis name, with its terminating NUL */
+
+/* ---- meshes ---- */
+
+typedef struct ts_mesh ts_mesh;
+
+/* A mesh of shape (shape[0], ..., shape[rank-1]), rank 1..8, every size >= 1.
+ * axis_names: rank unique non-empty names (no ',', '+', spaces, not "None"),
+ * or NULL for an unnamed mesh (axes referenced by index only). device_ids:
+ * ndevices ids laid out row-major over the mesh, a permutation of 0..N-1
+ * where N = product of shape; NULL means 0..N-1 (ndevices is then ignored). */
+ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_names,
+                     int64_t ndevices, const int *device_ids);
+/* The same from CLI text: shape "2,4", names "data,model" or NULL, device ids
+ * "0,1,2,3,4,5,6,7" or NULL. Errors name the text that is wrong. */
+ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *device_ids);
+void ts_mesh_free(ts_mesh *m);
+
+int ts_mesh_rank(const ts_mesh *m);
+/* Size of mesh axis `axis` (0 if out of range). */
+int64_t ts_mesh_axis_size(const ts_mesh *m, int axis);
+/* Number of devices N (the product of the shape). */
+int64_t ts_mesh_num_devices(const ts_mesh *m);
+/* Name of axis `axis`, or NULL for an unnamed mesh or a bad index. */
+const char *ts_mesh_axis_name(const ts_mesh *m, int axis);
+/* Index of the axis called `name`; -1 (error set) if there is none. */
+int ts_mesh_axis_index(const ts_mesh *m, const char *name);
+/* The N device ids in row-major mesh order (the logical mesh, flattened). */
+const int *ts_mesh_device_ids(const ts_mesh *m);
+
+/* ---- partition specs ---- */
+
+/* One entry per tensor dim: naxes[d] mesh axis indices (0 = replicated, "None"),
+ * major to minor. A plain value; check it against a mesh with ts_sharding_new. */
+typedef struct {
+  int rank;                                   /* number of entries (tensor rank) */
+  int naxes[TS_MAX_RANK];                     /* per entry: how many mesh axes */
+  int axes[TS_MAX_RANK][TS_MESH_MAX_RANK];    /* per entry: mesh axis indices */
+} ts_partition_spec;
+
+/* A spec of `rank` replicated entries (rank 0..TS_MAX_RANK); returns 0 or -1. */
+int ts_partition_spec_init(ts_partition_spec *spec, int rank);
+/* Appends mesh axis `mesh_axis` to entry `dim` (a second call makes a tuple:
+ * the dim is split over both axes, the first one major). */
+int ts_partition_spec_add_axis(ts_partition_spec *spec, int dim, int mesh_axis);
+/* Parses "data+model,None,1": comma-separated entries, each `None` or mesh
+ * axes (names of m, or indices) joined by '+'; "" is the rank-0 spec. Unknown
+ * names, bad indices and an axis used twice are errors. */
+int ts_partition_spec_parse(const ts_mesh *m, const char *text, ts_partition_spec *out);
+
+/* ---- shardings ---- */
+
+typedef struct ts_sharding ts_sharding;
+
+/* The sharding of a rank-`rank` tensor given by `spec` on mesh `m` (copied: the
+ * sharding does not keep m). Fails when spec has a different number of entries
+ * ("partition spec has 3 entries but the tensor is rank 2"), names an axis the
+ * mesh lacks, or uses an axis twice. Rank 0 and 1-device meshes: replicated. */
+ts_sharding *ts_sharding_new(const ts_mesh *m, const ts_partition_spec *spec, int rank);
+void ts_sharding_free(ts_sharding *s);
+
+/* XLA's OpSharding text as torch_xla._XLAC._get_xla_sharding_spec prints it:
+ * "{replicated}", "{devices=[2,2]0,2,1,3}" or "{devices=[2,1,2]0,1,2,3
+ * last_tile_dim_replicate}". malloc'd; free() it. NULL on allocation failure. */
+char *ts_sharding_to_string(const ts_sharding *s);
+
+/* Tensor rank; true when every device holds the whole tensor. */
+int ts_sharding_rank(const ts_sharding *s);
+bool ts_sharding_is_replicated(const ts_sharding *s);
+/* Number of blocks tensor dim `dim` is cut into (1 if not split). */
+int64_t ts_sharding_num_tiles(const ts_sharding *s, int dim);
+/* Devices holding each block (N / number of blocks; N when replicated). */
+int64_t ts_sharding_replication(const ts_sharding *s);
+int64_t ts_sharding_num_devices(const ts_sharding *s);
+/* The tile assignment: N device ids, row-major over (tiles of dim 0, ...,
+ * tiles of dim rank-1, replicas), each replica group sorted ascending. */
+const int *ts_sharding_tile_devices(const ts_sharding *s);
+/* The spec it was made from, and the mesh (a copy owned by the sharding). */
+const ts_partition_spec *ts_sharding_spec(const ts_sharding *s);
+const ts_mesh *ts_sharding_mesh(const ts_sharding *s);
+/* Same tile assignment and replication (the OpSharding texts are equal). */
+bool ts_sharding_equal(const ts_sharding *a, const ts_sharding *b);
+
+/* Block of the tensor `shape` (rank dims) that device `device` holds: per dim
+ * [start, limit). Blocks have ceil(dim / tiles) elements, the last ones
+ * shorter or empty (padded on the right); start is clamped to dim. */
+int ts_sharding_shard_range(const ts_sharding *s, const int64_t *shape, int device,
+                            int64_t *start, int64_t *limit);
+/* The padded per-device block shape: ceil(shape[d] / tiles of d). */
+int ts_sharding_shard_shape(const ts_sharding *s, const int64_t *shape, int64_t *out);
+/* Block coordinates of `device` (rank values) and its replica number within its
+ * group (0..replication-1); -1 (error set) if the device is not in the mesh. */
+int ts_sharding_device_tile(const ts_sharding *s, int device, int64_t *tile, int64_t *replica);
+
+/* A text picture of which device holds which block of a tensor of `shape`:
+ * a grid of boxes labelled with device lists for rank <= 2, one line per
+ * device with its index ranges for rank > 2. malloc'd; free() it. */
+char *ts_sharding_visualize(const ts_sharding *s, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
