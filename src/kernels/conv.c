@@ -1,0 +1,277 @@
+/* conv.c — 2-D convolution: TS_OP_CONV (forward), TS_OP_CONV_BWD_DATA (dx from
+ * dy and w, the adjoint of forward) and TS_OP_CONV_BWD_FILTER (dw from x, dy).
+ *   x (N, C, H, W), w (O, C/groups, KH, KW), y (N, O, OH, OW)
+ * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
+ * (format_tag any) and cached reorders move data from/to NCHW / OIHW. The
+ * primitives, reorders and blocked buffers are created once per node and kept
+ * in its ts_kstate. f64 and other types use direct loops in double. */
+#include <stdlib.h>
+
+#include <oneapi/dnnl/dnnl.h> /* convolution, reorder primitives */
+
+#include "kernels/kernels_internal.h"
+
+typedef struct {
+  int64_t N, C, H, W, O, OH, OW, KH, KW, G;
+  int64_t s[2], pl[2], ph[2], d[2];
+} geom_t;
+
+static void geom_of(const ts_graph *g, const ts_node *n, geom_t *q) {
+  const ts_node *x, *w, *y;
+  if (n->op == TS_OP_CONV) x = tk_operand(g, n, 0), w = tk_operand(g, n, 1), y = n;
+  else if (n->op == TS_OP_CONV_BWD_DATA) y = tk_operand(g, n, 0), w = tk_operand(g, n, 1), x = n;
+  else x = tk_operand(g, n, 0), y = tk_operand(g, n, 1), w = n;
+  const ts_conv_params *p = &n->attr.conv;
+  q->N = x->shape[0], q->C = x->shape[1], q->H = x->shape[2], q->W = x->shape[3];
+  q->O = w->shape[0], q->KH = w->shape[2], q->KW = w->shape[3];
+  q->OH = y->shape[2], q->OW = y->shape[3];
+  q->G = p->groups > 0 ? p->groups : 1;
+  for (int i = 0; i < 2; i++) {
+    q->s[i] = p->stride[i] > 0 ? p->stride[i] : 1;
+    q->d[i] = p->dilation[i] > 0 ? p->dilation[i] : 1;
+    q->pl[i] = p->pad_lo[i], q->ph[i] = p->pad_hi[i];
+  }
+}
+
+/* ---- direct loops in double (any dtype) ---- */
+static void conv_loops(ts_op op, const geom_t *q, const double *x, const double *w,
+                       const double *y, double *out, int nt) {
+  int64_t Cg = q->C / q->G, Og = q->O / q->G;
+  int64_t outer = op == TS_OP_CONV_BWD_FILTER ? q->O : q->N;
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t t = 0; t < outer; t++) {
+    int64_t n0 = op == TS_OP_CONV_BWD_FILTER ? 0 : t, n1 = op == TS_OP_CONV_BWD_FILTER ? q->N : t + 1;
+    int64_t o0 = op == TS_OP_CONV_BWD_FILTER ? t : 0, o1 = op == TS_OP_CONV_BWD_FILTER ? t + 1 : q->O;
+    for (int64_t n = n0; n < n1; n++)
+      for (int64_t o = o0; o < o1; o++) {
+        int64_t gi = o / Og;
+        for (int64_t oh = 0; oh < q->OH; oh++)
+          for (int64_t ow = 0; ow < q->OW; ow++) {
+            int64_t yi = ((n * q->O + o) * q->OH + oh) * q->OW + ow;
+            double acc = 0, dy = op == TS_OP_CONV ? 0 : y[yi];
+            for (int64_t c = 0; c < Cg; c++)
+              for (int64_t kh = 0; kh < q->KH; kh++) {
+                int64_t ih = oh * q->s[0] - q->pl[0] + kh * q->d[0];
+                if (ih < 0 || ih >= q->H) continue;
+                for (int64_t kw = 0; kw < q->KW; kw++) {
+                  int64_t iw = ow * q->s[1] - q->pl[1] + kw * q->d[1];
+                  if (iw < 0 || iw >= q->W) continue;
+                  int64_t xi = ((n * q->C + gi * Cg + c) * q->H + ih) * q->W + iw;
+                  int64_t wi = ((o * Cg + c) * q->KH + kh) * q->KW + kw;
+                  if (op == TS_OP_CONV) acc += x[xi] * w[wi];
+                  else if (op == TS_OP_CONV_BWD_DATA) out[xi] += dy * w[wi];
+                  else out[wi] += dy * x[xi];
+                }
+              }
+            if (op == TS_OP_CONV) out[yi] = acc;
+          }
+      }
+  }
+}
+
+static double *to_f64(ts_dtype dt, const void *p, int64_t n) {
+  double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+  if (d)
+    for (int64_t i = 0; i < n; i++) d[i] = tk_load_f64(dt, p, i);
+  return d;
+}
+
+static int conv_generic(const ts_graph *g, const ts_node *n, const geom_t *q, tk_in in, void *out, int nt) {
+  const ts_node *a = tk_operand(g, n, 0), *b = tk_operand(g, n, 1);
+  int64_t on = tk_numel(n);
+  double *da = to_f64(a->dtype, in[0], tk_numel(a)), *db = to_f64(b->dtype, in[1], tk_numel(b));
+  double *o = calloc((size_t)(on ? on : 1), sizeof *o);
+  int rc = 0;
+  if (!da || !db || !o) {
+    rc = ts_set_error("%s: out of memory", ts_op_name(n->op));
+  } else {
+    if (n->op == TS_OP_CONV) conv_loops(n->op, q, da, db, NULL, o, nt);
+    else if (n->op == TS_OP_CONV_BWD_DATA) conv_loops(n->op, q, NULL, db, da, o, nt);
+    else conv_loops(n->op, q, da, NULL, db, o, nt);
+    if (n->dtype == TS_F64) memcpy(out, o, (size_t)on * sizeof *o);
+    else
+      for (int64_t i = 0; i < on; i++) tk_store_f64(n->dtype, out, i, o[i]);
+  }
+  free(da), free(db), free(o);
+  return rc;
+}
+
+/* ---- oneDNN ---- */
+typedef struct {
+  dnnl_memory_t user;    /* plain NCHW / OIHW view of the caller's buffer */
+  dnnl_memory_t prim;    /* the primitive's layout (== user when no reorder) */
+  dnnl_primitive_t reorder;
+  bool is_output;
+  int arg;
+} conv_arg;
+
+typedef struct {
+  ts_kstate base;
+  dnnl_primitive_t prim;
+  dnnl_memory_t scratch_mem;
+  void *scratch;
+  conv_arg args[3]; /* in[0], in[1], out */
+} conv_state;
+
+static void conv_state_free(ts_kstate *s) {
+  conv_state *c = (conv_state *)s;
+  for (int i = 0; i < 3; i++) {
+    if (c->args[i].reorder) dnnl_primitive_destroy(c->args[i].reorder);
+    if (c->args[i].prim && c->args[i].prim != c->args[i].user) dnnl_memory_destroy(c->args[i].prim);
+    if (c->args[i].user) dnnl_memory_destroy(c->args[i].user);
+  }
+  if (c->prim) dnnl_primitive_destroy(c->prim);
+  if (c->scratch_mem) dnnl_memory_destroy(c->scratch_mem);
+  free(c->scratch);
+  free(c);
+}
+
+static void md_act(dnnl_memory_desc_t *md, dnnl_data_type_t t, int64_t N, int64_t C, int64_t H,
+                   int64_t W, bool any) {
+  dnnl_dims_t dims = {N, C, H, W};
+  dnnl_memory_desc_init_by_tag(md, 4, dims, t, any ? dnnl_format_tag_any : dnnl_nchw);
+}
+
+static void md_wei(dnnl_memory_desc_t *md, dnnl_data_type_t t, const geom_t *q, bool any) {
+  if (q->G == 1) {
+    dnnl_dims_t dims = {q->O, q->C, q->KH, q->KW};
+    dnnl_memory_desc_init_by_tag(md, 4, dims, t, any ? dnnl_format_tag_any : dnnl_oihw);
+  } else {
+    dnnl_dims_t dims = {q->G, q->O / q->G, q->C / q->G, q->KH, q->KW};
+    dnnl_memory_desc_init_by_tag(md, 5, dims, t, any ? dnnl_format_tag_any : dnnl_goihw);
+  }
+}
+
+/* Binds argument slot i: user layout `umd`, primitive layout queried by `what`. */
+static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitive_desc_t pd,
+                    dnnl_query_t what, const dnnl_memory_desc_t *umd, int arg, bool is_output) {
+  conv_arg *a = &s->args[i];
+  a->arg = arg, a->is_output = is_output;
+  const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(pd, what, 0);
+  if (!pmd || dnnl_memory_create(&a->user, umd, eng, DNNL_MEMORY_NONE) != dnnl_success) return -1;
+  if (dnnl_memory_desc_equal(umd, pmd)) {
+    a->prim = a->user;
+    return 0;
+  }
+  if (dnnl_memory_create(&a->prim, pmd, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) return -1;
+  dnnl_primitive_desc_t rpd;
+  const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
+  if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
+  dnnl_status_t st = dnnl_primitive_create(&a->reorder, rpd);
+  dnnl_primitive_desc_destroy(rpd);
+  return st == dnnl_success ? 0 : -1;
+}
+
+static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_data_type_t t) {
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  if (tk_dnnl_engine(&eng, &stream)) return -1;
+  dnnl_memory_desc_t xa, wa, ya, xu, wu, yu;
+  md_act(&xa, t, q->N, q->C, q->H, q->W, true);
+  md_act(&ya, t, q->N, q->O, q->OH, q->OW, true);
+  md_wei(&wa, t, q, true);
+  md_act(&xu, t, q->N, q->C, q->H, q->W, false);
+  md_act(&yu, t, q->N, q->O, q->OH, q->OW, false);
+  md_wei(&wu, t, q, false);
+  dnnl_dims_t strides = {q->s[0], q->s[1]}, dil = {q->d[0] - 1, q->d[1] - 1};
+  dnnl_dims_t pl = {q->pl[0], q->pl[1]}, pr = {q->ph[0], q->ph[1]};
+  dnnl_primitive_attr_t attr;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return -1;
+  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  dnnl_convolution_desc_t fd, bd;
+  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+  int rc = -1;
+  if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                                 &xa, &wa, NULL, &ya, strides, dil, pl, pr) != dnnl_success)
+    goto done;
+  if (dnnl_primitive_desc_create(&fpd, &fd, n->op == TS_OP_CONV ? attr : NULL, eng, NULL) != dnnl_success)
+    goto done;
+  if (n->op == TS_OP_CONV) {
+    pd = fpd, fpd = NULL;
+  } else {
+    dnnl_status_t st = n->op == TS_OP_CONV_BWD_DATA
+        ? dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, &ya,
+                                                           strides, dil, pl, pr)
+        : dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wa,
+                                                              NULL, &ya, strides, dil, pl, pr);
+    if (st != dnnl_success || dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd) != dnnl_success) goto done;
+  }
+  if (dnnl_primitive_create(&s->prim, pd) != dnnl_success) goto done;
+  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
+  if (sb) {
+    if (!(s->scratch = aligned_alloc(64, (sb + 63) / 64 * 64))) goto done;
+    if (dnnl_memory_create(&s->scratch_mem, smd, eng, s->scratch) != dnnl_success) goto done;
+  }
+  if (n->op == TS_OP_CONV)
+    rc = bind_arg(s, 0, eng, pd, dnnl_query_src_md, &xu, DNNL_ARG_SRC, false) ||
+         bind_arg(s, 1, eng, pd, dnnl_query_weights_md, &wu, DNNL_ARG_WEIGHTS, false) ||
+         bind_arg(s, 2, eng, pd, dnnl_query_dst_md, &yu, DNNL_ARG_DST, true);
+  else if (n->op == TS_OP_CONV_BWD_DATA)
+    rc = bind_arg(s, 0, eng, pd, dnnl_query_diff_dst_md, &yu, DNNL_ARG_DIFF_DST, false) ||
+         bind_arg(s, 1, eng, pd, dnnl_query_weights_md, &wu, DNNL_ARG_WEIGHTS, false) ||
+         bind_arg(s, 2, eng, pd, dnnl_query_diff_src_md, &xu, DNNL_ARG_DIFF_SRC, true);
+  else
+    rc = bind_arg(s, 0, eng, pd, dnnl_query_src_md, &xu, DNNL_ARG_SRC, false) ||
+         bind_arg(s, 1, eng, pd, dnnl_query_diff_dst_md, &yu, DNNL_ARG_DIFF_DST, false) ||
+         bind_arg(s, 2, eng, pd, dnnl_query_diff_weights_md, &wu, DNNL_ARG_DIFF_WEIGHTS, true);
+  rc = rc ? -1 : 0;
+done:
+  dnnl_primitive_attr_destroy(attr);
+  if (fpd) dnnl_primitive_desc_destroy(fpd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  return rc;
+}
+
+static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to, dnnl_stream_t stream) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  return dnnl_primitive_execute(r, stream, 2, args) == dnnl_success ? 0 : -1;
+}
+
+static int conv_run(conv_state *s, tk_in in, void *out) {
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  if (tk_dnnl_engine(&eng, &stream)) return -1;
+  dnnl_exec_arg_t args[4];
+  int na = 0;
+  for (int i = 0; i < 3; i++) {
+    conv_arg *a = &s->args[i];
+    dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
+    if (!a->is_output && a->reorder && reorder(a->reorder, a->user, a->prim, stream)) return -1;
+    args[na++] = (dnnl_exec_arg_t){a->arg, a->prim};
+  }
+  if (s->scratch_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch_mem};
+  if (dnnl_primitive_execute(s->prim, stream, na, args) != dnnl_success) return -1;
+  if (s->args[2].reorder && reorder(s->args[2].reorder, s->args[2].prim, s->args[2].user, stream)) return -1;
+  return dnnl_stream_wait(stream) == dnnl_success ? 0 : -1;
+}
+
+int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
+            const ts_kctx *ctx) {
+  geom_t q;
+  geom_of(g, n, &q);
+  const ts_node *a = tk_operand(g, n, 0), *b = tk_operand(g, n, 1);
+  bool dnnl_ok = (n->dtype == TS_F32 || n->dtype == TS_BF16) && a->dtype == n->dtype &&
+                 b->dtype == n->dtype && tk_numel(n) > 0 && tk_numel(a) > 0 && tk_numel(b) > 0;
+  if (dnnl_ok) {
+    conv_state *s = (conv_state *)*st;
+    if (!s) {
+      s = calloc(1, sizeof *s);
+      if (!s) return ts_set_error("%s: out of memory", ts_op_name(n->op));
+      s->base.free = conv_state_free;
+      if (conv_setup(s, n, &q, n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16)) {
+        conv_state_free(&s->base); /* unsupported shape for oneDNN: loops below */
+        s = NULL;
+      }
+      *st = s ? &s->base : NULL;
+    }
+    if (s) {
+      if (conv_run(s, in, out))
+        return ts_set_error("%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
+                            ts_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H,
+                            (long long)q.W, (long long)q.O);
+      return 0;
+    }
+  }
+  return conv_generic(g, n, &q, in, out, ctx->num_threads);
+}

@@ -1,0 +1,394 @@
+/* fused.c — the elementwise program evaluator behind TS_OP_FUSED and every
+ * single elementwise op (a one-instruction program).
+ *
+ * The program runs tile by tile (TILE elements): each instruction writes a
+ * tile-sized temporary in its compute type — float for f32/bf16/f16 (bf16 and
+ * f16 results are rounded after every instruction, so a fused program matches
+ * the unfused ops), double for f64, int64 for the integer types (wrapped to
+ * the instruction's dtype after every instruction). f32/f64/i64 operands are
+ * read in place and the last instruction writes straight into the output when
+ * its storage is the compute type. Tiles are split over OpenMP threads. */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "kernels/kernels_internal.h"
+
+#define TILE 512
+
+enum { C_F32, C_F64, C_INT };
+
+/* -O2 vectorizes only loops that need no runtime alias or trip-count checks;
+ * `omp simd` vectorizes these anyway (operands may be the same array, never
+ * overlapping at different offsets). */
+#define SIMD _Pragma("omp simd")
+#define LOOP(...)                                                                           \
+  {                                                                                         \
+    SIMD for (int j = 0; j < n; j++) { __VA_ARGS__; }                                       \
+  }                                                                                         \
+  break;
+
+static int cls(ts_dtype dt) {
+  if (dt == TS_F64) return C_F64;
+  if (dt == TS_F32 || dt == TS_BF16 || dt == TS_F16) return C_F32;
+  return C_INT;
+}
+
+static void round_half(ts_dtype dt, float *x, int n) {
+  if (dt == TS_BF16)
+    for (int j = 0; j < n; j++) x[j] = ts_bf16_to_f32(ts_f32_to_bf16(x[j]));
+  else if (dt == TS_F16)
+    for (int j = 0; j < n; j++) x[j] = ts_f16_to_f32(ts_f32_to_f16(x[j]));
+}
+
+/* ---- float unary / binary, generated for float and double ---- */
+#define FLOAT_OPS(T, SUF, EXP, LOG, LOG1P, TANH, SQRT, ERF, POW)                           \
+  static void unary_##SUF(ts_op op, const T *a, T *d, int n) {                            \
+    switch (op) {                                                                          \
+      case TS_OP_NEG: LOOP(d[j] = -a[j])                     \
+      case TS_OP_ABS: LOOP(d[j] = a[j] < 0 ? -a[j] : a[j])   \
+      case TS_OP_EXP: LOOP(d[j] = EXP(a[j]))                 \
+      case TS_OP_LOG: LOOP(d[j] = LOG(a[j]))                 \
+      case TS_OP_LOG1P: LOOP(d[j] = LOG1P(a[j]))             \
+      case TS_OP_TANH: LOOP(d[j] = TANH(a[j]))               \
+      case TS_OP_SQRT: LOOP(d[j] = SQRT(a[j]))               \
+      case TS_OP_RSQRT: LOOP(d[j] = (T)1 / SQRT(a[j]))       \
+      case TS_OP_ERF: LOOP(d[j] = ERF(a[j]))                 \
+      case TS_OP_SIGMOID: /* exp of -|x| only: no overflow for large |x| */                \
+        LOOP(T x = a[j]; T e = EXP(x < 0 ? x : -x); T r = (T)1 / ((T)1 + e);               \
+             d[j] = x >= 0 ? r : e * r)                                                    \
+      default: break;                                                                      \
+    }                                                                                      \
+  }                                                                                        \
+  static void binary_##SUF(ts_op op, const T *a, const T *b, T *d, int n) {               \
+    switch (op) {                                                                          \
+      case TS_OP_ADD: LOOP(d[j] = a[j] + b[j])               \
+      case TS_OP_SUB: LOOP(d[j] = a[j] - b[j])               \
+      case TS_OP_MUL: LOOP(d[j] = a[j] * b[j])               \
+      case TS_OP_DIV: LOOP(d[j] = a[j] / b[j])               \
+      /* NaN in either operand propagates (like torch.maximum) */                          \
+      case TS_OP_MAX: LOOP(d[j] = (a[j] > b[j] || a[j] != a[j]) ? a[j] : b[j])             \
+      case TS_OP_MIN: LOOP(d[j] = (a[j] < b[j] || a[j] != a[j]) ? a[j] : b[j])             \
+      case TS_OP_POW: LOOP(d[j] = POW(a[j], b[j]))           \
+      default: break;                                                                      \
+    }                                                                                      \
+  }                                                                                        \
+  CMPSEL(T, SUF)
+
+#define CMPSEL(T, SUF)                                                                     \
+  static void compare_##SUF(ts_cmp c, const T *a, const T *b, int64_t *d, int n) {        \
+    switch (c) {                                                                           \
+      case TS_CMP_EQ: LOOP(d[j] = a[j] == b[j])              \
+      case TS_CMP_NE: LOOP(d[j] = a[j] != b[j])              \
+      case TS_CMP_LT: LOOP(d[j] = a[j] < b[j])               \
+      case TS_CMP_LE: LOOP(d[j] = a[j] <= b[j])              \
+      case TS_CMP_GT: LOOP(d[j] = a[j] > b[j])               \
+      case TS_CMP_GE: LOOP(d[j] = a[j] >= b[j])              \
+    }                                                                                      \
+  }                                                                                        \
+  static void select_##SUF(const int64_t *p, const T *a, const T *b, T *d, int n) {       \
+    SIMD for (int j = 0; j < n; j++) d[j] = p[j] ? a[j] : b[j];                            \
+  }
+
+FLOAT_OPS(float, f32, expf, logf, log1pf, tanhf, sqrtf, erff, powf)
+FLOAT_OPS(double, f64, exp, log, log1p, tanh, sqrt, erf, pow)
+CMPSEL(int64_t, i64)
+
+/* ---- integers (int64 compute, wrapped to the dtype afterwards; no UB) ---- */
+static int64_t ineg(int64_t a) { return (int64_t)(0 - (uint64_t)a); }
+static int64_t ipow(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
+  uint64_t r = 1, x = (uint64_t)a;
+  while (b) {
+    if (b & 1) r *= x;
+    x *= x;
+    b >>= 1;
+  }
+  return (int64_t)r;
+}
+
+static void unary_int(ts_op op, ts_dtype dt, const int64_t *a, int64_t *d, int n) {
+  for (int j = 0; j < n; j++) {
+    int64_t x = a[j];
+    switch (op) {
+      case TS_OP_NEG: d[j] = ineg(x); break;
+      case TS_OP_ABS: d[j] = x < 0 ? ineg(x) : x; break;
+      default: { /* float functions on integers: compute in double, truncate */
+        double v = (double)x, r;
+        unary_f64(op, &v, &r, 1);
+        d[j] = tk_f2i(r, dt == TS_I64 ? TS_I64 : TS_I32);
+      }
+    }
+  }
+}
+
+static void binary_int(ts_op op, const int64_t *a, const int64_t *b, int64_t *d, int n) {
+  switch (op) {
+    case TS_OP_ADD: LOOP(d[j] = (int64_t)((uint64_t)a[j] + (uint64_t)b[j]))
+    case TS_OP_SUB: LOOP(d[j] = (int64_t)((uint64_t)a[j] - (uint64_t)b[j]))
+    case TS_OP_MUL: LOOP(d[j] = (int64_t)((uint64_t)a[j] * (uint64_t)b[j]))
+    case TS_OP_DIV: /* x / 0 = 0; INT64_MIN / -1 wraps */
+      for (int j = 0; j < n; j++)
+        d[j] = b[j] == 0 ? 0 : b[j] == -1 ? ineg(a[j]) : a[j] / b[j];
+      break;
+    case TS_OP_MAX: LOOP(d[j] = a[j] > b[j] ? a[j] : b[j])
+    case TS_OP_MIN: LOOP(d[j] = a[j] < b[j] ? a[j] : b[j])
+    case TS_OP_POW: LOOP(d[j] = ipow(a[j], b[j]))
+    default: break;
+  }
+}
+
+/* ---- loading external tiles into compute type ---- */
+static void load_tile(ts_dtype dt, const void *src, int64_t off, int n, int c, void *dst) {
+  if (c == C_F32) {
+    float *d = dst;
+    if (dt == TS_BF16) {
+      const uint16_t *s = (const uint16_t *)src + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = ts_bf16_to_f32(s[j]);
+    } else if (dt == TS_F16) {
+      const uint16_t *s = (const uint16_t *)src + off;
+      for (int j = 0; j < n; j++) d[j] = ts_f16_to_f32(s[j]);
+    } else {
+      memcpy(d, (const float *)src + off, (size_t)n * 4);
+    }
+  } else if (c == C_F64) {
+    memcpy(dst, (const double *)src + off, (size_t)n * 8);
+  } else {
+    int64_t *d = dst;
+    for (int j = 0; j < n; j++) d[j] = tk_load_i64(dt, src, off + j);
+  }
+}
+
+static void store_tile(ts_dtype dt, const void *src, int n, void *out, int64_t off) {
+  int c = cls(dt);
+  if (c == C_F32) {
+    const float *s = src;
+    if (dt == TS_BF16) {
+      uint16_t *d = (uint16_t *)out + off;
+      for (int j = 0; j < n; j++) d[j] = ts_f32_to_bf16(s[j]);
+    } else if (dt == TS_F16) {
+      uint16_t *d = (uint16_t *)out + off;
+      for (int j = 0; j < n; j++) d[j] = ts_f32_to_f16(s[j]);
+    } else {
+      memcpy((float *)out + off, s, (size_t)n * 4);
+    }
+  } else if (c == C_F64) {
+    memcpy((double *)out + off, src, (size_t)n * 8);
+  } else {
+    const int64_t *s = src;
+    for (int j = 0; j < n; j++) tk_store_i64(dt, out, off + j, s[j]);
+  }
+}
+
+/* CONVERT of one tile from (class ca, dtype fa) to dtype to. */
+static void convert_tile(int ca, const void *a, ts_dtype to, void *d, int n) {
+  int cd = cls(to);
+  if (ca == C_F32 && cd == C_F32) {
+    memmove(d, a, (size_t)n * 4);
+    round_half(to, d, n);
+  } else if (ca == C_F32 && cd == C_F64) {
+    SIMD for (int j = 0; j < n; j++) ((double *)d)[j] = ((const float *)a)[j];
+  } else if (ca == C_F64 && cd == C_F32) {
+    SIMD for (int j = 0; j < n; j++) ((float *)d)[j] = (float)((const double *)a)[j];
+    round_half(to, d, n);
+  } else if (ca == C_F64 && cd == C_F64) {
+    memmove(d, a, (size_t)n * 8);
+  } else if (ca == C_F32 && cd == C_INT) {
+    for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_f2i(((const float *)a)[j], to);
+  } else if (ca == C_F64 && cd == C_INT) {
+    for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_f2i(((const double *)a)[j], to);
+  } else if (ca == C_INT && cd == C_F32) {
+    SIMD for (int j = 0; j < n; j++) ((float *)d)[j] = (float)((const int64_t *)a)[j];
+    round_half(to, d, n);
+  } else if (ca == C_INT && cd == C_F64) {
+    SIMD for (int j = 0; j < n; j++) ((double *)d)[j] = (double)((const int64_t *)a)[j];
+  } else {
+    for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_wrap_int(to, ((const int64_t *)a)[j]);
+  }
+}
+
+static void splat_tile(int c, ts_dtype dt, double v, void *d, int n) {
+  if (c == C_F32) {
+    float f = (float)v;
+    round_half(dt, &f, 1);
+    SIMD for (int j = 0; j < n; j++) ((float *)d)[j] = f;
+  } else if (c == C_F64) {
+    SIMD for (int j = 0; j < n; j++) ((double *)d)[j] = v;
+  } else {
+    int64_t x = v != v ? 0 : tk_wrap_int(dt, tk_f2i(v, TS_I64));
+    for (int j = 0; j < n; j++) ((int64_t *)d)[j] = x;
+  }
+}
+
+/* A tile of copies of the scalar src[0] (exact for every dtype, i64 included). */
+static void replicate(ts_dtype dt, const void *src, void *d) {
+  int c = cls(dt);
+  load_tile(dt, src, 0, 1, c, d);
+  size_t es = c == C_F32 ? 4 : 8;
+  for (int j = 1; j < TILE; j++) memcpy((char *)d + j * es, d, es);
+}
+
+typedef struct {
+  const ts_fused *p;
+  int n_ext;
+  const ts_dtype *ext_dt;
+  const int64_t *ext_numel;
+  tk_in in;
+  void *out;
+  ts_dtype out_dt;
+  int64_t numel;
+} prog_t;
+
+static ts_dtype operand_dt(const prog_t *P, int32_t v) {
+  return v >= 0 ? P->p->ins[v].dtype : P->ext_dt[-v - 1];
+}
+
+/* Runs tiles [t0, t1) with scratch of (n_ins + n_ext) * TILE * 8 bytes. */
+static void run_tiles(const prog_t *P, int64_t t0, int64_t t1, char *scratch) {
+  const ts_fused *p = P->p;
+  int ni = p->n;
+  char *ext_buf = scratch + (size_t)ni * TILE * 8;
+  const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
+  /* constants and scalar externals are the same in every tile: fill once */
+  for (int i = 0; i < ni - 1; i++)
+    if (p->ins[i].op == TS_OP_CONSTANT)
+      splat_tile(cls(p->ins[i].dtype), p->ins[i].dtype, p->ins[i].value, scratch + (size_t)i * TILE * 8, TILE);
+  for (int k = 0; k < P->n_ext; k++)
+    if (P->ext_numel[k] == 1 && P->numel != 1)
+      replicate(P->ext_dt[k], P->in[k], ext_buf + (size_t)k * TILE * 8);
+  bool direct = P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t off = t * TILE;
+    int n = (int)(P->numel - off < TILE ? P->numel - off : TILE);
+    for (int k = 0; k < P->n_ext; k++) ext[k] = NULL;
+    const void *val[ni];
+    for (int i = 0; i < ni; i++) {
+      const ts_fused_instr *I = &p->ins[i];
+      void *d = scratch + (size_t)i * TILE * 8;
+      if (i == ni - 1 && direct)
+        d = (char *)P->out + (size_t)off * ts_dtype_size(P->out_dt);
+      int c = cls(I->dtype);
+      const void *opnd[3] = {NULL, NULL, NULL};
+      int32_t ids[3] = {I->a, I->b, I->c};
+      int nops = I->op == TS_OP_SELECT ? 3 : ts_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
+                 : I->op == TS_OP_CONSTANT ? 0 : 1;
+      for (int o = 0; o < nops; o++) {
+        int32_t v = ids[o];
+        if (v >= 0) {
+          opnd[o] = val[v];
+          continue;
+        }
+        int k = -v - 1;
+        if (!ext[k]) {
+          ts_dtype edt = P->ext_dt[k];
+          int ec = cls(edt);
+          void *buf = ext_buf + (size_t)k * TILE * 8;
+          if (P->ext_numel[k] == 1 && P->numel != 1)
+            ext[k] = buf;
+          else if (edt == TS_F32 || edt == TS_F64 || edt == TS_I64)
+            ext[k] = (const char *)P->in[k] + (size_t)off * ts_dtype_size(edt);
+          else {
+            load_tile(edt, P->in[k], off, n, ec, buf);
+            ext[k] = buf;
+          }
+        }
+        opnd[o] = ext[k];
+      }
+      if (I->op == TS_OP_CONSTANT) {
+        if (i == ni - 1) splat_tile(c, I->dtype, I->value, d, n); /* else filled before the loop */
+      } else if (I->op == TS_OP_CONVERT) {
+        convert_tile(cls(operand_dt(P, I->a)), opnd[0], I->dtype, d, n);
+      } else if (I->op == TS_OP_COMPARE) {
+        int ca = cls(operand_dt(P, I->a));
+        if (ca == C_F32) compare_f32(I->cmp, opnd[0], opnd[1], d, n);
+        else if (ca == C_F64) compare_f64(I->cmp, opnd[0], opnd[1], d, n);
+        else compare_i64(I->cmp, opnd[0], opnd[1], d, n);
+      } else if (I->op == TS_OP_SELECT) {
+        if (c == C_F32) select_f32(opnd[0], opnd[1], opnd[2], d, n);
+        else if (c == C_F64) select_f64(opnd[0], opnd[1], opnd[2], d, n);
+        else select_i64(opnd[0], opnd[1], opnd[2], d, n);
+      } else if (ts_op_is_unary(I->op)) {
+        if (c == C_F32) unary_f32(I->op, opnd[0], d, n), round_half(I->dtype, d, n);
+        else if (c == C_F64) unary_f64(I->op, opnd[0], d, n);
+        else unary_int(I->op, I->dtype, opnd[0], d, n);
+      } else {
+        if (c == C_F32) binary_f32(I->op, opnd[0], opnd[1], d, n), round_half(I->dtype, d, n);
+        else if (c == C_F64) binary_f64(I->op, opnd[0], opnd[1], d, n);
+        else binary_int(I->op, opnd[0], opnd[1], d, n);
+      }
+      if (c == C_INT && I->op != TS_OP_CONVERT && I->op != TS_OP_COMPARE && I->dtype != TS_I64)
+        for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_wrap_int(I->dtype, ((int64_t *)d)[j]);
+      val[i] = d;
+    }
+    if (!direct) store_tile(P->out_dt, val[ni - 1], n, P->out, off);
+  }
+}
+
+static bool class_ok(const prog_t *P) {
+  const ts_fused *p = P->p;
+  if (p->n < 1) return false;
+  /* the last instruction writes the output directly: its class must be the output's */
+  if (cls(p->ins[p->n - 1].dtype) != cls(P->out_dt)) return false;
+  for (int i = 0; i < p->n; i++) {
+    const ts_fused_instr *I = &p->ins[i];
+    int32_t ids[3] = {I->a, I->b, I->c};
+    int nops = I->op == TS_OP_SELECT ? 3 : ts_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
+               : I->op == TS_OP_CONSTANT ? 0 : 1;
+    for (int o = 0; o < nops; o++)
+      if (ids[o] >= i || ids[o] < -P->n_ext) return false;
+  }
+  return true;
+}
+
+int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
+                   const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
+                   const ts_kctx *ctx) {
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel};
+  if (!class_ok(&P))
+    return ts_set_error("fused: malformed program (%d instructions, %d inputs, result %s)",
+                        prog->n, n_ext, ts_dtype_name(out_dt));
+  if (numel == 0) return 0;
+  for (int k = 0; k < n_ext; k++)
+    if (ext_numel[k] != numel && ext_numel[k] != 1)
+      return ts_set_error("fused: input %d has %lld elements, expected %lld or 1", k,
+                          (long long)ext_numel[k], (long long)numel);
+  int64_t ntiles = (numel + TILE - 1) / TILE;
+  size_t bytes = (size_t)(prog->n + n_ext) * TILE * 8;
+  int nt = tk_threads(ctx, numel);
+  if (nt > ntiles) nt = (int)ntiles;
+  int err = 0;
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : err)
+  {
+    char *scratch = aligned_alloc(64, bytes);
+    if (!scratch) {
+      err = 1;
+    } else {
+      int nth = omp_get_num_threads(), me = omp_get_thread_num();
+      int64_t per = (ntiles + nth - 1) / nth, t0 = me * per, t1 = t0 + per < ntiles ? t0 + per : ntiles;
+      if (t0 < t1) run_tiles(&P, t0, t1, scratch);
+      free(scratch);
+    }
+  }
+  if (err) return ts_set_error("fused: out of memory for %zu bytes of tile scratch", bytes);
+  return 0;
+}
+
+int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+  if (!n->attr.fused) return ts_set_error("fused: node has no program");
+  ts_dtype dt_small[16], *dt = dt_small;
+  int64_t ne_small[16], *ne = ne_small;
+  if (n->n_in > 16) {
+    dt = malloc((size_t)n->n_in * sizeof *dt);
+    ne = malloc((size_t)n->n_in * sizeof *ne);
+    if (!dt || !ne) {
+      free(dt), free(ne);
+      return ts_set_error("fused: out of memory for %d inputs", n->n_in);
+    }
+  }
+  for (int k = 0; k < n->n_in; k++) {
+    dt[k] = tk_operand(g, n, k)->dtype;
+    ne[k] = tk_numel(tk_operand(g, n, k));
+  }
+  int rc = tk_program_run(n->attr.fused, n->n_in, dt, ne, in, out, n->dtype, tk_numel(n), ctx);
+  if (dt != dt_small) free(dt), free(ne);
+  return rc;
+}

@@ -1,0 +1,134 @@
+/* kernels_internal.h — helpers shared by the CPU kernel files: one entry
+ * point per kernel family, element load/store between storage dtypes and
+ * compute types, the OpenMP size threshold and the shared oneDNN engine. */
+#ifndef TS_KERNELS_INTERNAL_H
+#define TS_KERNELS_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "util/half.h"
+
+/* Loops over fewer elements than this stay on one thread (fork/join costs more). */
+#define TK_PAR_MIN 32768
+
+typedef const void *const *tk_in;
+
+static inline int64_t tk_numel(const ts_node *n) { return ts_shape_numel(n->rank, n->shape); }
+static inline const ts_node *tk_operand(const ts_graph *g, const ts_node *n, int i) {
+  return &g->nodes[n->in[i]];
+}
+/* Threads for a loop of `work` elements. */
+static inline int tk_threads(const ts_kctx *ctx, int64_t work) {
+  return work >= TK_PAR_MIN && ctx->num_threads > 1 ? ctx->num_threads : 1;
+}
+
+/* Element i of p (dtype dt) as double / int64, and the reverse. */
+static inline double tk_load_f64(ts_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+    case TS_F32: return ((const float *)p)[i];
+    case TS_F64: return ((const double *)p)[i];
+    case TS_BF16: return ts_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TS_F16: return ts_f16_to_f32(((const uint16_t *)p)[i]);
+    case TS_I32: return ((const int32_t *)p)[i];
+    case TS_I64: return (double)((const int64_t *)p)[i];
+    case TS_U8: return ((const uint8_t *)p)[i];
+    case TS_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0;
+  }
+}
+
+/* Float -> integer conversion: truncates toward zero, saturates, NaN -> 0. */
+static inline int64_t tk_f2i(double v, ts_dtype to) {
+  if (to == TS_BOOL) return v != 0;
+  if (v != v) return 0;
+  double lo = to == TS_I32 ? -2147483648.0 : to == TS_U8 ? 0.0 : -9223372036854775808.0;
+  double hi = to == TS_I32 ? 2147483647.0 : to == TS_U8 ? 255.0 : 9223372036854775807.0;
+  if (v <= lo) return to == TS_I64 ? INT64_MIN : (int64_t)lo;
+  if (v >= hi) return to == TS_I64 ? INT64_MAX : (int64_t)hi;
+  return (int64_t)v;
+}
+
+static inline void tk_store_f64(ts_dtype dt, void *p, int64_t i, double v) {
+  switch (dt) {
+    case TS_F32: ((float *)p)[i] = (float)v; break;
+    case TS_F64: ((double *)p)[i] = v; break;
+    case TS_BF16: ((uint16_t *)p)[i] = ts_f32_to_bf16((float)v); break;
+    case TS_F16: ((uint16_t *)p)[i] = ts_f32_to_f16((float)v); break;
+    case TS_I32: ((int32_t *)p)[i] = (int32_t)tk_f2i(v, TS_I32); break;
+    case TS_I64: ((int64_t *)p)[i] = tk_f2i(v, TS_I64); break;
+    case TS_U8: ((uint8_t *)p)[i] = (uint8_t)tk_f2i(v, TS_U8); break;
+    case TS_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: break;
+  }
+}
+
+static inline int64_t tk_load_i64(ts_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+    case TS_I32: return ((const int32_t *)p)[i];
+    case TS_I64: return ((const int64_t *)p)[i];
+    case TS_U8: return ((const uint8_t *)p)[i];
+    case TS_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return tk_f2i(tk_load_f64(dt, p, i), TS_I64);
+  }
+}
+
+/* Wraps an integer to dtype dt (two's complement), as an int64. */
+static inline int64_t tk_wrap_int(ts_dtype dt, int64_t v) {
+  switch (dt) {
+    case TS_I32: return (int32_t)(uint32_t)(uint64_t)v;
+    case TS_U8: return (uint8_t)(uint64_t)v;
+    case TS_BOOL: return v != 0;
+    default: return v;
+  }
+}
+
+static inline void tk_store_i64(ts_dtype dt, void *p, int64_t i, int64_t v) {
+  switch (dt) {
+    case TS_I32: ((int32_t *)p)[i] = (int32_t)tk_wrap_int(TS_I32, v); break;
+    case TS_I64: ((int64_t *)p)[i] = v; break;
+    case TS_U8: ((uint8_t *)p)[i] = (uint8_t)tk_wrap_int(TS_U8, v); break;
+    case TS_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: tk_store_f64(dt, p, i, (double)v); break;
+  }
+}
+
+/* One value of dtype dt written to buf (>= 8 bytes): pad values, splats. */
+static inline void tk_scalar_bytes(ts_dtype dt, double v, void *buf) { tk_store_f64(dt, buf, 0, v); }
+
+/* Strided copy of esize-byte elements over `shape`; strides in elements. */
+void tk_copy_strided(int rank, const int64_t *shape, size_t esize, const void *src,
+                     const int64_t *src_strides, void *dst, const int64_t *dst_strides, int nthreads);
+/* Row-major strides of a shape. */
+void tk_row_strides(int rank, const int64_t *shape, int64_t *strides);
+/* dst[0..n) = the esize-byte value at val. */
+void tk_fill(void *dst, int64_t n, size_t esize, const void *val);
+
+/* ---- kernel families (return 0 / -1 with ts_set_error) ---- */
+int tk_elementwise(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_layout(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
+           const ts_kctx *ctx);
+int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
+            const ts_kctx *ctx);
+int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_index(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+
+/* Evaluates an elementwise program (see ts_fused in ir/ir.h) over numel
+ * elements: external input k has dtype ext_dt[k] and numel ext_numel[k]
+ * (numel or 1 = broadcast scalar). Used by FUSED and every single elementwise op. */
+int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
+                   const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
+                   const ts_kctx *ctx);
+
+/* The process-wide oneDNN CPU engine and an in-order stream (created once). */
+struct dnnl_engine;
+struct dnnl_stream;
+int tk_dnnl_engine(struct dnnl_engine **eng, struct dnnl_stream **stream);
+
+#endif

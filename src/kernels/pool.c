@@ -1,0 +1,133 @@
+/* pool.c — 2-D max / avg pooling over (N, C, H, W) and their gradients.
+ * Max: padding is -inf, gradient goes to the first max of the window in
+ * row-major order. Avg: divides by the full window KH*KW (PyTorch's
+ * count_include_pad=True). f32/f64 run natively; bf16/f16 through double. */
+#include <stdlib.h>
+
+#include "kernels/kernels_internal.h"
+
+typedef struct {
+  int64_t planes, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw;
+} pgeom;
+
+#define POOL_IMPL(T, SUF)                                                                   \
+  static void pool_##SUF(const pgeom *p, ts_op op, const T *x, const T *dy, T *out, int nt) { \
+    bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
+    bool isavg = op == TS_OP_AVGPOOL || op == TS_OP_AVGPOOL_GRAD;                           \
+    double inv = 1.0 / ((double)p->kh * p->kw);                                             \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                 \
+    for (int64_t pl = 0; pl < p->planes; pl++) {                                            \
+      const T *xp = x ? x + pl * p->H * p->W : NULL;                                        \
+      const T *dp = dy ? dy + pl * p->OH * p->OW : NULL;                                    \
+      T *op_ = out + pl * (grad ? p->H * p->W : p->OH * p->OW);                             \
+      if (grad) memset(op_, 0, sizeof(T) * (size_t)(p->H * p->W));                          \
+      for (int64_t oh = 0; oh < p->OH; oh++)                                                \
+        for (int64_t ow = 0; ow < p->OW; ow++) {                                            \
+          int64_t h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;                         \
+          if (!isavg && h0 >= 0 && w0 >= 0 && h0 + p->kh <= p->H && w0 + p->kw <= p->W) {  \
+            /* window inside the plane: no bounds checks, branch-free max in T, */          \
+            /* then the first position holding it (or the first NaN) */                    \
+            const T *r = xp + h0 * p->W + w0;                                               \
+            T m = r[0];                                                                     \
+            bool nan = false;                                                               \
+            if (p->kh == 2 && p->kw == 2) { /* the common window, unrolled */               \
+              T v1 = r[1], v2 = r[p->W], v3 = r[p->W + 1];                                  \
+              m = v1 > m ? v1 : m, m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                \
+              nan = (r[0] != r[0]) | (v1 != v1) | (v2 != v2) | (v3 != v3);                  \
+            } else {                                                                        \
+              for (int i = 0; i < p->kh; i++)                                               \
+                for (int j = 0; j < p->kw; j++) {                                           \
+                  T v = r[i * p->W + j];                                                    \
+                  m = v > m ? v : m;                                                        \
+                  nan |= v != v;                                                            \
+                }                                                                           \
+            }                                                                               \
+            if (grad && p->kh == 2 && p->kw == 2) {                                         \
+              int64_t W_ = p->W, a = W_ + 1;                                                \
+              a = (nan ? r[W_] != r[W_] : r[W_] == m) ? W_ : a;                             \
+              a = (nan ? r[1] != r[1] : r[1] == m) ? 1 : a;                                 \
+              a = (nan ? r[0] != r[0] : r[0] == m) ? 0 : a;                                 \
+              op_[h0 * W_ + w0 + a] += dp[oh * p->OW + ow];                                 \
+            } else if (grad) {                                                              \
+              int64_t a = 0;                                                                \
+              for (int i = p->kh - 1; i >= 0; i--)                                          \
+                for (int j = p->kw - 1; j >= 0; j--) {                                      \
+                  T v = r[i * p->W + j];                                                    \
+                  a = (nan ? v != v : v == m) ? i * p->W + j : a;                           \
+                }                                                                           \
+              op_[h0 * p->W + w0 + a] += dp[oh * p->OW + ow];                               \
+            } else {                                                                        \
+              op_[oh * p->OW + ow] = nan ? (T)NAN : m;                                      \
+            }                                                                               \
+            continue;                                                                       \
+          }                                                                                 \
+          double acc = isavg ? 0.0 : -INFINITY;                                             \
+          int64_t arg = -1;                                                                 \
+          for (int i = 0; i < p->kh; i++) {                                                 \
+            int64_t h = h0 + i;                                                             \
+            if (h < 0 || h >= p->H) continue;                                               \
+            for (int j = 0; j < p->kw; j++) {                                               \
+              int64_t w = w0 + j;                                                           \
+              if (w < 0 || w >= p->W) continue;                                             \
+              if (isavg) {                                                                  \
+                if (grad) op_[h * p->W + w] += (T)(dp[oh * p->OW + ow] * inv);              \
+                else acc += xp[h * p->W + w];                                               \
+              } else {                                                                      \
+                double v = xp[h * p->W + w];                                                \
+                if (arg < 0 || v > acc || (v != v && acc == acc)) acc = v, arg = h * p->W + w; \
+              }                                                                             \
+            }                                                                               \
+          }                                                                                 \
+          if (op == TS_OP_MAXPOOL) op_[oh * p->OW + ow] = (T)acc;                           \
+          else if (op == TS_OP_AVGPOOL) op_[oh * p->OW + ow] = (T)(acc * inv);              \
+          else if (op == TS_OP_MAXPOOL_GRAD && arg >= 0) op_[arg] += dp[oh * p->OW + ow];   \
+        }                                                                                   \
+    }                                                                                       \
+  }
+
+POOL_IMPL(float, f32)
+POOL_IMPL(double, f64)
+
+static double *to_f64(ts_dtype dt, const void *p, int64_t n) {
+  double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+  if (d)
+    for (int64_t i = 0; i < n; i++) d[i] = tk_load_f64(dt, p, i);
+  return d;
+}
+
+int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+  const ts_pool_params *pp = &n->attr.pool;
+  /* x-shaped and y-shaped nodes: fwd (x -> out), max grad (x, dy), avg grad (dy) */
+  const ts_node *xs = n->op == TS_OP_MAXPOOL || n->op == TS_OP_AVGPOOL || n->op == TS_OP_MAXPOOL_GRAD
+                          ? tk_operand(g, n, 0) : n;
+  const ts_node *ys = n->op == TS_OP_MAXPOOL || n->op == TS_OP_AVGPOOL ? n
+                      : tk_operand(g, n, n->op == TS_OP_MAXPOOL_GRAD ? 1 : 0);
+  if (xs->rank != 4 || ys->rank != 4) return ts_set_error("%s: expects rank-4 (N, C, H, W) tensors", ts_op_name(n->op));
+  pgeom p = {xs->shape[0] * xs->shape[1], xs->shape[2], xs->shape[3], ys->shape[2], ys->shape[3],
+             pp->kernel[0], pp->kernel[1], pp->stride[0] > 0 ? pp->stride[0] : pp->kernel[0],
+             pp->stride[1] > 0 ? pp->stride[1] : pp->kernel[1], pp->pad[0], pp->pad[1]};
+  const void *x = n->op == TS_OP_AVGPOOL_GRAD ? NULL : in[0];
+  const void *dy = n->op == TS_OP_MAXPOOL_GRAD ? in[1] : n->op == TS_OP_AVGPOOL_GRAD ? in[0] : NULL;
+  int nt = tk_threads(ctx, p.planes * p.H * p.W);
+  if (n->dtype == TS_F32) {
+    pool_f32(&p, n->op, x, dy, out, nt);
+    return 0;
+  }
+  if (n->dtype == TS_F64) {
+    pool_f64(&p, n->op, x, dy, out, nt);
+    return 0;
+  }
+  int64_t xn = tk_numel(xs), yn = tk_numel(ys), on = tk_numel(n);
+  double *xd = x ? to_f64(n->dtype, x, xn) : NULL, *dd = dy ? to_f64(n->dtype, dy, yn) : NULL;
+  double *od = malloc((size_t)(on ? on : 1) * sizeof *od);
+  int rc = 0;
+  if ((x && !xd) || (dy && !dd) || !od) {
+    rc = ts_set_error("%s: out of memory", ts_op_name(n->op));
+  } else {
+    pool_f64(&p, n->op, xd, dd, od, nt);
+    for (int64_t i = 0; i < on; i++) tk_store_f64(n->dtype, out, i, od[i]);
+  }
+  free(xd), free(dd), free(od);
+  return rc;
+}

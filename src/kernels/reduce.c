@@ -1,0 +1,167 @@
+/* reduce.c — TS_OP_REDUCE (sum, max, min, mean) over any set of dims.
+ *
+ * The operand's dims are merged into alternating groups of kept / reduced
+ * dims (size-1 dims dropped), so (B, N) -> (N) becomes [R, K] and
+ * (B, T, C) -> (B, T) becomes [K, R]. Every innermost run is contiguous: a
+ * reduced run is folded into one accumulator, a kept run is added into a row
+ * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
+#include <stdlib.h>
+
+#include "kernels/kernels_internal.h"
+
+typedef struct {
+  int ng;
+  int64_t size[TS_MAX_RANK];
+  bool red[TS_MAX_RANK];
+  int64_t count; /* elements folded into each output */
+} groups_t;
+
+static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
+  bool red[TS_MAX_RANK] = {false};
+  for (int i = 0; i < n->attr.n_dims; i++)
+    if (n->attr.dims[i] >= 0 && n->attr.dims[i] < x->rank) red[n->attr.dims[i]] = true;
+  G->ng = 0;
+  G->count = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (red[d]) G->count *= x->shape[d];
+    if (x->shape[d] == 1) continue;
+    if (G->ng > 0 && G->red[G->ng - 1] == red[d]) {
+      G->size[G->ng - 1] *= x->shape[d];
+      continue;
+    }
+    G->size[G->ng] = x->shape[d];
+    G->red[G->ng++] = red[d];
+  }
+}
+
+#define FOLD(a, v, kind)                                                          \
+  do {                                                                            \
+    if ((kind) == TS_REDUCE_MAX) a = ((v) > (a) || (v) != (v)) ? (v) : (a);       \
+    else if ((kind) == TS_REDUCE_MIN) a = ((v) < (a) || (v) != (v)) ? (v) : (a);  \
+    else a += (v);                                                                \
+  } while (0)
+
+/* Float kernels on storage type T with double accumulators. */
+#define FLOAT_REDUCE(T, SUF)                                                                 \
+  static double run_##SUF(const T *x, int64_t n, ts_reduce_kind k, double init) {           \
+    if (k == TS_REDUCE_SUM || k == TS_REDUCE_MEAN) {                                         \
+      double s = 0; /* vector lanes: independent chains, speed and less rounding */          \
+      _Pragma("omp simd reduction(+ : s)")                                                   \
+      for (int64_t i = 0; i < n; i++) s += x[i];                                             \
+      return init + s;                                                                       \
+    }                                                                                        \
+    double a = init;                                                                         \
+    for (int64_t i = 0; i < n; i++) FOLD(a, (double)x[i], k);                                \
+    return a;                                                                                \
+  }                                                                                          \
+  static void row_##SUF(const T *x, int64_t n, ts_reduce_kind k, double *acc) {             \
+    if (k == TS_REDUCE_SUM || k == TS_REDUCE_MEAN) {                                         \
+      _Pragma("omp simd")                                                                    \
+      for (int64_t i = 0; i < n; i++) acc[i] += x[i];                                        \
+    } else                                                                                   \
+      for (int64_t i = 0; i < n; i++) FOLD(acc[i], (double)x[i], k);                         \
+  }                                                                                          \
+  static void reduce_##SUF(const groups_t *G, const T *x, ts_reduce_kind k, double *acc,    \
+                           int64_t out_n, double init, int nt) {                             \
+    int last = G->ng - 1;                                                                    \
+    int64_t inner = G->size[last];                                                           \
+    if (G->ng == 2 && !G->red[0]) { /* [K, R]: independent rows */                           \
+      _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                \
+      for (int64_t o = 0; o < G->size[0]; o++) acc[o] = run_##SUF(x + o * inner, inner, k, init); \
+      return;                                                                                \
+    }                                                                                        \
+    for (int64_t o = 0; o < out_n; o++) acc[o] = init;                                       \
+    int64_t outer = 1;                                                                       \
+    for (int gi = 0; gi < last; gi++) outer *= G->size[gi];                                  \
+    int64_t idx[TS_MAX_RANK] = {0}, ost[TS_MAX_RANK], s = 1;                                 \
+    for (int gi = G->ng - 1; gi >= 0; gi--)                                                  \
+      if (!G->red[gi]) ost[gi] = s, s *= G->size[gi];                                        \
+      else ost[gi] = 0;                                                                      \
+    for (int64_t r = 0; r < outer; r++) {                                                    \
+      int64_t o = 0;                                                                         \
+      for (int gi = 0; gi < last; gi++) o += idx[gi] * ost[gi];                              \
+      const T *run = x + r * inner;                                                          \
+      if (G->red[last]) acc[o] = run_##SUF(run, inner, k, acc[o]);                           \
+      else row_##SUF(run, inner, k, acc + o);                                                \
+      for (int gi = last - 1; gi >= 0; gi--) {                                               \
+        if (++idx[gi] < G->size[gi]) break;                                                  \
+        idx[gi] = 0;                                                                         \
+      }                                                                                      \
+    }                                                                                        \
+  }
+
+FLOAT_REDUCE(float, f32)
+FLOAT_REDUCE(double, f64)
+
+static void reduce_int(const groups_t *G, const int64_t *x, ts_reduce_kind k, int64_t *acc, int64_t out_n) {
+  int64_t init = k == TS_REDUCE_MAX ? INT64_MIN : k == TS_REDUCE_MIN ? INT64_MAX : 0;
+  for (int64_t o = 0; o < out_n; o++) acc[o] = init;
+  int64_t ost[TS_MAX_RANK], idx[TS_MAX_RANK] = {0}, s = 1, total = 1;
+  for (int gi = G->ng - 1; gi >= 0; gi--) {
+    ost[gi] = G->red[gi] ? 0 : s;
+    if (!G->red[gi]) s *= G->size[gi];
+    total *= G->size[gi];
+  }
+  for (int64_t i = 0; i < total; i++) {
+    int64_t o = 0;
+    for (int gi = 0; gi < G->ng; gi++) o += idx[gi] * ost[gi];
+    if (k == TS_REDUCE_MAX) acc[o] = x[i] > acc[o] ? x[i] : acc[o];
+    else if (k == TS_REDUCE_MIN) acc[o] = x[i] < acc[o] ? x[i] : acc[o];
+    else acc[o] = (int64_t)((uint64_t)acc[o] + (uint64_t)x[i]);
+    for (int gi = G->ng - 1; gi >= 0; gi--) {
+      if (++idx[gi] < G->size[gi]) break;
+      idx[gi] = 0;
+    }
+  }
+}
+
+int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+  const ts_node *x = tk_operand(g, n, 0);
+  ts_reduce_kind k = n->attr.reduce;
+  groups_t G;
+  make_groups(x, n, &G);
+  int64_t xn = tk_numel(x), on = tk_numel(n);
+  if (G.ng == 0) { /* every dim has size 1 (or rank 0): identity on one element */
+    G.ng = 1, G.size[0] = 1, G.red[0] = true;
+  }
+  bool isint = !ts_dtype_is_float(x->dtype);
+  void *acc = malloc((size_t)(on ? on : 1) * 8);
+  void *tmp = NULL;
+  if (!acc) return ts_set_error("reduce: out of memory for %lld outputs", (long long)on);
+  int nt = tk_threads(ctx, xn);
+  if (isint) {
+    const int64_t *xi = in[0];
+    if (x->dtype != TS_I64) {
+      tmp = malloc((size_t)(xn ? xn : 1) * 8);
+      if (!tmp) return free(acc), ts_set_error("reduce: out of memory for %lld elements", (long long)xn);
+      for (int64_t i = 0; i < xn; i++) ((int64_t *)tmp)[i] = tk_load_i64(x->dtype, in[0], i);
+      xi = tmp;
+    }
+    reduce_int(&G, xi, k, acc, on);
+    for (int64_t o = 0; o < on; o++) {
+      int64_t v = ((int64_t *)acc)[o];
+      if (k == TS_REDUCE_MEAN) v = G.count ? v / G.count : 0;
+      tk_store_i64(n->dtype, out, o, v);
+    }
+  } else {
+    double init = k == TS_REDUCE_MAX ? -INFINITY : k == TS_REDUCE_MIN ? INFINITY : 0.0;
+    if (x->dtype == TS_F32) {
+      reduce_f32(&G, in[0], k, acc, on, init, nt);
+    } else if (x->dtype == TS_F64) {
+      reduce_f64(&G, in[0], k, acc, on, init, nt);
+    } else {
+      tmp = malloc((size_t)(xn ? xn : 1) * 8);
+      if (!tmp) return free(acc), ts_set_error("reduce: out of memory for %lld elements", (long long)xn);
+      for (int64_t i = 0; i < xn; i++) ((double *)tmp)[i] = tk_load_f64(x->dtype, in[0], i);
+      reduce_f64(&G, tmp, k, acc, on, init, nt);
+    }
+    double inv = k == TS_REDUCE_MEAN ? 1.0 / (double)G.count : 1.0;
+    if (n->dtype == TS_F32)
+      for (int64_t o = 0; o < on; o++) ((float *)out)[o] = (float)(((double *)acc)[o] * inv);
+    else
+      for (int64_t o = 0; o < on; o++) tk_store_f64(n->dtype, out, o, ((double *)acc)[o] * inv);
+  }
+  free(tmp);
+  free(acc);
+  return 0;
+}

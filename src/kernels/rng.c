@@ -1,0 +1,62 @@
+/* rng.c — counter-based random numbers (TS_OP_RNG_UNIFORM, TS_OP_RNG_NORMAL).
+ *
+ * Reproducibility contract (sharded devices generate their slice alone from
+ * global element indices, so this function must never change):
+ *   mix(z)  = splitmix64 finalizer: z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+ *             z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31.
+ *   G       = 0x9E3779B97F4A7C15
+ *   seed    = in[0] (rank-0 i32, sign-extended, or i64) as uint64
+ *   base    = mix(mix(seed + G) ^ (key * 0xD1B54A32D192ED03 + 1))
+ *   x(j)    = mix(base + (j + 1) * G)              (all arithmetic mod 2^64)
+ *   uniform element i (row-major index): u = (x(i) >> (64 - b)) * 2^-b, with
+ *             b = 53 (f64), 24 (f32), 11 (f16), 8 (bf16), so u is exactly
+ *             representable and in [0, 1).
+ *   normal element i: u1 = (x(2i) >> 11) * 2^-53, u2 = (x(2i+1) >> 11) * 2^-53,
+ *             z = sqrt(-2 ln(1 - u1)) * cos(2 pi u2) in double, then rounded
+ *             to the dtype. */
+#include "kernels/kernels_internal.h"
+
+static inline uint64_t mix(uint64_t z) {
+  z ^= z >> 30;
+  z *= 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 27;
+  z *= 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z;
+}
+
+#define G 0x9E3779B97F4A7C15ull
+
+int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+  const ts_node *s = tk_operand(g, n, 0);
+  if (s->dtype != TS_I32 && s->dtype != TS_I64)
+    return ts_set_error("rng: seed must be a rank-0 i32 or i64, got %s", ts_dtype_name(s->dtype));
+  if (!ts_dtype_is_float(n->dtype))
+    return ts_set_error("rng: result dtype must be a float type, got %s", ts_dtype_name(n->dtype));
+  uint64_t seed = (uint64_t)tk_load_i64(s->dtype, in[0], 0);
+  uint64_t base = mix(mix(seed + G) ^ (n->attr.key * 0xD1B54A32D192ED03ull + 1));
+  int64_t numel = tk_numel(n);
+  ts_dtype dt = n->dtype;
+  int bits = dt == TS_F64 ? 53 : dt == TS_F32 ? 24 : dt == TS_F16 ? 11 : 8;
+  double scale = ldexp(1.0, -bits);
+  int nt = tk_threads(ctx, numel / 4);
+  if (n->op == TS_OP_RNG_UNIFORM) {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < numel; i++) {
+      double u = (double)(mix(base + (uint64_t)(i + 1) * G) >> (64 - bits)) * scale;
+      if (dt == TS_F32) ((float *)out)[i] = (float)u;
+      else tk_store_f64(dt, out, i, u);
+    }
+  } else {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < numel; i++) {
+      uint64_t j = 2 * (uint64_t)i;
+      double u1 = (double)(mix(base + (j + 1) * G) >> 11) * 0x1p-53;
+      double u2 = (double)(mix(base + (j + 2) * G) >> 11) * 0x1p-53;
+      double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+      if (dt == TS_F32) ((float *)out)[i] = (float)z;
+      else tk_store_f64(dt, out, i, z);
+    }
+  }
+  return 0;
+}
