@@ -1,7 +1,43 @@
-/* tessel.c — the command-line tool (placeholder until the train command lands). */
+/* tessel.c — the `tessel` command-line tool: command dispatch and usage.
+ * Commands live in their own files (train.c); flag parsing in args.c. */
 #include <stdio.h>
+#include <string.h>
 
-int main(void) {
-  fprintf(stderr, "tessel: no commands yet\n");
-  return 2;
+#include "args.h"  // exit codes
+#include "train.h" // cli_train
+#include "tessel/tessel.h"
+
+int ts_cmd_sharding(int argc, char **argv); // cmd_sharding.c
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessel <command> [flags]\n"
+          "\n"
+          "commands:\n"
+          "  train     train a model (mlp, cnn) on Fashion-MNIST\n"
+          "  sharding  print the OpSharding of a partition spec on a device mesh\n"
+          "  version   print the version\n"
+          "\n"
+          "Run 'tessel <command> --help' for the flags of a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("tessel %s\n", TS_VERSION_STRING);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
+  if (strcmp(cmd, "sharding") == 0) return ts_cmd_sharding(argc - 1, argv + 1);
+  cli_error(NULL, "unknown command '%s' (valid: train, sharding, version)", cmd);
+  usage(stderr);
+  return CLI_EXIT_USAGE;
 }

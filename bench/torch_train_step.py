@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""torch_train_step.py — the PyTorch reference for bench/train_step.c: time of
+one training step (zero_grad, forward, cross-entropy, backward, optimizer
+step, loss.item()) for the same MLP (batch 128) and MNIST CNN (batch 64,
+with dropout), fp32, on random pre-generated data cycled over a few batches.
+
+  usage: torch_train_step.py [--model mlp|cnn|all] [--steps N] [--warmup N]
+                             [--threads N (2)] [--optimizer adamw|sgd]
+
+Prints, like the C benchmark:
+  RESULT torch <model> batch=B steps=N median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
+Run it with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (as
+bench/run_train_step.sh does) so BLAS does not start its own extra threads.
+"""
+import argparse
+import time
+
+import torch
+from torch import nn
+
+N_BATCHES = 4
+
+
+def build(model):
+    if model == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512),
+                             nn.ReLU(), nn.Linear(512, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128),
+                         nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10))
+
+
+def bench(model, b, steps, warmup, optimizer):
+    torch.manual_seed(1)
+    net = build(model).train()
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9, weight_decay=0.01)
+    else:
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
+    xs = torch.rand(N_BATCHES, b, 1, 28, 28) * 2 - 0.5
+    ys = torch.arange(N_BATCHES * b).reshape(N_BATCHES, b) * 7 % 10
+    ms = []
+    for t in range(warmup + steps):
+        t0 = time.perf_counter()
+        k = t % N_BATCHES
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(net(xs[k]), ys[k])
+        loss.backward()
+        opt.step()
+        loss.item()
+        if t >= warmup:
+            ms.append(1e3 * (time.perf_counter() - t0))
+    ms.sort()
+    med, p25, p75 = ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]
+    print(f"RESULT torch {model} batch={b} steps={steps} median_ms={med:.3f} p25_ms={p25:.3f} "
+          f"p75_ms={p75:.3f} samples_per_s={1e3 * b / med:.1f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["mlp", "cnn", "all"], default="all")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    if a.model != "cnn":
+        bench("mlp", 128, a.steps or 100, a.warmup, a.optimizer)
+    if a.model != "mlp":
+        bench("cnn", 64, a.steps or 30, a.warmup, a.optimizer)
+
+
+if __name__ == "__main__":
+    main()

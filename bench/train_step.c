@@ -1,0 +1,158 @@
+/* train_step.c — benchmark: time of one tessel training step (forward, loss,
+ * backward, AdamW or SGD update; one compiled program) for the MLP (batch 128)
+ * and the MNIST CNN (batch 64, dropout on), fp32.
+ *
+ *   usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N]
+ *                           [--threads N (2)] [--optimizer adamw|sgd]
+ *
+ * Random data (a few pre-generated batches, cycled); each timed step writes
+ * the batch, executes and reads the loss back (a full synchronization).
+ * Prints one line per model:
+ *   RESULT tessel <model> batch=B steps=N median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
+ * (samples/s from the median). bench/run_train_step.sh compares it with
+ * bench/torch_train_step.py. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h> // clock_gettime
+
+#include "tessel/tessel.h"
+
+#define N_BATCHES 4
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_train_step: %s: %s\n", what, ts_last_error());
+  exit(1);
+}
+
+static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim) {
+  ts_client_options copts = {.num_threads = threads};
+  ts_client *c = ts_client_new(&copts);
+  ts_params *p = ts_params_new(1);
+  ts_graph *g = ts_graph_new();
+  if (!c || !p || !g) die("setup");
+  int64_t xs[4] = {B, 1, 28, 28};
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);  // (B, 1, 28, 28)
+  ts_tensor y = ts_input(g, "y", TS_I32, 1, &B);  // (B)
+  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
+  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
+  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
+  ts_nn m;
+  ts_nn_init(&m, g, p, true, seed);
+  bool mlp = strcmp(model, "mlp") == 0;
+  ts_tensor loss = ts_cross_entropy(g, mlp ? ts_model_mlp(&m, x) : ts_model_mnist_cnn(&m, x), y);
+  if (loss == TS_NONE || ts_graph_add_output(g, loss) < 0) die("building the model");
+  int n = 0;
+  ts_tensor wrt[16], grads[16];
+  for (int i = 0; i < ts_params_count(p) && n < 16; i++)
+    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
+  ts_optim_config cfg = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01};
+  if (ts_grad(g, loss, n, wrt, grads) < 0 || ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads) < 0 ||
+      ts_nn_finish(&m) < 0)
+    die("building the step");
+  double tc = now_s();
+  ts_executable *exe = ts_compile(c, g, NULL);
+  if (!exe) die("compile");
+  tc = now_s() - tc;
+
+  // Inputs bound by name; random data pre-generated.
+  int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
+  ts_buffer **in = calloc((size_t)n_in, sizeof *in), **out = calloc((size_t)n_out, sizeof *out);
+  ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &B);
+  ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *stepb = ts_buffer_new(c, TS_F32, 0, NULL);
+  ts_buffer *seedb = ts_buffer_new(c, TS_I64, 0, NULL), *lossb = ts_buffer_new(c, TS_F32, 0, NULL);
+  for (int i = 0; i < n_in; i++) {
+    const char *name = ts_input_name(g, ts_graph_input(g, i));
+    in[i] = !strcmp(name, "x") ? xb : !strcmp(name, "y") ? yb : !strcmp(name, "lr") ? lrb
+          : !strcmp(name, "step") ? stepb : !strcmp(name, "seed") ? seedb
+          : ts_params_buffer(p, c, ts_params_find(p, name));
+    if (!in[i]) die(name);
+  }
+  float *xh = malloc((size_t)(N_BATCHES * B * 784) * sizeof *xh); // (N_BATCHES, B, 1, 28, 28)
+  int32_t *yh = malloc((size_t)(N_BATCHES * B) * sizeof *yh);      // (N_BATCHES, B)
+  uint64_t s = 12345;
+  for (int64_t i = 0; i < N_BATCHES * B * 784; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    xh[i] = (float)((double)(s >> 40) / (double)(1u << 24) * 2.0 - 0.5);
+  }
+  for (int64_t i = 0; i < N_BATCHES * B; i++) yh[i] = (int32_t)(i * 7 % 10);
+
+  double *ms = malloc((size_t)steps * sizeof *ms);
+  for (int t = 0; t < warmup + steps; t++) {
+    double t0 = now_s();
+    int k = t % N_BATCHES;
+    float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
+    int64_t seedv = t;
+    ts_buffer_write(xb, xh + k * B * 784, (size_t)(B * 784) * sizeof(float));
+    ts_buffer_write(yb, yh + k * B, (size_t)B * sizeof(int32_t));
+    ts_buffer_write(lrb, &lrv, sizeof lrv);
+    ts_buffer_write(stepb, &stepv, sizeof stepv);
+    ts_buffer_write(seedb, &seedv, sizeof seedv);
+    out[0] = lossb;
+    for (int o = 1; o < n_out; o++) out[o] = NULL; // aliased to parameters
+    if (ts_execute(exe, in, out) < 0) die("execute");
+    ts_buffer_read(lossb, &lossv, sizeof lossv);
+    if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
+  }
+  qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+  double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
+  fprintf(stderr, "tessel %s: compile %.2fs, %d params, %d threads\n", model,
+          tc, (int)ts_params_trainable_numel(p), ts_client_num_threads(c));
+  printf("RESULT tessel %s batch=%lld steps=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f samples_per_s=%.1f\n",
+         model, (long long)B, steps, med, p25, p75, 1e3 * (double)B / med);
+  fflush(stdout);
+
+  free(ms), free(xh), free(yh), free(in), free(out);
+  ts_buffer *bufs[] = {xb, yb, lrb, stepb, seedb, lossb};
+  for (int k = 0; k < 6; k++) ts_buffer_free(bufs[k]);
+  ts_executable_free(exe);
+  ts_graph_free(g);
+  ts_params_free(p);
+  ts_client_free(c);
+}
+
+int main(int argc, char **argv) {
+  const char *model = "all";
+  int steps = 0, warmup = 5, threads = 2;
+  ts_optim_kind optim = TS_OPTIM_ADAMW;
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) {
+      fprintf(stderr, "bench_train_step: %s needs a value\n", argv[i]);
+      return 2;
+    }
+    if (!strcmp(argv[i], "--model")) model = v;
+    else if (!strcmp(argv[i], "--steps")) steps = atoi(v);
+    else if (!strcmp(argv[i], "--warmup")) warmup = atoi(v);
+    else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
+    else if (!strcmp(argv[i], "--optimizer")) optim = !strcmp(v, "sgd") ? TS_OPTIM_SGD : TS_OPTIM_ADAMW;
+    else {
+      fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N] "
+                      "[--threads N] [--optimizer adamw|sgd]\n");
+      return 2;
+    }
+    i++;
+  }
+  if (strcmp(model, "all") && strcmp(model, "mlp") && strcmp(model, "cnn")) {
+    fprintf(stderr, "bench_train_step: --model: unknown model '%s' (valid: mlp, cnn, all)\n", model);
+    return 2;
+  }
+  if (steps < 0 || warmup < 0 || threads < 1) {
+    fprintf(stderr, "bench_train_step: --steps/--warmup must be >= 0 and --threads >= 1\n");
+    return 2;
+  }
+  if (strcmp(model, "cnn")) bench("mlp", 128, steps ? steps : 100, warmup, threads, optim);
+  if (strcmp(model, "mlp")) bench("cnn", 64, steps ? steps : 30, warmup, threads, optim);
+  return 0;
+}

@@ -1,0 +1,261 @@
+/* cmd_inspect.c — `tessel inspect`: what tessel would run for a training
+ * step, without running it. For a model, batch and device mesh it builds the
+ * same training graph as `tessel train` (forward, loss, gradients, optimizer
+ * update), compiles it and prints
+ *   1. the global graph,
+ *   2. the sharding of every node after propagation,
+ *   3. every collective the partitioner inserted (kind, mesh axes, bytes,
+ *      the node that caused it),
+ *   4. the per-device program (device 0; the others differ only in offsets
+ *      and groups) with its memory plan,
+ *   5. per device: the peak bytes of the temporary arena and the constants.
+ * The training-graph builder repeats train.c's (static there): keep the two
+ * in step (same input names x, y, lr, step, seed). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "compile/compile.h" /* per-device plans of an SPMD executable */
+#include "tessel/tessel.h"
+
+#define CMD "inspect"
+#define MAX_SPECS 32
+
+static const char *const model_names[] = {"mlp", "cnn", NULL};
+static const char *const optim_names[] = {"sgd", "adamw", NULL};
+
+typedef struct {
+  int model, optimizer;
+  int64_t batch;
+  const char *mesh, *axis_names;
+  const char *specs[MAX_SPECS]; /* "input=spec" */
+  int n_specs;
+  bool no_graph, no_program;
+} inspect_opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessel inspect [flags]\n"
+          "\n"
+          "Shows the compiled training step of 'tessel train' without running it: the global\n"
+          "graph, the shardings after propagation, the collectives with their bytes and cause,\n"
+          "the per-device program and memory plan (peak bytes per device).\n"
+          "\n"
+          "flags (defaults in brackets):\n"
+          "  --model mlp|cnn          [mlp]\n"
+          "  --batch B                training batch size [mlp 128, cnn 64]\n"
+          "  --optimizer sgd|adamw    [adamw]\n"
+          "  --mesh SHAPE             device mesh, e.g. 4 or 2,2 [1 device]; the batch (x, y)\n"
+          "                           is split over the first mesh axis (data parallel)\n"
+          "  --axis-names NAMES       mesh axis names, e.g. data,model [by index]\n"
+          "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
+          "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
+          "                           repeatable; overrides the batch default for x and y\n"
+          "  --no-graph               leave out the global graph\n"
+          "  --no-program             leave out the per-device program\n"
+          "  -h, --help               this text\n");
+}
+
+static int parse_args(int argc, char **argv, inspect_opts *o) {
+  *o = (inspect_opts){.model = 0, .optimizer = 1};
+  for (int i = 1; i < argc; i++) {
+    const char *v = NULL;
+    int r;
+    int64_t n = 0;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    if (strcmp(argv[i], "--no-graph") == 0) {
+      o->no_graph = true;
+      continue;
+    }
+    if (strcmp(argv[i], "--no-program") == 0) {
+      o->no_program = true;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--model", &v)) != 0) {
+      if (r < 0 || cli_parse_choice(CMD, "--model", v, "model", model_names, &o->model) < 0) return -1;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--optimizer", &v)) != 0) {
+      if (r < 0 || cli_parse_choice(CMD, "--optimizer", v, "optimizer", optim_names, &o->optimizer) < 0) return -1;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
+      if (r < 0 || cli_parse_int(CMD, "--batch", v, 1, INT32_MAX, "a positive integer", &n) < 0) return -1;
+      o->batch = n;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--mesh", &v)) != 0) {
+      if (r < 0) return -1;
+      o->mesh = v;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--axis-names", &v)) != 0) {
+      if (r < 0) return -1;
+      o->axis_names = v;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--spec", &v)) != 0) {
+      if (r < 0) return -1;
+      if (!strchr(v, '=') || o->n_specs == MAX_SPECS) {
+        cli_error(CMD, "--spec: '%s' is not INPUT=SPEC (or more than %d specs)", v, MAX_SPECS);
+        return -1;
+      }
+      o->specs[o->n_specs++] = v;
+      continue;
+    }
+    cli_error(CMD, "unknown %s '%s' (see 'tessel inspect --help')", argv[i][0] == '-' ? "flag" : "argument",
+              argv[i]);
+    return -1;
+  }
+  if (o->batch == 0) o->batch = o->model == 0 ? 128 : 64;
+  return 0;
+}
+
+/* train.c's training step: x (B,1,28,28), y (B), lr, step, seed -> loss +
+ * in-place parameter and optimizer-state updates. */
+static ts_graph *build_train_graph(const inspect_opts *o, ts_params *p) {
+  ts_graph *g = ts_graph_new();
+  int64_t xs[4] = {o->batch, 1, 28, 28};
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);        // (B, 1, 28, 28)
+  ts_tensor y = ts_input(g, "y", TS_I32, 1, &o->batch); // (B)
+  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
+  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
+  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
+  ts_nn m;
+  ts_nn_init(&m, g, p, true, seed);
+  ts_tensor logits = o->model == 0 ? ts_model_mlp(&m, x) : ts_model_mnist_cnn(&m, x); // (B, 10)
+  ts_tensor loss = ts_cross_entropy(g, logits, y);
+  if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) {
+    ts_graph_free(g);
+    return NULL;
+  }
+  int np = ts_params_count(p), n = 0;
+  ts_tensor *wrt = calloc((size_t)np + 1, sizeof *wrt), *grads = calloc((size_t)np + 1, sizeof *grads);
+  for (int i = 0; wrt && i < np; i++) {
+    if (!ts_params_trainable(p, i)) continue;
+    ts_tensor t = ts_graph_find_input(g, ts_params_name(p, i));
+    if (t != TS_NONE) wrt[n++] = t;
+  }
+  ts_optim_config cfg = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
+                         .weight_decay = o->optimizer == 0 ? 0.0 : 0.01};
+  int rc = wrt && grads ? ts_grad(g, loss, n, wrt, grads) : ts_set_error("out of memory");
+  if (rc == 0) rc = ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
+  if (rc == 0) rc = ts_nn_finish(&m);
+  free(wrt);
+  free(grads);
+  if (rc == 0) return g;
+  ts_graph_free(g);
+  return NULL;
+}
+
+/* Marks input `name` of g with `spec` on m. */
+static int mark(ts_graph *g, const ts_mesh *m, const char *name, const char *spec_text) {
+  ts_tensor t = ts_graph_find_input(g, name);
+  if (t == TS_NONE) return ts_set_error("--spec: the graph has no input '%s'", name);
+  ts_partition_spec spec;
+  if (ts_partition_spec_parse(m, spec_text, &spec) < 0) return -1;
+  ts_sharding *s = ts_sharding_new(m, &spec, ts_tensor_rank(g, t));
+  if (!s) return -1;
+  ts_clear_sharding(g, t);
+  int rc = ts_mark_sharding(g, t, s);
+  ts_sharding_free(s);
+  return rc;
+}
+
+static void section(const char *title) { printf("\n== %s ==\n", title); }
+
+static void print_text(char *t) {
+  if (t) fputs(t, stdout);
+  else printf("(not available: %s)\n", ts_last_error());
+  free(t);
+}
+
+static int inspect(const inspect_opts *o, ts_mesh *mesh) {
+  int64_t ndev = mesh ? ts_mesh_num_devices(mesh) : 1;
+  ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
+  ts_client *c = ts_client_new(&copts);
+  ts_params *p = ts_params_new(0);
+  ts_graph *g = c && p ? build_train_graph(o, p) : NULL;
+  ts_executable *e = NULL;
+  int rc = -1;
+  if (!g) goto done;
+  if (mesh) {
+    char xs[128], ys[64];
+    const char *a0 = ts_mesh_axis_name(mesh, 0);
+    snprintf(xs, sizeof xs, "%s,None,None,None", a0 ? a0 : "0");
+    snprintf(ys, sizeof ys, "%s", a0 ? a0 : "0");
+    if (mark(g, mesh, "x", xs) < 0 || mark(g, mesh, "y", ys) < 0) goto done;
+    for (int i = 0; i < o->n_specs; i++) {
+      char name[256];
+      const char *eq = strchr(o->specs[i], '=');
+      snprintf(name, sizeof name, "%.*s", (int)(eq - o->specs[i]), o->specs[i]);
+      if (mark(g, mesh, name, eq + 1) < 0) goto done;
+    }
+  }
+  ts_compile_options opts = {.mesh = mesh};
+  if (!(e = ts_compile(c, g, &opts))) goto done;
+
+  printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
+         optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
+  if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
+  printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
+         ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
+  if (!o->no_graph) {
+    section("global graph");
+    print_text(ts_graph_to_string(g));
+  }
+  section("shardings after propagation");
+  if (e->n_dev) print_text(ts_executable_shardings_to_string(e));
+  else printf("(one device: every tensor is whole on device 0)\n");
+  int nc = ts_executable_num_collectives(e);
+  size_t coll_bytes = 0;
+  for (int i = 0; i < nc; i++) {
+    ts_collective_info ci;
+    if (ts_executable_collective(e, i, &ci) == 0) coll_bytes += ci.bytes;
+  }
+  char title[128];
+  snprintf(title, sizeof title, "collectives per step: %d, %zu bytes per device", nc, coll_bytes);
+  section(title);
+  print_text(ts_executable_collectives_to_string(e));
+  if (!o->no_program) {
+    section(e->n_dev ? "program of device 0 (with its memory plan)" : "program (with its memory plan)");
+    print_text(ts_executable_to_string(e));
+  }
+  section("memory per device (bytes)");
+  printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");
+  for (int d = 0; d < ts_executable_num_devices(e); d++) {
+    const ts_executable *x = e->n_dev ? e->dev[d] : e;
+    printf("%-8d %14zu %14zu %8d\n", d, x->plan.arena_bytes, x->plan.const_bytes, x->g->n_nodes);
+  }
+  rc = 0;
+done:
+  if (rc < 0) cli_error(CMD, "%s", ts_last_error());
+  ts_executable_free(e);
+  ts_graph_free(g);
+  ts_params_free(p);
+  ts_client_free(c);
+  return rc;
+}
+
+int ts_cmd_inspect(int argc, char **argv) {
+  inspect_opts o;
+  int r = parse_args(argc, argv, &o);
+  if (r == 1) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (r < 0) return CLI_EXIT_USAGE;
+  ts_mesh *mesh = NULL;
+  if (o.mesh && !(mesh = ts_mesh_parse(o.mesh, o.axis_names, NULL))) {
+    cli_error(CMD, "--mesh: %s", ts_last_error());
+    return CLI_EXIT_USAGE;
+  }
+  if (!o.mesh && o.n_specs) {
+    cli_error(CMD, "--spec needs --mesh");
+    return CLI_EXIT_USAGE;
+  }
+  int rc = inspect(&o, mesh);
+  ts_mesh_free(mesh);
+  return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
