@@ -1,0 +1,518 @@
+/* comm.c — in-process collectives between the device threads of one client
+ * (contract: comm.h).
+ *
+ * Shared-memory design: no message copies through a channel. In every call
+ * each device publishes a pointer to its input in its slot, the group meets
+ * at a barrier, then every device reads its peers' buffers directly and
+ * writes only its own output; a last barrier keeps the buffers alive until
+ * every peer finished reading. All-reduce is a reduce-scatter (device of rank
+ * r reduces chunk r of all members, in member order 0..n-1, into its own out)
+ * followed by an all-gather of the reduced chunks from the peers' outputs:
+ * every input byte is read once, every output byte written once plus one copy.
+ *
+ * Barriers: every device owns a monotonic arrival counter. Each call makes
+ * the caller's counter take the values seq*PHASES + p (seq = calls made so
+ * far, identical on all devices since every device makes every call; p = the
+ * phase within the call), and a device waits for a peer by waiting until the
+ * peer's counter reached the same value. No barrier state is shared by a
+ * group, so the groups of one call (rows, columns, ...) and groups that
+ * change from call to call need nothing but the counters, and a waiter may
+ * wait for just the peers it reads (permute). A waiter spins briefly, then
+ * blocks on the peer's condition variable: devices may outnumber cores.
+ *
+ * Memory order: the counter store is release (seq_cst) and the waiter's load
+ * acquire, so everything a device wrote before arriving (its input data, its
+ * published pointers, reduced chunks) is visible to a peer that saw it
+ * arrive.
+ *
+ * After a timeout the counters of the group disagree: the communicator is
+ * unusable (later calls may fail or mix phases); free it once every device
+ * thread has returned, and make a new one. */
+#include "comm/comm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h> /* sysconf: online cores, to size the spin */
+
+#include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
+#include "ir/ir.h"       /* ts_set_error */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define COMM_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define COMM_PAUSE() __asm__ __volatile__("yield")
+#else
+#define COMM_PAUSE() ((void)0)
+#endif
+
+enum { PHASES = 4 }; /* counter values per call (at most 2 barriers per call, spares) */
+
+/* Outputs at least this large (per device) are written with non-temporal
+ * stores by the reductions: they do not fit in cache and peers read them
+ * from memory anyway. */
+#define COMM_NT_BYTES ((size_t)1 << 20)
+
+/* One device's slot. The counter and the slot data sit on separate cache
+ * lines so that spinning peers do not bounce the published pointers. */
+typedef struct {
+  _Alignas(64) _Atomic uint32_t arrived; /* last phase value this device reached */
+  _Atomic uint32_t waiters;              /* threads blocked on cv for this device */
+  pthread_mutex_t mu;                    /* guards the cv sleep/wake handshake only */
+  pthread_cond_t cv;
+  _Alignas(64) _Atomic(const void *) src; /* published input (or a staged copy) */
+  _Atomic(void *) dst;                    /* published output (all-reduce gather phase) */
+  /* Owned by the device's thread. */
+  uint32_t seq;         /* calls made */
+  void *scratch;        /* staging for inputs that overlap the output; grown, kept */
+  size_t scratch_cap;   /* bytes */
+  const void **srcs;    /* (n_devices) reduction operands of one row */
+  void **dsts;          /* (n_devices) all-reduce destinations: the members' outs */
+  int *peers;           /* (n_devices) devices to wait for */
+} comm_dev;
+
+struct ts_comm {
+  int n;
+  _Atomic int timeout_ms; /* 0 = forever */
+  int spin;               /* pause iterations before blocking (about 20 us) */
+  comm_dev *dev;          /* (n) */
+};
+
+/* The cost of one COMM_PAUSE() in nanoseconds (measured over 256 of them). */
+static double comm_pause_ns(void) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 256; i++) COMM_PAUSE();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 256.0;
+}
+
+ts_comm *ts_comm_new(int n_devices) {
+  if (n_devices < 1) {
+    ts_set_error("comm_new: n_devices is %d, must be >= 1", n_devices);
+    return NULL;
+  }
+  ts_comm *c = calloc(1, sizeof *c);
+  size_t bytes = (size_t)n_devices * sizeof(comm_dev); /* a multiple of 64 */
+  if (!c || !(c->dev = aligned_alloc(64, bytes))) {
+    free(c);
+    ts_set_error("comm_new: out of memory for %d devices", n_devices);
+    return NULL;
+  }
+  memset(c->dev, 0, bytes);
+  c->n = n_devices;
+  atomic_init(&c->timeout_ms, 0);
+  /* Spin about 20 us while the devices can all be running, about 1 us when
+   * there are more devices than cores (a spinning waiter would steal the core
+   * of the device it waits for); a pause costs 10..150 ns depending on the
+   * CPU, so measure it. */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double pause_ns = comm_pause_ns();
+  double spin_ns = cores >= n_devices ? 20000.0 : 1000.0;
+  c->spin = (int)(spin_ns / (pause_ns > 1.0 ? pause_ns : 1.0));
+  if (c->spin < 16) c->spin = 16;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  for (int i = 0; i < n_devices; i++) {
+    comm_dev *d = &c->dev[i];
+    atomic_init(&d->arrived, 0);
+    atomic_init(&d->waiters, 0);
+    atomic_init(&d->src, NULL);
+    atomic_init(&d->dst, NULL);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, &ca);
+    d->srcs = calloc((size_t)n_devices, sizeof *d->srcs);
+    d->peers = calloc((size_t)n_devices, sizeof *d->peers);
+    d->dsts = calloc((size_t)n_devices, sizeof *d->dsts);
+    if (!d->srcs || !d->peers || !d->dsts) {
+      pthread_condattr_destroy(&ca);
+      c->n = i + 1;
+      ts_comm_free(c);
+      ts_set_error("comm_new: out of memory for %d devices", n_devices);
+      return NULL;
+    }
+  }
+  pthread_condattr_destroy(&ca);
+  return c;
+}
+
+void ts_comm_free(ts_comm *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) {
+    comm_dev *d = &c->dev[i];
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d->scratch);
+    free(d->srcs);
+    free(d->peers);
+    free(d->dsts);
+  }
+  free(c->dev);
+  free(c);
+}
+
+int ts_comm_size(const ts_comm *c) { return c ? c->n : 0; }
+
+void ts_comm_set_timeout_ms(ts_comm *c, int ms) {
+  if (c) atomic_store(&c->timeout_ms, ms < 0 ? 0 : ms);
+}
+
+/* ---- barrier primitives ---- */
+
+static bool reached(uint32_t value, uint32_t target) { return (int32_t)(value - target) >= 0; }
+
+/* Marks `device` as having reached phase value t and wakes its sleepers. The
+ * seq_cst store/load pair against the waiter's seq_cst increment/load of
+ * `waiters` means either we see the sleeper or the sleeper sees t. */
+static void comm_arrive(ts_comm *c, int device, uint32_t t) {
+  comm_dev *d = &c->dev[device];
+  atomic_store(&d->arrived, t);
+  if (atomic_load(&d->waiters) > 0) {
+    pthread_mutex_lock(&d->mu);
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+  }
+}
+
+/* Blocks until peer's counter reaches t: spin, then sleep on its cv. Returns
+ * 1 on timeout (deadline passed), 0 otherwise. */
+static int comm_wait_one(ts_comm *c, int peer, uint32_t t, const struct timespec *deadline) {
+  comm_dev *p = &c->dev[peer];
+  for (int i = 0; i < c->spin; i++) {
+    if (reached(atomic_load_explicit(&p->arrived, memory_order_acquire), t)) return 0;
+    COMM_PAUSE();
+  }
+  int timed_out = 0;
+  pthread_mutex_lock(&p->mu);
+  atomic_fetch_add(&p->waiters, 1);
+  while (!reached(atomic_load(&p->arrived), t)) {
+    if (deadline) {
+      if (pthread_cond_timedwait(&p->cv, &p->mu, deadline) != 0 &&
+          !reached(atomic_load(&p->arrived), t)) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > deadline->tv_sec ||
+            (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec)) {
+          timed_out = 1;
+          break;
+        }
+      }
+    } else {
+      pthread_cond_wait(&p->cv, &p->mu);
+    }
+  }
+  atomic_fetch_sub(&p->waiters, 1);
+  pthread_mutex_unlock(&p->mu);
+  return timed_out;
+}
+
+/* Arrives at phase `phase` of the current call, then waits until each of the
+ * np devices in peers (the caller itself is skipped) arrived there too.
+ * On timeout: -1 and a message naming the collective and the missing ones. */
+static int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np,
+                     int phase) {
+  uint32_t t = c->dev[device].seq * PHASES + (uint32_t)phase;
+  comm_arrive(c, device, t);
+  int ms = atomic_load(&c->timeout_ms);
+  struct timespec deadline;
+  if (ms > 0) {
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000L;
+    }
+  }
+  for (int i = 0; i < np; i++) {
+    if (peers[i] == device) continue;
+    if (!comm_wait_one(c, peers[i], t, ms > 0 ? &deadline : NULL)) continue;
+    char missing[512];
+    size_t len = 0;
+    missing[0] = '\0';
+    for (int j = 0; j < np && len < sizeof missing - 16; j++) {
+      if (peers[j] == device || reached(atomic_load(&c->dev[peers[j]].arrived), t)) continue;
+      len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "",
+                              peers[j]);
+    }
+    return ts_set_error("%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
+                        "that never arrived; the communicator is unusable now",
+                        what, device, ms, phase, missing);
+  }
+  return 0;
+}
+
+/* ---- argument checks and helpers ---- */
+
+static int check_device(const ts_comm *c, const char *what, int device) {
+  if (!c) return ts_set_error("%s: communicator is NULL", what);
+  if (device < 0 || device >= c->n)
+    return ts_set_error("%s: device %d out of range [0, %d)", what, device, c->n);
+  return 0;
+}
+
+/* Validates the group and returns the caller's rank in it (-1 on error). */
+static int group_rank(const ts_comm *c, const char *what, int device, const int *group, int n) {
+  if (check_device(c, what, device)) return -1;
+  if (!group || n < 1 || n > c->n)
+    return ts_set_error("%s: group size %d out of range [1, %d]", what, n, c->n);
+  int rank = -1;
+  for (int i = 0; i < n; i++) {
+    if (group[i] < 0 || group[i] >= c->n)
+      return ts_set_error("%s: group[%d] = %d is not a device in [0, %d)", what, i, group[i], c->n);
+    for (int j = 0; j < i; j++)
+      if (group[j] == group[i])
+        return ts_set_error("%s: device %d appears twice in the group", what, group[i]);
+    if (group[i] == device) rank = i;
+  }
+  if (rank < 0) return ts_set_error("%s: calling device %d is not in its group", what, device);
+  return rank;
+}
+
+static bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return na && nb && x < y + nb && y < x + na;
+}
+
+/* A copy of in (bytes) in the device's scratch, for inputs that overlap the
+ * caller's output: peers must be able to read the input while the caller
+ * writes its output. */
+static const void *stage(ts_comm *c, int device, const char *what, const void *in, size_t bytes) {
+  comm_dev *d = &c->dev[device];
+  if (bytes > d->scratch_cap) {
+    void *p = malloc(bytes);
+    if (!p) {
+      ts_set_error("%s: out of memory staging %zu bytes on device %d", what, bytes, device);
+      return NULL;
+    }
+    free(d->scratch);
+    d->scratch = p;
+    d->scratch_cap = bytes;
+  }
+  memcpy(d->scratch, in, bytes);
+  return d->scratch;
+}
+
+static bool mul_ok(int64_t a, int64_t b, size_t *out) {
+  if (a < 0 || b < 0) return false;
+  return !__builtin_mul_overflow((uint64_t)a, (uint64_t)b, out);
+}
+
+/* ---- collectives ---- */
+
+int ts_comm_barrier(ts_comm *c, int device, const int *group, int n) {
+  const char *what = "comm_barrier";
+  if (group_rank(c, what, device, group, n) < 0) return -1;
+  c->dev[device].seq++;
+  /* The whole point: no member passes before every member arrived. */
+  return comm_sync(c, device, what, group, n, 1);
+}
+
+int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+                       ts_reduce_kind op, const void *in, void *out, int64_t count) {
+  const char *what = "all_reduce";
+  int r = group_rank(c, what, device, group, n);
+  if (r < 0 || comm_reduce_check(what, dt, op)) return -1;
+  size_t es = ts_dtype_size(dt), bytes;
+  if (count < 0 || !mul_ok(count, (int64_t)es, &bytes))
+    return ts_set_error("%s: bad element count %lld", what, (long long)count);
+  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  comm_dev *d = &c->dev[device];
+  d->seq++;
+  if (n == 1) { /* sum/max/min/mean of one member is the identity */
+    if (in != out && bytes) memmove(out, in, bytes);
+    return 0;
+  }
+  /* in == out works in place (chunk r of every member's buffer is read and
+   * written by the device of rank r only); a partial overlap is staged. */
+  const void *src = in;
+  if (in != out && overlaps(in, bytes, out, bytes) && !(src = stage(c, device, what, in, bytes)))
+    return -1;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  atomic_store_explicit(&d->dst, out, memory_order_relaxed);
+  /* Phase 1: every member's input is ready and its pointers are published
+   * (and the caller is done with out: peers write into it from now on). */
+  if (comm_sync(c, device, what, group, n, 1)) return -1;
+
+  /* Chunk r = [r*per, min((r+1)*per, count)); per is a multiple of 64 bytes
+   * so chunks start on cache lines (the last chunks may be short or empty).
+   * We reduce chunk r over the members, in member order, and write it into
+   * every member's out: each input byte is read once and each output byte
+   * written once. In place is safe: chunk r of any input is read only by us,
+   * and each tile is read from every input before it is written anywhere. */
+  int64_t align = (int64_t)(64 / es);
+  int64_t per = ((count + n - 1) / n + align - 1) / align * align;
+  int64_t lo = r * per < count ? r * per : count;
+  int64_t hi = lo + per < count ? lo + per : count;
+  if (hi > lo) {
+    for (int m = 0; m < n; m++) {
+      comm_dev *p = &c->dev[group[m]];
+      d->srcs[m] = (const char *)atomic_load_explicit(&p->src, memory_order_relaxed) + (size_t)lo * es;
+      d->dsts[m] = (char *)atomic_load_explicit(&p->dst, memory_order_relaxed) + (size_t)lo * es;
+    }
+    comm_reduce(dt, op, n, d->srcs, n, d->dsts, hi - lo, (size_t)(hi - lo) * es >= COMM_NT_BYTES);
+  }
+  /* Phase 2: every peer finished reading our input and writing its chunk
+   * into our out, so out is complete and both buffers are the caller's again. */
+  return comm_sync(c, device, what, group, n, 2);
+}
+
+int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+                           ts_reduce_kind op, const void *in, void *out, int64_t outer,
+                           int64_t chunk) {
+  const char *what = "reduce_scatter";
+  int r = group_rank(c, what, device, group, n);
+  if (r < 0 || comm_reduce_check(what, dt, op)) return -1;
+  size_t es = ts_dtype_size(dt), row, out_bytes, in_bytes;
+  if (!mul_ok(chunk, (int64_t)es, &row) || !mul_ok(outer, (int64_t)row, &out_bytes) ||
+      __builtin_mul_overflow(out_bytes, (size_t)n, &in_bytes))
+    return ts_set_error("%s: bad layout outer %lld x chunk %lld elements", what, (long long)outer,
+                        (long long)chunk);
+  if (out_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  comm_dev *d = &c->dev[device];
+  d->seq++;
+  if (n == 1) { /* (outer, 1, chunk) is (outer, chunk) */
+    if (in != out && out_bytes) memmove(out, in, out_bytes);
+    return 0;
+  }
+  const void *src = in;
+  if (overlaps(in, in_bytes, out, out_bytes) && !(src = stage(c, device, what, in, in_bytes)))
+    return -1;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  /* Phase 1: every member's input is ready and published. */
+  if (comm_sync(c, device, what, group, n, 1)) return -1;
+
+  bool nt = out_bytes >= COMM_NT_BYTES && row >= 4096;
+  for (int64_t o = 0; o < outer && out_bytes; o++) {
+    size_t off = ((size_t)o * (size_t)n + (size_t)r) * row; /* in[o, r, :] */
+    for (int m = 0; m < n; m++)
+      d->srcs[m] =
+          (const char *)atomic_load_explicit(&c->dev[group[m]].src, memory_order_relaxed) + off;
+    void *dst = (char *)out + (size_t)o * row;
+    comm_reduce(dt, op, n, d->srcs, 1, &dst, chunk, nt);
+  }
+  /* Phase 2: every peer finished reading our input: the caller may reuse it. */
+  return comm_sync(c, device, what, group, n, 2);
+}
+
+int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                       int64_t outer, size_t chunk_bytes) {
+  const char *what = "all_gather";
+  int r = group_rank(c, what, device, group, n);
+  if (r < 0) return -1;
+  size_t in_bytes, out_bytes;
+  if (!mul_ok(outer, (int64_t)chunk_bytes, &in_bytes) ||
+      __builtin_mul_overflow(in_bytes, (size_t)n, &out_bytes))
+    return ts_set_error("%s: bad layout outer %lld x %zu bytes", what, (long long)outer,
+                        chunk_bytes);
+  if (in_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  comm_dev *d = &c->dev[device];
+  d->seq++;
+  /* In place (in already at out[0, r, :] with outer == 1) needs no staging:
+   * we write only the other slots. Any other overlap is staged. */
+  bool in_place = outer == 1 && in == (const char *)out + (size_t)r * chunk_bytes;
+  const void *src = in;
+  if (!in_place && overlaps(in, in_bytes, out, out_bytes) &&
+      !(src = stage(c, device, what, in, in_bytes)))
+    return -1;
+  if (n == 1) {
+    if (src != out && in_bytes) memmove(out, src, in_bytes);
+    return 0;
+  }
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  /* Phase 1: every member's input is ready and published. */
+  if (comm_sync(c, device, what, group, n, 1)) return -1;
+
+  for (int m = 0; m < n; m++)
+    d->srcs[m] = atomic_load_explicit(&c->dev[group[m]].src, memory_order_relaxed);
+  for (int64_t o = 0; o < outer && in_bytes; o++) {
+    for (int m = 0; m < n; m++) {
+      char *dst = (char *)out + ((size_t)o * (size_t)n + (size_t)m) * chunk_bytes;
+      const char *s = (const char *)d->srcs[m] + (size_t)o * chunk_bytes;
+      if (dst != s) memcpy(dst, s, chunk_bytes);
+    }
+  }
+  /* Phase 2: every peer finished reading our input: the caller may reuse it. */
+  return comm_sync(c, device, what, group, n, 2);
+}
+
+int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                       int64_t outer, size_t chunk_bytes) {
+  const char *what = "all_to_all";
+  int r = group_rank(c, what, device, group, n);
+  if (r < 0) return -1;
+  size_t row, bytes;
+  if (!mul_ok(outer, (int64_t)chunk_bytes, &row) ||
+      __builtin_mul_overflow(row, (size_t)n, &bytes))
+    return ts_set_error("%s: bad layout outer %lld x %d x %zu bytes", what, (long long)outer, n,
+                        chunk_bytes);
+  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  comm_dev *d = &c->dev[device];
+  d->seq++;
+  if (n == 1) {
+    if (in != out && bytes) memmove(out, in, bytes);
+    return 0;
+  }
+  const void *src = in;
+  if (overlaps(in, bytes, out, bytes) && !(src = stage(c, device, what, in, bytes))) return -1;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  /* Phase 1: every member's input is ready and published. */
+  if (comm_sync(c, device, what, group, n, 1)) return -1;
+
+  for (int m = 0; m < n; m++)
+    d->srcs[m] = atomic_load_explicit(&c->dev[group[m]].src, memory_order_relaxed);
+  for (int64_t o = 0; o < outer && bytes; o++) {
+    for (int m = 0; m < n; m++) { /* out[o, m, :] = in_m[o, r, :] */
+      size_t src_off = ((size_t)o * (size_t)n + (size_t)r) * chunk_bytes;
+      size_t dst_off = ((size_t)o * (size_t)n + (size_t)m) * chunk_bytes;
+      memcpy((char *)out + dst_off, (const char *)d->srcs[m] + src_off, chunk_bytes);
+    }
+  }
+  /* Phase 2: every peer finished reading our input: the caller may reuse it. */
+  return comm_sync(c, device, what, group, n, 2);
+}
+
+int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
+                    size_t bytes) {
+  const char *what = "collective_permute";
+  if (check_device(c, what, device)) return -1;
+  if (n_pairs < 0 || (n_pairs > 0 && !pairs))
+    return ts_set_error("%s: bad pair list (%d pairs)", what, n_pairs);
+  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  comm_dev *d = &c->dev[device];
+  int source = -1, n_readers = 0; /* readers: devices that copy our input */
+  for (int i = 0; i < n_pairs; i++) {
+    int s = pairs[2 * i], t = pairs[2 * i + 1];
+    if (s < 0 || s >= c->n || t < 0 || t >= c->n)
+      return ts_set_error("%s: pair %d (%d -> %d) names a device outside [0, %d)", what, i, s, t,
+                          c->n);
+    for (int j = 0; j < i; j++)
+      if (pairs[2 * j + 1] == t)
+        return ts_set_error("%s: device %d is the target of two pairs (%d and %d)", what, t, j, i);
+    if (t == device) source = s;
+    if (s == device) d->peers[n_readers++] = t;
+  }
+  d->seq++;
+  /* We write out (a copy or zeros) while our targets read our input: an
+   * overlapping input is staged, unless we are our own source in place. */
+  const void *src = in;
+  if (n_readers && overlaps(in, bytes, out, bytes) && !(source == device && in == out) &&
+      !(src = stage(c, device, what, in, bytes)))
+    return -1;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  /* Phase 1: our input is published; wait only for our source's. */
+  if (comm_sync(c, device, what, &source, source >= 0 ? 1 : 0, 1)) return -1;
+  if (source < 0) {
+    if (bytes) memset(out, 0, bytes);
+  } else {
+    const void *s = atomic_load_explicit(&c->dev[source].src, memory_order_relaxed);
+    if (s != out && bytes) memmove(out, s, bytes); /* memmove: s may be our own staged copy */
+  }
+  /* Phase 2: our targets finished reading our input: the caller may reuse it. */
+  return comm_sync(c, device, what, d->peers, n_readers, 2);
+}

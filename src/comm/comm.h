@@ -1,0 +1,74 @@
+/* comm.h — in-process collectives between the device threads of one client.
+ *
+ * Every local device is run by its own thread. A collective is called by every
+ * participating device thread with the same arguments except `device`, in the
+ * same order on every device (SPMD programs guarantee this). `group` lists the
+ * device ids (0..n_devices-1) taking part, in rank order; the calling device
+ * is one of them. Every device of the communicator makes every call, each
+ * with its own group: the groups of one call partition all devices (e.g. the
+ * rows of a mesh for an all-reduce over the mesh's second axis).
+ *
+ * Layouts: buffers are viewed as (outer, n, chunk) where needed so a gather or
+ * scatter along any tensor dim needs no extra copy: for a tensor dim d,
+ * outer = product of dims before d, chunk = bytes of one slice after d times
+ * the local size of d.
+ *
+ * Guarantees: deterministic results (a fixed reduction order, independent of
+ * thread timing), every byte read at most a bounded number of times, no torn
+ * reads (a device never reads a peer buffer before the peer published it, nor
+ * reuses its buffer before the peers finished reading). Counts are elements;
+ * sizes are bytes (size_t); messages over 2 GiB work. */
+#ifndef TS_COMM_H
+#define TS_COMM_H
+
+#include "tessel/core.h"
+#include "tessel/graph.h" /* ts_reduce_kind */
+
+typedef struct ts_comm ts_comm;
+
+/* A communicator for n_devices device threads of one process. */
+ts_comm *ts_comm_new(int n_devices);
+void ts_comm_free(ts_comm *c);
+int ts_comm_size(const ts_comm *c);
+
+/* Collective timeout in milliseconds (0 = wait forever); a device that waits
+ * longer returns -1 with a message naming the collective and the missing
+ * devices. After a timeout the communicator is unusable: free it once every
+ * device thread has returned. (Aliasing: in == out, or any overlap of a
+ * device's own in and out, is allowed; buffers of different devices must not
+ * overlap; peers read the caller's in and all-reduce writes into its out
+ * during the call.) */
+void ts_comm_set_timeout_ms(ts_comm *c, int ms);
+
+/* Blocks until every device of the group arrived. */
+int ts_comm_barrier(ts_comm *c, int device, const int *group, int n);
+
+/* out = reduction over the group of in (count elements of dt, SUM/MAX/MIN;
+ * MEAN divides the sum by n). in == out allowed. */
+int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+                       ts_reduce_kind op, const void *in, void *out, int64_t count);
+
+/* in viewed as (outer, chunk_bytes); out as (outer, n, chunk_bytes): member r's
+ * in lands at out[:, r, :]. */
+int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                       int64_t outer, size_t chunk_bytes);
+
+/* in viewed as (outer, n, chunk) elements of dt; out (outer, chunk) holds the
+ * reduction over the group of in[:, r, :] where r is the caller's rank. */
+int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+                           ts_reduce_kind op, const void *in, void *out, int64_t outer,
+                           int64_t chunk);
+
+/* in viewed as (outer, n, chunk_bytes); the block in[:, j, :] goes to member j,
+ * arriving at out[:, r, :] of member j where r is the sender's rank (so out is
+ * also (outer, n, chunk_bytes)). */
+int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                       int64_t outer, size_t chunk_bytes);
+
+/* pairs: n_pairs (source, target) device ids; each device sends in to the
+ * targets of its pairs and receives into out from its source, or zero-fills
+ * out when it is no target. Every device of the communicator calls it. */
+int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
+                    size_t bytes);
+
+#endif
