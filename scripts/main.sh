@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job: installs dependencies, builds, and trains the MLP on
+# Fashion-MNIST (shipped by Debian's dataset-fashion-mnist package).
+# Extra arguments go to `tessel train` (e.g. --model cnn --epochs 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh build
+exec build/tessel train --model mlp --dataset fashion-mnist --epochs 5 "$@"
