@@ -75,7 +75,7 @@ static int run(ex_t *e, ts_tensor t) {
     const void *in[64];
     for (int k = 0; k < n->n_in; k++) in[k] = e->buf[n->in[k]];
     alloc_node(e, i);
-    ts_kctx ctx = {2};
+    ts_kctx ctx = {.num_threads = 2};
     if (ts_kernel_run(e->g, i, in, e->buf[i], &e->st[i], &ctx)) return -1;
   }
   return 0;
@@ -237,6 +237,33 @@ static void test_elementwise(void) {
     CHECK(get(&e, back, 5) == 300.0 && get(&e, back, 0) == -2.703125, "bf16 rounding %g %g", get(&e, back, 5), get(&e, back, 0));
     ex_free(&e);
   }
+  /* f32 exp over its whole range, overflow, underflow and NaN */
+  {
+    ex_t e;
+    ex_init(&e);
+    int64_t n = 4003;
+    ts_tensor x = input(&e, TS_F32, 1, &n);
+    float *xv = e.buf[x];
+    for (int64_t i = 0; i < n - 3; i++) xv[i] = -110.f + 200.f * (float)i / (float)(n - 4) + (float)(urand() * 0.01);
+    xv[n - 3] = NAN, xv[n - 2] = INFINITY, xv[n - 1] = -INFINITY;
+    ts_tensor y = node(&e, TS_OP_EXP, TS_F32, 1, &n, 1, &x, NULL);
+    CHECK_OK(run(&e, y));
+    const float *yv = e.buf[y];
+    double worst = 0;
+    for (int64_t i = 0; i < n - 3; i++) {
+      double want = exp((double)xv[i]);
+      float wf = (float)want;
+      if (isinf(wf) || wf < 1.2e-38f) { /* overflow / subnormal: within one subnormal step */
+        if (!(isinf(wf) ? isinf(yv[i]) : fabs(yv[i] - want) <= 1.5e-45)) worst = INFINITY;
+        continue;
+      }
+      double rel = fabs(yv[i] - want) / want;
+      if (!(rel <= worst)) worst = rel;
+    }
+    CHECK(worst < 3e-7, "f32 exp max relative error %g", worst);
+    CHECK(isnan(yv[n - 3]) && isinf(yv[n - 2]) && yv[n - 1] == 0, "exp(nan, inf, -inf) = %g %g %g", yv[n - 3], yv[n - 2], yv[n - 1]);
+    ex_free(&e);
+  }
   /* sigmoid stays finite and exact at large |x| */
   {
     ex_t e;
@@ -284,7 +311,7 @@ static void test_fused(void) {
     CHECK(max_err(&e, r, ref, n) < (di ? 1e-6 : 1e-14), "fused %s err %g", ts_dtype_name(dt), max_err(&e, r, ref, n));
     /* in place: out == in[0] */
     const void *inp[3] = {e.buf[x], e.buf[y], e.buf[s]};
-    ts_kctx ctx = {2};
+    ts_kctx ctx = {.num_threads = 2};
     ts_kstate *st = NULL;
     CHECK_OK(ts_kernel_run(e.g, r, inp, e.buf[x], &st, &ctx));
     CHECK(max_err(&e, x, ref, n) < (di ? 1e-6 : 1e-14), "fused in place");
@@ -521,7 +548,7 @@ static void test_dot(void) {
       /* again through the cached state, into a cleared output */
       memset(e.buf[y], 0, (size_t)ts_tensor_numel(e.g, y) * ts_dtype_size(dts[di]));
       const void *in[2] = {e.buf[a], e.buf[b]};
-      ts_kctx ctx = {2};
+      ts_kctx ctx = {.num_threads = 2};
       CHECK_OK(ts_kernel_run(e.g, y, in, e.buf[y], &e.st[y], &ctx));
       double tol = dts[di] == TS_F64 ? 1e-13 : dts[di] == TS_F32 ? 1e-5 : 2e-2;
       double err = max_err(&e, y, ref, ts_shape_numel(k->ro, k->os));

@@ -8,6 +8,7 @@
 #include "tessel/tessel.h"
 
 int ts_cmd_sharding(int argc, char **argv); // cmd_sharding.c
+int ts_cmd_inspect(int argc, char **argv);  // cmd_inspect.c
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -16,6 +17,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train     train a model (mlp, cnn) on Fashion-MNIST\n"
           "  sharding  print the OpSharding of a partition spec on a device mesh\n"
+          "  inspect   show the compiled training step: shardings, collectives, memory\n"
           "  version   print the version\n"
           "\n"
           "Run 'tessel <command> --help' for the flags of a command.\n");
@@ -37,7 +39,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
   if (strcmp(cmd, "sharding") == 0) return ts_cmd_sharding(argc - 1, argv + 1);
-  cli_error(NULL, "unknown command '%s' (valid: train, sharding, version)", cmd);
+  if (strcmp(cmd, "inspect") == 0) return ts_cmd_inspect(argc - 1, argv + 1);
+  cli_error(NULL, "unknown command '%s' (valid: train, sharding, inspect, version)", cmd);
   usage(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -4,7 +4,10 @@
  * compiled once; parameters and optimizer state are aliased outputs, so every
  * execute updates them in place. Evaluation is a second graph (training off,
  * batch --eval-batch, plus one program for the last partial batch) bound to the
- * same parameter buffers; the argmax of its logits is taken on the host. */
+ * same parameter buffers; the argmax of its logits is taken on the host.
+ * Training batches come from the prefetching loader (tessel/loader.h: worker
+ * threads decode and augment the next batch while a step runs); an epoch
+ * shows a progress bar on a terminal, periodic lines otherwise. */
 #include "train.h"
 
 #include <errno.h>
@@ -15,7 +18,10 @@
 #include <time.h> // clock_gettime
 
 #include "args.h"
+#include "train_mesh.h" /* --mesh: shardings of the programs */
+#include "tessel/loader.h" // CIFAR-10, the prefetching loader, progress
 #include "tessel/tessel.h"
+#include "tessel/metrics.h" /* --metrics, --trace */
 
 #define CMD "train"
 
@@ -25,12 +31,15 @@
 
 enum { MODEL_MLP, MODEL_CNN };
 static const char *const model_names[] = {"mlp", "cnn", NULL};
-static const char *const dataset_names[] = {"fashion-mnist", NULL};
+enum { DATA_FASHION_MNIST, DATA_CIFAR10 };
+static const char *const dataset_names[] = {"fashion-mnist", "cifar10", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 static const char *const sched_names[] = {"constant", "cosine", NULL};
 
 typedef struct {
-  int model;
+  int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
+  int dataset;
+  int c, h, w;         /* image shape, from the dataset */
   const char *data_dir;
   int64_t epochs;      /* 0 = model default */
   int64_t batch;       /* 0 = model default */
@@ -43,18 +52,25 @@ typedef struct {
   double lr, weight_decay, momentum;
   uint64_t seed;
   const char *log_json;
+  const char *metrics;  /* --metrics FILE: JSON at the end, short report on stdout */
+  const char *trace;    /* --trace FILE: Chrome trace of the run */
+  const char *mesh;     /* --mesh "data=4,model=2": SPMD on virtual devices; NULL = one device */
 } train_opts;
 
 void cli_train_usage(FILE *f) {
   fprintf(f,
           "usage: tessel train [flags]\n"
           "\n"
-          "Trains a classifier on Fashion-MNIST and reports the test accuracy after each epoch.\n"
+          "Trains a classifier on Fashion-MNIST or CIFAR-10 and reports the test accuracy after each\n"
+          "epoch.\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn            784-512-512-10 MLP or the PyTorch MNIST CNN [mlp]\n"
-          "  --dataset fashion-mnist    the dataset [fashion-mnist]\n"
-          "  --data-dir DIR             IDX files (train-*, t10k-*) [" TS_FASHION_MNIST_DIR "]\n"
+          "  --model mlp|cnn            784-512-512-10 MLP or the PyTorch MNIST CNN; on cifar10 cnn\n"
+          "                             is a 3-conv CIFAR CNN (the only model there) [mlp; cifar10: cnn]\n"
+          "  --dataset fashion-mnist|cifar10  [fashion-mnist]\n"
+          "  --data-dir DIR             fashion-mnist: IDX files (train-*, t10k-*)\n"
+          "                             [" TS_FASHION_MNIST_DIR "];\n"
+          "                             cifar10: data_batch_1..5.bin, test_batch.bin (required)\n"
           "  --epochs N                 passes over the training set [mlp 5, cnn 3]\n"
           "  --batch B                  training batch size [mlp 128, cnn 64]\n"
           "  --optimizer sgd|adamw      [adamw]\n"
@@ -67,8 +83,13 @@ void cli_train_usage(FILE *f) {
           "  --threads N                compute threads [$TESSEL_NUM_THREADS or all cores]\n"
           "  --steps N                  stop after N steps in total (for tests) [no limit]\n"
           "  --eval-batch N             evaluation batch size [1000]\n"
+          "  --mesh AXIS=N,...          SPMD over virtual CPU devices (e.g. data=4,model=2): the batch\n"
+          "                             on axis 'data', the MLP's fc1/fc2 Megatron-split on 'model'\n"
           "  --log-json FILE            one JSON object per line: {\"step\":N,\"loss\":X} per step,\n"
           "                             {\"epoch\":E,\"test_accuracy\":A} per evaluation\n"
+          "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
+          "                             at the end and print a short report\n"
+          "  --trace FILE               write a Chrome/Perfetto trace (chrome://tracing) of the run\n"
           "  -h, --help                 this text\n"
           "\n"
           "With the defaults, 'tessel train --model mlp --epochs 5' reaches about 88%% test\n"
@@ -77,7 +98,7 @@ void cli_train_usage(FILE *f) {
 
 /* Parses argv into *o; returns -1 after printing an error, 1 for --help. */
 static int parse_args(int argc, char **argv, train_opts *o) {
-  *o = (train_opts){.model = MODEL_MLP, .data_dir = TS_FASHION_MNIST_DIR, .eval_batch = 1000,
+  *o = (train_opts){.model = -1, .data_dir = NULL, .eval_batch = 1000,
                     .warmup = -1, .optimizer = 1, .schedule = 1, .lr = -1,
                     .weight_decay = -1, .momentum = 0.9};
   for (int i = 1; i < argc; i++) {
@@ -102,9 +123,8 @@ static int parse_args(int argc, char **argv, train_opts *o) {
     if (r < 0 || cli_parse_choice(CMD, name, v, kind, list, &dst) < 0) return -1; \
     continue;                                                                     \
   }
-    int dataset = 0;
     CHOICE_FLAG("--model", "model", model_names, o->model)
-    CHOICE_FLAG("--dataset", "dataset", dataset_names, dataset)
+    CHOICE_FLAG("--dataset", "dataset", dataset_names, o->dataset)
     CHOICE_FLAG("--optimizer", "optimizer", optim_names, o->optimizer)
     CHOICE_FLAG("--lr-schedule", "schedule", sched_names, o->schedule)
     INT_FLAG("--epochs", 1, "a positive integer", o->epochs)
@@ -127,6 +147,21 @@ static int parse_args(int argc, char **argv, train_opts *o) {
       o->data_dir = v;
       continue;
     }
+    if (FLAG("--metrics")) {
+      if (r < 0) return -1;
+      o->metrics = v;
+      continue;
+    }
+    if (FLAG("--trace")) {
+      if (r < 0) return -1;
+      o->trace = v;
+      continue;
+    }
+    if (FLAG("--mesh")) {
+      if (r < 0) return -1;
+      o->mesh = v;
+      continue;
+    }
     if (FLAG("--log-json")) {
       if (r < 0) return -1;
       o->log_json = v;
@@ -142,6 +177,20 @@ static int parse_args(int argc, char **argv, train_opts *o) {
       cli_error(CMD, "unexpected argument '%s' (see 'tessel train --help')", argv[i]);
     return -1;
   }
+  if (o->dataset == DATA_CIFAR10) {
+    if (o->model == MODEL_MLP) {
+      cli_error(CMD, "--model mlp takes 1x28x28 images; use --model cnn with --dataset cifar10");
+      return -1;
+    }
+    o->model = MODEL_CNN;
+    if (!o->data_dir) {
+      cli_error(CMD, "--dataset cifar10 needs --data-dir DIR with data_batch_1..5.bin and test_batch.bin "
+                     "(the CIFAR-10 binary version: https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)");
+      return -1;
+    }
+  }
+  if (o->model < 0) o->model = MODEL_MLP;
+  if (!o->data_dir) o->data_dir = TS_FASHION_MNIST_DIR;
   if (o->epochs == 0) o->epochs = o->model == MODEL_MLP ? 5 : 3;
   if (o->batch == 0) o->batch = o->model == MODEL_MLP ? 128 : 64;
   if (o->lr < 0) o->lr = o->optimizer == 0 ? 0.05 : 1e-3;
@@ -243,24 +292,41 @@ static int program_run(program *pr) {
   return 0;
 }
 
-static ts_tensor build_model(ts_nn *m, int model, ts_tensor x) {
-  return model == MODEL_MLP ? ts_model_mlp(m, x) : ts_model_mnist_cnn(m, x);
+/* The CIFAR CNN: three 3x3 conv (pad 1) + ReLU + 2x2 max-pool stages (32, 64,
+ * 128 channels), fc 2048-256, ReLU, dropout 0.5, fc 256-10.
+ * x (B, 3, 32, 32) -> logits (B, 10). */
+static ts_tensor cifar_cnn(ts_nn *m, ts_tensor x) {
+  ts_graph *g = m->g;
+  ts_pool_params pool = {.kernel = {2, 2}, .stride = {2, 2}};
+  ts_tensor h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv1", x, 3, 32, 3, 1, 1, true)), &pool);
+  h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv2", h, 32, 64, 3, 1, 1, true)), &pool);   // (B, 64, 8, 8)
+  h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv3", h, 64, 128, 3, 1, 1, true)), &pool);  // (B, 128, 4, 4)
+  if (h == TS_NONE) return TS_NONE;
+  int64_t flat[2] = {ts_tensor_shape(g, h)[0], 2048};
+  h = ts_relu(g, ts_nn_linear(m, "fc1", ts_reshape(g, h, 2, flat), 2048, 256, true)); // (B, 256)
+  h = ts_nn_dropout(m, h, 0.5);
+  return ts_nn_linear(m, "fc2", h, 256, 10, true); // (B, 10)
 }
 
-/* The training step: inputs params + optimizer state, x (B,1,28,28) f32,
+static ts_tensor build_model(ts_nn *m, int model, int channels, ts_tensor x) {
+  if (model == MODEL_MLP) return ts_model_mlp(m, x);
+  return channels == 3 ? cifar_cnn(m, x) : ts_model_mnist_cnn(m, x);
+}
+
+/* The training step: inputs params + optimizer state, x (B,C,H,W) f32,
  * y (B) i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is
  * the loss, the rest are the in-place updates. */
 static ts_graph *build_train_graph(const train_opts *o, ts_params *p) {
   ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {o->batch, 1, 28, 28};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);             // (B, 1, 28, 28)
+  int64_t xs[4] = {o->batch, o->c, o->h, o->w};
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);             // (B, C, H, W)
   ts_tensor y = ts_input(g, "y", TS_I32, 1, &o->batch);      // (B)
   ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
   ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
-  ts_tensor logits = build_model(&m, o->model, x);           // (B, 10)
+  ts_tensor logits = build_model(&m, o->model, o->c, x);     // (B, 10)
   ts_tensor loss = ts_cross_entropy(g, logits, y);
   if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) goto fail;
 
@@ -286,14 +352,14 @@ fail:
   return NULL;
 }
 
-/* Evaluation forward: x (E,1,28,28) -> logits (E,10), training off. */
-static ts_graph *build_eval_graph(int model, int64_t e, ts_params *p) {
+/* Evaluation forward: x (E,C,H,W) -> logits (E,10), training off. */
+static ts_graph *build_eval_graph(const train_opts *o, int64_t e, ts_params *p) {
   ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {e, 1, 28, 28};
+  int64_t xs[4] = {e, o->c, o->h, o->w};
   ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);
   ts_nn m;
   ts_nn_init(&m, g, p, false, TS_NONE);
-  ts_tensor logits = build_model(&m, model, x);
+  ts_tensor logits = build_model(&m, o->model, o->c, x);
   if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0 || ts_nn_finish(&m) != 0) {
     ts_graph_free(g);
     return NULL;
@@ -301,9 +367,12 @@ static ts_graph *build_eval_graph(int model, int64_t e, ts_params *p) {
   return g;
 }
 
-/* Test accuracy in [0, 1]; full batches with `full`, the rest with `tail`. */
-static int evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, double *acc) {
-  float *x = malloc((size_t)e * 784 * sizeof *x);       // (E, 1, 28, 28)
+/* Test accuracy in [0, 1]; full batches with `full`, the rest with `tail`;
+ * pixels normalized by `norm` (no crop or flip). */
+static int evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
+                    double *acc) {
+  const int64_t sample = (int64_t)test->c * test->h * test->w;
+  float *x = malloc((size_t)(e * sample) * sizeof *x);   // (E, C, H, W)
   int32_t *y = malloc((size_t)e * sizeof *y);           // (E)
   float *logits = malloc((size_t)e * 10 * sizeof *logits); // (E, 10)
   int64_t correct = 0;
@@ -311,8 +380,11 @@ static int evaluate(program *full, program *tail, const ts_dataset *test, int64_
   for (int64_t first = 0; rc == 0 && first < test->n; first += e) {
     int64_t cnt = test->n - first < e ? test->n - first : e;
     program *pr = cnt == e ? full : tail;
-    ts_dataset_batch(test, NULL, first, cnt, FMNIST_MEAN, FMNIST_STD, x, y);
-    rc = ts_buffer_write(pr->x, x, (size_t)cnt * 784 * sizeof *x);
+    for (int64_t k = 0; k < cnt; k++) {
+      ts_augment_apply(norm, test->images + (first + k) * sample, test->c, test->h, test->w, 0, x + k * sample);
+      y[k] = test->labels[first + k];
+    }
+    rc = ts_buffer_write(pr->x, x, (size_t)(cnt * sample) * sizeof *x);
     if (rc == 0) rc = program_run(pr);
     if (rc == 0) rc = ts_buffer_read(pr->result, logits, (size_t)cnt * 10 * sizeof *logits);
     for (int64_t b = 0; rc == 0 && b < cnt; b++) {
@@ -329,10 +401,15 @@ static int evaluate(program *full, program *tail, const ts_dataset *test, int64_
   return rc;
 }
 
-static void data_hint(const char *dir) {
-  fprintf(stderr,
-          "hint: no Fashion-MNIST in '%s': install the Debian package dataset-fashion-mnist "
-          "(scripts/install-deps.sh) or pass --data-dir\n", dir);
+static void data_hint(int dataset, const char *dir) {
+  if (dataset == DATA_CIFAR10)
+    fprintf(stderr,
+            "hint: no CIFAR-10 in '%s': download the binary version "
+            "(https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz), extract it and pass --data-dir\n", dir);
+  else
+    fprintf(stderr,
+            "hint: no Fashion-MNIST in '%s': install the Debian package dataset-fashion-mnist "
+            "(scripts/install-deps.sh) or pass --data-dir\n", dir);
 }
 
 int cli_train(int argc, char **argv) {
@@ -343,10 +420,16 @@ int cli_train(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   if (pr_rc < 0) return CLI_EXIT_USAGE;
+  ts_mesh *mesh = NULL;
+  if (o.mesh && !(mesh = ts_mesh_from_text(o.mesh))) {
+    cli_error(CMD, "--mesh: %s", ts_last_error());
+    return CLI_EXIT_USAGE;
+  }
 
   FILE *log = NULL;
   if (o.log_json && !(log = fopen(o.log_json, "w"))) {
     cli_error(CMD, "--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
+    ts_mesh_free(mesh);
     return CLI_EXIT_USAGE;
   }
 
@@ -356,19 +439,31 @@ int cli_train(int argc, char **argv) {
   ts_params *params = NULL;
   ts_graph *g = NULL;
   program step_pr = {0}, eval_pr = {0}, tail_pr = {0};
-  float *xb = NULL;
-  int32_t *yb = NULL;
-  int64_t *order = NULL;
+  ts_source *train_src = NULL;
+  ts_loader *loader = NULL;
+  ts_progress *bar = NULL;
+  bool cifar = o.dataset == DATA_CIFAR10;
 
-  if (ts_mnist_load(o.data_dir, "train", &train) < 0 || ts_mnist_load(o.data_dir, "t10k", &test) < 0) {
+  if (cifar ? ts_cifar10_load(o.data_dir, "train", &train) < 0 || ts_cifar10_load(o.data_dir, "test", &test) < 0
+            : ts_mnist_load(o.data_dir, "train", &train) < 0 || ts_mnist_load(o.data_dir, "t10k", &test) < 0) {
     cli_error(CMD, "%s", ts_last_error());
-    data_hint(o.data_dir);
+    data_hint(o.dataset, o.data_dir);
     goto done;
   }
-  if (train.c != 1 || train.h != 28 || train.w != 28 || test.c != 1 || test.h != 28 || test.w != 28) {
-    cli_error(CMD, "expected 1x28x28 images in '%s', got %dx%dx%d", o.data_dir, train.c, train.h, train.w);
+  int want_c = cifar ? 3 : 1, want_hw = cifar ? 32 : 28;
+  if (train.c != want_c || train.h != want_hw || train.w != want_hw || test.c != want_c || test.h != want_hw ||
+      test.w != want_hw) {
+    cli_error(CMD, "expected %dx%dx%d images in '%s', got %dx%dx%d", want_c, want_hw, want_hw, o.data_dir,
+              train.c, train.h, train.w);
     goto done;
   }
+  o.c = train.c, o.h = train.h, o.w = train.w;
+  /* Normalization by the training set's channel statistics; CIFAR-10 also
+   * gets the standard augmentation (random crop with 4-pixel padding, flip). */
+  ts_augment norm = {.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
+  if (cifar) norm = (ts_augment){.mean = TS_CIFAR10_MEAN, .std = TS_CIFAR10_STD};
+  ts_augment train_aug = norm;
+  if (cifar) train_aug.crop_pad = 4, train_aug.hflip = true;
   const int64_t steps_per_epoch = train.n / o.batch; // the last partial batch is dropped
   if (steps_per_epoch == 0) {
     cli_error(CMD, "--batch: %lld is larger than the training set (%lld samples)",
@@ -383,57 +478,69 @@ int cli_train(int argc, char **argv) {
                           .warmup_steps = warmup, .total_steps = total_steps, .min_lr = 0.0};
   int64_t eval_b = o.eval_batch < test.n ? o.eval_batch : test.n;
 
-  ts_client_options copts = {.num_threads = (int)o.threads};
+  ts_client_options copts = {.num_threads = (int)o.threads,
+                             .num_devices = mesh ? (int)ts_mesh_num_devices(mesh) : 0};
   client = ts_client_new(&copts);
   params = ts_params_new(o.seed);
   if (!client || !params) goto lib_error;
 
+  if (o.trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = now_s();
-  if (!(g = build_train_graph(&o, params)) || program_init(&step_pr, client, params, g) < 0) goto lib_error;
+  bool megatron = o.model == MODEL_MLP;
+  if (!(g = build_train_graph(&o, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
+      program_init(&step_pr, client, params, g) < 0)
+    goto lib_error;
   ts_graph_free(g);
-  if (!(g = build_eval_graph(o.model, eval_b, params)) || program_init(&eval_pr, client, params, g) < 0)
+  if (!(g = build_eval_graph(&o, eval_b, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
+      program_init(&eval_pr, client, params, g) < 0)
     goto lib_error;
   ts_graph_free(g);
   g = NULL;
   if (test.n % eval_b) {
-    if (!(g = build_eval_graph(o.model, test.n % eval_b, params)) ||
-        program_init(&tail_pr, client, params, g) < 0)
+    if (!(g = build_eval_graph(&o, test.n % eval_b, params)) ||
+        (mesh && train_mesh_mark(g, mesh, megatron) < 0) || program_init(&tail_pr, client, params, g) < 0)
       goto lib_error;
     ts_graph_free(g);
     g = NULL;
   }
-  printf("tessel train: %s on fashion-mnist (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
+  printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads; compiled in %.2fs\n",
-         model_names[o.model], (long long)train.n, (long long)test.n,
+         model_names[o.model], dataset_names[o.dataset], (long long)train.n, (long long)test.n,
          (long long)ts_params_trainable_numel(params), optim_names[o.optimizer], o.lr,
          sched_names[o.schedule], (long long)warmup, o.weight_decay, (long long)o.batch, (long long)o.epochs,
          (long long)steps_per_epoch, ts_client_num_threads(client), now_s() - t0);
   fflush(stdout);
 
-  xb = malloc((size_t)o.batch * 784 * sizeof *xb); // (B, 1, 28, 28)
-  yb = malloc((size_t)o.batch * sizeof *yb);       // (B)
-  order = malloc((size_t)train.n * sizeof *order);
-  if (!xb || !yb || !order) {
-    cli_error(CMD, "out of memory");
-    goto done;
-  }
+  /* Worker threads prepare the next batches (shuffled per (seed, epoch),
+   * augmented per sample) while a step runs. */
+  ts_loader_options lopts = {.batch = o.batch, .seed = o.seed, .prefetch = 3, .workers = 1,
+                             .augment = train_aug};
+  if (!(train_src = ts_source_from_dataset(&train, dataset_names[o.dataset])) ||
+      !(loader = ts_loader_new(train_src, &lopts)))
+    goto lib_error;
 
-  double train_time = 0, start = now_s(), window_t = now_s(), acc = 0;
+  double train_time = 0, start = now_s(), acc = 0;
   double window_loss = 0, epoch_loss = 0;
   int64_t window_n = 0, epoch_n = 0, step = 0;
   for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; epoch++) {
-    ts_shuffle(order, train.n, o.seed + (uint64_t)epoch);
     epoch_loss = 0;
     epoch_n = 0;
+    int64_t epoch_steps = total_steps - step < steps_per_epoch ? total_steps - step : steps_per_epoch;
+    char label[64];
+    snprintf(label, sizeof label, "epoch %lld/%lld", (long long)epoch, (long long)o.epochs);
+    bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, epoch_steps * o.batch, 10.0);
     double ts0 = now_s();
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; s++) {
-      ts_dataset_batch(&train, order, s * o.batch, o.batch, FMNIST_MEAN, FMNIST_STD, xb, yb);
+      int64_t wait_t0 = ts_metrics_now_ns(); /* DataWaitTime: the step waiting for its batch */
+      const ts_loader_batch *batch = ts_loader_next(loader);
+      ts_metrics_add("DataWaitTime", TS_METRIC_TIME, ts_metrics_now_ns() - wait_t0);
+      ts_trace_event("data wait", "data", -1, wait_t0, ts_metrics_now_ns(), -1);
+      if (!batch) goto lib_error;
       float lr = (float)ts_lr_at(&sched, step);
       float step1 = (float)(step + 1); // 1-based (bias correction)
       int64_t seed = (int64_t)(o.seed * 1000003u + (uint64_t)step);
       float loss = NAN;
-      if (ts_buffer_write(step_pr.x, xb, (size_t)o.batch * 784 * sizeof *xb) < 0 ||
-          ts_buffer_write(step_pr.y, yb, (size_t)o.batch * sizeof *yb) < 0 ||
+      if (ts_batch_upload(batch, "x", step_pr.x) < 0 || ts_batch_upload(batch, "y", step_pr.y) < 0 ||
           ts_buffer_write(step_pr.lr, &lr, sizeof lr) < 0 ||
           ts_buffer_write(step_pr.step, &step1, sizeof step1) < 0 ||
           ts_buffer_write(step_pr.seed, &seed, sizeof seed) < 0 || program_run(&step_pr) < 0 ||
@@ -452,23 +559,23 @@ int cli_train(int argc, char **argv) {
         cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)step);
         goto done;
       }
-      if (step % 100 == 0) {
-        double t = now_s();
-        char e1[32], e2[32];
-        double per_step = (train_time + (t - ts0)) / (double)step;
-        printf("epoch %lld step %lld/%lld | loss %.4f | %.0f samples/s | elapsed %s | eta %s\n",
-               (long long)epoch, (long long)step, (long long)total_steps, window_loss / window_n,
-               (double)(window_n * o.batch) / (t - window_t), fmt_duration(t - start, e1, sizeof e1),
-               fmt_duration(per_step * (double)(total_steps - step), e2, sizeof e2));
-        fflush(stdout);
+      char extra[48];
+      snprintf(extra, sizeof extra, "loss %.4f", window_loss / (double)window_n);
+      ts_progress_update(bar, (s + 1) * o.batch, extra);
+      if (step % 100 == 0) { // the loss shown is the mean of the last 100 steps
         window_loss = 0;
         window_n = 0;
-        window_t = t;
       }
     }
     train_time += now_s() - ts0;
+    {
+      char extra[48];
+      snprintf(extra, sizeof extra, "loss %.4f", epoch_loss / (double)epoch_n);
+      ts_progress_finish(bar, extra);
+      bar = NULL;
+    }
     double te = now_s();
-    if (evaluate(&eval_pr, &tail_pr, &test, eval_b, &acc) < 0) goto lib_error;
+    if (evaluate(&eval_pr, &tail_pr, &test, eval_b, &norm, &acc) < 0) goto lib_error;
     double t = now_s();
     char e1[32], e2[32];
     double per_step = train_time / (double)step;
@@ -477,7 +584,6 @@ int cli_train(int argc, char **argv) {
            fmt_duration(t - start, e1, sizeof e1),
            fmt_duration(per_step * (double)(total_steps - step), e2, sizeof e2));
     fflush(stdout);
-    window_t = now_s(); // the window measures training only
     window_loss = 0;
     window_n = 0;
     if (log) {
@@ -487,9 +593,13 @@ int cli_train(int argc, char **argv) {
   }
   {
     char e1[32];
+    ts_loader_stats ls;
+    ts_loader_get_stats(loader, &ls);
     printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n",
            (long long)step, fmt_duration(now_s() - start, e1, sizeof e1),
            (double)(step * o.batch) / train_time, 100 * acc);
+    printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
+           train_time > 0 ? 100.0 * ls.wait_s / train_time : 0.0, ls.produce_s);
   }
   exit_code = CLI_EXIT_OK;
   goto done;
@@ -498,15 +608,23 @@ lib_error:
   cli_error(CMD, "%s", ts_last_error());
 done:
   if (log) fclose(log);
-  free(xb);
-  free(yb);
-  free(order);
+  if (o.metrics) {
+    char *rep = ts_metrics_short_report();
+    if (rep) printf("metrics:\n%s", rep);
+    free(rep);
+    if (ts_metrics_write_json(o.metrics) < 0) cli_error(CMD, "--metrics: %s", ts_last_error());
+  }
+  if (o.trace && ts_trace_stop(o.trace) < 0) cli_error(CMD, "--trace: %s", ts_last_error());
+  if (bar) ts_progress_finish(bar, NULL);
+  ts_loader_free(loader); // joins the workers before the dataset goes
+  ts_source_free(train_src);
   program_free(&step_pr);
   program_free(&eval_pr);
   program_free(&tail_pr);
   if (g) ts_graph_free(g);
   if (params) ts_params_free(params);
   if (client) ts_client_free(client);
+  ts_mesh_free(mesh);
   if (train.images || train.labels) ts_dataset_free(&train);
   if (test.images || test.labels) ts_dataset_free(&test);
   return exit_code;

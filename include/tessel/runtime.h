@@ -9,6 +9,7 @@
 #define TESSEL_RUNTIME_H
 
 #include "tessel/graph.h"
+#include "tessel/spmd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,6 +24,11 @@ typedef struct {
    * cores. Never more threads than cores are started across tessel and
    * oneDNN together. */
   int num_threads;
+  /* Virtual CPU devices in this process, each run by its own thread
+   * (SPMD programs over a mesh of them); 0 = $TESSEL_CPU_DEVICES if set,
+   * else 1. Each device's kernels use max(1, num_threads / num_devices)
+   * threads, so N devices together never oversubscribe the cores. */
+  int num_devices;
 } ts_client_options;
 
 /* opts may be NULL (defaults). */
@@ -30,6 +36,9 @@ ts_client *ts_client_new(const ts_client_options *opts);
 void ts_client_free(ts_client *c);
 int ts_client_num_threads(const ts_client *c);
 const char *ts_client_platform(const ts_client *c); /* "cpu" */
+/* Number of devices (ids 0..N-1) and the compute threads each one uses. */
+int ts_client_num_devices(const ts_client *c);
+int ts_client_threads_per_device(const ts_client *c);
 
 /* ---- buffers (device memory; on the CPU backend, aligned host memory) ---- */
 /* Zero-filled buffer. */
@@ -45,10 +54,36 @@ int ts_buffer_rank(const ts_buffer *b);
 const int64_t *ts_buffer_shape(const ts_buffer *b);
 size_t ts_buffer_bytes(const ts_buffer *b);
 
+/* ---- sharded buffers (several devices) ----
+ * A buffer has a global dtype and shape; on a client with N devices it is
+ * stored as one block per device as its sharding says (NULL = replicated:
+ * every device holds the whole tensor). Blocks of an uneven dim have the
+ * padded size ceil(dim / tiles) (ts_sharding_shard_shape); the padding is
+ * never part of a value. ts_buffer_read / ts_buffer_write move the whole
+ * global tensor (uploading sends each device only its block; reading gathers). */
+/* A buffer with sharding s (copied; NULL = replicated) holding data (the
+ * global tensor, row-major). s's mesh must have the client's device count. */
+ts_buffer *ts_buffer_from_host_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data,
+                                       const ts_sharding *s);
+/* The buffer's sharding, or NULL when it is replicated. */
+const ts_sharding *ts_buffer_sharding(const ts_buffer *b);
+/* Global index range [start, limit) per dim of the block device `device` holds. */
+int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_t *limit);
+/* Copies device `device`'s block (its range only, without padding; bytes =
+ * its numel * dtype size) to dst. */
+int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes);
+/* Re-lays the buffer out with sharding s (NULL = replicated); the value is
+ * unchanged. */
+int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s);
+
 /* ---- compile ---- */
 typedef struct {
   bool no_simplify, no_cse, no_fusion; /* passes are on by default */
   bool verbose;                        /* print pass statistics to stderr */
+  /* SPMD: the device mesh the program runs on (NULL: the mesh of the graph's
+   * sharding annotations, or, without any, every device replicated). Its
+   * device count must equal the client's. */
+  const ts_mesh *mesh;
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be
@@ -62,6 +97,48 @@ int ts_executable_num_outputs(const ts_executable *e);
 size_t ts_executable_peak_bytes(const ts_executable *e);
 /* Text form of the optimized program with its memory plan (malloc'd). */
 char *ts_executable_to_string(const ts_executable *e);
+
+/* ---- SPMD: shardings and collectives of a compiled program ----
+ * On a client with several devices (or a graph with sharding annotations)
+ * ts_compile propagates shardings to every node (tessel/spmd.h
+ * ts_mark_sharding), partitions the program into one program per device and
+ * inserts the collectives. */
+/* Number of devices the program runs on (1 without SPMD). */
+int ts_executable_num_devices(const ts_executable *e);
+/* The sharding chosen for node `node` of the compiled graph (NULL with an
+ * error for a bad id; replicated shardings are returned as such). */
+const ts_sharding *ts_executable_sharding(const ts_executable *e, ts_tensor node);
+/* Shardings of the program's inputs and outputs (executes reshard buffers
+ * that differ; outputs are returned with these). */
+const ts_sharding *ts_executable_input_sharding(const ts_executable *e, int input);
+const ts_sharding *ts_executable_output_sharding(const ts_executable *e, int output);
+/* One line per node: "%12 dot_general f32[128,512] {devices=[2,1,2]...}". malloc'd. */
+char *ts_executable_shardings_to_string(const ts_executable *e);
+
+typedef enum {
+  TS_COLLECTIVE_ALL_REDUCE,
+  TS_COLLECTIVE_ALL_GATHER,
+  TS_COLLECTIVE_REDUCE_SCATTER,
+  TS_COLLECTIVE_ALL_TO_ALL,
+  TS_COLLECTIVE_PERMUTE,
+} ts_collective_kind;
+
+/* A collective the partitioner inserted (the same on every device). */
+typedef struct {
+  ts_collective_kind kind;
+  uint32_t mesh_axes;   /* bit a: over mesh axis a */
+  int group_size;       /* devices per group */
+  size_t bytes;         /* per device: bytes of the operand (all-gather:
+                         * of its result, the gathered tensor) */
+  ts_tensor cause;      /* node of the compiled graph it was inserted for */
+  const char *cause_op; /* that node's op name */
+} ts_collective_info;
+
+int ts_executable_num_collectives(const ts_executable *e);
+int ts_executable_collective(const ts_executable *e, int i, ts_collective_info *out);
+/* One line per collective: kind, mesh axes, bytes, cause. malloc'd. */
+char *ts_executable_collectives_to_string(const ts_executable *e);
+const char *ts_collective_kind_name(ts_collective_kind k);
 
 /* Runs the program. inputs: one buffer per graph input, in input order, with
  * the input's dtype and shape. outputs: one slot per graph output. For an

@@ -12,6 +12,7 @@
 #define TESSEL_SPMD_H
 
 #include "tessel/core.h"
+#include "tessel/graph.h" /* ts_graph, ts_tensor, ts_reduce_kind */
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,9 @@ ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_nam
  * "0,1,2,3,4,5,6,7" or NULL. Errors name the text that is wrong. */
 ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *device_ids);
 void ts_mesh_free(ts_mesh *m);
+/* The CLI's one-string form "data=4,model=2" (named axes with sizes, major
+ * first); errors name the part that is wrong. */
+ts_mesh *ts_mesh_from_text(const char *text);
 
 int ts_mesh_rank(const ts_mesh *m);
 /* Size of mesh axis `axis` (0 if out of range). */
@@ -116,6 +120,43 @@ int ts_sharding_device_tile(const ts_sharding *s, int device, int64_t *tile, int
  * a grid of boxes labelled with device lists for rank <= 2, one line per
  * device with its index ranges for rank > 2. malloc'd; free() it. */
 char *ts_sharding_visualize(const ts_sharding *s, const int64_t *shape);
+
+/* ---- annotations (PyTorch/XLA's xs.mark_sharding) ----
+ * Records that tensor t of g must have sharding s (copied) in every program
+ * compiled from g; propagation never changes it. Marking a tensor that
+ * already has a different sharding is an error until ts_clear_sharding;
+ * marking it with an equal one is a no-op. The sharding's rank must be t's. */
+struct ts_graph;
+int ts_mark_sharding(struct ts_graph *g, int32_t t, const ts_sharding *s);
+int ts_clear_sharding(struct ts_graph *g, int32_t t);
+/* The annotation of t, or NULL. */
+const ts_sharding *ts_tensor_sharding(const struct ts_graph *g, int32_t t);
+
+/* ---- manual regions (JAX's shard_map) ----
+ * Inside a manual region the program sees each device's block of its inputs
+ * and calls the collectives itself over chosen mesh axes; the partitioner
+ * leaves it as written. ts_shard_map appends, for every input in[i], its
+ * local block under in_sh[i] (dims must divide evenly), calls body with the
+ * local tensors (every node body builds is per-device), and turns each
+ * local result local_out[k] back into a global tensor laid out as
+ * out_sh[k] (global dims = local dims x blocks), returned in out[k]. The
+ * shardings must share one mesh. Manual regions are not differentiable
+ * (ts_grad reports the op). Returns 0 or -1. */
+typedef int (*ts_shard_map_fn)(struct ts_graph *g, const int32_t *local_in, int32_t *local_out, void *user);
+int ts_shard_map(struct ts_graph *g, int n_in, const int32_t *in, const ts_sharding *const *in_sh, int n_out,
+                 const ts_sharding *const *out_sh, ts_shard_map_fn body, void *user, int32_t *out);
+/* Collectives inside a manual region, over the mesh axes axes[0..n_axes)
+ * (major first) of mesh m: sum (or max/min/mean) of x over the group; the
+ * concatenation of the group's x along dim; the group's sum of x, of which
+ * each member keeps its block of dim (dim divisible by the group size). */
+int32_t ts_manual_all_reduce(struct ts_graph *g, int32_t x, ts_reduce_kind kind, const ts_mesh *m, int n_axes,
+                             const int *axes);
+int32_t ts_manual_all_gather(struct ts_graph *g, int32_t x, int dim, const ts_mesh *m, int n_axes, const int *axes);
+int32_t ts_manual_reduce_scatter(struct ts_graph *g, int32_t x, int dim, const ts_mesh *m, int n_axes,
+                                 const int *axes);
+
+/* A copy of s. */
+ts_sharding *ts_sharding_clone(const ts_sharding *s);
 
 #ifdef __cplusplus
 }

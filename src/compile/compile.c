@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "compile/compile.h"
+#include "compile/cache.h"             /* the compile cache */
+#include "metrics/metrics_internal.h" /* compile metrics and trace */
 #include "opt/opt.h"
 #include "util/half.h" /* splat constants in bf16 / f16 */
 
@@ -60,7 +62,7 @@ static void write_elem(ts_dtype dt, void *p, double v) {
 
 /* Copies every constant into the pool (splats materialized once). */
 static int fill_pool(ts_executable *e) {
-  const ts_device *d = &e->client->dev;
+  const ts_device *d = &e->client->devs[e->device];
   for (int i = 0; i < e->g->n_nodes; i++) {
     const ts_node *n = &e->g->nodes[i];
     if (n->op != TS_OP_CONSTANT) continue;
@@ -81,13 +83,7 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
-  if (!c) {
-    ts_set_error("compile: client is NULL");
-    return NULL;
-  }
-  ts_graph *opt = ts_compile_graph(g, opts);
-  if (!opt) return NULL;
+ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_compile_options *opts) {
   ts_executable *e = calloc(1, sizeof *e);
   if (!e) {
     ts_graph_free(opt);
@@ -95,15 +91,19 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
     return NULL;
   }
   e->client = c;
+  e->device = device;
   e->g = opt;
+  const ts_device *d = &c->devs[device];
+  TS_OBS_SCOPE("ExecutableBuildTime", "build executable", "compile", -1, -1); /* to the return */
   if (ts_plan_build(opt, &e->plan) < 0) goto fail;
+  ts_obs_peak_memory(device, (int64_t)(e->plan.arena_bytes + e->plan.const_bytes));
   if (opts && opts->verbose)
     fprintf(stderr, "tessel compile: plan: arena %zu bytes, constants %zu bytes, %d in-place, %d copies\n",
             e->plan.arena_bytes, e->plan.const_bytes, e->plan.n_inplace, e->plan.n_copies);
   e->state = calloc((size_t)opt->n_nodes + 1, sizeof *e->state);
   e->values = calloc((size_t)opt->n_nodes + 1, sizeof *e->values);
-  e->arena = c->dev.alloc(c->dev.ctx, e->plan.arena_bytes);
-  e->pool = c->dev.alloc(c->dev.ctx, e->plan.const_bytes);
+  e->arena = d->alloc(d->ctx, e->plan.arena_bytes);
+  e->pool = d->alloc(d->ctx, e->plan.const_bytes);
   if (!e->state || !e->values || !e->arena || !e->pool) {
     ts_set_error("compile: out of memory (arena %zu bytes, constants %zu bytes)", e->plan.arena_bytes,
                  e->plan.const_bytes);
@@ -116,12 +116,56 @@ fail:
   return NULL;
 }
 
+/* The mesh a program runs on: the option, else the mesh of the first
+ * annotation, else NULL (one device, or every device replicated). */
+static const ts_mesh *program_mesh(const ts_graph *g, const ts_compile_options *opts) {
+  if (opts && opts->mesh) return opts->mesh;
+  for (int i = 0; g && i < g->n_nodes; i++)
+    if (g->nodes[i].sharding) return ts_sharding_mesh(g->nodes[i].sharding);
+  return NULL;
+}
+
+ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
+  if (!c) {
+    ts_set_error("compile: client is NULL");
+    return NULL;
+  }
+  const ts_mesh *m = program_mesh(g, opts);
+  bool manual = false; /* manual regions always go through the partitioner */
+  for (int i = 0; g && i < g->n_nodes; i++) manual |= g->nodes[i].manual;
+  if (c->num_devices > 1 || (m && ts_mesh_num_devices(m) > 1) || manual) {
+    if (!g) {
+      ts_set_error("compile: graph is NULL");
+      return NULL;
+    }
+    if (m) return compile_spmd(c, g, m, opts);
+    int64_t n = c->num_devices;
+    ts_mesh *all = ts_mesh_new(1, &n, NULL, 0, NULL);
+    if (!all) return NULL;
+    ts_executable *e = compile_spmd(c, g, all, opts);
+    ts_mesh_free(all);
+    return e;
+  }
+  ts_graph *opt = ts_compile_graph_cached(g, opts); /* compile cache: memory, then disk, then the passes */
+  if (!opt) return NULL;
+  return compile_local(c, 0, opt, opts);
+}
+
 void ts_executable_free(ts_executable *e) {
   if (!e) return;
+  for (int i = 0; e->dev && i < e->n_dev; i++) ts_executable_free(e->dev[i]);
+  free(e->dev);
+  for (int i = 0; e->node_sh && e->g && i < e->g->n_nodes; i++) ts_sharding_free(e->node_sh[i]);
+  free(e->node_sh);
+  for (int i = 0; e->in_sh && e->g && i < e->g->n_inputs; i++) ts_sharding_free(e->in_sh[i]);
+  free(e->in_sh);
+  for (int i = 0; e->out_sh && e->g && i < e->g->n_outputs; i++) ts_sharding_free(e->out_sh[i]);
+  free(e->out_sh);
+  free(e->colls.v);
   if (e->state)
     for (int i = 0; i < e->g->n_nodes; i++)
       if (e->state[i] && e->state[i]->free) e->state[i]->free(e->state[i]);
-  const ts_device *d = &e->client->dev;
+  const ts_device *d = &e->client->devs[e->device];
   if (e->arena) d->free(d->ctx, e->arena);
   if (e->pool) d->free(d->ctx, e->pool);
   free(e->state);
@@ -133,13 +177,20 @@ void ts_executable_free(ts_executable *e) {
 
 int ts_executable_num_inputs(const ts_executable *e) { return e ? e->g->n_inputs : 0; }
 int ts_executable_num_outputs(const ts_executable *e) { return e ? e->g->n_outputs : 0; }
-size_t ts_executable_peak_bytes(const ts_executable *e) { return e ? e->plan.arena_bytes : 0; }
+size_t ts_executable_peak_bytes(const ts_executable *e) {
+  if (!e) return 0;
+  size_t peak = e->plan.arena_bytes;
+  for (int i = 0; i < e->n_dev; i++)
+    if (e->dev[i]->plan.arena_bytes > peak) peak = e->dev[i]->plan.arena_bytes;
+  return peak;
+}
 
 char *ts_executable_to_string(const ts_executable *e) {
   if (!e) {
     ts_set_error("executable_to_string: executable is NULL");
     return NULL;
   }
+  if (e->n_dev) e = e->dev[0]; /* every device runs the same program but for offsets and groups */
   char *prog = ts_graph_to_string(e->g);
   if (!prog) return NULL;
   size_t len = strlen(prog), cap = len + 1;

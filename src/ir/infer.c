@@ -28,7 +28,8 @@ bool ir_infer_result_given(ts_op op) {
   switch (op) {
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
   case TS_OP_CONVERT: case TS_OP_BROADCAST: case TS_OP_RESHAPE: case TS_OP_CONV_BWD_DATA:
-  case TS_OP_CONV_BWD_FILTER: case TS_OP_AVGPOOL_GRAD: case TS_OP_FUSED:
+  case TS_OP_CONV_BWD_FILTER: case TS_OP_AVGPOOL_GRAD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
+  case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE:
     return true;
   default:
     return false;
@@ -389,7 +390,8 @@ static int expected_inputs(ts_op op) {
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: return 0;
   case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL: case TS_OP_CONVERT: case TS_OP_BROADCAST: case TS_OP_RESHAPE:
   case TS_OP_TRANSPOSE: case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_MAXPOOL: case TS_OP_AVGPOOL:
-  case TS_OP_AVGPOOL_GRAD: case TS_OP_REDUCE:
+  case TS_OP_AVGPOOL_GRAD: case TS_OP_REDUCE: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE:
     return 1;
   case TS_OP_COMPARE: case TS_OP_DOT: case TS_OP_CONV: case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER:
   case TS_OP_MAXPOOL_GRAD: case TS_OP_GATHER:
@@ -542,6 +544,13 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
     return infer_scatter(who, x, y, ts_node_at(g, in[2]), dt, rank, shape);
   case TS_OP_FUSED:
     return infer_fused(g, who, n_in, in, at, dt, *rank, shape);
+  case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
+  case TS_OP_COLLECTIVE_PERMUTE:
+    if ((!at->coll || at->coll->n < 1) && at->n_dims < 1) return ERR("%s: has no device group", who);
+    if (*dt != x->dtype)
+      return ERR("%s: result dtype %s differs from operand %s", who, ts_dtype_name(*dt), node_str(x, sa, sizeof sa));
+    if (*rank != x->rank) return ERR("%s: result rank %d differs from operand %s", who, *rank, node_str(x, sa, sizeof sa));
+    return 0;
   default:
     return ERR("ir_infer: unhandled op %s", who);
   }

@@ -46,6 +46,14 @@ typedef enum {
   TS_OP_SCATTER_ADD,/* in = base, indices, updates */
   /* produced by the compiler only */
   TS_OP_FUSED,      /* attr.fused: elementwise program over n_in inputs */
+  /* collectives between the devices of one SPMD program (spmd/partition.c
+   * emits them into per-device graphs; attr.coll lists this device's group).
+   * Their result shape is given (checked by the partitioner). */
+  TS_OP_ALL_REDUCE,        /* attr.reduce over coll->ids; same shape */
+  TS_OP_ALL_GATHER,        /* concatenates along attr.axis in group order */
+  TS_OP_REDUCE_SCATTER,    /* attr.reduce, then keeps this member's block of attr.axis */
+  TS_OP_ALL_TO_ALL,        /* splits attr.axis, concatenates along attr.dims[0] */
+  TS_OP_COLLECTIVE_PERMUTE,/* coll->ids = (source, target) pairs; same shape */
   TS_OP_COUNT
 } ts_op;
 
@@ -68,6 +76,12 @@ typedef struct {
   ts_fused_instr *ins;
 } ts_fused;
 
+/* The devices of a collective (owned by its node). */
+typedef struct {
+  int n;          /* group size (or number of pairs for a permute) */
+  int32_t *ids;   /* (n) device ids in rank order, or (2n) source/target pairs */
+} ts_collective;
+
 typedef struct {
   int axis;
   int n_dims;
@@ -82,6 +96,12 @@ typedef struct {
   ts_conv_params conv;  /* normalized: stride/dilation/groups >= 1 */
   ts_pool_params pool;  /* normalized: stride >= 1 */
   ts_fused *fused;      /* owned by the node */
+  ts_collective *coll;  /* collectives only; owned by the node */
+  /* RNG on one shard (partitioner): when global is set, element i of the
+   * local block is the element (goffset + local index) of a tensor of shape
+   * gshape, so every shard equals its part of the 1-device result. */
+  bool global;
+  int64_t goffset[TS_MAX_RANK], gshape[TS_MAX_RANK];
 } ts_attr;
 
 typedef struct {
@@ -94,6 +114,13 @@ typedef struct {
   ts_attr attr;
   char *name;           /* INPUT only; owned */
   void *data;           /* CONSTANT only; owned; NULL for a splat */
+  struct ts_sharding *sharding; /* user annotation (ts_mark_sharding); owned; NULL if none */
+  /* Built inside a manual SPMD region (ts_shard_map): a per-device value whose
+   * shape is a block's; collectives in it name mesh axes (attr.dims[0..n_dims),
+   * coll == NULL) instead of device groups. The region's entry is a manual
+   * SLICE from 0 carrying the operand's sharding; its exit a (not manual) PAD
+   * on the high side carrying the result's sharding. spmd/ resolves them. */
+  bool manual;
 } ts_node;
 
 struct ts_graph {
@@ -104,6 +131,7 @@ struct ts_graph {
   int32_t *outputs;     /* node ids */
   int32_t *alias;       /* per output: input index it is written into, or -1 */
   int n_outputs, cap_outputs;
+  int manual_depth;     /* > 0 while a ts_shard_map body is being built */
 };
 
 /* ---- op metadata (ir_ops.c) ---- */
@@ -112,6 +140,9 @@ bool ts_op_is_unary(ts_op op);
 bool ts_op_is_binary(ts_op op);
 /* unary, binary, COMPARE, SELECT, CONVERT: computed element by element. */
 bool ts_op_is_elementwise(ts_op op);
+/* ALL_REDUCE .. COLLECTIVE_PERMUTE: every device must run them, in the same
+ * order, so passes never remove, merge or reorder them. */
+bool ts_op_is_collective(ts_op op);
 
 /* ---- low-level construction (ir_build.c), used by builders and passes ---- */
 static inline const ts_node *ts_node_at(const ts_graph *g, ts_tensor t) { return &g->nodes[t]; }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "tessel/spmd.h" /* ts_sharding_free: node annotations */
 
 ts_graph *ts_graph_new(void) {
   ts_graph *g = calloc(1, sizeof *g);
@@ -26,6 +27,9 @@ void ts_graph_free(ts_graph *g) {
     free(n->name);
     free(n->data);
     fused_free(n->attr.fused);
+    if (n->attr.coll) free(n->attr.coll->ids);
+    free(n->attr.coll);
+    ts_sharding_free(n->sharding);
   }
   free(g->nodes);
   free(g->inputs);
@@ -62,6 +66,7 @@ ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t 
     memcpy(n->in, in, (size_t)n_in * sizeof *in);
   }
   if (attr) n->attr = *attr;
+  n->manual = g->manual_depth > 0;
   if (op == TS_OP_INPUT) {
     g->inputs = grow(g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof *g->inputs);
     n->attr.input_index = g->n_inputs;
@@ -86,6 +91,18 @@ void ir_node_copy_owned(ts_node *dst, const ts_node *src) {
     memcpy(f->ins, src->attr.fused->ins, (size_t)f->n * sizeof *f->ins);
     dst->attr.fused = f;
   }
+  dst->attr.coll = NULL;
+  if (src->attr.coll) {
+    const ts_collective *c = src->attr.coll;
+    int n_ids = src->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * c->n : c->n;
+    ts_collective *k = malloc(sizeof *k);
+    k->n = c->n;
+    k->ids = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *k->ids);
+    memcpy(k->ids, c->ids, (size_t)n_ids * sizeof *k->ids);
+    dst->attr.coll = k;
+  }
+  /* sharding annotations belong to the user's graph; passes do not carry them */
+  dst->sharding = NULL;
 }
 
 bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who) {

@@ -45,6 +45,11 @@ static const char *const op_names[TS_OP_COUNT] = {
     [TS_OP_GATHER] = "gather",
     [TS_OP_SCATTER_ADD] = "scatter_add",
     [TS_OP_FUSED] = "fused",
+    [TS_OP_ALL_REDUCE] = "all_reduce",
+    [TS_OP_ALL_GATHER] = "all_gather",
+    [TS_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [TS_OP_ALL_TO_ALL] = "all_to_all",
+    [TS_OP_COLLECTIVE_PERMUTE] = "collective_permute",
 };
 
 const char *ts_op_name(ts_op op) {
@@ -60,3 +65,5 @@ bool ts_op_is_elementwise(ts_op op) {
   return ts_op_is_unary(op) || ts_op_is_binary(op) || op == TS_OP_CONVERT || op == TS_OP_COMPARE ||
          op == TS_OP_SELECT;
 }
+
+bool ts_op_is_collective(ts_op op) { return op >= TS_OP_ALL_REDUCE && op <= TS_OP_COLLECTIVE_PERMUTE; }

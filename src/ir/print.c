@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "tessel/spmd.h" /* sharding annotations */
 #include "util/half.h"
 
 typedef struct {
@@ -160,7 +161,13 @@ static void print_attrs(strbuf *sb, const ts_node *n) {
     break;
   case TS_OP_IOTA: sb_printf(sb, " axis=%d", a->axis); break;
   case TS_OP_RNG_UNIFORM:
-  case TS_OP_RNG_NORMAL: sb_printf(sb, " key=%llu", (unsigned long long)a->key); break;
+  case TS_OP_RNG_NORMAL:
+    sb_printf(sb, " key=%llu", (unsigned long long)a->key);
+    if (a->global) {
+      print_i64s(sb, "goffset", n->rank, a->goffset);
+      print_i64s(sb, "gshape", n->rank, a->gshape);
+    }
+    break;
   case TS_OP_COMPARE: sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
   case TS_OP_BROADCAST: print_ints(sb, "dims", a->n_dims, a->dims); break;
   case TS_OP_TRANSPOSE: print_ints(sb, "perm", a->n_dims, a->dims); break;
@@ -183,6 +190,19 @@ static void print_attrs(strbuf *sb, const ts_node *n) {
   case TS_OP_REDUCE:
     sb_printf(sb, " kind=%s", reduce_name(a->reduce));
     print_ints(sb, "dims", a->n_dims, a->dims);
+    break;
+  case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
+  case TS_OP_COLLECTIVE_PERMUTE:
+    if (n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER) sb_printf(sb, " kind=%s", reduce_name(a->reduce));
+    if (n->op != TS_OP_ALL_REDUCE && n->op != TS_OP_COLLECTIVE_PERMUTE) sb_printf(sb, " axis=%d", a->axis);
+    if (n->op == TS_OP_ALL_TO_ALL) sb_printf(sb, " concat=%d", a->dims[0]);
+    if (!a->coll && a->n_dims) print_ints(sb, "mesh_axes", a->n_dims, a->dims);
+    if (a->coll) {
+      int k = n->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * a->coll->n : a->coll->n;
+      sb_printf(sb, n->op == TS_OP_COLLECTIVE_PERMUTE ? " pairs=[" : " group=[");
+      for (int i = 0; i < k; i++) sb_printf(sb, i ? ",%d" : "%d", a->coll->ids[i]);
+      sb_printf(sb, "]");
+    }
     break;
   default: break;
   }
@@ -210,6 +230,12 @@ static void print_node(strbuf *sb, const ts_graph *g, int id) {
   }
   char s[128];
   sb_printf(sb, " : %s", ir_shape_str(n, s, sizeof s));
+  if (n->manual) sb_printf(sb, " manual"); /* a per-device value of a ts_shard_map region */
+  if (n->sharding) {
+    char *t = ts_sharding_to_string(n->sharding);
+    sb_printf(sb, " sharding=%s", t ? t : "?");
+    free(t);
+  }
   if (n->op == TS_OP_FUSED) print_fused(sb, n->attr.fused);
   sb_printf(sb, "\n");
 }

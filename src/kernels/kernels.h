@@ -19,8 +19,12 @@ typedef struct ts_kstate {
   void (*free)(struct ts_kstate *s);
 } ts_kstate;
 
+struct ts_comm; /* comm/comm.h: collectives between device threads */
+
 typedef struct {
-  int num_threads; /* threads this call may use (>= 1) */
+  int num_threads;       /* threads this call may use (>= 1) */
+  int device;            /* id of the device running the program (0 on one device) */
+  struct ts_comm *comm;  /* the client's communicator; NULL on one device */
 } ts_kctx;
 
 /* Computes node `id` of g. in[i] is operand i's data, out the result.

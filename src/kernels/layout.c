@@ -18,14 +18,28 @@ void tk_fill(void *dst, int64_t n, size_t esize, const void *val) {
   switch (esize) {
     case 1: memset(dst, *(const uint8_t *)val, (size_t)n); break;
     case 2: { uint16_t v; memcpy(&v, val, 2); for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = v; break; }
-    case 4: { uint32_t v; memcpy(&v, val, 4); for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = v; break; }
-    default: { uint64_t v; memcpy(&v, val, 8); for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = v; break; }
+    case 4: {
+      uint32_t v, *d = dst;
+      memcpy(&v, val, 4);
+      _Pragma("omp simd") for (int64_t i = 0; i < n; i++) d[i] = v;
+      break;
+    }
+    default: {
+      uint64_t v, *d = dst;
+      memcpy(&v, val, 8);
+      _Pragma("omp simd") for (int64_t i = 0; i < n; i++) d[i] = v;
+      break;
+    }
   }
 }
 
 static void copy_run(size_t esize, const char *s, int64_t ss, char *d, int64_t ds, int64_t n) {
   if (ss == 1 && ds == 1) {
     memcpy(d, s, (size_t)n * esize);
+    return;
+  }
+  if (ss == 0 && ds == 1) { /* broadcast along the run */
+    tk_fill(d, n, esize, s);
     return;
   }
   switch (esize) {

@@ -16,12 +16,35 @@ typedef struct {
     bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
     bool isavg = op == TS_OP_AVGPOOL || op == TS_OP_AVGPOOL_GRAD;                           \
     double inv = 1.0 / ((double)p->kh * p->kw);                                             \
+    bool fast22 = !isavg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&          \
+                  p->ph == 0 && p->pw == 0;                                                 \
     _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                 \
     for (int64_t pl = 0; pl < p->planes; pl++) {                                            \
       const T *xp = x ? x + pl * p->H * p->W : NULL;                                        \
       const T *dp = dy ? dy + pl * p->OH * p->OW : NULL;                                    \
       T *op_ = out + pl * (grad ? p->H * p->W : p->OH * p->OW);                             \
       if (grad) memset(op_, 0, sizeof(T) * (size_t)(p->H * p->W));                          \
+      if (fast22) { /* 2x2 windows, stride 2, no padding: the CNN case */                   \
+        for (int64_t oh = 0; oh < p->OH; oh++)                                              \
+          for (int64_t ow = 0; ow < p->OW; ow++) {                                          \
+            int64_t o = 2 * oh * p->W + 2 * ow;                                             \
+            const T *r = xp + o;                                                            \
+            T v0 = r[0], v1 = r[1], v2 = r[p->W], v3 = r[p->W + 1];                         \
+            T m = v1 > v0 ? v1 : v0;                                                        \
+            m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                       \
+            bool nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                   \
+            if (!grad) {                                                                    \
+              op_[oh * p->OW + ow] = nan ? (T)NAN : m;                                      \
+              continue;                                                                     \
+            }                                                                               \
+            int64_t a = p->W + 1;                                                           \
+            a = (nan ? v2 != v2 : v2 == m) ? p->W : a;                                      \
+            a = (nan ? v1 != v1 : v1 == m) ? 1 : a;                                         \
+            a = (nan ? v0 != v0 : v0 == m) ? 0 : a;                                         \
+            op_[o + a] += dp[oh * p->OW + ow];                                              \
+          }                                                                                 \
+        continue;                                                                           \
+      }                                                                                     \
       for (int64_t oh = 0; oh < p->OH; oh++)                                                \
         for (int64_t ow = 0; ow < p->OW; ow++) {                                            \
           int64_t h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;                         \

@@ -27,6 +27,20 @@ static inline uint64_t mix(uint64_t z) {
 
 #define G 0x9E3779B97F4A7C15ull
 
+/* Row-major index in the global tensor of local element i (attr.global: the
+ * node is one shard, at attr.goffset of a tensor of shape attr.gshape). */
+static inline uint64_t global_index(const ts_node *n, int64_t i) {
+  if (!n->attr.global) return (uint64_t)i;
+  int64_t gi = 0, stride = 1;
+  for (int d = n->rank - 1; d >= 0; d--) {
+    int64_t m = n->shape[d] ? i % n->shape[d] : 0;
+    i = n->shape[d] ? i / n->shape[d] : 0;
+    gi += (m + n->attr.goffset[d]) * stride;
+    stride *= n->attr.gshape[d];
+  }
+  return (uint64_t)gi;
+}
+
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   const ts_node *s = tk_operand(g, n, 0);
   if (s->dtype != TS_I32 && s->dtype != TS_I64)
@@ -43,14 +57,14 @@ int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kc
   if (n->op == TS_OP_RNG_UNIFORM) {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < numel; i++) {
-      double u = (double)(mix(base + (uint64_t)(i + 1) * G) >> (64 - bits)) * scale;
+      double u = (double)(mix(base + (global_index(n, i) + 1) * G) >> (64 - bits)) * scale;
       if (dt == TS_F32) ((float *)out)[i] = (float)u;
       else tk_store_f64(dt, out, i, u);
     }
   } else {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < numel; i++) {
-      uint64_t j = 2 * (uint64_t)i;
+      uint64_t j = 2 * global_index(n, i);
       double u1 = (double)(mix(base + (j + 1) * G) >> 11) * 0x1p-53;
       double u2 = (double)(mix(base + (j + 2) * G) >> 11) * 0x1p-53;
       double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);

@@ -63,7 +63,8 @@ static bool same_attrs(const ts_graph *g, const ts_node *a, const ts_node *b) {
     return x->axis == y->axis;
   case TS_OP_RNG_UNIFORM:
   case TS_OP_RNG_NORMAL:
-    return x->key == y->key;
+    return x->key == y->key && x->global == y->global &&
+           (!x->global || (same_i64(x->goffset, y->goffset, a->rank) && same_i64(x->gshape, y->gshape, a->rank)));
   case TS_OP_COMPARE:
     return x->cmp == y->cmp;
   case TS_OP_BROADCAST:
@@ -115,6 +116,8 @@ static bool same_node(const ts_graph *g, const ts_node *a, const ts_node *b) {
 static ts_tensor cse_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   cse_table *t = user;
   ts_tensor nid = opt_copy_node(dst, src, id, map);
+  /* every device must run every collective in the same order: never merge */
+  if (ts_op_is_collective(src->nodes[id].op)) return nid;
   const ts_node *n = &dst->nodes[nid];
   uint64_t h = node_hash(n);
   size_t i = h & (t->cap - 1);

@@ -17,6 +17,10 @@ ts_graph *opt_dce(const ts_graph *g, int *changed) {
     return NULL;
   }
   for (int i = 0; i < g->n_outputs; i++) live[g->outputs[i]] = true;
+  /* a collective stays even when its result is unused on this device: the
+   * peers of its group wait for it */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (ts_op_is_collective(g->nodes[i].op)) live[i] = true;
   /* operands have smaller ids, so one backward sweep reaches everything */
   int dropped = 0;
   for (int id = g->n_nodes - 1; id >= 0; id--) {

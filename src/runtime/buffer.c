@@ -1,10 +1,14 @@
-/* buffer.c — device buffers: dtype + shape + device memory owned by the
- * caller; host transfers go through the device's copy functions. */
+/* buffer.c — device buffers: dtype + global shape + device memory owned by
+ * the caller. On several devices a buffer holds one block per device (its
+ * sharding; replicated = the whole tensor everywhere); uploads send each
+ * device its block, reads gather the blocks. Host transfers go through the
+ * devices' copy functions. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/rt.h"
+#include "metrics/metrics_internal.h" /* transfer metrics */
 
 const char *rt_shape_str(ts_dtype dt, int rank, const int64_t *shape, char *buf, size_t len) {
   size_t o = (size_t)snprintf(buf, len, "%s[", ts_dtype_name(dt));
@@ -14,7 +18,86 @@ const char *rt_shape_str(ts_dtype dt, int rank, const int64_t *shape, char *buf,
   return buf;
 }
 
-ts_buffer *ts_buffer_new(ts_client *c, ts_dtype dt, int rank, const int64_t *shape) {
+/* Copies the block [start, limit) between a global row-major array (shape)
+ * and a local one (lshape, the block at its origin): to_local picks the
+ * direction. Rows of the last dim are contiguous in both. */
+static void copy_block(char *local, const int64_t *lshape, char *global, const int64_t *shape, int rank,
+                       const int64_t *start, const int64_t *limit, size_t es, bool to_local) {
+  if (rank == 0) {
+    if (to_local) memcpy(local, global, es);
+    else memcpy(global, local, es);
+    return;
+  }
+  for (int d = 0; d < rank; d++)
+    if (limit[d] <= start[d]) return;
+  int64_t idx[TS_MAX_RANK] = {0}; // position inside the block, last dim excluded
+  size_t row = (size_t)(limit[rank - 1] - start[rank - 1]) * es;
+  for (;;) {
+    int64_t lo = 0, go = 0;
+    for (int d = 0; d < rank; d++) {
+      int64_t i = d == rank - 1 ? 0 : idx[d];
+      lo = lo * lshape[d] + i;
+      go = go * shape[d] + start[d] + i;
+    }
+    if (to_local) memcpy(local + (size_t)lo * es, global + (size_t)go * es, row);
+    else memcpy(global + (size_t)go * es, local + (size_t)lo * es, row);
+    int d = rank - 2;
+    for (; d >= 0; d--) {
+      if (++idx[d] < limit[d] - start[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+static void range_of(const ts_buffer *b, int device, int64_t *start, int64_t *limit) {
+  if (b->sharding) {
+    ts_sharding_shard_range(b->sharding, b->shape, device, start, limit);
+    return;
+  }
+  for (int d = 0; d < b->rank; d++) {
+    start[d] = 0;
+    limit[d] = b->shape[d];
+  }
+}
+
+static void free_shards(ts_buffer *b) {
+  for (int i = 0; b->shards && i < b->n_shards; i++)
+    if (b->shards[i]) b->client->devs[i].free(b->client->devs[i].ctx, b->shards[i]);
+  free(b->shards);
+  b->shards = NULL;
+  b->data = NULL;
+}
+
+/* (Re)allocates zeroed shards for sharding s (already validated). */
+static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
+  ts_client *c = b->client;
+  if (s) ts_sharding_shard_shape(s, b->shape, b->local_shape);
+  else memcpy(b->local_shape, b->shape, sizeof b->shape);
+  b->shard_bytes = (size_t)ts_shape_numel(b->rank, b->local_shape) * ts_dtype_size(b->dtype);
+  b->n_shards = c->num_devices;
+  b->shards = calloc((size_t)c->num_devices, sizeof *b->shards);
+  if (!b->shards) return ts_set_error("buffer: out of memory");
+  for (int i = 0; i < c->num_devices; i++)
+    if (!(b->shards[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) {
+      free_shards(b);
+      return ts_set_error("buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
+    }
+  b->data = b->shards[0];
+  return 0;
+}
+
+static int check_sharding(const ts_client *c, const ts_sharding *s, int rank) {
+  if (!s) return 0;
+  if (ts_sharding_rank(s) != rank)
+    return ts_set_error("buffer: sharding is for rank %d but the buffer is rank %d", ts_sharding_rank(s), rank);
+  if (ts_sharding_num_devices(s) != c->num_devices)
+    return ts_set_error("buffer: sharding's mesh has %lld devices but the client has %d (set num_devices or "
+                        "TESSEL_CPU_DEVICES)", (long long)ts_sharding_num_devices(s), c->num_devices);
+  return 0;
+}
+
+ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const ts_sharding *s) {
   if (!c) {
     ts_set_error("buffer: client is NULL");
     return NULL;
@@ -32,6 +115,7 @@ ts_buffer *ts_buffer_new(ts_client *c, ts_dtype dt, int rank, const int64_t *sha
       ts_set_error("buffer: dim %d has negative size %lld", i, (long long)shape[i]);
       return NULL;
     }
+  if (check_sharding(c, s, rank) < 0) return NULL;
   ts_buffer *b = calloc(1, sizeof *b);
   if (!b) {
     ts_set_error("buffer: out of memory");
@@ -42,17 +126,31 @@ ts_buffer *ts_buffer_new(ts_client *c, ts_dtype dt, int rank, const int64_t *sha
   b->rank = rank;
   if (rank) memcpy(b->shape, shape, (size_t)rank * sizeof *shape);
   b->bytes = (size_t)ts_shape_numel(rank, shape) * ts_dtype_size(dt);
-  b->data = c->dev.alloc(c->dev.ctx, b->bytes);
-  if (!b->data) {
-    ts_set_error("buffer: out of memory allocating %zu bytes", b->bytes);
+  if (s && !ts_sharding_is_replicated(s) && !(b->sharding = ts_sharding_clone(s))) {
+    free(b);
+    return NULL;
+  }
+  if (alloc_shards(b, b->sharding) < 0) {
+    ts_sharding_free(b->sharding);
     free(b);
     return NULL;
   }
   return b;
 }
 
-ts_buffer *ts_buffer_from_host(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data) {
-  ts_buffer *b = ts_buffer_new(c, dt, rank, shape);
+bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s) {
+  bool rep = !s || ts_sharding_is_replicated(s);
+  if (!b->sharding) return rep;
+  return !rep && ts_sharding_equal(b->sharding, s);
+}
+
+ts_buffer *ts_buffer_new(ts_client *c, ts_dtype dt, int rank, const int64_t *shape) {
+  return rt_buffer_new_sharded(c, dt, rank, shape, NULL);
+}
+
+ts_buffer *ts_buffer_from_host_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data,
+                                       const ts_sharding *s) {
+  ts_buffer *b = rt_buffer_new_sharded(c, dt, rank, shape, s);
   if (b && ts_buffer_write(b, data, b->bytes) < 0) {
     ts_buffer_free(b);
     return NULL;
@@ -60,23 +158,111 @@ ts_buffer *ts_buffer_from_host(ts_client *c, ts_dtype dt, int rank, const int64_
   return b;
 }
 
+ts_buffer *ts_buffer_from_host(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data) {
+  return ts_buffer_from_host_sharded(c, dt, rank, shape, data, NULL);
+}
+
 int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   if (!b) return ts_set_error("buffer_write: buffer is NULL");
   if (bytes != b->bytes) return ts_set_error("buffer_write: got %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !src) return ts_set_error("buffer_write: source is NULL");
-  return b->client->dev.to_device(b->client->dev.ctx, b->data, src, bytes);
+  TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
+  ts_client *c = b->client;
+  if (!b->sharding) {
+    for (int i = 0; i < b->n_shards; i++)
+      if (c->devs[i].to_device(c->devs[i].ctx, b->shards[i], src, bytes) < 0) return -1;
+    return 0;
+  }
+  char *tmp = malloc(b->shard_bytes + 1);
+  if (!tmp) return ts_set_error("buffer_write: out of memory");
+  size_t es = ts_dtype_size(b->dtype);
+  int rc = 0;
+  for (int i = 0; i < b->n_shards && rc == 0; i++) {
+    int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
+    range_of(b, i, start, limit);
+    memset(tmp, 0, b->shard_bytes); /* padding of uneven blocks: zeros */
+    copy_block(tmp, b->local_shape, (char *)src, b->shape, b->rank, start, limit, es, true);
+    rc = c->devs[i].to_device(c->devs[i].ctx, b->shards[i], tmp, b->shard_bytes);
+  }
+  free(tmp);
+  return rc;
 }
 
 int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
   if (!b) return ts_set_error("buffer_read: buffer is NULL");
   if (bytes != b->bytes) return ts_set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !dst) return ts_set_error("buffer_read: destination is NULL");
-  return b->client->dev.to_host(b->client->dev.ctx, dst, b->data, bytes);
+  TS_OBS_SCOPE("TransferFromDeviceTime", "from device", "transfer", -1, bytes);
+  const ts_client *c = b->client;
+  if (!b->sharding) return c->devs[0].to_host(c->devs[0].ctx, dst, b->shards[0], bytes);
+  char *tmp = malloc(b->shard_bytes + 1);
+  if (!tmp) return ts_set_error("buffer_read: out of memory");
+  size_t es = ts_dtype_size(b->dtype);
+  int rc = 0;
+  for (int i = 0; i < b->n_shards && rc == 0; i++) {
+    int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
+    range_of(b, i, start, limit);
+    rc = c->devs[i].to_host(c->devs[i].ctx, tmp, b->shards[i], b->shard_bytes);
+    if (rc == 0) copy_block(tmp, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
+  }
+  free(tmp);
+  return rc;
+}
+
+const ts_sharding *ts_buffer_sharding(const ts_buffer *b) { return b ? b->sharding : NULL; }
+
+int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_t *limit) {
+  if (!b) return ts_set_error("buffer_shard_range: buffer is NULL");
+  if (device < 0 || device >= b->n_shards)
+    return ts_set_error("buffer_shard_range: device %d is outside [0, %d)", device, b->n_shards);
+  range_of(b, device, start, limit);
+  return 0;
+}
+
+int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes) {
+  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK], ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
+  if (ts_buffer_shard_range(b, device, start, limit) < 0) return -1;
+  for (int d = 0; d < b->rank; d++) ext[d] = limit[d] - start[d];
+  size_t want = (size_t)ts_shape_numel(b->rank, ext) * ts_dtype_size(b->dtype);
+  if (bytes != want)
+    return ts_set_error("buffer_read_shard: asked for %zu bytes but device %d's block holds %zu", bytes, device, want);
+  if (bytes && !dst) return ts_set_error("buffer_read_shard: destination is NULL");
+  const ts_device *d = &b->client->devs[device];
+  char *tmp = malloc(b->shard_bytes + 1);
+  if (!tmp) return ts_set_error("buffer_read_shard: out of memory");
+  int rc = d->to_host(d->ctx, tmp, b->shards[device], b->shard_bytes);
+  /* the block's valid part is the origin corner of the padded local block */
+  if (rc == 0) copy_block(tmp, b->local_shape, dst, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), false);
+  free(tmp);
+  return rc;
+}
+
+int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
+  if (!b) return ts_set_error("buffer_reshard: buffer is NULL");
+  if (check_sharding(b->client, s, b->rank) < 0) return -1;
+  if (rt_buffer_has_sharding(b, s)) return 0;
+  /* through the host: rare (only when a caller passes a buffer laid out
+   * differently from what a program expects) */
+  void *host = malloc(b->bytes + 1);
+  if (!host) return ts_set_error("buffer_reshard: out of memory");
+  int rc = ts_buffer_read(b, host, b->bytes);
+  ts_sharding *ns = NULL;
+  if (rc == 0 && s && !ts_sharding_is_replicated(s) && !(ns = ts_sharding_clone(s))) rc = -1;
+  if (rc == 0) {
+    free_shards(b);
+    ts_sharding_free(b->sharding);
+    b->sharding = ns;
+    rc = alloc_shards(b, ns);
+    if (rc == 0) rc = ts_buffer_write(b, host, b->bytes);
+  }
+  free(host);
+  return rc;
 }
 
 void ts_buffer_free(ts_buffer *b) {
   if (!b) return;
-  b->client->dev.free(b->client->dev.ctx, b->data);
+  free_shards(b);
+  ts_sharding_free(b->sharding);
   free(b);
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/device.h"
+#include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
@@ -28,7 +29,7 @@ static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
 static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   (void)ctx;
   const ts_graph *g = prog->g;
-  ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1};
+  ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1, prog->device, prog->comm};
   const void *in_small[16];
   for (int id = 0; id < g->n_nodes; id++) {
     const ts_node *n = &g->nodes[id];
@@ -36,7 +37,9 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
     if (!in) return ts_set_error("execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
     for (int k = 0; k < n->n_in; k++) in[k] = values[n->in[k]];
+    int64_t obs_t0 = ts_obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
     int rc = ts_kernel_run(g, id, in, values[id], &prog->state[id], &kctx);
+    ts_obs_node_end(g, id, prog->device, obs_t0);
     if (in != in_small) free(in);
     if (rc != 0) return -1;
   }

@@ -21,6 +21,8 @@ typedef struct {
   const ts_graph *g;
   ts_kstate **state; /* per node, starts NULL, kept across runs */
   int num_threads;
+  int device;            /* the device's id (collectives name it) */
+  struct ts_comm *comm;  /* collectives between device threads; NULL on one device */
 } ts_program;
 
 typedef struct ts_device {

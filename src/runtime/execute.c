@@ -1,18 +1,22 @@
 /* execute.c — ts_execute: checks the caller's buffers against the program's
  * inputs and outputs, resolves every value's memory from the plan, has the
- * device run the program, then does the plan's end-of-run copies. */
+ * device run the program, then does the plan's end-of-run copies. An SPMD
+ * program runs its per-device programs at once, one thread per device, on
+ * each buffer's block for that device. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compile/compile.h"
+#include "metrics/metrics_internal.h" /* ExecuteTime, trace */
 
 static bool same_type(const ts_buffer *b, const ts_node *n) {
   return b->dtype == n->dtype && b->rank == n->rank &&
          memcmp(b->shape, n->shape, (size_t)n->rank * sizeof *n->shape) == 0;
 }
 
-static int check_inputs(const ts_executable *e, ts_buffer *const *inputs) {
-  const ts_graph *g = e->g;
+static int check_inputs(const ts_graph *g, ts_buffer *const *inputs) {
   if (g->n_inputs && !inputs) return ts_set_error("execute: inputs is NULL but the program has %d inputs", g->n_inputs);
   for (int i = 0; i < g->n_inputs; i++) {
     const ts_node *n = &g->nodes[g->inputs[i]];
@@ -28,12 +32,13 @@ static int check_inputs(const ts_executable *e, ts_buffer *const *inputs) {
 }
 
 /* Checks caller-provided output buffers and allocates the missing ones into
- * bufs (fresh[k] marks those we made). Donated outputs use the input buffer. */
-static int prepare_outputs(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs, ts_buffer **bufs,
-                           bool *fresh) {
-  const ts_graph *g = e->g;
+ * bufs (fresh[k] marks those we made). Donated outputs use the input buffer.
+ * out_sh: the outputs' shardings (NULL on one device). */
+static int prepare_outputs(ts_client *c, const ts_graph *g, ts_sharding *const *out_sh, ts_buffer *const *inputs,
+                           ts_buffer **outputs, ts_buffer **bufs, bool *fresh) {
   for (int k = 0; k < g->n_outputs; k++) {
     const ts_node *n = &g->nodes[g->outputs[k]];
+    const ts_sharding *sh = out_sh ? out_sh[k] : NULL;
     int a = g->alias ? g->alias[k] : -1;
     if (a >= 0) {
       bufs[k] = inputs[a];
@@ -45,49 +50,114 @@ static int prepare_outputs(ts_executable *e, ts_buffer *const *inputs, ts_buffer
         return ts_set_error("execute: output %d expects %s but got %s", k, ir_shape_str(n, want, sizeof want),
                             rt_shape_str(outputs[k]->dtype, outputs[k]->rank, outputs[k]->shape, got, sizeof got));
       }
+      if (!rt_buffer_has_sharding(outputs[k], sh) && ts_buffer_reshard(outputs[k], sh) < 0) return -1;
       bufs[k] = outputs[k];
       continue;
     }
-    bufs[k] = ts_buffer_new(e->client, n->dtype, n->rank, n->shape);
+    bufs[k] = rt_buffer_new_sharded(c, n->dtype, n->rank, n->shape, sh);
     if (!bufs[k]) return -1;
     fresh[k] = true;
   }
   return 0;
 }
 
-static void resolve_values(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
+/* Runs one device's program (e: a single-device executable on client device
+ * `dev`) with block `dev` of every buffer. */
+static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_buffer **bufs) {
   const ts_plan *p = &e->plan;
   for (int i = 0; i < p->n; i++) {
     const plan_value *v = &p->values[i];
     void *ptr = NULL;
     switch (v->kind) {
-    case PLAN_INPUT: ptr = inputs[v->index]->data; break;
+    case PLAN_INPUT: ptr = inputs[v->index]->shards[dev]; break;
     case PLAN_CONST: ptr = (char *)e->pool + v->offset; break;
     case PLAN_ARENA: ptr = (char *)e->arena + v->offset; break;
-    case PLAN_OUTPUT: ptr = bufs[v->index]->data; break;
+    case PLAN_OUTPUT: ptr = bufs[v->index]->shards[dev]; break;
     case PLAN_ALIAS: ptr = e->values[v->index]; break;
     default: break;
     }
     e->values[i] = ptr;
   }
-}
-
-static int run_copies(ts_executable *e, ts_buffer **bufs) {
-  const ts_device *d = &e->client->dev;
-  for (int c = 0; c < e->plan.n_copies; c++) {
-    const plan_copy *x = &e->plan.copies[c];
+  ts_client *c = e->client;
+  const ts_device *d = &c->devs[dev];
+  ts_program prog = {e->g, e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm};
+  if (d->run(d->ctx, &prog, e->values) < 0) return -1;
+  for (int k = 0; k < e->plan.n_copies; k++) {
+    const plan_copy *x = &e->plan.copies[k];
     const void *src = x->src_node >= 0 ? e->values[x->src_node] : (char *)e->arena + x->src_offset;
-    void *dst = x->dst_output >= 0 ? bufs[x->dst_output]->data : (char *)e->arena + x->dst_offset;
+    void *dst = x->dst_output >= 0 ? bufs[x->dst_output]->shards[dev] : (char *)e->arena + x->dst_offset;
     if (d->copy(d->ctx, dst, src, x->bytes) < 0) return -1;
   }
   return 0;
 }
 
+typedef struct {
+  ts_executable *e;
+  int dev;
+  ts_buffer *const *inputs;
+  ts_buffer **bufs;
+  int rc;
+  char msg[512];
+} dev_job;
+
+static void *dev_thread(void *arg) {
+  dev_job *j = arg;
+  j->rc = run_device(j->e, j->dev, j->inputs, j->bufs);
+  if (j->rc) snprintf(j->msg, sizeof j->msg, "device %d: %s", j->dev, ts_last_error());
+  return NULL;
+}
+
+/* Every device at once: device 0 on the calling thread, the others on their
+ * own threads (collectives inside the programs synchronize them). */
+static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
+  int n = e->n_dev;
+  dev_job *jobs = calloc((size_t)n, sizeof *jobs);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  bool *started = calloc((size_t)n, sizeof *started);
+  if (!jobs || !th || !started) {
+    free(jobs);
+    free(th);
+    free(started);
+    return ts_set_error("execute: out of memory starting %d device threads", n);
+  }
+  for (int d = 0; d < n; d++) jobs[d] = (dev_job){e->dev[d], d, inputs, bufs, 0, ""};
+  int rc = 0;
+  for (int d = 1; d < n; d++) {
+    if (pthread_create(&th[d], NULL, dev_thread, &jobs[d]) != 0) {
+      jobs[d].rc = -1;
+      snprintf(jobs[d].msg, sizeof jobs[d].msg, "execute: could not start the thread of device %d", d);
+      continue;
+    }
+    started[d] = true;
+  }
+  dev_thread(&jobs[0]);
+  for (int d = 1; d < n; d++)
+    if (started[d]) pthread_join(th[d], NULL);
+  for (int d = 0; d < n && !rc; d++)
+    if (jobs[d].rc) rc = ts_set_error("%s", jobs[d].msg);
+  free(jobs);
+  free(th);
+  free(started);
+  return rc;
+}
+
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) {
   if (!e) return ts_set_error("execute: executable is NULL");
   const ts_graph *g = e->g;
-  if (check_inputs(e, inputs) < 0) return -1;
+  if (check_inputs(g, inputs) < 0) return -1;
+  TS_OBS_SCOPE("ExecuteTime", "execute", "execute", -1, -1); /* metrics + trace, to the return */
   if (g->n_outputs && !outputs) return ts_set_error("execute: outputs is NULL but the program has %d outputs", g->n_outputs);
+  for (int i = 0; i < g->n_inputs; i++) {
+    if (inputs[i]->client != e->client) return ts_set_error("execute: input %d belongs to another client", i);
+    /* a buffer laid out differently from what the program expects is
+     * re-laid out once (it keeps the new layout for the next steps) */
+    const ts_sharding *want = e->in_sh ? e->in_sh[i] : NULL;
+    if (!rt_buffer_has_sharding(inputs[i], want) && ts_buffer_reshard(inputs[i], want) < 0) return -1;
+  }
+  for (int i = 0; e->in_sh && i < g->n_inputs; i++) /* one buffer passed twice, laid out two ways */
+    if (!rt_buffer_has_sharding(inputs[i], e->in_sh[i]))
+      return ts_set_error("execute: the buffer of input %d is also passed as another input that needs a different "
+                          "sharding; pass a copy", i);
   ts_buffer **bufs = calloc((size_t)g->n_outputs + 1, sizeof *bufs);
   bool *fresh = calloc((size_t)g->n_outputs + 1, sizeof *fresh);
   int rc = -1;
@@ -95,11 +165,8 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
     ts_set_error("execute: out of memory");
     goto done;
   }
-  if (prepare_outputs(e, inputs, outputs, bufs, fresh) < 0) goto done;
-  resolve_values(e, inputs, bufs);
-  ts_program prog = {g, e->state, e->client->num_threads};
-  if (e->client->dev.run(e->client->dev.ctx, &prog, e->values) < 0) goto done;
-  if (run_copies(e, bufs) < 0) goto done;
+  if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;
+  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_device(e, 0, inputs, bufs) < 0) goto done;
   for (int k = 0; k < g->n_outputs; k++) outputs[k] = bufs[k];
   rc = 0;
 done:

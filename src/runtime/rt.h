@@ -1,26 +1,44 @@
-/* rt.h — the runtime's internal structs: a client (its devices and thread
- * budget) and a buffer (device memory with dtype and shape). */
+/* rt.h — the runtime's internal structs: a client (its devices, thread
+ * budget and communicator) and a buffer (device memory with dtype, global
+ * shape and, on several devices, one block per device). */
 #ifndef TS_RT_H
 #define TS_RT_H
 
 #include "runtime/device.h"
 #include "tessel/runtime.h"
 
+struct ts_comm;
+
 struct ts_client {
-  ts_device dev; /* one CPU device for now; SPMD adds more */
-  int num_threads;
+  ts_device dev;          /* device 0 (every single-device path uses it) */
+  ts_device *devs;        /* (num_devices); devs[0] == dev */
+  int num_devices;
+  int num_threads;        /* the whole budget */
+  int threads_per_device; /* max(1, num_threads / num_devices) */
+  struct ts_comm *comm;   /* collectives between the device threads; NULL on one device */
 };
 
 struct ts_buffer {
   ts_client *client;
   ts_dtype dtype;
   int rank;
-  int64_t shape[TS_MAX_RANK];
-  size_t bytes;
-  void *data; /* device memory */
+  int64_t shape[TS_MAX_RANK];       /* global */
+  size_t bytes;                     /* global: numel * dtype size */
+  void *data;                       /* == shards[0] */
+  int n_shards;                     /* client->num_devices */
+  void **shards;                    /* (n_shards) device memory, each shard_bytes */
+  int64_t local_shape[TS_MAX_RANK]; /* padded block shape (== shape when replicated) */
+  size_t shard_bytes;
+  ts_sharding *sharding;            /* owned; NULL = replicated */
 };
 
 /* "f32[512,784]" into buf. */
 const char *rt_shape_str(ts_dtype dt, int rank, const int64_t *shape, char *buf, size_t len);
+
+/* A buffer of the global type laid out with sharding s (NULL = replicated),
+ * zero-filled. */
+ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const ts_sharding *s);
+/* True when b is laid out as s says (NULL = replicated). */
+bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s);
 
 #endif

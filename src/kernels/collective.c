@@ -1,0 +1,91 @@
+/* collective.c — kernels of the collective ops (all-reduce, all-gather,
+ * reduce-scatter, all-to-all, collective-permute) that the SPMD partitioner
+ * puts into per-device programs. Each one is a call into comm/ with this
+ * device's group; every device thread of the group makes the same call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels_internal.h"
+
+/* Product of shape[lo..hi). */
+static int64_t span(const int64_t *shape, int lo, int hi) {
+  int64_t p = 1;
+  for (int d = lo; d < hi; d++) p *= shape[d];
+  return p;
+}
+
+/* dst viewed as (outer, n, chunk) bytes: copies src (outer, chunk) into block k. */
+static void put_block(char *dst, const char *src, int64_t outer, int64_t n, int64_t k, size_t chunk) {
+  for (int64_t o = 0; o < outer; o++) memcpy(dst + ((size_t)o * (size_t)n + (size_t)k) * chunk, src + (size_t)o * chunk, chunk);
+}
+
+/* src viewed as (outer, n, chunk) bytes: copies block k into dst (outer, chunk). */
+static void get_block(char *dst, const char *src, int64_t outer, int64_t n, int64_t k, size_t chunk) {
+  for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * chunk, src + ((size_t)o * (size_t)n + (size_t)k) * chunk, chunk);
+}
+
+/* in (.., S, ..) split into n blocks along s = attr.axis; block j goes to
+ * member j; what member r sent lands in block r of out along c = attr.dims[0]. */
+static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *out, const ts_kctx *ctx) {
+  const ts_collective *k = n->attr.coll;
+  int s = n->attr.axis, c = n->attr.dims[0], m = k->n;
+  size_t es = ts_dtype_size(n->dtype);
+  int64_t local[TS_MAX_RANK]; // in shape with dim s divided by m: one block
+  memcpy(local, x->shape, sizeof local);
+  local[s] /= m;
+  size_t block = (size_t)span(local, 0, x->rank) * es;
+  char *send = malloc(block * (size_t)m + 1), *recv = malloc(block * (size_t)m + 1);
+  if (!send || !recv) {
+    free(send);
+    free(recv);
+    return ts_set_error("all_to_all: out of memory (%zu bytes)", 2 * block * (size_t)m);
+  }
+  int64_t a = span(x->shape, 0, s);
+  size_t sb = (size_t)span(local, s, x->rank) * es;
+  for (int j = 0; j < m; j++) get_block(send + (size_t)j * block, in, a, m, j, sb);
+  int rc = ts_comm_all_to_all(ctx->comm, ctx->device, k->ids, m, send, recv, 1, block);
+  if (rc == 0) {
+    int64_t a2 = span(local, 0, c);
+    size_t cb = (size_t)span(local, c, x->rank) * es;
+    for (int r = 0; r < m; r++) put_block(out, recv + (size_t)r * block, a2, m, r, cb);
+  }
+  free(send);
+  free(recv);
+  return rc;
+}
+
+int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+
+int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+  const ts_collective *k = n->attr.coll;
+  const ts_node *x = tk_operand(g, n, 0);
+  if (!k) return ts_set_error("%s: node has no device group", ts_op_name(n->op));
+  if (!ctx->comm) {
+    /* a program run without a communicator: only groups of one are valid */
+    if (n->op != TS_OP_COLLECTIVE_PERMUTE && k->n == 1) {
+      memcpy(out, in[0], (size_t)tk_numel(n) * ts_dtype_size(n->dtype));
+      return 0;
+    }
+    return ts_set_error("%s: no communicator (the program was compiled for several devices)", ts_op_name(n->op));
+  }
+  size_t es = ts_dtype_size(n->dtype);
+  int d = n->attr.axis;
+  switch (n->op) {
+  case TS_OP_ALL_REDUCE:
+    return ts_comm_all_reduce(ctx->comm, ctx->device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+                              tk_numel(n));
+  case TS_OP_ALL_GATHER: // (outer, in[d] * rest) per member -> (outer, n, ...)
+    return ts_comm_all_gather(ctx->comm, ctx->device, k->ids, k->n, in[0], out, span(x->shape, 0, d),
+                              (size_t)span(x->shape, d, x->rank) * es);
+  case TS_OP_REDUCE_SCATTER: // (outer, n, out[d] * rest) -> (outer, out[d] * rest)
+    return ts_comm_reduce_scatter(ctx->comm, ctx->device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+                                  span(n->shape, 0, d), span(n->shape, d, n->rank));
+  case TS_OP_ALL_TO_ALL:
+    return all_to_all(n, x, in[0], out, ctx);
+  case TS_OP_COLLECTIVE_PERMUTE:
+    return ts_comm_permute(ctx->comm, ctx->device, k->ids, k->n, in[0], out, (size_t)tk_numel(n) * es);
+  default:
+    return ts_set_error("collective: %s is not a collective", ts_op_name(n->op));
+  }
+}

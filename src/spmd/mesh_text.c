@@ -1,0 +1,48 @@
+/* mesh_text.c — meshes from the CLI's one-string form "data=4,model=2". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h" /* ts_set_error */
+#include "spmd/spmd_internal.h"
+
+ts_mesh *ts_mesh_from_text(const char *text) {
+  if (!text || !*text) {
+    ts_set_error("mesh: empty mesh text (expected e.g. \"data=4,model=2\")");
+    return NULL;
+  }
+  char names[TS_MESH_MAX_RANK][TS_MESH_MAX_NAME];
+  const char *ptrs[TS_MESH_MAX_RANK];
+  int64_t shape[TS_MESH_MAX_RANK];
+  int rank = 0;
+  const char *p = text;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    const char *eq = memchr(p, '=', (size_t)(end - p));
+    if (rank == TS_MESH_MAX_RANK) {
+      ts_set_error("mesh: '%s' has more than %d axes", text, TS_MESH_MAX_RANK);
+      return NULL;
+    }
+    if (!eq || eq == p || (size_t)(eq - p) >= TS_MESH_MAX_NAME) {
+      ts_set_error("mesh: '%.*s' in '%s' is not name=size", (int)(end - p), p, text);
+      return NULL;
+    }
+    memcpy(names[rank], p, (size_t)(eq - p));
+    names[rank][eq - p] = '\0';
+    char *num_end;
+    long long v = strtoll(eq + 1, &num_end, 10);
+    if (num_end != end || v < 1 || v > 65536) {
+      ts_set_error("mesh: size of axis '%s' in '%s' is not an integer >= 1", names[rank], text);
+      return NULL;
+    }
+    shape[rank] = v;
+    ptrs[rank] = names[rank];
+    rank++;
+    p = *end ? end + 1 : end;
+    if (*end && !*p) {
+      ts_set_error("mesh: '%s' ends with a comma", text);
+      return NULL;
+    }
+  }
+  return ts_mesh_new(rank, shape, ptrs, 0, NULL);
+}

@@ -1,0 +1,504 @@
+/* partition.c — the SPMD partitioner: rewrites a global program, whose every
+ * node has a sharding (propagate.c), into the program of one device, with
+ * local (block) shapes and static slice offsets for that device. Each op has
+ * a rule: elementwise ops, broadcast, transpose and reshape work on blocks;
+ * dot_general splits batch, free and contracting dims (a sharded contracting
+ * dim leaves a partial sum); reductions over sharded dims leave a partial
+ * reduction; iota, rng and constants make their block from global indices.
+ * Other ops use the general fallback: gather the operands whole, compute,
+ * keep this device's block. Resharding is in reshard.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "spmd/part_internal.h"
+
+static void spec_clear(ts_partition_spec *s, int rank) {
+  memset(s, 0, sizeof *s);
+  s->rank = rank;
+}
+
+static void copy_dim(ts_partition_spec *dst, int dd, const ts_partition_spec *src, int sd) {
+  dst->naxes[dd] = src->naxes[sd];
+  memcpy(dst->axes[dd], src->axes[sd], sizeof dst->axes[dd]);
+}
+
+static uint32_t dim_mask(const ts_partition_spec *s, int d) {
+  uint32_t m = 0;
+  for (int k = 0; k < s->naxes[d]; k++) m |= 1u << s->axes[d][k];
+  return m;
+}
+
+/* Copies the block of a row-major global array starting at `start` with
+ * shape lshape into dst. */
+static void take_block(char *dst, const char *src, int rank, const int64_t *shape, const int64_t *start,
+                       const int64_t *lshape, size_t es) {
+  int64_t n = ts_shape_numel(rank, lshape);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rest = i, off = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      off += (rest % lshape[d] + start[d]) * stride;
+      rest /= lshape[d];
+      stride *= shape[d];
+    }
+    memcpy(dst + (size_t)i * es, src + (size_t)off * es, es);
+  }
+}
+
+/* Global start of this device's block of a node laid out as W. */
+static void block_start(const part *p, const ts_partition_spec *s, int rank, const int64_t *lshape, int64_t *start) {
+  for (int d = 0; d < rank; d++) start[d] = part_tile_index(p, s->axes[d], s->naxes[d]) * lshape[d];
+}
+
+static int32_t lower_leaf(part *p, int id, const ts_partition_spec *in_spec) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_partition_spec *W = &p->W[id];
+  int64_t ls[TS_MAX_RANK], st[TS_MAX_RANK];
+  part_local_shape(p, W, n->rank, n->shape, ls);
+  block_start(p, W, n->rank, ls, st);
+  switch (n->op) {
+  case TS_OP_INPUT: {
+    int64_t is[TS_MAX_RANK];
+    part_local_shape(p, in_spec, n->rank, n->shape, is);
+    int32_t v = part_emit(p, TS_OP_INPUT, n->dtype, n->rank, is, 0, NULL, NULL);
+    p->L->nodes[v].name = strdup(n->name ? n->name : "");
+    return part_reshard(p, v, n->dtype, n->rank, n->shape, *in_spec, 0, TS_REDUCE_SUM, W);
+  }
+  case TS_OP_CONSTANT: {
+    int32_t v = part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &n->attr);
+    if (n->data) {
+      size_t es = ts_dtype_size(n->dtype);
+      char *d = malloc((size_t)ts_shape_numel(n->rank, ls) * es + 1);
+      take_block(d, n->data, n->rank, n->shape, st, ls, es);
+      p->L->nodes[v].data = d;
+    }
+    return v;
+  }
+  case TS_OP_IOTA: {
+    int32_t v = part_emit(p, TS_OP_IOTA, n->dtype, n->rank, ls, 0, NULL, &n->attr);
+    int64_t off = st[n->attr.axis];
+    if (off == 0) return v;
+    /* block of a sharded iota dim: local index + the block's global start */
+    ts_attr c = {0};
+    c.value = (double)off;
+    int32_t k = part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &c);
+    int32_t in[2] = {v, k};
+    return part_emit(p, TS_OP_ADD, n->dtype, n->rank, ls, 2, in, NULL);
+  }
+  default: { /* RNG: this block of the global random tensor */
+    ts_partition_spec rep;
+    spec_clear(&rep, 0);
+    int32_t seed = part_get(p, n->in[0], &rep);
+    ts_attr a = n->attr;
+    if (!a.global) {
+      a.global = true;
+      memcpy(a.gshape, n->shape, sizeof a.gshape);
+      memset(a.goffset, 0, sizeof a.goffset);
+    }
+    for (int d = 0; d < n->rank; d++) a.goffset[d] += st[d];
+    return part_emit(p, n->op, n->dtype, n->rank, ls, 1, &seed, &a);
+  }
+  }
+}
+
+/* dot_general: output dims keep the node's axes unless those axes split a
+ * contracting dim (then the result is a partial sum over them). */
+static int32_t lower_dot(part *p, int id) {
+  const ts_graph *g = p->g;
+  const ts_node *n = &g->nodes[id];
+  const ts_dot_dims *dd = &n->attr.dot;
+  const ts_node *x = &g->nodes[n->in[0]], *y = &g->nodes[n->in[1]];
+  const ts_partition_spec *xw = &p->W[n->in[0]], *yw = &p->W[n->in[1]];
+  ts_partition_spec ck; /* per contracting pair k: its axes (entry k) */
+  spec_clear(&ck, dd->n_contract);
+  uint32_t cmask = 0;
+  for (int k = 0; k < dd->n_contract; k++) {
+    int lc = dd->lhs_contract[k], rc = dd->rhs_contract[k];
+    uint32_t lm = dim_mask(xw, lc), rm = dim_mask(yw, rc);
+    if (lm && !(lm & cmask)) copy_dim(&ck, k, xw, lc);
+    else if (rm && !(rm & cmask)) copy_dim(&ck, k, yw, rc);
+    cmask |= dim_mask(&ck, k);
+  }
+  ts_partition_spec O = p->W[id];
+  for (int d = 0; d < n->rank; d++)
+    if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
+  ts_partition_spec s[2];
+  int o = dd->n_batch;
+  for (int side = 0; side < 2; side++) {
+    const ts_node *t = side ? y : x;
+    const int *bat = side ? dd->rhs_batch : dd->lhs_batch, *con = side ? dd->rhs_contract : dd->lhs_contract;
+    spec_clear(&s[side], t->rank);
+    for (int b = 0; b < dd->n_batch; b++) copy_dim(&s[side], bat[b], &O, b);
+    for (int k = 0; k < dd->n_contract; k++) copy_dim(&s[side], con[k], &ck, k);
+    for (int i = 0; i < t->rank; i++) {
+      bool skip = false;
+      for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
+      for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
+      if (!skip) copy_dim(&s[side], i, &O, o++);
+    }
+  }
+  int32_t in[2] = {part_get(p, n->in[0], &s[0]), part_get(p, n->in[1], &s[1])};
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, TS_OP_DOT, n->dtype, n->rank, ls, 2, in, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* reduce: reduced dims keep their axes and leave a partial reduction. */
+static int32_t lower_reduce(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *x = &p->g->nodes[n->in[0]];
+  ts_partition_spec xs = p->W[n->in[0]], O = p->W[id];
+  uint32_t cmask = 0;
+  for (int r = 0; r < n->attr.n_dims; r++) cmask |= dim_mask(&xs, n->attr.dims[r]);
+  for (int d = 0; d < n->rank; d++)
+    if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
+  for (int i = 0, r = 0, j = 0; i < x->rank; i++) {
+    if (r < n->attr.n_dims && n->attr.dims[r] == i) {
+      r++;
+      continue;
+    }
+    copy_dim(&xs, i, &O, j++);
+  }
+  int32_t a = part_get(p, n->in[0], &xs);
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, TS_OP_REDUCE, n->dtype, n->rank, ls, 1, &a, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, n->attr.reduce, &p->W[id]);
+}
+
+static int32_t lower_reshape(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *x = &p->g->nodes[n->in[0]];
+  const ts_partition_spec *W = &p->W[id];
+  int64_t fp[TS_MAX_RANK], tp[TS_MAX_RANK], q = 1;
+  for (int e = 0; e < x->rank; e++) fp[e] = q, q *= x->shape[e];
+  q = 1;
+  for (int d = 0; d < n->rank; d++) tp[d] = q, q *= n->shape[d];
+  ts_partition_spec xs, A;
+  spec_clear(&xs, x->rank);
+  spec_clear(&A, n->rank);
+  for (int d = 0; d < n->rank; d++) {
+    int64_t t = spmd_dim_tiles(p->m, W, d);
+    if (t == 1) continue;
+    for (int e = 0; e < x->rank; e++)
+      if (fp[e] == tp[d] && x->shape[e] % t == 0 && n->shape[d] % t == 0) {
+        copy_dim(&xs, e, W, d);
+        copy_dim(&A, d, W, d);
+        break;
+      }
+  }
+  int32_t a = part_get(p, n->in[0], &xs);
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &A, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, TS_OP_RESHAPE, n->dtype, n->rank, ls, 1, &a, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, A, 0, TS_REDUCE_SUM, W);
+}
+
+/* Dims (a, b) of a 4-D spec kept, spatial dims replicated. */
+static ts_partition_spec nc_spec(const ts_partition_spec *s, int a, int b) {
+  ts_partition_spec r;
+  spec_clear(&r, 4);
+  if (a >= 0) copy_dim(&r, 0, s, a);
+  if (b >= 0) copy_dim(&r, 1, s, b);
+  return r;
+}
+
+/* Convolutions split the batch dim and the output channels; split input
+ * channels (groups == 1) leave a partial sum. The two gradient ops are
+ * convolutions too: bwd_data contracts over output channels, bwd_filter over
+ * the batch. Pools split batch and channels. Spatial dims are gathered. */
+static int32_t lower_conv(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_partition_spec *x0 = &p->W[n->in[0]];
+  ts_partition_spec O = nc_spec(&p->W[id], 0, 1), a, b, K;
+  spec_clear(&K, 1);
+  uint32_t cmask = 0;
+  /* the contracted dim: (operand, dim) pairs that must share its axes */
+  switch (n->op) {
+  case TS_OP_CONV: copy_dim(&K, 0, x0, 1); break;            /* C of x (and of w) */
+  case TS_OP_CONV_BWD_DATA: copy_dim(&K, 0, x0, 1); break;   /* O of dy (and of w) */
+  case TS_OP_CONV_BWD_FILTER: copy_dim(&K, 0, x0, 0); break; /* N of x (and of dy) */
+  default: break;
+  }
+  if (n->op == TS_OP_CONV || n->op == TS_OP_CONV_BWD_DATA || n->op == TS_OP_CONV_BWD_FILTER) {
+    if (n->attr.conv.groups != 1) K.naxes[0] = 0;
+    cmask = dim_mask(&K, 0);
+    for (int d = 0; d < 2; d++)
+      if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
+  }
+  int32_t in[2];
+  switch (n->op) {
+  case TS_OP_CONV: /* x (N,C,H,W) [N, K], w (O,C,kh,kw) [O, K] */
+    a = nc_spec(&O, 0, -1);
+    copy_dim(&a, 1, &K, 0);
+    b = nc_spec(&O, 1, -1);
+    copy_dim(&b, 1, &K, 0);
+    break;
+  case TS_OP_CONV_BWD_DATA: /* dy (N,O,..) [N, K], w (O,C,..) [K, C] -> (N,C,..) */
+    a = nc_spec(&O, 0, -1);
+    copy_dim(&a, 1, &K, 0);
+    b = nc_spec(&O, -1, 1);
+    copy_dim(&b, 0, &K, 0);
+    break;
+  case TS_OP_CONV_BWD_FILTER: /* x (N,C,..) [K, C], dy (N,O,..) [K, O] -> (O,C,..) */
+    a = nc_spec(&O, -1, 1);
+    copy_dim(&a, 0, &K, 0);
+    b = nc_spec(&O, -1, 0);
+    copy_dim(&b, 0, &K, 0);
+    break;
+  default: /* pools and their gradients: operands laid out like the result */
+    a = b = O;
+    break;
+  }
+  in[0] = part_get(p, n->in[0], &a);
+  if (n->n_in > 1) in[1] = part_get(p, n->in[1], &b);
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* slice, pad, concatenate: dims the op leaves alone (full range with stride
+ * 1, no padding, not the concatenation dim) keep their axes; the others are
+ * computed whole and then cut to the node's layout. */
+static bool passes_through(const ts_node *n, const ts_node *x, int d) {
+  const ts_attr *a = &n->attr;
+  switch (n->op) {
+  case TS_OP_SLICE: return a->start[d] == 0 && a->limit[d] == x->shape[d] && a->stride[d] == 1;
+  case TS_OP_PAD: return a->start[d] == 0 && a->limit[d] == 0;
+  default: return d != a->axis; /* concatenate */
+  }
+}
+
+static int32_t lower_window(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *x = &p->g->nodes[n->in[0]];
+  ts_partition_spec O = p->W[id];
+  for (int d = 0; d < n->rank; d++)
+    if (!passes_through(n, x, d)) O.naxes[d] = 0;
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], &O);
+  ts_attr a = n->attr;
+  for (int d = 0; d < n->rank; d++)
+    if (n->op == TS_OP_SLICE && O.naxes[d]) a.limit[d] = ls[d]; /* the whole local block */
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &a);
+  if (in != small) free(in);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, 0, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* Any op: operands whole, compute the global result, keep this block. */
+static int32_t lower_fallback(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  for (int k = 0; k < n->n_in; k++) {
+    ts_partition_spec rep;
+    spec_clear(&rep, p->g->nodes[n->in[k]].rank);
+    in[k] = part_get(p, n->in[k], &rep);
+  }
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, n->shape, n->n_in, in, &n->attr);
+  if (in != small) free(in);
+  ts_partition_spec rep;
+  spec_clear(&rep, n->rank);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, rep, 0, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* gather: rows of table (V, E..) picked by indices I -> (I.., E..). Index
+ * dims and the table's other dims split as the result; a table split over V
+ * (a vocabulary-sharded embedding) looks up the rows it holds, zeros for the
+ * others, and leaves a partial sum over V's axes. */
+static int32_t lower_gather(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *t = &p->g->nodes[n->in[0]], *ix = &p->g->nodes[n->in[1]];
+  ts_partition_spec K, O = p->W[id], ts_, is;
+  spec_clear(&K, 1);
+  copy_dim(&K, 0, &p->W[n->in[0]], 0);
+  uint32_t cmask = dim_mask(&K, 0);
+  for (int d = 0; d < n->rank; d++)
+    if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
+  spec_clear(&ts_, t->rank);
+  spec_clear(&is, ix->rank);
+  copy_dim(&ts_, 0, &K, 0);
+  for (int d = 0; d < ix->rank; d++) copy_dim(&is, d, &O, d);
+  for (int d = 1; d < t->rank; d++) copy_dim(&ts_, d, &O, ix->rank + d - 1);
+  int32_t tab = part_get(p, n->in[0], &ts_), idx = part_get(p, n->in[1], &is);
+  int64_t ls[TS_MAX_RANK], il[TS_MAX_RANK], tl[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  part_local_shape(p, &is, ix->rank, ix->shape, il);
+  part_local_shape(p, &ts_, t->rank, t->shape, tl);
+  if (!cmask) {
+    int32_t in[2] = {tab, idx};
+    return part_reshard(p, part_emit(p, TS_OP_GATHER, n->dtype, n->rank, ls, 2, in, NULL), n->dtype, n->rank,
+                        n->shape, O, 0, TS_REDUCE_SUM, &p->W[id]);
+  }
+  /* rows [lo, lo + V/k) live here: local index = clamp(i - lo), masked */
+  int64_t lo = part_tile_index(p, K.axes[0], K.naxes[0]) * tl[0];
+  ts_dtype idt = ix->dtype;
+  ts_attr c = {0};
+  c.value = (double)lo;
+  int32_t klo = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
+  c.value = (double)(lo + tl[0]);
+  int32_t khi = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
+  c.value = 0;
+  int32_t kzero = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
+  c.value = (double)(tl[0] - 1);
+  int32_t klast = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
+  ts_attr ge = {0}, lt = {0};
+  ge.cmp = TS_CMP_GE;
+  lt.cmp = TS_CMP_LT;
+  int32_t a1[2] = {idx, klo}, a2[2] = {idx, khi};
+  int32_t in_lo = part_emit(p, TS_OP_COMPARE, TS_BOOL, ix->rank, il, 2, a1, &ge);
+  int32_t in_hi = part_emit(p, TS_OP_COMPARE, TS_BOOL, ix->rank, il, 2, a2, &lt);
+  int32_t rel = part_emit(p, TS_OP_SUB, idt, ix->rank, il, 2, a1, NULL);
+  int32_t m1[2] = {rel, kzero}, m2[2] = {0, klast};
+  m2[0] = part_emit(p, TS_OP_MAX, idt, ix->rank, il, 2, m1, NULL);
+  int32_t li = part_emit(p, TS_OP_MIN, idt, ix->rank, il, 2, m2, NULL);
+  int32_t in[2] = {tab, li};
+  int32_t got = part_emit(p, TS_OP_GATHER, n->dtype, n->rank, ls, 2, in, NULL);
+  /* mask (I..) -> (I.., E..): both bounds hold */
+  int32_t s3[3] = {in_lo, in_hi, 0};
+  c.value = 0;
+  s3[2] = part_emit(p, TS_OP_CONSTANT, TS_BOOL, ix->rank, il, 0, NULL, &c);
+  int32_t ok = part_emit(p, TS_OP_SELECT, TS_BOOL, ix->rank, il, 3, s3, NULL);
+  ts_attr bc = {0};
+  bc.n_dims = ix->rank;
+  for (int d = 0; d < ix->rank; d++) bc.dims[d] = d;
+  int32_t okb = part_emit(p, TS_OP_BROADCAST, TS_BOOL, n->rank, ls, 1, &ok, &bc);
+  int32_t zero = part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &c);
+  int32_t sel[3] = {okb, got, zero};
+  int32_t v = part_emit(p, TS_OP_SELECT, n->dtype, n->rank, ls, 3, sel, NULL);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* A node of a manual region: copied as written (its shapes are already the
+ * blocks'); its collectives name mesh axes, turned into this device's group. */
+static int32_t lower_manual(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  if (spmd_is_to_local(n)) return part_get(p, n->in[0], ts_sharding_spec(n->sharding));
+  int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  for (int k = 0; k < n->n_in; k++) in[k] = p->val[n->in[k]];
+  int32_t v;
+  if (ts_op_is_collective(n->op) && !n->attr.coll)
+    v = part_emit_coll(p, n->op, n->dtype, n->rank, n->shape, in[0], n->attr.dims, n->attr.n_dims, n->attr.reduce,
+                       n->attr.axis, 0);
+  else {
+    v = part_emit(p, n->op, n->dtype, n->rank, n->shape, n->n_in, in, &n->attr);
+    ts_node *d = &p->L->nodes[v];
+    ir_node_copy_owned(d, n); /* constant data, fused programs */
+  }
+  if (in != small) free(in);
+  return v;
+}
+
+static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_partition_spec *W = &p->W[id];
+  if (n->manual) return lower_manual(p, id);
+  if (spmd_is_from_local(p->g, n)) return p->val[n->in[0]]; /* the blocks, laid out as W (its annotation) */
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, W, n->rank, n->shape, ls);
+  if (ts_op_is_elementwise(n->op)) {
+    int32_t in[3];
+    for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], W);
+    return part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
+  }
+  switch (n->op) {
+  case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
+    return lower_leaf(p, id, in_spec);
+  case TS_OP_BROADCAST: {
+    const ts_node *x = &p->g->nodes[n->in[0]];
+    ts_partition_spec xs; /* operand dims of size 1 stay whole */
+    spec_clear(&xs, x->rank);
+    for (int i = 0; i < x->rank; i++)
+      if (x->shape[i] == n->shape[n->attr.dims[i]]) copy_dim(&xs, i, W, n->attr.dims[i]);
+    int32_t a = part_get(p, n->in[0], &xs);
+    return part_emit(p, TS_OP_BROADCAST, n->dtype, n->rank, ls, 1, &a, &n->attr);
+  }
+  case TS_OP_TRANSPOSE: {
+    ts_partition_spec xs;
+    spec_clear(&xs, n->rank);
+    for (int i = 0; i < n->rank; i++) copy_dim(&xs, n->attr.dims[i], W, i);
+    int32_t a = part_get(p, n->in[0], &xs);
+    return part_emit(p, TS_OP_TRANSPOSE, n->dtype, n->rank, ls, 1, &a, &n->attr);
+  }
+  case TS_OP_RESHAPE: return lower_reshape(p, id);
+  case TS_OP_DOT: return lower_dot(p, id);
+  case TS_OP_REDUCE: return lower_reduce(p, id);
+  case TS_OP_CONV: case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL:
+  case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
+    return lower_conv(p, id);
+  case TS_OP_GATHER: return lower_gather(p, id);
+  case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);
+  default: return lower_fallback(p, id);
+  }
+}
+
+ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition_spec *specs,
+                         const ts_partition_spec *in_specs, const ts_partition_spec *out_specs, int device,
+                         spmd_coll_list *colls) {
+  part p = {0};
+  p.g = g;
+  p.m = m;
+  p.device = device;
+  p.colls = colls;
+  int64_t flat = -1;
+  for (int64_t i = 0; i < m->ndevices; i++)
+    if (m->device_ids[i] == device) flat = i;
+  if (flat < 0) {
+    ts_set_error("partition: device %d is not in the mesh", device);
+    return NULL;
+  }
+  for (int a = m->rank - 1; a >= 0; a--) {
+    p.coord[a] = flat % m->shape[a];
+    flat /= m->shape[a];
+  }
+  ts_partition_spec *W = malloc(((size_t)g->n_nodes + 1) * sizeof *W);
+  p.val = malloc(((size_t)g->n_nodes + 1) * sizeof *p.val);
+  p.memo = calloc((size_t)g->n_nodes + 1, sizeof *p.memo);
+  p.L = ts_graph_new();
+  if (!W || !p.val || !p.memo || !p.L) {
+    ts_set_error("partition: out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    W[i] = specs[i];
+    spmd_spec_make_even(m, &W[i], g->nodes[i].shape);
+  }
+  p.W = W;
+  for (int i = 0; i < g->n_nodes; i++) {
+    p.cause = i;
+    const ts_node *n = &g->nodes[i];
+    p.val[i] = lower(&p, i, n->op == TS_OP_INPUT ? &in_specs[n->attr.input_index] : NULL);
+  }
+  for (int k = 0; k < g->n_outputs; k++) {
+    p.cause = g->outputs[k];
+    int32_t v = part_get(&p, g->outputs[k], &out_specs[k]);
+    if (ts_graph_add_output(p.L, v) < 0) goto fail;
+    int a = g->alias ? g->alias[k] : -1;
+    if (a >= 0 && ts_graph_alias_output(p.L, k, p.L->inputs[a]) < 0) goto fail;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    for (part_memo *q = p.memo[i]; q;) {
+      part_memo *nx = q->next;
+      free(q);
+      q = nx;
+    }
+  free(p.memo);
+  free(p.val);
+  free(W);
+  return p.L;
+fail:
+  if (p.memo)
+    for (int i = 0; i < g->n_nodes; i++)
+      for (part_memo *q = p.memo[i]; q;) {
+        part_memo *nx = q->next;
+        free(q);
+        q = nx;
+      }
+  free(p.memo);
+  free(p.val);
+  free(W);
+  ts_graph_free(p.L);
+  return NULL;
+}
