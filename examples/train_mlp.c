@@ -41,6 +41,10 @@ static void bind(ts_graph *g, ts_params *p, ts_client *c, ts_buffer **in, ts_buf
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: %s [epochs (default 1)] [data dir (default %s)]\n", argv[0], TS_FASHION_MNIST_DIR);
+    return 0;
+  }
   int epochs = argc > 1 ? atoi(argv[1]) : 1;
   const char *dir = argc > 2 ? argv[2] : TS_FASHION_MNIST_DIR;
   if (epochs < 1) {

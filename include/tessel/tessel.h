@@ -4,8 +4,11 @@
  *   graph.h     building global programs (ops, composites, outputs)
  *   autodiff.h  gradients as a graph rewrite
  *   runtime.h   client, buffers, compile, execute
+ *   spmd.h      device meshes, partition specs, shardings, mark_sharding, shard_map
  *   nn.h        layers, initialization, optimizers, schedules
  *   data.h      datasets (IDX / Fashion-MNIST)
+ *   loader.h    prefetching, sharding-aware data loader; CIFAR-10, synthetic data
+ *   metrics.h   counters and timers, reports, traces, the compile cache
  */
 #ifndef TESSEL_TESSEL_H
 #define TESSEL_TESSEL_H
@@ -14,7 +17,10 @@
 #include "tessel/graph.h"
 #include "tessel/autodiff.h"
 #include "tessel/runtime.h"
+#include "tessel/spmd.h"
 #include "tessel/nn.h"
 #include "tessel/data.h"
+#include "tessel/loader.h"
+#include "tessel/metrics.h"
 
 #endif
