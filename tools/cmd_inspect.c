@@ -9,13 +9,15 @@
  *   4. the per-device program (device 0; the others differ only in offsets
  *      and groups) with its memory plan,
  *   5. per device: the peak bytes of the temporary arena and the constants.
- * The training-graph builder repeats train.c's (static there): keep the two
- * in step (same input names x, y, lr, step, seed). */
+ * The graph and its shardings are exactly those of `tessel train` with the
+ * same flags (model_graph.c, train_mesh.c); --spec overrides an input's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
+#include "model_graph.h"  /* the same training graph as tessel train */
+#include "train_mesh.h"   /* the same shardings as tessel train --mesh */
 #include "compile/compile.h" /* per-device plans of an SPMD executable */
 #include "tessel/tessel.h"
 
@@ -46,9 +48,11 @@ static void usage(FILE *f) {
           "  --model mlp|cnn          [mlp]\n"
           "  --batch B                training batch size [mlp 128, cnn 64]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
-          "  --mesh SHAPE             device mesh, e.g. 4 or 2,2 [1 device]; the batch (x, y)\n"
-          "                           is split over the first mesh axis (data parallel)\n"
-          "  --axis-names NAMES       mesh axis names, e.g. data,model [by index]\n"
+          "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
+          "                           the same shardings: the batch on 'data', the MLP\n"
+          "                           Megatron-split on 'model' [1 device]\n"
+          "  --mesh SHAPE             or a shape (4, 2,2) with --axis-names data,model\n"
+          "  --axis-names NAMES       mesh axis names for --mesh SHAPE [by index]\n"
           "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
           "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
           "                           repeatable; overrides the batch default for x and y\n"
@@ -112,43 +116,6 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
   return 0;
 }
 
-/* train.c's training step: x (B,1,28,28), y (B), lr, step, seed -> loss +
- * in-place parameter and optimizer-state updates. */
-static ts_graph *build_train_graph(const inspect_opts *o, ts_params *p) {
-  ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {o->batch, 1, 28, 28};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);        // (B, 1, 28, 28)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &o->batch); // (B)
-  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
-  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
-  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
-  ts_nn m;
-  ts_nn_init(&m, g, p, true, seed);
-  ts_tensor logits = o->model == 0 ? ts_model_mlp(&m, x) : ts_model_mnist_cnn(&m, x); // (B, 10)
-  ts_tensor loss = ts_cross_entropy(g, logits, y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) {
-    ts_graph_free(g);
-    return NULL;
-  }
-  int np = ts_params_count(p), n = 0;
-  ts_tensor *wrt = calloc((size_t)np + 1, sizeof *wrt), *grads = calloc((size_t)np + 1, sizeof *grads);
-  for (int i = 0; wrt && i < np; i++) {
-    if (!ts_params_trainable(p, i)) continue;
-    ts_tensor t = ts_graph_find_input(g, ts_params_name(p, i));
-    if (t != TS_NONE) wrt[n++] = t;
-  }
-  ts_optim_config cfg = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
-                         .weight_decay = o->optimizer == 0 ? 0.0 : 0.01};
-  int rc = wrt && grads ? ts_grad(g, loss, n, wrt, grads) : ts_set_error("out of memory");
-  if (rc == 0) rc = ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
-  if (rc == 0) rc = ts_nn_finish(&m);
-  free(wrt);
-  free(grads);
-  if (rc == 0) return g;
-  ts_graph_free(g);
-  return NULL;
-}
-
 /* Marks input `name` of g with `spec` on m. */
 static int mark(ts_graph *g, const ts_mesh *m, const char *name, const char *spec_text) {
   ts_tensor t = ts_graph_find_input(g, name);
@@ -176,16 +143,16 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(0);
-  ts_graph *g = c && p ? build_train_graph(o, p) : NULL;
+  model_graph_spec gs = {.model = o->model == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN, .batch = o->batch,
+                         .c = 1, .h = 28, .w = 28,
+                         .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
+                                   .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
+  ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
   ts_executable *e = NULL;
   int rc = -1;
   if (!g) goto done;
   if (mesh) {
-    char xs[128], ys[64];
-    const char *a0 = ts_mesh_axis_name(mesh, 0);
-    snprintf(xs, sizeof xs, "%s,None,None,None", a0 ? a0 : "0");
-    snprintf(ys, sizeof ys, "%s", a0 ? a0 : "0");
-    if (mark(g, mesh, "x", xs) < 0 || mark(g, mesh, "y", ys) < 0) goto done;
+    if (train_mesh_mark(g, mesh, o->model == 0) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
       char name[256];
       const char *eq = strchr(o->specs[i], '=');
@@ -247,7 +214,8 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (r < 0) return CLI_EXIT_USAGE;
   ts_mesh *mesh = NULL;
-  if (o.mesh && !(mesh = ts_mesh_parse(o.mesh, o.axis_names, NULL))) {
+  if (o.mesh && !(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
+                                              : ts_mesh_parse(o.mesh, o.axis_names, NULL))) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
     return CLI_EXIT_USAGE;
   }

@@ -18,6 +18,7 @@
 #include <time.h> // clock_gettime
 
 #include "args.h"
+#include "model_graph.h" /* the training and evaluation graphs */
 #include "train_mesh.h" /* --mesh: shardings of the programs */
 #include "tessel/loader.h" // CIFAR-10, the prefetching loader, progress
 #include "tessel/tessel.h"
@@ -292,79 +293,13 @@ static int program_run(program *pr) {
   return 0;
 }
 
-/* The CIFAR CNN: three 3x3 conv (pad 1) + ReLU + 2x2 max-pool stages (32, 64,
- * 128 channels), fc 2048-256, ReLU, dropout 0.5, fc 256-10.
- * x (B, 3, 32, 32) -> logits (B, 10). */
-static ts_tensor cifar_cnn(ts_nn *m, ts_tensor x) {
-  ts_graph *g = m->g;
-  ts_pool_params pool = {.kernel = {2, 2}, .stride = {2, 2}};
-  ts_tensor h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv1", x, 3, 32, 3, 1, 1, true)), &pool);
-  h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv2", h, 32, 64, 3, 1, 1, true)), &pool);   // (B, 64, 8, 8)
-  h = ts_max_pool2d(g, ts_relu(g, ts_nn_conv2d(m, "conv3", h, 64, 128, 3, 1, 1, true)), &pool);  // (B, 128, 4, 4)
-  if (h == TS_NONE) return TS_NONE;
-  int64_t flat[2] = {ts_tensor_shape(g, h)[0], 2048};
-  h = ts_relu(g, ts_nn_linear(m, "fc1", ts_reshape(g, h, 2, flat), 2048, 256, true)); // (B, 256)
-  h = ts_nn_dropout(m, h, 0.5);
-  return ts_nn_linear(m, "fc2", h, 256, 10, true); // (B, 10)
-}
-
-static ts_tensor build_model(ts_nn *m, int model, int channels, ts_tensor x) {
-  if (model == MODEL_MLP) return ts_model_mlp(m, x);
-  return channels == 3 ? cifar_cnn(m, x) : ts_model_mnist_cnn(m, x);
-}
-
-/* The training step: inputs params + optimizer state, x (B,C,H,W) f32,
- * y (B) i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is
- * the loss, the rest are the in-place updates. */
-static ts_graph *build_train_graph(const train_opts *o, ts_params *p) {
-  ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {o->batch, o->c, o->h, o->w};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);             // (B, C, H, W)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &o->batch);      // (B)
-  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
-  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
-  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
-  ts_nn m;
-  ts_nn_init(&m, g, p, true, seed);
-  ts_tensor logits = build_model(&m, o->model, o->c, x);     // (B, 10)
-  ts_tensor loss = ts_cross_entropy(g, logits, y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) goto fail;
-
-  int np = ts_params_count(p);
-  ts_tensor *wrt = calloc((size_t)np + 1, sizeof *wrt);
-  ts_tensor *grads = calloc((size_t)np + 1, sizeof *grads);
-  int n = 0;
-  for (int i = 0; i < np; i++) {
-    if (!ts_params_trainable(p, i)) continue;
-    ts_tensor t = ts_graph_find_input(g, ts_params_name(p, i));
-    if (t != TS_NONE) wrt[n++] = t;
-  }
-  ts_optim_config cfg = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
-                         .momentum = o->momentum, .weight_decay = o->weight_decay};
-  int rc = ts_grad(g, loss, n, wrt, grads);
-  if (rc == 0) rc = ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
-  if (rc == 0) rc = ts_nn_finish(&m);
-  free(wrt);
-  free(grads);
-  if (rc == 0) return g;
-fail:
-  ts_graph_free(g);
-  return NULL;
-}
-
-/* Evaluation forward: x (E,C,H,W) -> logits (E,10), training off. */
-static ts_graph *build_eval_graph(const train_opts *o, int64_t e, ts_params *p) {
-  ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {e, o->c, o->h, o->w};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);
-  ts_nn m;
-  ts_nn_init(&m, g, p, false, TS_NONE);
-  ts_tensor logits = build_model(&m, o->model, o->c, x);
-  if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0 || ts_nn_finish(&m) != 0) {
-    ts_graph_free(g);
-    return NULL;
-  }
-  return g;
+/* The shared model builders (model_graph.h) for this run's options. */
+static model_graph_spec graph_spec(const train_opts *o) {
+  return (model_graph_spec){
+      .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
+      .batch = o->batch, .c = o->c, .h = o->h, .w = o->w,
+      .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
+                .momentum = o->momentum, .weight_decay = o->weight_decay}};
 }
 
 /* Test accuracy in [0, 1]; full batches with `full`, the rest with `tail`;
@@ -487,17 +422,18 @@ int cli_train(int argc, char **argv) {
   if (o.trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = now_s();
   bool megatron = o.model == MODEL_MLP;
-  if (!(g = build_train_graph(&o, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
+  model_graph_spec gs = graph_spec(&o);
+  if (!(g = model_train_graph(&gs, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
       program_init(&step_pr, client, params, g) < 0)
     goto lib_error;
   ts_graph_free(g);
-  if (!(g = build_eval_graph(&o, eval_b, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
+  if (!(g = model_eval_graph(&gs, eval_b, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
       program_init(&eval_pr, client, params, g) < 0)
     goto lib_error;
   ts_graph_free(g);
   g = NULL;
   if (test.n % eval_b) {
-    if (!(g = build_eval_graph(&o, test.n % eval_b, params)) ||
+    if (!(g = model_eval_graph(&gs, test.n % eval_b, params)) ||
         (mesh && train_mesh_mark(g, mesh, megatron) < 0) || program_init(&tail_pr, client, params, g) < 0)
       goto lib_error;
     ts_graph_free(g);

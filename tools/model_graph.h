@@ -1,0 +1,24 @@
+/* model_graph.h — the training and evaluation graphs of the CLI's models,
+ * shared by `tessel train` and `tessel inspect`. */
+#ifndef TESSEL_TOOLS_MODEL_GRAPH_H
+#define TESSEL_TOOLS_MODEL_GRAPH_H
+
+#include "tessel/tessel.h"
+
+enum { MODEL_GRAPH_MLP, MODEL_GRAPH_CNN };
+
+typedef struct {
+  int model;         /* MODEL_GRAPH_*; the CNN is the CIFAR one when c == 3 */
+  int64_t batch;
+  int c, h, w;       /* image shape */
+  ts_optim_config optim;
+} model_graph_spec;
+
+/* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)
+ * i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is the
+ * loss, the rest are the in-place updates. NULL on error (message set). */
+ts_graph *model_train_graph(const model_graph_spec *s, ts_params *p);
+/* The evaluation forward: x (batch,C,H,W) -> logits (batch,10), training off. */
+ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *p);
+
+#endif
