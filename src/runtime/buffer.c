@@ -83,6 +83,7 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
       free_shards(b);
       return ts_set_error("buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
     }
+  for (int i = 0; i < c->num_devices; i++) memset(b->shards[i], 0, b->shard_bytes); /* API: zero-filled */
   b->data = b->shards[0];
   return 0;
 }

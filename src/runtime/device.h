@@ -29,7 +29,7 @@ typedef struct ts_device {
   const char *platform; /* "cpu" */
   int id;               /* global device id */
   void *ctx;            /* backend data */
-  /* Zero-filled memory of bytes (> 0 or not), 64-byte aligned; NULL on failure. */
+  /* Uninitialized memory of bytes (> 0 or not), 64-byte aligned; NULL on failure. */
   void *(*alloc)(void *ctx, size_t bytes);
   void (*free)(void *ctx, void *p);
   /* Copies host->device, device->host and device->device; 0 or -1. */
