@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h" /* now_s, cmp_double, median */
+
 #include "comm/comm.h"
 
 enum { MAX_DEV = 8, N_OPS = 3 };
@@ -24,22 +26,6 @@ static double cpu_s(void) { /* this thread's CPU time */
   struct timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int reps_for(size_t bytes, int max_reps) {

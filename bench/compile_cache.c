@@ -22,52 +22,27 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h" /* now_s, cmp_double, median */
+#include "model_graph.h" /* the training step of tessel train */
+
 #include "compile/cache.h"   /* ts_compile_graph_cached: the passes alone */
 #include "compile/compile.h" /* ts_compile_graph */
 #include "tessel/metrics.h"
 #include "tessel/tessel.h"
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+static double now_ms(void) { return 1e3 * now_s(); }
 
 static void die(const char *what) {
   fprintf(stderr, "bench_compile_cache: %s: %s\n", what, ts_last_error());
   exit(1);
 }
 
+/* The CNN (or MLP) training step of tessel train (tools/model_graph.c). */
 static ts_graph *build_step(ts_params *p, bool cnn, int64_t B) {
-  ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {B, 1, 28, 28};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs); // (B, 1, 28, 28)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &B); // (B)
-  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
-  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
-  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
-  ts_nn m;
-  ts_nn_init(&m, g, p, true, seed);
-  ts_tensor loss = ts_cross_entropy(g, cnn ? ts_model_mnist_cnn(&m, x) : ts_model_mlp(&m, x), y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) < 0) die("building the model");
-  int n = 0;
-  ts_tensor wrt[32], grads[32];
-  for (int i = 0; i < ts_params_count(p) && n < 32; i++)
-    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
-  ts_optim_config cfg = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01};
-  if (ts_grad(g, loss, n, wrt, grads) < 0 || ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads) < 0 ||
-      ts_nn_finish(&m) < 0)
-    die("building the step");
+  model_graph_spec spec = {.model = cnn ? MODEL_GRAPH_CNN : MODEL_GRAPH_MLP, .batch = B, .c = 1, .h = 28, .w = 28,
+                           .optim = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01}};
+  ts_graph *g = model_train_graph(&spec, p);
+  if (!g) die("building the step");
   return g;
 }
 

@@ -20,19 +20,10 @@
 #include <string.h>
 #include <time.h> // clock_gettime
 
+#include "bench_util.h" /* now_s, cmp_double, median */
+
 #include "tessel/loader.h"
 #include "tessel/tessel.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void die(const char *what) {
   fprintf(stderr, "bench_loader: %s: %s\n", what, ts_last_error());

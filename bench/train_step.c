@@ -16,20 +16,12 @@
 #include <string.h>
 #include <time.h> // clock_gettime
 
+#include "bench_util.h" /* now_s, cmp_double, median */
+#include "model_graph.h" /* the training step of tessel train */
+
 #include "tessel/tessel.h"
 
 #define N_BATCHES 4
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void die(const char *what) {
   fprintf(stderr, "bench_train_step: %s: %s\n", what, ts_last_error());
@@ -40,27 +32,14 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   ts_client_options copts = {.num_threads = threads};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
-  ts_graph *g = ts_graph_new();
-  if (!c || !p || !g) die("setup");
+  if (!c || !p) die("setup");
+  // The same training step tessel train runs (tools/model_graph.c).
   int64_t xs[4] = {B, 1, 28, 28};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);  // (B, 1, 28, 28)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &B);  // (B)
-  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
-  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
-  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
-  ts_nn m;
-  ts_nn_init(&m, g, p, true, seed);
-  bool mlp = strcmp(model, "mlp") == 0;
-  ts_tensor loss = ts_cross_entropy(g, mlp ? ts_model_mlp(&m, x) : ts_model_mnist_cnn(&m, x), y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) < 0) die("building the model");
-  int n = 0;
-  ts_tensor wrt[16], grads[16];
-  for (int i = 0; i < ts_params_count(p) && n < 16; i++)
-    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
-  ts_optim_config cfg = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01};
-  if (ts_grad(g, loss, n, wrt, grads) < 0 || ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads) < 0 ||
-      ts_nn_finish(&m) < 0)
-    die("building the step");
+  model_graph_spec spec = {.model = strcmp(model, "mlp") == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
+                           .batch = B, .c = 1, .h = 28, .w = 28,
+                           .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01}};
+  ts_graph *g = model_train_graph(&spec, p);
+  if (!g) die("building the step");
   double tc = now_s();
   ts_executable *exe = ts_compile(c, g, NULL);
   if (!exe) die("compile");
