@@ -445,6 +445,10 @@ int cli_train(int argc, char **argv) {
          (long long)ts_params_trainable_numel(params), optim_names[o.optimizer], o.lr,
          sched_names[o.schedule], (long long)warmup, o.weight_decay, (long long)o.batch, (long long)o.epochs,
          (long long)steps_per_epoch, ts_client_num_threads(client), now_s() - t0);
+  if (mesh) /* say what SPMD does: the mesh and the collectives the partitioner inserted */
+    printf("SPMD: mesh %s on %d virtual CPU devices; %d collectives per training step "
+           "(tessel inspect shows them)\n",
+           o.mesh, ts_client_num_devices(client), ts_executable_num_collectives(step_pr.exe));
   fflush(stdout);
 
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
