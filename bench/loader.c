@@ -21,6 +21,7 @@
 #include <time.h> // clock_gettime
 
 #include "bench_util.h" /* now_s, cmp_double, median */
+#include "model_graph.h" /* the training step of tessel train */
 
 #include "tessel/loader.h"
 #include "tessel/tessel.h"
@@ -67,26 +68,13 @@ static double bench_cnn(ts_loader *loader, int threads, int steps, double *wait_
   ts_client_options copts = {.num_threads = threads};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
-  ts_graph *g = ts_graph_new();
-  if (!c || !p || !g) die("setup");
+  if (!c || !p) die("setup");
+  // The CNN training step of tessel train (tools/model_graph.c).
   int64_t xs[4] = {B, 1, 28, 28};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs); // (B, 1, 28, 28)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &B); // (B)
-  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
-  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
-  ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
-  ts_nn m;
-  ts_nn_init(&m, g, p, true, seed);
-  ts_tensor loss = ts_cross_entropy(g, ts_model_mnist_cnn(&m, x), y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) < 0) die("building the model");
-  int n = 0;
-  ts_tensor wrt[16], grads[16];
-  for (int i = 0; i < ts_params_count(p) && n < 16; i++)
-    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
-  ts_optim_config cfg = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01};
-  if (ts_grad(g, loss, n, wrt, grads) < 0 || ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads) < 0 ||
-      ts_nn_finish(&m) < 0)
-    die("building the step");
+  model_graph_spec spec = {.model = MODEL_GRAPH_CNN, .batch = B, .c = 1, .h = 28, .w = 28,
+                           .optim = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01}};
+  ts_graph *g = model_train_graph(&spec, p);
+  if (!g) die("building the step");
   ts_executable *exe = ts_compile(c, g, NULL);
   if (!exe) die("compile");
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);

@@ -68,21 +68,21 @@ uint64_t ts_cache_hash64(const void *data, size_t len, uint64_t seed) {
 
 /* The SPMD inputs of a compile the graph text lacks: the options' mesh and
  * every sharding annotation, as text appended to sb. */
-static void spmd_key_text(const ts_graph *g, const ts_compile_options *o, mt_strbuf *sb) {
+static void spmd_key_text(const ts_graph *g, const ts_compile_options *o, ts_strbuf *sb) {
   if (o->mesh) {
     const ts_mesh *m = o->mesh;
-    mt_printf(sb, "mesh");
+    ts_sb_printf(sb, "mesh");
     for (int a = 0; a < ts_mesh_rank(m); a++)
-      mt_printf(sb, " %s=%lld", ts_mesh_axis_name(m, a) ? ts_mesh_axis_name(m, a) : "_",
+      ts_sb_printf(sb, " %s=%lld", ts_mesh_axis_name(m, a) ? ts_mesh_axis_name(m, a) : "_",
                 (long long)ts_mesh_axis_size(m, a));
-    mt_printf(sb, " ids");
-    for (int64_t i = 0; i < ts_mesh_num_devices(m); i++) mt_printf(sb, " %d", ts_mesh_device_ids(m)[i]);
-    mt_printf(sb, "\n");
+    ts_sb_printf(sb, " ids");
+    for (int64_t i = 0; i < ts_mesh_num_devices(m); i++) ts_sb_printf(sb, " %d", ts_mesh_device_ids(m)[i]);
+    ts_sb_printf(sb, "\n");
   }
   for (int i = 0; i < g->n_nodes; i++) {
     if (!g->nodes[i].sharding) continue;
     char *s = ts_sharding_to_string(g->nodes[i].sharding);
-    mt_printf(sb, "sharding %%%d %s\n", i, s ? s : "?");
+    ts_sb_printf(sb, "sharding %%%d %s\n", i, s ? s : "?");
     if (!s) sb->oom = true;
     free(s);
   }
@@ -91,10 +91,10 @@ static void spmd_key_text(const ts_graph *g, const ts_compile_options *o, mt_str
 int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char *extra, ts_cache_key *out) {
   char *text = ts_graph_to_string(g);
   if (!text) return -1;
-  mt_strbuf spmd = {0};
-  mt_printf(&spmd, "%s", "");
+  ts_strbuf spmd = {0};
+  ts_sb_printf(&spmd, "%s", "");
   spmd_key_text(g, opts ? opts : &(ts_compile_options){0}, &spmd);
-  char *st = mt_finish(&spmd, "compile cache");
+  char *st = ts_sb_finish(&spmd, "compile cache");
   if (!st) {
     free(text);
     return -1;

@@ -4,7 +4,6 @@
  *   %0 = input "x" #0 : f32[128,784]
  *   %3 = dot_general(%0, %2) lhs_contract=[1] rhs_contract=[0] : f32[128,512]
  *   outputs: %3, %5 (alias input #1) */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,49 +11,18 @@
 #include "ir/ir.h"
 #include "tessel/spmd.h" /* sharding annotations */
 #include "util/half.h"
+#include "util/strbuf.h"
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} strbuf;
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *sb, const char *fmt, ...) {
-  if (sb->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(sb->buf + sb->len, sb->cap - sb->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      sb->oom = true;
-      return;
-    }
-    if (sb->len + (size_t)n < sb->cap) {
-      sb->len += (size_t)n;
-      return;
-    }
-    size_t cap = sb->cap * 2 + (size_t)n + 1;
-    char *b = realloc(sb->buf, cap);
-    if (!b) {
-      sb->oom = true;
-      return;
-    }
-    sb->buf = b;
-    sb->cap = cap;
-  }
+static void print_ints(ts_strbuf *sb, const char *key, int n, const int *v) {
+  ts_sb_printf(sb, " %s=[", key);
+  for (int i = 0; i < n; i++) ts_sb_printf(sb, i ? ",%d" : "%d", v[i]);
+  ts_sb_printf(sb, "]");
 }
 
-static void print_ints(strbuf *sb, const char *key, int n, const int *v) {
-  sb_printf(sb, " %s=[", key);
-  for (int i = 0; i < n; i++) sb_printf(sb, i ? ",%d" : "%d", v[i]);
-  sb_printf(sb, "]");
-}
-
-static void print_i64s(strbuf *sb, const char *key, int n, const int64_t *v) {
-  sb_printf(sb, " %s=[", key);
-  for (int i = 0; i < n; i++) sb_printf(sb, i ? ",%lld" : "%lld", (long long)v[i]);
-  sb_printf(sb, "]");
+static void print_i64s(ts_strbuf *sb, const char *key, int n, const int64_t *v) {
+  ts_sb_printf(sb, " %s=[", key);
+  for (int i = 0; i < n; i++) ts_sb_printf(sb, i ? ",%lld" : "%lld", (long long)v[i]);
+  ts_sb_printf(sb, "]");
 }
 
 static const char *cmp_name(ts_cmp c) {
@@ -77,101 +45,101 @@ static uint64_t fnv1a(const void *data, size_t n) {
   return h;
 }
 
-static void print_element(strbuf *sb, ts_dtype dt, const void *data, int64_t i) {
+static void print_element(ts_strbuf *sb, ts_dtype dt, const void *data, int64_t i) {
   const char *p = (const char *)data + (size_t)i * ts_dtype_size(dt);
   uint16_t h;
   switch (dt) {
-  case TS_F32: { float v; memcpy(&v, p, 4); sb_printf(sb, "%.9g", (double)v); break; }
-  case TS_F64: { double v; memcpy(&v, p, 8); sb_printf(sb, "%.17g", v); break; }
-  case TS_BF16: memcpy(&h, p, 2); sb_printf(sb, "%.9g", (double)ts_bf16_to_f32(h)); break;
-  case TS_F16: memcpy(&h, p, 2); sb_printf(sb, "%.9g", (double)ts_f16_to_f32(h)); break;
-  case TS_I32: { int32_t v; memcpy(&v, p, 4); sb_printf(sb, "%d", v); break; }
-  case TS_I64: { int64_t v; memcpy(&v, p, 8); sb_printf(sb, "%lld", (long long)v); break; }
-  case TS_U8: sb_printf(sb, "%u", (unsigned)*(const uint8_t *)p); break;
-  case TS_BOOL: sb_printf(sb, "%s", *p ? "true" : "false"); break;
-  default: sb_printf(sb, "?"); break;
+  case TS_F32: { float v; memcpy(&v, p, 4); ts_sb_printf(sb, "%.9g", (double)v); break; }
+  case TS_F64: { double v; memcpy(&v, p, 8); ts_sb_printf(sb, "%.17g", v); break; }
+  case TS_BF16: memcpy(&h, p, 2); ts_sb_printf(sb, "%.9g", (double)ts_bf16_to_f32(h)); break;
+  case TS_F16: memcpy(&h, p, 2); ts_sb_printf(sb, "%.9g", (double)ts_f16_to_f32(h)); break;
+  case TS_I32: { int32_t v; memcpy(&v, p, 4); ts_sb_printf(sb, "%d", v); break; }
+  case TS_I64: { int64_t v; memcpy(&v, p, 8); ts_sb_printf(sb, "%lld", (long long)v); break; }
+  case TS_U8: ts_sb_printf(sb, "%u", (unsigned)*(const uint8_t *)p); break;
+  case TS_BOOL: ts_sb_printf(sb, "%s", *p ? "true" : "false"); break;
+  default: ts_sb_printf(sb, "?"); break;
   }
 }
 
-static void print_conv(strbuf *sb, const ts_conv_params *c) {
+static void print_conv(ts_strbuf *sb, const ts_conv_params *c) {
   print_ints(sb, "stride", 2, c->stride);
   print_ints(sb, "pad_lo", 2, c->pad_lo);
   print_ints(sb, "pad_hi", 2, c->pad_hi);
   print_ints(sb, "dilation", 2, c->dilation);
-  sb_printf(sb, " groups=%d", c->groups);
+  ts_sb_printf(sb, " groups=%d", c->groups);
 }
 
-static void print_pool(strbuf *sb, const ts_pool_params *p) {
+static void print_pool(ts_strbuf *sb, const ts_pool_params *p) {
   print_ints(sb, "kernel", 2, p->kernel);
   print_ints(sb, "stride", 2, p->stride);
   print_ints(sb, "pad", 2, p->pad);
 }
 
-static void print_fused_operand(strbuf *sb, int32_t v) {
-  if (v >= 0) sb_printf(sb, "i%d", v);
-  else sb_printf(sb, "in%lld", (long long)(-(int64_t)v - 1));
+static void print_fused_operand(ts_strbuf *sb, int32_t v) {
+  if (v >= 0) ts_sb_printf(sb, "i%d", v);
+  else ts_sb_printf(sb, "in%lld", (long long)(-(int64_t)v - 1));
 }
 
-static void print_fused(strbuf *sb, const ts_fused *f) {
+static void print_fused(ts_strbuf *sb, const ts_fused *f) {
   if (!f) return;
   for (int j = 0; j < f->n; j++) {
     const ts_fused_instr *ins = &f->ins[j];
-    sb_printf(sb, "\n  i%d = %s", j, ts_op_name(ins->op));
+    ts_sb_printf(sb, "\n  i%d = %s", j, ts_op_name(ins->op));
     int nops = ins->op == TS_OP_CONSTANT                                 ? 0
                : ts_op_is_binary(ins->op) || ins->op == TS_OP_COMPARE ? 2
                : ins->op == TS_OP_SELECT                               ? 3
                                                                        : 1;
     int32_t ops[3] = {ins->a, ins->b, ins->c};
     if (nops) {
-      sb_printf(sb, "(");
+      ts_sb_printf(sb, "(");
       for (int k = 0; k < nops; k++) {
-        if (k) sb_printf(sb, ", ");
+        if (k) ts_sb_printf(sb, ", ");
         print_fused_operand(sb, ops[k]);
       }
-      sb_printf(sb, ")");
+      ts_sb_printf(sb, ")");
     }
-    if (ins->op == TS_OP_CONSTANT) sb_printf(sb, " %.17g", ins->value);
-    if (ins->op == TS_OP_COMPARE) sb_printf(sb, " cmp=%s", cmp_name(ins->cmp));
-    sb_printf(sb, " : %s", ts_dtype_name(ins->dtype));
+    if (ins->op == TS_OP_CONSTANT) ts_sb_printf(sb, " %.17g", ins->value);
+    if (ins->op == TS_OP_COMPARE) ts_sb_printf(sb, " cmp=%s", cmp_name(ins->cmp));
+    ts_sb_printf(sb, " : %s", ts_dtype_name(ins->dtype));
   }
 }
 
-static void print_attrs(strbuf *sb, const ts_node *n) {
+static void print_attrs(ts_strbuf *sb, const ts_node *n) {
   const ts_attr *a = &n->attr;
   switch (n->op) {
   case TS_OP_INPUT:
-    sb_printf(sb, " \"%s\" #%d", n->name ? n->name : "", a->input_index);
+    ts_sb_printf(sb, " \"%s\" #%d", n->name ? n->name : "", a->input_index);
     break;
   case TS_OP_CONSTANT:
     if (!n->data) {
-      sb_printf(sb, " splat=%.17g", a->value);
+      ts_sb_printf(sb, " splat=%.17g", a->value);
     } else {
       int64_t numel = ts_shape_numel(n->rank, n->shape);
-      sb_printf(sb, " dense fnv=%016llx",
+      ts_sb_printf(sb, " dense fnv=%016llx",
                 (unsigned long long)fnv1a(n->data, (size_t)numel * ts_dtype_size(n->dtype)));
       if (numel <= 8) {
-        sb_printf(sb, " values=[");
+        ts_sb_printf(sb, " values=[");
         for (int64_t i = 0; i < numel; i++) {
-          if (i) sb_printf(sb, ",");
+          if (i) ts_sb_printf(sb, ",");
           print_element(sb, n->dtype, n->data, i);
         }
-        sb_printf(sb, "]");
+        ts_sb_printf(sb, "]");
       }
     }
     break;
-  case TS_OP_IOTA: sb_printf(sb, " axis=%d", a->axis); break;
+  case TS_OP_IOTA: ts_sb_printf(sb, " axis=%d", a->axis); break;
   case TS_OP_RNG_UNIFORM:
   case TS_OP_RNG_NORMAL:
-    sb_printf(sb, " key=%llu", (unsigned long long)a->key);
+    ts_sb_printf(sb, " key=%llu", (unsigned long long)a->key);
     if (a->global) {
       print_i64s(sb, "goffset", n->rank, a->goffset);
       print_i64s(sb, "gshape", n->rank, a->gshape);
     }
     break;
-  case TS_OP_COMPARE: sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
+  case TS_OP_COMPARE: ts_sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
   case TS_OP_BROADCAST: print_ints(sb, "dims", a->n_dims, a->dims); break;
   case TS_OP_TRANSPOSE: print_ints(sb, "perm", a->n_dims, a->dims); break;
-  case TS_OP_CONCAT: sb_printf(sb, " axis=%d", a->axis); break;
+  case TS_OP_CONCAT: ts_sb_printf(sb, " axis=%d", a->axis); break;
   case TS_OP_DOT:
     if (a->dot.n_batch) {
       print_ints(sb, "lhs_batch", a->dot.n_batch, a->dot.lhs_batch);
@@ -188,33 +156,33 @@ static void print_attrs(strbuf *sb, const ts_node *n) {
   case TS_OP_AVGPOOL:
   case TS_OP_AVGPOOL_GRAD: print_pool(sb, &a->pool); break;
   case TS_OP_REDUCE:
-    sb_printf(sb, " kind=%s", reduce_name(a->reduce));
+    ts_sb_printf(sb, " kind=%s", reduce_name(a->reduce));
     print_ints(sb, "dims", a->n_dims, a->dims);
     break;
   case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
   case TS_OP_COLLECTIVE_PERMUTE:
-    if (n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER) sb_printf(sb, " kind=%s", reduce_name(a->reduce));
-    if (n->op != TS_OP_ALL_REDUCE && n->op != TS_OP_COLLECTIVE_PERMUTE) sb_printf(sb, " axis=%d", a->axis);
-    if (n->op == TS_OP_ALL_TO_ALL) sb_printf(sb, " concat=%d", a->dims[0]);
+    if (n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER) ts_sb_printf(sb, " kind=%s", reduce_name(a->reduce));
+    if (n->op != TS_OP_ALL_REDUCE && n->op != TS_OP_COLLECTIVE_PERMUTE) ts_sb_printf(sb, " axis=%d", a->axis);
+    if (n->op == TS_OP_ALL_TO_ALL) ts_sb_printf(sb, " concat=%d", a->dims[0]);
     if (!a->coll && a->n_dims) print_ints(sb, "mesh_axes", a->n_dims, a->dims);
     if (a->coll) {
       int k = n->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * a->coll->n : a->coll->n;
-      sb_printf(sb, n->op == TS_OP_COLLECTIVE_PERMUTE ? " pairs=[" : " group=[");
-      for (int i = 0; i < k; i++) sb_printf(sb, i ? ",%d" : "%d", a->coll->ids[i]);
-      sb_printf(sb, "]");
+      ts_sb_printf(sb, n->op == TS_OP_COLLECTIVE_PERMUTE ? " pairs=[" : " group=[");
+      for (int i = 0; i < k; i++) ts_sb_printf(sb, i ? ",%d" : "%d", a->coll->ids[i]);
+      ts_sb_printf(sb, "]");
     }
     break;
   default: break;
   }
 }
 
-static void print_node(strbuf *sb, const ts_graph *g, int id) {
+static void print_node(ts_strbuf *sb, const ts_graph *g, int id) {
   const ts_node *n = ts_node_at(g, id);
-  sb_printf(sb, "%%%d = %s", id, ts_op_name(n->op));
+  ts_sb_printf(sb, "%%%d = %s", id, ts_op_name(n->op));
   if (n->n_in) {
-    sb_printf(sb, "(");
-    for (int k = 0; k < n->n_in; k++) sb_printf(sb, k ? ", %%%d" : "%%%d", n->in[k]);
-    sb_printf(sb, ")");
+    ts_sb_printf(sb, "(");
+    for (int k = 0; k < n->n_in; k++) ts_sb_printf(sb, k ? ", %%%d" : "%%%d", n->in[k]);
+    ts_sb_printf(sb, ")");
   }
   print_attrs(sb, n);
   /* slice and pad attrs have the operand's rank */
@@ -226,18 +194,18 @@ static void print_node(strbuf *sb, const ts_graph *g, int id) {
   } else if (n->op == TS_OP_PAD) {
     print_i64s(sb, "lo", r, n->attr.start);
     print_i64s(sb, "hi", r, n->attr.limit);
-    sb_printf(sb, " value=%.17g", n->attr.value);
+    ts_sb_printf(sb, " value=%.17g", n->attr.value);
   }
   char s[128];
-  sb_printf(sb, " : %s", ir_shape_str(n, s, sizeof s));
-  if (n->manual) sb_printf(sb, " manual"); /* a per-device value of a ts_shard_map region */
+  ts_sb_printf(sb, " : %s", ir_shape_str(n, s, sizeof s));
+  if (n->manual) ts_sb_printf(sb, " manual"); /* a per-device value of a ts_shard_map region */
   if (n->sharding) {
     char *t = ts_sharding_to_string(n->sharding);
-    sb_printf(sb, " sharding=%s", t ? t : "?");
+    ts_sb_printf(sb, " sharding=%s", t ? t : "?");
     free(t);
   }
   if (n->op == TS_OP_FUSED) print_fused(sb, n->attr.fused);
-  sb_printf(sb, "\n");
+  ts_sb_printf(sb, "\n");
 }
 
 char *ts_graph_to_string(const ts_graph *g) {
@@ -245,25 +213,15 @@ char *ts_graph_to_string(const ts_graph *g) {
     ts_set_error("graph_to_string: graph is NULL");
     return NULL;
   }
-  strbuf sb = {malloc(4096), 0, 4096, false};
-  if (!sb.buf) {
-    ts_set_error("graph_to_string: out of memory");
-    return NULL;
-  }
-  sb.buf[0] = '\0';
+  ts_strbuf sb = {0};
   for (int i = 0; i < g->n_nodes; i++) print_node(&sb, g, i);
-  sb_printf(&sb, "outputs:");
+  ts_sb_printf(&sb, "outputs:");
   for (int o = 0; o < g->n_outputs; o++) {
-    sb_printf(&sb, o ? ", %%%d" : " %%%d", g->outputs[o]);
-    if (g->alias && g->alias[o] >= 0) sb_printf(&sb, " (alias input #%d)", g->alias[o]);
+    ts_sb_printf(&sb, o ? ", %%%d" : " %%%d", g->outputs[o]);
+    if (g->alias && g->alias[o] >= 0) ts_sb_printf(&sb, " (alias input #%d)", g->alias[o]);
   }
-  sb_printf(&sb, "\n");
-  if (sb.oom) {
-    free(sb.buf);
-    ts_set_error("graph_to_string: out of memory");
-    return NULL;
-  }
-  return sb.buf;
+  ts_sb_printf(&sb, "\n");
+  return ts_sb_finish(&sb, "graph_to_string");
 }
 
 uint64_t ts_graph_hash(const ts_graph *g) {

@@ -7,6 +7,7 @@
 #ifndef TS_METRICS_INTERNAL_H
 #define TS_METRICS_INTERNAL_H
 
+#include "util/strbuf.h" /* ts_strbuf: the reports' text */
 #include <stdarg.h>
 #include <stdatomic.h>
 
@@ -66,16 +67,8 @@ void ts_obs_peak_memory(int device, int64_t bytes);
 void ts_obs_count(const char *counter, int64_t delta);
 
 /* ---- shared by the metrics files ---- */
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} mt_strbuf;
-void mt_printf(mt_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s as a JSON string literal (quotes included). */
-void mt_json_string(mt_strbuf *sb, const char *s);
-/* Returns the text (caller frees) or NULL with the error set. */
-char *mt_finish(mt_strbuf *sb, const char *who);
+void mt_json_string(ts_strbuf *sb, const char *s);
 
 /* Snapshot of every metric for the reports: count of entries in *n. */
 typedef struct {

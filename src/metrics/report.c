@@ -1,7 +1,7 @@
 /* report.c — the metrics reports: PyTorch/XLA's metrics_report() text form
  * ("Metric: CompileTime / TotalSamples / Accumulator / Percentiles",
  * "Counter: CachedCompile / Value"), a one-line-per-metric short report, and
- * JSON; plus the small string builder and atomic file write the metrics
+ * JSON; plus the JSON string escaping and atomic file write the metrics
  * files share. */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,50 +14,15 @@
 #include "ir/ir.h" /* ts_set_error */
 #include "metrics/metrics_internal.h"
 
-void mt_printf(mt_strbuf *sb, const char *fmt, ...) {
-  if (sb->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(sb->buf ? sb->buf + sb->len : NULL, sb->buf ? sb->cap - sb->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      sb->oom = true;
-      return;
-    }
-    if (sb->buf && sb->len + (size_t)n < sb->cap) {
-      sb->len += (size_t)n;
-      return;
-    }
-    size_t cap = sb->cap * 2 + (size_t)n + 256;
-    char *b = realloc(sb->buf, cap);
-    if (!b) {
-      sb->oom = true;
-      return;
-    }
-    sb->buf = b;
-    sb->cap = cap;
-  }
-}
-
-void mt_json_string(mt_strbuf *sb, const char *s) {
-  mt_printf(sb, "\"");
+void mt_json_string(ts_strbuf *sb, const char *s) {
+  ts_sb_printf(sb, "\"");
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') mt_printf(sb, "\\%c", c);
-    else if (c < 0x20) mt_printf(sb, "\\u%04x", c);
-    else mt_printf(sb, "%c", c);
+    if (c == '"' || c == '\\') ts_sb_printf(sb, "\\%c", c);
+    else if (c < 0x20) ts_sb_printf(sb, "\\u%04x", c);
+    else ts_sb_printf(sb, "%c", c);
   }
-  mt_printf(sb, "\"");
-}
-
-char *mt_finish(mt_strbuf *sb, const char *who) {
-  if (sb->oom || !sb->buf) {
-    free(sb->buf);
-    ts_set_error("%s: out of memory", who);
-    return NULL;
-  }
-  return sb->buf;
+  ts_sb_printf(sb, "\"");
 }
 
 int mt_write_file(const char *path, const char *data, size_t len) {
@@ -93,20 +58,20 @@ int mt_write_file(const char *path, const char *data, size_t len) {
 }
 
 /* 226ms137.620us, 09s969ms486.408us, 006.378us — PyTorch/XLA's time format. */
-static void fmt_time(mt_strbuf *sb, int64_t ns) {
+static void fmt_time(ts_strbuf *sb, int64_t ns) {
   if (ns < 0) {
-    mt_printf(sb, "-");
+    ts_sb_printf(sb, "-");
     ns = -ns;
   }
   int64_t s = ns / 1000000000, ms = ns / 1000000 % 1000;
   double us = (double)(ns % 1000000) / 1000.0;
-  if (s >= 60) mt_printf(sb, "%02lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else if (s) mt_printf(sb, "%02llds", (long long)s);
-  if (s || ms) mt_printf(sb, "%03lldms", (long long)ms);
-  mt_printf(sb, "%07.3fus", us);
+  if (s >= 60) ts_sb_printf(sb, "%02lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else if (s) ts_sb_printf(sb, "%02llds", (long long)s);
+  if (s || ms) ts_sb_printf(sb, "%03lldms", (long long)ms);
+  ts_sb_printf(sb, "%07.3fus", us);
 }
 
-static void fmt_bytes(mt_strbuf *sb, int64_t b) {
+static void fmt_bytes(ts_strbuf *sb, int64_t b) {
   static const char *const u[] = {"B", "KB", "MB", "GB", "TB"};
   double v = (double)b;
   int k = 0;
@@ -114,74 +79,74 @@ static void fmt_bytes(mt_strbuf *sb, int64_t b) {
     v /= 1024.0;
     k++;
   }
-  mt_printf(sb, "%.2f%s", v, u[k]);
+  ts_sb_printf(sb, "%.2f%s", v, u[k]);
 }
 
-static void fmt_value(mt_strbuf *sb, ts_metric_kind kind, int64_t v) {
+static void fmt_value(ts_strbuf *sb, ts_metric_kind kind, int64_t v) {
   if (kind == TS_METRIC_TIME) fmt_time(sb, v);
   else if (kind == TS_METRIC_BYTES || kind == TS_METRIC_PEAK) fmt_bytes(sb, v);
-  else mt_printf(sb, "%.2f", (double)v);
+  else ts_sb_printf(sb, "%.2f", (double)v);
 }
 
 char *ts_metrics_report(void) {
   int n = 0;
   mt_snapshot *s = mt_snapshot_all(&n);
   if (!s) return NULL;
-  mt_strbuf sb = {0};
-  mt_printf(&sb, "%s", ""); /* an empty registry still gives "" */
+  ts_strbuf sb = {0};
+  ts_sb_printf(&sb, "%s", ""); /* an empty registry still gives "" */
   static const char *const pn[9] = {"1", "5", "10", "20", "50", "80", "90", "95", "99"};
   for (int i = 0; i < n; i++) { /* metrics first, then counters, as PyTorch/XLA prints */
     const ts_metric_data *d = &s[i].d;
     if (d->kind == TS_METRIC_COUNTER || d->count == 0) continue;
-    mt_printf(&sb, "Metric: %s\n  TotalSamples: %lld\n  Accumulator: ", s[i].name, (long long)d->count);
+    ts_sb_printf(&sb, "Metric: %s\n  TotalSamples: %lld\n  Accumulator: ", s[i].name, (long long)d->count);
     fmt_value(&sb, d->kind, d->total);
     if (d->kind == TS_METRIC_PEAK) {
-      mt_printf(&sb, "\n  Peak: ");
+      ts_sb_printf(&sb, "\n  Peak: ");
       fmt_value(&sb, d->kind, d->max);
-      mt_printf(&sb, "\n");
+      ts_sb_printf(&sb, "\n");
       continue;
     }
-    mt_printf(&sb, "\n  Percentiles: ");
+    ts_sb_printf(&sb, "\n  Percentiles: ");
     for (int k = 0; k < 9; k++) {
-      mt_printf(&sb, "%s%s%%=", k ? "; " : "", pn[k]);
+      ts_sb_printf(&sb, "%s%s%%=", k ? "; " : "", pn[k]);
       fmt_value(&sb, d->kind, s[i].pct[k]);
     }
-    mt_printf(&sb, "\n");
+    ts_sb_printf(&sb, "\n");
   }
   for (int i = 0; i < n; i++) {
     const ts_metric_data *d = &s[i].d;
     if (d->kind != TS_METRIC_COUNTER || d->count == 0) continue;
-    mt_printf(&sb, "Counter: %s\n  Value: %lld\n", s[i].name, (long long)d->total);
+    ts_sb_printf(&sb, "Counter: %s\n  Value: %lld\n", s[i].name, (long long)d->total);
   }
   free(s);
-  return mt_finish(&sb, "metrics_report");
+  return ts_sb_finish(&sb, "metrics_report");
 }
 
 char *ts_metrics_short_report(void) {
   int n = 0;
   mt_snapshot *s = mt_snapshot_all(&n);
   if (!s) return NULL;
-  mt_strbuf sb = {0};
-  mt_printf(&sb, "%s", "");
+  ts_strbuf sb = {0};
+  ts_sb_printf(&sb, "%s", "");
   for (int i = 0; i < n; i++) {
     const ts_metric_data *d = &s[i].d;
     if (d->count == 0) continue;
     if (d->kind == TS_METRIC_COUNTER) {
-      mt_printf(&sb, "%-32s %lld\n", s[i].name, (long long)d->total);
+      ts_sb_printf(&sb, "%-32s %lld\n", s[i].name, (long long)d->total);
     } else if (d->kind == TS_METRIC_PEAK) {
-      mt_printf(&sb, "%-32s peak ", s[i].name);
+      ts_sb_printf(&sb, "%-32s peak ", s[i].name);
       fmt_value(&sb, d->kind, d->max);
-      mt_printf(&sb, "\n");
+      ts_sb_printf(&sb, "\n");
     } else {
-      mt_printf(&sb, "%-32s %lld samples, total ", s[i].name, (long long)d->count);
+      ts_sb_printf(&sb, "%-32s %lld samples, total ", s[i].name, (long long)d->count);
       fmt_value(&sb, d->kind, d->total);
-      mt_printf(&sb, ", median ");
+      ts_sb_printf(&sb, ", median ");
       fmt_value(&sb, d->kind, d->median);
-      mt_printf(&sb, "\n");
+      ts_sb_printf(&sb, "\n");
     }
   }
   free(s);
-  return mt_finish(&sb, "metrics_short_report");
+  return ts_sb_finish(&sb, "metrics_short_report");
 }
 
 char *ts_metrics_json(void) {
@@ -189,34 +154,34 @@ char *ts_metrics_json(void) {
   mt_snapshot *s = mt_snapshot_all(&n);
   if (!s) return NULL;
   static const char *const kinds[] = {"counter", "time", "bytes", "value", "peak"};
-  mt_strbuf sb = {0};
-  mt_printf(&sb, "{\"metrics\":{");
+  ts_strbuf sb = {0};
+  ts_sb_printf(&sb, "{\"metrics\":{");
   int first = 1;
   for (int i = 0; i < n; i++) {
     const ts_metric_data *d = &s[i].d;
     if (d->kind == TS_METRIC_COUNTER || d->count == 0) continue;
-    mt_printf(&sb, first ? "\n" : ",\n");
+    ts_sb_printf(&sb, first ? "\n" : ",\n");
     first = 0;
     mt_json_string(&sb, s[i].name);
-    mt_printf(&sb,
+    ts_sb_printf(&sb,
               ":{\"kind\":\"%s\",\"count\":%lld,\"total\":%lld,\"min\":%lld,\"median\":%lld,\"max\":%lld,"
               "\"p10\":%lld,\"p90\":%lld,\"p99\":%lld}",
               kinds[d->kind], (long long)d->count, (long long)d->total, (long long)d->min,
               (long long)d->median, (long long)d->max, (long long)d->p10, (long long)d->p90, (long long)d->p99);
   }
-  mt_printf(&sb, "},\n\"counters\":{");
+  ts_sb_printf(&sb, "},\n\"counters\":{");
   first = 1;
   for (int i = 0; i < n; i++) {
     const ts_metric_data *d = &s[i].d;
     if (d->kind != TS_METRIC_COUNTER || d->count == 0) continue;
-    mt_printf(&sb, first ? "\n" : ",\n");
+    ts_sb_printf(&sb, first ? "\n" : ",\n");
     first = 0;
     mt_json_string(&sb, s[i].name);
-    mt_printf(&sb, ":%lld", (long long)d->total);
+    ts_sb_printf(&sb, ":%lld", (long long)d->total);
   }
-  mt_printf(&sb, "},\n\"time_unit\":\"ns\"}\n");
+  ts_sb_printf(&sb, "},\n\"time_unit\":\"ns\"}\n");
   free(s);
-  return mt_finish(&sb, "metrics_json");
+  return ts_sb_finish(&sb, "metrics_json");
 }
 
 int ts_metrics_write_json(const char *path) {

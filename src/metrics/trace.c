@@ -67,11 +67,11 @@ void ts_trace_event(const char *name, const char *cat, int device, int64_t t0_ns
 
 /* Writes the events recorded so far (lock held by the caller). */
 static char *tr_json(void) {
-  mt_strbuf sb = {0};
-  mt_printf(&sb, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"tessel_version\":\"%s\",\"dropped_events\":%lld},\n"
+  ts_strbuf sb = {0};
+  ts_sb_printf(&sb, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"tessel_version\":\"%s\",\"dropped_events\":%lld},\n"
                  "\"traceEvents\":[\n",
             TS_VERSION_STRING, (long long)tr_dropped);
-  mt_printf(&sb, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"devices\"}},\n"
+  ts_sb_printf(&sb, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"devices\"}},\n"
                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"host\"}},\n"
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"host\"}}");
   /* one named track per device that has events */
@@ -84,7 +84,7 @@ static char *tr_json(void) {
     if (tr_events[i].device >= 0) seen[tr_events[i].device] = 1;
   for (int d = 0; seen && d <= max_dev; d++)
     if (seen[d])
-      mt_printf(&sb,
+      ts_sb_printf(&sb,
                 ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"device %d\"}}"
                 ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                 d, d, d, d);
@@ -92,17 +92,17 @@ static char *tr_json(void) {
   for (int64_t i = 0; i < tr_n; i++) {
     const tr_event *e = &tr_events[i];
     bool host = e->device < 0;
-    mt_printf(&sb, ",\n{\"name\":");
+    ts_sb_printf(&sb, ",\n{\"name\":");
     mt_json_string(&sb, e->name);
-    mt_printf(&sb, ",\"cat\":");
+    ts_sb_printf(&sb, ",\"cat\":");
     mt_json_string(&sb, e->cat);
-    mt_printf(&sb, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", host ? 1 : 0,
+    ts_sb_printf(&sb, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", host ? 1 : 0,
               host ? 0 : e->device, (double)(e->t0 - tr_start_ns) / 1e3, (double)(e->t1 - e->t0) / 1e3);
-    if (e->bytes >= 0) mt_printf(&sb, ",\"args\":{\"bytes\":%lld}", (long long)e->bytes);
-    mt_printf(&sb, "}");
+    if (e->bytes >= 0) ts_sb_printf(&sb, ",\"args\":{\"bytes\":%lld}", (long long)e->bytes);
+    ts_sb_printf(&sb, "}");
   }
-  mt_printf(&sb, "\n]}\n");
-  return mt_finish(&sb, "trace");
+  ts_sb_printf(&sb, "\n]}\n");
+  return ts_sb_finish(&sb, "trace");
 }
 
 int ts_trace_stop(const char *path) {

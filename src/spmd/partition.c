@@ -434,6 +434,17 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   }
 }
 
+/* Frees the per-node memo lists (memo may be NULL). */
+static void memo_free(part_memo **memo, int n) {
+  for (int i = 0; memo && i < n; i++)
+    for (part_memo *q = memo[i]; q;) {
+      part_memo *nx = q->next;
+      free(q);
+      q = nx;
+    }
+  free(memo);
+}
+
 ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition_spec *specs,
                          const ts_partition_spec *in_specs, const ts_partition_spec *out_specs, int device,
                          spmd_coll_list *colls) {
@@ -478,25 +489,12 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
     int a = g->alias ? g->alias[k] : -1;
     if (a >= 0 && ts_graph_alias_output(p.L, k, p.L->inputs[a]) < 0) goto fail;
   }
-  for (int i = 0; i < g->n_nodes; i++)
-    for (part_memo *q = p.memo[i]; q;) {
-      part_memo *nx = q->next;
-      free(q);
-      q = nx;
-    }
-  free(p.memo);
+  memo_free(p.memo, g->n_nodes);
   free(p.val);
   free(W);
   return p.L;
 fail:
-  if (p.memo)
-    for (int i = 0; i < g->n_nodes; i++)
-      for (part_memo *q = p.memo[i]; q;) {
-        part_memo *nx = q->next;
-        free(q);
-        q = nx;
-      }
-  free(p.memo);
+  memo_free(p.memo, g->n_nodes);
   free(p.val);
   free(W);
   ts_graph_free(p.L);
