@@ -117,6 +117,18 @@ typedef struct {
 int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
                    const ts_tensor *params, const ts_tensor *grads);
 
+/* ---- data parallel: DDP ----
+ * For a replica program (ts_compile_options.replicas; one replica per
+ * process, each on its own share of the global batch): replaces every
+ * grads[i] by its mean over all replicas. Gradients are packed into buckets of
+ * about bucket_bytes (0 = 1 MiB), from the last parameter to the first (the
+ * order the backward pass produces them), one ts_replica_all_reduce per
+ * bucket; the compiler starts each bucket's all-reduce as soon as its
+ * gradients exist and the device keeps computing the rest of the backward
+ * pass while it runs (overlap). Then every replica applies the same update.
+ * Returns the number of buckets, or -1. */
+int ts_ddp_average_gradients(ts_graph *g, int n, ts_tensor *grads, size_t bucket_bytes);
+
 /* ---- learning-rate schedules ---- */
 typedef enum { TS_LR_CONSTANT, TS_LR_COSINE } ts_lr_kind;
 typedef struct {

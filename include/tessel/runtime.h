@@ -29,6 +29,15 @@ typedef struct {
    * else 1. Each device's kernels use max(1, num_threads / num_devices)
    * threads, so N devices together never oversubscribe the cores. */
   int num_devices;
+  /* Several processes (MPI): the devices of all processes together, shared
+   * out as evenly as possible (the first processes take one more); 0 = each
+   * process has num_devices. Set at most one of the two. */
+  int total_devices;
+  /* Milliseconds a device waits in a collective (or a process exchange)
+   * before giving up with an error that names the missing devices or
+   * processes; 0 = $TESSEL_COLLECTIVE_TIMEOUT (seconds) if set, else 120 s in
+   * one process and 20 s over several; -1 = wait forever. */
+  int collective_timeout_ms;
 } ts_client_options;
 
 /* opts may be NULL (defaults). */
@@ -39,6 +48,33 @@ const char *ts_client_platform(const ts_client *c); /* "cpu" */
 /* Number of devices (ids 0..N-1) and the compute threads each one uses. */
 int ts_client_num_devices(const ts_client *c);
 int ts_client_threads_per_device(const ts_client *c);
+
+/* ---- several processes (one per host, launched by mpirun or srun) ----
+ * Under an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the
+ * environment; TESSEL_MPI=0/1 overrides) ts_client_new joins the job: the
+ * processes exchange their device counts and number all devices globally,
+ * process-major (process p's local device i comes after every device of
+ * processes < p). Device ids everywhere (meshes, shardings, shard calls) are
+ * these global ids; a process runs and holds memory for its own devices
+ * only. Every process must then make the same calls in the same order:
+ * compile the same programs (ts_compile checks the program hash across
+ * processes and fails on every process, naming the ranks and hashes, if they
+ * differ), execute them, and read sharded buffers whose blocks live in other
+ * processes (ts_buffer_read is then collective). Without a launcher the
+ * client is one process, as before: the same binary works both ways. */
+int ts_client_process_index(const ts_client *c); /* this process's rank (0 alone) */
+int ts_client_process_count(const ts_client *c); /* 1 alone */
+int ts_client_num_local_devices(const ts_client *c);
+int ts_client_first_local_device(const ts_client *c); /* global id of local device 0 */
+bool ts_client_is_local_device(const ts_client *c, int device);
+/* Collective: 0 if every process passed the same text (a configuration),
+ * else -1 on every process with an error quoting rank 0's text and the first
+ * differing rank's. Always 0 in one process. */
+int ts_client_check_same(ts_client *c, const char *what, const char *text);
+/* Ends every process of the job with exit code `code` (MPI_Abort): after an
+ * error in one process the others would wait in their next collective until
+ * it times out. Alone: exit(code). Never returns. */
+void ts_client_abort(ts_client *c, int code);
 
 /* ---- buffers (device memory; on the CPU backend, aligned host memory) ---- */
 /* Zero-filled buffer. */
@@ -60,7 +96,11 @@ size_t ts_buffer_bytes(const ts_buffer *b);
  * every device holds the whole tensor). Blocks of an uneven dim have the
  * padded size ceil(dim / tiles) (ts_sharding_shard_shape); the padding is
  * never part of a value. ts_buffer_read / ts_buffer_write move the whole
- * global tensor (uploading sends each device only its block; reading gathers). */
+ * global tensor (uploading sends each device only its block; reading gathers).
+ * Several processes: a write uploads only this process's blocks (every
+ * process passes the global tensor); a read is local when this process holds
+ * every part of the tensor (a replicated buffer always), else it is
+ * collective: every process must read that buffer, in the same order. */
 /* A buffer with sharding s (copied; NULL = replicated) holding data (the
  * global tensor, row-major). s's mesh must have the client's device count. */
 ts_buffer *ts_buffer_from_host_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data,
@@ -72,6 +112,13 @@ int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_
 /* Copies device `device`'s block (its range only, without padding; bytes =
  * its numel * dtype size) to dst. */
 int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes);
+/* Writes device `device`'s block (its range, without padding; bytes = its
+ * numel * dtype size) from src, leaving the other blocks as they are (the
+ * per-device upload of a data loader). Every device holding the same range
+ * (replication) must be written for the buffer to be consistent. Several
+ * processes: device must be local, and a write of a block held by devices
+ * of other processes is the caller's to repeat there. */
+int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes);
 /* Re-lays the buffer out with sharding s (NULL = replicated); the value is
  * unchanged. */
 int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s);
@@ -84,6 +131,9 @@ typedef struct {
    * sharding annotations, or, without any, every device replicated). Its
    * device count must equal the client's. */
   const ts_mesh *mesh;
+  /* The graph is one replica's program (tessel/spmd.h ts_replica_all_reduce):
+   * every device runs it on its own data; no sharding, no mesh. */
+  bool replicas;
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be

@@ -132,6 +132,16 @@ int ts_clear_sharding(struct ts_graph *g, int32_t t);
 /* The annotation of t, or NULL. */
 const ts_sharding *ts_tensor_sharding(const struct ts_graph *g, int32_t t);
 
+/* ---- replica programs (classic data parallel, DDP) ----
+ * A graph compiled with ts_compile_options.replicas is one replica's
+ * program: every device of the client runs it whole on its own buffers (no
+ * sharding; an input buffer holds each device's own copy: with one device per
+ * process, the process's replica). ts_replica_all_reduce is the only thing
+ * that joins the replicas: x reduced (sum / max / min / mean) over every
+ * device, the same result on each, in a fixed order (deterministic). Using
+ * it in a program compiled without `replicas` is a compile error. */
+int32_t ts_replica_all_reduce(struct ts_graph *g, int32_t x, ts_reduce_kind kind);
+
 /* ---- manual regions (JAX's shard_map) ----
  * Inside a manual region the program sees each device's block of its inputs
  * and calls the collectives itself over chosen mesh axes; the partitioner

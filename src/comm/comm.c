@@ -28,7 +28,7 @@
  * After a timeout the counters of the group disagree: the communicator is
  * unusable (later calls may fail or mix phases); free it once every device
  * thread has returned, and make a new one. */
-#include "comm/comm.h"
+#include "comm/comm_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h> /* sysconf: online cores, to size the spin */
 
+#include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
 #include "ir/ir.h"       /* ts_set_error */
 
@@ -50,38 +51,6 @@
 #define COMM_PAUSE() ((void)0)
 #endif
 
-enum { PHASES = 4 }; /* counter values per call (at most 2 barriers per call, spares) */
-
-/* Outputs at least this large (per device) are written with non-temporal
- * stores by the reductions: they do not fit in cache and peers read them
- * from memory anyway. */
-#define COMM_NT_BYTES ((size_t)1 << 20)
-
-/* One device's slot. The counter and the slot data sit on separate cache
- * lines so that spinning peers do not bounce the published pointers. */
-typedef struct {
-  _Alignas(64) _Atomic uint32_t arrived; /* last phase value this device reached */
-  _Atomic uint32_t waiters;              /* threads blocked on cv for this device */
-  pthread_mutex_t mu;                    /* guards the cv sleep/wake handshake only */
-  pthread_cond_t cv;
-  _Alignas(64) _Atomic(const void *) src; /* published input (or a staged copy) */
-  _Atomic(void *) dst;                    /* published output (all-reduce gather phase) */
-  /* Owned by the device's thread. */
-  uint32_t seq;         /* calls made */
-  void *scratch;        /* staging for inputs that overlap the output; grown, kept */
-  size_t scratch_cap;   /* bytes */
-  const void **srcs;    /* (n_devices) reduction operands of one row */
-  void **dsts;          /* (n_devices) all-reduce destinations: the members' outs */
-  int *peers;           /* (n_devices) devices to wait for */
-} comm_dev;
-
-struct ts_comm {
-  int n;
-  _Atomic int timeout_ms; /* 0 = forever */
-  int spin;               /* pause iterations before blocking (about 20 us) */
-  comm_dev *dev;          /* (n) */
-};
-
 /* The cost of one COMM_PAUSE() in nanoseconds (measured over 256 of them). */
 static double comm_pause_ns(void) {
   struct timespec t0, t1;
@@ -91,20 +60,34 @@ static double comm_pause_ns(void) {
   return ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 256.0;
 }
 
-ts_comm *ts_comm_new(int n_devices) {
+ts_comm *ts_comm_new(int n_devices) { return ts_comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
+
+ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
   if (n_devices < 1) {
     ts_set_error("comm_new: n_devices is %d, must be >= 1", n_devices);
     return NULL;
   }
+  if (first < 0 || n_local < 1 || first + n_local > n_devices || (net && !proc_of)) {
+    ts_set_error("comm_new: bad layout: %d devices, local [%d, %d)", n_devices, first, first + n_local);
+    return NULL;
+  }
   ts_comm *c = calloc(1, sizeof *c);
   size_t bytes = (size_t)n_devices * sizeof(comm_dev); /* a multiple of 64 */
-  if (!c || !(c->dev = aligned_alloc(64, bytes))) {
+  if (!c || !(c->dev = aligned_alloc(64, bytes)) || !(c->proc = calloc((size_t)n_devices, sizeof *c->proc))) {
+    if (c) free(c->dev);
     free(c);
     ts_set_error("comm_new: out of memory for %d devices", n_devices);
     return NULL;
   }
   memset(c->dev, 0, bytes);
   c->n = n_devices;
+  c->first = first;
+  c->n_local = n_local;
+  c->net = net;
+  if (net) memcpy(c->proc, proc_of, (size_t)n_devices * sizeof *c->proc);
+  /* hier.c tags: (call sequence mod tag_span) * n_devices + group id */
+  int span = (net_tag_ub(net) - 1) / n_devices;
+  c->tag_span = span > 1024 ? 1024 : span < 1 ? 1 : span;
   atomic_init(&c->timeout_ms, 0);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
@@ -112,7 +95,7 @@ ts_comm *ts_comm_new(int n_devices) {
    * CPU, so measure it. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double pause_ns = comm_pause_ns();
-  double spin_ns = cores >= n_devices ? 20000.0 : 1000.0;
+  double spin_ns = cores >= n_local ? 20000.0 : 1000.0;
   c->spin = (int)(spin_ns / (pause_ns > 1.0 ? pause_ns : 1.0));
   if (c->spin < 16) c->spin = 16;
   pthread_condattr_t ca;
@@ -126,6 +109,7 @@ ts_comm *ts_comm_new(int n_devices) {
     atomic_init(&d->dst, NULL);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, &ca);
+    if (i < first || i >= first + n_local) continue; /* another process's device: never used here */
     d->srcs = calloc((size_t)n_devices, sizeof *d->srcs);
     d->peers = calloc((size_t)n_devices, sizeof *d->peers);
     d->dsts = calloc((size_t)n_devices, sizeof *d->dsts);
@@ -148,12 +132,21 @@ void ts_comm_free(ts_comm *c) {
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d->scratch);
+    comm_worker_free(d);
+    free(d->net_buf);
     free(d->srcs);
     free(d->peers);
     free(d->dsts);
   }
   free(c->dev);
+  free(c->proc);
   free(c);
+}
+
+bool comm_group_local(const ts_comm *c, const int *group, int n) {
+  for (int i = 0; c->net && i < n; i++)
+    if (group[i] < c->first || group[i] >= c->first + c->n_local) return false;
+  return true;
 }
 
 int ts_comm_size(const ts_comm *c) { return c ? c->n : 0; }
@@ -214,7 +207,7 @@ static int comm_wait_one(ts_comm *c, int peer, uint32_t t, const struct timespec
 /* Arrives at phase `phase` of the current call, then waits until each of the
  * np devices in peers (the caller itself is skipped) arrived there too.
  * On timeout: -1 and a message naming the collective and the missing ones. */
-static int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np,
+int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np,
                      int phase) {
   uint32_t t = c->dev[device].seq * PHASES + (uint32_t)phase;
   comm_arrive(c, device, t);
@@ -253,6 +246,9 @@ static int check_device(const ts_comm *c, const char *what, int device) {
   if (!c) return ts_set_error("%s: communicator is NULL", what);
   if (device < 0 || device >= c->n)
     return ts_set_error("%s: device %d out of range [0, %d)", what, device, c->n);
+  if (device < c->first || device >= c->first + c->n_local)
+    return ts_set_error("%s: device %d is not a device of this process [%d, %d)", what, device, c->first,
+                        c->first + c->n_local);
   return 0;
 }
 
@@ -274,7 +270,7 @@ static int group_rank(const ts_comm *c, const char *what, int device, const int 
   return rank;
 }
 
-static bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
+bool comm_overlaps(const void *a, size_t na, const void *b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return na && nb && x < y + nb && y < x + na;
 }
@@ -282,7 +278,7 @@ static bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
 /* A copy of in (bytes) in the device's scratch, for inputs that overlap the
  * caller's output: peers must be able to read the input while the caller
  * writes its output. */
-static const void *stage(ts_comm *c, int device, const char *what, const void *in, size_t bytes) {
+const void *comm_stage(ts_comm *c, int device, const char *what, const void *in, size_t bytes) {
   comm_dev *d = &c->dev[device];
   if (bytes > d->scratch_cap) {
     void *p = malloc(bytes);
@@ -298,7 +294,7 @@ static const void *stage(ts_comm *c, int device, const char *what, const void *i
   return d->scratch;
 }
 
-static bool mul_ok(int64_t a, int64_t b, size_t *out) {
+bool comm_mul_ok(int64_t a, int64_t b, size_t *out) {
   if (a < 0 || b < 0) return false;
   return !__builtin_mul_overflow((uint64_t)a, (uint64_t)b, out);
 }
@@ -308,6 +304,7 @@ static bool mul_ok(int64_t a, int64_t b, size_t *out) {
 int ts_comm_barrier(ts_comm *c, int device, const int *group, int n) {
   const char *what = "comm_barrier";
   if (group_rank(c, what, device, group, n) < 0) return -1;
+  if (!comm_group_local(c, group, n)) return hier_barrier(c, device, group, n);
   c->dev[device].seq++;
   /* The whole point: no member passes before every member arrived. */
   return comm_sync(c, device, what, group, n, 1);
@@ -319,9 +316,10 @@ int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype
   int r = group_rank(c, what, device, group, n);
   if (r < 0 || comm_reduce_check(what, dt, op)) return -1;
   size_t es = ts_dtype_size(dt), bytes;
-  if (count < 0 || !mul_ok(count, (int64_t)es, &bytes))
+  if (count < 0 || !comm_mul_ok(count, (int64_t)es, &bytes))
     return ts_set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (!comm_group_local(c, group, n)) return hier_all_reduce(c, device, group, n, r, dt, op, in, out, count);
   comm_dev *d = &c->dev[device];
   d->seq++;
   if (n == 1) { /* sum/max/min/mean of one member is the identity */
@@ -331,7 +329,7 @@ int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype
   /* in == out works in place (chunk r of every member's buffer is read and
    * written by the device of rank r only); a partial overlap is staged. */
   const void *src = in;
-  if (in != out && overlaps(in, bytes, out, bytes) && !(src = stage(c, device, what, in, bytes)))
+  if (in != out && comm_overlaps(in, bytes, out, bytes) && !(src = comm_stage(c, device, what, in, bytes)))
     return -1;
   atomic_store_explicit(&d->src, src, memory_order_relaxed);
   atomic_store_explicit(&d->dst, out, memory_order_relaxed);
@@ -369,11 +367,13 @@ int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_d
   int r = group_rank(c, what, device, group, n);
   if (r < 0 || comm_reduce_check(what, dt, op)) return -1;
   size_t es = ts_dtype_size(dt), row, out_bytes, in_bytes;
-  if (!mul_ok(chunk, (int64_t)es, &row) || !mul_ok(outer, (int64_t)row, &out_bytes) ||
+  if (!comm_mul_ok(chunk, (int64_t)es, &row) || !comm_mul_ok(outer, (int64_t)row, &out_bytes) ||
       __builtin_mul_overflow(out_bytes, (size_t)n, &in_bytes))
     return ts_set_error("%s: bad layout outer %lld x chunk %lld elements", what, (long long)outer,
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (!comm_group_local(c, group, n))
+    return hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk);
   comm_dev *d = &c->dev[device];
   d->seq++;
   if (n == 1) { /* (outer, 1, chunk) is (outer, chunk) */
@@ -381,7 +381,7 @@ int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_d
     return 0;
   }
   const void *src = in;
-  if (overlaps(in, in_bytes, out, out_bytes) && !(src = stage(c, device, what, in, in_bytes)))
+  if (comm_overlaps(in, in_bytes, out, out_bytes) && !(src = comm_stage(c, device, what, in, in_bytes)))
     return -1;
   atomic_store_explicit(&d->src, src, memory_order_relaxed);
   /* Phase 1: every member's input is ready and published. */
@@ -406,19 +406,20 @@ int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const vo
   int r = group_rank(c, what, device, group, n);
   if (r < 0) return -1;
   size_t in_bytes, out_bytes;
-  if (!mul_ok(outer, (int64_t)chunk_bytes, &in_bytes) ||
+  if (!comm_mul_ok(outer, (int64_t)chunk_bytes, &in_bytes) ||
       __builtin_mul_overflow(in_bytes, (size_t)n, &out_bytes))
     return ts_set_error("%s: bad layout outer %lld x %zu bytes", what, (long long)outer,
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (!comm_group_local(c, group, n)) return hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes);
   comm_dev *d = &c->dev[device];
   d->seq++;
   /* In place (in already at out[0, r, :] with outer == 1) needs no staging:
    * we write only the other slots. Any other overlap is staged. */
   bool in_place = outer == 1 && in == (const char *)out + (size_t)r * chunk_bytes;
   const void *src = in;
-  if (!in_place && overlaps(in, in_bytes, out, out_bytes) &&
-      !(src = stage(c, device, what, in, in_bytes)))
+  if (!in_place && comm_overlaps(in, in_bytes, out, out_bytes) &&
+      !(src = comm_stage(c, device, what, in, in_bytes)))
     return -1;
   if (n == 1) {
     if (src != out && in_bytes) memmove(out, src, in_bytes);
@@ -447,11 +448,12 @@ int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const vo
   int r = group_rank(c, what, device, group, n);
   if (r < 0) return -1;
   size_t row, bytes;
-  if (!mul_ok(outer, (int64_t)chunk_bytes, &row) ||
+  if (!comm_mul_ok(outer, (int64_t)chunk_bytes, &row) ||
       __builtin_mul_overflow(row, (size_t)n, &bytes))
     return ts_set_error("%s: bad layout outer %lld x %d x %zu bytes", what, (long long)outer, n,
                         chunk_bytes);
   if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (!comm_group_local(c, group, n)) return hier_all_to_all(c, device, group, n, r, in, out, outer, chunk_bytes);
   comm_dev *d = &c->dev[device];
   d->seq++;
   if (n == 1) {
@@ -459,7 +461,7 @@ int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const vo
     return 0;
   }
   const void *src = in;
-  if (overlaps(in, bytes, out, bytes) && !(src = stage(c, device, what, in, bytes))) return -1;
+  if (comm_overlaps(in, bytes, out, bytes) && !(src = comm_stage(c, device, what, in, bytes))) return -1;
   atomic_store_explicit(&d->src, src, memory_order_relaxed);
   /* Phase 1: every member's input is ready and published. */
   if (comm_sync(c, device, what, group, n, 1)) return -1;
@@ -485,7 +487,9 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
     return ts_set_error("%s: bad pair list (%d pairs)", what, n_pairs);
   if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
   comm_dev *d = &c->dev[device];
-  int source = -1, n_readers = 0; /* readers: devices that copy our input */
+  int source = -1, n_readers = 0, n_msgs = 0; /* readers: local devices that copy our input */
+  net_msg msgs[2];
+  net_msg *remote = NULL; /* sends to targets in other processes (rare: allocated) */
   for (int i = 0; i < n_pairs; i++) {
     int s = pairs[2 * i], t = pairs[2 * i + 1];
     if (s < 0 || s >= c->n || t < 0 || t >= c->n)
@@ -498,21 +502,44 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
     if (s == device) d->peers[n_readers++] = t;
   }
   d->seq++;
+  /* Targets in other processes get a message; so does a source there. */
+  int n_remote = 0;
+  for (int i = 0; i < n_readers; i++)
+    if (!comm_group_local(c, &d->peers[i], 1)) n_remote++;
+  bool remote_source = source >= 0 && !comm_group_local(c, &source, 1);
   /* We write out (a copy or zeros) while our targets read our input: an
    * overlapping input is staged, unless we are our own source in place. */
   const void *src = in;
-  if (n_readers && overlaps(in, bytes, out, bytes) && !(source == device && in == out) &&
-      !(src = stage(c, device, what, in, bytes)))
+  if (n_readers && comm_overlaps(in, bytes, out, bytes) && !(source == device && in == out) &&
+      !(src = comm_stage(c, device, what, in, bytes)))
     return -1;
+  if (n_remote || remote_source) {
+    net_msg *m = n_remote + 1 <= 2 ? msgs : (remote = malloc((size_t)(n_remote + 1) * sizeof *remote));
+    if (!m) return ts_set_error("%s: out of memory", what);
+    int k = 0;
+    for (int i = 0; i < n_readers; i++) {
+      int t = d->peers[i];
+      if (comm_group_local(c, &t, 1)) continue;
+      m[k++] = (net_msg){c->proc[t], comm_tag(c, device, t), true, (void *)src, bytes};
+      d->peers[i--] = d->peers[--n_readers]; /* only local readers stay */
+    }
+    if (remote_source) m[k++] = (net_msg){c->proc[source], comm_tag(c, device, device), false, out, bytes};
+    n_msgs = k;
+    int rc = net_exchange(c->net, m, n_msgs, atomic_load(&c->timeout_ms), what);
+    free(remote);
+    if (rc < 0) return -1;
+  }
   atomic_store_explicit(&d->src, src, memory_order_relaxed);
-  /* Phase 1: our input is published; wait only for our source's. */
-  if (comm_sync(c, device, what, &source, source >= 0 ? 1 : 0, 1)) return -1;
+  /* Phase 1: our input is published; wait only for a local source's. */
+  bool local_source = source >= 0 && !remote_source;
+  if (comm_sync(c, device, what, &source, local_source ? 1 : 0, 1)) return -1;
   if (source < 0) {
     if (bytes) memset(out, 0, bytes);
-  } else {
+  } else if (local_source) {
     const void *s = atomic_load_explicit(&c->dev[source].src, memory_order_relaxed);
     if (s != out && bytes) memmove(out, s, bytes); /* memmove: s may be our own staged copy */
   }
-  /* Phase 2: our targets finished reading our input: the caller may reuse it. */
+  /* Phase 2: our local targets finished reading our input: the caller may
+   * reuse it. */
   return comm_sync(c, device, what, d->peers, n_readers, 2);
 }

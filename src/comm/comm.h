@@ -1,6 +1,7 @@
 /* comm.h — in-process collectives between the device threads of one client.
  *
- * Every local device is run by its own thread. A collective is called by every
+ * Every local device is run by its own thread; with several processes, the
+ * ids are global and the caller is always one of this process's devices. A collective is called by every
  * participating device thread with the same arguments except `device`, in the
  * same order on every device (SPMD programs guarantee this). `group` lists the
  * device ids (0..n_devices-1) taking part, in rank order; the calling device
@@ -28,6 +29,13 @@ typedef struct ts_comm ts_comm;
 
 /* A communicator for n_devices device threads of one process. */
 ts_comm *ts_comm_new(int n_devices);
+/* A communicator over the devices of several processes (net.h): device ids
+ * 0..n_devices-1 are global, proc_of[d] is the process of device d, and this
+ * process runs [first, first + n_local). A group whose devices are all local
+ * is served in shared memory; one that spans processes hierarchically
+ * (hier.c). net NULL: one process (proc_of unused). */
+struct ts_net;
+ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net);
 void ts_comm_free(ts_comm *c);
 int ts_comm_size(const ts_comm *c);
 
@@ -70,5 +78,19 @@ int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const vo
  * out when it is no target. Every device of the communicator calls it. */
 int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
                     size_t bytes);
+
+/* ---- asynchronous all-reduce (overlap with computation) ----
+ * Starts an in-place all-reduce of buf (count elements of dt) over group on
+ * a worker thread that acts as `device` in the communicator, and returns a
+ * ticket (>= 0) at once; -1 on error. The device thread may go on computing
+ * but must not touch buf, nor call another collective, before
+ * ts_comm_wait_ticket returns for it (ts_comm_wait_all for all of them):
+ * the worker runs each device's started collectives in order, so every
+ * device still makes every call in the same order. group is borrowed until
+ * the wait. Errors (timeouts) come back from the wait. */
+int64_t ts_comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+                                 void *buf, int64_t count);
+int ts_comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
+int ts_comm_wait_all(ts_comm *c, int device);
 
 #endif

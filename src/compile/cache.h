@@ -24,7 +24,7 @@
 #include "tessel/metrics.h" /* ts_compile_cache_set_dir, _clear */
 #include "tessel/runtime.h" /* ts_compile_options */
 
-#define TS_CACHE_FORMAT_VERSION 1
+#define TS_CACHE_FORMAT_VERSION 2
 
 typedef struct {
   uint64_t lo, hi;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "compile/compile.h"
+#include "spmd/spmd_internal.h" /* replica_is_all */
 #include "compile/cache.h"             /* the compile cache */
 #include "metrics/metrics_internal.h" /* compile metrics and trace */
 #include "opt/opt.h"
@@ -43,6 +44,7 @@ ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
     w = run_pass(w, opt_fuse, "fusion", o.verbose);
     if (w) w = run_pass(w, opt_dce, "dce", o.verbose);
   }
+  if (w) w = run_pass(w, opt_schedule, "schedule", o.verbose); /* collectives early: overlap */
   return w;
 }
 
@@ -83,6 +85,59 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
+/* True when the environment variable is set to "0" (a switch that is on by default). */
+static bool getenv_flag_off(const char *name) {
+  const char *v = getenv(name);
+  return v && strcmp(v, "0") == 0;
+}
+
+/* The all-reduces worth starting asynchronously: those whose first user is
+ * not the next node the device runs (the nodes in between overlap with the
+ * communication). Reshapes only rename memory: their users count as users
+ * of what they reshape. */
+static int mark_async(ts_executable *e) {
+  const ts_graph *g = e->g;
+  if (e->client->num_devices < 2 || getenv_flag_off("TESSEL_ASYNC_COLLECTIVES")) return 0;
+  int32_t *base = malloc(((size_t)g->n_nodes + 1) * sizeof *base);
+  int32_t *first_use = malloc(((size_t)g->n_nodes + 1) * sizeof *first_use);
+  if (!base || !first_use) {
+    free(base);
+    free(first_use);
+    return ts_set_error("compile: out of memory");
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    base[i] = n->op == TS_OP_RESHAPE ? base[n->in[0]] : i;
+    first_use[i] = INT32_MAX;
+    if (n->op == TS_OP_RESHAPE) continue; /* runs nothing */
+    for (int k = 0; k < n->n_in; k++)
+      if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
+  }
+  int rc = 0;
+  for (int i = 0; i < g->n_nodes && rc == 0; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op != TS_OP_ALL_REDUCE || !n->attr.coll || n->attr.coll->n < 2) continue;
+    /* a result nobody reads has memory only at its own node: the worker
+     * would write it after it was reused */
+    bool is_output = false;
+    for (int k = 0; k < g->n_outputs; k++) is_output |= base[g->outputs[k]] == i;
+    if (first_use[i] == INT32_MAX && !is_output) continue;
+    int between = 0; /* nodes the device runs before the first user */
+    for (int j = i + 1; j < g->n_nodes && j < first_use[i] && !between; j++) {
+      ts_op op = g->nodes[j].op;
+      between = op != TS_OP_INPUT && op != TS_OP_CONSTANT && op != TS_OP_RESHAPE;
+    }
+    if (!between) continue;
+    if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
+      rc = ts_set_error("compile: out of memory");
+    else
+      e->async[i] = true;
+  }
+  free(base);
+  free(first_use);
+  return rc;
+}
+
 ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_compile_options *opts) {
   ts_executable *e = calloc(1, sizeof *e);
   if (!e) {
@@ -110,6 +165,7 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
     goto fail;
   }
   if (fill_pool(e) < 0) goto fail;
+  if (mark_async(e) < 0) goto fail;
   return e;
 fail:
   ts_executable_free(e);
@@ -125,12 +181,34 @@ static const ts_mesh *program_mesh(const ts_graph *g, const ts_compile_options *
   return NULL;
 }
 
+/* Several processes: every one must compile the same program on the same
+ * mesh (else their collectives would not match and they would hang). */
+static int same_program(ts_client *c, const ts_graph *g, const ts_mesh *m) {
+  if (!g) return ts_set_error("compile: graph is NULL");
+  char text[256];
+  int len = snprintf(text, sizeof text, "program %016llx on %d devices, mesh", (unsigned long long)ts_graph_hash(g),
+                     c->num_devices);
+  for (int a = 0; m && a < ts_mesh_rank(m) && len < (int)sizeof text - 32; a++)
+    len += snprintf(text + len, sizeof text - len, " %s=%lld", ts_mesh_axis_name(m, a) ? ts_mesh_axis_name(m, a) : "?",
+                    (long long)ts_mesh_axis_size(m, a));
+  if (!m) snprintf(text + len, sizeof text - len, " none");
+  return ts_client_check_same(c, "compile: the program", text);
+}
+
 ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
   if (!c) {
     ts_set_error("compile: client is NULL");
     return NULL;
   }
   const ts_mesh *m = program_mesh(g, opts);
+  if (c->process_count > 1 && same_program(c, g, m) < 0) return NULL;
+  if (opts && opts->replicas) return compile_replicas(c, g, opts);
+  for (int i = 0; g && i < g->n_nodes; i++)
+    if (replica_is_all(&g->nodes[i])) {
+      ts_set_error("compile: node %d is a ts_replica_all_reduce: compile the program with "
+                   "ts_compile_options.replicas", i);
+      return NULL;
+    }
   bool manual = false; /* manual regions always go through the partitioner */
   for (int i = 0; g && i < g->n_nodes; i++) manual |= g->nodes[i].manual;
   if (c->num_devices > 1 || (m && ts_mesh_num_devices(m) > 1) || manual) {
@@ -148,7 +226,7 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
   }
   ts_graph *opt = ts_compile_graph_cached(g, opts); /* compile cache: memory, then disk, then the passes */
   if (!opt) return NULL;
-  return compile_local(c, 0, opt, opts);
+  return compile_local(c, c->first_local, opt, opts);
 }
 
 void ts_executable_free(ts_executable *e) {
@@ -170,6 +248,7 @@ void ts_executable_free(ts_executable *e) {
   if (e->pool) d->free(d->ctx, e->pool);
   free(e->state);
   free(e->values);
+  free(e->async);
   ts_plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);
@@ -181,7 +260,7 @@ size_t ts_executable_peak_bytes(const ts_executable *e) {
   if (!e) return 0;
   size_t peak = e->plan.arena_bytes;
   for (int i = 0; i < e->n_dev; i++)
-    if (e->dev[i]->plan.arena_bytes > peak) peak = e->dev[i]->plan.arena_bytes;
+    if (e->dev[i] && e->dev[i]->plan.arena_bytes > peak) peak = e->dev[i]->plan.arena_bytes;
   return peak;
 }
 
@@ -190,7 +269,7 @@ char *ts_executable_to_string(const ts_executable *e) {
     ts_set_error("executable_to_string: executable is NULL");
     return NULL;
   }
-  if (e->n_dev) e = e->dev[0]; /* every device runs the same program but for offsets and groups */
+  if (e->n_dev) e = e->dev[e->client->first_local]; /* every device runs the same program but for offsets and groups */
   char *prog = ts_graph_to_string(e->g);
   if (!prog) return NULL;
   size_t len = strlen(prog), cap = len + 1;

@@ -22,6 +22,7 @@ struct ts_executable {
   void *pool;         /* device memory, plan.const_bytes, filled at compile time */
   ts_kstate **state;  /* per node; freed with the executable */
   void **values;      /* per node, resolved at every execute */
+  bool *async;        /* per node: an all-reduce started asynchronously (NULL: none) */
   /* ---- SPMD top level only (n_dev > 0) ---- */
   int n_dev;
   struct ts_executable **dev; /* (n_dev) per-device programs */
@@ -31,11 +32,14 @@ struct ts_executable {
 };
 
 /* The graph passes of ts_compile alone (verify, copy, simplify, CSE, DCE,
- * fusion, DCE), for tests and tools. Returns a new graph or NULL. */
+ * fusion, DCE, schedule), for tests and tools. Returns a new graph or NULL. */
 ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts);
 
 /* compile_spmd.c: compiles g for every device of the client (mesh m). */
 ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, const ts_compile_options *opts);
+/* compile_replicas.c: compiles the replica program g (options.replicas) for
+ * every device of this process. */
+ts_executable *compile_replicas(ts_client *c, const ts_graph *g, const ts_compile_options *opts);
 /* compile.c: an executable of an already optimized graph on client device
  * `device` (takes over opt). */
 ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_compile_options *opts);

@@ -57,8 +57,10 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
     if (!(e->in_sh[i] = make_sharding(m, &in_specs[i]))) goto fail;
   for (int k = 0; k < g->n_outputs; k++)
     if (!(e->out_sh[k] = make_sharding(m, &out_specs[k]))) goto fail;
-  for (int d = 0; d < e->n_dev; d++) {
-    ts_graph *local = spmd_partition(g, m, specs, in_specs, out_specs, d, d == 0 ? &e->colls : NULL);
+  /* one program per device of this process (the other processes compile
+   * theirs: every process compiles the same global program) */
+  for (int d = c->first_local; d < c->first_local + c->num_local; d++) {
+    ts_graph *local = spmd_partition(g, m, specs, in_specs, out_specs, d, d == c->first_local ? &e->colls : NULL);
     if (!local) goto fail;
     ts_graph *opt = ts_compile_graph_cached(local, opts); /* compile cache */
     if (!opt) {

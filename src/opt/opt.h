@@ -28,6 +28,9 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
  * (owned parts deep-copied). Returns the new id. */
 ts_tensor opt_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map);
 
+/* Copies src's outputs and aliases into dst through map (old -> new id). */
+int opt_set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map);
+
 /* Users of every node: users[off[i] .. off[i+1]) are the nodes reading node i
  * (a node reading i twice appears twice). Free with opt_users_free. */
 typedef struct {
@@ -49,5 +52,11 @@ ts_graph *opt_simplify(const ts_graph *g, int *changed);
 ts_graph *opt_cse(const ts_graph *g, int *changed);
 ts_graph *opt_dce(const ts_graph *g, int *changed);
 ts_graph *opt_fuse(const ts_graph *g, int *changed);
+/* Node order for overlap: every collective, with the reshapes and
+ * concatenations that only feed collectives (a DDP bucket's packing), moves
+ * up to right after its last operand, so the device can start it early and
+ * go on computing while it runs. Everything else keeps its order (inputs
+ * too, so input indices do not change). */
+ts_graph *opt_schedule(const ts_graph *g, int *changed);
 
 #endif

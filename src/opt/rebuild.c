@@ -23,7 +23,7 @@ ts_tensor opt_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_
   return t;
 }
 
-static int set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map) {
+int opt_set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map) {
   if (!src->n_outputs) return 0;
   dst->outputs = malloc((size_t)src->n_outputs * sizeof *dst->outputs);
   dst->alias = malloc((size_t)src->n_outputs * sizeof *dst->alias);
@@ -64,7 +64,7 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
     }
     map[id] = r;
   }
-  if (set_outputs(dst, src, map) < 0) goto fail;
+  if (opt_set_outputs(dst, src, map) < 0) goto fail;
   if (map_out) memcpy(map_out, map, (size_t)src->n_nodes * sizeof *map);
   free(map);
   return dst;

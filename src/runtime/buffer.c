@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/net.h" /* reads of blocks held by other processes */
 #include "runtime/rt.h"
 #include "metrics/metrics_internal.h" /* transfer metrics */
 
@@ -78,13 +79,14 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
   b->n_shards = c->num_devices;
   b->shards = calloc((size_t)c->num_devices, sizeof *b->shards);
   if (!b->shards) return ts_set_error("buffer: out of memory");
-  for (int i = 0; i < c->num_devices; i++)
+  for (int i = c->first_local; i < c->first_local + c->num_local; i++) /* other processes hold theirs */
     if (!(b->shards[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) {
       free_shards(b);
       return ts_set_error("buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
     }
-  for (int i = 0; i < c->num_devices; i++) memset(b->shards[i], 0, b->shard_bytes); /* API: zero-filled */
-  b->data = b->shards[0];
+  for (int i = c->first_local; i < c->first_local + c->num_local; i++)
+    memset(b->shards[i], 0, b->shard_bytes); /* API: zero-filled */
+  b->data = b->shards[c->first_local];
   return 0;
 }
 
@@ -170,7 +172,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
   ts_client *c = b->client;
   if (!b->sharding) {
-    for (int i = 0; i < b->n_shards; i++)
+    for (int i = c->first_local; i < c->first_local + c->num_local; i++)
       if (c->devs[i].to_device(c->devs[i].ctx, b->shards[i], src, bytes) < 0) return -1;
     return 0;
   }
@@ -178,7 +180,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   if (!tmp) return ts_set_error("buffer_write: out of memory");
   size_t es = ts_dtype_size(b->dtype);
   int rc = 0;
-  for (int i = 0; i < b->n_shards && rc == 0; i++) {
+  for (int i = c->first_local; i < c->first_local + c->num_local && rc == 0; i++) {
     int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
     range_of(b, i, start, limit);
     memset(tmp, 0, b->shard_bytes); /* padding of uneven blocks: zeros */
@@ -189,21 +191,99 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   return rc;
 }
 
+/* The device whose block of the range device d holds is the one read: the
+ * lowest id with that range, among process p's devices (p < 0: any). -1 if
+ * p has none. */
+static int holder(const ts_buffer *b, int d, int p) {
+  const ts_client *c = b->client;
+  int64_t s0[TS_MAX_RANK], l0[TS_MAX_RANK], s1[TS_MAX_RANK], l1[TS_MAX_RANK];
+  range_of(b, d, s0, l0);
+  for (int i = 0; i < b->n_shards; i++) {
+    if (p >= 0 && c->device_process[i] != p) continue;
+    range_of(b, i, s1, l1);
+    if (!memcmp(s0, s1, (size_t)b->rank * sizeof *s0) && !memcmp(l0, l1, (size_t)b->rank * sizeof *l0)) return i;
+  }
+  return -1;
+}
+
+/* Every device's block that no device of this process holds comes from its
+ * owner (the lowest device id holding that range) in another process: each
+ * process sends the blocks it owns to every process, in device order. */
+static int read_from_processes(const ts_buffer *b, void *dst) {
+  const ts_client *c = b->client;
+  int P = c->process_count, me = c->process_index;
+  size_t sb = b->shard_bytes, es = ts_dtype_size(b->dtype);
+  size_t *owned = calloc((size_t)P, sizeof *owned); /* blocks each process owns */
+  for (int i = 0; owned && i < b->n_shards; i++)
+    if (holder(b, i, -1) == i) owned[c->device_process[i]]++;
+  size_t total = 0;
+  for (int p = 0; owned && p < P; p++) total += owned[p];
+  char *all = owned ? malloc(total * sb + 1) : NULL; /* owned blocks, process-major = device order */
+  net_msg *m = all ? malloc((size_t)2 * (size_t)P * sizeof *m) : NULL;
+  if (!m) {
+    free(owned);
+    free(all);
+    return ts_set_error("buffer_read: out of memory gathering %zu bytes from other processes", b->bytes);
+  }
+  size_t off = 0, mine = 0;
+  int rc = 0, k = 0;
+  for (int p = 0; p < P; p++) {
+    if (p == me) mine = off;
+    off += owned[p] * sb;
+  }
+  char *w = all + mine;
+  for (int i = c->first_local; i < c->first_local + c->num_local && rc == 0; i++)
+    if (holder(b, i, -1) == i) {
+      rc = c->devs[i].to_host(c->devs[i].ctx, w, b->shards[i], sb);
+      w += sb;
+    }
+  off = 0;
+  for (int p = 0; p < P; p++) {
+    if (p != me) {
+      m[k++] = (net_msg){p, 2, true, all + mine, owned[me] * sb};
+      m[k++] = (net_msg){p, 2, false, all + off, owned[p] * sb};
+    }
+    off += owned[p] * sb;
+  }
+  if (rc == 0) rc = net_exchange_ctl(c->net, m, k, c->timeout_ms, "buffer_read (a collective read of a buffer "
+                                     "sharded over several processes: every process must read it)");
+  char *r = all;
+  for (int i = 0; i < b->n_shards && rc == 0; i++) {
+    if (holder(b, i, -1) != i) continue;
+    int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
+    range_of(b, i, start, limit);
+    copy_block(r, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
+    r += sb;
+  }
+  free(owned);
+  free(all);
+  free(m);
+  return rc;
+}
+
 int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
   if (!b) return ts_set_error("buffer_read: buffer is NULL");
   if (bytes != b->bytes) return ts_set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !dst) return ts_set_error("buffer_read: destination is NULL");
   TS_OBS_SCOPE("TransferFromDeviceTime", "from device", "transfer", -1, bytes);
   const ts_client *c = b->client;
-  if (!b->sharding) return c->devs[0].to_host(c->devs[0].ctx, dst, b->shards[0], bytes);
+  int first = c->first_local;
+  if (!b->sharding) return c->devs[first].to_host(c->devs[first].ctx, dst, b->shards[first], bytes);
+  /* Collective when some process lacks a part (decided the same way in every
+   * process, so that either all of them exchange or none does). */
+  for (int p = 0; p < c->process_count; p++)
+    for (int i = 0; i < b->n_shards; i++)
+      if (holder(b, i, p) < 0) return read_from_processes(b, dst);
   char *tmp = malloc(b->shard_bytes + 1);
   if (!tmp) return ts_set_error("buffer_read: out of memory");
   size_t es = ts_dtype_size(b->dtype);
   int rc = 0;
   for (int i = 0; i < b->n_shards && rc == 0; i++) {
+    int h = holder(b, i, c->process_index);
+    if (h != i && (rt_is_local(c, i) || holder(b, i, -1) != i)) continue; /* each range once, from a local block */
     int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
     range_of(b, i, start, limit);
-    rc = c->devs[i].to_host(c->devs[i].ctx, tmp, b->shards[i], b->shard_bytes);
+    rc = c->devs[h].to_host(c->devs[h].ctx, tmp, b->shards[h], b->shard_bytes);
     if (rc == 0) copy_block(tmp, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
   }
   free(tmp);
@@ -228,12 +308,36 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
   if (bytes != want)
     return ts_set_error("buffer_read_shard: asked for %zu bytes but device %d's block holds %zu", bytes, device, want);
   if (bytes && !dst) return ts_set_error("buffer_read_shard: destination is NULL");
+  if (!rt_is_local(b->client, device))
+    return ts_set_error("buffer_read_shard: device %d belongs to process %d, not to this one (%d)", device,
+                        b->client->device_process[device], b->client->process_index);
   const ts_device *d = &b->client->devs[device];
   char *tmp = malloc(b->shard_bytes + 1);
   if (!tmp) return ts_set_error("buffer_read_shard: out of memory");
   int rc = d->to_host(d->ctx, tmp, b->shards[device], b->shard_bytes);
   /* the block's valid part is the origin corner of the padded local block */
   if (rc == 0) copy_block(tmp, b->local_shape, dst, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), false);
+  free(tmp);
+  return rc;
+}
+
+int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes) {
+  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK], ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
+  if (ts_buffer_shard_range(b, device, start, limit) < 0) return -1;
+  for (int d = 0; d < b->rank; d++) ext[d] = limit[d] - start[d];
+  size_t want = (size_t)ts_shape_numel(b->rank, ext) * ts_dtype_size(b->dtype);
+  if (bytes != want)
+    return ts_set_error("buffer_write_shard: got %zu bytes but device %d's block holds %zu", bytes, device, want);
+  if (bytes && !src) return ts_set_error("buffer_write_shard: source is NULL");
+  if (!rt_is_local(b->client, device))
+    return ts_set_error("buffer_write_shard: device %d belongs to process %d, not to this one (%d)", device,
+                        b->client->device_process[device], b->client->process_index);
+  TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
+  const ts_device *d = &b->client->devs[device];
+  char *tmp = calloc(1, b->shard_bytes + 1); /* padding of an uneven block: zeros */
+  if (!tmp) return ts_set_error("buffer_write_shard: out of memory");
+  copy_block(tmp, b->local_shape, (char *)src, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), true);
+  int rc = d->to_device(d->ctx, b->shards[device], tmp, b->shard_bytes);
   free(tmp);
   return rc;
 }

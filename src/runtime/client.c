@@ -1,11 +1,17 @@
 /* client.c — the client: picks the thread budget (options, then
  * $TESSEL_NUM_THREADS, then all cores) and the number of virtual devices
  * (options, then $TESSEL_CPU_DEVICES, then 1), creates the devices and, for
- * more than one, the communicator their threads share. */
+ * more than one, the communicator their threads share. Under an MPI launcher
+ * the processes exchange their device counts and number every device
+ * globally, process-major; each process sets up only its own devices. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm.h"
+#include "comm/net.h"       /* processes: MPI */
+#include "compile/cache.h"  /* ts_cache_hash64 */
 #include "runtime/rt.h"
 
 static int env_count(const char *name, int max, int *out) {
@@ -18,9 +24,64 @@ static int env_count(const char *name, int max, int *out) {
   return 0;
 }
 
+/* Collective timeout: the option, else $TESSEL_COLLECTIVE_TIMEOUT (seconds),
+ * else 120 s alone and 20 s over several processes (a dead or hung peer must
+ * end the job well within 30 s). */
+static int timeout_ms(const ts_client_options *opts, bool several, int *out) {
+  int ms = opts ? opts->collective_timeout_ms : 0;
+  const char *env = getenv("TESSEL_COLLECTIVE_TIMEOUT");
+  if (ms == 0 && env && *env) {
+    char *end;
+    double s = strtod(env, &end);
+    if (*end || !(s >= 0) || s > 86400)
+      return ts_set_error("client: TESSEL_COLLECTIVE_TIMEOUT='%s' is not seconds in [0, 86400] (0 = none)", env);
+    ms = s == 0 ? -1 : (int)(s * 1000 + 0.5);
+  }
+  if (ms == 0) ms = several ? 20000 : 120000;
+  *out = ms < 0 ? 0 : ms;
+  return 0;
+}
+
+/* Process p's share of total devices: as even as possible, the first
+ * processes taking one more. */
+static int share(int total, int procs, int p) { return total / procs + (p < total % procs ? 1 : 0); }
+
+/* Learns every process's local device count and numbers the devices
+ * process-major. */
+static int layout(ts_client *c, int nlocal) {
+  int P = c->process_count, me = c->process_index;
+  int *counts = calloc((size_t)P, sizeof *counts);
+  if (!counts) return ts_set_error("client: out of memory");
+  if (net_allgather(c->net, &nlocal, counts, sizeof nlocal, c->timeout_ms,
+                    "client: exchanging device counts between processes") < 0) {
+    free(counts);
+    return -1;
+  }
+  long total = 0;
+  for (int p = 0; p < P; p++) total += counts[p];
+  if (total > 65536) {
+    free(counts);
+    return ts_set_error("client: %ld devices over %d processes (at most 65536)", total, P);
+  }
+  c->num_devices = (int)total;
+  c->num_local = nlocal;
+  c->device_process = calloc((size_t)total, sizeof *c->device_process);
+  if (!c->device_process) {
+    free(counts);
+    return ts_set_error("client: out of memory");
+  }
+  for (int p = 0, d = 0; p < P; p++)
+    for (int i = 0; i < counts[p]; i++, d++) {
+      if (p == me && i == 0) c->first_local = d;
+      c->device_process[d] = p;
+    }
+  free(counts);
+  return 0;
+}
+
 ts_client *ts_client_new(const ts_client_options *opts) {
   int n = opts ? opts->num_threads : 0;
-  int ndev = opts ? opts->num_devices : 0;
+  int ndev = opts ? opts->num_devices : 0, total = opts ? opts->total_devices : 0;
   if (n < 0) {
     ts_set_error("client: num_threads is %d (use 0 for the default)", n);
     return NULL;
@@ -29,6 +90,20 @@ ts_client *ts_client_new(const ts_client_options *opts) {
     ts_set_error("client: num_devices is %d (use 0 for the default, at most 4096)", ndev);
     return NULL;
   }
+  if (total < 0 || total > 65536 || (total && ndev)) {
+    ts_set_error("client: total_devices is %d (0, or at most 65536 with num_devices 0)", total);
+    return NULL;
+  }
+  bool failed;
+  struct ts_net *net = net_world(&failed);
+  if (failed) return NULL;
+  if (net && net_size(net) == 1) net = NULL; /* a job of one process is a plain process */
+  int P = net_size(net), me = net_rank(net);
+  if (total && total < P) {
+    ts_set_error("client: total_devices %d is fewer than the %d processes", total, P);
+    return NULL;
+  }
+  if (total) ndev = share(total, P, me);
   if (n == 0 && env_count("TESSEL_NUM_THREADS", 4096, &n) < 0) return NULL;
   if (ndev == 0 && env_count("TESSEL_CPU_DEVICES", 4096, &ndev) < 0) return NULL;
   if (ndev == 0) ndev = 1;
@@ -37,27 +112,35 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   if (n > cores) n = cores; /* never more threads than cores */
   if (n < 1) n = 1;
   ts_client *c = calloc(1, sizeof *c);
-  if (!c || !(c->devs = calloc((size_t)ndev, sizeof *c->devs))) {
-    free(c);
+  if (!c) {
     ts_set_error("client: out of memory");
     return NULL;
   }
+  c->net = net;
+  c->process_count = P;
+  c->process_index = me;
+  if (timeout_ms(opts, P > 1, &c->timeout_ms) < 0 || layout(c, ndev) < 0 ||
+      !(c->devs = calloc((size_t)c->num_devices, sizeof *c->devs))) {
+    if (!c->devs && c->device_process) ts_set_error("client: out of memory");
+    ts_client_free(c);
+    return NULL;
+  }
   c->num_threads = n;
-  c->num_devices = ndev;
   c->threads_per_device = n / ndev > 1 ? n / ndev : 1;
-  for (int i = 0; i < ndev; i++)
+  for (int i = c->first_local; i < c->first_local + ndev; i++)
     if (ts_cpu_device_init(&c->devs[i], i) < 0) {
       ts_client_free(c);
       return NULL;
     }
-  c->dev = c->devs[0];
-  if (ndev > 1 && !(c->comm = ts_comm_new(ndev))) {
+  c->dev = c->devs[c->first_local];
+  if (c->num_devices > 1 &&
+      !(c->comm = ts_comm_new_world(c->num_devices, c->device_process, c->first_local, ndev, net))) {
     ts_client_free(c);
     return NULL;
   }
-  /* a device that failed (a kernel error) never reaches the next collective:
-   * its peers give up after two minutes with an error instead of hanging */
-  if (c->comm) ts_comm_set_timeout_ms(c->comm, 120000);
+  /* a device that failed (a kernel error) or a dead process never reaches
+   * the next collective: its peers give up with an error instead of hanging */
+  if (c->comm) ts_comm_set_timeout_ms(c->comm, c->timeout_ms);
   ts_kernels_set_num_threads(c->threads_per_device);
   return c;
 }
@@ -68,8 +151,44 @@ void ts_client_free(ts_client *c) {
   for (int i = 0; c->devs && i < c->num_devices; i++)
     if (c->devs[i].destroy) c->devs[i].destroy(c->devs[i].ctx);
   free(c->devs);
+  free(c->device_process);
   free(c);
 }
+
+int ts_client_process_index(const ts_client *c) { return c ? c->process_index : 0; }
+int ts_client_process_count(const ts_client *c) { return c ? c->process_count : 1; }
+int ts_client_num_local_devices(const ts_client *c) { return c ? c->num_local : 0; }
+int ts_client_first_local_device(const ts_client *c) { return c ? c->first_local : 0; }
+bool ts_client_is_local_device(const ts_client *c, int device) { return c && rt_is_local(c, device); }
+
+/* What one process contributes to ts_client_check_same. */
+typedef struct {
+  uint64_t hash;
+  uint32_t len;
+  char head[244];
+} same_rec;
+
+int ts_client_check_same(ts_client *c, const char *what, const char *text) {
+  if (!c || !what || !text) return ts_set_error("client_check_same: client, what or text is NULL");
+  if (c->process_count == 1) return 0;
+  same_rec mine = {0};
+  mine.len = (uint32_t)strlen(text);
+  mine.hash = ts_cache_hash64(text, mine.len, 0);
+  snprintf(mine.head, sizeof mine.head, "%s", text);
+  same_rec *all = calloc((size_t)c->process_count, sizeof *all);
+  if (!all) return ts_set_error("%s: out of memory", what);
+  int rc = net_allgather(c->net, &mine, all, sizeof mine, c->timeout_ms, what);
+  for (int p = 1; rc == 0 && p < c->process_count; p++)
+    if (all[p].hash != all[0].hash || all[p].len != all[0].len)
+      rc = ts_set_error("%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
+                        "(hash %016llx); every process must run the same configuration",
+                        what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
+                        (unsigned long long)all[p].hash);
+  free(all);
+  return rc;
+}
+
+void ts_client_abort(ts_client *c, int code) { net_abort(c ? c->net : NULL, code); }
 
 int ts_client_num_threads(const ts_client *c) { return c ? c->num_threads : 0; }
 int ts_client_num_devices(const ts_client *c) { return c ? c->num_devices : 0; }

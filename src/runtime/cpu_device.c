@@ -1,8 +1,12 @@
 /* cpu_device.c — the CPU backend behind device.h: aligned host memory,
- * memcpy transfers, and a run loop calling ts_kernel_run node by node. */
+ * memcpy transfers, and a run loop calling ts_kernel_run node by node; the
+ * all-reduces the compiler marked async are started on the communicator's
+ * worker and awaited by their first user, so they overlap with the nodes in
+ * between. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"      /* started all-reduces */
 #include "runtime/device.h"
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
@@ -25,24 +29,100 @@ static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
+/* Started all-reduces of one run, in start order (tickets increase). */
+typedef struct {
+  int32_t *node;
+  int64_t *ticket;
+  int n, cap;
+} pending;
+
+/* The node whose memory t names (reshapes only rename it). */
+static int32_t base_of(const ts_graph *g, int32_t t) {
+  while (g->nodes[t].op == TS_OP_RESHAPE) t = g->nodes[t].in[0];
+  return t;
+}
+
+/* Waits until node `id`'s started all-reduce (and every earlier one) is
+ * done, if it is pending. */
+static int await_node(pending *p, const ts_program *prog, int32_t id) {
+  for (int i = 0; i < p->n; i++) {
+    if (p->node[i] != id) continue;
+    int rc = ts_comm_wait_ticket(prog->comm, prog->device, p->ticket[i]);
+    memmove(p->node, p->node + i + 1, (size_t)(p->n - i - 1) * sizeof *p->node);
+    memmove(p->ticket, p->ticket + i + 1, (size_t)(p->n - i - 1) * sizeof *p->ticket);
+    p->n -= i + 1;
+    return rc;
+  }
+  return 0;
+}
+
+static int await_all(pending *p, const ts_program *prog) {
+  if (!p->n) return 0;
+  p->n = 0;
+  return ts_comm_wait_all(prog->comm, prog->device);
+}
+
+/* Starts the all-reduce of node id on the communicator's worker, in place
+ * on its output (a copy of the operand first: the operand's memory may be
+ * reused as soon as this returns). */
+static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
+  const ts_node *n = &prog->g->nodes[id];
+  size_t bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype);
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 16;
+    int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
+    if (nodes) p->node = nodes;
+    int64_t *tickets = nodes ? realloc(p->ticket, (size_t)cap * sizeof *tickets) : NULL;
+    if (!tickets) return ts_set_error("execute: out of memory starting all-reduce %d", id);
+    p->ticket = tickets;
+    p->cap = cap;
+  }
+  if (in != out && bytes) memcpy(out, in, bytes);
+  int64_t t = ts_comm_all_reduce_start(prog->comm, prog->device, n->attr.coll->ids, n->attr.coll->n, n->dtype,
+                                       n->attr.reduce, out, ts_shape_numel(n->rank, n->shape));
+  if (t < 0) return -1;
+  p->node[p->n] = id;
+  p->ticket[p->n++] = t;
+  return 0;
+}
+
 static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   (void)ctx;
   const ts_graph *g = prog->g;
   ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1, prog->device, prog->comm};
   const void *in_small[16];
-  for (int id = 0; id < g->n_nodes; id++) {
+  pending p = {0};
+  int rc = 0;
+  for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
     if (n->op == TS_OP_INPUT || n->op == TS_OP_CONSTANT || n->op == TS_OP_RESHAPE) continue;
+    /* a started all-reduce must be done before a user reads it and before
+     * the device makes its next collective call */
+    bool async = prog->async && prog->async[id];
+    if (p.n && ts_op_is_collective(n->op) && !async) rc = await_all(&p, prog); /* started ones queue in order */
+    for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, base_of(g, n->in[k]));
+    if (rc) break;
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
-    if (!in) return ts_set_error("execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
+    if (!in) {
+      rc = ts_set_error("execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
+      break;
+    }
     for (int k = 0; k < n->n_in; k++) in[k] = values[n->in[k]];
-    int64_t obs_t0 = ts_obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
-    int rc = ts_kernel_run(g, id, in, values[id], &prog->state[id], &kctx);
-    ts_obs_node_end(g, id, prog->device, obs_t0);
+    if (async) {
+      int64_t t0 = ts_obs_now();
+      rc = start(&p, prog, id, in[0], values[id]);
+      if (t0) ts_obs_kernel("all_reduce (start)", prog->device, t0);
+    } else {
+      int64_t obs_t0 = ts_obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
+      rc = ts_kernel_run(g, id, in, values[id], &prog->state[id], &kctx);
+      ts_obs_node_end(g, id, prog->device, obs_t0);
+    }
     if (in != in_small) free(in);
-    if (rc != 0) return -1;
   }
-  return 0;
+  int wait_rc = await_all(&p, prog); /* also after an error: no worker may outlive the run's memory */
+  free(p.node);
+  free(p.ticket);
+  return rc ? -1 : wait_rc;
 }
 
 int ts_cpu_device_init(ts_device *d, int id) {

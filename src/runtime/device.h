@@ -23,6 +23,10 @@ typedef struct {
   int num_threads;
   int device;            /* the device's id (collectives name it) */
   struct ts_comm *comm;  /* collectives between device threads; NULL on one device */
+  /* Per node (NULL: none): an all-reduce to start on the communicator's
+   * worker and await before its first user runs (or before the next
+   * collective, or at the end of the run). */
+  const bool *async;
 } ts_program;
 
 typedef struct ts_device {

@@ -80,7 +80,8 @@ static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_bu
   }
   ts_client *c = e->client;
   const ts_device *d = &c->devs[dev];
-  ts_program prog = {e->g, e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm};
+  ts_program prog = {e->g, e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm,
+                     e->async};
   if (d->run(d->ctx, &prog, e->values) < 0) return -1;
   for (int k = 0; k < e->plan.n_copies; k++) {
     const plan_copy *x = &e->plan.copies[k];
@@ -107,10 +108,11 @@ static void *dev_thread(void *arg) {
   return NULL;
 }
 
-/* Every device at once: device 0 on the calling thread, the others on their
- * own threads (collectives inside the programs synchronize them). */
+/* Every device of this process at once: the first on the calling thread,
+ * the others on their own threads (collectives inside the programs
+ * synchronize them, and the devices of other processes). */
 static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
-  int n = e->n_dev;
+  int n = e->client->num_local, first = e->client->first_local;
   dev_job *jobs = calloc((size_t)n, sizeof *jobs);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   bool *started = calloc((size_t)n, sizeof *started);
@@ -120,21 +122,21 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
     free(started);
     return ts_set_error("execute: out of memory starting %d device threads", n);
   }
-  for (int d = 0; d < n; d++) jobs[d] = (dev_job){e->dev[d], d, inputs, bufs, 0, ""};
+  for (int i = 0; i < n; i++) jobs[i] = (dev_job){e->dev[first + i], first + i, inputs, bufs, 0, ""};
   int rc = 0;
-  for (int d = 1; d < n; d++) {
-    if (pthread_create(&th[d], NULL, dev_thread, &jobs[d]) != 0) {
-      jobs[d].rc = -1;
-      snprintf(jobs[d].msg, sizeof jobs[d].msg, "execute: could not start the thread of device %d", d);
+  for (int i = 1; i < n; i++) {
+    if (pthread_create(&th[i], NULL, dev_thread, &jobs[i]) != 0) {
+      jobs[i].rc = -1;
+      snprintf(jobs[i].msg, sizeof jobs[i].msg, "execute: could not start the thread of device %d", first + i);
       continue;
     }
-    started[d] = true;
+    started[i] = true;
   }
   dev_thread(&jobs[0]);
-  for (int d = 1; d < n; d++)
-    if (started[d]) pthread_join(th[d], NULL);
-  for (int d = 0; d < n && !rc; d++)
-    if (jobs[d].rc) rc = ts_set_error("%s", jobs[d].msg);
+  for (int i = 1; i < n; i++)
+    if (started[i]) pthread_join(th[i], NULL);
+  for (int i = 0; i < n && !rc; i++)
+    if (jobs[i].rc) rc = ts_set_error("%s", jobs[i].msg);
   free(jobs);
   free(th);
   free(started);
@@ -166,7 +168,7 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;
-  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_device(e, 0, inputs, bufs) < 0) goto done;
+  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_device(e, e->device, inputs, bufs) < 0) goto done;
   for (int k = 0; k < g->n_outputs; k++) outputs[k] = bufs[k];
   rc = 0;
 done:

@@ -10,13 +10,23 @@
 struct ts_comm;
 
 struct ts_client {
-  ts_device dev;          /* device 0 (every single-device path uses it) */
-  ts_device *devs;        /* (num_devices); devs[0] == dev */
-  int num_devices;
-  int num_threads;        /* the whole budget */
-  int threads_per_device; /* max(1, num_threads / num_devices) */
+  ts_device dev;          /* the first local device (every single-device path uses it) */
+  ts_device *devs;        /* (num_devices) by global id; only local ones are set up */
+  int num_devices;        /* of every process together */
+  int num_threads;        /* this process's whole budget */
+  int threads_per_device; /* max(1, num_threads / num_local) */
   struct ts_comm *comm;   /* collectives between the device threads; NULL on one device */
+  /* Processes (one alone): this one runs devices [first_local, first_local + num_local). */
+  int process_index, process_count;
+  int first_local, num_local;
+  int *device_process;    /* (num_devices) the process of each device */
+  struct ts_net *net;     /* NULL alone */
+  int timeout_ms;         /* collectives and process exchanges; 0 = none */
 };
+
+static inline bool rt_is_local(const ts_client *c, int device) {
+  return device >= c->first_local && device < c->first_local + c->num_local;
+}
 
 struct ts_buffer {
   ts_client *client;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "ir/ir.h" /* ts_node: replica groups */
 #include "tessel/spmd.h"
 
 struct ts_mesh {
@@ -32,6 +33,12 @@ struct ts_sharding {
   int64_t ndevices;              // N
   int *devices;                  // (N) the tile assignment
 };
+
+/* ---- replica.c ---- */
+#define TS_ALL_REPLICAS (-1) /* the group of a ts_replica_all_reduce before compile */
+bool replica_is_all(const ts_node *n);
+/* Gives every replica all-reduce of g the group of all n_devices devices. */
+int replica_resolve_groups(ts_graph *g, int n_devices);
 
 /* ---- mesh.c ---- */
 ts_mesh *spmd_mesh_clone(const ts_mesh *m);

@@ -1,0 +1,86 @@
+/* comm_internal.h — the communicator's state and the shared-memory
+ * primitives (comm.c) that the hierarchical collectives (hier.c) build on.
+ * Internal to src/comm. */
+#ifndef TS_COMM_INTERNAL_H
+#define TS_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "comm/comm.h"
+
+struct ts_net;
+
+enum { PHASES = 4 }; /* counter values per call (phases 1..3 used) */
+
+/* Outputs at least this large (per device) are written with non-temporal
+ * stores by the reductions: they do not fit in cache and peers read them
+ * from memory anyway. */
+#define COMM_NT_BYTES ((size_t)1 << 20)
+
+/* One device's slot. The counter and the slot data sit on separate cache
+ * lines so that spinning peers do not bounce the published pointers. */
+typedef struct {
+  _Alignas(64) _Atomic uint32_t arrived; /* last phase value this device reached */
+  _Atomic uint32_t waiters;              /* threads blocked on cv for this device */
+  pthread_mutex_t mu;                    /* guards the cv sleep/wake handshake only */
+  pthread_cond_t cv;
+  _Alignas(64) _Atomic(const void *) src; /* published input (or a staged copy) */
+  _Atomic(void *) dst;                    /* published output (all-reduce gather phase) */
+  /* Owned by the device's thread. */
+  uint32_t seq;         /* calls made */
+  void *scratch;        /* staging for inputs that overlap the output; grown, kept */
+  size_t scratch_cap;   /* bytes */
+  const void **srcs;    /* (n_devices) reduction operands of one row */
+  void **dsts;          /* (n_devices) all-reduce destinations: the members' outs */
+  int *peers;           /* (n_devices) devices to wait for */
+  void *net_buf;        /* hier.c: messages to and from other processes; grown, kept */
+  struct comm_worker *worker; /* async.c: started all-reduces; NULL until the first */
+  size_t net_cap;
+} comm_dev;
+
+struct ts_comm {
+  int n;                  /* devices, global ids 0..n-1 */
+  _Atomic int timeout_ms; /* 0 = forever */
+  int spin;               /* pause iterations before blocking (about 20 us) */
+  comm_dev *dev;          /* (n); only the local devices' entries are used */
+  /* Several processes (NULL net: every device is local). */
+  struct ts_net *net;
+  int *proc;              /* (n) the process of each device */
+  int first, n_local;     /* local devices: [first, first + n_local) */
+  int tag_span;           /* tags per group id (hier.c) */
+};
+
+
+/* Arrives at phase `phase` of the caller's current call (seq), then waits
+ * until each of the np devices in peers (the caller itself skipped) arrived
+ * there too; -1 on timeout with a message naming the missing devices. */
+int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np, int phase);
+/* A copy of in (bytes) in the device's scratch (inputs that overlap the
+ * caller's output); NULL when out of memory. */
+const void *comm_stage(ts_comm *c, int device, const char *what, const void *in, size_t bytes);
+bool comm_overlaps(const void *a, size_t na, const void *b, size_t nb);
+bool comm_mul_ok(int64_t a, int64_t b, size_t *out);
+/* True when every device of the group lives in this process. */
+bool comm_group_local(const ts_comm *c, const int *group, int n);
+
+/* async.c: stops and joins the device's worker (ts_comm_free). */
+void comm_worker_free(comm_dev *d);
+
+/* hier.c: the tag of the messages of the caller's current call about
+ * device or group `id` (the same in every process). */
+int comm_tag(const ts_comm *c, int device, int id);
+/* hier.c: the collectives of a group that spans processes (comm.c calls
+ * them after validating the arguments; r = the caller's rank in group). */
+int hier_barrier(ts_comm *c, int device, const int *group, int n);
+int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
+                    const void *in, void *out, int64_t count);
+int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, const void *in, void *out,
+                    int64_t outer, size_t chunk_bytes);
+int hier_reduce_scatter(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
+                        const void *in, void *out, int64_t outer, int64_t chunk);
+int hier_all_to_all(ts_comm *c, int device, const int *group, int n, int r, const void *in, void *out,
+                    int64_t outer, size_t chunk_bytes);
+
+#endif

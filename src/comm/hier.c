@@ -1,0 +1,335 @@
+/* hier.c — collectives of a group that spans processes (contract: comm.h).
+ *
+ * Hierarchical: the group's devices in this process meet in shared memory
+ * (they publish their buffers and sync as in comm.c); the first of them, the
+ * leader, exchanges MPI messages with the leaders of the group's other
+ * processes (net.c); the other local devices then copy or compute their part
+ * from what the leader received. Phases of one call: 1 = local buffers
+ * published, 2 = the leader's exchange is done, 3 = every local device has
+ * finished reading its peers' buffers.
+ *
+ * Results are bit-identical to the single-process collectives: what crosses
+ * processes are the members' raw contributions (never partial sums), and
+ * every reduction combines all n members in member order with comm_reduce,
+ * exactly as comm.c does.
+ *
+ * All-reduce is a direct reduce-scatter + all-gather between processes: the
+ * leader of the i-th process of the group reduces chunk i of the vector from
+ * every member's input and sends the result to the other leaders. Per
+ * process and call that sends (P-1)/P of the vector per local member, plus
+ * (P-1)/P of the result: with one device per process it is the
+ * bandwidth-optimal 2(P-1)/P of a ring, in one step instead of P-1. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+#include "comm/net.h"
+#include "comm/reduce.h"
+#include "ir/ir.h" /* ts_set_error */
+
+int comm_tag(const ts_comm *c, int device, int id) {
+  return (int)(c->dev[device].seq % (uint32_t)c->tag_span) * c->n + id;
+}
+
+/* A group seen by process: which members are local, which processes take
+ * part and in which order. */
+typedef struct {
+  int n, np, nl, me; /* members, processes, local members, our process's index */
+  int *proc;         /* (np) process ids, in order of first appearance in the group */
+  int *pidx;         /* (n) per member: index into proc */
+  int *sub;          /* (n) per member: its index among its process's members */
+  int *cnt;          /* (np) members per process */
+  int *loc;          /* (nl) local members' device ids, in group order */
+  int *mem;          /* for the caller of hgroup_make to free */
+} hgroup;
+
+static int hgroup_make(const ts_comm *c, const int *group, int n, hgroup *h, const char *what) {
+  int *m = malloc((size_t)5 * (size_t)n * sizeof *m);
+  if (!m) return ts_set_error("%s: out of memory", what);
+  *h = (hgroup){.n = n, .proc = m, .pidx = m + n, .sub = m + 2 * n, .cnt = m + 3 * n, .loc = m + 4 * n, .mem = m};
+  int me_proc = c->proc[c->first];
+  h->me = -1;
+  for (int i = 0; i < n; i++) {
+    int p = c->proc[group[i]], k = 0;
+    while (k < h->np && h->proc[k] != p) k++;
+    if (k == h->np) {
+      h->proc[h->np] = p;
+      h->cnt[h->np++] = 0;
+    }
+    h->pidx[i] = k;
+    h->sub[i] = h->cnt[k]++;
+    if (p == me_proc) {
+      h->me = k;
+      h->loc[h->nl++] = group[i];
+    }
+  }
+  return 0;
+}
+
+static void *grow(comm_dev *d, size_t bytes, const char *what) {
+  if (bytes > d->net_cap) {
+    void *p = malloc(bytes);
+    if (!p) {
+      ts_set_error("%s: out of memory for %zu bytes of messages", what, bytes);
+      return NULL;
+    }
+    free(d->net_buf);
+    d->net_buf = p;
+    d->net_cap = bytes;
+  }
+  return d->net_buf ? d->net_buf : (void *)d; /* non-NULL even for 0 bytes */
+}
+
+static const char *src_of(const ts_comm *c, int dev) {
+  return atomic_load_explicit(&c->dev[dev].src, memory_order_relaxed);
+}
+
+static int timeout_of(ts_comm *c) { return atomic_load(&c->timeout_ms); }
+
+int hier_barrier(ts_comm *c, int device, const int *group, int n) {
+  const char *what = "comm_barrier";
+  c->dev[device].seq++;
+  hgroup h;
+  if (hgroup_make(c, group, n, &h, what) < 0) return -1;
+  int rc = comm_sync(c, device, what, h.loc, h.nl, 1);
+  if (rc == 0 && device == h.loc[0]) {
+    net_msg *m = malloc((size_t)2 * (size_t)h.np * sizeof *m);
+    char token[2][1];
+    int k = 0;
+    if (!m) rc = ts_set_error("%s: out of memory", what);
+    for (int j = 0; rc == 0 && j < h.np; j++) {
+      if (j == h.me) continue;
+      m[k++] = (net_msg){h.proc[j], comm_tag(c, device, group[0]), true, token[0], 0};
+      m[k++] = (net_msg){h.proc[j], comm_tag(c, device, group[0]), false, token[1], 0};
+    }
+    if (rc == 0) rc = net_exchange(c->net, m, k, timeout_of(c), what);
+    free(m);
+  }
+  if (rc == 0) rc = comm_sync(c, device, what, h.loc, h.nl, 2);
+  free(h.mem);
+  return rc;
+}
+
+int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
+                    const void *in, void *out, int64_t count) {
+  (void)r;
+  const char *what = "all_reduce";
+  comm_dev *d = &c->dev[device];
+  size_t es = ts_dtype_size(dt), bytes = (size_t)count * es;
+  d->seq++;
+  hgroup h;
+  if (hgroup_make(c, group, n, &h, what) < 0) return -1;
+  int rc = -1;
+  net_msg *m = NULL;
+  const void *src = in;
+  if (in != out && comm_overlaps(in, bytes, out, bytes) && !(src = comm_stage(c, device, what, in, bytes)))
+    goto done;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  atomic_store_explicit(&d->dst, out, memory_order_relaxed);
+  if (comm_sync(c, device, what, h.loc, h.nl, 1)) goto done;
+  if (device == h.loc[0]) {
+    /* chunk i = [i*per, (i+1)*per) of the vector, reduced by process i */
+    int64_t align = (int64_t)(64 / es);
+    int64_t per = ((count + h.np - 1) / h.np + align - 1) / align * align;
+#define LO(i) ((int64_t)(i) * per < count ? (int64_t)(i) * per : count)
+#define HI(i) (LO(i) + per < count ? LO(i) + per : count)
+    int64_t lo = LO(h.me), hi = HI(h.me);
+    size_t cb = (size_t)(hi - lo) * es;
+    char *slots = grow(d, (size_t)(n - h.nl) * cb, what);
+    m = malloc(((size_t)n * (size_t)h.np + 2 * (size_t)h.np) * sizeof *m);
+    if (!slots || !m) {
+      if (!m) ts_set_error("%s: out of memory", what);
+      goto done;
+    }
+    int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
+    for (int i = 0; i < n; i++) {
+      if (h.pidx[i] == h.me) { /* our member i's part of every other process's chunk */
+        for (int j = 0; j < h.np; j++)
+          if (j != h.me)
+            m[k++] = (net_msg){h.proc[j], tag, true, (char *)src_of(c, group[i]) + (size_t)LO(j) * es,
+                               (size_t)(HI(j) - LO(j)) * es};
+      } else { /* remote member i's part of our chunk */
+        m[k++] = (net_msg){h.proc[h.pidx[i]], tag, false, slots + (size_t)slot++ * cb, cb};
+      }
+    }
+    if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
+    slot = 0;
+    for (int i = 0; i < n; i++)
+      d->srcs[i] = h.pidx[i] == h.me ? src_of(c, group[i]) + (size_t)lo * es : slots + (size_t)slot++ * cb;
+    void *dst = (char *)out + (size_t)lo * es;
+    if (hi > lo) comm_reduce(dt, op, n, d->srcs, 1, &dst, hi - lo, false);
+    k = 0; /* every process's reduced chunk to every other */
+    for (int j = 0; j < h.np; j++) {
+      if (j == h.me) continue;
+      m[k++] = (net_msg){h.proc[j], tag, true, dst, cb};
+      m[k++] = (net_msg){h.proc[j], tag, false, (char *)out + (size_t)LO(j) * es, (size_t)(HI(j) - LO(j)) * es};
+    }
+    if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
+#undef LO
+#undef HI
+  }
+  if (comm_sync(c, device, what, h.loc, h.nl, 2)) goto done;
+  if (device != h.loc[0] && bytes)
+    memcpy(out, atomic_load_explicit(&c->dev[h.loc[0]].dst, memory_order_relaxed), bytes);
+  rc = comm_sync(c, device, what, h.loc, h.nl, 3);
+done:
+  free(m);
+  free(h.mem);
+  return rc;
+}
+
+int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, const void *in, void *out,
+                    int64_t outer, size_t chunk_bytes) {
+  const char *what = "all_gather";
+  comm_dev *d = &c->dev[device];
+  size_t in_bytes = (size_t)outer * chunk_bytes, out_bytes = in_bytes * (size_t)n;
+  d->seq++;
+  hgroup h;
+  if (hgroup_make(c, group, n, &h, what) < 0) return -1;
+  int rc = -1;
+  net_msg *m = NULL;
+  bool in_place = outer == 1 && in == (const char *)out + (size_t)r * chunk_bytes;
+  const void *src = in;
+  if (!in_place && comm_overlaps(in, in_bytes, out, out_bytes) &&
+      !(src = comm_stage(c, device, what, in, in_bytes)))
+    goto done;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  atomic_store_explicit(&d->dst, out, memory_order_relaxed);
+  if (comm_sync(c, device, what, h.loc, h.nl, 1)) goto done;
+  if (device == h.loc[0]) {
+    char *slots = grow(d, (size_t)(n - h.nl) * in_bytes, what);
+    m = malloc(((size_t)n * (size_t)h.np + 1) * sizeof *m);
+    if (!slots || !m) {
+      if (!m) ts_set_error("%s: out of memory", what);
+      goto done;
+    }
+    int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
+    for (int i = 0; i < n; i++) {
+      if (h.pidx[i] == h.me) {
+        for (int j = 0; j < h.np; j++)
+          if (j != h.me) m[k++] = (net_msg){h.proc[j], tag, true, (void *)src_of(c, group[i]), in_bytes};
+      } else {
+        m[k++] = (net_msg){h.proc[h.pidx[i]], tag, false, slots + (size_t)slot++ * in_bytes, in_bytes};
+      }
+    }
+    if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
+    slot = 0;
+    for (int i = 0; i < n; i++) {
+      const char *s = h.pidx[i] == h.me ? src_of(c, group[i]) : slots + (size_t)slot++ * in_bytes;
+      for (int64_t o = 0; o < outer; o++) {
+        char *dst = (char *)out + ((size_t)o * (size_t)n + (size_t)i) * chunk_bytes;
+        if (dst != s + (size_t)o * chunk_bytes) memcpy(dst, s + (size_t)o * chunk_bytes, chunk_bytes);
+      }
+    }
+  }
+  if (comm_sync(c, device, what, h.loc, h.nl, 2)) goto done;
+  if (device != h.loc[0] && out_bytes)
+    memcpy(out, atomic_load_explicit(&c->dev[h.loc[0]].dst, memory_order_relaxed), out_bytes);
+  rc = comm_sync(c, device, what, h.loc, h.nl, 3);
+done:
+  free(m);
+  free(h.mem);
+  return rc;
+}
+
+/* Reduce-scatter and all-to-all move the same blocks: member i's in viewed as
+ * (outer, n, row) sends block in_i[:, t, :] to member t. The leader packs,
+ * per other process j, the blocks of our members for j's members ([i local]
+ * [t of j], each outer*row bytes), and receives j's blocks for ours ([i of j]
+ * [t local]); received blocks are published through the leader's dst. */
+static int exchange_blocks(ts_comm *c, int device, const int *group, const hgroup *h, int64_t outer, size_t row,
+                           const char *what) {
+  comm_dev *d = &c->dev[device];
+  int n = h->n;
+  size_t blk = (size_t)outer * row, send_total = 0, recv_total = 0;
+  for (int j = 0; j < h->np; j++) {
+    if (j == h->me) continue;
+    send_total += (size_t)h->nl * (size_t)h->cnt[j] * blk;
+    recv_total += (size_t)h->cnt[j] * (size_t)h->nl * blk;
+  }
+  char *buf = grow(d, recv_total + send_total, what);
+  net_msg *m = malloc((size_t)2 * (size_t)h->np * sizeof *m);
+  if (!buf || !m) {
+    free(m);
+    return buf ? ts_set_error("%s: out of memory", what) : -1;
+  }
+  char *rp = buf, *sp = buf + recv_total;
+  int tag = comm_tag(c, device, group[0]), k = 0;
+  for (int j = 0; j < h->np; j++) {
+    if (j == h->me) continue;
+    char *s0 = sp;
+    for (int i = 0; i < n; i++) {
+      if (h->pidx[i] != h->me) continue;
+      const char *in = src_of(c, group[i]);
+      for (int t = 0; t < n; t++) {
+        if (h->pidx[t] != j) continue;
+        for (int64_t o = 0; o < outer; o++, sp += row)
+          memcpy(sp, in + ((size_t)o * (size_t)n + (size_t)t) * row, row);
+      }
+    }
+    size_t rb = (size_t)h->cnt[j] * (size_t)h->nl * blk;
+    m[k++] = (net_msg){h->proc[j], tag, true, s0, (size_t)(sp - s0)};
+    m[k++] = (net_msg){h->proc[j], tag, false, rp, rb};
+    rp += rb;
+  }
+  int rc = net_exchange(c->net, m, k, timeout_of(c), what);
+  free(m);
+  atomic_store_explicit(&d->dst, buf, memory_order_relaxed);
+  return rc;
+}
+
+/* Where block (member i -> local member of rank t) is, row o: in a local
+ * member's input or in the leader's received blocks. */
+static const char *block_row(const ts_comm *c, const int *group, const hgroup *h, int i, int t, int64_t o,
+                             int64_t outer, size_t row) {
+  if (h->pidx[i] == h->me) return src_of(c, group[i]) + ((size_t)o * (size_t)h->n + (size_t)t) * row;
+  size_t blk = (size_t)outer * row, off = 0;
+  for (int j = 0; j < h->pidx[i]; j++)
+    if (j != h->me) off += (size_t)h->cnt[j] * (size_t)h->nl * blk;
+  off += ((size_t)h->sub[i] * (size_t)h->nl + (size_t)h->sub[t]) * blk + (size_t)o * row;
+  return (const char *)atomic_load_explicit(&c->dev[h->loc[0]].dst, memory_order_relaxed) + off;
+}
+
+/* Shared frame of reduce-scatter (dt valid) and all-to-all (reduce false). */
+static int blocks_call(ts_comm *c, int device, const int *group, int n, int r, bool reduce, ts_dtype dt,
+                       ts_reduce_kind op, const void *in, void *out, int64_t outer, size_t row, const char *what) {
+  comm_dev *d = &c->dev[device];
+  size_t in_bytes = (size_t)outer * row * (size_t)n, out_bytes = reduce ? (size_t)outer * row : in_bytes;
+  d->seq++;
+  hgroup h;
+  if (hgroup_make(c, group, n, &h, what) < 0) return -1;
+  int rc = -1;
+  const void *src = in;
+  if (comm_overlaps(in, in_bytes, out, out_bytes) && !(src = comm_stage(c, device, what, in, in_bytes))) goto done;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  if (comm_sync(c, device, what, h.loc, h.nl, 1)) goto done;
+  if (device == h.loc[0] && exchange_blocks(c, device, group, &h, outer, row, what) < 0) goto done;
+  if (comm_sync(c, device, what, h.loc, h.nl, 2)) goto done;
+  for (int64_t o = 0; o < outer && row; o++) {
+    if (reduce) {
+      for (int i = 0; i < n; i++) d->srcs[i] = block_row(c, group, &h, i, r, o, outer, row);
+      void *dst = (char *)out + (size_t)o * row;
+      comm_reduce(dt, op, n, d->srcs, 1, &dst, (int64_t)(row / ts_dtype_size(dt)), false);
+    } else {
+      for (int i = 0; i < n; i++) /* out[o, i, :] = in_i[o, r, :] */
+        memcpy((char *)out + ((size_t)o * (size_t)n + (size_t)i) * row, block_row(c, group, &h, i, r, o, outer, row),
+               row);
+    }
+  }
+  rc = comm_sync(c, device, what, h.loc, h.nl, 3);
+done:
+  free(h.mem);
+  return rc;
+}
+
+int hier_reduce_scatter(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
+                        const void *in, void *out, int64_t outer, int64_t chunk) {
+  return blocks_call(c, device, group, n, r, true, dt, op, in, out, outer, (size_t)chunk * ts_dtype_size(dt),
+                     "reduce_scatter");
+}
+
+int hier_all_to_all(ts_comm *c, int device, const int *group, int n, int r, const void *in, void *out,
+                    int64_t outer, size_t chunk_bytes) {
+  return blocks_call(c, device, group, n, r, false, TS_F32, TS_REDUCE_SUM, in, out, outer, chunk_bytes,
+                     "all_to_all");
+}

@@ -1,0 +1,268 @@
+/* net.c — the transport between processes over MPI (contract: net.h).
+ *
+ * Two duplicates of MPI_COMM_WORLD keep traffic apart: `data` carries the
+ * collectives' messages (tags chosen by hier.c), `ctl` the start-up and host
+ * exchanges. Errors are returned (MPI_ERRORS_RETURN), not fatal, so the
+ * caller can name what failed; a timeout or an error usually ends in
+ * net_abort from the caller. */
+#include "comm/net.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h" /* ts_set_error */
+
+#ifdef TESSEL_HAVE_MPI
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+
+struct ts_net {
+  int rank, size, tag_ub;
+  MPI_Comm data, ctl;
+  pthread_mutex_t mu; /* every MPI call goes through it */
+};
+
+static ts_net g_net;
+static int g_state; /* 0 untried, 1 up, 2 alone, 3 failed */
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool launched_by_mpi(void) {
+  const char *force = getenv("TESSEL_MPI");
+  if (force && *force) return strcmp(force, "0") != 0;
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    if (getenv(vars[i])) return true;
+  return false;
+}
+
+static void net_finalize(void) {
+  int done = 0;
+  MPI_Finalized(&done);
+  if (!done) MPI_Finalize();
+}
+
+static int mpi_error(const char *what, int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return ts_set_error("%s: MPI error: %.*s", what, len, msg);
+}
+
+ts_net *net_world(bool *failed) {
+  *failed = false;
+  pthread_mutex_lock(&g_init_mu);
+  if (g_state == 0) {
+    g_state = 2;
+    if (launched_by_mpi()) {
+      int inited = 0, provided = 0, rc = MPI_SUCCESS;
+      MPI_Initialized(&inited);
+      if (!inited) {
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        if (rc == MPI_SUCCESS) atexit(net_finalize);
+      } else {
+        MPI_Query_thread(&provided);
+      }
+      if (rc != MPI_SUCCESS) {
+        mpi_error("net: MPI_Init_thread", rc);
+        g_state = 3;
+      } else if (provided < MPI_THREAD_SERIALIZED) {
+        ts_set_error("net: this MPI gives thread level %d; tessel needs at least MPI_THREAD_SERIALIZED", provided);
+        g_state = 3;
+      } else {
+        void *ub = NULL;
+        int flag = 0;
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_net.data);
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_net.ctl);
+        MPI_Comm_set_errhandler(g_net.data, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(g_net.ctl, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(g_net.data, &g_net.rank);
+        MPI_Comm_size(g_net.data, &g_net.size);
+        MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+        g_net.tag_ub = flag && ub ? *(int *)ub : 32767;
+        pthread_mutex_init(&g_net.mu, NULL);
+        g_state = 1;
+      }
+    }
+  }
+  int state = g_state;
+  pthread_mutex_unlock(&g_init_mu);
+  if (state == 3) {
+    *failed = true;
+    if (!*ts_last_error()) ts_set_error("net: MPI failed to start");
+  }
+  return state == 1 ? &g_net : NULL;
+}
+
+int net_rank(const ts_net *n) { return n ? n->rank : 0; }
+int net_size(const ts_net *n) { return n ? n->size : 1; }
+int net_tag_ub(const ts_net *n) { return n ? n->tag_ub : 32767; }
+
+/* Bytes per MPI message (counts are ints): 1 GiB, or $TESSEL_NET_PIECE_BYTES
+ * (tests use a small value to exercise the splitting of large messages). */
+static size_t net_piece(void) {
+  static size_t piece;
+  if (!piece) {
+    const char *env = getenv("TESSEL_NET_PIECE_BYTES");
+    long long v = env ? atoll(env) : 0;
+    piece = v > 0 && v <= (1ll << 30) ? (size_t)v : (size_t)1 << 30;
+  }
+  return piece;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Posts the messages on comm, then polls them to completion. */
+static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  size_t piece = net_piece();
+  size_t n_req = 0;
+  for (int i = 0; i < count; i++) n_req += msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
+  if (n_req > (size_t)1 << 24) return ts_set_error("%s: %zu messages are too many", what, n_req);
+  MPI_Request *req = malloc((n_req ? n_req : 1) * sizeof *req);
+  int *owner = malloc((n_req ? n_req : 1) * sizeof *owner); /* message of each request */
+  if (!req || !owner) {
+    free(req);
+    free(owner);
+    return ts_set_error("%s: out of memory for %d messages", what, count);
+  }
+  int k = 0, rc = MPI_SUCCESS;
+  pthread_mutex_lock(&n->mu);
+  for (int i = 0; i < count && rc == MPI_SUCCESS; i++) {
+    net_msg *m = &msgs[i];
+    size_t off = 0;
+    do {
+      size_t part = m->bytes - off < piece ? m->bytes - off : piece;
+      owner[k] = i;
+      rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &req[k])
+                   : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &req[k]);
+      k++;
+      off += part;
+    } while (off < m->bytes && rc == MPI_SUCCESS);
+  }
+  pthread_mutex_unlock(&n->mu);
+  if (rc != MPI_SUCCESS) {
+    free(req);
+    free(owner);
+    return mpi_error(what, rc);
+  }
+  double deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+  for (long iter = 0;; iter++) {
+    int flag = 0;
+    pthread_mutex_lock(&n->mu);
+    rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
+    pthread_mutex_unlock(&n->mu);
+    if (rc != MPI_SUCCESS) {
+      free(req);
+      free(owner);
+      return mpi_error(what, rc);
+    }
+    if (flag) break;
+    if (deadline > 0 && (iter & 63) == 0 && now_ms() > deadline) {
+      char who[256];
+      size_t len = 0;
+      int last = -1;
+      who[0] = '\0';
+      pthread_mutex_lock(&n->mu);
+      for (int j = 0; j < k; j++) {
+        int done = 0;
+        MPI_Test(&req[j], &done, MPI_STATUS_IGNORE);
+        if (done) continue;
+        const net_msg *m = &msgs[owner[j]];
+        if (m->peer != last && len < sizeof who - 16 && !strstr(who, "...")) /* messages are grouped by peer */
+          len += (size_t)snprintf(who + len, sizeof who - len, len ? ", %d" : "%d", m->peer);
+        last = m->peer;
+        /* the buffer goes back to the caller: a late message must not land in it */
+        if (!m->send) MPI_Cancel(&req[j]);
+        MPI_Request_free(&req[j]);
+      }
+      pthread_mutex_unlock(&n->mu);
+      free(req);
+      free(owner);
+      return ts_set_error("%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs or "
+                          "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
+                          what, n->rank, timeout_ms / 1000.0, who);
+    }
+    /* spin briefly, then yield, then sleep: a waiting thread must not take
+     * the core of a computing one */
+    if (iter < 200) continue;
+    if (iter < 2000) sched_yield();
+    else nanosleep(&(struct timespec){0, 50000}, NULL);
+  }
+  free(req);
+  free(owner);
+  return 0;
+}
+
+int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  if (!n) return ts_set_error("%s: no process group", what);
+  return exchange(n, n->data, msgs, count, timeout_ms, what);
+}
+
+int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  if (!n) return ts_set_error("%s: no process group", what);
+  return exchange(n, n->ctl, msgs, count, timeout_ms, what);
+}
+
+int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what) {
+  if (!n) {
+    memcpy(all, mine, bytes);
+    return 0;
+  }
+  net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
+  if (!m) return ts_set_error("%s: out of memory", what);
+  int k = 0;
+  for (int p = 0; p < n->size; p++) {
+    if (p == n->rank) continue;
+    m[k++] = (net_msg){p, 1, true, (void *)mine, bytes};
+    m[k++] = (net_msg){p, 1, false, (char *)all + (size_t)p * bytes, bytes};
+  }
+  memcpy((char *)all + (size_t)n->rank * bytes, mine, bytes);
+  int rc = exchange(n, n->ctl, m, k, timeout_ms, what);
+  free(m);
+  return rc;
+}
+
+void net_abort(ts_net *n, int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (n) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+#else /* built without MPI: always alone */
+
+ts_net *net_world(bool *failed) {
+  *failed = false;
+  const char *force = getenv("TESSEL_MPI");
+  if (force && strcmp(force, "1") == 0) {
+    *failed = true;
+    ts_set_error("net: TESSEL_MPI=1 but this tessel was built without MPI");
+  }
+  return NULL;
+}
+int net_rank(const ts_net *n) { return (void)n, 0; }
+int net_size(const ts_net *n) { return (void)n, 1; }
+int net_tag_ub(const ts_net *n) { return (void)n, 32767; }
+int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  (void)n, (void)msgs, (void)count, (void)timeout_ms;
+  return ts_set_error("%s: no process group (built without MPI)", what);
+}
+int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  return net_exchange(n, msgs, count, timeout_ms, what);
+}
+int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what) {
+  (void)n, (void)timeout_ms, (void)what;
+  memcpy(all, mine, bytes);
+  return 0;
+}
+void net_abort(ts_net *n, int code) {
+  (void)n;
+  exit(code);
+}
+#endif

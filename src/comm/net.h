@@ -1,0 +1,55 @@
+/* net.h — the transport between processes (one per host, launched by MPI).
+ *
+ * A thin layer over MPI point-to-point messages, used by the hierarchical
+ * collectives (hier.c), the client's start-up exchange and collective host
+ * reads. Every call is thread-safe: device threads of one process may
+ * exchange at the same time (calls into MPI are serialized by a lock, and
+ * waiting is done by polling so that a timeout can end it).
+ *
+ * Without an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK in the
+ * environment; TESSEL_MPI=0 forces this, TESSEL_MPI=1 forces MPI) or in a
+ * build without MPI there is no net: net_world() returns NULL and the process
+ * is alone. */
+#ifndef TS_COMM_NET_H
+#define TS_COMM_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct ts_net ts_net;
+
+/* The process group this process was launched in (MPI initialized on the
+ * first call, finalized at exit), or NULL when alone. On failure NULL with
+ * an error set (*failed = true). */
+ts_net *net_world(bool *failed);
+int net_rank(const ts_net *n);
+int net_size(const ts_net *n);
+/* The largest tag a message may carry. */
+int net_tag_ub(const ts_net *n);
+
+/* One message of an exchange: bytes to or from process `peer` (any size;
+ * messages over 1 GiB go as several MPI messages). */
+typedef struct {
+  int peer;
+  int tag;
+  bool send;
+  void *buf;
+  size_t bytes;
+} net_msg;
+
+/* Posts every message, then waits until all completed. timeout_ms 0 = no
+ * limit; on timeout -1 with a message naming `what` and the processes that
+ * never answered. Messages to/from one peer with one tag match in order. */
+int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what);
+
+/* The same on a separate channel for host-side exchanges (start-up, reads
+ * of buffers), which never mix with the collectives' messages. */
+int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what);
+
+/* all[p * bytes ...] = process p's mine (bytes each), over every process. */
+int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what);
+
+/* Ends the whole job (every process) with exit code `code`; never returns. */
+void net_abort(ts_net *n, int code);
+
+#endif

@@ -1,0 +1,78 @@
+/* schedule.c — the schedule pass (opt.h opt_schedule): collectives as early
+ * as their operands allow. The executor runs nodes in order and overlaps an
+ * all-reduce with the nodes between it and its first user (runtime/), so
+ * the earlier it starts the more work hides it. */
+#include <stdlib.h>
+
+#include "opt/opt.h"
+
+typedef struct {
+  const ts_graph *g;
+  const opt_users *u;
+  const bool *eager;
+  bool *done;
+  int32_t *order;
+  int n;
+} sched;
+
+static bool ready(const sched *s, int id) {
+  const ts_node *n = &s->g->nodes[id];
+  for (int k = 0; k < n->n_in; k++)
+    if (!s->done[n->in[k]]) return false;
+  return true;
+}
+
+/* Emits id, then every eager user it made ready (and theirs). */
+static void emit(sched *s, int id) {
+  s->done[id] = true;
+  s->order[s->n++] = id;
+  for (int k = s->u->off[id]; k < s->u->off[id + 1]; k++) {
+    int v = s->u->users[k];
+    if (s->eager[v] && !s->done[v] && ready(s, v)) emit(s, v);
+  }
+}
+
+ts_graph *opt_schedule(const ts_graph *g, int *changed) {
+  int n = g->n_nodes;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return NULL;
+  bool *eager = calloc((size_t)n + 1, sizeof *eager), *done = calloc((size_t)n + 1, sizeof *done);
+  int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *map = malloc(((size_t)n + 1) * sizeof *map);
+  ts_graph *dst = NULL;
+  if (!eager || !done || !order || !map) {
+    ts_set_error("compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  /* users come after their operands: decide from the last node back */
+  for (int i = n - 1; i >= 0; i--) {
+    ts_op op = g->nodes[i].op;
+    if (ts_op_is_collective(op)) {
+      eager[i] = true;
+    } else if ((op == TS_OP_RESHAPE || op == TS_OP_CONCAT) && !u.n_out[i] && u.off[i + 1] > u.off[i]) {
+      eager[i] = true;
+      for (int k = u.off[i]; k < u.off[i + 1] && eager[i]; k++) eager[i] = eager[u.users[k]];
+    }
+  }
+  sched s = {g, &u, eager, done, order, 0};
+  for (int i = 0; i < n; i++)
+    if (!done[i]) emit(&s, i);
+  int moved = 0;
+  for (int i = 0; i < n; i++) moved += order[i] != i;
+  if (changed) *changed = moved;
+  if (!(dst = ts_graph_new())) {
+    ts_set_error("compile: out of memory scheduling");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) map[order[i]] = opt_copy_node(dst, g, order[i], map);
+  if (opt_set_outputs(dst, g, map) < 0) {
+    ts_graph_free(dst);
+    dst = NULL;
+  }
+out:
+  opt_users_free(&u);
+  free(eager);
+  free(done);
+  free(order);
+  free(map);
+  return dst;
+}
