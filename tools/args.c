@@ -8,10 +8,15 @@
 #include <stdlib.h> // strtoll, strtod
 #include <string.h>
 
+static int cli_rank = -1; /* several processes: errors name the rank */
+
+void cli_set_rank(int rank) { cli_rank = rank; }
+
 void cli_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "tessel%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+  if (cli_rank >= 0) fprintf(stderr, "rank %d: ", cli_rank);
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
   va_end(ap);

@@ -14,6 +14,8 @@
 
 /* Prints "tessel <cmd>: <message>" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* In a job of several processes: errors say "rank N: " after the command. */
+void cli_set_rank(int rank);
 
 /* If argv[*i] is `flag` or `flag=...`, stores its value in *value (the next
  * argument, advancing *i, or the text after '=') and returns 1; returns 0 if

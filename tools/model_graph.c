@@ -41,7 +41,9 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_nn_init(&m, g, p, true, seed);
   ts_tensor logits = build_model(&m, o->model, o->c, x);     // (B, 10)
   ts_tensor loss = ts_cross_entropy(g, logits, y);
-  if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) goto fail;
+  /* DDP: every replica reports the mean loss of the global batch */
+  ts_tensor shown = o->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss;
+  if (shown == TS_NONE || ts_graph_add_output(g, shown) != 0) goto fail;
 
   int np = ts_params_count(p);
   ts_tensor *wrt = calloc((size_t)np + 1, sizeof *wrt);
@@ -54,6 +56,7 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   }
   ts_optim_config cfg = o->optim;
   int rc = ts_grad(g, loss, n, wrt, grads);
+  if (rc == 0 && o->ddp && ts_ddp_average_gradients(g, n, grads, o->ddp_bucket_bytes) < 0) rc = -1;
   if (rc == 0) rc = ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
   if (rc == 0) rc = ts_nn_finish(&m);
   free(wrt);

@@ -12,6 +12,11 @@ typedef struct {
   int64_t batch;
   int c, h, w;       /* image shape */
   ts_optim_config optim;
+  /* DDP replica step (compile with ts_compile_options.replicas): batch is
+   * this replica's share; gradients are averaged over the replicas in buckets
+   * of ddp_bucket_bytes (0 = 1 MiB) and the loss output is the replicas' mean. */
+  bool ddp;
+  size_t ddp_bucket_bytes;
 } model_graph_spec;
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)

@@ -11,6 +11,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <signal.h> /* TESSEL_TEST_FAULT */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,8 @@ enum { DATA_FASHION_MNIST, DATA_CIFAR10 };
 static const char *const dataset_names[] = {"fashion-mnist", "cifar10", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 static const char *const sched_names[] = {"constant", "cosine", NULL};
+enum { PARALLEL_SPMD, PARALLEL_DDP };
+static const char *const parallel_names[] = {"spmd", "ddp", NULL};
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -56,6 +59,10 @@ typedef struct {
   const char *metrics;  /* --metrics FILE: JSON at the end, short report on stdout */
   const char *trace;    /* --trace FILE: Chrome trace of the run */
   const char *mesh;     /* --mesh "data=4,model=2": SPMD on virtual devices; NULL = one device */
+  int parallel;         /* index into parallel_names */
+  bool all_ranks;       /* every process prints, not only rank 0 */
+  double timeout_s;     /* --collective-timeout; 0 = the default */
+  int64_t check_replicas; /* DDP: compare the replicas' parameters every N steps; 0 = never */
 } train_opts;
 
 void cli_train_usage(FILE *f) {
@@ -85,7 +92,18 @@ void cli_train_usage(FILE *f) {
           "  --steps N                  stop after N steps in total (for tests) [no limit]\n"
           "  --eval-batch N             evaluation batch size [1000]\n"
           "  --mesh AXIS=N,...          SPMD over virtual CPU devices (e.g. data=4,model=2): the batch\n"
-          "                             on axis 'data', the MLP's fc1/fc2 Megatron-split on 'model'\n"
+          "                             on axis 'data', the MLP's fc1/fc2 Megatron-split on 'model';\n"
+          "                             under mpirun the devices are shared out over the processes\n"
+          "                             [one device; under mpirun: data=<processes>]\n"
+          "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
+          "                             parallel, one full replica per process, gradients averaged\n"
+          "                             in buckets overlapped with the backward pass [spmd]\n"
+          "  --collective-timeout S     seconds a collective waits for a missing peer before the job\n"
+          "                             ends with an error [$TESSEL_COLLECTIVE_TIMEOUT, else 120;\n"
+          "                             20 over several processes]\n"
+          "  --all-ranks                under mpirun every process prints (default: rank 0 only)\n"
+          "  --check-replicas N         ddp: every N steps check that every process holds the same\n"
+          "                             parameters (a hash of them); a difference is an error [never]\n"
           "  --log-json FILE            one JSON object per line: {\"step\":N,\"loss\":X} per step,\n"
           "                             {\"epoch\":E,\"test_accuracy\":A} per evaluation\n"
           "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
@@ -134,6 +152,7 @@ static int parse_args(int argc, char **argv, train_opts *o) {
     INT_FLAG("--eval-batch", 1, "a positive integer", o->eval_batch)
     INT_FLAG("--warmup", 0, "a non-negative integer", o->warmup)
     INT_FLAG("--threads", 1, "a positive integer", o->threads)
+    INT_FLAG("--check-replicas", 1, "a positive integer", o->check_replicas)
     DOUBLE_FLAG("--lr", 1e-30, 1e6, "a positive number", o->lr)
     DOUBLE_FLAG("--weight-decay", 0.0, 1e6, "a non-negative number", o->weight_decay)
     DOUBLE_FLAG("--momentum", 0.0, 1.0, "a number in [0, 1]", o->momentum)
@@ -156,6 +175,12 @@ static int parse_args(int argc, char **argv, train_opts *o) {
     if (FLAG("--trace")) {
       if (r < 0) return -1;
       o->trace = v;
+      continue;
+    }
+    CHOICE_FLAG("--parallel", "mode", parallel_names, o->parallel)
+    DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
+    if (strcmp(argv[i], "--all-ranks") == 0) {
+      o->all_ranks = true;
       continue;
     }
     if (FLAG("--mesh")) {
@@ -189,6 +214,10 @@ static int parse_args(int argc, char **argv, train_opts *o) {
                      "(the CIFAR-10 binary version: https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)");
       return -1;
     }
+  }
+  if (o->parallel == PARALLEL_DDP && o->mesh) {
+    cli_error(CMD, "--parallel ddp runs one replica per process and takes no --mesh (use --parallel spmd)");
+    return -1;
   }
   if (o->model < 0) o->model = MODEL_MLP;
   if (!o->data_dir) o->data_dir = TS_FASHION_MNIST_DIR;
@@ -236,10 +265,10 @@ static void program_free(program *pr) {
 
 /* Compiles g and binds each input: "x", "y", "lr", "step", "seed" get new
  * buffers, every other input must be a parameter of p. */
-static int program_init(program *pr, ts_client *c, ts_params *p, const ts_graph *g) {
+static int program_init(program *pr, ts_client *c, ts_params *p, const ts_graph *g, const ts_compile_options *co) {
   memset(pr, 0, sizeof *pr);
   if (ts_graph_verify(g) < 0) return -1;
-  pr->exe = ts_compile(c, g, NULL);
+  pr->exe = ts_compile(c, g, co);
   if (!pr->exe) return -1;
   pr->n_in = ts_graph_num_inputs(g);
   pr->n_out = ts_graph_num_outputs(g);
@@ -336,6 +365,40 @@ static int evaluate(program *full, program *tail, const ts_dataset *test, int64_
   return rc;
 }
 
+/* DDP: the replicas' parameters are the same (FNV-1a of every parameter's
+ * bytes, compared across processes). */
+static int check_replicas(ts_client *c, ts_params *p, int64_t step) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int k = 0; k < ts_params_count(p); k++) {
+    ts_buffer *b = ts_params_buffer(p, c, k);
+    size_t n = b ? ts_buffer_bytes(b) : 0;
+    unsigned char *host = b ? malloc(n + 1) : NULL;
+    if (!b || !host || ts_buffer_read(b, host, n) < 0) {
+      if (b && !host) fprintf(stderr, "tessel train: --check-replicas: out of memory\n");
+      free(host);
+      return -1;
+    }
+    for (size_t i = 0; i < n; i++) h = (h ^ host[i]) * 0x100000001b3ull;
+    free(host);
+  }
+  char what[64], text[32];
+  snprintf(what, sizeof what, "the replicas' parameters after step %lld", (long long)step);
+  snprintf(text, sizeof text, "%016llx", (unsigned long long)h);
+  return ts_client_check_same(c, what, text);
+}
+
+/* DDP: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
+static int upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b) {
+  int64_t start;
+  const float *x;
+  const int32_t *y;
+  ts_batch_local_rows(batch, &start, &x, &y, NULL);
+  const int64_t *xs = ts_buffer_shape(pr->x);
+  int64_t sample = xs[1] * xs[2] * xs[3], first = rank * b - start;
+  if (ts_buffer_write(pr->x, x + first * sample, (size_t)(b * sample) * sizeof *x) < 0) return -1;
+  return ts_buffer_write(pr->y, y + first, (size_t)b * sizeof *y);
+}
+
 static void data_hint(int dataset, const char *dir) {
   if (dataset == DATA_CIFAR10)
     fprintf(stderr,
@@ -345,6 +408,31 @@ static void data_hint(int dataset, const char *dir) {
     fprintf(stderr,
             "hint: no Fashion-MNIST in '%s': install the Debian package dataset-fashion-mnist "
             "(scripts/install-deps.sh) or pass --data-dir\n", dir);
+}
+
+/* A test hook: TESSEL_TEST_FAULT="rank=R,step=S,signal=KILL|STOP" makes
+ * process R kill (or stop, i.e. hang) itself before step S, as a crashed or
+ * hung host would (tests/mpi_train.sh checks the others end the job). */
+static void inject_fault(int rank, int64_t step) {
+  const char *f = getenv("TESSEL_TEST_FAULT");
+  int r = -1;
+  long long s = -1;
+  char sig[8] = "";
+  if (!f || sscanf(f, "rank=%d,step=%lld,signal=%7s", &r, &s, sig) != 3 || r != rank || s != step) return;
+  fprintf(stderr, "tessel train: rank %d: TESSEL_TEST_FAULT: SIG%s at step %lld\n", rank, sig, s);
+  fflush(stderr);
+  raise(strcmp(sig, "STOP") == 0 ? SIGSTOP : SIGKILL);
+}
+
+/* What every process must agree on (paths and printing may differ). */
+static void config_text(const train_opts *o, char *buf, size_t n) {
+  snprintf(buf, n,
+           "model=%s dataset=%s batch=%lld epochs=%lld steps=%lld optimizer=%s lr=%g schedule=%s warmup=%lld "
+           "weight_decay=%g momentum=%g seed=%llu eval_batch=%lld mesh=%s parallel=%s",
+           model_names[o->model], dataset_names[o->dataset], (long long)o->batch, (long long)o->epochs,
+           (long long)o->steps, optim_names[o->optimizer], o->lr, sched_names[o->schedule], (long long)o->warmup,
+           o->weight_decay, o->momentum, (unsigned long long)o->seed, (long long)o->eval_batch,
+           o->mesh ? o->mesh : "-", parallel_names[o->parallel]);
 }
 
 int cli_train(int argc, char **argv) {
@@ -361,16 +449,50 @@ int cli_train(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
 
+  /* The client first: under mpirun it joins the job (and says which rank
+   * this process is, which decides who prints and writes files). */
+  bool ddp = o.parallel == PARALLEL_DDP;
+  ts_client_options copts = {.num_threads = (int)o.threads,
+                             .num_devices = ddp ? 1 : 0,
+                             .total_devices = !ddp && mesh ? (int)ts_mesh_num_devices(mesh) : 0,
+                             .collective_timeout_ms = o.timeout_s > 0 ? (int)(o.timeout_s * 1000 + 0.5) : 0};
+  ts_client *client = ts_client_new(&copts);
+  if (!client) {
+    cli_error(CMD, "%s", ts_last_error());
+    ts_mesh_free(mesh);
+    return CLI_EXIT_FAIL;
+  }
+  int nproc = ts_client_process_count(client), rank = ts_client_process_index(client);
+  if (nproc > 1) {
+    cli_set_rank(rank);
+    if (rank != 0 && !o.all_ranks && !freopen("/dev/null", "w", stdout)) {
+      cli_error(CMD, "cannot silence stdout: %s", strerror(errno));
+      ts_client_abort(client, CLI_EXIT_FAIL);
+    }
+  }
+  if (rank != 0) o.metrics = o.trace = NULL; /* rank 0 writes the files */
+  char mesh_text[64];
+  if (!ddp && !mesh && ts_client_num_devices(client) > 1) { /* under mpirun: data parallel by default */
+    snprintf(mesh_text, sizeof mesh_text, "data=%d", ts_client_num_devices(client));
+    o.mesh = mesh_text;
+    if (!(mesh = ts_mesh_from_text(mesh_text))) {
+      cli_error(CMD, "%s", ts_last_error());
+      ts_client_free(client);
+      return CLI_EXIT_FAIL;
+    }
+  }
+
   FILE *log = NULL;
-  if (o.log_json && !(log = fopen(o.log_json, "w"))) {
+  if (o.log_json && rank == 0 && !(log = fopen(o.log_json, "w"))) {
     cli_error(CMD, "--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
     ts_mesh_free(mesh);
+    if (nproc > 1) ts_client_abort(client, CLI_EXIT_USAGE);
+    ts_client_free(client);
     return CLI_EXIT_USAGE;
   }
 
   int exit_code = CLI_EXIT_FAIL;
   ts_dataset train = {0}, test = {0};
-  ts_client *client = NULL;
   ts_params *params = NULL;
   ts_graph *g = NULL;
   program step_pr = {0}, eval_pr = {0}, tail_pr = {0};
@@ -412,29 +534,41 @@ int cli_train(int argc, char **argv) {
   ts_lr_schedule sched = {.kind = o.schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o.lr,
                           .warmup_steps = warmup, .total_steps = total_steps, .min_lr = 0.0};
   int64_t eval_b = o.eval_batch < test.n ? o.eval_batch : test.n;
-
-  ts_client_options copts = {.num_threads = (int)o.threads,
-                             .num_devices = mesh ? (int)ts_mesh_num_devices(mesh) : 0};
-  client = ts_client_new(&copts);
+  if (ddp && o.batch % nproc) {
+    cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o.batch,
+              nproc);
+    exit_code = CLI_EXIT_USAGE;
+    goto done;
+  }
+  {
+    char cfg[512];
+    config_text(&o, cfg, sizeof cfg); /* every process must train the same thing */
+    if (ts_client_check_same(client, "the configuration", cfg) < 0) goto lib_error;
+  }
   params = ts_params_new(o.seed);
-  if (!client || !params) goto lib_error;
+  if (!params) goto lib_error;
 
   if (o.trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = now_s();
   bool megatron = o.model == MODEL_MLP;
   model_graph_spec gs = graph_spec(&o);
+  /* DDP: each process's replica trains on its rows of the global batch and
+   * evaluates alone (the replicas are identical) */
+  ts_compile_options co = {.replicas = ddp};
+  if (ddp) gs.ddp = true, gs.batch = o.batch / nproc;
   if (!(g = model_train_graph(&gs, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
-      program_init(&step_pr, client, params, g) < 0)
+      program_init(&step_pr, client, params, g, &co) < 0)
     goto lib_error;
   ts_graph_free(g);
+  gs.ddp = false;
   if (!(g = model_eval_graph(&gs, eval_b, params)) || (mesh && train_mesh_mark(g, mesh, megatron) < 0) ||
-      program_init(&eval_pr, client, params, g) < 0)
+      program_init(&eval_pr, client, params, g, &co) < 0)
     goto lib_error;
   ts_graph_free(g);
   g = NULL;
   if (test.n % eval_b) {
     if (!(g = model_eval_graph(&gs, test.n % eval_b, params)) ||
-        (mesh && train_mesh_mark(g, mesh, megatron) < 0) || program_init(&tail_pr, client, params, g) < 0)
+        (mesh && train_mesh_mark(g, mesh, megatron) < 0) || program_init(&tail_pr, client, params, g, &co) < 0)
       goto lib_error;
     ts_graph_free(g);
     g = NULL;
@@ -446,9 +580,13 @@ int cli_train(int argc, char **argv) {
          sched_names[o.schedule], (long long)warmup, o.weight_decay, (long long)o.batch, (long long)o.epochs,
          (long long)steps_per_epoch, ts_client_num_threads(client), now_s() - t0);
   if (mesh) /* say what SPMD does: the mesh and the collectives the partitioner inserted */
-    printf("SPMD: mesh %s on %d virtual CPU devices; %d collectives per training step "
+    printf("SPMD: mesh %s on %d virtual CPU devices in %d process%s; %d collectives per training step "
            "(tessel inspect shows them)\n",
-           o.mesh, ts_client_num_devices(client), ts_executable_num_collectives(step_pr.exe));
+           o.mesh, ts_client_num_devices(client), nproc, nproc > 1 ? "es" : "",
+           ts_executable_num_collectives(step_pr.exe));
+  if (ddp)
+    printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", nproc,
+           (long long)gs.batch, ts_executable_num_collectives(step_pr.exe) - 1);
   fflush(stdout);
 
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
@@ -479,14 +617,19 @@ int cli_train(int argc, char **argv) {
       float lr = (float)ts_lr_at(&sched, step);
       float step1 = (float)(step + 1); // 1-based (bias correction)
       int64_t seed = (int64_t)(o.seed * 1000003u + (uint64_t)step);
+      if (ddp) seed ^= (int64_t)(0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1)); /* each replica its own dropout */
       float loss = NAN;
-      if (ts_batch_upload(batch, "x", step_pr.x) < 0 || ts_batch_upload(batch, "y", step_pr.y) < 0 ||
+      inject_fault(rank, step);
+      if ((ddp ? upload_rows(batch, &step_pr, rank, gs.batch) < 0
+               : ts_batch_upload(batch, "x", step_pr.x) < 0 || ts_batch_upload(batch, "y", step_pr.y) < 0) ||
           ts_buffer_write(step_pr.lr, &lr, sizeof lr) < 0 ||
           ts_buffer_write(step_pr.step, &step1, sizeof step1) < 0 ||
           ts_buffer_write(step_pr.seed, &seed, sizeof seed) < 0 || program_run(&step_pr) < 0 ||
           ts_buffer_read(step_pr.result, &loss, sizeof loss) < 0)
         goto lib_error;
       step++;
+      if (ddp && o.check_replicas && step % o.check_replicas == 0 && check_replicas(client, params, step) < 0)
+        goto lib_error;
       if (log) {
         if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.7g}\n", (long long)step, loss);
         else fprintf(log, "{\"step\":%lld,\"loss\":null}\n", (long long)step);
@@ -547,6 +690,11 @@ int cli_train(int argc, char **argv) {
 lib_error:
   cli_error(CMD, "%s", ts_last_error());
 done:
+  if (exit_code != CLI_EXIT_OK && nproc > 1) { /* the other processes would wait for us in vain */
+    if (log) fclose(log);
+    fflush(stdout);
+    ts_client_abort(client, exit_code);
+  }
   if (log) fclose(log);
   if (o.metrics) {
     char *rep = ts_metrics_short_report();
