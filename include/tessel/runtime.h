@@ -38,6 +38,9 @@ typedef struct {
    * processes; 0 = $TESSEL_COLLECTIVE_TIMEOUT (seconds) if set, else 120 s in
    * one process and 20 s over several; -1 = wait forever. */
   int collective_timeout_ms;
+  /* A client of this process alone even under an MPI launcher (e.g. work
+   * one rank does by itself); its devices are numbered from 0. */
+  bool process_local;
 } ts_client_options;
 
 /* opts may be NULL (defaults). */

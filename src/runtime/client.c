@@ -94,8 +94,8 @@ ts_client *ts_client_new(const ts_client_options *opts) {
     ts_set_error("client: total_devices is %d (0, or at most 65536 with num_devices 0)", total);
     return NULL;
   }
-  bool failed;
-  struct ts_net *net = net_world(&failed);
+  bool failed = false;
+  struct ts_net *net = opts && opts->process_local ? NULL : net_world(&failed);
   if (failed) return NULL;
   if (net && net_size(net) == 1) net = NULL; /* a job of one process is a plain process */
   int P = net_size(net), me = net_rank(net);
