@@ -4,6 +4,14 @@
  *
  *   usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
+ *                           [--parallel none|spmd|ddp] [--batch B (global)]
+ *
+ * Under mpirun with --parallel: data parallel over the processes (one device
+ * each) on the same global batch: spmd = the sharded program on mesh
+ * data=P; ddp = one replica per process, gradients averaged in buckets
+ * (overlapped). Rank 0 prints "RESULT tessel-spmd|tessel-ddp <model> batch=B
+ * procs=P ..." (B the global batch). bench/run_ddp.sh compares them with one
+ * process and with PyTorch DDP.
  *
  * Random data (a few pre-generated batches, cycled); each timed step writes
  * the batch, executes and reads the loss back (a full synchronization).
@@ -18,6 +26,7 @@
 
 #include "bench_util.h" /* now_s, cmp_double, median */
 #include "model_graph.h" /* the training step of tessel train */
+#include "train_mesh.h"  /* the data-parallel shardings of tessel train --mesh */
 
 #include "tessel/tessel.h"
 
@@ -28,27 +37,39 @@ static void die(const char *what) {
   exit(1);
 }
 
-static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim) {
-  ts_client_options copts = {.num_threads = threads};
+enum { PAR_NONE, PAR_SPMD, PAR_DDP };
+
+static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par) {
+  ts_client_options copts = {.num_threads = threads, .num_devices = par ? 1 : 0};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
+  int P = ts_client_process_count(c), rank = ts_client_process_index(c);
+  if (par == PAR_DDP && B % P) die("the batch does not divide over the processes");
+  int64_t Bl = par == PAR_DDP ? B / P : B; /* this replica's rows */
   // The same training step tessel train runs (tools/model_graph.c).
-  int64_t xs[4] = {B, 1, 28, 28};
+  int64_t xs[4] = {Bl, 1, 28, 28};
   model_graph_spec spec = {.model = strcmp(model, "mlp") == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
-                           .batch = B, .c = 1, .h = 28, .w = 28,
-                           .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01}};
+                           .batch = Bl, .c = 1, .h = 28, .w = 28,
+                           .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
+                           .ddp = par == PAR_DDP};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
+  ts_mesh *mesh = NULL;
+  char mesh_text[32];
+  snprintf(mesh_text, sizeof mesh_text, "data=%d", P);
+  if (par == PAR_SPMD && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
+    die("sharding the step");
+  ts_compile_options co = {.replicas = par == PAR_DDP};
   double tc = now_s();
-  ts_executable *exe = ts_compile(c, g, NULL);
+  ts_executable *exe = ts_compile(c, g, &co);
   if (!exe) die("compile");
   tc = now_s() - tc;
 
   // Inputs bound by name; random data pre-generated.
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
   ts_buffer **in = calloc((size_t)n_in, sizeof *in), **out = calloc((size_t)n_out, sizeof *out);
-  ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &B);
+  ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &Bl);
   ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *stepb = ts_buffer_new(c, TS_F32, 0, NULL);
   ts_buffer *seedb = ts_buffer_new(c, TS_I64, 0, NULL), *lossb = ts_buffer_new(c, TS_F32, 0, NULL);
   for (int i = 0; i < n_in; i++) {
@@ -73,8 +94,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
     int64_t seedv = t;
-    ts_buffer_write(xb, xh + k * B * 784, (size_t)(B * 784) * sizeof(float));
-    ts_buffer_write(yb, yh + k * B, (size_t)B * sizeof(int32_t));
+    int64_t row = k * B + (par == PAR_DDP ? rank * Bl : 0);
+    ts_buffer_write(xb, xh + row * 784, (size_t)(Bl * 784) * sizeof(float));
+    ts_buffer_write(yb, yh + row, (size_t)Bl * sizeof(int32_t));
     ts_buffer_write(lrb, &lrv, sizeof lrv);
     ts_buffer_write(stepb, &stepv, sizeof stepv);
     ts_buffer_write(seedb, &seedv, sizeof seedv);
@@ -86,11 +108,15 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
-  fprintf(stderr, "tessel %s: compile %.2fs, %d params, %d threads\n", model,
-          tc, (int)ts_params_trainable_numel(p), ts_client_num_threads(c));
-  printf("RESULT tessel %s batch=%lld steps=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f samples_per_s=%.1f\n",
-         model, (long long)B, steps, med, p25, p75, 1e3 * (double)B / med);
-  fflush(stdout);
+  static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp"};
+  if (rank == 0) {
+    fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
+            (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
+    printf("RESULT %s %s batch=%lld procs=%d steps=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f samples_per_s=%.1f\n",
+           label[par], model, (long long)B, P, steps, med, p25, p75, 1e3 * (double)B / med);
+    fflush(stdout);
+  }
+  ts_mesh_free(mesh);
 
   free(ms), free(xh), free(yh), free(in), free(out);
   ts_buffer *bufs[] = {xb, yb, lrb, stepb, seedb, lossb};
@@ -105,6 +131,8 @@ int main(int argc, char **argv) {
   const char *model = "all";
   int steps = 0, warmup = 5, threads = 2;
   ts_optim_kind optim = TS_OPTIM_ADAMW;
+  int par = PAR_NONE;
+  int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64) */
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -116,9 +144,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup")) warmup = atoi(v);
     else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
     else if (!strcmp(argv[i], "--optimizer")) optim = !strcmp(v, "sgd") ? TS_OPTIM_SGD : TS_OPTIM_ADAMW;
+    else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
+    else if (!strcmp(argv[i], "--parallel") && (!strcmp(v, "none") || !strcmp(v, "spmd") || !strcmp(v, "ddp")))
+      par = !strcmp(v, "spmd") ? PAR_SPMD : !strcmp(v, "ddp") ? PAR_DDP : PAR_NONE;
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N] "
-                      "[--threads N] [--optimizer adamw|sgd]\n");
+                      "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp] [--batch B]\n");
       return 2;
     }
     i++;
@@ -127,11 +158,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_train_step: --model: unknown model '%s' (valid: mlp, cnn, all)\n", model);
     return 2;
   }
-  if (steps < 0 || warmup < 0 || threads < 1) {
+  if (steps < 0 || warmup < 0 || threads < 1 || batch < 0) {
     fprintf(stderr, "bench_train_step: --steps/--warmup must be >= 0 and --threads >= 1\n");
     return 2;
   }
-  if (strcmp(model, "cnn")) bench("mlp", 128, steps ? steps : 100, warmup, threads, optim);
-  if (strcmp(model, "mlp")) bench("cnn", 64, steps ? steps : 30, warmup, threads, optim);
+  if (strcmp(model, "cnn")) bench("mlp", batch ? batch : 128, steps ? steps : 100, warmup, threads, optim, par);
+  if (strcmp(model, "mlp")) bench("cnn", batch ? batch : 64, steps ? steps : 30, warmup, threads, optim, par);
   return 0;
 }

@@ -1,7 +1,8 @@
 /* test_loader.c — the prefetching loader: every device gets exactly its block
  * of the global batch (compared with slicing the batch of an unsharded
  * loader) on 1-D and 2-D meshes, with uneven and padded last batches and
- * simulated multi-process loading; the global order is the same for every
+ * simulated multi-process loading (even and uneven device splits, uploads of
+ * each process's blocks); the global order is the same for every
  * mesh, process count, worker count and prefetch depth; a restored loader
  * replays the uninterrupted run bit for bit; errors for bad shardings;
  * metrics; the progress display. */
@@ -344,9 +345,10 @@ static void test_sharded(const ts_source *src) {
   ts_mesh_free(m3);
 }
 
-/* Two simulated processes of a 4-device mesh (2 devices each), in both load
- * modes: each device's block matches the global batch; minibatch mode
- * decodes only the process's half. */
+/* Simulated processes of a 4-device mesh, in both load modes: two (2
+ * devices each) and three (the runtime's uneven split: 2, 1, 1). Each
+ * device's block matches the global batch; minibatch mode decodes only the
+ * rows of the process's devices. */
 static void test_multiprocess(const ts_source *src) {
   const int NB = 12;
   ts_mesh *m = ts_mesh_parse("4", "data", NULL);
@@ -376,6 +378,39 @@ static void test_multiprocess(const ts_source *src) {
               "%s: decodes rows [%lld, +%lld)", what, (long long)row0, (long long)rows);
         ts_loader_free(l);
       }
+    /* Three processes: devices {0,1}, {2}, {3}. On the 1-D mesh the batch's
+     * quarters go 2, 1, 1; on the 2-D mesh (batch over "data" only) process 0
+     * holds data block 0 and processes 1 and 2 both hold data block 1. */
+    ts_sharding *x2 = make_sharding(m2, "data,None,None,None", 4), *y2 = make_sharding(m2, "data", 1);
+    ts_input_sharding in2[2] = {{"x", x2}, {"y", y2}};
+    const ts_sharding *sh2[3] = {x2, y2, y2};
+    static const int64_t first_dev[3] = {0, 2, 3}, n_dev[3] = {2, 1, 1};
+    static const int64_t rows_1d[3][2] = {{0, 6}, {6, 3}, {9, 3}}, rows_2d[3][2] = {{0, 6}, {6, 6}, {6, 6}};
+    o.process_count = 3;
+    for (int mesh2 = 0; mesh2 < 2; mesh2++)
+      for (int mode = 0; mode < 2; mode++)
+        for (int p = 0; p < 3; p++) {
+          o.mesh = mesh2 ? m2 : m, o.inputs = mesh2 ? in2 : in;
+          o.process_index = p;
+          o.mode = mode ? TS_LOAD_MINIBATCH : TS_LOAD_GLOBAL;
+          char what[96];
+          snprintf(what, sizeof what, "process %d of 3, %s mesh, %s, pad %d", p, mesh2 ? "2-D" : "1-D",
+                   mode ? "minibatch" : "global", pad);
+          check_sharded_run(src, o, mesh2 ? sh2 : sh, ref, NB, what);
+          ts_loader *l = ts_loader_new(src, &o);
+          const int *ids;
+          int nd = l ? ts_loader_local_devices(l, &ids) : 0;
+          CHECK(l && nd == n_dev[p] && ids[0] == first_dev[p] && ids[nd - 1] == first_dev[p] + nd - 1,
+                "%s: local devices", what);
+          const ts_loader_batch *b = l ? ts_loader_next(l) : NULL;
+          int64_t row0 = -1, rows = b ? ts_batch_local_rows(b, &row0, NULL, NULL, NULL) : -1;
+          const int64_t *want = mesh2 ? rows_2d[p] : rows_1d[p];
+          CHECK(mode ? (row0 == want[0] && rows == want[1]) : (rows == 12 && row0 == 0),
+                "%s: decodes rows [%lld, +%lld)", what, (long long)row0, (long long)rows);
+          ts_loader_free(l);
+        }
+    ts_sharding_free(x2);
+    ts_sharding_free(y2);
     free_reference(ref, NB);
   }
   /* Minibatch errors: batch not divisible by processes, nor by local devices. */
@@ -399,9 +434,35 @@ static void test_multiprocess(const ts_source *src) {
   o.mesh = m2, o.n_inputs = 2, o.inputs = inm, o.process_count = 2, o.mode = TS_LOAD_MINIBATCH;
   l = ts_loader_new(src, &o);
   CHECK(!l && strstr(ts_last_error(), "needs batch rows"), "'%s'", ts_last_error());
-  o.process_count = 3;
+  /* 4 devices over 3 processes used to be an error; the split is now the
+   * runtime's (2, 1, 1), and the model-only batch still needs all rows in
+   * process 0 (and every process reports it, not only process 0). */
+  o.batch = 12, o.process_count = 3, o.process_index = 2;
   l = ts_loader_new(src, &o);
-  CHECK(!l && strstr(ts_last_error(), "4 devices do not divide over 3 processes"), "'%s'", ts_last_error());
+  CHECK(!l && strstr(ts_last_error(), "process 0 needs batch rows [0, 12) of input 'x'"), "'%s'", ts_last_error());
+  o.batch = 8;
+  l = ts_loader_new(src, &o);
+  CHECK(!l && strstr(ts_last_error(), "global batch 8 does not divide over 3 processes"), "'%s'", ts_last_error());
+  o.batch = 9; /* 3 per process, but 9 rows do not split into the model axis's 2 blocks */
+  l = ts_loader_new(src, &o);
+  CHECK(!l && strstr(ts_last_error(), "global batch 9 does not divide into the 2 batch blocks of input 'x'"),
+        "'%s'", ts_last_error());
+  o.mode = TS_LOAD_GLOBAL;
+  l = ts_loader_new(src, &o);
+  CHECK(l != NULL, "global mode over 3 processes: %s", ts_last_error());
+  ts_loader_free(l);
+  /* A replicated mask: every process would need the whole batch. */
+  ts_sharding *mr = make_sharding(m, "None", 1);
+  ts_input_sharding inr[3] = {{"x", x}, {"y", y}, {"mask", mr}};
+  o = base_opts(8);
+  o.mesh = m, o.n_inputs = 3, o.inputs = inr, o.process_count = 2, o.mode = TS_LOAD_MINIBATCH;
+  l = ts_loader_new(src, &o);
+  CHECK(!l && strstr(ts_last_error(), "needs batch rows [0, 8) of input 'mask'"), "'%s'", ts_last_error());
+  /* Fewer devices than processes. */
+  o.n_inputs = 2, o.inputs = in, o.process_count = 5, o.batch = 10;
+  l = ts_loader_new(src, &o);
+  CHECK(!l && strstr(ts_last_error(), "4 devices are fewer than the 5 processes"), "'%s'", ts_last_error());
+  ts_sharding_free(mr);
   ts_sharding_free(xm);
   ts_sharding_free(ym);
   ts_sharding_free(x);
@@ -616,6 +677,91 @@ static void test_upload(const ts_source *src) {
   if (c) ts_client_free(c);
 }
 
+/* Minibatch uploads, the processes simulated on one 4-device client (every
+ * device is local, so each simulated process's loader writes its devices'
+ * blocks into the same buffers): after all of them have uploaded a batch,
+ * the buffers hold exactly the global batch of an unsharded loader. 2 and 3
+ * processes (devices 2+2 and 2+1+1), a 1-D mesh and a 2-D mesh whose x also
+ * splits the 3 channels over "model" (blocks of 2: the second is padded, so
+ * the upload packs it); 10 batches of 12 over 100 samples, the 9th padded. */
+static void test_upload_minibatch(const ts_source *src) {
+  enum { B = 12, NB = 10 };
+  ts_client_options co = {.num_threads = 2, .num_devices = 4};
+  ts_client *c = ts_client_new(&co);
+  CHECK(c != NULL, "%s", ts_last_error());
+  if (!c) return;
+  ts_mesh *m1 = ts_mesh_parse("4", "data", NULL), *m2 = ts_mesh_parse("2,2", "data,model", NULL);
+  ts_loader_options base = base_opts(B);
+  base.last_batch = TS_LAST_BATCH_PAD;
+  gbatch *ref = reference(src, base, NB);
+  int64_t xs[4] = {B, C, H, W}, ys[1] = {B};
+  size_t xbytes = (size_t)B * SAMPLE * sizeof(float);
+  uint8_t *junk = malloc(xbytes), *got = malloc(xbytes);
+  memset(junk, 0xff, xbytes);
+  for (int mesh2 = 0; mesh2 < 2; mesh2++)
+    for (int P = 2; P <= 3; P++) {
+      ts_mesh *m = mesh2 ? m2 : m1;
+      ts_sharding *x = make_sharding(m, mesh2 ? "data,model,None,None" : "data,None,None,None", 4);
+      ts_sharding *y = make_sharding(m, "data", 1);
+      ts_input_sharding in[2] = {{"x", x}, {"y", y}};
+      ts_buffer *xb = ts_buffer_from_host_sharded(c, TS_F32, 4, xs, junk, x);
+      ts_buffer *yb = ts_buffer_from_host_sharded(c, TS_I32, 1, ys, junk, y);
+      ts_buffer *mb = ts_buffer_from_host_sharded(c, TS_F32, 1, ys, junk, y);
+      ts_loader *l[3] = {NULL, NULL, NULL};
+      ts_loader_options o = base;
+      o.mesh = m, o.n_inputs = 2, o.inputs = in, o.process_count = P, o.mode = TS_LOAD_MINIBATCH;
+      bool ok = xb && yb && mb;
+      for (int p = 0; p < P; p++) {
+        o.process_index = p;
+        ok = (l[p] = ts_loader_new(src, &o)) != NULL && ok;
+      }
+      char what[64];
+      snprintf(what, sizeof what, "minibatch upload, %s mesh, %d processes", mesh2 ? "2-D" : "1-D", P);
+      CHECK(ok, "%s: %s", what, ts_last_error());
+      int64_t bad = 0;
+      for (int i = 0; ok && i < NB; i++) {
+        for (int p = 0; p < P; p++) {
+          const ts_loader_batch *b = ts_loader_next(l[p]);
+          CHECK(b != NULL, "%s: %s", what, ts_last_error());
+          if (!b) break;
+          CHECK_OK(ts_batch_upload(b, "x", xb));
+          CHECK_OK(ts_batch_upload(b, "y", yb));
+          CHECK_OK(ts_batch_upload(b, "mask", mb));
+        }
+        CHECK_OK(ts_buffer_read(xb, got, xbytes));
+        bad += memcmp(got, ref[i].x, xbytes) != 0;
+        CHECK_OK(ts_buffer_read(yb, got, B * sizeof(int32_t)));
+        bad += memcmp(got, ref[i].y, B * sizeof(int32_t)) != 0;
+        CHECK_OK(ts_buffer_read(mb, got, B * sizeof(float)));
+        bad += memcmp(got, ref[i].mask, B * sizeof(float)) != 0;
+      }
+      CHECK(bad == 0, "%s: %lld of %d inputs differ from the unsharded loader's batch", what, (long long)bad,
+            3 * NB);
+      /* A buffer laid out otherwise: the loader cannot reshard rows it lacks. */
+      if (ok) {
+        ts_buffer *rep = ts_buffer_from_host(c, TS_I32, 1, ys, junk);
+        const ts_loader_batch *b = ts_loader_next(l[0]);
+        CHECK(b && ts_batch_upload(b, "y", rep) == -1 && strstr(ts_last_error(), "buffer for 'y' has sharding "
+                                                                               "{replicated}") &&
+                  strstr(ts_last_error(), "cannot reshard"),
+              "%s: replicated buffer: '%s'", what, ts_last_error());
+        if (rep) ts_buffer_free(rep);
+      }
+      for (int p = 0; p < P; p++) ts_loader_free(l[p]);
+      if (xb) ts_buffer_free(xb);
+      if (yb) ts_buffer_free(yb);
+      if (mb) ts_buffer_free(mb);
+      ts_sharding_free(x);
+      ts_sharding_free(y);
+    }
+  free(junk);
+  free(got);
+  free_reference(ref, NB);
+  ts_mesh_free(m1);
+  ts_mesh_free(m2);
+  ts_client_free(c);
+}
+
 static void test_progress(const char *dir) {
   char path[512];
   snprintf(path, sizeof path, "%s/progress.txt", dir);
@@ -652,6 +798,7 @@ int main(void) {
   test_source_error();
   test_overlap();
   test_upload(src);
+  test_upload_minibatch(src);
   test_progress(dir);
   ts_source_free(src);
   ts_dataset_free(&d);

@@ -121,11 +121,19 @@ typedef enum {
    * blocks of its own devices. Works for any sharding; costs P times the
    * decoding with P processes. */
   TS_LOAD_GLOBAL = 0,
-  /* Each process decodes only its contiguous share of the batch rows, batch/P
-   * rows: process p gets rows [p*B/P, (p+1)*B/P). Requires batch % P == 0,
-   * the batch dim of every input sharded so that each local device's block
-   * lies inside that range, and B/P divisible by the number of batch blocks
-   * held by local devices (the local device count for pure data parallelism). */
+  /* Each process decodes only the batch rows its own devices hold: the span
+   * of their blocks of the batch dim (of x, y and mask). With the devices
+   * shared evenly and the batch dim sharded over them in process order, that
+   * is process p's equal share, rows [p*B/P, (p+1)*B/P) (torch_xla's
+   * minibatch input); with an uneven split (4 devices over 3 processes: 2,
+   * 1, 1) a process decodes its devices' rows (x sharded 4 ways: B/2, B/4,
+   * B/4 rows; sharded over "data" of a data=2,model=2 mesh: B/2 rows each,
+   * processes 1 and 2 decoding the same half). Requires batch % P == 0,
+   * every device's batch block full (batch divisible by the number of blocks
+   * the batch dim of each input is cut into), and no process needing the
+   * whole batch (a batch dim sharded within a process's devices, or a
+   * replicated mask: use TS_LOAD_GLOBAL then). Every process reaches the same
+   * verdict. */
   TS_LOAD_MINIBATCH,
 } ts_load_mode;
 
@@ -151,8 +159,11 @@ typedef struct {
   int n_inputs;
   const ts_input_sharding *inputs;
   /* Per-host loading: this process is process_index of process_count [0 of
-   * 1]; it owns the devices mesh device ids [p*N/P, (p+1)*N/P) (global device
-   * order, as in MPI). */
+   * 1] (ts_client_process_index / _count). It owns the devices the runtime
+   * gives it: the N mesh devices shared out as evenly as possible, the first
+   * N % P processes taking one more, numbered process-major — process p owns
+   * global ids [p*(N/P) + min(p, N%P), that + N/P + (p < N%P)) (e.g. 4
+   * devices over 3 processes: {0,1}, {2}, {3}). N >= P. */
   int process_index, process_count;
   ts_load_mode mode;
 } ts_loader_options;
@@ -191,7 +202,8 @@ int64_t ts_batch_local_rows(const ts_loader_batch *b, int64_t *row_start, const 
  * one of this process's devices; without a mesh, device 0): data is the
  * padded block (shape[] = ts_sharding_shard_shape), start/limit its global
  * index range per dim (rows past limit - start are zero). The memory is the
- * batch's and 64-byte aligned; upload it with ts_buffer_write. */
+ * batch's and 64-byte aligned. ts_buffer_write_shard takes the block without
+ * padding (its [start, limit) part only); ts_batch_upload does that. */
 typedef struct {
   const void *data;
   ts_dtype dtype;
@@ -203,11 +215,15 @@ typedef struct {
 int ts_batch_shard(const ts_loader_batch *b, const char *name, int device, ts_shard_view *out);
 
 /* Copies input `name` of b into the device buffer dst (dtype and global
- * shape of the input: x (B, C, H, W) f32, y (B) i32, mask (B) f32; any
- * sharding — the runtime sends each device its block). Needs the whole
- * global batch on this process (TS_LOAD_GLOBAL, or one process); with
- * TS_LOAD_MINIBATCH over several processes it fails: that needs a per-device
- * block upload in the runtime (upload the ts_batch_shard views then). */
+ * shape of the input: x (B, C, H, W) f32, y (B) i32, mask (B) f32), this
+ * process's devices' blocks only: with several processes every process calls
+ * it for the same buffer. When this process holds the whole global batch
+ * (TS_LOAD_GLOBAL, or one process) dst may have any sharding (the runtime
+ * cuts each local device's block). With TS_LOAD_MINIBATCH over several
+ * processes dst must have the loader's sharding for `name` (the loader cannot
+ * reshard rows it did not decode; the error names the input and both
+ * shardings): each local device's block is written with
+ * ts_buffer_write_shard. */
 int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst);
 
 /* The augmentation key of dataset sample `index` in epoch `epoch` (what the

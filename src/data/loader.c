@@ -170,6 +170,92 @@ static int ld_setup_shardings(ts_loader *l) {
   return 0;
 }
 
+/* The devices the runtime gives process p of P when N devices are shared
+ * out (ts_client_options.total_devices): as evenly as possible, the first
+ * N % P processes taking one more, numbered process-major. */
+static void ld_process_devices(int64_t N, int P, int p, int64_t *first, int64_t *count) {
+  int64_t q = N / P, r = N % P;
+  *first = p * q + (p < r ? p : r);
+  *count = q + (p < r ? 1 : 0);
+}
+
+/* Batch rows [*lo, *hi) of input `in`'s block on device `dev`. */
+static int ld_block_rows(const ld_input *in, int dev, int64_t *lo, int64_t *hi) {
+  if (!in->sh) {
+    *lo = 0, *hi = in->shape[0];
+    return 0;
+  }
+  int64_t s[TS_MAX_RANK], e[TS_MAX_RANK];
+  if (ts_sharding_shard_range(in->sh, in->shape, dev, s, e) < 0) return -1;
+  *lo = s[0], *hi = e[0];
+  return 0;
+}
+
+/* Minibatch mode: the batch divides over the processes and into full blocks,
+ * and every process's rows are the span of its devices' batch blocks. The
+ * spans of all processes are checked (not only this one's) so that every
+ * process reaches the same verdict. */
+static int ld_setup_minibatch(ts_loader *l) {
+  const ts_loader_options *o = &l->o;
+  int P = o->process_count, p = o->process_index;
+  int64_t N = o->mesh ? ts_mesh_num_devices(o->mesh) : 1, B = l->B;
+  if (B % P != 0)
+    return ts_set_error("loader: minibatch mode: the global batch %lld does not divide over %d processes",
+                        (long long)B, P);
+  for (int k = 0; k < N_IN; k++) {
+    const ld_input *in = &l->in[k];
+    int64_t T = in->sh ? ts_sharding_num_tiles(in->sh, 0) : 1;
+    if (B % T == 0) continue;
+    if (N % P != 0)
+      return ts_set_error("loader: minibatch mode: the global batch %lld does not divide into the %lld batch "
+                          "blocks of input '%s' (every device's block of the batch must be full)",
+                          (long long)B, (long long)T, in_names[k]);
+    int64_t tiles = 0; /* distinct batch blocks among local devices */
+    for (int d = 0; d < l->nlocal; d++) {
+      bool seen = false;
+      for (int e = 0; e < d && !seen; e++) seen = in->start[e][0] == in->start[d][0];
+      tiles += !seen;
+    }
+    return ts_set_error("loader: minibatch mode: the per-process batch %lld (global %lld over %d processes) "
+                        "does not divide by the %lld local devices splitting the batch of input '%s'",
+                        (long long)(B / P), (long long)B, P, (long long)tiles, in_names[k]);
+  }
+  for (int q = 0; q < P; q++) {
+    int64_t first, count, lo = B, hi = 0;
+    ld_process_devices(N, P, q, &first, &count);
+    for (int k = 0; k < N_IN; k++) {
+      int64_t klo = B, khi = 0;
+      for (int64_t dev = first; dev < first + count; dev++) {
+        int64_t s, e;
+        if (ld_block_rows(&l->in[k], (int)dev, &s, &e) < 0) return -1;
+        if (e <= s) continue;
+        klo = s < klo ? s : klo;
+        khi = e > khi ? e : khi;
+      }
+      /* Every process decoding the whole batch is global mode in disguise:
+       * most likely a batch dim left unsharded (a replicated mask) or sharded
+       * over an axis within the processes. */
+      if (P > 1 && klo == 0 && khi == B)
+        return ts_set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of input '%s' (the "
+                            "whole batch) for its devices %lld..%lld; shard the batch dim over the devices in "
+                            "process order or use TS_LOAD_GLOBAL",
+                            q, (long long)B, in_names[k], (long long)first, (long long)(first + count - 1));
+      lo = klo < lo ? klo : lo;
+      hi = khi > hi ? khi : hi;
+    }
+    if (P > 1 && lo == 0 && hi == B)
+      return ts_set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of x, y and mask "
+                          "together (the whole batch) for its devices %lld..%lld; shard the batch dim of every "
+                          "input alike, or use TS_LOAD_GLOBAL",
+                          q, (long long)B, (long long)first, (long long)(first + count - 1));
+    if (q == p) {
+      l->row_start = lo < hi ? lo : 0;
+      l->rows = lo < hi ? hi - lo : 0;
+    }
+  }
+  return 0;
+}
+
 /* Local devices, the block of every input on each, and this process's rows. */
 static int ld_setup_placement(ts_loader *l) {
   const ts_loader_options *o = &l->o;
@@ -177,12 +263,15 @@ static int ld_setup_placement(ts_loader *l) {
   int64_t N = o->mesh ? ts_mesh_num_devices(o->mesh) : 1;
   if (P < 1 || p < 0 || p >= P)
     return ts_set_error("loader: process index %d of %d processes is not valid", p, P);
-  if (N % P != 0)
-    return ts_set_error("loader: the mesh's %lld devices do not divide over %d processes", (long long)N, P);
-  l->nlocal = (int)(N / P);
+  if (N < P)
+    return ts_set_error("loader: the mesh's %lld devices are fewer than the %d processes (every process needs "
+                        "at least one)", (long long)N, P);
+  int64_t first, count;
+  ld_process_devices(N, P, p, &first, &count);
+  l->nlocal = (int)count;
   l->local_ids = calloc((size_t)l->nlocal, sizeof *l->local_ids);
   if (!l->local_ids) return ts_set_error("loader: out of memory");
-  for (int d = 0; d < l->nlocal; d++) l->local_ids[d] = (int)(p * (N / P) + d);
+  for (int d = 0; d < l->nlocal; d++) l->local_ids[d] = (int)(first + d);
 
   for (int k = 0; k < N_IN; k++) {
     ld_input *in = &l->in[k];
@@ -210,33 +299,7 @@ static int ld_setup_placement(ts_loader *l) {
     l->row_start = 0;
     l->rows = l->B;
   } else if (o->mode == TS_LOAD_MINIBATCH) {
-    if (l->B % P != 0)
-      return ts_set_error("loader: minibatch mode: the global batch %lld does not divide over %d processes",
-                          (long long)l->B, P);
-    int64_t b = l->B / P;
-    l->row_start = p * b;
-    l->rows = b;
-    /* Distinct batch blocks among local devices (x's dim 0). */
-    int64_t tiles = 0;
-    for (int d = 0; d < l->nlocal; d++) {
-      bool seen = false;
-      for (int e = 0; e < d && !seen; e++) seen = l->in[IN_X].start[e][0] == l->in[IN_X].start[d][0];
-      tiles += !seen;
-    }
-    if (b % tiles != 0)
-      return ts_set_error("loader: minibatch mode: the per-process batch %lld (global %lld over %d processes) "
-                          "does not divide by the %lld local devices splitting the batch",
-                          (long long)b, (long long)l->B, P, (long long)tiles);
-    for (int k = 0; k < N_IN; k++)
-      for (int d = 0; d < l->nlocal; d++) {
-        int64_t s = l->in[k].start[d][0], e = l->in[k].limit[d][0];
-        if (e > s && (s < l->row_start || e > l->row_start + b))
-          return ts_set_error("loader: minibatch mode: device %d needs batch rows [%lld, %lld) of input '%s' "
-                              "but process %d reads rows [%lld, %lld); shard the batch dim over the devices "
-                              "in process order or use TS_LOAD_GLOBAL",
-                              l->local_ids[d], (long long)s, (long long)e, in_names[k], p,
-                              (long long)l->row_start, (long long)(l->row_start + b));
-      }
+    if (ld_setup_minibatch(l) < 0) return -1;
   } else {
     return ts_set_error("loader: unknown load mode %d", (int)o->mode);
   }
@@ -630,6 +693,22 @@ int ts_batch_shard(const ts_loader_batch *b, const char *name, int device, ts_sh
   return 0;
 }
 
+/* Packs the valid corner ext of a padded block (shape pad, rank r, es-byte
+ * elements) densely into dst: the unpadded block ts_buffer_write_shard takes. */
+static void ld_pack_block(const void *src, const int64_t *pad, const int64_t *ext, int r, size_t es, void *dst) {
+  int64_t n = ts_shape_numel(r, ext);
+  if (n == 0) return;
+  int64_t run = ext[r - 1], pstr[TS_MAX_RANK], idx[TS_MAX_RANK] = {0};
+  pstr[r - 1] = 1;
+  for (int j = r - 2; j >= 0; j--) pstr[j] = pstr[j + 1] * pad[j + 1];
+  for (int64_t i = 0; i < n / run; i++) {
+    int64_t so = 0;
+    for (int j = 0; j < r - 1; j++) so += idx[j] * pstr[j];
+    memcpy((char *)dst + (size_t)(i * run) * es, (const char *)src + (size_t)so * es, (size_t)run * es);
+    for (int j = r - 2; j >= 0 && ++idx[j] == ext[j]; j--) idx[j] = 0;
+  }
+}
+
 int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) {
   const ts_loader *l = b->l;
   int k = -1;
@@ -644,12 +723,47 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
   if (!same)
     return ts_set_error("ts_batch_upload: the buffer for '%s' is not %s %s of the loader's batch %lld", name,
                         ts_dtype_name(in->dt), k == IN_X ? "(B, C, H, W)" : "(B)", (long long)l->B);
-  if (l->rows != l->B)
-    return ts_set_error("ts_batch_upload: process %d holds rows [%lld, %lld) of the batch only (minibatch "
-                        "mode); uploading per-device blocks needs a runtime block write (not available yet)",
-                        l->o.process_index, (long long)l->row_start, (long long)(l->row_start + l->rows));
-  const void *src = k == IN_X ? (const void *)b->x : k == IN_Y ? (const void *)b->y : (const void *)b->mask;
-  return ts_buffer_write(dst, src, (size_t)ts_shape_numel(in->rank, in->shape) * ts_dtype_size(in->dt));
+  if (l->rows == l->B) { /* the whole global batch is here: the runtime cuts any sharding */
+    const void *src = k == IN_X ? (const void *)b->x : k == IN_Y ? (const void *)b->y : (const void *)b->mask;
+    return ts_buffer_write(dst, src, (size_t)ts_shape_numel(in->rank, in->shape) * ts_dtype_size(in->dt));
+  }
+  /* Minibatch: only this process's rows were decoded, so the buffer must be
+   * cut exactly as the loader cut them; each local device's block is written
+   * on its own (the other processes write theirs). */
+  const ts_sharding *ds = ts_buffer_sharding(dst);
+  if (!ds || !in->sh || !ts_sharding_equal(ds, in->sh)) {
+    char *want = ts_sharding_to_string(in->sh), *got = ds ? ts_sharding_to_string(ds) : NULL;
+    ts_set_error("ts_batch_upload: the buffer for '%s' has sharding %s but the loader cuts '%s' as %s; in "
+                 "minibatch mode process %d holds batch rows [%lld, %lld) only and cannot reshard: create the "
+                 "buffer with the loader's sharding for '%s'",
+                 name, ds ? (got ? got : "?") : "{replicated}", name, want ? want : "?", l->o.process_index,
+                 (long long)l->row_start, (long long)(l->row_start + l->rows), name);
+    free(want);
+    free(got);
+    return -1;
+  }
+  size_t es = ts_dtype_size(in->dt);
+  for (int d = 0; d < l->nlocal; d++) {
+    int64_t ext[TS_MAX_RANK];
+    bool padded = false;
+    for (int j = 0; j < in->rank; j++) {
+      ext[j] = in->limit[d][j] - in->start[d][j];
+      padded = padded || ext[j] != in->shard_shape[j];
+    }
+    size_t bytes = (size_t)ts_shape_numel(in->rank, ext) * es;
+    void *packed = NULL;
+    if (padded && !(packed = malloc(bytes + 1)))
+      return ts_set_error("ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
+    if (packed) ld_pack_block(b->block[k][d], in->shard_shape, ext, in->rank, es, packed);
+    int rc = ts_buffer_write_shard(dst, l->local_ids[d], packed ? packed : b->block[k][d], bytes);
+    free(packed);
+    if (rc < 0) {
+      char msg[600];
+      snprintf(msg, sizeof msg, "%s", ts_last_error());
+      return ts_set_error("ts_batch_upload: input '%s', device %d: %s", name, l->local_ids[d], msg);
+    }
+  }
+  return 0;
 }
 
 /* ---- position: seek, save, restore ---- */
