@@ -4,6 +4,8 @@
 # same models (MLP batch 128, MNIST CNN batch 64; the batch is the GLOBAL one):
 #   tessel       1 process x 1 device x 2 threads  (BUILD_DIR/bench_train_step)
 #   tessel-spmd  2 processes x 1 device x 1 thread (mpirun -n 2 ... --parallel spmd)
+#   tessel-fsdp  2 processes x 1 device x 1 thread (mpirun -n 2 ... --parallel fsdp:
+#                mesh fsdp=2, weights and optimizer state sharded)
 #   tessel-ddp   2 processes x 1 device x 1 thread (mpirun -n 2 ... --parallel ddp)
 #   torch        PyTorch 1 process x 2 threads     (bench/torch_train_step.py)
 #   torch-ddp    PyTorch DDP, gloo, 2 x 1 thread   (bench/torch_ddp.py)
@@ -74,6 +76,7 @@ rounds="${ROUNDS:-3}"
 for r in $(seq 1 "$rounds"); do
   run "tessel 1proc x 2 threads" env TESSEL_NUM_THREADS=2 "$bin" --threads 2 "${common[@]}"
   run "tessel-spmd 2proc x 1 thread" "${mpi[@]}" "$bin" --threads 1 --parallel spmd "${common[@]}"
+  run "tessel-fsdp 2proc x 1 thread" "${mpi[@]}" "$bin" --threads 1 --parallel fsdp "${common[@]}"
   run "tessel-ddp 2proc x 1 thread" "${mpi[@]}" "$bin" --threads 1 --parallel ddp "${common[@]}"
   run "torch 1proc x 2 threads" env LD_LIBRARY_PATH="$blas" OMP_NUM_THREADS=2 \
     /usr/bin/python3 "$here/torch_train_step.py" --threads 2 "${common[@]}"
@@ -96,6 +99,7 @@ for line in open(sys.argv[1]):
         best[key] = r
 failed = sorted({l.split(" (")[0].split(" ")[0] for l in open(sys.argv[2]) if l.strip()})
 rows = [("tessel", "tessel 1 proc x 2 thr"), ("tessel-spmd", "tessel spmd 2 proc x 1"),
+        ("tessel-fsdp", "tessel fsdp 2 proc x 1"),
         ("tessel-ddp", "tessel ddp 2 proc x 1"), ("torch", "torch 1 proc x 2 thr"),
         ("torch-ddp", "torch DDP gloo 2 x 1")]
 print(f"best of {sys.argv[3]} rounds; ms per step: median (IQR); batch = global batch")
@@ -118,9 +122,11 @@ for m in ("mlp", "cnn"):
     print("  ratios (throughput):")
     for a, b, what, target in (
             ("tessel-spmd", "tessel", "tessel spmd 2proc / tessel 1proc", 0.9 if m == "cnn" else None),
+            ("tessel-fsdp", "tessel", "tessel fsdp 2proc / tessel 1proc", 0.9 if m == "cnn" else None),
             ("tessel-ddp", "tessel", "tessel ddp 2proc / tessel 1proc", 0.9 if m == "cnn" else None),
             ("torch-ddp", "torch", "torch DDP 2proc / torch 1proc", None),
             ("tessel-spmd", "torch-ddp", "tessel spmd 2proc / torch DDP", 2.0 if m == "mlp" else None),
+            ("tessel-fsdp", "torch-ddp", "tessel fsdp 2proc / torch DDP", 2.0 if m == "mlp" else None),
             ("tessel-ddp", "torch-ddp", "tessel ddp 2proc / torch DDP", 2.0 if m == "mlp" else None),
             ("tessel", "torch", "tessel 1proc / torch 1proc", None)):
         x, y = sps(a, m), sps(b, m)

@@ -4,12 +4,13 @@
  *
  *   usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
- *                           [--parallel none|spmd|ddp] [--batch B (global)]
+ *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
  *
  * Under mpirun with --parallel: data parallel over the processes (one device
  * each) on the same global batch: spmd = the sharded program on mesh
- * data=P; ddp = one replica per process, gradients averaged in buckets
- * (overlapped). Rank 0 prints "RESULT tessel-spmd|tessel-ddp <model> batch=B
+ * data=P; fsdp = mesh fsdp=P (weights and optimizer state sharded too);
+ * ddp = one replica per process, gradients averaged in buckets
+ * (overlapped). Rank 0 prints "RESULT tessel-spmd|-fsdp|-ddp <model> batch=B
  * procs=P ..." (B the global batch). bench/run_ddp.sh compares them with one
  * process and with PyTorch DDP.
  *
@@ -37,7 +38,7 @@ static void die(const char *what) {
   exit(1);
 }
 
-enum { PAR_NONE, PAR_SPMD, PAR_DDP };
+enum { PAR_NONE, PAR_SPMD, PAR_DDP, PAR_FSDP };
 
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par) {
   ts_client_options copts = {.num_threads = threads, .num_devices = par ? 1 : 0};
@@ -57,8 +58,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if (!g) die("building the step");
   ts_mesh *mesh = NULL;
   char mesh_text[32];
-  snprintf(mesh_text, sizeof mesh_text, "data=%d", P);
-  if (par == PAR_SPMD && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
+  snprintf(mesh_text, sizeof mesh_text, "%s=%d", par == PAR_FSDP ? "fsdp" : "data", P);
+  if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
     die("sharding the step");
   ts_compile_options co = {.replicas = par == PAR_DDP};
   double tc = now_s();
@@ -108,7 +109,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
-  static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp"};
+  static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp", "tessel-fsdp"};
   if (rank == 0) {
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
@@ -145,11 +146,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
     else if (!strcmp(argv[i], "--optimizer")) optim = !strcmp(v, "sgd") ? TS_OPTIM_SGD : TS_OPTIM_ADAMW;
     else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
-    else if (!strcmp(argv[i], "--parallel") && (!strcmp(v, "none") || !strcmp(v, "spmd") || !strcmp(v, "ddp")))
-      par = !strcmp(v, "spmd") ? PAR_SPMD : !strcmp(v, "ddp") ? PAR_DDP : PAR_NONE;
+    else if (!strcmp(argv[i], "--parallel") &&
+             (!strcmp(v, "none") || !strcmp(v, "spmd") || !strcmp(v, "ddp") || !strcmp(v, "fsdp")))
+      par = !strcmp(v, "spmd") ? PAR_SPMD : !strcmp(v, "ddp") ? PAR_DDP : !strcmp(v, "fsdp") ? PAR_FSDP : PAR_NONE;
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N] "
-                      "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp] [--batch B]\n");
+                      "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B]\n");
       return 2;
     }
     i++;

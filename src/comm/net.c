@@ -151,7 +151,7 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     free(owner);
     return mpi_error(what, rc);
   }
-  double deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+  double start = now_ms(), deadline = timeout_ms > 0 ? start + timeout_ms : 0;
   for (long iter = 0;; iter++) {
     int flag = 0;
     pthread_mutex_lock(&n->mu);
@@ -188,11 +188,13 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
                           "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
                           what, n->rank, timeout_ms / 1000.0, who);
     }
-    /* spin briefly, then yield, then sleep: a waiting thread must not take
-     * the core of a computing one */
-    if (iter < 200) continue;
-    if (iter < 2000) sched_yield();
-    else nanosleep(&(struct timespec){0, 50000}, NULL);
+    /* poll hard for about 100 us (a peer that is just behind answers within
+     * that), then yield, then sleep in short naps: a thread that waits long
+     * must not take the core of a computing one */
+    double waited = now_ms() - start;
+    if (waited < 0.1) continue;
+    if (waited < 1.0) sched_yield();
+    else nanosleep(&(struct timespec){0, 20000}, NULL);
   }
   free(req);
   free(owner);
