@@ -9,7 +9,9 @@
  * layout: fc1 column-parallel (its output features split), fc2 row-parallel
  * (its input features split), so each block needs one all-reduce of the
  * activation. The program prints the collectives the partitioner inserted
- * and the loss, which matches a 1-device run. Uses the public API only. */
+ * and the loss, which matches a 1-device run. Uses the public API only.
+ * The same binary runs as several processes, the mesh's devices shared out
+ * over them: mpirun -n 2 example_train_spmd data=4,model=2 (rank 0 prints). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +55,14 @@ int main(int argc, char **argv) {
     return steps < 1;
   }
 
-  /* 1. the mesh, and a client with one virtual device per mesh device */
+  /* 1. the mesh, and a client with one virtual device per mesh device (under
+   * mpirun: shared out over the processes) */
   ts_mesh *mesh = ts_mesh_from_text(mesh_text);
   check(mesh != NULL, "mesh");
-  ts_client_options co = {.num_devices = (int)ts_mesh_num_devices(mesh)};
+  ts_client_options co = {.total_devices = (int)ts_mesh_num_devices(mesh)};
   ts_client *client = ts_client_new(&co);
   check(client != NULL, "client");
+  bool rank0 = ts_client_process_index(client) == 0;
 
   /* 2. the global training step: forward, loss, gradients, SGD update */
   ts_graph *g = ts_graph_new();
@@ -103,8 +107,10 @@ int main(int argc, char **argv) {
   ts_executable *exe = ts_compile(client, g, &opts);
   check(exe != NULL, "compile");
   char *report = ts_executable_collectives_to_string(exe);
-  printf("mesh %s (%d devices): %d collectives per step\n%s", mesh_text, ts_executable_num_devices(exe),
-         ts_executable_num_collectives(exe), report ? report : "");
+  if (rank0)
+    printf("mesh %s (%d devices, %d processes): %d collectives per step\n%s", mesh_text,
+           ts_executable_num_devices(exe), ts_client_process_count(client), ts_executable_num_collectives(exe),
+           report ? report : "");
   free(report);
 
   /* 5. buffers: inputs by name (parameters from the set); sharded layouts are
@@ -146,7 +152,7 @@ int main(int argc, char **argv) {
     for (int k = 1; k < no; k++) out[k] = NULL; /* aliased: the parameters, updated in place */
     check(ts_execute(exe, in, out) == 0, "execute");
     check(ts_buffer_read(bloss, &lv, sizeof lv) == 0, "loss");
-    if (s == 1 || s % 10 == 0) printf("step %3d  loss %.5f\n", s, lv);
+    if (rank0 && (s == 1 || s % 10 == 0)) printf("step %3d  loss %.5f\n", s, lv);
   }
 
   ts_buffer_free(bx);

@@ -122,7 +122,8 @@ int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor
  * process, each on its own share of the global batch): replaces every
  * grads[i] by its mean over all replicas. Gradients are packed into buckets of
  * about bucket_bytes (0 = 1 MiB), from the last parameter to the first (the
- * order the backward pass produces them), one ts_replica_all_reduce per
+ * order the backward pass produces them; a gradient of bucket_bytes or more
+ * is a bucket of its own, reduced in place), one ts_replica_all_reduce per
  * bucket; the compiler starts each bucket's all-reduce as soon as its
  * gradients exist and the device keeps computing the rest of the backward
  * pass while it runs (overlap). Then every replica applies the same update.

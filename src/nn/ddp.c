@@ -54,7 +54,14 @@ int ts_ddp_average_gradients(ts_graph *g, int n, ts_tensor *grads, size_t bucket
   /* from the last gradient back: [i, hi) is the bucket being filled */
   for (int i = n - 1; i >= 0; i--) {
     const ts_node *x = ts_node_at(g, grads[i]);
-    bytes += (size_t)ts_shape_numel(x->rank, x->shape) * ts_dtype_size(x->dtype);
+    size_t b = (size_t)ts_shape_numel(x->rank, x->shape) * ts_dtype_size(x->dtype);
+    if (b >= bucket_bytes && hi > i + 1) { /* a large gradient goes alone: no packing copies */
+      if (bucket(g, grads, i + 1, hi) < 0) return -1;
+      buckets++;
+      hi = i + 1;
+      bytes = 0;
+    }
+    bytes += b;
     bool close = i == 0 || bytes >= bucket_bytes || ts_node_at(g, grads[i - 1])->dtype != x->dtype;
     if (!close) continue;
     if (bucket(g, grads, i, hi) < 0) return -1;

@@ -165,7 +165,8 @@ oom:
  * Returns the operand's storage root or -1. */
 static int reusable_operand(const ts_graph *g, const ts_plan *p, int i) {
   const ts_node *n = &g->nodes[i];
-  if (!ts_op_is_elementwise(n->op) && n->op != TS_OP_FUSED) return -1;
+  /* elementwise kernels and all-reduces (the collectives work in place) */
+  if (!ts_op_is_elementwise(n->op) && n->op != TS_OP_FUSED && n->op != TS_OP_ALL_REDUCE) return -1;
   int64_t numel = ts_shape_numel(n->rank, n->shape);
   for (int k = 0; k < n->n_in; k++) {
     int r = root_of(p, n->in[k]);
