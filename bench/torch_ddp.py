@@ -25,17 +25,15 @@ import datetime
 import os
 import socket
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from torch_train_step import N_BATCHES, build  # noqa: E402  (same models, same data scheme)
+from torch_train_step import batches, build, make_optimizer, time_steps  # noqa: E402  (same models, data, timing)
 
 
 def bench(model, gb, steps, warmup, optimizer, rank, world):
@@ -44,31 +42,14 @@ def bench(model, gb, steps, warmup, optimizer, rank, world):
     b = gb // world
     torch.manual_seed(1)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     net = DDP(build(model).train())
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9, weight_decay=0.01,
-                              foreach=True)
-    else:
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01, foreach=True)
+    opt = make_optimizer(net.parameters(), optimizer)
     # The global batches of torch_train_step.py; this rank keeps its slice.
-    xs = torch.rand(N_BATCHES, gb, 1, 28, 28) * 2 - 0.5
-    ys = torch.arange(N_BATCHES * gb).reshape(N_BATCHES, gb) * 7 % 10
+    xs, ys = batches(gb)
     xs = xs[:, rank * b:(rank + 1) * b].contiguous()
     ys = ys[:, rank * b:(rank + 1) * b].contiguous()
     torch.manual_seed(1 + rank)  # independent dropout masks per rank
-    ms = []
-    for t in range(warmup + steps):
-        t0 = time.perf_counter()
-        k = t % N_BATCHES
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(net(xs[k]), ys[k])
-        loss.backward()
-        opt.step()
-        loss.item()
-        if t >= warmup:
-            ms.append(1e3 * (time.perf_counter() - t0))
+    med, p25, p75 = time_steps(net, opt, xs, ys, steps, warmup)
     if rank == 0:
-        ms.sort()
-        med, p25, p75 = ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]
         print(f"RESULT torch-ddp {model} batch={gb} procs={world} steps={steps} median_ms={med:.3f} "
               f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * gb / med:.1f}", flush=True)
 

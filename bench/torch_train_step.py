@@ -30,18 +30,23 @@ def build(model):
                          nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10))
 
 
-def bench(model, b, steps, warmup, optimizer):
-    torch.manual_seed(1)
-    net = build(model).train()
+def make_optimizer(params, optimizer):
     if optimizer == "sgd":
-        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9, weight_decay=0.01,
-                              foreach=True)
-    else:
-        # foreach=True: the multi-tensor update, 2x faster than 1.13's default
-        # per-parameter loop on the MLP (6.3 vs 12.1 ms per step here).
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01, foreach=True)
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, weight_decay=0.01, foreach=True)
+    # foreach=True: the multi-tensor update, 2x faster than 1.13's default
+    # per-parameter loop on the MLP (6.3 vs 12.1 ms per step here).
+    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True)
+
+
+def batches(b):
+    """N_BATCHES random global batches of b samples: x (N, b, 1, 28, 28), y (N, b)."""
     xs = torch.rand(N_BATCHES, b, 1, 28, 28) * 2 - 0.5
     ys = torch.arange(N_BATCHES * b).reshape(N_BATCHES, b) * 7 % 10
+    return xs, ys
+
+
+def time_steps(net, opt, xs, ys, steps, warmup):
+    """Median, 25th and 75th percentile ms of one training step over the batches."""
     ms = []
     for t in range(warmup + steps):
         t0 = time.perf_counter()
@@ -54,7 +59,15 @@ def bench(model, b, steps, warmup, optimizer):
         if t >= warmup:
             ms.append(1e3 * (time.perf_counter() - t0))
     ms.sort()
-    med, p25, p75 = ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]
+    return ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]
+
+
+def bench(model, b, steps, warmup, optimizer):
+    torch.manual_seed(1)
+    net = build(model).train()
+    opt = make_optimizer(net.parameters(), optimizer)
+    xs, ys = batches(b)
+    med, p25, p75 = time_steps(net, opt, xs, ys, steps, warmup)
     print(f"RESULT torch {model} batch={b} steps={steps} median_ms={med:.3f} p25_ms={p25:.3f} "
           f"p75_ms={p75:.3f} samples_per_s={1e3 * b / med:.1f}", flush=True)
 

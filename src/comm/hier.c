@@ -86,6 +86,15 @@ static const char *src_of(const ts_comm *c, int dev) {
 
 static int timeout_of(ts_comm *c) { return atomic_load(&c->timeout_ms); }
 
+/* Phases 2 and 3 of all-reduce and all-gather: the leader's out holds the
+ * result; every other local member copies it. */
+static int copy_from_leader(ts_comm *c, int device, const hgroup *h, void *out, size_t bytes, const char *what) {
+  if (comm_sync(c, device, what, h->loc, h->nl, 2)) return -1;
+  if (device != h->loc[0] && bytes)
+    memcpy(out, atomic_load_explicit(&c->dev[h->loc[0]].dst, memory_order_relaxed), bytes);
+  return comm_sync(c, device, what, h->loc, h->nl, 3);
+}
+
 int hier_barrier(ts_comm *c, int device, const int *group, int n) {
   const char *what = "comm_barrier";
   c->dev[device].seq++;
@@ -168,10 +177,7 @@ int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_d
 #undef LO
 #undef HI
   }
-  if (comm_sync(c, device, what, h.loc, h.nl, 2)) goto done;
-  if (device != h.loc[0] && bytes)
-    memcpy(out, atomic_load_explicit(&c->dev[h.loc[0]].dst, memory_order_relaxed), bytes);
-  rc = comm_sync(c, device, what, h.loc, h.nl, 3);
+  rc = copy_from_leader(c, device, &h, out, bytes, what);
 done:
   free(m);
   free(h.mem);
@@ -222,10 +228,7 @@ int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, cons
       }
     }
   }
-  if (comm_sync(c, device, what, h.loc, h.nl, 2)) goto done;
-  if (device != h.loc[0] && out_bytes)
-    memcpy(out, atomic_load_explicit(&c->dev[h.loc[0]].dst, memory_order_relaxed), out_bytes);
-  rc = comm_sync(c, device, what, h.loc, h.nl, 3);
+  rc = copy_from_leader(c, device, &h, out, out_bytes, what);
 done:
   free(m);
   free(h.mem);

@@ -300,17 +300,25 @@ int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_
   return 0;
 }
 
-int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes) {
-  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK], ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
+/* Checks a block transfer of device `device` (`what` names the call) and
+ * gives the block's extent (its range, without padding). */
+static int check_block(const ts_buffer *b, int device, const void *host, size_t bytes, const char *what,
+                       int64_t *ext) {
+  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
   if (ts_buffer_shard_range(b, device, start, limit) < 0) return -1;
   for (int d = 0; d < b->rank; d++) ext[d] = limit[d] - start[d];
   size_t want = (size_t)ts_shape_numel(b->rank, ext) * ts_dtype_size(b->dtype);
-  if (bytes != want)
-    return ts_set_error("buffer_read_shard: asked for %zu bytes but device %d's block holds %zu", bytes, device, want);
-  if (bytes && !dst) return ts_set_error("buffer_read_shard: destination is NULL");
+  if (bytes != want) return ts_set_error("%s: %zu bytes given but device %d's block holds %zu", what, bytes, device, want);
+  if (bytes && !host) return ts_set_error("%s: host memory is NULL", what);
   if (!rt_is_local(b->client, device))
-    return ts_set_error("buffer_read_shard: device %d belongs to process %d, not to this one (%d)", device,
+    return ts_set_error("%s: device %d belongs to process %d, not to this one (%d)", what, device,
                         b->client->device_process[device], b->client->process_index);
+  return 0;
+}
+
+int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes) {
+  int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
+  if (check_block(b, device, dst, bytes, "buffer_read_shard", ext) < 0) return -1;
   const ts_device *d = &b->client->devs[device];
   char *tmp = malloc(b->shard_bytes + 1);
   if (!tmp) return ts_set_error("buffer_read_shard: out of memory");
@@ -322,16 +330,8 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
 }
 
 int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes) {
-  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK], ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
-  if (ts_buffer_shard_range(b, device, start, limit) < 0) return -1;
-  for (int d = 0; d < b->rank; d++) ext[d] = limit[d] - start[d];
-  size_t want = (size_t)ts_shape_numel(b->rank, ext) * ts_dtype_size(b->dtype);
-  if (bytes != want)
-    return ts_set_error("buffer_write_shard: got %zu bytes but device %d's block holds %zu", bytes, device, want);
-  if (bytes && !src) return ts_set_error("buffer_write_shard: source is NULL");
-  if (!rt_is_local(b->client, device))
-    return ts_set_error("buffer_write_shard: device %d belongs to process %d, not to this one (%d)", device,
-                        b->client->device_process[device], b->client->process_index);
+  int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
+  if (check_block(b, device, src, bytes, "buffer_write_shard", ext) < 0) return -1;
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
   char *tmp = calloc(1, b->shard_bytes + 1); /* padding of an uneven block: zeros */
