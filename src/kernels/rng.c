@@ -55,11 +55,18 @@ int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kc
   double scale = ldexp(1.0, -bits);
   int nt = tk_threads(ctx, numel / 4);
   if (n->op == TS_OP_RNG_UNIFORM) {
+    /* row by row: along the last dim the global index grows by one, so the
+     * (slow) index arithmetic runs once per row */
+    int64_t cols = n->rank && n->shape[n->rank - 1] ? n->shape[n->rank - 1] : 1, rows = numel / cols;
 #pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < numel; i++) {
-      double u = (double)(mix(base + (global_index(n, i) + 1) * G) >> (64 - bits)) * scale;
-      if (dt == TS_F32) ((float *)out)[i] = (float)u;
-      else tk_store_f64(dt, out, i, u);
+    for (int64_t r = 0; r < rows; r++) {
+      uint64_t g0 = global_index(n, r * cols);
+      for (int64_t c = 0; c < cols; c++) {
+        int64_t i = r * cols + c;
+        double u = (double)(mix(base + (g0 + (uint64_t)c + 1) * G) >> (64 - bits)) * scale;
+        if (dt == TS_F32) ((float *)out)[i] = (float)u;
+        else tk_store_f64(dt, out, i, u);
+      }
     }
   } else {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
