@@ -23,36 +23,13 @@
 
 #include "comm/comm.h"
 #include "comm/net.h"
+#include "comm_inputs.h"
 #include "harness.h"
 #include "util/half.h"
 
 enum { G = 4 };
 
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Device dev's input element i in case k (floats over several binades, so
- * that the order of a sum shows in the bits). */
-static void gen(ts_dtype dt, int k, int dev, int64_t i, void *dst) {
-  static const double scale[8] = {0.25, 0.5, 1, 2, 4, 8, 16, 32};
-  uint64_t h = mix(ts_test_seed ^ ((uint64_t)k << 44) ^ ((uint64_t)dev << 36) ^ (uint64_t)i);
-  double x = ((double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0) * scale[h & 7];
-  switch (dt) {
-  case TS_F32: { float f = (float)x; memcpy(dst, &f, 4); break; }
-  case TS_F64: memcpy(dst, &x, 8); break;
-  case TS_BF16: { uint16_t b = ts_f32_to_bf16((float)x); memcpy(dst, &b, 2); break; }
-  case TS_F16: { uint16_t b = ts_f32_to_f16((float)x); memcpy(dst, &b, 2); break; }
-  case TS_I32: { int32_t v = (int32_t)(uint32_t)h; memcpy(dst, &v, 4); break; }
-  case TS_I64: { int64_t v = (int64_t)h; memcpy(dst, &v, 8); break; }
-  case TS_U8: { uint8_t v = (uint8_t)h; memcpy(dst, &v, 1); break; }
-  case TS_BOOL: { uint8_t v = (uint8_t)(h & 1); memcpy(dst, &v, 1); break; }
-  default: break;
-  }
-}
+#define gen comm_test_gen /* comm_inputs.h: the inputs test_comm.c uses */
 
 typedef enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_TO_ALL, K_PERMUTE, K_BARRIER } kind;
 
@@ -189,7 +166,7 @@ static plan make_plan(const test_case *cases, int n_cases) {
       p.out[at] = malloc(ob + 1);
       p.in_bytes[at] = ib;
       p.out_bytes[at] = ob;
-      for (size_t i = 0; i < ib / (es ? es : 1); i++) gen(t->dt, k, d, (int64_t)i, (char *)p.in[at] + i * es);
+      for (size_t i = 0; i < ib / (es ? es : 1); i++) gen(t->dt, (uint64_t)k, d, (int64_t)i, (char *)p.in[at] + i * es);
       memset(p.out[at], 0x5a, ob); /* garbage: every byte must be written */
     }
   }
