@@ -70,25 +70,16 @@ static double bench_cnn(ts_loader *loader, int threads, int steps, double *wait_
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
   // The CNN training step of tessel train (tools/model_graph.c).
-  int64_t xs[4] = {B, 1, 28, 28};
   model_graph_spec spec = {.model = MODEL_GRAPH_CNN, .batch = B, .c = 1, .h = 28, .w = 28,
                            .optim = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01}};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
   ts_executable *exe = ts_compile(c, g, NULL);
   if (!exe) die("compile");
-  int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
-  ts_buffer **in = calloc((size_t)n_in, sizeof *in), **out = calloc((size_t)n_out, sizeof *out);
-  ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &B);
-  ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *stepb = ts_buffer_new(c, TS_F32, 0, NULL);
-  ts_buffer *seedb = ts_buffer_new(c, TS_I64, 0, NULL), *lossb = ts_buffer_new(c, TS_F32, 0, NULL);
-  for (int i = 0; i < n_in; i++) {
-    const char *name = ts_input_name(g, ts_graph_input(g, i));
-    in[i] = !strcmp(name, "x") ? xb : !strcmp(name, "y") ? yb : !strcmp(name, "lr") ? lrb
-          : !strcmp(name, "step") ? stepb : !strcmp(name, "seed") ? seedb
-          : ts_params_buffer(p, c, ts_params_find(p, name));
-    if (!in[i]) die(name);
-  }
+  int n_out = ts_graph_num_outputs(g);
+  ts_buffer **out = calloc((size_t)n_out, sizeof *out);
+  model_io io; // x, y, lr, step, seed, loss; parameters bound by name
+  if (model_io_bind(&io, g, p, c) < 0) die("binding the inputs");
   float *xh = calloc((size_t)(B * 784), sizeof *xh); // (B, 1, 28, 28)
   int32_t *yh = calloc((size_t)B, sizeof *yh);        // (B)
   double *ms = malloc((size_t)steps * sizeof *ms);
@@ -107,15 +98,15 @@ static double bench_cnn(ts_loader *loader, int threads, int steps, double *wait_
     }
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
     int64_t seedv = t;
-    ts_buffer_write(xb, bx, (size_t)(B * 784) * sizeof(float));
-    ts_buffer_write(yb, by, (size_t)B * sizeof(int32_t));
-    ts_buffer_write(lrb, &lrv, sizeof lrv);
-    ts_buffer_write(stepb, &stepv, sizeof stepv);
-    ts_buffer_write(seedb, &seedv, sizeof seedv);
-    out[0] = lossb;
+    ts_buffer_write(io.x, bx, (size_t)(B * 784) * sizeof(float));
+    ts_buffer_write(io.y, by, (size_t)B * sizeof(int32_t));
+    ts_buffer_write(io.lr, &lrv, sizeof lrv);
+    ts_buffer_write(io.step, &stepv, sizeof stepv);
+    ts_buffer_write(io.seed, &seedv, sizeof seedv);
+    out[0] = io.result;
     for (int o = 1; o < n_out; o++) out[o] = NULL; // aliased to parameters
-    if (ts_execute(exe, in, out) < 0) die("execute");
-    ts_buffer_read(lossb, &lossv, sizeof lossv);
+    if (ts_execute(exe, io.in, out) < 0) die("execute");
+    ts_buffer_read(io.result, &lossv, sizeof lossv);
     double dt = now_s() - t0;
     if (t >= warmup) ms[t - warmup] = 1e3 * dt, total += dt;
   }
@@ -126,9 +117,8 @@ static double bench_cnn(ts_loader *loader, int threads, int steps, double *wait_
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double rate = 1e3 * (double)B / ms[steps / 2];
-  free(ms), free(xh), free(yh), free(in), free(out);
-  ts_buffer *bufs[] = {xb, yb, lrb, stepb, seedb, lossb};
-  for (int k = 0; k < 6; k++) ts_buffer_free(bufs[k]);
+  free(ms), free(xh), free(yh), free(out);
+  model_io_free(&io);
   ts_executable_free(exe);
   ts_graph_free(g);
   ts_params_free(p);

@@ -49,7 +49,6 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if (par == PAR_DDP && B % P) die("the batch does not divide over the processes");
   int64_t Bl = par == PAR_DDP ? B / P : B; /* this replica's rows */
   // The same training step tessel train runs (tools/model_graph.c).
-  int64_t xs[4] = {Bl, 1, 28, 28};
   model_graph_spec spec = {.model = strcmp(model, "mlp") == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
                            .batch = Bl, .c = 1, .h = 28, .w = 28,
                            .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
@@ -68,18 +67,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   tc = now_s() - tc;
 
   // Inputs bound by name; random data pre-generated.
-  int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
-  ts_buffer **in = calloc((size_t)n_in, sizeof *in), **out = calloc((size_t)n_out, sizeof *out);
-  ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &Bl);
-  ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *stepb = ts_buffer_new(c, TS_F32, 0, NULL);
-  ts_buffer *seedb = ts_buffer_new(c, TS_I64, 0, NULL), *lossb = ts_buffer_new(c, TS_F32, 0, NULL);
-  for (int i = 0; i < n_in; i++) {
-    const char *name = ts_input_name(g, ts_graph_input(g, i));
-    in[i] = !strcmp(name, "x") ? xb : !strcmp(name, "y") ? yb : !strcmp(name, "lr") ? lrb
-          : !strcmp(name, "step") ? stepb : !strcmp(name, "seed") ? seedb
-          : ts_params_buffer(p, c, ts_params_find(p, name));
-    if (!in[i]) die(name);
-  }
+  int n_out = ts_graph_num_outputs(g);
+  ts_buffer **out = calloc((size_t)n_out, sizeof *out);
+  model_io io; // x, y, lr, step, seed, loss; parameters bound by name
+  if (model_io_bind(&io, g, p, c) < 0) die("binding the inputs");
   float *xh = malloc((size_t)(N_BATCHES * B * 784) * sizeof *xh); // (N_BATCHES, B, 1, 28, 28)
   int32_t *yh = malloc((size_t)(N_BATCHES * B) * sizeof *yh);      // (N_BATCHES, B)
   uint64_t s = 12345;
@@ -96,15 +87,15 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
     int64_t seedv = t;
     int64_t row = k * B + (par == PAR_DDP ? rank * Bl : 0);
-    ts_buffer_write(xb, xh + row * 784, (size_t)(Bl * 784) * sizeof(float));
-    ts_buffer_write(yb, yh + row, (size_t)Bl * sizeof(int32_t));
-    ts_buffer_write(lrb, &lrv, sizeof lrv);
-    ts_buffer_write(stepb, &stepv, sizeof stepv);
-    ts_buffer_write(seedb, &seedv, sizeof seedv);
-    out[0] = lossb;
+    ts_buffer_write(io.x, xh + row * 784, (size_t)(Bl * 784) * sizeof(float));
+    ts_buffer_write(io.y, yh + row, (size_t)Bl * sizeof(int32_t));
+    ts_buffer_write(io.lr, &lrv, sizeof lrv);
+    ts_buffer_write(io.step, &stepv, sizeof stepv);
+    ts_buffer_write(io.seed, &seedv, sizeof seedv);
+    out[0] = io.result;
     for (int o = 1; o < n_out; o++) out[o] = NULL; // aliased to parameters
-    if (ts_execute(exe, in, out) < 0) die("execute");
-    ts_buffer_read(lossb, &lossv, sizeof lossv);
+    if (ts_execute(exe, io.in, out) < 0) die("execute");
+    ts_buffer_read(io.result, &lossv, sizeof lossv);
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
@@ -119,9 +110,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   }
   ts_mesh_free(mesh);
 
-  free(ms), free(xh), free(yh), free(in), free(out);
-  ts_buffer *bufs[] = {xb, yb, lrb, stepb, seedb, lossb};
-  for (int k = 0; k < 6; k++) ts_buffer_free(bufs[k]);
+  free(ms), free(xh), free(yh), free(out);
+  model_io_free(&io);
   ts_executable_free(exe);
   ts_graph_free(g);
   ts_params_free(p);

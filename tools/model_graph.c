@@ -3,7 +3,9 @@
  * the evaluation forward, for the MLP, the MNIST CNN and the CIFAR CNN. */
 #include "model_graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The CIFAR CNN: three 3x3 conv (pad 1) + ReLU + 2x2 max-pool stages (32, 64,
  * 128 channels), fc 2048-256, ReLU, dropout 0.5, fc 256-10.
@@ -80,4 +82,42 @@ ts_graph *model_eval_graph(const model_graph_spec *o, int64_t e, ts_params *p) {
     return NULL;
   }
   return g;
+}
+
+int model_io_bind(model_io *io, const ts_graph *g, ts_params *p, ts_client *c) {
+  memset(io, 0, sizeof *io);
+  io->n_in = ts_graph_num_inputs(g);
+  if (!(io->in = calloc((size_t)io->n_in + 1, sizeof *io->in))) return -1;
+  for (int i = 0; i < io->n_in; i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    const char *name = ts_input_name(g, t);
+    ts_buffer **own = !strcmp(name, "x")      ? &io->x
+                      : !strcmp(name, "y")    ? &io->y
+                      : !strcmp(name, "lr")   ? &io->lr
+                      : !strcmp(name, "step") ? &io->step
+                      : !strcmp(name, "seed") ? &io->seed
+                                              : NULL;
+    if (own) {
+      io->in[i] = *own = ts_buffer_new(c, ts_tensor_dtype(g, t), ts_tensor_rank(g, t), ts_tensor_shape(g, t));
+    } else {
+      int k = ts_params_find(p, name);
+      if (k < 0) {
+        fprintf(stderr, "graph input '%s' is neither data nor a parameter\n", name);
+        return -1;
+      }
+      io->in[i] = ts_params_buffer(p, c, k);
+    }
+    if (!io->in[i]) return -1;
+  }
+  ts_tensor r = ts_graph_output(g, 0);
+  io->result = ts_buffer_new(c, ts_tensor_dtype(g, r), ts_tensor_rank(g, r), ts_tensor_shape(g, r));
+  return io->result ? 0 : -1;
+}
+
+void model_io_free(model_io *io) {
+  ts_buffer *own[] = {io->x, io->y, io->lr, io->step, io->seed, io->result};
+  for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+    if (own[k]) ts_buffer_free(own[k]);
+  free(io->in);
+  memset(io, 0, sizeof *io);
 }

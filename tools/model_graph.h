@@ -26,4 +26,18 @@ ts_graph *model_train_graph(const model_graph_spec *s, ts_params *p);
 /* The evaluation forward: x (batch,C,H,W) -> logits (batch,10), training off. */
 ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *p);
 
+/* The buffers a compiled step or evaluation program runs with, bound by input
+ * name: "x", "y", "lr", "step", "seed" get new buffers of the graph's types
+ * (NULL where the graph lacks the input), every other input must be a
+ * parameter of p; result is a new buffer of output 0's type (loss or
+ * logits). in[] (one per graph input) is what ts_execute takes. */
+typedef struct {
+  ts_buffer *x, *y, *lr, *step, *seed, *result; /* owned */
+  ts_buffer **in;                               /* borrowed: the above or parameter buffers */
+  int n_in;
+} model_io;
+/* 0, or -1 with the error set (model_io_free cleans up either way). */
+int model_io_bind(model_io *io, const ts_graph *g, ts_params *p, ts_client *c);
+void model_io_free(model_io *io);
+
 #endif

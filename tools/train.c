@@ -247,77 +247,41 @@ static const char *fmt_duration(double s, char *buf, size_t n) {
 
 typedef struct {
   ts_executable *exe;
-  int n_in, n_out;
-  ts_buffer **in;       /* (n_in) borrowed: parameter buffers or the named buffers below */
+  model_io io;          /* inputs bound by name (model_graph.h) */
+  int n_out;
   ts_buffer **out;      /* (n_out) slots for ts_execute */
-  ts_buffer *x, *y, *lr, *step, *seed; /* owned; NULL where the graph lacks the input */
-  ts_buffer *result;    /* owned: output 0 (loss or logits) */
 } program;
 
 static void program_free(program *pr) {
   if (pr->exe) ts_executable_free(pr->exe);
-  ts_buffer *own[] = {pr->x, pr->y, pr->lr, pr->step, pr->seed, pr->result};
-  for (size_t k = 0; k < sizeof own / sizeof *own; k++)
-    if (own[k]) ts_buffer_free(own[k]);
-  free(pr->in);
+  model_io_free(&pr->io);
   free(pr->out);
   memset(pr, 0, sizeof *pr);
 }
 
-/* Compiles g and binds each input: "x", "y", "lr", "step", "seed" get new
- * buffers, every other input must be a parameter of p. */
+/* Compiles g and binds its inputs (model_io_bind). */
 static int program_init(program *pr, ts_client *c, ts_params *p, const ts_graph *g, const ts_compile_options *co) {
   memset(pr, 0, sizeof *pr);
   if (ts_graph_verify(g) < 0) return -1;
   pr->exe = ts_compile(c, g, co);
   if (!pr->exe) return -1;
-  pr->n_in = ts_graph_num_inputs(g);
   pr->n_out = ts_graph_num_outputs(g);
-  pr->in = calloc((size_t)pr->n_in, sizeof *pr->in);
-  pr->out = calloc((size_t)pr->n_out, sizeof *pr->out);
-  if (!pr->in || !pr->out) {
+  if (!(pr->out = calloc((size_t)pr->n_out, sizeof *pr->out))) {
     fprintf(stderr, "out of memory\n");
     return -1;
   }
-  for (int i = 0; i < pr->n_in; i++) {
-    ts_tensor t = ts_graph_input(g, i);
-    const char *name = ts_input_name(g, t);
-    ts_dtype dt = ts_tensor_dtype(g, t);
-    int rank = ts_tensor_rank(g, t);
-    const int64_t *shape = ts_tensor_shape(g, t);
-    ts_buffer **own = strcmp(name, "x") == 0      ? &pr->x
-                      : strcmp(name, "y") == 0    ? &pr->y
-                      : strcmp(name, "lr") == 0   ? &pr->lr
-                      : strcmp(name, "step") == 0 ? &pr->step
-                      : strcmp(name, "seed") == 0 ? &pr->seed
-                                                  : NULL;
-    if (own) {
-      *own = ts_buffer_new(c, dt, rank, shape);
-      pr->in[i] = *own;
-    } else {
-      int k = ts_params_find(p, name);
-      if (k < 0) {
-        fprintf(stderr, "graph input '%s' is neither data nor a parameter\n", name);
-        return -1;
-      }
-      pr->in[i] = ts_params_buffer(p, c, k);
-    }
-    if (!pr->in[i]) return -1;
-  }
-  ts_tensor r = ts_graph_output(g, 0);
-  pr->result = ts_buffer_new(c, ts_tensor_dtype(g, r), ts_tensor_rank(g, r), ts_tensor_shape(g, r));
-  return pr->result ? 0 : -1;
+  return model_io_bind(&pr->io, g, p, c);
 }
 
-/* Executes once. Output 0 goes to pr->result; the other outputs are aliased to
+/* Executes once. Output 0 goes to pr->io.result; the other outputs are aliased to
  * parameters (updated in place) — any that is not gets freed. */
 static int program_run(program *pr) {
-  pr->out[0] = pr->result;
+  pr->out[0] = pr->io.result;
   for (int k = 1; k < pr->n_out; k++) pr->out[k] = NULL;
-  if (ts_execute(pr->exe, pr->in, pr->out) < 0) return -1;
+  if (ts_execute(pr->exe, pr->io.in, pr->out) < 0) return -1;
   for (int k = 1; k < pr->n_out; k++) {
     bool aliased = false;
-    for (int i = 0; i < pr->n_in && !aliased; i++) aliased = pr->out[k] == pr->in[i];
+    for (int i = 0; i < pr->io.n_in && !aliased; i++) aliased = pr->out[k] == pr->io.in[i];
     if (!aliased) ts_buffer_free(pr->out[k]);
   }
   return 0;
@@ -349,9 +313,9 @@ static int evaluate(program *full, program *tail, const ts_dataset *test, int64_
       ts_augment_apply(norm, test->images + (first + k) * sample, test->c, test->h, test->w, 0, x + k * sample);
       y[k] = test->labels[first + k];
     }
-    rc = ts_buffer_write(pr->x, x, (size_t)(cnt * sample) * sizeof *x);
+    rc = ts_buffer_write(pr->io.x, x, (size_t)(cnt * sample) * sizeof *x);
     if (rc == 0) rc = program_run(pr);
-    if (rc == 0) rc = ts_buffer_read(pr->result, logits, (size_t)cnt * 10 * sizeof *logits);
+    if (rc == 0) rc = ts_buffer_read(pr->io.result, logits, (size_t)cnt * 10 * sizeof *logits);
     for (int64_t b = 0; rc == 0 && b < cnt; b++) {
       int best = 0;
       for (int k = 1; k < 10; k++)
@@ -394,10 +358,10 @@ static int upload_rows(const ts_loader_batch *batch, program *pr, int rank, int6
   const float *x;
   const int32_t *y;
   ts_batch_local_rows(batch, &start, &x, &y, NULL);
-  const int64_t *xs = ts_buffer_shape(pr->x);
+  const int64_t *xs = ts_buffer_shape(pr->io.x);
   int64_t sample = xs[1] * xs[2] * xs[3], first = rank * b - start;
-  if (ts_buffer_write(pr->x, x + first * sample, (size_t)(b * sample) * sizeof *x) < 0) return -1;
-  return ts_buffer_write(pr->y, y + first, (size_t)b * sizeof *y);
+  if (ts_buffer_write(pr->io.x, x + first * sample, (size_t)(b * sample) * sizeof *x) < 0) return -1;
+  return ts_buffer_write(pr->io.y, y + first, (size_t)b * sizeof *y);
 }
 
 static void data_hint(int dataset, const char *dir) {
@@ -622,11 +586,11 @@ int cli_train(int argc, char **argv) {
       float loss = NAN;
       inject_fault(rank, step);
       if ((ddp ? upload_rows(batch, &step_pr, rank, gs.batch) < 0
-               : ts_batch_upload(batch, "x", step_pr.x) < 0 || ts_batch_upload(batch, "y", step_pr.y) < 0) ||
-          ts_buffer_write(step_pr.lr, &lr, sizeof lr) < 0 ||
-          ts_buffer_write(step_pr.step, &step1, sizeof step1) < 0 ||
-          ts_buffer_write(step_pr.seed, &seed, sizeof seed) < 0 || program_run(&step_pr) < 0 ||
-          ts_buffer_read(step_pr.result, &loss, sizeof loss) < 0)
+               : ts_batch_upload(batch, "x", step_pr.io.x) < 0 || ts_batch_upload(batch, "y", step_pr.io.y) < 0) ||
+          ts_buffer_write(step_pr.io.lr, &lr, sizeof lr) < 0 ||
+          ts_buffer_write(step_pr.io.step, &step1, sizeof step1) < 0 ||
+          ts_buffer_write(step_pr.io.seed, &seed, sizeof seed) < 0 || program_run(&step_pr) < 0 ||
+          ts_buffer_read(step_pr.io.result, &loss, sizeof loss) < 0)
         goto lib_error;
       step++;
       if (ddp && o.check_replicas && step % o.check_replicas == 0 && check_replicas(client, params, step) < 0)
