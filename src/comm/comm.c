@@ -487,9 +487,7 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
     return ts_set_error("%s: bad pair list (%d pairs)", what, n_pairs);
   if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
   comm_dev *d = &c->dev[device];
-  int source = -1, n_readers = 0, n_msgs = 0; /* readers: local devices that copy our input */
-  net_msg msgs[2];
-  net_msg *remote = NULL; /* sends to targets in other processes (rare: allocated) */
+  int source = -1, n_readers = 0; /* readers: the devices that copy our input */
   for (int i = 0; i < n_pairs; i++) {
     int s = pairs[2 * i], t = pairs[2 * i + 1];
     if (s < 0 || s >= c->n || t < 0 || t >= c->n)
@@ -514,7 +512,7 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
       !(src = comm_stage(c, device, what, in, bytes)))
     return -1;
   if (n_remote || remote_source) {
-    net_msg *m = n_remote + 1 <= 2 ? msgs : (remote = malloc((size_t)(n_remote + 1) * sizeof *remote));
+    net_msg *m = malloc((size_t)(n_remote + 1) * sizeof *m);
     if (!m) return ts_set_error("%s: out of memory", what);
     int k = 0;
     for (int i = 0; i < n_readers; i++) {
@@ -524,9 +522,8 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
       d->peers[i--] = d->peers[--n_readers]; /* only local readers stay */
     }
     if (remote_source) m[k++] = (net_msg){c->proc[source], comm_tag(c, device, device), false, out, bytes};
-    n_msgs = k;
-    int rc = net_exchange(c->net, m, n_msgs, atomic_load(&c->timeout_ms), what);
-    free(remote);
+    int rc = net_exchange(c->net, m, k, atomic_load(&c->timeout_ms), what);
+    free(m);
     if (rc < 0) return -1;
   }
   atomic_store_explicit(&d->src, src, memory_order_relaxed);

@@ -191,31 +191,40 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   return rc;
 }
 
-/* The device whose block of the range device d holds is the one read: the
- * lowest id with that range, among process p's devices (p < 0: any). -1 if
- * p has none. */
-static int holder(const ts_buffer *b, int d, int p) {
-  const ts_client *c = b->client;
-  int64_t s0[TS_MAX_RANK], l0[TS_MAX_RANK], s1[TS_MAX_RANK], l1[TS_MAX_RANK];
-  range_of(b, d, s0, l0);
-  for (int i = 0; i < b->n_shards; i++) {
-    if (p >= 0 && c->device_process[i] != p) continue;
-    range_of(b, i, s1, l1);
-    if (!memcmp(s0, s1, (size_t)b->rank * sizeof *s0) && !memcmp(l0, l1, (size_t)b->rank * sizeof *l0)) return i;
+/* owner[i]: the lowest device id whose block has device i's range (the one
+ * read for that range). Ranges are computed once: O(N) ranges, O(N^2)
+ * compares of rank-sized arrays. */
+static int block_owners(const ts_buffer *b, int *owner) {
+  int n = b->n_shards, r = b->rank;
+  int64_t *lo = malloc(((size_t)n * (size_t)r + 1) * sizeof *lo), *hi = malloc(((size_t)n * (size_t)r + 1) * sizeof *hi);
+  if (!lo || !hi) {
+    free(lo);
+    free(hi);
+    return ts_set_error("buffer_read: out of memory");
   }
-  return -1;
+  for (int i = 0; i < n; i++) {
+    range_of(b, i, lo + (size_t)i * (size_t)r, hi + (size_t)i * (size_t)r);
+    owner[i] = i;
+    for (int j = 0; j < i && owner[i] == i; j++)
+      if (owner[j] == j && !memcmp(lo + (size_t)i * (size_t)r, lo + (size_t)j * (size_t)r, (size_t)r * sizeof *lo) &&
+          !memcmp(hi + (size_t)i * (size_t)r, hi + (size_t)j * (size_t)r, (size_t)r * sizeof *hi))
+        owner[i] = j;
+  }
+  free(lo);
+  free(hi);
+  return 0;
 }
 
-/* Every device's block that no device of this process holds comes from its
- * owner (the lowest device id holding that range) in another process: each
- * process sends the blocks it owns to every process, in device order. */
-static int read_from_processes(const ts_buffer *b, void *dst) {
+/* Every range that no device of this process holds comes from its owner in
+ * another process: each process sends the blocks it owns to every process,
+ * in device order. */
+static int read_from_processes(const ts_buffer *b, void *dst, const int *owner) {
   const ts_client *c = b->client;
   int P = c->process_count, me = c->process_index;
   size_t sb = b->shard_bytes, es = ts_dtype_size(b->dtype);
   size_t *owned = calloc((size_t)P, sizeof *owned); /* blocks each process owns */
   for (int i = 0; owned && i < b->n_shards; i++)
-    if (holder(b, i, -1) == i) owned[c->device_process[i]]++;
+    if (owner[i] == i) owned[c->device_process[i]]++;
   size_t total = 0;
   for (int p = 0; owned && p < P; p++) total += owned[p];
   char *all = owned ? malloc(total * sb + 1) : NULL; /* owned blocks, process-major = device order */
@@ -233,7 +242,7 @@ static int read_from_processes(const ts_buffer *b, void *dst) {
   }
   char *w = all + mine;
   for (int i = c->first_local; i < c->first_local + c->num_local && rc == 0; i++)
-    if (holder(b, i, -1) == i) {
+    if (owner[i] == i) {
       rc = c->devs[i].to_host(c->devs[i].ctx, w, b->shards[i], sb);
       w += sb;
     }
@@ -249,7 +258,7 @@ static int read_from_processes(const ts_buffer *b, void *dst) {
                                      "sharded over several processes: every process must read it)");
   char *r = all;
   for (int i = 0; i < b->n_shards && rc == 0; i++) {
-    if (holder(b, i, -1) != i) continue;
+    if (owner[i] != i) continue;
     int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
     range_of(b, i, start, limit);
     copy_block(r, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
@@ -261,31 +270,49 @@ static int read_from_processes(const ts_buffer *b, void *dst) {
   return rc;
 }
 
+/* True when some process holds no block of some range: then the read is
+ * collective (decided alike in every process: all of them exchange or none). */
+static bool needs_processes(const ts_buffer *b, const int *owner, char *has) {
+  const ts_client *c = b->client;
+  for (int p = 0; p < c->process_count; p++) {
+    memset(has, 0, (size_t)b->n_shards);
+    for (int d = 0; d < b->n_shards; d++)
+      if (c->device_process[d] == p) has[owner[d]] = 1;
+    for (int i = 0; i < b->n_shards; i++)
+      if (owner[i] == i && !has[i]) return true;
+  }
+  return false;
+}
+
 int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
   if (!b) return ts_set_error("buffer_read: buffer is NULL");
   if (bytes != b->bytes) return ts_set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !dst) return ts_set_error("buffer_read: destination is NULL");
   TS_OBS_SCOPE("TransferFromDeviceTime", "from device", "transfer", -1, bytes);
   const ts_client *c = b->client;
-  int first = c->first_local;
+  int first = c->first_local, n = b->n_shards;
   if (!b->sharding) return c->devs[first].to_host(c->devs[first].ctx, dst, b->shards[first], bytes);
-  /* Collective when some process lacks a part (decided the same way in every
-   * process, so that either all of them exchange or none does). */
-  for (int p = 0; p < c->process_count; p++)
-    for (int i = 0; i < b->n_shards; i++)
-      if (holder(b, i, p) < 0) return read_from_processes(b, dst);
-  char *tmp = malloc(b->shard_bytes + 1);
-  if (!tmp) return ts_set_error("buffer_read: out of memory");
-  size_t es = ts_dtype_size(b->dtype);
-  int rc = 0;
-  for (int i = 0; i < b->n_shards && rc == 0; i++) {
-    int h = holder(b, i, c->process_index);
-    if (h != i && (rt_is_local(c, i) || holder(b, i, -1) != i)) continue; /* each range once, from a local block */
-    int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
-    range_of(b, i, start, limit);
-    rc = c->devs[h].to_host(c->devs[h].ctx, tmp, b->shards[h], b->shard_bytes);
-    if (rc == 0) copy_block(tmp, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
+  int *owner = malloc(((size_t)n + 1) * sizeof *owner), *local = malloc(((size_t)n + 1) * sizeof *local);
+  char *has = malloc((size_t)n + 1), *tmp = malloc(b->shard_bytes + 1);
+  int rc = owner && local && has && tmp ? block_owners(b, owner) : ts_set_error("buffer_read: out of memory");
+  if (rc == 0 && needs_processes(b, owner, has)) {
+    rc = read_from_processes(b, dst, owner);
+  } else if (rc == 0) { /* each range once, from a local block holding it */
+    for (int i = 0; i < n; i++) local[i] = -1;
+    for (int d = first + c->num_local - 1; d >= first; d--) local[owner[d]] = d;
+    size_t es = ts_dtype_size(b->dtype);
+    for (int i = 0; i < n && rc == 0; i++) {
+      if (owner[i] != i) continue;
+      int h = local[i];
+      int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK];
+      range_of(b, i, start, limit);
+      rc = c->devs[h].to_host(c->devs[h].ctx, tmp, b->shards[h], b->shard_bytes);
+      if (rc == 0) copy_block(tmp, b->local_shape, dst, b->shape, b->rank, start, limit, es, false);
+    }
   }
+  free(owner);
+  free(local);
+  free(has);
   free(tmp);
   return rc;
 }
