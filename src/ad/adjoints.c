@@ -241,7 +241,8 @@ static ts_tensor transpose_unless_identity(ts_graph *g, ts_tensor t, int rank, c
 /* z = dot_general(a, b): z dims are (batch..., a free..., b free...), free
  * dims in ascending order. Each operand's gradient is a dot_general of dz with
  * the other operand over the other's free dims, then a transpose back to the
- * operand's dim order. */
+ * operand's dim order — for b, when dot(dz, a) already has b's order (a
+ * linear layer's weight), that product directly. */
 static void dot_adjoint(const adj *c, const bool *need, ts_tensor *out) {
   ts_graph *g = c->g;
   const ts_dot_dims *D = &c->n.attr.dot;
@@ -266,15 +267,29 @@ static void dot_adjoint(const adj *c, const bool *need, ts_tensor *out) {
     out[0] = r == TS_NONE ? TS_NONE : transpose_unless_identity(g, r, ra, perm);
   }
   if (need[1]) { /* dot(a, dz) over a's free dims: (batch, a contract sorted, b free) */
+    int perm[TS_MAX_RANK], swapped[TS_MAX_RANK];
+    bool direct = true; /* dot(dz, a) gives b's dim order: (batch, b free, b contract) */
+    for (int k = 0; k < nb; k++) perm[D->rhs_batch[k]] = swapped[D->rhs_batch[k]] = k;
+    for (int k = 0; k < nc; k++) {
+      int r = rank_in(D->lhs_contract, nc, D->lhs_contract[k]);
+      perm[D->rhs_contract[k]] = nb + r;
+      swapped[D->rhs_contract[k]] = nb + nfb + r;
+    }
+    for (int m = 0; m < nfb; m++) perm[fb[m]] = nb + nc + m, swapped[fb[m]] = nb + m;
+    for (int j = 0; j < rb; j++) direct = direct && swapped[j] == j;
     ts_dot_dims E = {.n_batch = nb, .n_contract = nfa};
-    for (int k = 0; k < nb; k++) E.lhs_batch[k] = D->lhs_batch[k], E.rhs_batch[k] = k;
-    for (int m = 0; m < nfa; m++) E.lhs_contract[m] = fa[m], E.rhs_contract[m] = nb + m;
-    ts_tensor r = ts_dot_general(g, a, c->dz, &E);
-    int perm[TS_MAX_RANK];
-    for (int k = 0; k < nb; k++) perm[D->rhs_batch[k]] = k;
-    for (int k = 0; k < nc; k++) perm[D->rhs_contract[k]] = nb + rank_in(D->lhs_contract, nc, D->lhs_contract[k]);
-    for (int m = 0; m < nfb; m++) perm[fb[m]] = nb + nc + m;
-    out[1] = r == TS_NONE ? TS_NONE : transpose_unless_identity(g, r, rb, perm);
+    ts_tensor r;
+    if (direct) { /* e.g. a linear layer's weight (out, in): no transpose of the product */
+      for (int k = 0; k < nb; k++) E.lhs_batch[k] = k, E.rhs_batch[k] = D->lhs_batch[k];
+      for (int m = 0; m < nfa; m++) E.lhs_contract[m] = nb + m, E.rhs_contract[m] = fa[m];
+      r = ts_dot_general(g, c->dz, a, &E);
+    } else {
+      for (int k = 0; k < nb; k++) E.lhs_batch[k] = D->lhs_batch[k], E.rhs_batch[k] = k;
+      for (int m = 0; m < nfa; m++) E.lhs_contract[m] = fa[m], E.rhs_contract[m] = nb + m;
+      r = ts_dot_general(g, a, c->dz, &E);
+      if (r != TS_NONE) r = transpose_unless_identity(g, r, rb, perm);
+    }
+    out[1] = r;
   }
 }
 

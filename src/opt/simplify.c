@@ -1,9 +1,7 @@
 /* simplify.c — removes identity ops: same-dtype converts, same-shape reshapes
  * and broadcasts, reshape of reshape, identity transposes, full slices, zero
- * pads, x*1 / x+0 / x-0 / x/1 with splat constants, neg(neg x); and folds
- * the transpose of a matrix product into the product (A^T B)^T = B^T A, the
- * weight gradient of a linear layer. Rules look at the NEW graph's
- * operands, so rewrites compose along chains. */
+ * pads, x*1 / x+0 / x-0 / x/1 with splat constants, neg(neg x). Rules look at
+ * the NEW graph's operands, so rewrites compose along chains. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,32 +16,9 @@ static bool is_splat(const ts_graph *g, ts_tensor t, double v) {
   return opt_splat_value(g, t, &x) && x == v;
 }
 
-typedef struct {
-  int changed;
-  opt_users users; /* of src */
-} simplify_ctx;
-
-/* transpose(dot(a, b)) of matrices, the dot used only there: dot(b, a) with
- * the contracting dims swapped (no copy of the product). TS_NONE if not. */
-static ts_tensor fold_transposed_dot(ts_graph *dst, const ts_graph *src, const ts_node *t, const int32_t *map,
-                                     const simplify_ctx *c) {
-  int d = t->in[0];
-  const ts_node *dot = &src->nodes[d];
-  if (dot->op != TS_OP_DOT || t->rank != 2 || t->attr.dims[0] != 1 || dot->attr.dot.n_batch ||
-      dot->attr.dot.n_contract != 1 || src->nodes[dot->in[0]].rank != 2 || src->nodes[dot->in[1]].rank != 2 ||
-      c->users.off[d + 1] - c->users.off[d] != 1 || c->users.n_out[d])
-    return TS_NONE;
-  ts_attr a = dot->attr;
-  a.dot.lhs_contract[0] = dot->attr.dot.rhs_contract[0];
-  a.dot.rhs_contract[0] = dot->attr.dot.lhs_contract[0];
-  int32_t in[2] = {map[dot->in[1]], map[dot->in[0]]};
-  return ir_append(dst, TS_OP_DOT, t->dtype, 2, t->shape, 2, in, &a);
-}
-
 /* Returns the node of dst that replaces src node id, or OPT_KEEP. */
 static ts_tensor simplify_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
-  simplify_ctx *ctx = user;
-  int *changed = &ctx->changed;
+  int *changed = user;
   const ts_node *n = &src->nodes[id];
   if (n->n_in < 1) return OPT_KEEP;
   ts_tensor a = map[n->in[0]];
@@ -69,7 +44,6 @@ static ts_tensor simplify_node(ts_graph *dst, const ts_graph *src, int id, const
     bool ident = true;
     for (int i = 0; i < n->attr.n_dims; i++) ident = ident && n->attr.dims[i] == i;
     if (ident) r = a;
-    else if ((a = fold_transposed_dot(dst, src, n, map, ctx)) != TS_NONE) r = a;
     break;
   }
   case TS_OP_SLICE: {
@@ -105,10 +79,8 @@ static ts_tensor simplify_node(ts_graph *dst, const ts_graph *src, int id, const
 }
 
 ts_graph *opt_simplify(const ts_graph *g, int *changed) {
-  simplify_ctx ctx = {0};
-  if (opt_users_build(g, &ctx.users) < 0) return NULL;
-  ts_graph *out = opt_rebuild(g, simplify_node, &ctx, NULL);
-  opt_users_free(&ctx.users);
-  if (changed) *changed = ctx.changed;
+  int count = 0;
+  ts_graph *out = opt_rebuild(g, simplify_node, &count, NULL);
+  if (changed) *changed = count;
   return out;
 }
