@@ -105,7 +105,7 @@ void cli_train_usage(FILE *f) {
           "  --all-ranks                under mpirun every process prints (default: rank 0 only)\n"
           "  --check-replicas N         ddp: every N steps check that every process holds the same\n"
           "                             parameters (a hash of them); a difference is an error [never]\n"
-          "  --log-json FILE            one JSON object per line: {\"step\":N,\"loss\":X} per step,\n"
+          "  --log-json FILE            one JSON object per line: {\"step\":N,\"loss\":X,\"step_ms\":T} per step,\n"
           "                             {\"epoch\":E,\"test_accuracy\":A} per evaluation\n"
           "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
           "                             at the end and print a short report\n"
@@ -584,6 +584,7 @@ int cli_train(int argc, char **argv) {
       int64_t seed = (int64_t)(o.seed * 1000003u + (uint64_t)step);
       if (ddp) seed ^= (int64_t)(0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1)); /* each replica its own dropout */
       float loss = NAN;
+      double step_t0 = now_s();
       inject_fault(rank, step);
       if ((ddp ? upload_rows(batch, &step_pr, rank, gs.batch) < 0
                : ts_batch_upload(batch, "x", step_pr.io.x) < 0 || ts_batch_upload(batch, "y", step_pr.io.y) < 0) ||
@@ -596,8 +597,10 @@ int cli_train(int argc, char **argv) {
       if (ddp && o.check_replicas && step % o.check_replicas == 0 && check_replicas(client, params, step) < 0)
         goto lib_error;
       if (log) {
-        if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.7g}\n", (long long)step, loss);
-        else fprintf(log, "{\"step\":%lld,\"loss\":null}\n", (long long)step);
+        /* The log contract: %.9g round-trips a float, so "exact" comparisons of logs are exact. */
+        double step_ms = 1e3 * (now_s() - step_t0);
+        if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
+        else fprintf(log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
       }
       window_loss += loss;
       window_n++;

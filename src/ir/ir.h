@@ -7,6 +7,7 @@
 #define TS_IR_H
 
 #include "tessel/graph.h"
+#include "util/error.h"
 
 typedef enum {
   /* leaves */
@@ -156,8 +157,5 @@ void ir_node_copy_owned(ts_node *dst, const ts_node *src);
 bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who);
 /* "f32[128,784]" into buf. */
 const char *ir_shape_str(const ts_node *n, char *buf, size_t len);
-
-/* ---- errors (util/error.c) ---- */
-int ts_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -1,7 +1,8 @@
 /* dtype.c — element types: sizes, names, parsing. */
 #include <string.h>
 
-#include "ir/ir.h"
+#include "tessel/core.h"
+#include "util/error.h"
 
 static const struct {
   const char *name;

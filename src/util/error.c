@@ -2,7 +2,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "ir/ir.h"
+#include "tessel/core.h"
+#include "util/error.h"
 
 static _Thread_local char last_error[1024];
 

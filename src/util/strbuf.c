@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 
 void ts_sb_printf(ts_strbuf *sb, const char *fmt, ...) {
   if (sb->oom) return;
