@@ -10,7 +10,7 @@
 #include <zlib.h>   /* gzopen: writing gzipped fixtures */
 
 #include "harness.h"
-#include "nn/prng.h"
+#include "util/prng.h"
 #include "tessel/tessel.h"
 
 static char tmpdir[256];

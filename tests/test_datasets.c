@@ -12,7 +12,7 @@
 #include <unistd.h>   /* mkdtemp, unlink, rmdir */
 
 #include "harness.h"
-#include "nn/prng.h"
+#include "util/prng.h"
 #include "tessel/loader.h"
 #include "tessel/tessel.h"
 

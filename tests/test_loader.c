@@ -15,7 +15,7 @@
 
 #include "harness.h"
 #include "ir/ir.h" /* ts_set_error: a source reporting a failure */
-#include "nn/prng.h"
+#include "util/prng.h"
 #include "tessel/loader.h"
 #include "tessel/tessel.h"
 

@@ -227,7 +227,7 @@ static void test_kernel_state(ts_client *c) {
   ts_buffer *in[2] = {bx, bw}, *out[1] = {NULL};
   CHECK_OK(ts_execute(e, in, out));
   int dot = e->g->outputs[0];
-  ts_kstate *first = e->state[dot];
+  void *first = e->state[dot];
   ts_buffer *o1 = out[0];
   out[0] = o1; /* write into the same buffer again */
   CHECK_OK(ts_execute(e, in, out));

@@ -17,8 +17,8 @@
 
 #include "args.h"
 #include "model_graph.h"  /* the same training graph as tessel train */
-#include "train_mesh.h"   /* the same shardings as tessel train --mesh */
-#include "compile/compile.h" /* per-device plans of an SPMD executable */
+#include "train_mesh.h"
+#include "util/error.h" /* ts_set_error: errors of the --spec helper */   /* the same shardings as tessel train --mesh */
 #include "tessel/tessel.h"
 
 #define CMD "inspect"
@@ -174,7 +174,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     print_text(ts_graph_to_string(g));
   }
   section("shardings after propagation");
-  if (e->n_dev) print_text(ts_executable_shardings_to_string(e));
+  if (mesh) print_text(ts_executable_shardings_to_string(e));
   else printf("(one device: every tensor is whole on device 0)\n");
   int nc = ts_executable_num_collectives(e);
   size_t coll_bytes = 0;
@@ -187,14 +187,16 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   section(title);
   print_text(ts_executable_collectives_to_string(e));
   if (!o->no_program) {
-    section(e->n_dev ? "program of device 0 (with its memory plan)" : "program (with its memory plan)");
+    section(mesh ? "program of device 0 (with its memory plan)"
+                 : "program (with its memory plan)");
     print_text(ts_executable_to_string(e));
   }
   section("memory per device (bytes)");
   printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");
   for (int d = 0; d < ts_executable_num_devices(e); d++) {
-    const ts_executable *x = e->n_dev ? e->dev[d] : e;
-    printf("%-8d %14zu %14zu %8d\n", d, x->plan.arena_bytes, x->plan.const_bytes, x->g->n_nodes);
+    ts_device_program_info x;
+    if (ts_executable_device_program(e, d, &x) < 0) goto done;
+    printf("%-8d %14zu %14zu %8d\n", d, x.arena_bytes, x.const_bytes, x.nodes);
   }
   rc = 0;
 done:

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "args.h"                // cli_flag, cli_error, exit codes
-#include "spmd/spmd_internal.h"  // spmd_parse_int_list
+#include "util/parse.h"  // util_parse_int_list
 #include "tessel/spmd.h"
 
 int ts_cmd_sharding(int argc, char **argv);
@@ -69,7 +69,7 @@ int ts_cmd_sharding(int argc, char **argv) {
   ts_sharding *s = NULL;
   char *text = NULL, *picture = NULL;
   int64_t shape[TS_MAX_RANK];
-  int rank = spmd_parse_int_list(shape_text, "--shape", 0, INT64_MAX / 2, shape, TS_MAX_RANK);
+  int rank = util_parse_int_list(shape_text, "--shape", 0, INT64_MAX / 2, shape, TS_MAX_RANK);
   ts_partition_spec spec;
   if (rank < 0 || ts_partition_spec_parse(mesh, spec_text, &spec) < 0 ||
       !(s = ts_sharding_new(mesh, &spec, rank))) {

@@ -158,6 +158,14 @@ char *ts_executable_to_string(const ts_executable *e);
  * inserts the collectives. */
 /* Number of devices the program runs on (1 without SPMD). */
 int ts_executable_num_devices(const ts_executable *e);
+/* Device `device`'s program (0 <= device < ts_executable_num_devices): the
+ * bytes of its memory plan and its node count. */
+typedef struct {
+  size_t arena_bytes; /* peak of the temporaries (excluding inputs and outputs) */
+  size_t const_bytes; /* the constant pool */
+  int nodes;          /* nodes of its optimized (partitioned) program */
+} ts_device_program_info;
+int ts_executable_device_program(const ts_executable *e, int device, ts_device_program_info *out);
 /* The sharding chosen for node `node` of the compiled graph (NULL with an
  * error for a bad id; replicated shardings are returned as such). */
 const ts_sharding *ts_executable_sharding(const ts_executable *e, ts_tensor node);

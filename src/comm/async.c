@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "ir/ir.h"                    /* ts_set_error, ts_last_error */
+#include "util/error.h"                /* ts_set_error, ts_last_error */
 #include "metrics/metrics_internal.h" /* collective metrics and trace */
 
 enum { QUEUE = 64 }; /* started and not yet awaited, per device */

@@ -40,7 +40,7 @@
 
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
-#include "ir/ir.h"       /* ts_set_error */
+#include "util/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -25,7 +25,7 @@
 #include "comm/comm_internal.h"
 #include "comm/net.h"
 #include "comm/reduce.h"
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 
 int comm_tag(const ts_comm *c, int device, int id) {
   return (int)(c->dev[device].seq % (uint32_t)c->tag_span) * c->n + id;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 
 #ifdef TESSEL_HAVE_MPI
 #include <mpi.h>

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "ir/ir.h"     /* ts_set_error */
+#include "util/error.h"
 #include "util/half.h" /* bf16/f16 <-> f32 */
 
 #if defined(__SSE2__)

@@ -17,6 +17,7 @@
 #include "metrics/metrics_internal.h"
 #include "opt/opt.h"             /* opt_rebuild: copying graphs */
 #include "tessel/spmd.h"         /* mesh and shardings in the key */
+#include "util/hash.h"           /* util_hash64: keys and checksums */
 
 #define CACHE_MEM_MAX 64 /* programs kept in memory; the oldest goes first */
 #define CACHE_HEADER 64
@@ -40,31 +41,6 @@ static bool cache_dir_set; /* set_dir was called (else $TESSEL_CACHE_DIR) */
 static atomic_int cache_warned;
 
 /* ---- hashing ---- */
-
-static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-uint64_t ts_cache_hash64(const void *data, size_t len, uint64_t seed) {
-  const uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
-  const unsigned char *p = data;
-  uint64_t h = seed + P3 + (uint64_t)len * P1;
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w = 0;
-    for (int b = 0; b < 8; b++) w |= (uint64_t)p[i + b] << (8 * b);
-    h ^= rotl(w * P2, 31) * P1;
-    h = rotl(h, 27) * P1 + 0x85EBCA77C2B2AE63ull;
-  }
-  for (; i < len; i++) {
-    h ^= (uint64_t)p[i] * P3;
-    h = rotl(h, 11) * P1;
-  }
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
-}
 
 /* The SPMD inputs of a compile the graph text lacks: the options' mesh and
  * every sharding annotation, as text appended to sb. */
@@ -118,8 +94,8 @@ int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const c
   memcpy(all + lh + le, st, ls);
   memcpy(all + lh + le + ls, text, lt + 1);
   size_t n = lh + le + ls + lt;
-  out->lo = ts_cache_hash64(all, n, 0x74657373656c3031ull);
-  out->hi = ts_cache_hash64(all, n, 0x6b65792d68693032ull);
+  out->lo = util_hash64(all, n, 0x74657373656c3031ull);
+  out->hi = util_hash64(all, n, 0x6b65792d68693032ull);
   free(all);
   free(st);
   free(text);
@@ -295,7 +271,7 @@ static void disk_put(const char *dir, const ts_cache_key *k, int n, ts_graph *co
   put_u64(buf + 28, k->lo);
   put_u64(buf + 36, k->hi);
   put_u64(buf + 44, plen);
-  put_u64(buf + 52, ts_cache_hash64(buf + CACHE_HEADER, plen, 0));
+  put_u64(buf + 52, util_hash64(buf + CACHE_HEADER, plen, 0));
   char path[4096], tmp[4096];
   ts_compile_cache_entry_path(dir, k, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", dir);
@@ -357,7 +333,7 @@ static int disk_get(const char *dir, const ts_cache_key *k, ts_graph ***out) {
     why = "key does not match";
   } else if (get_u64(buf + 44) != (uint64_t)size - CACHE_HEADER) {
     why = "payload length does not match the file size (truncated?)";
-  } else if (get_u64(buf + 52) != ts_cache_hash64(buf + CACHE_HEADER, (size_t)size - CACHE_HEADER, 0)) {
+  } else if (get_u64(buf + 52) != util_hash64(buf + CACHE_HEADER, (size_t)size - CACHE_HEADER, 0)) {
     why = "checksum mismatch";
   } else {
     const unsigned char *p = buf + CACHE_HEADER;

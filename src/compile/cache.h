@@ -52,8 +52,5 @@ ts_graph *ts_compile_graph_cached(const ts_graph *g, const ts_compile_options *o
 /* The entry file of key k in dir (for tests and tools): "<dir>/<32 hex>.tsc". */
 void ts_compile_cache_entry_path(const char *dir, const ts_cache_key *k, char *buf, size_t len);
 
-/* 64-bit checksum used for entries (xxhash-style multiply-rotate over
- * 8-byte words). */
-uint64_t ts_cache_hash64(const void *data, size_t len, uint64_t seed);
 
 #endif

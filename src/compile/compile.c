@@ -240,10 +240,10 @@ void ts_executable_free(ts_executable *e) {
   for (int i = 0; e->out_sh && e->g && i < e->g->n_outputs; i++) ts_sharding_free(e->out_sh[i]);
   free(e->out_sh);
   free(e->colls.v);
-  if (e->state)
-    for (int i = 0; i < e->g->n_nodes; i++)
-      if (e->state[i] && e->state[i]->free) e->state[i]->free(e->state[i]);
   const ts_device *d = &e->client->devs[e->device];
+  if (e->state && d->release_state)
+    for (int i = 0; i < e->g->n_nodes; i++)
+      if (e->state[i]) d->release_state(d->ctx, e->state[i]);
   if (e->arena) d->free(d->ctx, e->arena);
   if (e->pool) d->free(d->ctx, e->pool);
   free(e->state);

@@ -1,35 +1,10 @@
-/* compile.h — the executable: an optimized graph, its memory plan, the
- * device memory the plan needs (arena, constant pool) and per-node kernel
- * state. Built by ts_compile (compile.c), run by ts_execute (runtime/).
- *
- * An SPMD executable (several devices) is a top-level one holding the global
- * program, the shardings chosen for it and the collectives inserted, plus one
- * sub-executable per device (its partitioned program), each run by its own
- * thread. */
+/* compile.h — the compile pipeline's internal entry points: graph passes,
+ * SPMD and replica compiles. The executable they build is the runtime's
+ * (runtime/executable.h); compile sits above the runtime and hands it over. */
 #ifndef TS_COMPILE_H
 #define TS_COMPILE_H
 
-#include "plan/plan.h"
-#include "runtime/rt.h"
-#include "spmd/partition.h"
-
-struct ts_executable {
-  ts_client *client;
-  int device;         /* index of the client device whose memory this uses */
-  ts_graph *g;        /* optimized program; schedule = node order (SPMD top level: the global program) */
-  ts_plan plan;
-  void *arena;        /* device memory, plan.arena_bytes */
-  void *pool;         /* device memory, plan.const_bytes, filled at compile time */
-  ts_kstate **state;  /* per node; freed with the executable */
-  void **values;      /* per node, resolved at every execute */
-  bool *async;        /* per node: an all-reduce started asynchronously (NULL: none) */
-  /* ---- SPMD top level only (n_dev > 0) ---- */
-  int n_dev;
-  struct ts_executable **dev; /* (n_dev) per-device programs */
-  ts_sharding **node_sh;      /* per node of g */
-  ts_sharding **in_sh, **out_sh;
-  spmd_coll_list colls;
-};
+#include "runtime/executable.h"
 
 /* The graph passes of ts_compile alone (verify, copy, simplify, CSE, DCE,
  * fusion, DCE, schedule), for tests and tools. Returns a new graph or NULL. */

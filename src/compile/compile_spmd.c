@@ -92,6 +92,15 @@ fail:
 
 int ts_executable_num_devices(const ts_executable *e) { return !e ? 0 : e->n_dev ? e->n_dev : 1; }
 
+int ts_executable_device_program(const ts_executable *e, int device, ts_device_program_info *out) {
+  int n = ts_executable_num_devices(e);
+  if (!e || !out || device < 0 || device >= n)
+    return ts_set_error("executable_device_program: device %d is not one of the program's %d", device, n);
+  const ts_executable *x = e->n_dev ? e->dev[device] : e;
+  *out = (ts_device_program_info){x->plan.arena_bytes, x->plan.const_bytes, x->g->n_nodes};
+  return 0;
+}
+
 const ts_sharding *ts_executable_sharding(const ts_executable *e, ts_tensor node) {
   if (!e || !e->node_sh || node < 0 || node >= e->g->n_nodes) {
     ts_set_error("executable_sharding: node %d is not a node of an SPMD program", node);

@@ -6,7 +6,7 @@
  * 64-bit key (the loader hashes (seed, epoch, sample index) into it), so the
  * same key gives the same crop and flip on any thread, in any order. */
 #include "data_internal.h"
-#include "nn/prng.h" /* xoshiro256** */
+#include "util/prng.h" /* xoshiro256** */
 
 void ts_augment_draw(const ts_augment *a, uint64_t key, int *dy, int *dx, bool *flip) {
   ts_prng r;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h> /* stat: is the directory layout the nested one? */
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/loader.h"
 
 #define CIFAR_PIXELS 3072 /* (3, 32, 32) */

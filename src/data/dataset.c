@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h> /* access */
 
-#include "ir/ir.h"   /* ts_set_error */
-#include "nn/prng.h" /* xoshiro256** for ts_shuffle */
+#include "util/error.h"
+#include "util/prng.h" /* xoshiro256** for ts_shuffle */
 #include "tessel/data.h"
 
 #define MNIST_CLASSES 10
@@ -114,7 +114,7 @@ void ts_dataset_batch(const ts_dataset *d, const int64_t *order, int64_t first, 
 
 /* Fisher-Yates (Durstenfeld): for i = n-1 down to 1, swap order[i] with
  * order[j], j uniform in [0, i], drawn from xoshiro256** seeded by splitmix64
- * (nn/prng.h) with rejection sampling, so every permutation is equally likely
+ * (util/prng.h) with rejection sampling, so every permutation is equally likely
  * and the result depends only on (n, seed). */
 void ts_shuffle(int64_t *order, int64_t n, uint64_t seed) {
   ts_prng r;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <zlib.h> /* gzopen / gzread: transparent gzip */
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/data.h"
 
 /* Largest element count accepted (the data is held in one malloc'd block). */

@@ -14,8 +14,8 @@
 #include <time.h> /* clock_gettime */
 
 #include "data_internal.h"
-#include "ir/ir.h"   /* ts_set_error */
-#include "nn/prng.h" /* splitmix64 */
+#include "util/error.h"
+#include "util/prng.h" /* splitmix64 */
 
 enum { IN_X, IN_Y, IN_MASK, N_IN };
 static const char *const in_names[N_IN] = {"x", "y", "mask"};

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/loader.h"
 
 static int dataset_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {

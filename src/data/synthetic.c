@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"   /* ts_set_error */
-#include "nn/prng.h" /* splitmix64, xoshiro256** */
+#include "util/error.h"
+#include "util/prng.h" /* splitmix64, xoshiro256** */
 #include "tessel/loader.h"
 
 typedef struct {

@@ -7,8 +7,6 @@
 
 #include "kernels/kernels_internal.h"
 
-/* collective.c */
-int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 
 static dnnl_engine_t g_engine;
 static int g_dnnl_status = -1;
@@ -46,8 +44,7 @@ void ts_kernels_set_num_threads(int n) {
 int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_kstate **state,
                   const ts_kctx *ctx) {
   const ts_node *n = &g->nodes[id];
-  ts_kctx local = {ctx && ctx->num_threads > 0 ? ctx->num_threads : 1, ctx ? ctx->device : 0,
-                   ctx ? ctx->comm : NULL};
+  ts_kctx local = {ctx && ctx->num_threads > 0 ? ctx->num_threads : 1, ctx ? ctx->device : 0};
   /* oneDNN (OpenMP runtime) takes its thread count from this thread's ICV. */
   if (omp_get_max_threads() != local.num_threads) omp_set_num_threads(local.num_threads);
   if (ts_op_is_elementwise(n->op)) return tk_elementwise(g, n, in, out, &local);
@@ -67,7 +64,8 @@ int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out, t
     case TS_OP_FUSED: return tk_fused(g, n, in, out, &local);
     case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
     case TS_OP_COLLECTIVE_PERMUTE:
-      return tk_collective(g, n, in, out, &local);
+      return ts_set_error("kernels: %s (node %d) is a collective: the device runs it, not a kernel",
+                          ts_op_name(n->op), id);
     default: break;
   }
   return ts_set_error("kernels: no CPU kernel for op %s (node %d)", ts_op_name(n->op), id);

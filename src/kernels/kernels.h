@@ -19,15 +19,13 @@ typedef struct ts_kstate {
   void (*free)(struct ts_kstate *s);
 } ts_kstate;
 
-struct ts_comm; /* comm/comm.h: collectives between device threads */
-
 typedef struct {
   int num_threads;       /* threads this call may use (>= 1) */
   int device;            /* id of the device running the program (0 on one device) */
-  struct ts_comm *comm;  /* the client's communicator; NULL on one device */
 } ts_kctx;
 
-/* Computes node `id` of g. in[i] is operand i's data, out the result.
+/* Computes node `id` of g (any op but INPUT and the collectives, which the
+ * device runs itself: runtime/cpu_collective.c). in[i] is operand i's data, out the result.
  * *state starts NULL and is kept by the executor for this node.
  * Returns 0, or -1 with ts_set_error (e.g. gather index out of range). */
 int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out,

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h> /* fsync, getpid */
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "metrics/metrics_internal.h"
 
 void mt_json_string(ts_strbuf *sb, const char *s) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "metrics/metrics_internal.h"
 
 #define TR_MAX_EVENTS (1 << 21) /* ~2M events (~150 MiB): later ones are counted as dropped */

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/nn.h"
 
 #define BN_MOMENTUM 0.1

@@ -4,7 +4,7 @@
  * loss applies log-softmax. */
 #include <stdio.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/nn.h"
 
 /* x (B, ...) with `features` elements per sample -> (B, features). */

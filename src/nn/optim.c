@@ -8,7 +8,7 @@
  * "<name>.momentum_buffer", "<name>.exp_avg", "<name>.exp_avg_sq". */
 #include <stdio.h>
 
-#include "ir/ir.h" /* ts_set_error */
+#include "util/error.h"
 #include "tessel/nn.h"
 
 /* The optimizer state tensor "<param>.<suffix>", zeros, shaped like the param. */

@@ -17,7 +17,7 @@
  * newer device values, and a write is never lost to a read-back.
  *
  * Initialization draws from xoshiro256** seeded by splitmix64(seed)
- * (nn/prng.h), one stream per set, in declaration order: element k of a
+ * (util/prng.h), one stream per set, in declaration order: element k of a
  * uniform init is -b + 2b*u_k with u_k in [0, 1) from the top 53 bits; a
  * normal init uses Box-Muller (two draws per element). Zeros / ones draw
  * nothing. Values are computed in double and rounded to the dtype. */
@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"     /* ts_set_error */
-#include "nn/prng.h"   /* xoshiro256** */
+#include "util/error.h"
+#include "util/prng.h"   /* xoshiro256** */
 #include "tessel/nn.h"
 #include "util/half.h" /* f32 -> bf16 / f16 */
 

@@ -11,7 +11,8 @@
 
 #include "comm/comm.h"
 #include "comm/net.h"       /* processes: MPI */
-#include "compile/cache.h"  /* ts_cache_hash64 */
+#include "kernels/kernels.h" /* ts_kernels_set_num_threads: the CPU backend's thread pool */
+#include "util/hash.h"      /* util_hash64 */
 #include "runtime/rt.h"
 
 static int env_count(const char *name, int max, int *out) {
@@ -173,7 +174,7 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
   if (c->process_count == 1) return 0;
   same_rec mine = {0};
   mine.len = (uint32_t)strlen(text);
-  mine.hash = ts_cache_hash64(text, mine.len, 0);
+  mine.hash = util_hash64(text, mine.len, 0);
   snprintf(mine.head, sizeof mine.head, "%s", text);
   same_rec *all = calloc((size_t)c->process_count, sizeof *all);
   if (!all) return ts_set_error("%s: out of memory", what);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"      /* started all-reduces */
+#include "kernels/kernels.h" /* ts_kernel_run, ts_kstate */
 #include "runtime/device.h"
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
@@ -89,7 +90,7 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
 static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   (void)ctx;
   const ts_graph *g = prog->g;
-  ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1, prog->device, prog->comm};
+  ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1, prog->device};
   const void *in_small[16];
   pending p = {0};
   int rc = 0;
@@ -114,7 +115,9 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
       if (t0) ts_obs_kernel("all_reduce (start)", prog->device, t0);
     } else {
       int64_t obs_t0 = ts_obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
-      rc = ts_kernel_run(g, id, in, values[id], &prog->state[id], &kctx);
+      rc = ts_op_is_collective(n->op)
+               ? cpu_collective(g, id, in, values[id], prog->device, prog->comm)
+               : ts_kernel_run(g, id, in, values[id], (ts_kstate **)&prog->state[id], &kctx);
       ts_obs_node_end(g, id, prog->device, obs_t0);
     }
     if (in != in_small) free(in);
@@ -123,6 +126,12 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   free(p.node);
   free(p.ticket);
   return rc ? -1 : wait_rc;
+}
+
+static void cpu_release_state(void *ctx, void *state) {
+  (void)ctx;
+  ts_kstate *s = state;
+  if (s && s->free) s->free(s);
 }
 
 int ts_cpu_device_init(ts_device *d, int id) {
@@ -135,5 +144,6 @@ int ts_cpu_device_init(ts_device *d, int id) {
   d->to_host = cpu_copy;
   d->copy = cpu_copy;
   d->run = cpu_run;
+  d->release_state = cpu_release_state;
   return 0;
 }

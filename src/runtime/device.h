@@ -9,7 +9,6 @@
 #include <stddef.h>
 
 #include "ir/ir.h"
-#include "kernels/kernels.h" /* ts_kstate: per-node kernel caches */
 
 #define TS_DEVICE_ALIGN 64
 
@@ -19,10 +18,11 @@
  * RESHAPE (which only name memory that already holds their value). */
 typedef struct {
   const ts_graph *g;
-  ts_kstate **state; /* per node, starts NULL, kept across runs */
+  void **state;      /* per node: the backend's cache (kernel state), starts NULL, kept
+                        across runs, released with the device's release_state */
   int num_threads;
   int device;            /* the device's id (collectives name it) */
-  struct ts_comm *comm;  /* collectives between device threads; NULL on one device */
+  struct ts_comm *comm;  /* collectives between device threads and processes; NULL on one device */
   /* Per node (NULL: none): an all-reduce to start on the communicator's
    * worker and await before its first user runs (or before the next
    * collective, or at the end of the run). */
@@ -42,11 +42,19 @@ typedef struct ts_device {
   int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
   /* Runs every node of prog in order; 0 or -1 with the kernel's error. */
   int (*run)(void *ctx, const ts_program *prog, void *const *values);
+  /* Releases one node's cached state from prog->state (optional, may be NULL
+   * when run never sets any). */
+  void (*release_state)(void *ctx, void *state);
   /* Releases ctx (optional, may be NULL). */
   void (*destroy)(void *ctx);
 } ts_device;
 
 /* Fills d with the CPU backend (device id `id`). */
 int ts_cpu_device_init(ts_device *d, int id);
+
+struct ts_comm;
+/* cpu_collective.c: runs collective node `id` of g on this device (its
+ * group's every member makes the same call). comm NULL: groups of one only. */
+int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, int device, struct ts_comm *comm);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/compile.h"
+#include "runtime/executable.h"
 #include "metrics/metrics_internal.h" /* ExecuteTime, trace */
 
 static bool same_type(const ts_buffer *b, const ts_node *n) {

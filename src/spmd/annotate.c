@@ -1,17 +1,9 @@
 /* annotate.c — sharding annotations on graph nodes (ts_mark_sharding, the
- * counterpart of PyTorch/XLA's xs.mark_sharding) and sharding copies. */
+ * counterpart of PyTorch/XLA's xs.mark_sharding). */
 #include <stdlib.h>
 
 #include "ir/ir.h"
 #include "spmd/spmd_internal.h"
-
-ts_sharding *ts_sharding_clone(const ts_sharding *s) {
-  if (!s) {
-    ts_set_error("sharding_clone: sharding is NULL");
-    return NULL;
-  }
-  return ts_sharding_new(s->mesh, &s->spec, s->rank);
-}
 
 int ts_mark_sharding(ts_graph *g, ts_tensor t, const ts_sharding *s) {
   if (!ir_check_tensor(g, t, "mark_sharding")) return -1;

@@ -7,34 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"  // ts_set_error
-#include "spmd/spmd_internal.h"
-
-int spmd_parse_int_list(const char *text, const char *what, int64_t min, int64_t max,
-                        int64_t *out, int cap) {
-  if (!text) return ts_set_error("%s: no list given", what);
-  const char *p = text;
-  while (isspace((unsigned char)*p)) p++;
-  if (*p == '\0') return 0;
-  int n = 0;
-  for (;;) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || errno != 0)
-      return ts_set_error("%s \"%s\": entry %d is not an integer", what, text, n);
-    while (isspace((unsigned char)*end)) end++;
-    if (*end != ',' && *end != '\0')
-      return ts_set_error("%s \"%s\": entry %d is not an integer", what, text, n);
-    if (v < min || v > max)
-      return ts_set_error("%s \"%s\": entry %d is %lld, expected %lld..%lld", what, text, n, v,
-                          (long long)min, (long long)max);
-    if (n == cap) return ts_set_error("%s \"%s\": more than %d entries", what, text, cap);
-    out[n++] = (int64_t)v;
-    if (*end == '\0') return n;
-    p = end + 1;
-  }
-}
+#include "mesh/mesh.h"
 
 // A name must survive the CLI spec syntax: no separators, not the None keyword.
 static int check_name(const char *name, int axis) {
@@ -125,7 +98,7 @@ fail:
 
 ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *device_ids) {
   int64_t dims[TS_MESH_MAX_RANK + 1];
-  int rank = spmd_parse_int_list(shape, "mesh shape", 1, INT32_MAX, dims, TS_MESH_MAX_RANK + 1);
+  int rank = util_parse_int_list(shape, "mesh shape", 1, INT32_MAX, dims, TS_MESH_MAX_RANK + 1);
   if (rank < 0) return NULL;
   if (rank < 1 || rank > TS_MESH_MAX_RANK) {
     ts_set_error("mesh shape \"%s\" has rank %d; expected 1..%d", shape, rank, TS_MESH_MAX_RANK);
@@ -174,7 +147,7 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
       ts_set_error("mesh: out of memory for %lld device ids", (long long)n);
       return NULL;
     }
-    int k = spmd_parse_int_list(device_ids, "device ids", 0, INT32_MAX, vals, (int)n + 1);
+    int k = util_parse_int_list(device_ids, "device ids", 0, INT32_MAX, vals, (int)n + 1);
     if (k >= 0 && k != n) {
       ts_set_error("device ids \"%s\" list %s%d ids but the mesh shape \"%s\" has %lld devices",
                    device_ids, k > n ? "more than " : "", k > n ? (int)n : k, shape, (long long)n);

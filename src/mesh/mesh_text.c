@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h" /* ts_set_error */
-#include "spmd/spmd_internal.h"
+
+#include "mesh/mesh.h"
 
 ts_mesh *ts_mesh_from_text(const char *text) {
   if (!text || !*text) {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"  // ts_set_error
-#include "spmd/spmd_internal.h"
+
+#include "mesh/mesh.h"
 
 int ts_partition_spec_init(ts_partition_spec *spec, int rank) {
   if (rank < 0 || rank > TS_MAX_RANK)

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"  // ts_set_error
-#include "spmd/spmd_internal.h"
+
+#include "mesh/mesh.h"
 
 void spmd_str_printf(spmd_str *s, const char *fmt, ...) {
   if (s->failed) return;

@@ -1,12 +1,15 @@
-/* collective.c — kernels of the collective ops (all-reduce, all-gather,
+/* cpu_collective.c — the CPU device's collective ops (all-reduce, all-gather,
  * reduce-scatter, all-to-all, collective-permute) that the SPMD partitioner
- * puts into per-device programs. Each one is a call into comm/ with this
- * device's group; every device thread of the group makes the same call. */
+ * puts into per-device programs. They are the device's business, not a
+ * kernel's: each one is a call into comm/ with this device's group, and every
+ * device thread of the group makes the same call. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-#include "kernels/kernels_internal.h"
+#include "comm/comm.h"        /* the communicator between device threads and processes */
+#include "runtime/device.h"   /* cpu_collective */
+
+static int64_t numel(const ts_node *n) { return ts_shape_numel(n->rank, n->shape); }
 
 /* Product of shape[lo..hi). */
 static int64_t span(const int64_t *shape, int lo, int hi) {
@@ -27,7 +30,7 @@ static void get_block(char *dst, const char *src, int64_t outer, int64_t n, int6
 
 /* in (.., S, ..) split into n blocks along s = attr.axis; block j goes to
  * member j; what member r sent lands in block r of out along c = attr.dims[0]. */
-static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *out, const ts_kctx *ctx) {
+static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *out, int device, ts_comm *comm) {
   const ts_collective *k = n->attr.coll;
   int s = n->attr.axis, c = n->attr.dims[0], m = k->n;
   size_t es = ts_dtype_size(n->dtype);
@@ -44,7 +47,7 @@ static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *
   int64_t a = span(x->shape, 0, s);
   size_t sb = (size_t)span(local, s, x->rank) * es;
   for (int j = 0; j < m; j++) get_block(send + (size_t)j * block, in, a, m, j, sb);
-  int rc = ts_comm_all_to_all(ctx->comm, ctx->device, k->ids, m, send, recv, 1, block);
+  int rc = ts_comm_all_to_all(comm, device, k->ids, m, send, recv, 1, block);
   if (rc == 0) {
     int64_t a2 = span(local, 0, c);
     size_t cb = (size_t)span(local, c, x->rank) * es;
@@ -55,16 +58,15 @@ static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *
   return rc;
 }
 
-int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
-
-int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
+int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, int device, ts_comm *comm) {
+  const ts_node *n = &g->nodes[id];
   const ts_collective *k = n->attr.coll;
-  const ts_node *x = tk_operand(g, n, 0);
+  const ts_node *x = &g->nodes[n->in[0]];
   if (!k) return ts_set_error("%s: node has no device group", ts_op_name(n->op));
-  if (!ctx->comm) {
+  if (!comm) {
     /* a program run without a communicator: only groups of one are valid */
     if (n->op != TS_OP_COLLECTIVE_PERMUTE && k->n == 1) {
-      memcpy(out, in[0], (size_t)tk_numel(n) * ts_dtype_size(n->dtype));
+      memcpy(out, in[0], (size_t)numel(n) * ts_dtype_size(n->dtype));
       return 0;
     }
     return ts_set_error("%s: no communicator (the program was compiled for several devices)", ts_op_name(n->op));
@@ -73,18 +75,18 @@ int tk_collective(const ts_graph *g, const ts_node *n, tk_in in, void *out, cons
   int d = n->attr.axis;
   switch (n->op) {
   case TS_OP_ALL_REDUCE:
-    return ts_comm_all_reduce(ctx->comm, ctx->device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
-                              tk_numel(n));
+    return ts_comm_all_reduce(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+                              numel(n));
   case TS_OP_ALL_GATHER: // (outer, in[d] * rest) per member -> (outer, n, ...)
-    return ts_comm_all_gather(ctx->comm, ctx->device, k->ids, k->n, in[0], out, span(x->shape, 0, d),
+    return ts_comm_all_gather(comm, device, k->ids, k->n, in[0], out, span(x->shape, 0, d),
                               (size_t)span(x->shape, d, x->rank) * es);
   case TS_OP_REDUCE_SCATTER: // (outer, n, out[d] * rest) -> (outer, out[d] * rest)
-    return ts_comm_reduce_scatter(ctx->comm, ctx->device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+    return ts_comm_reduce_scatter(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
                                   span(n->shape, 0, d), span(n->shape, d, n->rank));
   case TS_OP_ALL_TO_ALL:
-    return all_to_all(n, x, in[0], out, ctx);
+    return all_to_all(n, x, in[0], out, device, comm);
   case TS_OP_COLLECTIVE_PERMUTE:
-    return ts_comm_permute(ctx->comm, ctx->device, k->ids, k->n, in[0], out, (size_t)tk_numel(n) * es);
+    return ts_comm_permute(comm, device, k->ids, k->n, in[0], out, (size_t)numel(n) * es);
   default:
     return ts_set_error("collective: %s is not a collective", ts_op_name(n->op));
   }

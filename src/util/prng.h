@@ -5,8 +5,8 @@
  * 64-bit seed by splitmix64, as its authors recommend. Everything here is a
  * pure function of the seed, so a seed replays a run exactly on any machine.
  * (Device-side random numbers — dropout — use the counter-based ts_rng_* ops.) */
-#ifndef TS_NN_PRNG_H
-#define TS_NN_PRNG_H
+#ifndef TS_UTIL_PRNG_H
+#define TS_UTIL_PRNG_H
 
 #include <math.h>
 #include <stdint.h>

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"  // ts_set_error
-#include "spmd/spmd_internal.h"
+
+#include "mesh/mesh.h"
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -171,4 +171,12 @@ int ts_sharding_shard_range(const ts_sharding *s, const int64_t *shape, int devi
     limit[d] = e < shape[d] ? e : shape[d];
   }
   return 0;
+}
+
+ts_sharding *ts_sharding_clone(const ts_sharding *s) {
+  if (!s) {
+    ts_set_error("sharding_clone: sharding is NULL");
+    return NULL;
+  }
+  return ts_sharding_new(s->mesh, &s->spec, s->rank);
 }
