@@ -12,6 +12,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 /* d loss / d wrt[i] into grads[i] (same dtype and shape as wrt[i]). loss must
  * be a float scalar. A wrt the loss does not depend on gets zeros. Errors name
  * the op without an adjoint or the non-scalar loss. */
@@ -21,6 +23,8 @@ int ts_grad(ts_graph *g, ts_tensor loss, int n, const ts_tensor *wrt, ts_tensor 
  * gradient of sum_k <cotangent_k, outs_k> with respect to wrt[i]. */
 int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotangents,
            int n, const ts_tensor *wrt, ts_tensor *grads);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 #define TS_VERSION_STRING "0.1.0"
 #define TS_MAX_RANK 8
 
@@ -43,6 +45,8 @@ void ts_clear_error(void);
 
 /* Product of dims (1 for rank 0). */
 int64_t ts_shape_numel(int rank, const int64_t *shape);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 /* Directory of Debian's dataset-fashion-mnist package. */
 #define TS_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -39,6 +41,8 @@ void ts_dataset_batch(const ts_dataset *d, const int64_t *order, int64_t first, 
 
 /* Fisher-Yates permutation of 0..n-1 from seed (deterministic). */
 void ts_shuffle(int64_t *order, int64_t n, uint64_t seed);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 typedef struct ts_graph ts_graph;
 typedef int32_t ts_tensor; /* node id inside its graph */
 #define TS_NONE ((ts_tensor)-1)
@@ -191,6 +193,8 @@ int ts_graph_verify(const ts_graph *g);
 char *ts_graph_to_string(const ts_graph *g);
 /* 64-bit hash of the text form. */
 uint64_t ts_graph_hash(const ts_graph *g);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

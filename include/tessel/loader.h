@@ -42,6 +42,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 /* ---- sources: one dataset interface ---- */
 
 typedef struct ts_source ts_source;
@@ -275,6 +277,8 @@ ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label
 void ts_progress_update(ts_progress *p, int64_t done, const char *extra);
 /* Final line (a newline after the bar); frees p. */
 void ts_progress_finish(ts_progress *p, const char *extra);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

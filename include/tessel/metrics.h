@@ -42,6 +42,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 /* Samples kept per metric for the median and percentiles. */
 #define TS_METRIC_RESERVOIR 1024
 
@@ -125,6 +127,8 @@ int ts_compile_cache_set_dir(const char *dir);
 const char *ts_compile_cache_dir(void);
 /* Empties the in-memory cache (the files on disk stay). */
 void ts_compile_cache_clear(void);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

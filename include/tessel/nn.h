@@ -14,6 +14,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 /* ---- parameter sets ---- */
 typedef enum {
   TS_INIT_ZEROS,
@@ -141,6 +143,8 @@ typedef struct {
 } ts_lr_schedule;
 /* Learning rate for 0-based step. */
 double ts_lr_at(const ts_lr_schedule *s, int64_t step);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 typedef struct ts_client ts_client;
 typedef struct ts_buffer ts_buffer;
 typedef struct ts_executable ts_executable;
@@ -207,6 +209,8 @@ const char *ts_collective_kind_name(ts_collective_kind k);
  * others, a non-NULL slot of the right dtype/shape is written into; a NULL slot
  * receives a new buffer the caller frees. */
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
 #define TS_MESH_MAX_RANK 8
 #define TS_MESH_MAX_NAME 32 /* bytes of an axis name, with its terminating NUL */
 
@@ -167,6 +169,8 @@ int32_t ts_manual_reduce_scatter(struct ts_graph *g, int32_t x, int dim, const t
 
 /* A copy of s. */
 ts_sharding *ts_sharding_clone(const ts_sharding *s);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
