@@ -142,12 +142,17 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
   if (c->comm) ts_comm_set_timeout_ms(c->comm, c->timeout_ms);
+  if (ndev > 1 && !(c->pool = rt_pool_new(ndev - 1))) {
+    ts_client_free(c);
+    return NULL;
+  }
   ts_kernels_set_num_threads(c->threads_per_device);
   return c;
 }
 
 void ts_client_free(ts_client *c) {
   if (!c) return;
+  rt_pool_free(c->pool); /* no device runs any more: the communicator can go */
   if (c->comm) ts_comm_free(c->comm);
   for (int i = 0; c->devs && i < c->num_devices; i++)
     if (c->devs[i].destroy) c->devs[i].destroy(c->devs[i].ctx);
