@@ -24,6 +24,19 @@ static ts_graph *run_pass(ts_graph *g, pass_fn fn, const char *name, bool verbos
   return out;
 }
 
+#define COMBINE_DEFAULT_BYTES ((size_t)1 << 20)
+
+/* opt_combine as a pass (it takes the bucket size). */
+static ts_graph *run_combine(ts_graph *w, size_t bytes, bool verbose) {
+  int changed = 0;
+  ts_graph *r = opt_combine(w, bytes, &changed);
+  if (verbose && r)
+    fprintf(stderr, "tessel compile: %-8s %5d -> %5d nodes (%d all-reduces packed)\n", "combine", w->n_nodes,
+            r->n_nodes, changed);
+  ts_graph_free(w);
+  return r;
+}
+
 ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
   ts_compile_options o = {0};
   if (opts) o = *opts;
@@ -44,6 +57,7 @@ ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
     w = run_pass(w, opt_fuse, "fusion", o.verbose);
     if (w) w = run_pass(w, opt_dce, "dce", o.verbose);
   }
+  if (w && !o.no_combine) w = run_combine(w, o.combine_bytes ? o.combine_bytes : COMBINE_DEFAULT_BYTES, o.verbose);
   if (w) w = run_pass(w, opt_schedule, "schedule", o.verbose); /* collectives early: overlap */
   return w;
 }
