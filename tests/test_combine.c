@@ -1,9 +1,9 @@
-/* test_combine.c — all-reduce combining (ts_compile_options.no_combine /
- * combine_bytes): a data-parallel training step of a small MLP (six
- * parameters, so six gradient all-reduces) on every mesh the equivalence
- * suite uses must give bit-identical parameters with and without combining,
- * over several steps, while making fewer all-reduce calls (counted by the
- * metrics registry: one per bucket per device). Also: a bucket size below
+/* test_combine.c — collective combining (ts_compile_options.no_combine /
+ * combine_bytes): a training step of a small MLP (six parameters, so six
+ * gradient all-reduces, or reduce-scatters under FSDP) on every mesh the
+ * equivalence suite uses must give bit-identical parameters with and without
+ * combining, over several steps, while making fewer collective calls
+ * (counted by the metrics registry: one per bucket per device). Also: a bucket size below
  * every gradient combines nothing, and a program without collectives is
  * unchanged. */
 #include <string.h>
@@ -17,7 +17,7 @@ static const int64_t shapes[NP][2] = {{D0, D1}, {1, D1}, {D1, D2}, {1, D2}, {D2,
 
 /* The step: x (B, D0) -> 3 tanh layers -> sum of squares; SGD update of
  * every parameter, written in place (aliased outputs). */
-static ts_graph *step_graph(const ts_mesh *m, const char *spec) {
+static ts_graph *step_graph(const ts_mesh *m, const char *spec, const char *pspec) {
   ts_graph *g = ts_graph_new();
   ts_tensor x = ts_input(g, "x", TS_F32, 2, (int64_t[]){B, D0});
   ts_tensor p[NP], grads[NP];
@@ -45,16 +45,23 @@ static ts_graph *step_graph(const ts_mesh *m, const char *spec) {
     if (s) ts_mark_sharding(g, x, s);
     ts_sharding_free(s);
   }
+  if (m && pspec) { /* FSDP: every parameter sharded on dim 0 */
+    ts_partition_spec ps;
+    ts_sharding *s = ts_partition_spec_parse(m, pspec, &ps) == 0 ? ts_sharding_new(m, &ps, 2) : NULL;
+    for (int i = 0; s && i < NP; i++) ts_mark_sharding(g, p[i], s);
+    ts_sharding_free(s);
+  }
   return g;
 }
 
 /* Runs STEPS steps; params receives every parameter after them. Returns the
  * all-reduce calls counted (all devices) or -1. */
-static int64_t train(const char *mesh_text, const char *spec, bool combine, size_t bytes, float *params) {
+static int64_t train(const char *mesh_text, const char *spec, const char *pspec, bool combine, size_t bytes,
+                     float *params) {
   ts_mesh *m = mesh_text ? ts_mesh_from_text(mesh_text) : NULL;
   int ndev = m ? (int)ts_mesh_num_devices(m) : 1;
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = ndev});
-  ts_graph *g = step_graph(m, spec);
+  ts_graph *g = step_graph(m, spec, pspec);
   ts_compile_options o = {.mesh = m, .no_combine = !combine, .combine_bytes = bytes};
   ts_executable *e = c && g ? ts_compile(c, g, &o) : NULL;
   int64_t calls = -1;
@@ -78,7 +85,7 @@ static int64_t train(const char *mesh_text, const char *spec, bool combine, size
     ok = ts_execute(e, in, out) == 0;
     if (ok) ts_buffer_free(out[0]);
   }
-  calls = ok ? ts_counter_value("CollectiveAllReduce") : -1;
+  calls = ok ? ts_counter_value("CollectiveAllReduce") + ts_counter_value("CollectiveReduceScatter") : -1;
   size_t off = 0;
   for (int i = 0; ok && i < NP; i++) {
     size_t n = (size_t)(shapes[i][0] * shapes[i][1]);
@@ -99,28 +106,29 @@ int main(void) {
   ts_test_init("combine", 1);
   enum { NPARAM = D0 * D1 + D1 + D1 * D2 + D2 + D2 * D3 + D3 };
   static const struct {
-    const char *mesh, *spec;
-  } cases[] = {{"data=2", "data,None"}, {"data=4", "data,None"}, {"data=3", "data,None"},
-               {"data=2,model=2", "data,None"}, {"data=2,model=2", "data,model"},
-               {"a=2,b=2,c=2", "a+b,c"}};
+    const char *mesh, *spec, *pspec;
+  } cases[] = {{"data=2", "data,None", NULL},         {"data=4", "data,None", NULL},
+               {"data=3", "data,None", NULL},         {"data=2,model=2", "data,None", NULL},
+               {"data=2,model=2", "data,model", NULL}, {"a=2,b=2,c=2", "a+b,c", NULL},
+               {"fsdp=2", "fsdp,None", "fsdp,None"},  {"data=2,fsdp=2", "data+fsdp,None", "fsdp,None"}};
   float one[NPARAM];
-  CHECK(train(NULL, NULL, true, 0, one) >= 0, "1 device: %s", ts_last_error());
+  CHECK(train(NULL, NULL, NULL, true, 0, one) >= 0, "1 device: %s", ts_last_error());
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     float with[NPARAM], without[NPARAM];
-    int64_t n_with = train(cases[k].mesh, cases[k].spec, true, 0, with);
-    int64_t n_without = train(cases[k].mesh, cases[k].spec, false, 0, without);
+    int64_t n_with = train(cases[k].mesh, cases[k].spec, cases[k].pspec, true, 0, with);
+    int64_t n_without = train(cases[k].mesh, cases[k].spec, cases[k].pspec, false, 0, without);
     CHECK(n_with >= 0 && n_without >= 0, "%s: %s", cases[k].mesh, ts_last_error());
     if (n_with < 0 || n_without < 0) continue;
     CHECK(memcmp(with, without, sizeof with) == 0, "%s spec %s: combined parameters differ from uncombined",
           cases[k].mesh, cases[k].spec);
-    CHECK(n_with < n_without, "%s spec %s: %lld all-reduce calls combined, %lld without: nothing combined",
+    CHECK(n_with < n_without, "%s spec %s: %lld reducing calls combined, %lld without: nothing combined",
           cases[k].mesh, cases[k].spec, (long long)n_with, (long long)n_without);
-    printf("%-16s %-8s all-reduce calls over %d steps: %lld combined, %lld uncombined\n", cases[k].mesh,
+    printf("%-16s %-14s all-reduce + reduce-scatter calls over %d steps: %lld combined, %lld uncombined\n", cases[k].mesh,
            cases[k].spec, STEPS, (long long)n_with, (long long)n_without);
   }
   /* a bucket size no gradient is below: every all-reduce stays alone */
   float a[NPARAM], b[NPARAM];
-  int64_t tiny = train("data=2", "data,None", true, 4, a), none = train("data=2", "data,None", false, 0, b);
+  int64_t tiny = train("data=2", "data,None", NULL, true, 4, a), none = train("data=2", "data,None", NULL, false, 0, b);
   CHECK(tiny >= 0 && tiny == none, "combine_bytes 4: %lld calls, uncombined %lld", (long long)tiny, (long long)none);
   CHECK(memcmp(a, b, sizeof a) == 0, "combine_bytes 4 changes the result");
   return ts_test_finish();

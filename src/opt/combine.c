@@ -1,11 +1,14 @@
-/* combine.c — all-reduce combining (opt.h opt_combine): the gradient
+/* combine.c — collective combining (opt.h opt_combine): the gradient
  * all-reduces of a per-device program that share a device group, dtype and
  * reduction are packed into buckets of about `bucket_bytes` (XLA's
  * AllReduceCombiner, DDP's buckets), so a step makes a few collective calls
- * instead of one per gradient. A bucket is flattened members concatenated,
- * one all-reduce, then each member's slice reshaped back. Each element is
- * still reduced over the same members in the same order, so the result is
- * bit-identical to the uncombined program.
+ * instead of one per gradient; reduce-scatters along dim 0 (FSDP's gradient
+ * reduce-scatters) the same way. An all-reduce bucket is the flattened
+ * members concatenated, one all-reduce, then each member's slice reshaped
+ * back; a reduce-scatter bucket views each member as (group, rest) — row k
+ * is member k's block — concatenates along dim 1 and scatters dim 0. Each
+ * element is still reduced over the same members in the same order, so the
+ * result is bit-identical to the uncombined program.
  *
  * Placement: the bucket's all-reduce goes where its last member was (the
  * schedule pass then moves it, with its packing, to right after its last
@@ -34,13 +37,18 @@ typedef struct {
 
 static size_t node_bytes(const ts_node *n) { return (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype); }
 
-/* An all-reduce that can join a bucket: a real group, not inside a manual region. */
-static bool combinable(const ts_node *n) {
-  return n->op == TS_OP_ALL_REDUCE && n->attr.coll && n->attr.coll->n >= 2 && !n->manual && n->rank >= 0;
+/* A collective that can join a bucket: an all-reduce, or a reduce-scatter
+ * of dim 0, over a real group, not inside a manual region. */
+static bool combinable(const ts_graph *g, const ts_node *n) {
+  if (!n->attr.coll || n->attr.coll->n < 2 || n->manual) return false;
+  if (n->op == TS_OP_ALL_REDUCE) return true;
+  const ts_node *x = &g->nodes[n->in[0]];
+  return n->op == TS_OP_REDUCE_SCATTER && n->attr.axis == 0 && x->rank >= 1 && x->shape[0] % n->attr.coll->n == 0;
 }
 
 static bool same_kind(const ts_node *a, const ts_node *b) {
-  return a->dtype == b->dtype && a->attr.reduce == b->attr.reduce && a->attr.coll->n == b->attr.coll->n &&
+  return a->op == b->op && a->attr.axis == b->attr.axis && a->dtype == b->dtype &&
+         a->attr.reduce == b->attr.reduce && a->attr.coll->n == b->attr.coll->n &&
          memcmp(a->attr.coll->ids, b->attr.coll->ids, (size_t)a->attr.coll->n * sizeof *a->attr.coll->ids) == 0;
 }
 
@@ -49,12 +57,12 @@ static int add_member(plan *p, int bi, int id) {
   if (b->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 8;
     int *m = realloc(b->member, (size_t)cap * sizeof *m);
-    if (!m) return ts_set_error("compile: out of memory combining all-reduces");
+    if (!m) return ts_set_error("compile: out of memory combining collectives");
     b->member = m;
     b->cap = cap;
   }
   b->member[b->n++] = id;
-  b->bytes += node_bytes(&p->g->nodes[id]);
+  b->bytes += node_bytes(&p->g->nodes[p->g->nodes[id].in[0]]); /* the operand: what is packed */
   p->of[id] = bi;
   return 0;
 }
@@ -63,7 +71,7 @@ static int new_bucket(plan *p) {
   if (p->nb == p->cap_b) {
     int cap = p->cap_b ? 2 * p->cap_b : 8;
     bucket *b = realloc(p->b, (size_t)cap * sizeof *b);
-    if (!b) return ts_set_error("compile: out of memory combining all-reduces");
+    if (!b) return ts_set_error("compile: out of memory combining collectives");
     p->b = b;
     p->cap_b = cap;
   }
@@ -80,7 +88,7 @@ static int form_buckets(plan *p) {
   const ts_graph *g = p->g;
   int *open = malloc(((size_t)g->n_nodes + 1) * sizeof *open); /* open bucket per kind slot */
   int n_open = 0;
-  if (!open) return ts_set_error("compile: out of memory combining all-reduces");
+  if (!open) return ts_set_error("compile: out of memory combining collectives");
   int rc = 0;
   for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
@@ -91,8 +99,8 @@ static int form_buckets(plan *p) {
       for (int o = 0; bi >= 0 && o < n_open; o++)
         if (open[o] == bi) open[o] = open[--n_open];
     }
-    if (!combinable(n)) continue;
-    if (node_bytes(n) >= p->bucket_bytes) continue; /* large: alone, no packing */
+    if (!combinable(g, n)) continue;
+    if (node_bytes(&g->nodes[n->in[0]]) >= p->bucket_bytes) continue; /* large: alone, no packing */
     int slot = -1;
     for (int o = 0; o < n_open && slot < 0; o++)
       if (same_kind(&g->nodes[p->b[open[o]].member[0]], n)) slot = o;
@@ -108,52 +116,62 @@ static int form_buckets(plan *p) {
   return rc;
 }
 
-/* Emits bucket b's packing and all-reduce into dst (at its last member);
- * returns the all-reduce's id. */
+/* Elements of member m in one row of its bucket: all of it for an
+ * all-reduce, one group member's block for a reduce-scatter. */
+static int64_t row_len(const ts_graph *g, const ts_node *m) {
+  const ts_node *x = &g->nodes[m->in[0]];
+  int64_t numel = ts_shape_numel(x->rank, x->shape);
+  return m->op == TS_OP_REDUCE_SCATTER ? numel / m->attr.coll->n : numel;
+}
+
+/* Emits bucket b's packing and collective into dst (at its last member);
+ * returns the collective's id. */
 static ts_tensor emit_bucket(ts_graph *dst, const ts_graph *g, const bucket *b, const int32_t *map) {
   const ts_node *first = &g->nodes[b->member[0]];
+  bool rs = first->op == TS_OP_REDUCE_SCATTER;
+  int64_t rows = rs ? first->attr.coll->n : 1;
   int32_t *flat = malloc((size_t)b->n * sizeof *flat);
   ts_collective *coll = malloc(sizeof *coll);
   int32_t *ids = malloc((size_t)first->attr.coll->n * sizeof *ids);
   if (!flat || !coll || !ids) {
     free(flat), free(coll), free(ids);
-    ts_set_error("compile: out of memory combining all-reduces");
+    ts_set_error("compile: out of memory combining collectives");
     return TS_NONE;
   }
   int64_t total = 0;
   for (int i = 0; i < b->n; i++) {
     const ts_node *m = &g->nodes[b->member[i]];
-    int64_t numel = ts_shape_numel(m->rank, m->shape);
-    flat[i] = ir_append(dst, TS_OP_RESHAPE, m->dtype, 1, &numel, 1, &map[m->in[0]], NULL);
-    total += numel;
+    int64_t shape[2] = {rows, row_len(g, m)};
+    flat[i] = ir_append(dst, TS_OP_RESHAPE, m->dtype, 2, shape, 1, &map[m->in[0]], NULL);
+    total += shape[1];
   }
   ts_attr cat = {0};
-  cat.axis = 0;
-  ts_tensor all = ir_append(dst, TS_OP_CONCAT, first->dtype, 1, &total, b->n, flat, &cat);
+  cat.axis = 1;
+  int64_t packed[2] = {rows, total}, reduced[2] = {1, total};
+  ts_tensor all = ir_append(dst, TS_OP_CONCAT, first->dtype, 2, packed, b->n, flat, &cat);
   free(flat);
   memcpy(ids, first->attr.coll->ids, (size_t)first->attr.coll->n * sizeof *ids);
   *coll = (ts_collective){first->attr.coll->n, ids};
-  ts_attr ar = {0};
-  ar.reduce = first->attr.reduce;
-  ar.coll = coll; /* owned by the new node */
-  return ir_append(dst, TS_OP_ALL_REDUCE, first->dtype, 1, &total, 1, &all, &ar);
+  ts_attr op = {0};
+  op.reduce = first->attr.reduce;
+  op.axis = 0;
+  op.coll = coll; /* owned by the new node */
+  return ir_append(dst, first->op, first->dtype, 2, reduced, 1, &all, &op);
 }
 
-/* Member `id` of a combined bucket: its slice of the reduced bucket, reshaped
- * to the member's shape. */
+/* Member `id` of a combined bucket: its slice of the reduced (1, total)
+ * bucket, reshaped to the member's shape. */
 static ts_tensor emit_slice(ts_graph *dst, const ts_graph *g, const bucket *b, ts_tensor reduced, int id) {
   int64_t off = 0;
-  for (int i = 0; i < b->n && b->member[i] != id; i++) {
-    const ts_node *m = &g->nodes[b->member[i]];
-    off += ts_shape_numel(m->rank, m->shape);
-  }
+  for (int i = 0; i < b->n && b->member[i] != id; i++) off += row_len(g, &g->nodes[b->member[i]]);
   const ts_node *m = &g->nodes[id];
-  int64_t numel = ts_shape_numel(m->rank, m->shape);
+  int64_t len = row_len(g, m), shape[2] = {1, len};
   ts_attr sl = {0};
-  sl.start[0] = off;
-  sl.limit[0] = off + numel;
-  sl.stride[0] = 1;
-  ts_tensor s = ir_append(dst, TS_OP_SLICE, m->dtype, 1, &numel, 1, &reduced, &sl);
+  sl.start[1] = off;
+  sl.limit[0] = 1;
+  sl.limit[1] = off + len;
+  sl.stride[0] = sl.stride[1] = 1;
+  ts_tensor s = ir_append(dst, TS_OP_SLICE, m->dtype, 2, shape, 1, &reduced, &sl);
   return ir_append(dst, TS_OP_RESHAPE, m->dtype, m->rank, m->shape, 1, &s, NULL);
 }
 
@@ -167,7 +185,7 @@ static ts_graph *rewrite(const plan *p) {
   ts_graph *dst = ts_graph_new();
   if (!map || !reduced || !dst) {
     free(map), free(reduced), ts_graph_free(dst);
-    ts_set_error("compile: out of memory combining all-reduces");
+    ts_set_error("compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < n; i++) map[i] = TS_NONE;
@@ -202,7 +220,7 @@ ts_graph *opt_combine(const ts_graph *g, size_t bucket_bytes, int *changed) {
   plan p = {g, bucket_bytes, malloc(((size_t)g->n_nodes + 1) * sizeof(int)), NULL, 0, 0};
   ts_graph *dst = NULL;
   if (!p.of) {
-    ts_set_error("compile: out of memory combining all-reduces");
+    ts_set_error("compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < g->n_nodes; i++) p.of[i] = -1;
