@@ -3,7 +3,9 @@
  * gradient all-reduces, or reduce-scatters under FSDP) on every mesh the
  * equivalence suite uses must give bit-identical parameters with and without
  * combining, over several steps, while making fewer collective calls
- * (counted by the metrics registry: one per bucket per device). Also: a bucket size below
+ * (counted by the metrics registry: one per bucket per device). And the
+ * device threads a client runs its devices on are created once per client,
+ * not once per execute (DeviceThreadsCreated). Also: a bucket size below
  * every gradient combines nothing, and a program without collectives is
  * unchanged. */
 #include <string.h>
@@ -60,6 +62,7 @@ static int64_t train(const char *mesh_text, const char *spec, const char *pspec,
                      float *params) {
   ts_mesh *m = mesh_text ? ts_mesh_from_text(mesh_text) : NULL;
   int ndev = m ? (int)ts_mesh_num_devices(m) : 1;
+  ts_metrics_clear();
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = ndev});
   ts_graph *g = step_graph(m, spec, pspec);
   ts_compile_options o = {.mesh = m, .no_combine = !combine, .combine_bytes = bytes};
@@ -78,13 +81,16 @@ static int64_t train(const char *mesh_text, const char *spec, const char *pspec,
     for (int k = 0; k < n; k++) w[k] = (float)(((k + 7 * i) * 29) % 23) / 23.0f - 0.45f;
     in[1 + i] = ts_buffer_from_host(c, TS_F32, 2, shapes[i], w);
   }
-  ts_metrics_clear();
+  int64_t threads = ts_counter_value("DeviceThreadsCreated");
+  CHECK(threads == ndev - 1, "%d devices: %lld device threads created with the client", ndev, (long long)threads);
   int ok = 1;
   for (int s = 0; s < STEPS && ok; s++) {
     ts_buffer *out[1 + NP] = {0};
     ok = ts_execute(e, in, out) == 0;
     if (ok) ts_buffer_free(out[0]);
   }
+  CHECK(ts_counter_value("DeviceThreadsCreated") == threads, "%d steps created %lld more device threads", STEPS,
+        (long long)(ts_counter_value("DeviceThreadsCreated") - threads));
   calls = ok ? ts_counter_value("CollectiveAllReduce") + ts_counter_value("CollectiveReduceScatter") : -1;
   size_t off = 0;
   for (int i = 0; ok && i < NP; i++) {
