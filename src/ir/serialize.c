@@ -2,12 +2,13 @@
  *
  * Layout (little-endian): "TSGR", u32 version, u32 n_nodes, then per node:
  * op (its ops.def name as a string, so reordering the op list never changes
- * what a stored graph means), dtype, rank, shape, operands, every attr field (written whole, so any
- * op's attrs survive), the fused program, the collective group, the input
- * name, the constant's bytes and the sharding annotation (mesh + spec); then
- * the outputs with their aliases. The reader rebuilds the graph with
- * ir_append, checks every count against the remaining bytes and every
- * operand against the node order, and verifies the result. */
+ * what a stored graph means), dtype, rank, shape, operands, every attr field
+ * (written whole, so any op's attrs survive), the fused program (ops by name
+ * too), the collective group, the input name, the constant's bytes and the
+ * sharding annotation (mesh + spec); then the outputs with their aliases.
+ * The reader rebuilds the graph with ir_append, checks every count against
+ * the remaining bytes and every operand against the node order, and
+ * verifies the result. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

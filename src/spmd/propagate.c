@@ -205,8 +205,9 @@ static void forward(prop *p, int id) {
     for (int i = 1; i < x->rank; i++) copy_dim(&c, ix->rank + i - 1, xs, i);
     break;
   }
-  /* no forward rule: leaves, elementwise (above), ops whose result layout no
-   * operand dim decides, and collectives (already partitioned) */
+  /* no forward rule: leaves, elementwise (above, by class), fused and
+   * collectives (made after propagation), and none written yet for
+   * conv2d_bwd_filter and scatter_add (they are partitioned as they come) */
   TS_OP_CASES_ELEMENTWISE
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
   case TS_OP_CONV_BWD_FILTER: case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
