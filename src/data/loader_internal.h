@@ -58,11 +58,12 @@ struct ts_loader_batch {
   char err[512];
 };
 
+/* A cached permutation (loader_order.c). */
 typedef struct {
   int64_t epoch;
-  int64_t *order; /* (n) */
-  int refs;
-  uint64_t used;
+  int64_t *order; /* (n) dataset index at each position; NULL: entry empty */
+  int refs;       /* workers filling a batch from it (not evicted while > 0) */
+  uint64_t used;  /* use_clock at the last use: least recently used goes first */
 } ld_order;
 
 struct ts_loader {
