@@ -17,6 +17,7 @@
 #include "metrics/metrics_internal.h"
 #include "opt/opt.h"             /* opt_rebuild: copying graphs */
 #include "tessel/spmd.h"         /* mesh and shardings in the key */
+#include "util/config.h"         /* TESSEL_CACHE_DIR */
 #include "util/hash.h"           /* util_hash64: keys and checksums */
 
 #define CACHE_MEM_MAX 64 /* programs kept in memory; the oldest goes first */
@@ -142,8 +143,8 @@ const char *ts_compile_cache_dir(void) {
   pthread_mutex_lock(&cache_lock);
   if (!cache_dir_set) {
     cache_dir_set = true;
-    const char *env = getenv("TESSEL_CACHE_DIR");
-    if (env && *env) {
+    const char *env = env_config()->cache_dir;
+    if (env) {
       if (mkdir_p(env) == 0) cache_dir = strdup(env);
       else fprintf(stderr, "tessel: TESSEL_CACHE_DIR ignored: %s\n", ts_last_error());
     }

@@ -11,6 +11,7 @@
 #include "metrics/metrics_internal.h" /* compile metrics and trace */
 #include "opt/opt.h"
 #include "util/half.h" /* splat constants in bf16 / f16 */
+#include "util/config.h" /* TESSEL_ASYNC_COLLECTIVES */
 
 typedef ts_graph *(*pass_fn)(const ts_graph *, int *);
 
@@ -99,19 +100,13 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-/* True when the environment variable is set to "0" (a switch that is on by default). */
-static bool getenv_flag_off(const char *name) {
-  const char *v = getenv(name);
-  return v && strcmp(v, "0") == 0;
-}
-
 /* The all-reduces worth starting asynchronously: those whose first user is
  * not the next node the device runs (the nodes in between overlap with the
  * communication). Reshapes only rename memory: their users count as users
  * of what they reshape. */
 static int mark_async(ts_executable *e) {
   const ts_graph *g = e->g;
-  if (e->client->num_devices < 2 || getenv_flag_off("TESSEL_ASYNC_COLLECTIVES")) return 0;
+  if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
   int32_t *base = malloc(((size_t)g->n_nodes + 1) * sizeof *base);
   int32_t *first_use = malloc(((size_t)g->n_nodes + 1) * sizeof *first_use);
   if (!base || !first_use) {
