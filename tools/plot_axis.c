@@ -104,10 +104,12 @@ int plot_ticks(double lo, double hi, int target, bool log_axis, double *ticks, i
 void plot_tick_label(const double *ticks, int n, int i, bool log_axis, char *buf, size_t len) {
   double v = ticks[i], absmax = 0, step = n > 1 ? fabs(ticks[1] - ticks[0]) : fabs(v);
   for (int k = 0; k < n; k++) absmax = fmax(absmax, fabs(ticks[k]));
-  if (log_axis || absmax >= 1e6 || (step > 0 && step < 1e-4)) {
-    snprintf(buf, len, "%g", v);
+  // the decimals the step needs (0.25 is not a step; 1, 2, 5 x 10^k are)
+  int decimals = step > 0 ? (int)fmax(0, -floor(log10(step) + 1e-6)) : 0;
+  if (log_axis || absmax >= 1e6 || decimals > 8) {
+    int digits = step > 0 && absmax > 0 ? (int)ceil(log10(absmax / step) + 1e-6) + 1 : 6;
+    snprintf(buf, len, "%.*g", log_axis ? 6 : (int)fmin(17, fmax(1, digits)), v);
     return;
   }
-  int decimals = step > 0 ? (int)fmax(0, -floor(log10(step) + 1e-9)) : 0;
   snprintf(buf, len, "%.*f", decimals, v);
 }

@@ -232,13 +232,16 @@ static void draw_axes(cairo_t *cr, rect pa, const axis *ax, const axis *ay) {
   cairo_stroke(cr);
 }
 
-/* One run's line (broken at NaN), and a dot per point when there are few. */
+/* One run's line (broken at NaN), and a dot per point when there are few.
+ * With up to 4 runs the earlier ones are wider, so curves that coincide
+ * (the same training on another mesh) show as nested bands, not as the last
+ * one drawn. */
 static void draw_series(cairo_t *cr, rect pa, const axis *ax, const axis *ay,
-                        const plot_series *s, int run) {
+                        const plot_series *s, int run, int runs) {
   int finite = 0;
   bool pen_down = false;
   run_style(cr, run);
-  cairo_set_line_width(cr, 1.6);
+  cairo_set_line_width(cr, runs <= 4 ? 1.5 + 1.25 * (runs - 1 - run) : 1.5);
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   for (int i = 0; i < s->n; i++) {
     if (!isfinite(s->y[i])) {
@@ -289,7 +292,7 @@ static int draw_panel(cairo_t *cr, const plot_figure *fig, const plot_panel *p, 
   cairo_save(cr);
   cairo_rectangle(cr, pa.x - 5, pa.y - 5, pa.w + 10, pa.h + 10); // dots on the frame stay whole
   cairo_clip(cr);
-  for (int r = 0; r < fig->runs; r++) draw_series(cr, pa, &ax, &ay, &p->series[r], r);
+  for (int r = 0; r < fig->runs; r++) draw_series(cr, pa, &ax, &ay, &p->series[r], r, fig->runs);
   cairo_restore(cr);
 
   set_rgb(cr, 0x222222);
