@@ -7,8 +7,9 @@
 #  - malformed lines are skipped with a "file:line" warning;
 #  - no usable points, an unknown metric, a missing file, bad flags: non-zero
 #    with a message naming the culprit;
-#  - -o on a FIFO is refused and the FIFO left as it was; an existing regular
-#    file is replaced, and no temporary file is left behind.
+#  - -o on a FIFO (or a link to a device) is refused and the FIFO left as it
+#    was; an existing regular file (or the one a symlink names) is replaced,
+#    and no temporary file is left behind.
 set -u
 build="${1:?usage: plot_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -177,6 +178,11 @@ echo "old" >"$tmp/replace.png"
 expect_ok replace "an existing regular file is replaced" "$tmp/a.jsonl" -o "$tmp/replace.png"
 if [ "$(head -c 4 "$tmp/replace.png" | od -An -c | tr -d ' ')" = "211PNG" ]; then ok "replaced by a PNG"; else
   bad "replace.png: $(head -c 8 "$tmp/replace.png" | od -An -c)"; fi
+echo "old" >"$tmp/real.png"
+ln -s real.png "$tmp/link.png"
+expect_ok link "-o through a symlink to a regular file" "$tmp/a.jsonl" -o "$tmp/link.png"
+if [ -L "$tmp/link.png" ] && [ "$(head -c 4 "$tmp/real.png" | od -An -c | tr -d ' ')" = "211PNG" ]; then
+  ok "the file the link names is replaced, the link kept"; else bad "symlink output: $(ls -l "$tmp/link.png")"; fi
 left=$(find "$tmp" -name '*.tmp-*' | wc -l)
 if [ "$left" -eq 0 ]; then ok "no temporary files left behind"; else bad "$left temporary files left: $(find "$tmp" -name '*.tmp-*')"; fi
 

@@ -321,16 +321,25 @@ static int write_atomically(const plot_options *o, const plot_figure *fig) {
     return -1;
   }
   FILE *f = fdopen(fd, "wb");
-  int rc = f ? plot_write(fig, o->format, f, err, sizeof err) : -1;
-  if (rc == 0 && (fflush(f) != 0 || fsync(fd) != 0 || fchmod(fd, mode) != 0))
-    rc = -1, snprintf(err, sizeof err, "%s", strerror(errno));
-  if (f ? fclose(f) != 0 && rc == 0 : close(fd) != 0)
-    rc = -1, snprintf(err, sizeof err, "%s", strerror(errno));
-  if (rc == 0 && rename(tmp, target) != 0)
-    rc = -1, snprintf(err, sizeof err, "rename: %s", strerror(errno));
+  int rc = -1;
+  if (!f) {
+    snprintf(err, sizeof err, "%s", strerror(errno));
+  } else if (plot_write(fig, o->format, f, err, sizeof err) == 0) {
+    // on disk before the rename makes it visible
+    if (fflush(f) == 0 && fsync(fd) == 0 && fchmod(fd, mode) == 0) rc = 0;
+    else snprintf(err, sizeof err, "%s", strerror(errno));
+  }
+  if ((f ? fclose(f) : close(fd)) != 0 && rc == 0) {
+    snprintf(err, sizeof err, "%s", strerror(errno));
+    rc = -1;
+  }
+  if (rc == 0 && rename(tmp, target) != 0) {
+    snprintf(err, sizeof err, "rename: %s", strerror(errno));
+    rc = -1;
+  }
   if (rc < 0) {
     unlink(tmp);
-    cli_error(CMD, "-o: cannot write '%s': %s", o->output, err[0] ? err : "out of memory");
+    cli_error(CMD, "-o: cannot write '%s': %s", o->output, err);
   }
   return rc;
 }
