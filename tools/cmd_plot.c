@@ -55,7 +55,8 @@ static void usage(FILE *f) {
           "                     Lines without a step (epoch lines) sit at the last step or\n"
           "                     time before them\n"
           "  --label NAME       legend entry of the next run (repeat; default: file name)\n"
-          "  --smooth N         moving average over the last N points (default 1: none)\n"
+          "  --smooth N         moving average over the last N points of every series\n"
+          "                     (default 1: none)\n"
           "  --log-y            logarithmic y axis (values <= 0 left out)\n"
           "  --size WxH         picture size in pixels (PNG) or points (SVG, PDF);\n"
           "                     default 720x460 per panel\n");

@@ -109,10 +109,14 @@ static void font(cairo_t *cr, double size, bool bold) {
   cairo_set_font_size(cr, size);
 }
 
-static void run_style(cairo_t *cr, int run) {
+/* Run r's colour, dashes and line width. With up to 4 runs the earlier ones
+ * are wider, so curves that coincide (the same training on another mesh)
+ * show as nested bands, not as the last one drawn. */
+static void run_style(cairo_t *cr, int run, int runs) {
   set_rgb(cr, plot_color(run));
   static const double dash[] = {6, 3};
   cairo_set_dash(cr, dash, run >= 10 ? 2 : 0, 0); // the palette's second round is dashed
+  cairo_set_line_width(cr, runs <= 4 ? 1.5 + 1.25 * (runs - 1 - run) : 1.5);
 }
 
 /* The legend: a strip across the top, entries (a line in the run's colour,
@@ -141,8 +145,7 @@ static double draw_legend(cairo_t *cr, const plot_figure *fig) {
     int row = row_of[r];
     if (r == 0 || row != row_of[r - 1]) x = (fig->width - row_w[row < 64 ? row : 63]) / 2;
     double base = y + row * row_h;
-    run_style(cr, r);
-    cairo_set_line_width(cr, 2.5);
+    run_style(cr, r, fig->runs);
     cairo_move_to(cr, x, base - 4);
     cairo_line_to(cr, x + swatch, base - 4);
     cairo_stroke(cr);
@@ -232,16 +235,12 @@ static void draw_axes(cairo_t *cr, rect pa, const axis *ax, const axis *ay) {
   cairo_stroke(cr);
 }
 
-/* One run's line (broken at NaN), and a dot per point when there are few.
- * With up to 4 runs the earlier ones are wider, so curves that coincide
- * (the same training on another mesh) show as nested bands, not as the last
- * one drawn. */
+/* One run's line (broken at NaN), and a dot per point when there are few. */
 static void draw_series(cairo_t *cr, rect pa, const axis *ax, const axis *ay,
                         const plot_series *s, int run, int runs) {
   int finite = 0;
   bool pen_down = false;
-  run_style(cr, run);
-  cairo_set_line_width(cr, runs <= 4 ? 1.5 + 1.25 * (runs - 1 - run) : 1.5);
+  run_style(cr, run, runs);
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   for (int i = 0; i < s->n; i++) {
     if (!isfinite(s->y[i])) {
