@@ -1,6 +1,7 @@
 /* model_graph.c — the programs `tessel train` runs and `tessel inspect`
  * shows: the training step (forward, loss, gradients, optimizer update) and
- * the evaluation forward, for the MLP, the MNIST CNN and the CIFAR CNN. */
+ * the evaluation forward, for the MLP, the MNIST CNN, the CIFAR CNN and the
+ * ResNets (tessel/nn.h ts_model_resnet). */
 #include "model_graph.h"
 
 #include <stdio.h>
@@ -23,9 +24,15 @@ static ts_tensor cifar_cnn(ts_nn *m, ts_tensor x) {
   return ts_nn_linear(m, "fc2", h, 256, 10, true); // (B, 10)
 }
 
-static ts_tensor build_model(ts_nn *m, int model, int channels, ts_tensor x) {
-  if (model == MODEL_GRAPH_MLP) return ts_model_mlp(m, x);
-  return channels == 3 ? cifar_cnn(m, x) : ts_model_mnist_cnn(m, x);
+static ts_tensor build_model(ts_nn *m, const model_graph_spec *o, ts_tensor x) {
+  int classes = o->classes ? o->classes : 10;
+  switch (o->model) {
+  case MODEL_GRAPH_MLP: return ts_model_mlp(m, x);
+  case MODEL_GRAPH_RESNET20: return ts_model_resnet(m, TS_RESNET20, x, classes);
+  case MODEL_GRAPH_RESNET18: return ts_model_resnet(m, TS_RESNET18, x, classes);
+  case MODEL_GRAPH_RESNET50: return ts_model_resnet(m, TS_RESNET50, x, classes);
+  default: return o->c == 3 ? cifar_cnn(m, x) : ts_model_mnist_cnn(m, x);
+  }
 }
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32,
@@ -41,7 +48,7 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
-  ts_tensor logits = build_model(&m, o->model, o->c, x);     // (B, 10)
+  ts_tensor logits = build_model(&m, o, x);                  // (B, classes)
   ts_tensor loss = ts_cross_entropy(g, logits, y);
   /* DDP: every replica reports the mean loss of the global batch */
   ts_tensor shown = o->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss;
@@ -69,14 +76,14 @@ fail:
   return NULL;
 }
 
-/* Evaluation forward: x (E,C,H,W) -> logits (E,10), training off. */
+/* Evaluation forward: x (E,C,H,W) -> logits (E,classes), training off. */
 ts_graph *model_eval_graph(const model_graph_spec *o, int64_t e, ts_params *p) {
   ts_graph *g = ts_graph_new();
   int64_t xs[4] = {e, o->c, o->h, o->w};
   ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);
   ts_nn m;
   ts_nn_init(&m, g, p, false, TS_NONE);
-  ts_tensor logits = build_model(&m, o->model, o->c, x);
+  ts_tensor logits = build_model(&m, o, x);
   if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0 || ts_nn_finish(&m) != 0) {
     ts_graph_free(g);
     return NULL;

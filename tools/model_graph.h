@@ -5,12 +5,13 @@
 
 #include "tessel/tessel.h"
 
-enum { MODEL_GRAPH_MLP, MODEL_GRAPH_CNN };
+enum { MODEL_GRAPH_MLP, MODEL_GRAPH_CNN, MODEL_GRAPH_RESNET20, MODEL_GRAPH_RESNET18, MODEL_GRAPH_RESNET50 };
 
 typedef struct {
   int model;         /* MODEL_GRAPH_*; the CNN is the CIFAR one when c == 3 */
   int64_t batch;
   int c, h, w;       /* image shape */
+  int classes;       /* logits per sample (0: 10) */
   ts_optim_config optim;
   /* DDP replica step (compile with ts_compile_options.replicas): batch is
    * this replica's share; gradients are averaged over the replicas in buckets
@@ -23,7 +24,7 @@ typedef struct {
  * i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is the
  * loss, the rest are the in-place updates. NULL on error (message set). */
 ts_graph *model_train_graph(const model_graph_spec *s, ts_params *p);
-/* The evaluation forward: x (batch,C,H,W) -> logits (batch,10), training off. */
+/* The evaluation forward: x (batch,C,H,W) -> logits (batch,classes), training off. */
 ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *p);
 
 /* The buffers a compiled step or evaluation program runs with, bound by input

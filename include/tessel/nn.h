@@ -69,8 +69,8 @@ typedef struct {
   ts_tensor seed;     /* rank-0 i64 input; TS_NONE disables dropout */
   uint64_t next_key;  /* rng key counter for dropout layers */
   int n_updates;
-  ts_tensor update_param[64];
-  ts_tensor update_value[64];
+  ts_tensor update_param[512]; /* ResNet-50 has 53 batch norms, 2 statistics each */
+  ts_tensor update_value[512];
 } ts_nn;
 
 void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor seed);
@@ -82,6 +82,10 @@ ts_tensor ts_nn_linear(ts_nn *m, const char *name, ts_tensor x, int64_t in, int6
 /* x (N, Cin, H, W) -> (N, Cout, OH, OW); weight (Cout, Cin, k, k). */
 ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k,
                        int stride, int pad, bool bias);
+/* The same with the weight's initializer given (NULL: PyTorch's default);
+ * the bias, if any, keeps PyTorch's default. */
+ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k,
+                            int stride, int pad, bool bias, const ts_init *w_init);
 /* (N, C, ...) batch norm with affine weight/bias and running stats
  * (momentum 0.1, eps 1e-5, PyTorch semantics: running var is unbiased). */
 ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c);
@@ -98,6 +102,22 @@ ts_tensor ts_model_mlp(ts_nn *m, ts_tensor x);
  * ReLU, max-pool 2, dropout 0.25, fc 9216-128, ReLU, dropout 0.5, fc 128-10.
  * x (B, 1, 28, 28) -> logits (B, 10). */
 ts_tensor ts_model_mnist_cnn(ts_nn *m, ts_tensor x);
+
+/* ResNets with torchvision's layer names (conv1, bn1, layer1.0.conv1,
+ * layer1.0.downsample.0, ..., fc) and initialization (convolutions Kaiming
+ * normal, fan_out, ReLU gain; batch-norm weight 1, bias 0; fc PyTorch's
+ * Linear default). x (B, C, H, W) f32 with any C -> logits (B, classes).
+ *  - resnet20: He et al. 2016's CIFAR layout: 3x3 stem of 16 channels,
+ *    stages of 16/32/64 channels with 3 BasicBlocks each, 1x1-conv + BN
+ *    projection shortcuts where the shape changes, global average pool.
+ *  - resnet18: the CIFAR variant: 3x3 stem of 64, no max-pool, stages
+ *    64/128/256/512 of 2 BasicBlocks (11.2 M parameters at 10 classes).
+ *  - resnet50: torchvision v1.5: 7x7/2 stem + 3x3/2 max-pool, Bottleneck
+ *    stages 3/4/6/3 (stride on the 3x3 conv) of 64..512 x4 channels (25.6 M
+ *    parameters at 1000 classes).
+ * An input too small for the strides is an error naming its size. */
+typedef enum { TS_RESNET20, TS_RESNET18, TS_RESNET50 } ts_resnet_kind;
+ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t classes);
 
 /* ---- optimizers ---- */
 typedef enum { TS_OPTIM_SGD, TS_OPTIM_ADAMW } ts_optim_kind;

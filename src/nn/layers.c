@@ -83,6 +83,11 @@ ts_tensor ts_nn_linear(ts_nn *m, const char *name, ts_tensor x, int64_t in, int6
 
 ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k, int stride,
                        int pad, bool bias) {
+  return ts_nn_conv2d_init(m, name, x, cin, cout, k, stride, pad, bias, NULL);
+}
+
+ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k, int stride,
+                            int pad, bool bias, const ts_init *w_init) {
   if (!nn_check(m, x, "conv2d", name)) return TS_NONE;
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (ts_tensor_rank(m->g, x) != 4 || xs[1] != cin) {
@@ -101,7 +106,7 @@ ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int
   if (!nn_pname(pn, sizeof pn, name, "weight")) return TS_NONE;
   int64_t fan_in = cin * k * k;
   int64_t wshape[4] = {cout, cin, k, k}; // OIHW
-  ts_tensor w = ts_params_use(m->p, m->g, pn, dt, 4, wshape, nn_fan_in(fan_in), true);
+  ts_tensor w = ts_params_use(m->p, m->g, pn, dt, 4, wshape, w_init ? *w_init : nn_fan_in(fan_in), true);
   if (w == TS_NONE) return TS_NONE;
   ts_conv_params cp = {.stride = {stride, stride}, .pad_lo = {pad, pad}, .pad_hi = {pad, pad}};
   ts_tensor y = ts_conv2d(m->g, x, w, &cp); // (N, Cout, OH, OW)
