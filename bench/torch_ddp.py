@@ -15,8 +15,11 @@ ranks every step.
                       [--optimizer adamw|sgd]
 
 Prints from rank 0:
-  RESULT torch-ddp <model> batch=<global B> procs=P steps=N median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
-(samples/s = global batch / median). Run it with
+  RESULT torch-ddp <model> batch=<global B> procs=P steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+         samples_per_s=.. final_loss=L
+(samples/s = global batch / median; L the last step's loss averaged over the
+ranks, after the timing: the global batch's loss, as torch_train_step.py's).
+Warm-up: 20 steps by default, as torch_train_step.py and bench_train_step. Run it with
 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=1 (as
 bench/run_ddp.sh does) so BLAS does not start its own extra threads.
 """
@@ -48,10 +51,15 @@ def bench(model, gb, steps, warmup, optimizer, rank, world):
     xs = xs[:, rank * b:(rank + 1) * b].contiguous()
     ys = ys[:, rank * b:(rank + 1) * b].contiguous()
     torch.manual_seed(1 + rank)  # independent dropout masks per rank
-    med, p25, p75 = time_steps(net, opt, xs, ys, steps, warmup)
+    med, p25, p75, last = time_steps(net, opt, xs, ys, steps, warmup)
+    # the global batch's loss: the mean of the ranks' (equal slices); outside the timing
+    mean = torch.tensor([last], dtype=torch.float64)
+    dist.all_reduce(mean)
+    final = mean.item() / world
     if rank == 0:
-        print(f"RESULT torch-ddp {model} batch={gb} procs={world} steps={steps} median_ms={med:.3f} "
-              f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * gb / med:.1f}", flush=True)
+        print(f"RESULT torch-ddp {model} batch={gb} procs={world} steps={steps} warmup={warmup} median_ms={med:.3f} "
+              f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * gb / med:.1f} final_loss={final:.9g}",
+              flush=True)
 
 
 def worker(rank, world, port, a):

@@ -7,8 +7,11 @@ with dropout), fp32, on random pre-generated data cycled over a few batches.
   usage: torch_train_step.py [--model mlp|cnn|all] [--steps N] [--warmup N]
                              [--threads N (2)] [--optimizer adamw|sgd]
 
-Prints, like the C benchmark:
-  RESULT torch <model> batch=B steps=N median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
+Prints, like the C benchmark (20 warm-up steps by default, as there):
+  RESULT torch <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
+         final_loss=L
+(L: the loss of the last step, %.9g; its own initialization, so it is not
+tessel's, but torch_ddp.py's MLP must end where this one ends).
 Run it with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (as
 bench/run_train_step.sh does) so BLAS does not start its own extra threads.
 """
@@ -46,8 +49,10 @@ def batches(b):
 
 
 def time_steps(net, opt, xs, ys, steps, warmup):
-    """Median, 25th and 75th percentile ms of one training step over the batches."""
+    """Median, 25th and 75th percentile ms of one training step over the batches,
+    and the last step's loss."""
     ms = []
+    last = float("nan")
     for t in range(warmup + steps):
         t0 = time.perf_counter()
         k = t % N_BATCHES
@@ -55,11 +60,11 @@ def time_steps(net, opt, xs, ys, steps, warmup):
         loss = nn.functional.cross_entropy(net(xs[k]), ys[k])
         loss.backward()
         opt.step()
-        loss.item()
+        last = loss.item()
         if t >= warmup:
             ms.append(1e3 * (time.perf_counter() - t0))
     ms.sort()
-    return ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]
+    return ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4], last
 
 
 def bench(model, b, steps, warmup, optimizer):
@@ -67,9 +72,9 @@ def bench(model, b, steps, warmup, optimizer):
     net = build(model).train()
     opt = make_optimizer(net.parameters(), optimizer)
     xs, ys = batches(b)
-    med, p25, p75 = time_steps(net, opt, xs, ys, steps, warmup)
-    print(f"RESULT torch {model} batch={b} steps={steps} median_ms={med:.3f} p25_ms={p25:.3f} "
-          f"p75_ms={p75:.3f} samples_per_s={1e3 * b / med:.1f}", flush=True)
+    med, p25, p75, last = time_steps(net, opt, xs, ys, steps, warmup)
+    print(f"RESULT torch {model} batch={b} steps={steps} warmup={warmup} median_ms={med:.3f} p25_ms={p25:.3f} "
+          f"p75_ms={p75:.3f} samples_per_s={1e3 * b / med:.1f} final_loss={last:.9g}", flush=True)
 
 
 def main():

@@ -16,10 +16,15 @@
  *
  * Random data (a few pre-generated batches, cycled); each timed step writes
  * the batch, executes and reads the loss back (a full synchronization).
- * Prints one line per model:
- *   RESULT tessel <model> batch=B steps=N median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- * (samples/s from the median). bench/run_train_step.sh compares it with
- * bench/torch_train_step.py. */
+ * Warm-up: 20 untimed steps by default, as bench/torch_train_step.py (both
+ * sides of a comparison warm up equally; the run scripts pass --warmup to
+ * both). Prints one line per model:
+ *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
+ *          final_loss=L
+ * (samples/s from the median; L the loss of the last step, %.9g: every
+ * configuration runs the same steps on the same data, so bench/run_ddp.sh
+ * checks that the multi-process ones end where one process ends).
+ * bench/run_train_step.sh compares it with bench/torch_train_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +86,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   for (int64_t i = 0; i < N_BATCHES * B; i++) yh[i] = (int32_t)(i * 7 % 10);
 
   double *ms = malloc((size_t)steps * sizeof *ms);
+  float final_loss = 0;
   for (int t = 0; t < warmup + steps; t++) {
     double t0 = now_s();
     int k = t % N_BATCHES;
@@ -95,7 +101,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     out[0] = io.result;
     for (int o = 1; o < n_out; o++) out[o] = NULL; // aliased to parameters
     if (ts_execute(exe, io.in, out) < 0) die("execute");
-    ts_buffer_read(io.result, &lossv, sizeof lossv);
+    if (ts_buffer_read(io.result, &lossv, sizeof lossv) < 0) die("reading the loss");
+    final_loss = lossv;
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
@@ -104,8 +111,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if (rank == 0) {
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
-    printf("RESULT %s %s batch=%lld procs=%d steps=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f samples_per_s=%.1f\n",
-           label[par], model, (long long)B, P, steps, med, p25, p75, 1e3 * (double)B / med);
+    printf("RESULT %s %s batch=%lld procs=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
+           "samples_per_s=%.1f final_loss=%.9g\n",
+           label[par], model, (long long)B, P, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss);
     fflush(stdout);
   }
   ts_mesh_free(mesh);
@@ -120,7 +128,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
 
 int main(int argc, char **argv) {
   const char *model = "all";
-  int steps = 0, warmup = 5, threads = 2;
+  int steps = 0, warmup = 20, threads = 2; /* warm-up: torch_train_step.py's */
   ts_optim_kind optim = TS_OPTIM_ADAMW;
   int par = PAR_NONE;
   int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64) */

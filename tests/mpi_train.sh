@@ -4,6 +4,18 @@
 #    the losses of 1 process x 4 devices (the hierarchical collectives add in
 #    the same order), and the 1-device curve within 1e-4 relative, 50 steps;
 #  - 3 processes (--oversubscribe: 2 + 1 + 1 devices, an uneven layout) the same;
+#    "exactly": every logged loss text (%.9g, which round-trips a float) is
+#    equal, and each is checked to be the %.9g form of a float, so a log
+#    printed with fewer digits cannot pass by rounding differences away;
+#  - FSDP over 2 processes (--mesh fsdp=2, fsdp=4, data=2,fsdp=2: weights and
+#    optimizer state sharded, all-gathered where used, gradients
+#    reduce-scattered) logs exactly the losses of the same mesh in one
+#    process, and the 1-device curve within 1e-4;
+#  - the MNIST CNN for 10 steps on --mesh data=2 over 2 processes follows the
+#    1-device CNN within 1e-4 (dropout partitioned: the same masks); with
+#    --parallel ddp it runs with identical replicas (each replica draws its
+#    own dropout masks by design, so its curve is not the 1-device one:
+#    tests/mpi_ddp.c checks DDP's CNN numbers without dropout);
 #  - --parallel ddp (one replica per process, 2 and 3 processes) follows the
 #    1-device curve within 1e-4, the replicas' parameters checked identical
 #    every 10 steps (--check-replicas);
@@ -37,12 +49,11 @@ mpi() { # mpi NP ARGS...: mpirun with NP processes, one kernel thread each
   shift
   TESSEL_NUM_THREADS=1 timeout -k 5 120 mpirun -n "$np" --oversubscribe --bind-to none "$@"
 }
-steps=(--model mlp --steps 50 --epochs 1 --eval-batch 5000)
-
 run() { # run NAME NP ARGS...: 50 MLP steps (NP 0: no mpirun), JSON log in $tmp/NAME.json
   local name="$1" np="$2"
   shift 2
-  local rc=0
+  local rc=0 steps=(--model mlp --steps 50 --epochs 1 --eval-batch 5000)
+  [ "${model:-mlp}" = cnn ] && steps=(--model cnn --steps 10 --epochs 1 --eval-batch 2000)
   if [ "$np" = 0 ]; then
     TESSEL_NUM_THREADS=2 "$tessel" train "${steps[@]}" --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
@@ -50,19 +61,35 @@ run() { # run NAME NP ARGS...: 50 MLP steps (NP 0: no mpirun), JSON log in $tmp/
     mpi "$np" "$tessel" train "${steps[@]}" --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   fi
-  if [ "$rc" -eq 0 ]; then ok "$name: train $* ($np processes) exits 0"; else bad "$name: exit $rc: $(tail -5 "$tmp/$name.err")"; fi
+  if [ "$rc" -eq 0 ]; then ok "$name: train ${steps[*]:0:2} $* ($np processes) exits 0"; else bad "$name: exit $rc: $(tail -5 "$tmp/$name.err")"; fi
 }
 
-compare() { # compare A B TOL: the two loss curves agree (TOL 0: exactly)
-  if /usr/bin/python3 - "$tmp/$1.json" "$tmp/$2.json" "$3" <<'PY'
-import json, sys
+compare() { # compare A B TOL [STEPS (50)]: the two loss curves agree (TOL 0: exactly)
+  if /usr/bin/python3 - "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-50}" <<'PY'
+import json, re, struct, sys
 def losses(path):
-    return [r["loss"] for r in map(json.loads, open(path)) if "loss" in r]
-a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
-assert len(a) == 50 and len(b) == 50, f"{len(a)} and {len(b)} steps logged"
-worst = max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b))
-print(f"  worst relative loss difference {worst:.3g}")
-assert worst <= tol, f"loss curves differ by {worst:.3g} (tolerance {tol})"
+    """(text, value) of every step's loss: the text as logged, the value parsed."""
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r:
+            out.append((re.search(r'"loss":([^,}]*)', line).group(1), r["loss"]))
+    return out
+a, b, tol, n = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+assert len(a) == n and len(b) == n, f"{len(a)} and {len(b)} steps logged, expected {n}"
+if tol == 0:
+    # exact: the logged texts are the floats' %.9g forms (a float round-trips
+    # through them), and they are equal; the parsed values too
+    for text, v in a + b:
+        f32 = struct.unpack("f", struct.pack("f", v))[0]
+        assert text == "%.9g" % f32, f"loss {text} is not a float printed with %.9g ('{'%.9g' % f32}')"
+    diff = [(i + 1, x[0], y[0]) for i, (x, y) in enumerate(zip(a, b)) if x[0] != y[0] or x[1] != y[1]]
+    assert not diff, f"{len(diff)} steps differ, first: step {diff[0][0]}: {diff[0][1]} vs {diff[0][2]}"
+    print(f"  all {n} losses bit-identical")
+else:
+    worst = max(abs(x[1] - y[1]) / max(1.0, abs(x[1])) for x, y in zip(a, b))
+    print(f"  worst relative loss difference {worst:.3g}")
+    assert worst <= tol, f"loss curves differ by {worst:.3g} (tolerance {tol})"
 PY
   then ok "$2 equals $1 (tolerance $3)"; else bad "$2 differs from $1 (tolerance $3)"; fi
 }
@@ -77,6 +104,15 @@ run mp4x3 3 --mesh data=4
 run mpdef 2
 run ddp2 2 --parallel ddp --check-replicas 10
 run ddp3 3 --parallel ddp --batch 126 --check-replicas 10
+run spf2 0 --mesh fsdp=2
+run spf4 0 --mesh fsdp=4
+run spdf 0 --mesh data=2,fsdp=2
+run mpf2 2 --mesh fsdp=2
+run mpf4 2 --mesh fsdp=4
+run mpdf 2 --mesh data=2,fsdp=2
+model=cnn run cnn1 0
+model=cnn run mpcnn 2 --mesh data=2
+model=cnn run cnnddp 2 --parallel ddp --check-replicas 5
 
 compare sp4 mp4 0
 compare sp22 mp22 0
@@ -86,6 +122,22 @@ compare one mp22 1e-4
 compare one mpdef 1e-4
 compare one ddp2 1e-4
 compare one126 ddp3 1e-4
+compare spf2 mpf2 0
+compare spf4 mpf4 0
+compare spdf mpdf 0
+compare one mpf2 1e-4
+compare one mpf4 1e-4
+compare one mpdf 1e-4
+compare cnn1 mpcnn 1e-4 10
+# DDP CNN: exit 0 with --check-replicas 5 (above) says the replicas stayed
+# identical; the loss is that of a training run
+if /usr/bin/python3 - "$tmp/cnnddp.json" <<'PY'
+import json, math, sys
+l = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(l) == 10 and all(math.isfinite(x) for x in l), f"losses {l}"
+assert sum(l[-3:]) < sum(l[:3]), f"loss did not decrease: {l}"
+PY
+then ok "DDP CNN: 10 finite, decreasing losses"; else bad "DDP CNN losses ($tmp/cnnddp.json)"; fi
 
 # only rank 0 prints; the default mesh under mpirun is data parallel over every device
 n=$(grep -c "epoch 1 done" "$tmp/mp4.out")

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # spmd_train.sh BUILD_DIR — `tessel train --mesh` computes what one device
-# computes: the MLP trained for 50 steps with --mesh data=8 (data parallel)
-# and --mesh data=4,model=2 (Megatron MLP on "model") logs the same loss
-# curve as without a mesh. Tolerance: |loss - loss_1| <= 1e-4 * max(1, loss_1)
-# at every step (f32; the partitioned sums add in another order).
+# computes: the MLP trained for 50 steps with --mesh data=8 (data parallel),
+# --mesh data=4,model=2 (Megatron MLP on "model"), --mesh fsdp=2, fsdp=4 and
+# data=2,fsdp=2 (FSDP: weights and optimizer state sharded on "fsdp"), and
+# the MNIST CNN (convolutions, pooling, dropout) for 10 steps with --mesh
+# data=2, log the same loss curve as without a mesh. Tolerance:
+# |loss - loss_1| <= 1e-4 * max(1, loss_1) at every step (f32; the
+# partitioned sums add in another order; measured about 2e-7).
 set -u
 build="${1:?usage: spmd_train.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -14,31 +17,44 @@ failed=0
 ok() { passed=$((passed + 1)); echo "ok   $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 
-run() { # run NAME ARGS...: 50 MLP steps, JSON log in $tmp/NAME.json
-  local name="$1"
-  shift
+run() { # run NAME MODEL STEPS ARGS...: a short run, JSON log in $tmp/NAME.json
+  local name="$1" model="$2" steps="$3"
+  shift 3
   local rc=0
-  TESSEL_NUM_THREADS=2 "$tessel" train --model mlp --steps 50 --epochs 1 --eval-batch 2000 \
+  TESSEL_NUM_THREADS=2 "$tessel" train --model "$model" --steps "$steps" --epochs 1 --eval-batch 2000 \
     --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  if [ "$rc" -eq 0 ]; then ok "train $* exits 0"; else bad "train $* exit $rc: $(tail -3 "$tmp/$name.err")"; fi
+  if [ "$rc" -eq 0 ]; then ok "train --model $model $* exits 0"; else bad "train --model $model $* exit $rc: $(tail -3 "$tmp/$name.err")"; fi
 }
 
-run one
-run dp --mesh data=8
-run mp --mesh data=4,model=2
-
-for name in dp mp; do
-  if /usr/bin/python3 - "$tmp/one.json" "$tmp/$name.json" <<'PY'
+compare() { # compare REF NAME STEPS: NAME's loss curve follows REF's within 1e-4
+  if /usr/bin/python3 - "$tmp/$1.json" "$tmp/$2.json" "$3" <<'PY'
 import json, sys
 def losses(path):
     return [r["loss"] for r in map(json.loads, open(path)) if "loss" in r]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == 50 and len(b) == 50, f"{len(a)} and {len(b)} steps logged"
+a, b, n = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+assert len(a) == n and len(b) == n, f"{len(a)} and {len(b)} steps logged, expected {n}"
 worst = max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b))
-print(f"worst relative loss difference {worst:.3g}")
+print(f"  worst relative loss difference {worst:.3g}")
 assert worst <= 1e-4, f"loss curves differ by {worst:.3g}"
 PY
-  then ok "$name loss curve equals 1 device"; else bad "$name loss curve differs from 1 device"; fi
+  then ok "$2 loss curve equals 1 device"; else bad "$2 loss curve differs from 1 device"; fi
+}
+
+run one mlp 50
+run dp mlp 50 --mesh data=8
+run mp mlp 50 --mesh data=4,model=2
+run fsdp2 mlp 50 --mesh fsdp=2
+run fsdp4 mlp 50 --mesh fsdp=4
+run dfsdp mlp 50 --mesh data=2,fsdp=2
+run cnn_one cnn 10
+run cnn_dp cnn 10 --mesh data=2
+
+for name in dp mp fsdp2 fsdp4 dfsdp; do compare one "$name" 50; done
+compare cnn_one cnn_dp 10
+# the runs really were partitioned (a mesh flag ignored would pass the above)
+for pair in "dp:mesh data=8 on 8" "fsdp4:mesh fsdp=4 on 4" "dfsdp:mesh data=2,fsdp=2 on 4" "cnn_dp:mesh data=2 on 2"; do
+  if grep -q "${pair#*:} virtual CPU devices" "$tmp/${pair%%:*}.out"; then ok "${pair%%:*} ran on its mesh"; else
+    bad "${pair%%:*}: no '${pair#*:} virtual CPU devices' in: $(grep -m1 SPMD "$tmp/${pair%%:*}.out")"; fi
 done
 
 # errors name the flag

@@ -5,12 +5,14 @@
  * each process's blocks); the global order is the same for every
  * mesh, process count, worker count and prefetch depth; a restored loader
  * replays the uninterrupted run bit for bit; errors for bad shardings;
- * metrics; the progress display. */
+ * metrics; prefetching reads ahead while the consumer holds a batch (counted,
+ * no timing); the progress display. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>   /* nanosleep */
+#include <pthread.h> /* test_overlap: a counting source */
+#include <time.h>    /* clock_gettime: the hang guard of test_overlap */
 #include <unistd.h> /* mkdtemp, unlink, rmdir */
 
 #include "harness.h"
@@ -598,32 +600,75 @@ static void test_source_error(void) {
   ts_loader_free(l);
 }
 
-/* Prefetching overlaps reading with the step: a source that takes 6 ms per
- * batch and a "step" of 12 ms leave the consumer waiting only for the first
- * batch (a synchronous loader would wait a third of the time). */
-static int slow_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {
+/* Prefetching overlaps reading with the step, deterministically: while the
+ * consumer holds batch i (its "step"), the workers read the samples of
+ * batches i+1 .. i+prefetch without the consumer calling the loader, and no
+ * further (the ring is bounded). The source counts the samples read under a
+ * lock and signals a condition variable; after each ts_loader_next the test
+ * waits, without touching the loader, until the count reaches the end of
+ * batch i + prefetch, then checks it stays there. A loader that reads only
+ * inside ts_loader_next never gets there: the wait gives up after 60 s and
+ * fails (a guard against hanging, not a time measurement). No sample is read
+ * on the consumer's thread. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int64_t read;        /* samples read so far */
+  int64_t on_consumer; /* of which on the consumer's thread */
+  pthread_t consumer;
+} g_reads = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static int counting_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {
   (void)s;
-  struct timespec ts = {0, 1500000}; /* 1.5 ms */
-  nanosleep(&ts, NULL);
   memset(pixels, (int)i, SAMPLE);
   *label = 0;
+  pthread_mutex_lock(&g_reads.mu);
+  g_reads.read++;
+  g_reads.on_consumer += pthread_equal(pthread_self(), g_reads.consumer) != 0;
+  pthread_cond_broadcast(&g_reads.cv); /* wakes the consumer waiting for a count */
+  pthread_mutex_unlock(&g_reads.mu);
   return 0;
 }
 
-static void test_overlap(void) {
-  ts_source s = {.name = "slow", .n = 64, .c = C, .h = H, .w = W, .num_classes = 1, .get = slow_get};
-  ts_loader_options o = base_opts(4);
-  o.workers = 1, o.prefetch = 2;
-  ts_loader *l = ts_loader_new(&s, &o);
-  for (int i = 0; l && i < 12; i++) {
-    CHECK(ts_loader_next(l) != NULL, "%s", ts_last_error());
-    struct timespec ts = {0, 12000000}; /* the step */
-    nanosleep(&ts, NULL);
+/* Waits until at least `want` samples were read (or 60 s passed); returns the count. */
+static int64_t wait_reads(int64_t want) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 60;
+  pthread_mutex_lock(&g_reads.mu);
+  while (g_reads.read < want && pthread_cond_timedwait(&g_reads.cv, &g_reads.mu, &deadline) == 0) {
   }
-  ts_loader_stats st;
-  ts_loader_get_stats(l, &st);
-  CHECK(st.wait_s < 0.15 * (st.elapsed_s + 0.012), "waited %.1f ms of %.1f ms: the next batch is not prefetched",
-        1e3 * st.wait_s, 1e3 * st.elapsed_s);
+  int64_t n = g_reads.read;
+  pthread_mutex_unlock(&g_reads.mu);
+  return n;
+}
+
+static void test_overlap(void) {
+  enum { BATCH = 4, PREFETCH = 2, STEPS = 12 }; /* 64 samples: 16 batches, one epoch */
+  ts_source s = {.name = "counting", .n = 64, .c = C, .h = H, .w = W, .num_classes = 1, .get = counting_get};
+  ts_loader_options o = base_opts(BATCH);
+  o.workers = 1, o.prefetch = PREFETCH;
+  g_reads.consumer = pthread_self();
+  ts_loader *l = ts_loader_new(&s, &o);
+  CHECK(l != NULL, "%s", ts_last_error());
+  for (int i = 0; l && i < STEPS; i++) {
+    const ts_loader_batch *b = ts_loader_next(l);
+    CHECK(b != NULL && ts_batch_step(b) == i, "batch %d: %s", i, ts_last_error());
+    /* the step: batches i+1 .. i+PREFETCH are read meanwhile */
+    int64_t want = (int64_t)(i + 1 + PREFETCH) * BATCH;
+    int64_t got = wait_reads(want);
+    CHECK(got >= want, "holding batch %d, the workers read %lld samples; batches up to %d (%lld samples) should "
+          "be prefetched", i, (long long)got, i + PREFETCH, (long long)want);
+    if (got < want) break;
+    /* ...and no further than the ring allows, until the consumer moves on.
+     * The worker, blocked on the claim window, cannot add to the count; a
+     * loader that reads ahead without bound would have exceeded it here. */
+    CHECK(got == want, "holding batch %d, %lld samples read: more than %d batches ahead", i, (long long)got,
+          PREFETCH);
+  }
+  pthread_mutex_lock(&g_reads.mu);
+  CHECK(g_reads.on_consumer == 0, "%lld samples were read on the consumer's thread", (long long)g_reads.on_consumer);
+  pthread_mutex_unlock(&g_reads.mu);
   ts_loader_free(l);
 }
 
