@@ -172,6 +172,10 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   const ts_node *n = &src->nodes[id];
   int ne = s->n_ext[id];
   int32_t *in = malloc(((size_t)ne + 1) * sizeof *in);
+  if (!in) {
+    ts_oom("compile: a fused node's operands", ((size_t)ne + 1) * sizeof *in);
+    return TS_NONE;
+  }
   for (int k = 0; k < ne; k++) in[k] = map[s->ext[id][k]];
   ts_attr attr;
   memset(&attr, 0, sizeof attr);
