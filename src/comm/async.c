@@ -81,7 +81,7 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   if (d->worker) return d->worker;
   comm_worker *w = calloc(1, sizeof *w);
   if (!w) {
-    ts_set_error("all_reduce_start: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "all_reduce_start: out of memory");
     return NULL;
   }
   w->c = c;

@@ -129,7 +129,7 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
   if (!req || !owner) {
     free(req);
     free(owner);
-    return ts_set_error("%s: out of memory for %d messages", what, count);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
   pthread_mutex_lock(&n->mu);
@@ -217,7 +217,7 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
     return 0;
   }
   net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
-  if (!m) return ts_set_error("%s: out of memory", what);
+  if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int k = 0;
   for (int p = 0; p < n->size; p++) {
     if (p == n->rank) continue;

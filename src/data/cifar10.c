@@ -77,7 +77,7 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
   if (labels) out->labels = labels;
   if (!images || !labels) {
     free(buf);
-    return ts_set_error("%s: out of memory for %lld images", path, (long long)(n0 + recs));
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld images", path, (long long)(n0 + recs));
   }
   for (int64_t r = 0; r < recs; r++) {
     const uint8_t *rec = buf + r * TS_CIFAR10_RECORD;

@@ -104,7 +104,7 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
 
   uint8_t *buf = malloc((size_t)numel);
   if (!buf) {
-    ts_set_error("%s: out of memory for %lld bytes of data", path, (long long)numel);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes of data", path, (long long)numel);
     goto fail;
   }
   got = idx_read_full(f, path, buf, numel);

@@ -270,7 +270,7 @@ static int ld_setup_placement(ts_loader *l) {
   ld_process_devices(N, P, p, &first, &count);
   l->nlocal = (int)count;
   l->local_ids = calloc((size_t)l->nlocal, sizeof *l->local_ids);
-  if (!l->local_ids) return ts_set_error("loader: out of memory");
+  if (!l->local_ids) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int d = 0; d < l->nlocal; d++) l->local_ids[d] = (int)(first + d);
 
   for (int k = 0; k < N_IN; k++) {
@@ -278,7 +278,7 @@ static int ld_setup_placement(ts_loader *l) {
     in->start = calloc((size_t)l->nlocal, sizeof *in->start);
     in->limit = calloc((size_t)l->nlocal, sizeof *in->limit);
     in->alias = calloc((size_t)l->nlocal, sizeof *in->alias);
-    if (!in->start || !in->limit || !in->alias) return ts_set_error("loader: out of memory");
+    if (!in->start || !in->limit || !in->alias) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     for (int d = 0; d < l->nlocal; d++) {
       if (in->sh) {
         if (ts_sharding_shard_range(in->sh, in->shape, l->local_ids[d], in->start[d], in->limit[d]) < 0)
@@ -320,7 +320,7 @@ static int ld_setup_placement(ts_loader *l) {
 
 static int ld_alloc_slots(ts_loader *l) {
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  if (!l->slots) return ts_set_error("loader: out of memory");
+  if (!l->slots) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int s = 0; s < l->nslots; s++) {
     ts_loader_batch *b = &l->slots[s];
     b->l = l;
@@ -328,14 +328,16 @@ static int ld_alloc_slots(ts_loader *l) {
     b->x = ld_alloc((size_t)(l->rows * l->sample) * sizeof(float));
     b->y = ld_alloc((size_t)l->rows * sizeof(int32_t));
     b->mask = ld_alloc((size_t)l->rows * sizeof(float));
-    if (!b->index || !b->x || !b->y || !b->mask) return ts_set_error("loader: out of memory for batches");
+    if (!b->index || !b->x || !b->y || !b->mask) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                                                                          "loader: out of memory for batches");
     void *base[N_IN] = {b->x, b->y, b->mask};
     for (int k = 0; k < N_IN; k++) {
       b->block[k] = calloc((size_t)l->nlocal, sizeof(void *));
-      if (!b->block[k]) return ts_set_error("loader: out of memory");
+      if (!b->block[k]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
       for (int d = 0; d < l->nlocal; d++) {
         b->block[k][d] = l->in[k].alias[d] ? base[k] : ld_alloc(l->in[k].shard_bytes);
-        if (!b->block[k][d]) return ts_set_error("loader: out of memory for %s blocks", in_names[k]);
+        if (!b->block[k][d]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                                                      "loader: out of memory for %s blocks", in_names[k]);
       }
     }
   }
@@ -520,7 +522,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   }
   ts_loader *l = calloc(1, sizeof *l);
   if (!l) {
-    ts_set_error("loader: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     return NULL;
   }
   l->src = src;
@@ -554,7 +556,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   l->orders = calloc((size_t)l->norders, sizeof *l->orders);
   l->threads = calloc((size_t)l->o.workers, sizeof *l->threads);
   if (!l->orders || !l->threads) {
-    ts_set_error("loader: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     goto fail;
   }
   for (int t = 0; t < l->o.workers; t++) {

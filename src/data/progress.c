@@ -9,6 +9,7 @@
 #include <unistd.h> /* isatty, fileno */
 
 #include "tessel/loader.h"
+#include "util/error.h" /* ts_oom */
 
 #define BAR_WIDTH 24
 #define BAR_REDRAW_S 0.1 /* at most 10 redraws a second */
@@ -47,7 +48,10 @@ static const char *pg_duration(double s, char *buf, size_t n) {
 ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label, int64_t total,
                              double interval_s) {
   ts_progress *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
+  if (!p) {
+    ts_oom("ts_progress_new", sizeof *p);
+    return NULL;
+  }
   p->out = out ? out : stdout;
   p->bar = mode == TS_PROGRESS_BAR || (mode == TS_PROGRESS_AUTO && isatty(fileno(p->out)));
   snprintf(p->label, sizeof p->label, "%s", label ? label : "");

@@ -170,7 +170,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
     w_i32(&w, g->outputs[o]);
     w_i32(&w, g->alias ? g->alias[o] : -1);
   }
-  if (w.oom) return ts_set_error("graph_serialize: out of memory (%zu bytes written)", *len);
+  if (w.oom) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "graph_serialize: out of memory (%zu bytes written)", *len);
   return 0;
 }
 

@@ -109,7 +109,7 @@ static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int
 oom:
   free(ins);
   free(ext);
-  return ts_set_error("compile: out of memory building a fused program");
+  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory building a fused program");
 }
 
 /* Marks producer t as a candidate of the group at root (only elementwise
@@ -127,7 +127,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   if (!wanted || !scratch) {
     free(wanted);
     free(scratch);
-    return ts_set_error("compile: out of memory in fusion");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
   }
   for (int i = 0; i < nn; i++) wanted[i] = -1;
   int32_t *slot = scratch, *stamp = scratch + nn, *cslot = scratch + 2 * nn, *cstamp = scratch + 3 * nn;
@@ -197,7 +197,7 @@ ts_graph *opt_fuse(const ts_graph *g, int *changed) {
   s.n_ext = calloc((size_t)nn + 1, sizeof *s.n_ext);
   ts_graph *out = NULL;
   if (!s.group || !s.prog || !s.ext || !s.n_ext) {
-    ts_set_error("compile: out of memory in fusion");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
   for (int i = 0; i < nn; i++) s.group[i] = -1;

@@ -51,7 +51,7 @@ static int share(int total, int procs, int p) { return total / procs + (p < tota
 static int layout(ts_client *c, int nlocal) {
   int P = c->process_count, me = c->process_index;
   int *counts = calloc((size_t)P, sizeof *counts);
-  if (!counts) return ts_set_error("client: out of memory");
+  if (!counts) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   if (net_allgather(c->net, &nlocal, counts, sizeof nlocal, c->timeout_ms,
                     "client: exchanging device counts between processes") < 0) {
     free(counts);
@@ -68,7 +68,7 @@ static int layout(ts_client *c, int nlocal) {
   c->device_process = calloc((size_t)total, sizeof *c->device_process);
   if (!c->device_process) {
     free(counts);
-    return ts_set_error("client: out of memory");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   }
   for (int p = 0, d = 0; p < P; p++)
     for (int i = 0; i < counts[p]; i++, d++) {
@@ -113,7 +113,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   if (n < 1) n = 1;
   ts_client *c = calloc(1, sizeof *c);
   if (!c) {
-    ts_set_error("client: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     return NULL;
   }
   c->net = net;
@@ -121,7 +121,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   c->process_index = me;
   if (timeout_ms(opts, P > 1, &c->timeout_ms) < 0 || layout(c, ndev) < 0 ||
       !(c->devs = calloc((size_t)c->num_devices, sizeof *c->devs))) {
-    if (!c->devs && c->device_process) ts_set_error("client: out of memory");
+    if (!c->devs && c->device_process) ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     ts_client_free(c);
     return NULL;
   }

@@ -164,7 +164,7 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
   bool *fresh = calloc((size_t)g->n_outputs + 1, sizeof *fresh);
   int rc = -1;
   if (!bufs || !fresh) {
-    ts_set_error("execute: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory");
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;
