@@ -233,9 +233,9 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "",
                               peers[j]);
     }
-    return ts_set_error("%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
-                        "that never arrived; the communicator is unusable now",
-                        what, device, ms, phase, missing);
+    return ts_set_error_code(TS_ERR_TIMEOUT, "%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
+                             "that never arrived; the communicator is unusable now",
+                             what, device, ms, phase, missing);
   }
   return 0;
 }

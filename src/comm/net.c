@@ -48,7 +48,7 @@ static int mpi_error(const char *what, int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  return ts_set_error("%s: MPI error: %.*s", what, len, msg);
+  return ts_set_error_code(TS_ERR_IO, "%s: MPI error: %.*s", what, len, msg);
 }
 
 ts_net *net_world(bool *failed) {
@@ -184,9 +184,10 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
       pthread_mutex_unlock(&n->mu);
       free(req);
       free(owner);
-      return ts_set_error("%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs or "
-                          "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
-                          what, n->rank, timeout_ms / 1000.0, who);
+      return ts_set_error_code(TS_ERR_TIMEOUT,
+                               "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs or "
+                               "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
+                               what, n->rank, timeout_ms / 1000.0, who);
     }
     /* poll hard for about 100 us (a peer that is just behind answers within
      * that), then yield, then sleep in short naps: a thread that waits long

@@ -137,14 +137,14 @@ static int mkdir_p(const char *dir) {
       char c = *p;
       *p = '\0';
       if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return ts_set_error("compile cache: cannot create directory '%s': %s", path, strerror(errno));
+        return ts_set_error_code(TS_ERR_IO, "compile cache: cannot create directory '%s': %s", path, strerror(errno));
       *p = c;
       if (!c) break;
     }
   }
   struct stat st;
   if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-    return ts_set_error("compile cache: '%s' is not a directory", dir);
+    return ts_set_error_code(TS_ERR_IO, "compile cache: '%s' is not a directory", dir);
   return 0;
 }
 

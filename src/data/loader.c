@@ -46,6 +46,7 @@ struct ts_loader_batch {
   void **block[N_IN];      // [input][local device] padded staging blocks (or aliases)
   bool failed;
   char err[512];
+  ts_status err_code;      // of err: carried from the worker to the consumer
 };
 
 typedef struct {
@@ -480,10 +481,11 @@ static void *ld_worker(void *arg) {
     pthread_mutex_unlock(&l->mu);
 
     double t0 = ld_now();
-    int rc = oom || !pix ? ts_set_error("loader: out of memory") : ld_fill(l, b, order, pix);
+    int rc = oom || !pix ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory") : ld_fill(l, b, order, pix);
     if (rc < 0) {
       b->failed = true;
       snprintf(b->err, sizeof b->err, "%s", ts_last_error());
+      b->err_code = ts_last_error_code();
     }
     double t1 = ld_now();
 
@@ -636,7 +638,7 @@ const ts_loader_batch *ts_loader_next(ts_loader *l) {
   double t1 = ld_now();
   l->st_wait += t1 - t0;
   if (b->failed) {
-    ts_set_error("%s", b->err);
+    ts_set_error_code(b->err_code, "%s", b->err);
     pthread_mutex_unlock(&l->mu);
     return NULL;
   }
@@ -755,15 +757,12 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
     size_t bytes = (size_t)ts_shape_numel(in->rank, ext) * es;
     void *packed = NULL;
     if (padded && !(packed = malloc(bytes + 1)))
-      return ts_set_error("ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                               "ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
     if (packed) ld_pack_block(b->block[k][d], in->shard_shape, ext, in->rank, es, packed);
     int rc = ts_buffer_write_shard(dst, l->local_ids[d], packed ? packed : b->block[k][d], bytes);
     free(packed);
-    if (rc < 0) {
-      char msg[600];
-      snprintf(msg, sizeof msg, "%s", ts_last_error());
-      return ts_set_error("ts_batch_upload: input '%s', device %d: %s", name, l->local_ids[d], msg);
-    }
+    if (rc < 0) return ts_set_error_context("ts_batch_upload: input '%s', device %d", name, l->local_ids[d]);
   }
   return 0;
 }
@@ -846,25 +845,22 @@ int ts_loader_save_file(const ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   ts_loader_save(l, st);
   FILE *f = fopen(path, "wb");
-  if (!f) return ts_set_error("%s: cannot open for writing", path);
+  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open for writing", path);
   size_t w = fwrite(st, 1, sizeof st, f);
-  if (fclose(f) != 0 || w != sizeof st) return ts_set_error("%s: write failed", path);
+  if (fclose(f) != 0 || w != sizeof st) return ts_set_error_code(TS_ERR_IO, "%s: write failed", path);
   return 0;
 }
 
 int ts_loader_restore_file(ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   FILE *f = fopen(path, "rb");
-  if (!f) return ts_set_error("%s: cannot open", path);
+  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open", path);
   size_t r = fread(st, 1, sizeof st, f);
   fclose(f);
   if (r != sizeof st)
-    return ts_set_error("%s: truncated loader state: %zu bytes, expected %d", path, r, TS_LOADER_STATE_BYTES);
-  if (ts_loader_restore(l, st) < 0) {
-    char msg[600];
-    snprintf(msg, sizeof msg, "%s", ts_last_error());
-    return ts_set_error("%s: %s", path, msg);
-  }
+    return ts_set_error_code(TS_ERR_IO,
+                             "%s: truncated loader state: %zu bytes, expected %d", path, r, TS_LOADER_STATE_BYTES);
+  if (ts_loader_restore(l, st) < 0) return ts_set_error_context("%s", path);
   return 0;
 }
 

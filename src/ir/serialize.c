@@ -474,9 +474,7 @@ ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *po
     return NULL;
   }
   if (ts_graph_verify(g) < 0) {
-    char msg[900];
-    snprintf(msg, sizeof msg, "%s", ts_last_error());
-    ts_set_error("graph_deserialize: the graph read back does not verify: %s", msg);
+    ts_set_error_context("graph_deserialize: the graph read back does not verify");
     ts_graph_free(g);
     return NULL;
   }

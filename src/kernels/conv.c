@@ -267,9 +267,9 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
     }
     if (s) {
       if (conv_run(s, in, out))
-        return ts_set_error("%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
-                            ts_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H,
-                            (long long)q.W, (long long)q.O);
+        return ts_set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
+                                 ts_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
+                                 (long long)q.O);
       return 0;
     }
   }

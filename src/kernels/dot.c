@@ -273,7 +273,7 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
                              {DNNL_ARG_SCRATCHPAD, s->ms}};
   if (dnnl_primitive_execute(s->prim, stream, s->ms ? 4 : 3, args) != dnnl_success ||
       dnnl_stream_wait(stream) != dnnl_success)
-    return ts_set_error("dot_general: oneDNN matmul failed for (%lld x %lld x %lld)", (long long)M,
-                        (long long)va.size[2], (long long)N);
+    return ts_set_error_code(TS_ERR_INTERNAL, "dot_general: oneDNN matmul failed for (%lld x %lld x %lld)",
+                             (long long)M, (long long)va.size[2], (long long)N);
   return 0;
 }

@@ -268,12 +268,10 @@ ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt
   return t;
 }
 
-/* Sets "parameter <name>: <what> failed: <the runtime's message>" (the
- * message is copied first: ts_set_error writes the buffer it comes from). */
+/* Sets "parameter <name>: <what> failed: <the runtime's message>", keeping
+ * the runtime's code. */
 static int params_fail(const params_entry *e, const char *what) {
-  char cause[512];
-  snprintf(cause, sizeof cause, "%s", ts_last_error());
-  return ts_set_error("parameter %s: %s failed: %s", e->name, what, cause);
+  return ts_set_error_context("parameter %s: %s failed", e->name, what);
 }
 
 /* A hash of the host copy, 8 bytes at a time (only compared with itself). */

@@ -176,14 +176,15 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
   mine.hash = ts_cache_hash64(text, mine.len, 0);
   snprintf(mine.head, sizeof mine.head, "%s", text);
   same_rec *all = calloc((size_t)c->process_count, sizeof *all);
-  if (!all) return ts_set_error("%s: out of memory", what);
+  if (!all) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int rc = net_allgather(c->net, &mine, all, sizeof mine, c->timeout_ms, what);
   for (int p = 1; rc == 0 && p < c->process_count; p++)
     if (all[p].hash != all[0].hash || all[p].len != all[0].len)
-      rc = ts_set_error("%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
-                        "(hash %016llx); every process must run the same configuration",
-                        what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
-                        (unsigned long long)all[p].hash);
+      rc = ts_set_error_code(TS_ERR_MISMATCH,
+                             "%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
+                             "(hash %016llx); every process must run the same configuration",
+                             what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
+                             (unsigned long long)all[p].hash);
   free(all);
   return rc;
 }

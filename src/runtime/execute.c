@@ -99,12 +99,16 @@ typedef struct {
   ts_buffer **bufs;
   int rc;
   char msg[512];
+  ts_status code; /* of msg: carried to the calling thread */
 } dev_job;
 
 static void *dev_thread(void *arg) {
   dev_job *j = arg;
   j->rc = run_device(j->e, j->dev, j->inputs, j->bufs);
-  if (j->rc) snprintf(j->msg, sizeof j->msg, "device %d: %s", j->dev, ts_last_error());
+  if (j->rc) {
+    snprintf(j->msg, sizeof j->msg, "device %d: %s", j->dev, ts_last_error());
+    j->code = ts_last_error_code();
+  }
   return NULL;
 }
 
@@ -120,14 +124,15 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
     free(jobs);
     free(th);
     free(started);
-    return ts_set_error("execute: out of memory starting %d device threads", n);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting %d device threads", n);
   }
-  for (int i = 0; i < n; i++) jobs[i] = (dev_job){e->dev[first + i], first + i, inputs, bufs, 0, ""};
+  for (int i = 0; i < n; i++) jobs[i] = (dev_job){e->dev[first + i], first + i, inputs, bufs, 0, "", TS_OK};
   int rc = 0;
   for (int i = 1; i < n; i++) {
     if (pthread_create(&th[i], NULL, dev_thread, &jobs[i]) != 0) {
       jobs[i].rc = -1;
       snprintf(jobs[i].msg, sizeof jobs[i].msg, "execute: could not start the thread of device %d", first + i);
+      jobs[i].code = TS_ERR_OUT_OF_MEMORY; /* pthread_create: no resources for another thread */
       continue;
     }
     started[i] = true;
@@ -136,7 +141,7 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
   for (int i = 1; i < n; i++)
     if (started[i]) pthread_join(th[i], NULL);
   for (int i = 0; i < n && !rc; i++)
-    if (jobs[i].rc) rc = ts_set_error("%s", jobs[i].msg);
+    if (jobs[i].rc) rc = ts_set_error_code(jobs[i].code, "%s", jobs[i].msg);
   free(jobs);
   free(th);
   free(started);

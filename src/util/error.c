@@ -56,13 +56,6 @@ int ts_set_error_context(const char *fmt, ...) {
   return -1;
 }
 
-void ts_error_save(ts_error_state *e) {
-  e->code = last_code;
-  snprintf(e->msg, sizeof e->msg, "%s", last_error);
-}
-
-int ts_error_restore(const ts_error_state *e) { return ts_set_error_code(e->code, "%s", e->msg); }
-
 const char *ts_last_error(void) { return last_error; }
 
 ts_status ts_last_error_code(void) { return last_code; }

@@ -16,8 +16,8 @@
  *                         code with TS_ERR_INVALID_ARGUMENT, so re-raising
  *                         sites use ts_set_error_context.
  * A message handed from one thread to another (device threads, loader
- * workers, the async all-reduce worker) carries its code with it
- * (ts_error_save / ts_error_restore). */
+ * workers, the async all-reduce worker) is stored with its code and re-raised
+ * with ts_set_error_code(code, "%s", msg). */
 #ifndef TS_UTIL_ERROR_H
 #define TS_UTIL_ERROR_H
 
@@ -35,14 +35,5 @@ int ts_oom(const char *what, size_t bytes);
  * (TS_ERR_INTERNAL if no error was set: a callee failed without saying why);
  * returns -1. */
 int ts_set_error_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The current message and code, copied so another thread can re-raise them. */
-typedef struct {
-  ts_status code;
-  char msg[1024];
-} ts_error_state;
-void ts_error_save(ts_error_state *e);
-/* Sets the calling thread's error to *e; returns -1. */
-int ts_error_restore(const ts_error_state *e);
 
 #endif
