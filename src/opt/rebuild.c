@@ -37,7 +37,8 @@ int opt_set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map) {
   dst->cap_outputs = dst->n_outputs = src->n_outputs;
   for (int i = 0; i < src->n_outputs; i++) {
     int32_t t = map[src->outputs[i]];
-    if (t < 0) return ts_set_error("compile: a pass dropped output %d (node %d)", i, src->outputs[i]);
+    if (t < 0) return ts_set_error_code(TS_ERR_INTERNAL,
+                                        "compile: a pass dropped output %d (node %d)", i, src->outputs[i]);
     dst->outputs[i] = t;
     dst->alias[i] = src->alias ? src->alias[i] : -1;
   }
@@ -61,8 +62,9 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
     if (r == OPT_KEEP) {
       for (int i = 0; i < n->n_in; i++)
         if (map[n->in[i]] < 0) {
-          ts_set_error("compile: node %d (%s) uses node %d which a pass dropped", id, ts_op_name(n->op),
-                       n->in[i]);
+          ts_set_error_code(TS_ERR_INTERNAL,
+                            "compile: node %d (%s) uses node %d which a pass dropped", id, ts_op_name(n->op),
+                            n->in[i]);
           goto fail;
         }
       if ((r = opt_copy_node(dst, src, id, map)) == TS_NONE) goto fail;
