@@ -1,23 +1,54 @@
-/* tessel/core.h — errors, dtypes and shapes shared by every layer of the API.
+/* tessel/core.h — errors, dtypes and shapes shared by every layer of the API,
+ * and the rules every header follows.
  *
- * Error convention: functions that can fail return an int status (0 = ok,
- * -1 = error) or a handle/tensor (NULL / TS_NONE on error) and leave, per
- * thread, a readable message in ts_last_error() and its class in
- * ts_last_error_code(). The library never exits and never aborts (the one
- * exception is the documented ts_client_abort, which ends the whole MPI job);
- * every allocation failure is reported as TS_ERR_OUT_OF_MEMORY.
+ * Errors: functions that can fail return an int status (0 = ok, -1 = error)
+ * or a handle/tensor (NULL / TS_NONE on error) and leave, per thread, a
+ * readable message in ts_last_error() and its class in ts_last_error_code().
+ * The library never exits and never aborts: the one exception is
+ * ts_client_abort, whose purpose is to end the whole MPI job. Every failed
+ * allocation is reported (TS_ERR_OUT_OF_MEMORY) and leaves the objects
+ * involved as they were or safe to free.
  *
- * Ownership: a function named *_new, *_from_*, *_compile, *_load or
- * *_to_string returns an object the caller owns and frees with the matching
- * *_free (strings: free()); each header says when a return value is borrowed
- * instead. Objects are freed before the objects they were made from (an
- * executable or buffer before its client, a sharding before its mesh).
+ * Ownership: what a function named *_new, *_from_*, ts_compile or
+ * ts_source_synthetic returns belongs to the caller, who frees it with the
+ * type's *_free (ts_executable_free, ts_buffer_free, ...); returned strings
+ * (char *: *_to_string, *_report, ...) are malloc'd: free() them. Everything
+ * else a function returns by pointer (const char *, const int64_t *, const
+ * ts_sharding *, ts_params_buffer, ts_loader_next, ...) is borrowed from its
+ * argument and valid while that lives (headers say when less). Pointer
+ * arguments are only read during the call unless a header says they are
+ * borrowed for an object's lifetime (a loader's source and input shardings).
+ * Inputs are copied where they are kept: a sharding copies its mesh, an
+ * executable its shardings, so meshes, shardings, graphs and options may be
+ * freed as soon as the call returns.
  *
- * Options structs (ts_client_options, ts_compile_options, ts_loader_options,
- * ...) follow one rule that keeps the ABI stable: zero-initialize them
- * (`= {0}` or a compound literal) and set only the fields you need; every
- * field's zero value means its default; a NULL options pointer means all
- * defaults; new fields are only ever appended at the end. */
+ * Teardown order: whatever holds device memory goes before its client:
+ * executables, buffers (including the outputs ts_execute created) and
+ * parameter sets that made buffers on it (ts_params_free) before
+ * ts_client_free; a loader before its source; the rest in any order.
+ *
+ * Threads: the error state is per thread. Graphs, parameter sets, buffers,
+ * executables, clients and loaders take no locks: use each (and a client
+ * with everything made from it) from one thread at a time; distinct graphs
+ * may be built on distinct threads. The metrics registry, traces and the
+ * compile cache may be used from any thread. Threads tessel starts itself
+ * (one per device, loader workers, the async all-reduce worker) are internal.
+ *
+ * Several processes (MPI): these calls are collective (every process makes
+ * them, in the same order, or the others wait until the collective timeout):
+ * ts_client_new under a launcher (unless process_local), ts_compile on a
+ * client of several processes, ts_execute of a program spanning processes (an
+ * SPMD mesh over them or a replica program), ts_buffer_read and
+ * ts_buffer_reshard of a buffer with blocks in other processes, and
+ * ts_client_check_same. runtime.h says more.
+ *
+ * Options structs (ts_client_options, ts_compile_options, ts_loader_options)
+ * follow one rule that keeps the ABI stable: zero-initialize them (`= {0}` or
+ * a compound literal) and set only the fields you need; every field's zero
+ * value means its default; new fields are only ever appended at the end, so
+ * a program compiled against an older header keeps working. A NULL options
+ * pointer means all defaults (ts_client_new, ts_compile; ts_loader_new needs
+ * options: its batch size has no default). */
 #ifndef TESSEL_CORE_H
 #define TESSEL_CORE_H
 
