@@ -185,8 +185,8 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
       free(req);
       free(owner);
       return ts_set_error_code(TS_ERR_TIMEOUT,
-                               "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs or "
-                               "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
+                               "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
+                               "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
                                what, n->rank, timeout_ms / 1000.0, who);
     }
     /* poll hard for about 100 us (a peer that is just behind answers within

@@ -75,7 +75,8 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
       if (ts_last_error_code() == TS_ERR_OUT_OF_MEMORY)
         ts_set_error_context("compile: the program of device %d", d);
       else
-        ts_set_error_code(TS_ERR_INTERNAL, "compile: the program of device %d is invalid (partitioner bug): %s", d, msg);
+        ts_set_error_code(TS_ERR_INTERNAL, "compile: the program of device %d is invalid (partitioner bug): %s", d,
+                          msg);
       goto fail;
     }
     ts_graph_free(local);

@@ -68,7 +68,7 @@ ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t 
       if (attr->coll) free(attr->coll->ids);
       free(attr->coll);
     }
-    ts_oom("ir_append: adding a node to the graph", sizeof *g->nodes + (size_t)n_in * sizeof *in);
+    ts_oom("adding a node to the graph", sizeof *g->nodes + (size_t)n_in * sizeof *in);
     return TS_NONE;
   }
   ts_node *n = &g->nodes[g->n_nodes];
