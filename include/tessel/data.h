@@ -26,11 +26,13 @@ typedef struct {
 } ts_dataset;
 
 /* Reads one IDX file (magic 0x0801 u8 vectors or 0x0803 u8 images; ".gz"
- * detected from the content). *dims gets the dims (up to 3), data is malloc'd. */
+ * detected from the content). *dims gets the dims (up to 3), *data is
+ * malloc'd (the caller frees it). File problems are TS_ERR_IO. */
 int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data);
 
 /* Loads "<dir>/<split>-images-idx3-ubyte[.gz]" and "<dir>/<split>-labels-idx1-ubyte[.gz]"
- * where split is "train" or "t10k". */
+ * where split is "train" or "t10k". *out's arrays are the caller's:
+ * ts_dataset_free. A missing, unreadable or malformed file is TS_ERR_IO. */
 int ts_mnist_load(const char *dir, const char *split, ts_dataset *out);
 void ts_dataset_free(ts_dataset *d);
 

@@ -24,6 +24,8 @@ typedef struct ts_graph ts_graph;
 typedef int32_t ts_tensor; /* node id inside its graph */
 #define TS_NONE ((ts_tensor)-1)
 
+/* The graph is the caller's. Nothing keeps a pointer to it: ts_compile and
+ * the builders only read or append during the call. One thread at a time. */
 ts_graph *ts_graph_new(void);
 void ts_graph_free(ts_graph *g);
 

@@ -61,7 +61,9 @@ struct ts_source {
   void *ctx;
 };
 
-/* A source reading the in-memory dataset d (borrowed: d must outlive it). */
+/* Sources from these two are the caller's (ts_source_free, after every loader
+ * over them). A source reading the in-memory dataset d (borrowed: d must
+ * outlive it). */
 ts_source *ts_source_from_dataset(const ts_dataset *d, const char *name);
 /* The synthetic ImageNet-shaped dataset: n samples (c, h, w) (e.g. 3x224x224)
  * in num_classes classes, generated on the fly from (seed, i): label = a hash
@@ -173,8 +175,12 @@ typedef struct {
 typedef struct ts_loader ts_loader;
 typedef struct ts_loader_batch ts_loader_batch;
 
-/* Starts the workers. src is borrowed. Errors: a missing input name, a spec
- * whose rank differs from the input's, minibatch divisibility. */
+/* Starts the workers. src is borrowed (free the loader first); opts is read
+ * during the call, except the input shardings it points to, which are
+ * borrowed for the loader's lifetime. The loader is the caller's
+ * (ts_loader_free); its functions are called from one thread at a time (its
+ * workers are internal). Errors: a missing input name, a spec whose rank
+ * differs from the input's, minibatch divisibility. */
 ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts);
 /* Stops and joins the workers; frees every batch. */
 void ts_loader_free(ts_loader *l);
@@ -232,7 +238,8 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst);
  * loader passes to ts_augment_apply): a hash of (seed, epoch, index). */
 uint64_t ts_loader_augment_key(uint64_t seed, int64_t epoch, int64_t index);
 
-/* The devices this process owns (ids in global order) and their count. */
+/* The devices this process owns (ids in global order; borrowed from l) and
+ * their count. */
 int ts_loader_local_devices(const ts_loader *l, const int **ids);
 
 /* ---- resumable state ----

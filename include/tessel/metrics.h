@@ -21,6 +21,8 @@
  * device program for SPMD); a cached compile records CachedCompile or
  * PersistentCacheHit instead.
  *
+ * Every function here may be called from any thread.
+ *
  * Cost: the registry is on by default (as in PyTorch/XLA). Off
  * (ts_metrics_set_enabled(false) or TESSEL_METRICS=0) every report point is
  * one predictable branch. On, a report is a few relaxed atomic adds: no lock.
@@ -123,7 +125,8 @@ void ts_trace_event(const char *name, const char *cat, int device, int64_t t0_ns
  * dir NULL turns the persistent cache off. The default is $TESSEL_CACHE_DIR.
  * The directory is created if missing. */
 int ts_compile_cache_set_dir(const char *dir);
-/* The directory in use, or NULL. */
+/* The directory in use (borrowed: valid until the next
+ * ts_compile_cache_set_dir), or NULL. */
 const char *ts_compile_cache_dir(void);
 /* Empties the in-memory cache (the files on disk stay). */
 void ts_compile_cache_clear(void);

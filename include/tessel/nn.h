@@ -33,7 +33,9 @@ typedef struct {
 
 typedef struct ts_params ts_params;
 
-/* seed drives every initializer, in declaration order. */
+/* seed drives every initializer, in declaration order. The set is the
+ * caller's; ts_params_free also frees every device buffer it made
+ * (ts_params_buffer), so call it before ts_client_free of those clients. */
 ts_params *ts_params_new(uint64_t seed);
 void ts_params_free(ts_params *p);
 int ts_params_count(const ts_params *p);
@@ -51,10 +53,14 @@ int64_t ts_params_trainable_numel(const ts_params *p);
  * A later declaration with another shape or dtype is an error naming both. */
 ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt, int rank,
                         const int64_t *shape, ts_init init, bool trainable);
-/* Host value access (row-major, the parameter's dtype). Writing marks the
- * device copy stale; ts_params_sync_host pulls device values back. */
+/* Host value access (row-major, the parameter's dtype; borrowed from p, like
+ * ts_params_name). Writing marks the device copy stale; ts_params_sync_host
+ * pulls device values back. */
 void *ts_params_host(ts_params *p, int i);
-/* Device buffer of parameter i (created from the host value on first use). */
+/* Device buffer of parameter i on client c (created from the host value on
+ * first use; one per client). Borrowed: the set owns it, frees it in
+ * ts_params_free, and returns the same buffer on every call; never
+ * ts_buffer_free it. */
 ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i);
 int ts_params_sync_host(ts_params *p);
 

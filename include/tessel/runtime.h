@@ -4,7 +4,12 @@
  * fusion, memory plan) into a ts_executable, which is executed every step
  * with device buffers. Buffers are owned by the caller; an executable never
  * keeps a buffer passed to it. Output aliasing (ts_graph_alias_output) makes
- * an execute update an input buffer in place. */
+ * an execute update an input buffer in place.
+ *
+ * Lifetimes: executables and buffers refer to their client: free them (and
+ * any ts_params set that made buffers on it) before ts_client_free. A client
+ * and everything made from it are used from one thread at a time; the client
+ * runs its devices on threads of its own inside ts_execute. */
 #ifndef TESSEL_RUNTIME_H
 #define TESSEL_RUNTIME_H
 
@@ -45,11 +50,12 @@ typedef struct {
   bool process_local;
 } ts_client_options;
 
-/* opts may be NULL (defaults). */
+/* opts may be NULL (defaults). Owned: ts_client_free, last (see above).
+ * Under an MPI launcher collective: every process creates its client. */
 ts_client *ts_client_new(const ts_client_options *opts);
 void ts_client_free(ts_client *c);
 int ts_client_num_threads(const ts_client *c);
-const char *ts_client_platform(const ts_client *c); /* "cpu" */
+const char *ts_client_platform(const ts_client *c); /* "cpu" (a static string) */
 /* Number of devices (ids 0..N-1) and the compute threads each one uses. */
 int ts_client_num_devices(const ts_client *c);
 int ts_client_threads_per_device(const ts_client *c);
@@ -81,7 +87,9 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text);
  * it times out. Alone: exit(code). Never returns. */
 void ts_client_abort(ts_client *c, int code);
 
-/* ---- buffers (device memory; on the CPU backend, aligned host memory) ---- */
+/* ---- buffers (device memory; on the CPU backend, aligned host memory) ----
+ * Every buffer returned here is the caller's: ts_buffer_free it before its
+ * client. Queries (shape, sharding) return pointers into the buffer. */
 /* Zero-filled buffer. */
 ts_buffer *ts_buffer_new(ts_client *c, ts_dtype dt, int rank, const int64_t *shape);
 /* Buffer holding a copy of data (numel * dtype size bytes, row-major). */
@@ -110,7 +118,8 @@ size_t ts_buffer_bytes(const ts_buffer *b);
  * global tensor, row-major). s's mesh must have the client's device count. */
 ts_buffer *ts_buffer_from_host_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const void *data,
                                        const ts_sharding *s);
-/* The buffer's sharding, or NULL when it is replicated. */
+/* The buffer's sharding (borrowed: valid until the buffer is freed or
+ * resharded), or NULL when it is replicated. */
 const ts_sharding *ts_buffer_sharding(const ts_buffer *b);
 /* Global index range [start, limit) per dim of the block device `device` holds. */
 int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_t *limit);
@@ -124,8 +133,8 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
  * processes: device must be local, and a write of a block held by devices
  * of other processes is the caller's to repeat there. */
 int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes);
-/* Re-lays the buffer out with sharding s (NULL = replicated); the value is
- * unchanged. */
+/* Re-lays the buffer out with sharding s (copied; NULL = replicated); the
+ * value is unchanged. Collective when its read is (blocks in other processes). */
 int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s);
 
 /* ---- compile ---- */
@@ -150,7 +159,9 @@ typedef struct {
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be
- * NULL. */
+ * NULL; it and opts->mesh are only read during the call. The executable is
+ * the caller's: ts_executable_free before the client. On a client of several
+ * processes collective: every process compiles the same program (checked). */
 ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts);
 void ts_executable_free(ts_executable *e);
 int ts_executable_num_inputs(const ts_executable *e);
@@ -177,7 +188,8 @@ typedef struct {
 } ts_device_program_info;
 int ts_executable_device_program(const ts_executable *e, int device, ts_device_program_info *out);
 /* The sharding chosen for node `node` of the compiled graph (NULL with an
- * error for a bad id; replicated shardings are returned as such). */
+ * error for a bad id; replicated shardings are returned as such). This and
+ * the two below are borrowed from e: valid until ts_executable_free. */
 const ts_sharding *ts_executable_sharding(const ts_executable *e, ts_tensor node);
 /* Shardings of the program's inputs and outputs (executes reshard buffers
  * that differ; outputs are returned with these). */
@@ -213,9 +225,12 @@ const char *ts_collective_kind_name(ts_collective_kind k);
 
 /* Runs the program. inputs: one buffer per graph input, in input order, with
  * the input's dtype and shape. outputs: one slot per graph output. For an
- * aliased output the slot is set to its input buffer (updated in place). For
- * others, a non-NULL slot of the right dtype/shape is written into; a NULL slot
- * receives a new buffer the caller frees. */
+ * aliased output the slot is set to its input buffer (updated in place; the
+ * same buffer, not a second one to free). For others, a non-NULL slot of the
+ * right dtype/shape is written into; a NULL slot receives a new buffer the
+ * caller frees (before the client). Collective for a program whose devices
+ * span processes: every process executes it, in the same order. Executables
+ * of one client run one at a time (one thread calls ts_execute). */
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs);
 
 #pragma GCC visibility pop

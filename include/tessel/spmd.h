@@ -34,6 +34,11 @@ typedef struct ts_mesh ts_mesh;
  * where N = product of shape; NULL means 0..N-1 (ndevices is then ignored). */
 ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_names,
                      int64_t ndevices, const int *device_ids);
+/* Meshes from ts_mesh_new, ts_mesh_parse and ts_mesh_from_text are the
+ * caller's (ts_mesh_free). Nothing keeps a pointer to a mesh passed to it
+ * (shardings copy it; ts_compile and ts_loader_new read it during the call),
+ * so it may be freed at any time. Names and ids returned by the queries
+ * below are borrowed from the mesh. */
 /* The same from CLI text: shape "2,4", names "data,model" or NULL, device ids
  * "0,1,2,3,4,5,6,7" or NULL. Errors name the text that is wrong. */
 ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *device_ids);
@@ -79,7 +84,7 @@ int ts_partition_spec_parse(const ts_mesh *m, const char *text, ts_partition_spe
 typedef struct ts_sharding ts_sharding;
 
 /* The sharding of a rank-`rank` tensor given by `spec` on mesh `m` (copied: the
- * sharding does not keep m). Fails when spec has a different number of entries
+ * sharding does not keep m); the caller's: ts_sharding_free. Fails when spec has a different number of entries
  * ("partition spec has 3 entries but the tensor is rank 2"), names an axis the
  * mesh lacks, or uses an axis twice. Rank 0 and 1-device meshes: replicated. */
 ts_sharding *ts_sharding_new(const ts_mesh *m, const ts_partition_spec *spec, int rank);
@@ -101,7 +106,8 @@ int64_t ts_sharding_num_devices(const ts_sharding *s);
 /* The tile assignment: N device ids, row-major over (tiles of dim 0, ...,
  * tiles of dim rank-1, replicas), each replica group sorted ascending. */
 const int *ts_sharding_tile_devices(const ts_sharding *s);
-/* The spec it was made from, and the mesh (a copy owned by the sharding). */
+/* The spec it was made from, and the mesh (a copy owned by the sharding):
+ * borrowed, like ts_sharding_tile_devices, until the sharding is freed. */
 const ts_partition_spec *ts_sharding_spec(const ts_sharding *s);
 const ts_mesh *ts_sharding_mesh(const ts_sharding *s);
 /* Same tile assignment and replication (the OpSharding texts are equal). */
@@ -131,7 +137,8 @@ char *ts_sharding_visualize(const ts_sharding *s, const int64_t *shape);
 struct ts_graph;
 int ts_mark_sharding(struct ts_graph *g, int32_t t, const ts_sharding *s);
 int ts_clear_sharding(struct ts_graph *g, int32_t t);
-/* The annotation of t, or NULL. */
+/* The annotation of t (borrowed from g: valid until it is cleared, replaced
+ * or g is freed), or NULL. */
 const ts_sharding *ts_tensor_sharding(const struct ts_graph *g, int32_t t);
 
 /* ---- replica programs (classic data parallel, DDP) ----
@@ -167,7 +174,7 @@ int32_t ts_manual_all_gather(struct ts_graph *g, int32_t x, int dim, const ts_me
 int32_t ts_manual_reduce_scatter(struct ts_graph *g, int32_t x, int dim, const ts_mesh *m, int n_axes,
                                  const int *axes);
 
-/* A copy of s. */
+/* A copy of s (the caller's: ts_sharding_free). */
 ts_sharding *ts_sharding_clone(const ts_sharding *s);
 
 #pragma GCC visibility pop

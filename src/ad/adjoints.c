@@ -441,10 +441,8 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
   /* A builder failed (it set a message and returned TS_NONE): say which rule. */
   for (int j = 0; j < c.n.n_in; j++) {
     if (need[j] && contrib[j] == TS_NONE && ts_last_error()[0]) {
-      char msg[768];
-      snprintf(msg, sizeof msg, "%s", ts_last_error());
-      return ts_set_error("autodiff: building the gradient of node %%%d (%s) for operand %d failed: %s", z,
-                          ts_op_name(op), j, msg);
+      return ts_set_error_context("autodiff: building the gradient of node %%%d (%s) for operand %d failed", z,
+                                  ts_op_name(op), j);
     }
   }
   return 0;

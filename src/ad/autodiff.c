@@ -60,7 +60,7 @@ static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
     if (!need || !contrib) {
       free(need);
       free(contrib);
-      return ts_set_error("autodiff: out of memory at node %%%d", i);
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "autodiff: out of memory at node %%%d", i);
     }
   }
   int32_t *in = nd->in; /* stays valid: appending nodes moves the node array, not operand lists */
@@ -129,7 +129,7 @@ int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotan
   if (!dep || !cot) {
     free(dep);
     free(cot);
-    return ts_set_error("ts_vjp: out of memory for %d nodes", n_nodes);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_vjp: out of memory for %d nodes", n_nodes);
   }
   for (int i = 0; i < n_nodes; i++) cot[i] = TS_NONE;
   mark_dependents(g, n_nodes, n, wrt, dep);

@@ -32,6 +32,7 @@ typedef struct comm_worker {
   int64_t started, done; /* tickets: jobs [done, started) are queued or running */
   bool stop, failed;
   char err[1024];       /* the first failure */
+  ts_status err_code;   /* its code, re-raised on the waiting thread */
 } comm_worker;
 
 static void *worker_main(void *arg) {
@@ -54,6 +55,7 @@ static void *worker_main(void *arg) {
     if (rc < 0 && !w->failed) {
       w->failed = true;
       snprintf(w->err, sizeof w->err, "%s", ts_last_error());
+      w->err_code = ts_last_error_code();
     }
     w->done++;
     pthread_cond_broadcast(&w->cv);
@@ -81,7 +83,7 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   if (d->worker) return d->worker;
   comm_worker *w = calloc(1, sizeof *w);
   if (!w) {
-    ts_set_error("all_reduce_start: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "all_reduce_start: out of memory");
     return NULL;
   }
   w->c = c;
@@ -122,7 +124,7 @@ int ts_comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
   if (!w) return ticket < 0 ? 0 : ts_set_error("comm_wait: device %d started nothing", device);
   pthread_mutex_lock(&w->mu);
   while (w->done <= ticket && w->done < w->started) pthread_cond_wait(&w->cv, &w->mu);
-  int rc = w->failed ? ts_set_error("%s", w->err) : 0;
+  int rc = w->failed ? ts_set_error_code(w->err_code, "%s", w->err) : 0;
   pthread_mutex_unlock(&w->mu);
   return rc;
 }

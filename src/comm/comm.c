@@ -76,7 +76,7 @@ ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_l
   if (!c || !(c->dev = aligned_alloc(64, bytes)) || !(c->proc = calloc((size_t)n_devices, sizeof *c->proc))) {
     if (c) free(c->dev);
     free(c);
-    ts_set_error("comm_new: out of memory for %d devices", n_devices);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
     return NULL;
   }
   memset(c->dev, 0, bytes);
@@ -117,7 +117,7 @@ ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_l
       pthread_condattr_destroy(&ca);
       c->n = i + 1;
       ts_comm_free(c);
-      ts_set_error("comm_new: out of memory for %d devices", n_devices);
+      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
       return NULL;
     }
   }
@@ -233,9 +233,9 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "",
                               peers[j]);
     }
-    return ts_set_error("%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
-                        "that never arrived; the communicator is unusable now",
-                        what, device, ms, phase, missing);
+    return ts_set_error_code(TS_ERR_TIMEOUT, "%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
+                             "that never arrived; the communicator is unusable now",
+                             what, device, ms, phase, missing);
   }
   return 0;
 }
@@ -283,7 +283,7 @@ const void *comm_stage(ts_comm *c, int device, const char *what, const void *in,
   if (bytes > d->scratch_cap) {
     void *p = malloc(bytes);
     if (!p) {
-      ts_set_error("%s: out of memory staging %zu bytes on device %d", what, bytes, device);
+      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory staging %zu bytes on device %d", what, bytes, device);
       return NULL;
     }
     free(d->scratch);
@@ -513,7 +513,7 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
     return -1;
   if (n_remote || remote_source) {
     net_msg *m = malloc((size_t)(n_remote + 1) * sizeof *m);
-    if (!m) return ts_set_error("%s: out of memory", what);
+    if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
     int k = 0;
     for (int i = 0; i < n_readers; i++) {
       int t = d->peers[i];

@@ -7,6 +7,7 @@
  * net_abort from the caller. */
 #include "comm/net.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,6 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <time.h>
 
 struct ts_net {
@@ -45,7 +45,7 @@ static int mpi_error(const char *what, int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  return ts_set_error("%s: MPI error: %.*s", what, len, msg);
+  return ts_set_error_code(TS_ERR_IO, "%s: MPI error: %.*s", what, len, msg);
 }
 
 ts_net *net_world(bool *failed) {
@@ -120,7 +120,7 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
   if (!req || !owner) {
     free(req);
     free(owner);
-    return ts_set_error("%s: out of memory for %d messages", what, count);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
   pthread_mutex_lock(&n->mu);
@@ -175,9 +175,10 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
       pthread_mutex_unlock(&n->mu);
       free(req);
       free(owner);
-      return ts_set_error("%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs or "
-                          "runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
-                          what, n->rank, timeout_ms / 1000.0, who);
+      return ts_set_error_code(TS_ERR_TIMEOUT,
+                               "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
+                               "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
+                               what, n->rank, timeout_ms / 1000.0, who);
     }
     /* poll hard for about 100 us (a peer that is just behind answers within
      * that), then yield, then sleep in short naps: a thread that waits long
@@ -208,7 +209,7 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
     return 0;
   }
   net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
-  if (!m) return ts_set_error("%s: out of memory", what);
+  if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int k = 0;
   for (int p = 0; p < n->size; p++) {
     if (p == n->rank) continue;
@@ -225,7 +226,6 @@ void net_abort(ts_net *n, int code) {
   fflush(stdout);
   fflush(stderr);
   if (n) MPI_Abort(MPI_COMM_WORLD, code);
-  exit(code);
 }
 
 #else /* built without MPI: always alone */
@@ -254,7 +254,8 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
   return 0;
 }
 void net_abort(ts_net *n, int code) {
-  (void)n;
-  exit(code);
+  (void)n, (void)code;
+  fflush(stdout);
+  fflush(stderr);
 }
 #endif

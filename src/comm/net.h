@@ -49,7 +49,10 @@ int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const 
 /* all[p * bytes ...] = process p's mine (bytes each), over every process. */
 int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what);
 
-/* Ends the whole job (every process) with exit code `code`; never returns. */
+/* Ends the whole job (every process) with exit code `code` (MPI_Abort, which
+ * does not return). Without a process group (n NULL or no MPI) it only
+ * flushes stdout and stderr and returns: ts_client_abort, the one place in
+ * the library that may end the process, then exits. */
 void net_abort(ts_net *n, int code);
 
 #endif

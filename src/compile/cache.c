@@ -89,7 +89,7 @@ int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const c
   if (!all) {
     free(text);
     free(st);
-    return ts_set_error("compile cache: out of memory hashing the program");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory hashing the program");
   }
   memcpy(all, head, lh);
   if (le) memcpy(all + lh, extra, le);
@@ -115,14 +115,14 @@ static int mkdir_p(const char *dir) {
       char c = *p;
       *p = '\0';
       if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return ts_set_error("compile cache: cannot create directory '%s': %s", path, strerror(errno));
+        return ts_set_error_code(TS_ERR_IO, "compile cache: cannot create directory '%s': %s", path, strerror(errno));
       *p = c;
       if (!c) break;
     }
   }
   struct stat st;
   if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-    return ts_set_error("compile cache: '%s' is not a directory", dir);
+    return ts_set_error_code(TS_ERR_IO, "compile cache: '%s' is not a directory", dir);
   return 0;
 }
 
@@ -130,7 +130,7 @@ int ts_compile_cache_set_dir(const char *dir) {
   if (dir && !*dir) dir = NULL;
   if (dir && mkdir_p(dir) < 0) return -1;
   char *copy = dir ? strdup(dir) : NULL;
-  if (dir && !copy) return ts_set_error("compile cache: out of memory");
+  if (dir && !copy) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory");
   pthread_mutex_lock(&cache_lock);
   free(cache_dir);
   cache_dir = copy;
@@ -412,7 +412,7 @@ static int compile_single(void *user, ts_graph ***graphs) {
   *graphs = malloc(sizeof **graphs);
   if (!*graphs) {
     ts_graph_free(opt);
-    return ts_set_error("compile: out of memory");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   }
   (*graphs)[0] = opt;
   return 1;

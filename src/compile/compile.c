@@ -91,7 +91,7 @@ static int fill_pool(ts_executable *e) {
     }
     size_t es = ts_dtype_size(n->dtype);
     char *host = malloc(v->bytes ? v->bytes : 1);
-    if (!host) return ts_set_error("compile: out of memory materializing constant %d", i);
+    if (!host) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory materializing constant %d", i);
     for (size_t off = 0; off < v->bytes; off += es) write_elem(n->dtype, host + off, n->attr.value);
     int rc = d->to_device(d->ctx, dst, host, v->bytes);
     free(host);
@@ -112,7 +112,7 @@ static int mark_async(ts_executable *e) {
   if (!base || !first_use) {
     free(base);
     free(first_use);
-    return ts_set_error("compile: out of memory");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
@@ -138,7 +138,7 @@ static int mark_async(ts_executable *e) {
     }
     if (!between) continue;
     if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
-      rc = ts_set_error("compile: out of memory");
+      rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     else
       e->async[i] = true;
   }
@@ -151,7 +151,7 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   ts_executable *e = calloc(1, sizeof *e);
   if (!e) {
     ts_graph_free(opt);
-    ts_set_error("compile: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     return NULL;
   }
   e->client = c;
@@ -169,8 +169,8 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   e->arena = d->alloc(d->ctx, e->plan.arena_bytes);
   e->pool = d->alloc(d->ctx, e->plan.const_bytes);
   if (!e->state || !e->values || !e->arena || !e->pool) {
-    ts_set_error("compile: out of memory (arena %zu bytes, constants %zu bytes)", e->plan.arena_bytes,
-                 e->plan.const_bytes);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory (arena %zu bytes, constants %zu bytes)",
+                      e->plan.arena_bytes, e->plan.const_bytes);
     goto fail;
   }
   if (fill_pool(e) < 0) goto fail;

@@ -19,7 +19,7 @@ static int record(ts_executable *e, const ts_graph *opt) {
     if (e->colls.n == e->colls.cap) {
       int cap = e->colls.cap ? 2 * e->colls.cap : 8;
       ts_collective_info *v = realloc(e->colls.v, (size_t)cap * sizeof *v);
-      if (!v) return ts_set_error("compile: out of memory");
+      if (!v) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
       e->colls.v = v;
       e->colls.cap = cap;
     }
@@ -44,7 +44,7 @@ ts_executable *compile_replicas(ts_client *c, const ts_graph *g, const ts_compil
   if (!e || !(e->dev = calloc((size_t)c->num_devices, sizeof *e->dev))) {
     free(e);
     ts_graph_free(opt);
-    ts_set_error("compile: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     return NULL;
   }
   e->client = c;

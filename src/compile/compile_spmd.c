@@ -31,7 +31,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
   ts_partition_spec *in_specs = calloc((size_t)g->n_inputs + 1, sizeof *in_specs);
   ts_partition_spec *out_specs = calloc((size_t)g->n_outputs + 1, sizeof *out_specs);
   if (!e || !specs || !in_specs || !out_specs) {
-    ts_set_error("compile: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     goto fail;
   }
   e->client = c;
@@ -49,7 +49,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
   e->in_sh = calloc((size_t)g->n_inputs + 1, sizeof *e->in_sh);
   e->out_sh = calloc((size_t)g->n_outputs + 1, sizeof *e->out_sh);
   if (!e->dev || !e->node_sh || !e->in_sh || !e->out_sh) {
-    ts_set_error("compile: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     goto fail;
   }
   for (int i = 0; i < g->n_nodes; i++)
@@ -73,7 +73,11 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
         free(t);
       }
       ts_graph_free(local);
-      ts_set_error("compile: the program of device %d is invalid (partitioner bug): %s", d, msg);
+      if (ts_last_error_code() == TS_ERR_OUT_OF_MEMORY)
+        ts_set_error_context("compile: the program of device %d", d);
+      else
+        ts_set_error_code(TS_ERR_INTERNAL, "compile: the program of device %d is invalid (partitioner bug): %s", d,
+                          msg);
       goto fail;
     }
     ts_graph_free(local);

@@ -25,49 +25,52 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
     return ts_set_error("%s: cannot append CIFAR-10 records to a dataset of %dx%dx%d images", path, out->c,
                         out->h, out->w);
   FILE *f = fopen(path, "rb");
-  if (!f) return ts_set_error("%s: cannot open: %s", path, strerror(errno));
+  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   uint8_t *buf = NULL;
   int64_t size = -1;
   if (fseeko(f, 0, SEEK_END) == 0) size = (int64_t)ftello(f);
   if (size < 0 || fseeko(f, 0, SEEK_SET) != 0) {
     fclose(f);
-    return ts_set_error("%s: cannot determine the file size: %s", path, strerror(errno));
+    return ts_set_error_code(TS_ERR_IO, "%s: cannot determine the file size: %s", path, strerror(errno));
   }
   if (size == 0) {
     fclose(f);
-    return ts_set_error("%s: empty file (offset 0): expected records of %d bytes", path, TS_CIFAR10_RECORD);
+    return ts_set_error_code(TS_ERR_IO,
+                             "%s: empty file (offset 0): expected records of %d bytes", path, TS_CIFAR10_RECORD);
   }
   if (size > CIFAR_MAX_BYTES) {
     fclose(f);
-    return ts_set_error("%s: %lld bytes is too large for a CIFAR-10 batch file", path, (long long)size);
+    return ts_set_error_code(TS_ERR_IO, "%s: %lld bytes is too large for a CIFAR-10 batch file", path, (long long)size);
   }
   if (size % TS_CIFAR10_RECORD != 0) {
     int64_t last = size - size % TS_CIFAR10_RECORD;
     fclose(f);
-    return ts_set_error("%s: truncated: %lld bytes is not a whole number of %d-byte records; the record "
-                        "at offset %lld has only %lld bytes",
-                        path, (long long)size, TS_CIFAR10_RECORD, (long long)last, (long long)(size - last));
+    return ts_set_error_code(TS_ERR_IO,
+                             "%s: truncated: %lld bytes is not a whole number of %d-byte records; the record "
+                             "at offset %lld has only %lld bytes",
+                             path, (long long)size, TS_CIFAR10_RECORD, (long long)last, (long long)(size - last));
   }
   if (!(buf = malloc((size_t)size))) {
     fclose(f);
-    return ts_set_error("%s: out of memory for %lld bytes", path, (long long)size);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes", path, (long long)size);
   }
   size_t got = fread(buf, 1, (size_t)size, f);
   int read_err = ferror(f);
   fclose(f);
   if (got != (size_t)size) {
     free(buf);
-    return ts_set_error("%s: read error at offset %lld%s", path, (long long)got,
-                        read_err ? " (I/O error)" : " (file shrank while reading)");
+    return ts_set_error_code(TS_ERR_IO, "%s: read error at offset %lld%s", path, (long long)got,
+                             read_err ? " (I/O error)" : " (file shrank while reading)");
   }
   int64_t recs = size / TS_CIFAR10_RECORD;
   for (int64_t r = 0; r < recs; r++) {
     uint8_t lab = buf[r * TS_CIFAR10_RECORD];
     if (lab >= CIFAR_CLASSES) {
       free(buf);
-      return ts_set_error("%s: label %d of record %lld (byte offset %lld) is out of range [0, %d); is this "
-                          "the CIFAR-10 binary version (not CIFAR-100)?",
-                          path, lab, (long long)r, (long long)(r * TS_CIFAR10_RECORD), CIFAR_CLASSES);
+      return ts_set_error_code(TS_ERR_IO,
+                               "%s: label %d of record %lld (byte offset %lld) is out of range [0, %d); is this "
+                               "the CIFAR-10 binary version (not CIFAR-100)?",
+                               path, lab, (long long)r, (long long)(r * TS_CIFAR10_RECORD), CIFAR_CLASSES);
     }
   }
   int64_t n0 = out->n;
@@ -77,7 +80,7 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
   if (labels) out->labels = labels;
   if (!images || !labels) {
     free(buf);
-    return ts_set_error("%s: out of memory for %lld images", path, (long long)(n0 + recs));
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld images", path, (long long)(n0 + recs));
   }
   for (int64_t r = 0; r < recs; r++) {
     const uint8_t *rec = buf + r * TS_CIFAR10_RECORD;
@@ -110,8 +113,8 @@ int ts_cifar10_load(const char *dir, const char *split, ts_dataset *out) {
     else snprintf(path, sizeof path, "%s/test_batch.bin", base);
     if (stat(path, &st) != 0) {
       ts_dataset_free(out);
-      return ts_set_error("%s: no such file; CIFAR-10 (binary version) expects data_batch_1..5.bin and "
-                          "test_batch.bin in %s", path, dir);
+      return ts_set_error_code(TS_ERR_IO, "%s: no such file; CIFAR-10 (binary version) expects data_batch_1..5.bin and "
+                               "test_batch.bin in %s", path, dir);
     }
     if (ts_cifar10_read_file(path, out) != 0) {
       ts_dataset_free(out);

@@ -20,7 +20,7 @@ static void *ld_alloc(size_t bytes) {
 
 static int ld_alloc_slots(ts_loader *l) {
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  if (!l->slots) return ts_set_error("loader: out of memory");
+  if (!l->slots) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int s = 0; s < l->nslots; s++) {
     ts_loader_batch *b = &l->slots[s];
     b->l = l;
@@ -28,14 +28,15 @@ static int ld_alloc_slots(ts_loader *l) {
     b->x = ld_alloc((size_t)(l->rows * l->sample) * sizeof(float));
     b->y = ld_alloc((size_t)l->rows * sizeof(int32_t));
     b->mask = ld_alloc((size_t)l->rows * sizeof(float));
-    if (!b->index || !b->x || !b->y || !b->mask) return ts_set_error("loader: out of memory for batches");
+    if (!b->index || !b->x || !b->y || !b->mask)
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for batches");
     void *base[N_IN] = {b->x, b->y, b->mask};
     for (int k = 0; k < N_IN; k++) {
       b->block[k] = calloc((size_t)l->nlocal, sizeof(void *));
-      if (!b->block[k]) return ts_set_error("loader: out of memory");
+      if (!b->block[k]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
       for (int d = 0; d < l->nlocal; d++) {
         b->block[k][d] = l->in[k].alias[d] ? base[k] : ld_alloc(l->in[k].shard_bytes);
-        if (!b->block[k][d]) return ts_set_error("loader: out of memory for %s blocks", ld_in_names[k]);
+        if (!b->block[k][d]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for %s blocks", ld_in_names[k]);
       }
     }
   }
@@ -62,7 +63,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   }
   ts_loader *l = calloc(1, sizeof *l);
   if (!l) {
-    ts_set_error("loader: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     return NULL;
   }
   l->src = src;
@@ -96,7 +97,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   l->orders = calloc((size_t)l->norders, sizeof *l->orders);
   l->threads = calloc((size_t)l->o.workers, sizeof *l->threads);
   if (!l->orders || !l->threads) {
-    ts_set_error("loader: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     goto fail;
   }
   for (int t = 0; t < l->o.workers; t++) {
@@ -172,7 +173,7 @@ const ts_loader_batch *ts_loader_next(ts_loader *l) {
   double t1 = ld_now();
   l->st_wait += t1 - t0;
   if (b->failed) {
-    ts_set_error("%s", b->err);
+    ts_set_error_code(b->err_code, "%s", b->err);
     pthread_mutex_unlock(&l->mu);
     return NULL;
   }

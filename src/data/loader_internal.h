@@ -56,6 +56,7 @@ struct ts_loader_batch {
   void **block[N_IN];      // [input][local device] padded staging blocks (or aliases)
   bool failed;
   char err[512];
+  ts_status err_code;      // of err: carried from the worker to the consumer
 };
 
 /* A cached permutation (loader_order.c). */

@@ -167,7 +167,7 @@ int ld_setup_placement(ts_loader *l) {
   ld_process_devices(N, P, p, &first, &count);
   l->nlocal = (int)count;
   l->local_ids = calloc((size_t)l->nlocal, sizeof *l->local_ids);
-  if (!l->local_ids) return ts_set_error("loader: out of memory");
+  if (!l->local_ids) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int d = 0; d < l->nlocal; d++) l->local_ids[d] = (int)(first + d);
 
   for (int k = 0; k < N_IN; k++) {
@@ -175,7 +175,7 @@ int ld_setup_placement(ts_loader *l) {
     in->start = calloc((size_t)l->nlocal, sizeof *in->start);
     in->limit = calloc((size_t)l->nlocal, sizeof *in->limit);
     in->alias = calloc((size_t)l->nlocal, sizeof *in->alias);
-    if (!in->start || !in->limit || !in->alias) return ts_set_error("loader: out of memory");
+    if (!in->start || !in->limit || !in->alias) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     for (int d = 0; d < l->nlocal; d++) {
       if (in->sh) {
         if (ts_sharding_shard_range(in->sh, in->shape, l->local_ids[d], in->start[d], in->limit[d]) < 0)

@@ -82,24 +82,21 @@ int ts_loader_save_file(const ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   ts_loader_save(l, st);
   FILE *f = fopen(path, "wb");
-  if (!f) return ts_set_error("%s: cannot open for writing", path);
+  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open for writing", path);
   size_t w = fwrite(st, 1, sizeof st, f);
-  if (fclose(f) != 0 || w != sizeof st) return ts_set_error("%s: write failed", path);
+  if (fclose(f) != 0 || w != sizeof st) return ts_set_error_code(TS_ERR_IO, "%s: write failed", path);
   return 0;
 }
 
 int ts_loader_restore_file(ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   FILE *f = fopen(path, "rb");
-  if (!f) return ts_set_error("%s: cannot open", path);
+  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open", path);
   size_t r = fread(st, 1, sizeof st, f);
   fclose(f);
   if (r != sizeof st)
-    return ts_set_error("%s: truncated loader state: %zu bytes, expected %d", path, r, TS_LOADER_STATE_BYTES);
-  if (ts_loader_restore(l, st) < 0) {
-    char msg[600];
-    snprintf(msg, sizeof msg, "%s", ts_last_error());
-    return ts_set_error("%s: %s", path, msg);
-  }
+    return ts_set_error_code(TS_ERR_IO, "%s: truncated loader state: %zu bytes, expected %d", path, r,
+                             TS_LOADER_STATE_BYTES);
+  if (ts_loader_restore(l, st) < 0) return ts_set_error_context("%s", path);
   return 0;
 }

@@ -110,15 +110,11 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
     size_t bytes = (size_t)ts_shape_numel(in->rank, ext) * es;
     void *packed = NULL;
     if (padded && !(packed = malloc(bytes + 1)))
-      return ts_set_error("ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
     if (packed) ld_pack_block(b->block[k][d], in->shard_shape, ext, in->rank, es, packed);
     int rc = ts_buffer_write_shard(dst, l->local_ids[d], packed ? packed : b->block[k][d], bytes);
     free(packed);
-    if (rc < 0) {
-      char msg[600];
-      snprintf(msg, sizeof msg, "%s", ts_last_error());
-      return ts_set_error("ts_batch_upload: input '%s', device %d: %s", name, l->local_ids[d], msg);
-    }
+    if (rc < 0) return ts_set_error_context("ts_batch_upload: input '%s', device %d", name, l->local_ids[d]);
   }
   return 0;
 }

@@ -113,10 +113,11 @@ void *ld_worker(void *arg) {
     pthread_mutex_unlock(&l->mu);
 
     double t0 = ld_now();
-    int rc = oom || !pix ? ts_set_error("loader: out of memory") : ld_fill(l, b, order, pix);
+    int rc = oom || !pix ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory") : ld_fill(l, b, order, pix);
     if (rc < 0) {
       b->failed = true;
       snprintf(b->err, sizeof b->err, "%s", ts_last_error());
+      b->err_code = ts_last_error_code();
     }
     double t1 = ld_now();
 

@@ -10,6 +10,7 @@
 
 #include "tessel/loader.h"
 #include "util/config.h" /* mpi_launcher: is stdout forwarded by an MPI launcher? */
+#include "util/error.h"  /* ts_oom */
 
 #define BAR_WIDTH 24
 #define BAR_REDRAW_S 0.1 /* at most 10 redraws a second */
@@ -48,7 +49,10 @@ static const char *pg_duration(double s, char *buf, size_t n) {
 ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label, int64_t total,
                              double interval_s) {
   ts_progress *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
+  if (!p) {
+    ts_oom("ts_progress_new", sizeof *p);
+    return NULL;
+  }
   p->out = out ? out : stdout;
   /* A bar only on a real terminal. An MPI launcher (OpenMPI's mpirun) gives
    * every rank a pseudo-terminal as stdout and forwards it wherever its own

@@ -35,7 +35,7 @@ ts_source *ts_source_from_dataset(const ts_dataset *d, const char *name) {
   if (!s || !nm) {
     free(s);
     free(nm);
-    ts_set_error("ts_source_from_dataset: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_source_from_dataset: out of memory");
     return NULL;
   }
   *s = (ts_source){.name = nm, .n = d->n, .c = d->c, .h = d->h, .w = d->w,

@@ -39,7 +39,7 @@ static int synth_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *la
   int tmax = s->h + s->w;
   int8_t stack_pat[1024];
   int8_t *pat = tmax <= 1024 ? stack_pat : malloc((size_t)tmax);
-  if (!pat) return ts_set_error("%s: out of memory", s->name);
+  if (!pat) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", s->name);
   for (int t = 0; t < tmax; t++) pat[t] = (int8_t)((t % period) < period / 2 ? 24 : -24);
   for (int c = 0; c < s->c; c++) {
     int mean = 48 + (int)((ch >> (16 + 8 * (c % 5))) & 0xff) * 160 / 255;
@@ -71,7 +71,7 @@ ts_source *ts_source_synthetic(int64_t n, int c, int h, int w, int num_classes, 
   }
   synth *sy = calloc(1, sizeof *sy);
   if (!sy) {
-    ts_set_error("ts_source_synthetic: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_source_synthetic: out of memory");
     return NULL;
   }
   sy->seed = seed;

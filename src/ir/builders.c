@@ -48,6 +48,10 @@ ts_tensor ts_input(ts_graph *g, const char *name, ts_dtype dt, int rank, const i
     }
   }
   char *copy = strdup(name);
+  if (!copy) {
+    ts_oom("input: copying the name", strlen(name) + 1);
+    return TS_NONE;
+  }
   ts_tensor t = ir_build(g, TS_OP_INPUT, 0, NULL, NULL, dt, rank, shape);
   if (t == TS_NONE) {
     free(copy);
@@ -67,6 +71,11 @@ ts_tensor ts_constant(ts_graph *g, ts_dtype dt, int rank, const int64_t *shape, 
   ts_node *n = &g->nodes[t];
   size_t bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(dt);
   n->data = malloc(bytes ? bytes : 1);
+  if (!n->data) {
+    g->n_nodes--; /* drop the node just appended (no operands, not an input): the graph is as it was */
+    ts_oom("constant: copying the data", bytes);
+    return TS_NONE;
+  }
   if (bytes) memcpy(n->data, data, bytes);
   return t;
 }

@@ -10,10 +10,10 @@ int ts_graph_add_output(ts_graph *g, ts_tensor t) {
   if (g->n_outputs + 1 > g->cap_outputs) {
     int c = g->cap_outputs ? g->cap_outputs * 2 : 16;
     int32_t *o = realloc(g->outputs, (size_t)c * sizeof *o);
-    if (!o) return ts_set_error("add_output: out of memory");
+    if (!o) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "add_output: out of memory");
     g->outputs = o;
     int32_t *a = realloc(g->alias, (size_t)c * sizeof *a);
-    if (!a) return ts_set_error("add_output: out of memory");
+    if (!a) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "add_output: out of memory");
     g->alias = a;
     g->cap_outputs = c;
   }

@@ -187,12 +187,15 @@ bool ts_op_is_collective(ts_op op);
 
 /* ---- low-level construction (ir_build.c), used by builders and passes ---- */
 static inline const ts_node *ts_node_at(const ts_graph *g, ts_tensor t) { return &g->nodes[t]; }
-/* Appends a node with the given fields (in[] and attr copied; attr.fused,
- * name and data are taken over). Returns the id. Does no checking. */
+/* Appends a node with the given fields (in[] and attr copied; attr.fused and
+ * attr.coll are taken over, also on failure). Returns the id, or TS_NONE with
+ * TS_ERR_OUT_OF_MEMORY and the graph unchanged. Does no other checking. */
 ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t *shape,
                     int n_in, const int32_t *in, const ts_attr *attr);
-/* Deep copy of a node's owned parts (fused program, name, data) into dst. */
-void ir_node_copy_owned(ts_node *dst, const ts_node *src);
+/* Deep copy of a node's owned parts (fused program, collective groups, name,
+ * data) into dst. Returns -1 (out of memory) with every part it could not
+ * copy NULL: the caller must drop dst's graph, which stays safe to free. */
+int ir_node_copy_owned(ts_node *dst, const ts_node *src);
 /* True when t is a valid node of g (sets the error naming `who` if not). */
 bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who);
 /* "f32[128,784]" into buf. */

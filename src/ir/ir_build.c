@@ -9,7 +9,7 @@
 
 ts_graph *ts_graph_new(void) {
   ts_graph *g = calloc(1, sizeof *g);
-  if (!g) ts_set_error("ts_graph_new: out of memory");
+  if (!g) ts_oom("ts_graph_new", sizeof *g);
   return g;
 }
 
@@ -38,22 +38,39 @@ void ts_graph_free(ts_graph *g) {
   free(g);
 }
 
+/* Makes room for `need` entries; on failure leaves p and *cap as they were
+ * and returns NULL. */
 static void *grow(void *p, int *cap, int need, size_t elem) {
   if (need <= *cap) return p;
   int c = *cap ? *cap * 2 : 64;
   while (c < need) c *= 2;
   void *q = realloc(p, (size_t)c * elem);
-  if (!q) {
-    fprintf(stderr, "tessel: out of memory growing a graph to %d entries\n", c);
-    abort(); /* an allocation failure here leaves no consistent graph to return */
-  }
+  if (!q) return NULL;
   *cap = c;
   return q;
 }
 
 ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t *shape, int n_in,
                     const int32_t *in, const ts_attr *attr) {
-  g->nodes = grow(g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes);
+  /* every allocation first, so a failure leaves the graph as it was */
+  ts_node *nodes = grow(g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes);
+  if (nodes) g->nodes = nodes;
+  bool room = nodes != NULL;
+  if (room && op == TS_OP_INPUT) {
+    int32_t *inputs = grow(g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof *g->inputs);
+    if (inputs) g->inputs = inputs;
+    room = inputs != NULL;
+  }
+  int32_t *ins = room && n_in ? malloc((size_t)n_in * sizeof *in) : NULL;
+  if (!room || (n_in && !ins)) {
+    if (attr) { /* taken over even on failure */
+      fused_free(attr->fused);
+      if (attr->coll) free(attr->coll->ids);
+      free(attr->coll);
+    }
+    ts_oom("adding a node to the graph", sizeof *g->nodes + (size_t)n_in * sizeof *in);
+    return TS_NONE;
+  }
   ts_node *n = &g->nodes[g->n_nodes];
   memset(n, 0, sizeof *n);
   n->op = op;
@@ -62,47 +79,61 @@ ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t 
   if (rank) memcpy(n->shape, shape, (size_t)rank * sizeof *shape);
   n->n_in = n_in;
   if (n_in) {
-    n->in = malloc((size_t)n_in * sizeof *in);
+    n->in = ins;
     memcpy(n->in, in, (size_t)n_in * sizeof *in);
   }
   if (attr) n->attr = *attr;
   n->manual = g->manual_depth > 0;
   if (op == TS_OP_INPUT) {
-    g->inputs = grow(g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof *g->inputs);
     n->attr.input_index = g->n_inputs;
     g->inputs[g->n_inputs++] = g->n_nodes;
   }
   return g->n_nodes++;
 }
 
-void ir_node_copy_owned(ts_node *dst, const ts_node *src) {
+int ir_node_copy_owned(ts_node *dst, const ts_node *src) {
   dst->name = src->name ? strdup(src->name) : NULL;
+  bool ok = dst->name || !src->name;
   dst->data = NULL;
+  size_t bytes = 0;
   if (src->data) {
-    size_t bytes = (size_t)ts_shape_numel(src->rank, src->shape) * ts_dtype_size(src->dtype);
-    dst->data = malloc(bytes ? bytes : 1);
-    memcpy(dst->data, src->data, bytes);
+    bytes = (size_t)ts_shape_numel(src->rank, src->shape) * ts_dtype_size(src->dtype);
+    if ((dst->data = malloc(bytes ? bytes : 1)))
+      memcpy(dst->data, src->data, bytes);
+    else
+      ok = false;
   }
   dst->attr.fused = NULL;
   if (src->attr.fused) {
     ts_fused *f = malloc(sizeof *f);
-    f->n = src->attr.fused->n;
-    f->ins = malloc((size_t)f->n * sizeof *f->ins);
-    memcpy(f->ins, src->attr.fused->ins, (size_t)f->n * sizeof *f->ins);
-    dst->attr.fused = f;
+    if (f) f->ins = malloc((size_t)(src->attr.fused->n ? src->attr.fused->n : 1) * sizeof *f->ins);
+    if (f && f->ins) {
+      f->n = src->attr.fused->n;
+      memcpy(f->ins, src->attr.fused->ins, (size_t)f->n * sizeof *f->ins);
+      dst->attr.fused = f;
+    } else {
+      free(f);
+      ok = false;
+    }
   }
   dst->attr.coll = NULL;
   if (src->attr.coll) {
     const ts_collective *c = src->attr.coll;
     int n_ids = src->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * c->n : c->n;
     ts_collective *k = malloc(sizeof *k);
-    k->n = c->n;
-    k->ids = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *k->ids);
-    memcpy(k->ids, c->ids, (size_t)n_ids * sizeof *k->ids);
-    dst->attr.coll = k;
+    if (k) k->ids = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *k->ids);
+    if (k && k->ids) {
+      k->n = c->n;
+      memcpy(k->ids, c->ids, (size_t)n_ids * sizeof *k->ids);
+      dst->attr.coll = k;
+    } else {
+      free(k);
+      ok = false;
+    }
   }
   /* sharding annotations belong to the user's graph; passes do not carry them */
   dst->sharding = NULL;
+  return ok ? 0 : ts_oom("copying a node's data", bytes);
 }
 
 bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who) {

@@ -172,7 +172,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
     w_i32(&w, g->outputs[o]);
     w_i32(&w, g->alias ? g->alias[o] : -1);
   }
-  if (w.oom) return ts_set_error("graph_serialize: out of memory (%zu bytes written)", *len);
+  if (w.oom) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "graph_serialize: out of memory (%zu bytes written)", *len);
   return 0;
 }
 
@@ -426,6 +426,7 @@ static bool r_node(ser_r *r, ts_graph *g, int id) {
   /* ir_append takes over a.fused / a.coll: after this the graph owns them */
   ts_tensor t = ir_append(g, op, (ts_dtype)dt, rank, shape, n_in, in, &a);
   free(in);
+  if (t == TS_NONE) return r_fail(r, "out of memory");
   ts_node *n = &g->nodes[t];
   if (op == TS_OP_INPUT && n->attr.input_index != want_index) return r_fail(r, "input index out of order");
   bool ok = true;
@@ -484,14 +485,13 @@ ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *po
     }
   }
   if (r.bad) {
-    ts_set_error("graph_deserialize: %s at byte %zu", r.bad, r.bad_at);
+    ts_set_error_code(strcmp(r.bad, "out of memory") ? TS_ERR_INVALID_ARGUMENT : TS_ERR_OUT_OF_MEMORY,
+                      "graph_deserialize: %s at byte %zu", r.bad, r.bad_at);
     ts_graph_free(g);
     return NULL;
   }
   if (ts_graph_verify(g) < 0) {
-    char msg[900];
-    snprintf(msg, sizeof msg, "%s", ts_last_error());
-    ts_set_error("graph_deserialize: the graph read back does not verify: %s", msg);
+    ts_set_error_context("graph_deserialize: the graph read back does not verify");
     ts_graph_free(g);
     return NULL;
   }

@@ -392,7 +392,7 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
       free(scratch);
     }
   }
-  if (err) return ts_set_error("fused: out of memory for %zu bytes of tile scratch", bytes);
+  if (err) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %zu bytes of tile scratch", bytes);
   return 0;
 }
 
@@ -405,7 +405,7 @@ int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_
     ne = malloc((size_t)n->n_in * sizeof *ne);
     if (!dt || !ne) {
       free(dt), free(ne);
-      return ts_set_error("fused: out of memory for %d inputs", n->n_in);
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %d inputs", n->n_in);
     }
   }
   for (int k = 0; k < n->n_in; k++) {

@@ -146,7 +146,7 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   double *od = malloc((size_t)(on ? on : 1) * sizeof *od);
   int rc = 0;
   if ((x && !xd) || (dy && !dd) || !od) {
-    rc = ts_set_error("%s: out of memory", ts_op_name(n->op));
+    rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ts_op_name(n->op));
   } else {
     pool_f64(&p, n->op, xd, dd, od, nt);
     for (int64_t i = 0; i < on; i++) tk_store_f64(n->dtype, out, i, od[i]);

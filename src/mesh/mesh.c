@@ -65,7 +65,7 @@ ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_nam
   unsigned char *seen = calloc((size_t)n, 1);
   if (!m || !ids || !seen) {
     free(m), free(ids), free(seen);
-    ts_set_error("mesh: out of memory for %lld devices", (long long)n);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld devices", (long long)n);
     return NULL;
   }
   for (int64_t i = 0; i < n; i++) {
@@ -144,7 +144,7 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
     ids = malloc((size_t)(n + 1) * sizeof *ids);
     if (!vals || !ids) {
       free(vals), free(ids);
-      ts_set_error("mesh: out of memory for %lld device ids", (long long)n);
+      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld device ids", (long long)n);
       return NULL;
     }
     int k = util_parse_int_list(device_ids, "device ids", 0, INT32_MAX, vals, (int)n + 1);
@@ -177,7 +177,7 @@ ts_mesh *spmd_mesh_clone(const ts_mesh *m) {
   int *ids = malloc((size_t)m->ndevices * sizeof *ids);
   if (!c || !ids) {
     free(c), free(ids);
-    ts_set_error("mesh: out of memory copying %lld device ids", (long long)m->ndevices);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory copying %lld device ids", (long long)m->ndevices);
     return NULL;
   }
   *c = *m;

@@ -56,7 +56,7 @@ ts_sharding *ts_sharding_new(const ts_mesh *m, const ts_partition_spec *spec, in
   ts_mesh *mesh = spmd_mesh_clone(m);
   if (!s || !devices || !mesh) {
     free(s), free(devices), ts_mesh_free(mesh);
-    ts_set_error("sharding: out of memory for %lld devices", (long long)m->ndevices);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "sharding: out of memory for %lld devices", (long long)m->ndevices);
     return NULL;
   }
   s->rank = rank;

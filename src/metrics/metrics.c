@@ -201,7 +201,7 @@ mt_snapshot *mt_snapshot_all(int *n_out) {
   int n = atomic_load_explicit(&mt_count, memory_order_acquire);
   mt_snapshot *s = calloc((size_t)n + 1, sizeof *s);
   if (!s) {
-    ts_set_error("metrics: out of memory taking a snapshot");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "metrics: out of memory taking a snapshot");
     return NULL;
   }
   for (int i = 0; i < n; i++) {

@@ -30,7 +30,7 @@ int mt_write_file(const char *path, const char *data, size_t len) {
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
     return ts_set_error("write '%s': path too long", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return ts_set_error("write '%s': cannot create '%s': %s", path, tmp, strerror(errno));
+  if (fd < 0) return ts_set_error_code(TS_ERR_IO, "write '%s': cannot create '%s': %s", path, tmp, strerror(errno));
   size_t off = 0;
   while (off < len) {
     ssize_t w = write(fd, data + off, len - off);
@@ -39,7 +39,7 @@ int mt_write_file(const char *path, const char *data, size_t len) {
       int e = errno;
       close(fd);
       unlink(tmp);
-      return ts_set_error("write '%s': %s", tmp, strerror(e));
+      return ts_set_error_code(TS_ERR_IO, "write '%s': %s", tmp, strerror(e));
     }
     off += (size_t)w;
   }
@@ -47,12 +47,12 @@ int mt_write_file(const char *path, const char *data, size_t len) {
   if (fsync(fd) < 0 || close(fd) < 0) {
     int e = errno;
     unlink(tmp);
-    return ts_set_error("write '%s': %s", tmp, strerror(e));
+    return ts_set_error_code(TS_ERR_IO, "write '%s': %s", tmp, strerror(e));
   }
   if (rename(tmp, path) < 0) {
     int e = errno;
     unlink(tmp);
-    return ts_set_error("write '%s': rename from '%s': %s", path, tmp, strerror(e));
+    return ts_set_error_code(TS_ERR_IO, "write '%s': rename from '%s': %s", path, tmp, strerror(e));
   }
   return 0;
 }

@@ -17,7 +17,7 @@ static int bucket(ts_graph *g, ts_tensor *grads, int lo, int hi) {
   }
   int n = hi - lo;
   ts_tensor *flat = malloc((size_t)n * sizeof *flat);
-  if (!flat) return ts_set_error("ddp: out of memory");
+  if (!flat) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ddp: out of memory");
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     int64_t numel = ts_tensor_numel(g, grads[lo + i]);

@@ -63,7 +63,7 @@ struct ts_params {
 ts_params *ts_params_new(uint64_t seed) {
   ts_params *p = calloc(1, sizeof *p);
   if (!p) {
-    ts_set_error("ts_params_new: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_params_new: out of memory");
     return NULL;
   }
   ts_prng_seed(&p->rng, seed);
@@ -193,7 +193,7 @@ static int params_declare(ts_params *p, const char *name, ts_dtype dt, int rank,
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 32;
     params_entry *ne = realloc(p->e, (size_t)cap * sizeof *ne);
-    if (!ne) return ts_set_error("parameter %s: out of memory", name);
+    if (!ne) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", name);
     p->e = ne;
     p->cap = cap;
   }
@@ -211,7 +211,8 @@ static int params_declare(ts_params *p, const char *name, ts_dtype dt, int rank,
   if (!e->name || !e->host) {
     free(e->name);
     free(e->host);
-    return ts_set_error("parameter %s: out of memory for %lld elements", name, (long long)e->numel);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                             "parameter %s: out of memory for %lld elements", name, (long long)e->numel);
   }
   if (params_draw(p, e) != 0) {
     free(e->name);
@@ -267,12 +268,10 @@ ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt
   return t;
 }
 
-/* Sets "parameter <name>: <what> failed: <the runtime's message>" (the
- * message is copied first: ts_set_error writes the buffer it comes from). */
+/* Sets "parameter <name>: <what> failed: <the runtime's message>", keeping
+ * the runtime's code. */
 static int params_fail(const params_entry *e, const char *what) {
-  char cause[512];
-  snprintf(cause, sizeof cause, "%s", ts_last_error());
-  return ts_set_error("parameter %s: %s failed: %s", e->name, what, cause);
+  return ts_set_error_context("parameter %s: %s failed", e->name, what);
 }
 
 /* A hash of the host copy, 8 bytes at a time (only compared with itself). */
@@ -343,7 +342,7 @@ ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i) {
     params_dev *nd = realloc(e->devs, (size_t)(e->n_devs + 1) * sizeof *nd);
     if (!nd) {
       ts_buffer_free(b);
-      ts_set_error("parameter %s: out of memory", e->name);
+      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", e->name);
       return NULL;
     }
     e->devs = nd;

@@ -57,7 +57,7 @@ static int add_member(plan *p, int bi, int id) {
   if (b->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 8;
     int *m = realloc(b->member, (size_t)cap * sizeof *m);
-    if (!m) return ts_set_error("compile: out of memory combining collectives");
+    if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     b->member = m;
     b->cap = cap;
   }
@@ -71,7 +71,7 @@ static int new_bucket(plan *p) {
   if (p->nb == p->cap_b) {
     int cap = p->cap_b ? 2 * p->cap_b : 8;
     bucket *b = realloc(p->b, (size_t)cap * sizeof *b);
-    if (!b) return ts_set_error("compile: out of memory combining collectives");
+    if (!b) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     p->b = b;
     p->cap_b = cap;
   }
@@ -88,7 +88,7 @@ static int form_buckets(plan *p) {
   const ts_graph *g = p->g;
   int *open = malloc(((size_t)g->n_nodes + 1) * sizeof *open); /* open bucket per kind slot */
   int n_open = 0;
-  if (!open) return ts_set_error("compile: out of memory combining collectives");
+  if (!open) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
   int rc = 0;
   for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
@@ -135,7 +135,7 @@ static ts_tensor emit_bucket(ts_graph *dst, const ts_graph *g, const bucket *b, 
   int32_t *ids = malloc((size_t)first->attr.coll->n * sizeof *ids);
   if (!flat || !coll || !ids) {
     free(flat), free(coll), free(ids);
-    ts_set_error("compile: out of memory combining collectives");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return TS_NONE;
   }
   int64_t total = 0;
@@ -144,19 +144,27 @@ static ts_tensor emit_bucket(ts_graph *dst, const ts_graph *g, const bucket *b, 
     int64_t shape[2] = {rows, row_len(g, m)};
     flat[i] = ir_append(dst, TS_OP_RESHAPE, m->dtype, 2, shape, 1, &map[m->in[0]], NULL);
     total += shape[1];
+    if (flat[i] == TS_NONE) { /* out of memory (error set); the graph is dropped by the caller */
+      free(flat), free(coll), free(ids);
+      return TS_NONE;
+    }
   }
   ts_attr cat = {0};
   cat.axis = 1;
   int64_t packed[2] = {rows, total}, reduced[2] = {1, total};
   ts_tensor all = ir_append(dst, TS_OP_CONCAT, first->dtype, 2, packed, b->n, flat, &cat);
   free(flat);
+  if (all == TS_NONE) {
+    free(coll), free(ids);
+    return TS_NONE;
+  }
   memcpy(ids, first->attr.coll->ids, (size_t)first->attr.coll->n * sizeof *ids);
   *coll = (ts_collective){first->attr.coll->n, ids};
   ts_attr op = {0};
   op.reduce = first->attr.reduce;
   op.axis = 0;
   op.coll = coll; /* owned by the new node */
-  return ir_append(dst, first->op, first->dtype, 2, reduced, 1, &all, &op);
+  return ir_append(dst, first->op, first->dtype, 2, reduced, 1, &all, &op); /* takes coll over, even on failure */
 }
 
 /* Member `id` of a combined bucket: its slice of the reduced (1, total)
@@ -172,7 +180,7 @@ static ts_tensor emit_slice(ts_graph *dst, const ts_graph *g, const bucket *b, t
   sl.limit[1] = off + len;
   sl.stride[0] = sl.stride[1] = 1;
   ts_tensor s = ir_append(dst, TS_OP_SLICE, m->dtype, 2, shape, 1, &reduced, &sl);
-  return ir_append(dst, TS_OP_RESHAPE, m->dtype, m->rank, m->shape, 1, &s, NULL);
+  return s == TS_NONE ? TS_NONE : ir_append(dst, TS_OP_RESHAPE, m->dtype, m->rank, m->shape, 1, &s, NULL);
 }
 
 /* Writes the program with the buckets: map[i] is node i's id in dst once
@@ -185,7 +193,7 @@ static ts_graph *rewrite(const plan *p) {
   ts_graph *dst = ts_graph_new();
   if (!map || !reduced || !dst) {
     free(map), free(reduced), ts_graph_free(dst);
-    ts_set_error("compile: out of memory combining collectives");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < n; i++) map[i] = TS_NONE;
@@ -198,7 +206,7 @@ static ts_graph *rewrite(const plan *p) {
     }
     int bi = p->of[id];
     if (bi < 0) {
-      map[id] = opt_copy_node(dst, g, id, map);
+      ok = (map[id] = opt_copy_node(dst, g, id, map)) != TS_NONE;
     } else if (p->b[bi].member[p->b[bi].n - 1] == id) {
       ok = (reduced[bi] = emit_bucket(dst, g, &p->b[bi], map)) >= 0;
     }
@@ -220,7 +228,7 @@ ts_graph *opt_combine(const ts_graph *g, size_t bucket_bytes, int *changed) {
   plan p = {g, bucket_bytes, malloc(((size_t)g->n_nodes + 1) * sizeof(int)), NULL, 0, 0};
   ts_graph *dst = NULL;
   if (!p.of) {
-    ts_set_error("compile: out of memory combining collectives");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < g->n_nodes; i++) p.of[i] = -1;

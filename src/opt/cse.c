@@ -146,7 +146,7 @@ ts_graph *opt_cse(const ts_graph *g, int *changed) {
   if (!t.slots || !t.hash) {
     free(t.slots);
     free(t.hash);
-    ts_set_error("compile: out of memory in cse");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in cse");
     return NULL;
   }
   memset(t.slots, 0xff, t.cap * sizeof *t.slots);

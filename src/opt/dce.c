@@ -13,7 +13,7 @@ static ts_tensor dce_node(ts_graph *dst, const ts_graph *src, int id, const int3
 ts_graph *opt_dce(const ts_graph *g, int *changed) {
   bool *live = calloc((size_t)g->n_nodes + 1, sizeof *live);
   if (!live) {
-    ts_set_error("compile: out of memory in dce");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in dce");
     return NULL;
   }
   for (int i = 0; i < g->n_outputs; i++) live[g->outputs[i]] = true;

@@ -111,7 +111,7 @@ static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int
 oom:
   free(ins);
   free(ext);
-  return ts_set_error("compile: out of memory building a fused program");
+  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory building a fused program");
 }
 
 /* Marks producer t as a candidate of the group at root (only elementwise
@@ -129,7 +129,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   if (!wanted || !scratch) {
     free(wanted);
     free(scratch);
-    return ts_set_error("compile: out of memory in fusion");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
   }
   for (int i = 0; i < nn; i++) wanted[i] = -1;
   int32_t *slot = scratch, *stamp = scratch + nn, *cslot = scratch + 2 * nn, *cstamp = scratch + 3 * nn;
@@ -174,6 +174,10 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   const ts_node *n = &src->nodes[id];
   int ne = s->n_ext[id];
   int32_t *in = malloc(((size_t)ne + 1) * sizeof *in);
+  if (!in) {
+    ts_oom("compile: a fused node's operands", ((size_t)ne + 1) * sizeof *in);
+    return TS_NONE;
+  }
   for (int k = 0; k < ne; k++) in[k] = map[s->ext[id][k]];
   ts_attr attr;
   memset(&attr, 0, sizeof attr);
@@ -195,7 +199,7 @@ ts_graph *opt_fuse(const ts_graph *g, int *changed) {
   s.n_ext = calloc((size_t)nn + 1, sizeof *s.n_ext);
   ts_graph *out = NULL;
   if (!s.group || !s.prog || !s.ext || !s.n_ext) {
-    ts_set_error("compile: out of memory in fusion");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
   for (int i = 0; i < nn; i++) s.group[i] = -1;

@@ -11,14 +11,20 @@ ts_tensor opt_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_
   const ts_node *n = &src->nodes[id];
   int32_t in_small[8] = {0};
   int32_t *in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
+  if (!in) {
+    ts_oom("compile: copying a node", (size_t)n->n_in * sizeof *in);
+    return TS_NONE;
+  }
   for (int i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
   ts_attr attr = n->attr;
-  attr.fused = NULL;
+  attr.fused = NULL; /* n's: deep-copied below */
+  attr.coll = NULL;
   ts_tensor t = ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, in, &attr);
   if (in != in_small) free(in);
+  if (t == TS_NONE) return TS_NONE;
   ts_node *d = &dst->nodes[t];
   int input_index = d->attr.input_index; /* ir_append numbers inputs itself */
-  ir_node_copy_owned(d, n);
+  if (ir_node_copy_owned(d, n) < 0) return TS_NONE;
   if (n->op == TS_OP_INPUT) d->attr.input_index = input_index;
   return t;
 }
@@ -27,11 +33,12 @@ int opt_set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map) {
   if (!src->n_outputs) return 0;
   dst->outputs = malloc((size_t)src->n_outputs * sizeof *dst->outputs);
   dst->alias = malloc((size_t)src->n_outputs * sizeof *dst->alias);
-  if (!dst->outputs || !dst->alias) return ts_set_error("compile: out of memory copying outputs");
+  if (!dst->outputs || !dst->alias) return ts_oom("compile: copying outputs", (size_t)src->n_outputs * 8);
   dst->cap_outputs = dst->n_outputs = src->n_outputs;
   for (int i = 0; i < src->n_outputs; i++) {
     int32_t t = map[src->outputs[i]];
-    if (t < 0) return ts_set_error("compile: a pass dropped output %d (node %d)", i, src->outputs[i]);
+    if (t < 0) return ts_set_error_code(TS_ERR_INTERNAL,
+                                        "compile: a pass dropped output %d (node %d)", i, src->outputs[i]);
     dst->outputs[i] = t;
     dst->alias[i] = src->alias ? src->alias[i] : -1;
   }
@@ -44,21 +51,23 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
   if (!dst || !map) {
     ts_graph_free(dst);
     free(map);
-    ts_set_error("compile: out of memory rebuilding a graph of %d nodes", src->n_nodes);
+    ts_oom("compile: rebuilding a graph", ((size_t)src->n_nodes + 1) * sizeof *map);
     return NULL;
   }
   for (int id = 0; id < src->n_nodes; id++) {
     const ts_node *n = &src->nodes[id];
     ts_tensor r = OPT_KEEP;
     if (n->op != TS_OP_INPUT && fn) r = fn(dst, src, id, map, user);
+    if (r == TS_NONE) goto fail; /* the callback failed (out of memory) */
     if (r == OPT_KEEP) {
       for (int i = 0; i < n->n_in; i++)
         if (map[n->in[i]] < 0) {
-          ts_set_error("compile: node %d (%s) uses node %d which a pass dropped", id, ts_op_name(n->op),
-                       n->in[i]);
+          ts_set_error_code(TS_ERR_INTERNAL,
+                            "compile: node %d (%s) uses node %d which a pass dropped", id, ts_op_name(n->op),
+                            n->in[i]);
           goto fail;
         }
-      r = opt_copy_node(dst, src, id, map);
+      if ((r = opt_copy_node(dst, src, id, map)) == TS_NONE) goto fail;
     } else if (r == OPT_DROP) {
       r = TS_NONE;
     }
@@ -83,7 +92,7 @@ int opt_users_build(const ts_graph *g, opt_users *u) {
   u->users = malloc(((size_t)total + 1) * sizeof *u->users);
   if (!u->off || !u->n_out || !u->users) {
     opt_users_free(u);
-    return ts_set_error("compile: out of memory listing users of %d nodes", n);
+    return ts_oom("compile: listing users", ((size_t)total + 1) * sizeof *u->users);
   }
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i].n_in; k++) u->off[g->nodes[i].in[k] + 1]++;
@@ -91,7 +100,7 @@ int opt_users_build(const ts_graph *g, opt_users *u) {
   int *fill = calloc((size_t)n + 1, sizeof *fill);
   if (!fill) {
     opt_users_free(u);
-    return ts_set_error("compile: out of memory listing users");
+    return ts_oom("compile: listing users", ((size_t)n + 1) * sizeof *fill);
   }
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i].n_in; k++) {

@@ -40,7 +40,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *map = malloc(((size_t)n + 1) * sizeof *map);
   ts_graph *dst = NULL;
   if (!eager || !done || !order || !map) {
-    ts_set_error("compile: out of memory scheduling %d nodes", n);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
     goto out;
   }
   /* users come after their operands: decide from the last node back */
@@ -60,7 +60,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;
   if (!(dst = ts_graph_new())) {
-    ts_set_error("compile: out of memory scheduling");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling");
     goto out;
   }
   for (int i = 0; i < n; i++) map[order[i]] = opt_copy_node(dst, g, order[i], map);

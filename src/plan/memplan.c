@@ -261,7 +261,7 @@ oom:
   free(needs_copy);
   free(active);
   ts_plan_free(p);
-  return ts_set_error("compile: out of memory planning %d values", n);
+  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory planning %d values", n);
 }
 
 void ts_plan_free(ts_plan *p) {
@@ -321,5 +321,5 @@ int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, 
     else snprintf(dst, sizeof dst, "arena +%zu", x->dst_offset);
     rc = appendf(buf, len, cap, "  copy %s -> %s, %zu bytes\n", src, dst, x->bytes);
   }
-  return rc < 0 ? ts_set_error("executable: out of memory printing the plan") : 0;
+  return rc < 0 ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "executable: out of memory printing the plan") : 0;
 }

@@ -78,11 +78,12 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
   b->shard_bytes = (size_t)ts_shape_numel(b->rank, b->local_shape) * ts_dtype_size(b->dtype);
   b->n_shards = c->num_devices;
   b->shards = calloc((size_t)c->num_devices, sizeof *b->shards);
-  if (!b->shards) return ts_set_error("buffer: out of memory");
+  if (!b->shards) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
   for (int i = c->first_local; i < c->first_local + c->num_local; i++) /* other processes hold theirs */
     if (!(b->shards[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) {
       free_shards(b);
-      return ts_set_error("buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                               "buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
     }
   for (int i = c->first_local; i < c->first_local + c->num_local; i++)
     memset(b->shards[i], 0, b->shard_bytes); /* API: zero-filled */
@@ -121,7 +122,7 @@ ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int6
   if (check_sharding(c, s, rank) < 0) return NULL;
   ts_buffer *b = calloc(1, sizeof *b);
   if (!b) {
-    ts_set_error("buffer: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
     return NULL;
   }
   b->client = c;
@@ -177,7 +178,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
     return 0;
   }
   char *tmp = malloc(b->shard_bytes + 1);
-  if (!tmp) return ts_set_error("buffer_write: out of memory");
+  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write: out of memory");
   size_t es = ts_dtype_size(b->dtype);
   int rc = 0;
   for (int i = c->first_local; i < c->first_local + c->num_local && rc == 0; i++) {
@@ -200,7 +201,7 @@ static int block_owners(const ts_buffer *b, int *owner) {
   if (!lo || !hi) {
     free(lo);
     free(hi);
-    return ts_set_error("buffer_read: out of memory");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read: out of memory");
   }
   for (int i = 0; i < n; i++) {
     range_of(b, i, lo + (size_t)i * (size_t)r, hi + (size_t)i * (size_t)r);
@@ -232,7 +233,8 @@ static int read_from_processes(const ts_buffer *b, void *dst, const int *owner) 
   if (!m) {
     free(owned);
     free(all);
-    return ts_set_error("buffer_read: out of memory gathering %zu bytes from other processes", b->bytes);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                             "buffer_read: out of memory gathering %zu bytes from other processes", b->bytes);
   }
   size_t off = 0, mine = 0;
   int rc = 0, k = 0;
@@ -294,7 +296,8 @@ int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
   if (!b->sharding) return c->devs[first].to_host(c->devs[first].ctx, dst, b->shards[first], bytes);
   int *owner = malloc(((size_t)n + 1) * sizeof *owner), *local = malloc(((size_t)n + 1) * sizeof *local);
   char *has = malloc((size_t)n + 1), *tmp = malloc(b->shard_bytes + 1);
-  int rc = owner && local && has && tmp ? block_owners(b, owner) : ts_set_error("buffer_read: out of memory");
+  int rc = owner && local && has && tmp ? block_owners(b, owner) : ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                                                                                     "buffer_read: out of memory");
   if (rc == 0 && needs_processes(b, owner, has)) {
     rc = read_from_processes(b, dst, owner);
   } else if (rc == 0) { /* each range once, from a local block holding it */
@@ -348,7 +351,7 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
   if (check_block(b, device, dst, bytes, "buffer_read_shard", ext) < 0) return -1;
   const ts_device *d = &b->client->devs[device];
   char *tmp = malloc(b->shard_bytes + 1);
-  if (!tmp) return ts_set_error("buffer_read_shard: out of memory");
+  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read_shard: out of memory");
   int rc = d->to_host(d->ctx, tmp, b->shards[device], b->shard_bytes);
   /* the block's valid part is the origin corner of the padded local block */
   if (rc == 0) copy_block(tmp, b->local_shape, dst, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), false);
@@ -362,7 +365,7 @@ int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t byte
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
   char *tmp = calloc(1, b->shard_bytes + 1); /* padding of an uneven block: zeros */
-  if (!tmp) return ts_set_error("buffer_write_shard: out of memory");
+  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write_shard: out of memory");
   copy_block(tmp, b->local_shape, (char *)src, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), true);
   int rc = d->to_device(d->ctx, b->shards[device], tmp, b->shard_bytes);
   free(tmp);
@@ -376,7 +379,7 @@ int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
   /* through the host: rare (only when a caller passes a buffer laid out
    * differently from what a program expects) */
   void *host = malloc(b->bytes + 1);
-  if (!host) return ts_set_error("buffer_reshard: out of memory");
+  if (!host) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_reshard: out of memory");
   int rc = ts_buffer_read(b, host, b->bytes);
   ts_sharding *ns = NULL;
   if (rc == 0 && s && !ts_sharding_is_replicated(s) && !(ns = ts_sharding_clone(s))) rc = -1;

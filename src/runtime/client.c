@@ -48,7 +48,7 @@ static int share(int total, int procs, int p) { return total / procs + (p < tota
 static int layout(ts_client *c, int nlocal) {
   int P = c->process_count, me = c->process_index;
   int *counts = calloc((size_t)P, sizeof *counts);
-  if (!counts) return ts_set_error("client: out of memory");
+  if (!counts) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   if (net_allgather(c->net, &nlocal, counts, sizeof nlocal, c->timeout_ms,
                     "client: exchanging device counts between processes") < 0) {
     free(counts);
@@ -65,7 +65,7 @@ static int layout(ts_client *c, int nlocal) {
   c->device_process = calloc((size_t)total, sizeof *c->device_process);
   if (!c->device_process) {
     free(counts);
-    return ts_set_error("client: out of memory");
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   }
   for (int p = 0, d = 0; p < P; p++)
     for (int i = 0; i < counts[p]; i++, d++) {
@@ -113,7 +113,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   if (n < 1) n = 1;
   ts_client *c = calloc(1, sizeof *c);
   if (!c) {
-    ts_set_error("client: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     return NULL;
   }
   c->net = net;
@@ -121,7 +121,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   c->process_index = me;
   if (timeout_ms(opts, P > 1, &c->timeout_ms) < 0 || layout(c, ndev) < 0 ||
       !(c->devs = calloc((size_t)c->num_devices, sizeof *c->devs))) {
-    if (!c->devs && c->device_process) ts_set_error("client: out of memory");
+    if (!c->devs && c->device_process) ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     ts_client_free(c);
     return NULL;
   }
@@ -181,19 +181,25 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
   mine.hash = util_hash64(text, mine.len, 0);
   snprintf(mine.head, sizeof mine.head, "%s", text);
   same_rec *all = calloc((size_t)c->process_count, sizeof *all);
-  if (!all) return ts_set_error("%s: out of memory", what);
+  if (!all) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int rc = net_allgather(c->net, &mine, all, sizeof mine, c->timeout_ms, what);
   for (int p = 1; rc == 0 && p < c->process_count; p++)
     if (all[p].hash != all[0].hash || all[p].len != all[0].len)
-      rc = ts_set_error("%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
-                        "(hash %016llx); every process must run the same configuration",
-                        what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
-                        (unsigned long long)all[p].hash);
+      rc = ts_set_error_code(TS_ERR_MISMATCH,
+                             "%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
+                             "(hash %016llx); every process must run the same configuration",
+                             what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
+                             (unsigned long long)all[p].hash);
   free(all);
   return rc;
 }
 
-void ts_client_abort(ts_client *c, int code) { net_abort(c ? c->net : NULL, code); }
+/* The only function of the library that ends the process (tests/no_exit.sh
+ * checks that src/ calls exit and abort nowhere else). */
+void ts_client_abort(ts_client *c, int code) {
+  net_abort(c ? c->net : NULL, code); /* MPI_Abort: ends every process of the job */
+  exit(code);                         /* alone */
+}
 
 int ts_client_num_threads(const ts_client *c) { return c ? c->num_threads : 0; }
 int ts_client_num_devices(const ts_client *c) { return c ? c->num_devices : 0; }

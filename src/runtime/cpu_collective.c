@@ -42,7 +42,7 @@ static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *
   if (!send || !recv) {
     free(send);
     free(recv);
-    return ts_set_error("all_to_all: out of memory (%zu bytes)", 2 * block * (size_t)m);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "all_to_all: out of memory (%zu bytes)", 2 * block * (size_t)m);
   }
   int64_t a = span(x->shape, 0, s);
   size_t sb = (size_t)span(local, s, x->rank) * es;

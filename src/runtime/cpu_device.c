@@ -74,7 +74,7 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
     int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
     if (nodes) p->node = nodes;
     int64_t *tickets = nodes ? realloc(p->ticket, (size_t)cap * sizeof *tickets) : NULL;
-    if (!tickets) return ts_set_error("execute: out of memory starting all-reduce %d", id);
+    if (!tickets) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting all-reduce %d", id);
     p->ticket = tickets;
     p->cap = cap;
   }
@@ -105,7 +105,8 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     if (rc) break;
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
     if (!in) {
-      rc = ts_set_error("execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
+      rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+                             "execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
       break;
     }
     for (int k = 0; k < n->n_in; k++) in[k] = values[n->in[k]];

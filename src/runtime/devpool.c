@@ -53,7 +53,7 @@ rt_pool *rt_pool_new(int n_workers) {
   rt_pool *p = calloc(1, sizeof *p);
   if (!p || !(p->th = calloc((size_t)(n_workers > 0 ? n_workers : 1), sizeof *p->th))) {
     free(p);
-    ts_set_error("client: out of memory for %d device threads", n_workers);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory for %d device threads", n_workers);
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
@@ -66,7 +66,7 @@ rt_pool *rt_pool_new(int n_workers) {
     if (!a || pthread_create(&p->th[i], NULL, worker, a) != 0) {
       free(a);
       rt_pool_free(p);
-      ts_set_error("client: could not start the thread of local device %d", i + 1);
+      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: could not start the thread of local device %d", i + 1);
       return NULL;
     }
     p->n = i + 1;

@@ -98,6 +98,7 @@ typedef struct {
   ts_buffer **bufs;
   int *rc;                  /* (num_local) */
   char (*msg)[512];         /* (num_local) */
+  ts_status *code;          /* (num_local) of msg: carried to the calling thread */
 } spmd_run;
 
 /* Local device `first + i`, on its own device thread. */
@@ -105,7 +106,10 @@ static void run_local(void *arg, int i) {
   spmd_run *r = arg;
   int dev = r->first + i;
   r->rc[i] = run_device(r->e->dev[dev], dev, r->inputs, r->bufs);
-  if (r->rc[i]) snprintf(r->msg[i], sizeof r->msg[i], "device %d: %s", dev, ts_last_error());
+  if (r->rc[i]) {
+    snprintf(r->msg[i], sizeof r->msg[i], "device %d: %s", dev, ts_last_error());
+    r->code[i] = ts_last_error_code();
+  }
 }
 
 /* Every device of this process at once, each on its device thread (the
@@ -115,18 +119,21 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
   int n = e->client->num_local;
   int *rc = calloc((size_t)n, sizeof *rc);
   char (*msg)[512] = calloc((size_t)n, sizeof *msg);
-  if (!rc || !msg) {
+  ts_status *code = calloc((size_t)n, sizeof *code);
+  if (!rc || !msg || !code) {
     free(rc);
     free(msg);
-    return ts_set_error("execute: out of memory running %d devices", n);
+    free(code);
+    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory running %d devices", n);
   }
-  spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg};
+  spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg, code};
   rt_pool_run(e->client->pool, run_local, &r);
   int ret = 0;
   for (int i = 0; i < n && !ret; i++)
-    if (rc[i]) ret = ts_set_error("%s", msg[i]);
+    if (rc[i]) ret = ts_set_error_code(code[i], "%s", msg[i]);
   free(rc);
   free(msg);
+  free(code);
   return ret;
 }
 
@@ -151,7 +158,7 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
   bool *fresh = calloc((size_t)g->n_outputs + 1, sizeof *fresh);
   int rc = -1;
   if (!bufs || !fresh) {
-    ts_set_error("execute: out of memory");
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory");
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;

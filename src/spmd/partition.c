@@ -60,14 +60,22 @@ static int32_t lower_leaf(part *p, int id, const ts_partition_spec *in_spec) {
     int64_t is[TS_MAX_RANK];
     part_local_shape(p, in_spec, n->rank, n->shape, is);
     int32_t v = part_emit(p, TS_OP_INPUT, n->dtype, n->rank, is, 0, NULL, NULL);
-    p->L->nodes[v].name = strdup(n->name ? n->name : "");
+    if (v == TS_NONE) return TS_NONE;
+    if (!(p->L->nodes[v].name = strdup(n->name ? n->name : ""))) {
+      ts_oom("partition: an input's name", strlen(n->name ? n->name : "") + 1);
+      return TS_NONE;
+    }
     return part_reshard(p, v, n->dtype, n->rank, n->shape, *in_spec, 0, TS_REDUCE_SUM, W);
   }
   case TS_OP_CONSTANT: {
     int32_t v = part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &n->attr);
-    if (n->data) {
+    if (v != TS_NONE && n->data) {
       size_t es = ts_dtype_size(n->dtype);
       char *d = malloc((size_t)ts_shape_numel(n->rank, ls) * es + 1);
+      if (!d) {
+        ts_oom("partition: a constant's block", (size_t)ts_shape_numel(n->rank, ls) * es + 1);
+        return TS_NONE;
+      }
       take_block(d, n->data, n->rank, n->shape, st, ls, es);
       p->L->nodes[v].data = d;
     }
@@ -279,6 +287,10 @@ static int32_t lower_window(part *p, int id) {
   int64_t ls[TS_MAX_RANK];
   part_local_shape(p, &O, n->rank, n->shape, ls);
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  if (!in) {
+    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    return TS_NONE;
+  }
   for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], &O);
   ts_attr a = n->attr;
   for (int d = 0; d < n->rank; d++)
@@ -292,6 +304,10 @@ static int32_t lower_window(part *p, int id) {
 static int32_t lower_fallback(part *p, int id) {
   const ts_node *n = &p->g->nodes[id];
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  if (!in) {
+    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    return TS_NONE;
+  }
   for (int k = 0; k < n->n_in; k++) {
     ts_partition_spec rep;
     spec_clear(&rep, p->g->nodes[n->in[k]].rank);
@@ -377,6 +393,10 @@ static int32_t lower_manual(part *p, int id) {
   const ts_node *n = &p->g->nodes[id];
   if (spmd_is_to_local(n)) return part_get(p, n->in[0], ts_sharding_spec(n->sharding));
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
+  if (!in) {
+    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    return TS_NONE;
+  }
   for (int k = 0; k < n->n_in; k++) in[k] = p->val[n->in[k]];
   int32_t v;
   if (ts_op_is_collective(n->op) && !n->attr.coll)
@@ -384,8 +404,8 @@ static int32_t lower_manual(part *p, int id) {
                        n->attr.axis, 0);
   else {
     v = part_emit(p, n->op, n->dtype, n->rank, n->shape, n->n_in, in, &n->attr);
-    ts_node *d = &p->L->nodes[v];
-    ir_node_copy_owned(d, n); /* constant data, fused programs */
+    if (v != TS_NONE && ir_node_copy_owned(&p->L->nodes[v], n) < 0) /* constant data, fused programs */
+      v = TS_NONE;
   }
   if (in != small) free(in);
   return v;
@@ -475,7 +495,7 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
   p.memo = calloc((size_t)g->n_nodes + 1, sizeof *p.memo);
   p.L = ts_graph_new();
   if (!W || !p.val || !p.memo || !p.L) {
-    ts_set_error("partition: out of memory");
+    ts_oom("partition: per-node state", ((size_t)g->n_nodes + 1) * (sizeof *W + sizeof *p.val + sizeof *p.memo));
     goto fail;
   }
   for (int i = 0; i < g->n_nodes; i++) {
@@ -487,11 +507,12 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
     p.cause = i;
     const ts_node *n = &g->nodes[i];
     p.val[i] = lower(&p, i, n->op == TS_OP_INPUT ? &in_specs[n->attr.input_index] : NULL);
+    if (p.val[i] == TS_NONE) goto fail; /* out of memory (the only way lowering fails) */
   }
   for (int k = 0; k < g->n_outputs; k++) {
     p.cause = g->outputs[k];
     int32_t v = part_get(&p, g->outputs[k], &out_specs[k]);
-    if (ts_graph_add_output(p.L, v) < 0) goto fail;
+    if (v == TS_NONE || ts_graph_add_output(p.L, v) < 0) goto fail;
     int a = g->alias ? g->alias[k] : -1;
     if (a >= 0 && ts_graph_alias_output(p.L, k, p.L->inputs[a]) < 0) goto fail;
   }

@@ -319,7 +319,7 @@ static void backward(prop *p, int id) {
 
 int spmd_propagate(const ts_graph *g, const ts_mesh *m, ts_partition_spec *specs, bool *fixed_out) {
   bool *fixed = calloc((size_t)g->n_nodes + 1, sizeof *fixed);
-  if (!fixed) return ts_set_error("propagate: out of memory");
+  if (!fixed) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "propagate: out of memory");
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     spec_clear(&specs[i], n->rank);

@@ -26,11 +26,12 @@ int64_t part_tile_index(const part *p, const int *axes, int n) {
 
 /* Device ids of this device's group over mesh axes (major to minor): the
  * devices whose coordinates differ from ours only on those axes, ordered by
- * their block index. Returns the group size. */
+ * their block index. Returns the group size (-1: out of memory). */
 static int group_ids(const part *p, const int *axes, int n, int32_t **out) {
   int64_t size = 1;
   for (int k = 0; k < n; k++) size *= p->m->shape[axes[k]];
   int32_t *ids = malloc((size_t)size * sizeof *ids);
+  if (!ids) return ts_oom("partition: a collective's device group", (size_t)size * sizeof *ids);
   for (int64_t r = 0; r < size; r++) {
     int64_t c[TS_MESH_MAX_RANK];
     for (int a = 0; a < p->m->rank; a++) c[a] = p->coord[a];
@@ -49,6 +50,8 @@ static int group_ids(const part *p, const int *axes, int n, int32_t **out) {
 
 int32_t part_emit(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *shape, int n_in, const int32_t *in,
                   const ts_attr *attr) {
+  for (int k = 0; k < n_in; k++)
+    if (in[k] == TS_NONE) return TS_NONE; /* an earlier emit failed (out of memory) */
   ts_attr a = {0};
   if (attr) a = *attr;
   a.fused = NULL;
@@ -60,6 +63,19 @@ static const ts_collective_kind kind_of[] = {TS_COLLECTIVE_ALL_REDUCE, TS_COLLEC
                                              TS_COLLECTIVE_REDUCE_SCATTER, TS_COLLECTIVE_ALL_TO_ALL,
                                              TS_COLLECTIVE_PERMUTE};
 
+/* Appends one entry to the list of collectives (-1: out of memory). */
+static int coll_list_push(spmd_coll_list *l, ts_collective_info info) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 16;
+    ts_collective_info *v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) return ts_oom("partition: the list of collectives", (size_t)cap * sizeof *v);
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = info;
+  return 0;
+}
+
 /* Appends collective op over mesh axes to L and records it. */
 int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *shape, int32_t v, const int *axes,
                          int n, ts_reduce_kind kind, int axis, int dim2) {
@@ -68,24 +84,27 @@ int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *
   a.axis = axis;
   a.dims[0] = dim2;
   a.n_dims = op == TS_OP_ALL_TO_ALL ? 1 : 0;
-  int32_t t = ir_append(p->L, op, dt, rank, shape, 1, &v, &a);
+  if (v == TS_NONE) return TS_NONE; /* an earlier emit failed */
   ts_collective *c = malloc(sizeof *c);
-  c->n = group_ids(p, axes, n, &c->ids);
-  p->L->nodes[t].attr.coll = c;
+  if (!c || (c->n = group_ids(p, axes, n, &c->ids)) < 0) {
+    free(c);
+    ts_oom("partition: a collective", sizeof *c);
+    return TS_NONE;
+  }
+  a.coll = c; /* taken over by ir_append */
+  int32_t t = ir_append(p->L, op, dt, rank, shape, 1, &v, &a);
+  if (t == TS_NONE) return TS_NONE;
   if (p->colls) {
     spmd_coll_list *l = p->colls;
-    if (l->n == l->cap) {
-      l->cap = l->cap ? 2 * l->cap : 16;
-      l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
-    }
     uint32_t mask = 0;
     for (int k = 0; k < n; k++) mask |= 1u << axes[k];
     const ts_node *src = &p->L->nodes[v], *dst = &p->L->nodes[t];
     const ts_node *counted = op == TS_OP_ALL_GATHER ? dst : src;
     size_t bytes = (size_t)ts_shape_numel(counted->rank, counted->shape) * ts_dtype_size(dt);
     int cause = p->cause >= 0 ? p->cause : 0;
-    l->v[l->n++] = (ts_collective_info){kind_of[op - TS_OP_ALL_REDUCE], mask, c->n, bytes, cause,
-                                        ts_op_name(p->g->nodes[cause].op)};
+    if (coll_list_push(l, (ts_collective_info){kind_of[op - TS_OP_ALL_REDUCE], mask, c->n, bytes, cause,
+                                               ts_op_name(p->g->nodes[cause].op)}) < 0)
+      return TS_NONE;
   }
   return t;
 }
@@ -94,9 +113,15 @@ int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *
  * receives from the device at d's coordinates with coordinate a := d's b. */
 static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape, int32_t v, int a, int b) {
   const ts_mesh *m = p->m;
+  if (v == TS_NONE) return TS_NONE; /* an earlier emit failed */
   ts_collective *c = malloc(sizeof *c);
+  if (c) c->ids = malloc((size_t)m->ndevices * 2 * sizeof *c->ids);
+  if (!c || !c->ids) {
+    free(c);
+    ts_oom("partition: a collective-permute", (size_t)m->ndevices * 2 * sizeof *c->ids);
+    return TS_NONE;
+  }
   c->n = (int)m->ndevices;
-  c->ids = malloc((size_t)m->ndevices * 2 * sizeof *c->ids);
   for (int64_t f = 0; f < m->ndevices; f++) {
     int64_t co[TS_MESH_MAX_RANK], rest = f, src = 0;
     for (int k = m->rank - 1; k >= 0; k--) {
@@ -109,18 +134,16 @@ static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape
     c->ids[2 * f + 1] = m->device_ids[f];
   }
   ts_attr at = {0};
+  at.coll = c; /* taken over by ir_append */
   int32_t t = ir_append(p->L, TS_OP_COLLECTIVE_PERMUTE, dt, rank, shape, 1, &v, &at);
-  p->L->nodes[t].attr.coll = c;
+  if (t == TS_NONE) return TS_NONE;
   if (p->colls) {
     spmd_coll_list *l = p->colls;
-    if (l->n == l->cap) {
-      l->cap = l->cap ? 2 * l->cap : 16;
-      l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
-    }
     int cause = p->cause >= 0 ? p->cause : 0;
     size_t bytes = (size_t)ts_shape_numel(rank, shape) * ts_dtype_size(dt);
-    l->v[l->n++] = (ts_collective_info){TS_COLLECTIVE_PERMUTE, (1u << a) | (1u << b), 2, bytes, cause,
-                                        ts_op_name(p->g->nodes[cause].op)};
+    if (coll_list_push(l, (ts_collective_info){TS_COLLECTIVE_PERMUTE, (1u << a) | (1u << b), 2, bytes, cause,
+                                               ts_op_name(p->g->nodes[cause].op)}) < 0)
+      return TS_NONE;
   }
   return t;
 }
@@ -256,7 +279,11 @@ int32_t part_get(part *p, int32_t node, const ts_partition_spec *T) {
     if (spmd_spec_equal(&q->spec, T)) return q->id;
   const ts_node *n = &p->g->nodes[node];
   int32_t v = part_reshard(p, p->val[node], n->dtype, n->rank, n->shape, p->W[node], 0, TS_REDUCE_SUM, T);
-  part_memo *q = malloc(sizeof *q);
+  part_memo *q = v == TS_NONE ? NULL : malloc(sizeof *q);
+  if (!q) { /* not memoized: the caller stops at the TS_NONE */
+    if (v != TS_NONE) ts_oom("partition: a memo entry", sizeof *q);
+    return TS_NONE;
+  }
   q->spec = *T;
   q->id = v;
   q->next = p->memo[node];

@@ -22,7 +22,7 @@ static int32_t boundary(ts_graph *g, ts_op op, int32_t x, const ts_sharding *s, 
     }
   }
   int32_t t = ir_append(g, op, n->dtype, n->rank, shape, 1, &x, &a);
-  if (!(g->nodes[t].sharding = ts_sharding_clone(s))) return TS_NONE;
+  if (t == TS_NONE || !(g->nodes[t].sharding = ts_sharding_clone(s))) return TS_NONE;
   return t;
 }
 

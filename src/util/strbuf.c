@@ -37,7 +37,7 @@ char *ts_sb_finish(ts_strbuf *sb, const char *who) {
   if (!sb->oom && !sb->buf) ts_sb_printf(sb, "%s", ""); /* an empty text is "", not NULL */
   if (sb->oom) {
     free(sb->buf);
-    ts_set_error("%s: out of memory", who);
+    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
     return NULL;
   }
   return sb->buf;
