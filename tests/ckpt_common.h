@@ -49,7 +49,7 @@ static const ck_layout CK_LAYOUTS[] = {
 };
 #define CK_NLAYOUTS ((int)(sizeof CK_LAYOUTS / sizeof CK_LAYOUTS[0]))
 
-static int ck_layout_devices(const ck_layout *l) {
+static inline int ck_layout_devices(const ck_layout *l) {
   if (!l->mesh) return 1;
   ts_mesh *m = ts_mesh_from_text(l->mesh);
   int n = m ? (int)ts_mesh_num_devices(m) : 1;
@@ -57,13 +57,13 @@ static int ck_layout_devices(const ck_layout *l) {
   return n;
 }
 
-static size_t ck_bytes(int i) {
+static inline size_t ck_bytes(int i) {
   const ck_spec *s = &CK_TENSORS[i];
   return (size_t)ts_shape_numel(s->rank, s->shape) * ts_dtype_size(s->dt);
 }
 
 /* Deterministic contents of tensor i for version v (bytes from a hash). */
-static void *ck_values(int i, uint64_t v) {
+static inline void *ck_values(int i, uint64_t v) {
   size_t n = ck_bytes(i);
   uint8_t *p = malloc(n ? n : 1);
   uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + v * 0xbf58476d1ce4e5b9ull;
@@ -84,7 +84,7 @@ static void *ck_values(int i, uint64_t v) {
 }
 
 /* The sharding of tensor i in layout l on mesh m (NULL = replicated). */
-static ts_sharding *ck_sharding(const ck_layout *l, const ts_mesh *m, int i) {
+static inline ts_sharding *ck_sharding(const ck_layout *l, const ts_mesh *m, int i) {
   if (!m || !l->spec[i]) return NULL;
   ts_partition_spec ps;
   if (ts_partition_spec_parse(m, l->spec[i], &ps) < 0) return NULL;
@@ -92,7 +92,7 @@ static ts_sharding *ck_sharding(const ck_layout *l, const ts_mesh *m, int i) {
 }
 
 /* Buffers of every tensor in layout l on client c, holding version v (or zeros if zero). */
-static int ck_make_buffers(ts_client *c, const ck_layout *l, uint64_t v, bool zero, ts_buffer **out) {
+static inline int ck_make_buffers(ts_client *c, const ck_layout *l, uint64_t v, bool zero, ts_buffer **out) {
   ts_mesh *m = l->mesh ? ts_mesh_from_text(l->mesh) : NULL;
   int rc = 0;
   for (int i = 0; i < CK_N; i++) {
@@ -111,16 +111,16 @@ static int ck_make_buffers(ts_client *c, const ck_layout *l, uint64_t v, bool ze
   return rc;
 }
 
-static void ck_free_buffers(ts_buffer **b) {
+static inline void ck_free_buffers(ts_buffer **b) {
   for (int i = 0; i < CK_N; i++) ts_buffer_free(b[i]), b[i] = NULL;
 }
 
-static void ck_entries(ts_buffer **b, ts_ckpt_entry *e) {
+static inline void ck_entries(ts_buffer **b, ts_ckpt_entry *e) {
   for (int i = 0; i < CK_N; i++) e[i] = (ts_ckpt_entry){CK_TENSORS[i].name, b[i], CK_TENSORS[i].kind};
 }
 
 /* 0 if buffer i holds version v exactly. */
-static int ck_check_buffer(ts_buffer *b, int i, uint64_t v) {
+static inline int ck_check_buffer(ts_buffer *b, int i, uint64_t v) {
   size_t n = ck_bytes(i);
   void *want = ck_values(i, v), *got = malloc(n ? n : 1);
   int rc = ts_buffer_read(b, got, n) == 0 && memcmp(want, got, n) == 0 ? 0 : -1;
@@ -130,7 +130,7 @@ static int ck_check_buffer(ts_buffer *b, int i, uint64_t v) {
 }
 
 /* A meta with every field set. */
-static ts_ckpt_meta ck_meta(int64_t step) {
+static inline ts_ckpt_meta ck_meta(int64_t step) {
   ts_ckpt_meta m = {.step = step, .epoch = 2, .epoch_step = 17, .has_optim = true,
                     .optim = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
                     .has_schedule = true,

@@ -180,7 +180,9 @@ static int ix_double(ix_ctx *c, const json_val *o, const char *key, double *out)
 }
 
 static int ix_hex(ix_ctx *c, const json_val *v, const char *key, uint8_t *out, size_t n) {
-  if (!v || v->type != JSON_STRING || v->len != 2 * n)
+  if (!v)
+    return ts_set_error("%s: %s%s'%s' is missing", c->path, c->where, c->where[0] ? ": " : "", key);
+  if ( v->type != JSON_STRING || v->len != 2 * n)
     return ts_set_error("%s: %s%s'%s' must be a string of %zu hex digits", c->path, c->where,
                         c->where[0] ? ": " : "", key, 2 * n);
   for (size_t k = 0; k < 2 * n; k++) {
