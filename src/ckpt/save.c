@@ -327,6 +327,22 @@ static int cmp_i64_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* Removes the debris of saves that crashed: ROOT/.tmp-step-* and .old-step-*. */
+static int save_clean_debris(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return ts_set_error("%s: cannot list: %s", root, strerror(errno));
+  int rc = 0;
+  struct dirent *de;
+  while (rc == 0 && (de = readdir(d))) {
+    if (strncmp(de->d_name, ".tmp-step-", 10) != 0 && strncmp(de->d_name, ".old-step-", 10) != 0) continue;
+    char p[PATH_MAX_LEN];
+    snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+    rc = ckpt_remove_dir(p);
+  }
+  closedir(d);
+  return rc;
+}
+
 /* Deletes step directories beyond the newest `keep` (never `current`). */
 static int save_prune(const char *root, int keep, int64_t current) {
   DIR *d = opendir(root);
@@ -436,7 +452,7 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
     if (rank == 0) {
       if (mkdir(root, 0755) != 0 && errno != EEXIST)
         rc = ts_set_error("%s: cannot create the checkpoint directory: %s", root, strerror(errno));
-      else if (ckpt_remove_dir(tmp) < 0) /* debris of a save that crashed */
+      else if (save_clean_debris(root) < 0)
         rc = -1;
       else if (mkdir(tmp, 0755) != 0)
         rc = ts_set_error("%s: cannot create: %s", tmp, strerror(errno));
