@@ -327,6 +327,21 @@ static int cmp_i64_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* mkdir -p. */
+static int save_mkdirs(const char *dir) {
+  char p[PATH_MAX_LEN];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return ts_set_error("%s: cannot create: %s", p, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    return ts_set_error("%s: cannot create the checkpoint directory: %s", p, strerror(errno));
+  return 0;
+}
+
 /* Removes the debris of saves that crashed: ROOT/.tmp-step-* and .old-step-*. */
 static int save_clean_debris(const char *root) {
   DIR *d = opendir(root);
@@ -450,8 +465,8 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
     snprintf(m.tessel_version, sizeof m.tessel_version, "%s", TS_VERSION_STRING);
     snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08lld", root, (long long)m.step);
     if (rank == 0) {
-      if (mkdir(root, 0755) != 0 && errno != EEXIST)
-        rc = ts_set_error("%s: cannot create the checkpoint directory: %s", root, strerror(errno));
+      if (save_mkdirs(root) < 0)
+        rc = -1;
       else if (save_clean_debris(root) < 0)
         rc = -1;
       else if (mkdir(tmp, 0755) != 0)
