@@ -61,13 +61,18 @@ static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen
   return buf;
 }
 
+/* The path of file fi, for opening and for errors. */
+static void file_path(const ts_ckpt *ck, int fi, char *path, size_t n) {
+  if (ck->plain) snprintf(path, n, "%s", ck->path);
+  else snprintf(path, n, "%s/%s", ck->path, ck->f[fi].name);
+}
+
 /* Opens and checks file f against the index (once). */
 static int load_file(ts_ckpt *ck, int fi) {
   ck_file *f = &ck->f[fi];
   if (f->loaded) return 0;
   char path[PATH_LEN];
-  if (ck->plain) snprintf(path, sizeof path, "%s", ck->path);
-  else snprintf(path, sizeof path, "%s/%s", ck->path, f->name);
+  file_path(ck, fi, path, sizeof path);
   if (f->fd < 0 && (f->fd = open(path, O_RDONLY)) < 0)
     return ts_set_error("checkpoint %s: file %s is missing or unreadable: %s", ck->path, f->name, strerror(errno));
   struct stat st;
@@ -135,7 +140,7 @@ static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
     return NULL;
   }
   char path[PATH_LEN];
-  snprintf(path, sizeof path, "%s/%s", ck->path, ck->f[b->file].name);
+  file_path(ck, b->file, path, sizeof path);
   if (ckpt_pread_all(ck->f[b->file].fd, buf, n, b->begin, path) < 0) {
     free(buf);
     return NULL;
