@@ -1,8 +1,9 @@
 /* test_ckpt_crash.c — a crash at any stage of a save leaves the previous
  * checkpoint and `latest` whole. For each stage of ts_ckpt_save (files,
  * index, rename, latest, prune) a child process (this program, re-executed)
- * saves step 2 over a root holding step 1 with TESSEL_CKPT_TEST_CRASH set to
- * that stage and is killed there (SIGKILL); then the root must open, verify
+ * saves step 2 over a root holding step 1 with the library's testing hook
+ * (ckpt_test_hook, src/ckpt/ckpt_internal.h) set to kill it (SIGKILL) right
+ * after that stage; then the root must open, verify
  * and hold exactly step 1's values (crash before `latest` moved) or step
  * 2's (after), and a following save must succeed and clear the debris. */
 #include <signal.h>
@@ -13,10 +14,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_internal.h" /* ckpt_test_hook */
 #include "ckpt_common.h"
 
-/* Child: save version/step `step` of the data=2 layout to root (keep 1). */
-static int child(const char *root, int step) {
+static const char *crash_stage; /* the child's: where the hook kills it */
+
+static void crash_hook(const char *stage) {
+  if (crash_stage && strcmp(stage, crash_stage) == 0) {
+    fprintf(stderr, "test_ckpt_crash child: killed after stage '%s'\n", stage);
+    fflush(stderr);
+    raise(SIGKILL);
+  }
+}
+
+/* Child: save version/step `step` of the data=2 layout to root (keep 1),
+ * killed after stage `crash` ("-": never). */
+static int child(const char *root, int step, const char *crash) {
+  crash_stage = strcmp(crash, "-") ? crash : NULL;
+  ckpt_test_hook = crash_hook;
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 2});
   ts_buffer *b[CK_N] = {0};
   ts_ckpt_entry e[CK_N];
@@ -36,9 +51,7 @@ static int run_child(const char *root, int step, const char *crash) {
   if (pid == 0) {
     char s[16];
     snprintf(s, sizeof s, "%d", step);
-    if (crash) setenv("TESSEL_CKPT_TEST_CRASH", crash, 1);
-    else unsetenv("TESSEL_CKPT_TEST_CRASH");
-    execl("/proc/self/exe", "test_ckpt_crash", "child", root, s, (char *)NULL);
+    execl("/proc/self/exe", "test_ckpt_crash", "child", root, s, crash ? crash : "-", (char *)NULL);
     _exit(127);
   }
   int st = 0;
@@ -62,7 +75,7 @@ static int holds(const char *path, int v) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "child") == 0) return child(argv[2], atoi(argv[3]));
+  if (argc == 5 && strcmp(argv[1], "child") == 0) return child(argv[2], atoi(argv[3]), argv[4]);
   ts_test_init("test_ckpt_crash", 1);
   char tmp[256];
   snprintf(tmp, sizeof tmp, "/tmp/tessel_test_ckpt_crash_%d", (int)getpid());

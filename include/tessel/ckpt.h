@@ -88,12 +88,8 @@ typedef struct {
  * step is replaced. keep > 0: afterwards, step directories beyond the newest
  * `keep` are deleted (only once the new one is in place). If any process
  * fails, every process returns -1 (the error names the failing rank) and
- * the previous checkpoint is untouched.
- *
- * Testing hook: $TESSEL_CKPT_TEST_CRASH=files|index|rename|latest|prune makes
- * the process kill itself (SIGKILL) at that stage (after the block files are
- * written; after index.json; after the directory rename; after `latest`;
- * after pruning), so tests can check what a crash leaves behind. */
+ * the previous checkpoint is untouched. Debris of saves that crashed
+ * (ROOT/.tmp-step-*, .old-step-*) is removed first. */
 int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t, int keep);
 /* The same for every entry of a parameter set (its buffers on c; kinds by
  * ts_ckpt_kind_of). Collective. */

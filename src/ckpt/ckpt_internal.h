@@ -61,6 +61,14 @@ int ckpt_remove_dir(const char *dir);
 /* Chained checksum of a whole file (CKPT_HASH_PIECE pieces); *size its size. */
 int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
 
+/* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
+ * calls it with the name of each stage just completed — "files" (this
+ * process's block file written), "index" (index.json written), "rename"
+ * (the directory in place), "latest" (`latest` replaced), "prune" — so a
+ * test can kill the process there. NULL otherwise: nothing in the library or
+ * the CLI sets it, and no environment variable does. */
+extern void (*ckpt_test_hook)(const char *stage);
+
 /* ---- the index ---- */
 typedef struct {
   int file;                                      /* index into ts_ckpt.f */
