@@ -12,6 +12,8 @@ pkgs=(
   dataset-fashion-mnist              # the main job's data
   python3-torch python3-numpy        # reference tests and benchmarks
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription
+  libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
+  fonts-dejavu-core                  # tessel plot: the labels' font
 )
 
 missing=()

@@ -199,6 +199,25 @@ static void test_corruption(const ts_graph *g) {
   free(buf);
 }
 
+/* A stream naming an op this build lacks (a newer build's graph, or a
+ * renamed op) is an error that names it, never another op. */
+static void test_unknown_op(const ts_graph *g) {
+  unsigned char *buf = NULL;
+  size_t len = 0, cap = 0, pos = 0;
+  CHECK_OK(ts_graph_serialize(g, &buf, &len, &cap));
+  static const unsigned char pat[] = {4, 0, 0, 0, 't', 'a', 'n', 'h'}; /* u32 length, then the name */
+  unsigned char *at = NULL;
+  for (size_t i = 0; !at && i + sizeof pat <= len; i++)
+    if (memcmp(buf + i, pat, sizeof pat) == 0) at = buf + i;
+  CHECK(at != NULL, "no tanh op in the stream");
+  if (at) {
+    memcpy(at + 4, "tanx", 4);
+    CHECK(ts_graph_deserialize(buf, len, &pos) == NULL, "an unknown op was accepted");
+    CHECK(strstr(ts_last_error(), "unknown op \"tanx\"") != NULL, "message: %s", ts_last_error());
+  }
+  free(buf);
+}
+
 int main(void) {
   ts_test_init("test_serialize", 7);
   ts_graph *f = build_forward(), *b = build_backward(), *c = build_collectives();
@@ -215,6 +234,7 @@ int main(void) {
   test_sharding_annotation();
   for (int op = 0; op < TS_OP_COUNT; op++) CHECK(seen[op], "op %s never round-tripped", ts_op_name((ts_op)op));
   test_corruption(fo ? fo : f);
+  test_unknown_op(f);
   ts_graph_free(fo);
   ts_graph_free(bo);
   ts_graph_free(f);

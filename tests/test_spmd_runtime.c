@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "tessel/tessel.h"
+#include "util/config.h" /* env_config_reload */
 
 static ts_sharding *sharding(const ts_mesh *m, const char *spec, int rank) {
   ts_partition_spec ps;
@@ -25,12 +26,15 @@ int main(void) {
   CHECK(ts_client_threads_per_device(c) == 1, "2 threads over 4 devices: 1 each, got %d",
         ts_client_threads_per_device(c));
   setenv("TESSEL_CPU_DEVICES", "3", 1);
+  env_config_reload(); /* the library reads the environment once (util/config.h) */
   ts_client *c3 = ts_client_new(&(ts_client_options){.num_threads = 2});
   CHECK(c3 && ts_client_num_devices(c3) == 3, "TESSEL_CPU_DEVICES=3");
   ts_client_free(c3);
   setenv("TESSEL_CPU_DEVICES", "zero", 1);
+  env_config_reload();
   CHECK(ts_client_new(NULL) == NULL && strstr(ts_last_error(), "TESSEL_CPU_DEVICES"), "bad env: %s", ts_last_error());
   unsetenv("TESSEL_CPU_DEVICES");
+  env_config_reload();
   ts_client *c1 = ts_client_new(NULL);
   CHECK(c1 && ts_client_num_devices(c1) == 1, "default: 1 device");
 

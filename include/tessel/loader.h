@@ -269,7 +269,9 @@ void ts_loader_reset_stats(ts_loader *l);
 typedef enum { TS_PROGRESS_AUTO = 0, TS_PROGRESS_BAR, TS_PROGRESS_LINES } ts_progress_mode;
 typedef struct ts_progress ts_progress;
 
-/* out: where to draw (AUTO picks BAR when isatty(out)); label: "epoch 3";
+/* out: where to draw (AUTO picks BAR when out is a terminal and the process
+ * was not started by an MPI launcher, whose forwarded stdout is a
+ * pseudo-terminal wherever mpirun's own output goes); label: "epoch 3";
  * total: units of work (samples); interval_s: LINES period [10]. */
 ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label, int64_t total,
                              double interval_s);

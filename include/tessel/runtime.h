@@ -139,6 +139,14 @@ typedef struct {
   /* The graph is one replica's program (tessel/spmd.h ts_replica_all_reduce):
    * every device runs it on its own data; no sharding, no mesh. */
   bool replicas;
+  /* All-reduce combining (XLA's AllReduceCombiner, DDP's buckets): the
+   * all-reduces of one device group, dtype and reduction in a device's
+   * program are packed into buckets of about combine_bytes (0: 1 MiB), one
+   * collective call each, started as soon as its last member is ready. A
+   * tensor of combine_bytes or more stays alone (packing would only copy it).
+   * Bit-identical to uncombined. no_combine turns it off. */
+  bool no_combine;
+  size_t combine_bytes;
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be

@@ -359,75 +359,83 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
   ts_op op = c.n.op;
   int rc = 0;
   ts_clear_error();
-  if (ts_op_is_unary(op) || op == TS_OP_CONVERT) {
+  /* Every op has a case and there is no default: a new op in ops.def fails
+   * the build (-Werror=switch) until it has a rule here or says why not. */
+  switch (op) {
+  case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_CONVERT:
     rc = unary(&c, contrib);
-  } else if (ts_op_is_binary(op)) {
+    break;
+  case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:
     rc = binary(&c, need, contrib);
-  } else {
-    switch (op) {
-    case TS_OP_SELECT: {
-      ts_tensor p = in_(&c, 0), zero = scal(&c, 0);
-      if (need[1]) contrib[1] = ts_select(g, p, dz, zero);
-      if (need[2]) contrib[2] = ts_select(g, p, zero, dz);
-      break;
-    }
-    case TS_OP_BROADCAST: contrib[0] = broadcast_adjoint(&c); break;
-    case TS_OP_RESHAPE: {
-      int64_t xs[TS_MAX_RANK];
-      int xr = shape_of(&c, in_(&c, 0), xs);
-      contrib[0] = ts_reshape(g, dz, xr, xs);
-      break;
-    }
-    case TS_OP_TRANSPOSE: {
-      int inv[TS_MAX_RANK];
-      for (int i = 0; i < c.n.rank; i++) inv[c.n.attr.dims[i]] = i;
-      contrib[0] = ts_transpose(g, dz, inv);
-      break;
-    }
-    case TS_OP_SLICE: contrib[0] = slice_adjoint(&c); break;
-    case TS_OP_PAD: contrib[0] = pad_adjoint(&c); break;
-    case TS_OP_CONCAT: concat_adjoint(&c, need, contrib); break;
-    case TS_OP_DOT: dot_adjoint(&c, need, contrib); break;
-    case TS_OP_CONV:
-    case TS_OP_CONV_BWD_DATA:
-    case TS_OP_CONV_BWD_FILTER: conv_adjoint(&c, need, contrib); break;
-    case TS_OP_MAXPOOL: contrib[0] = ir_maxpool_grad(g, in_(&c, 0), dz, &c.n.attr.pool); break;
-    case TS_OP_MAXPOOL_GRAD:
-      /* piecewise constant in x (no contribution); linear in dy, but the
-       * transpose (gathering dz at each window's first maximum) has no op */
-      if (need[1])
-        rc = ts_set_error("autodiff: node %%%d (max_pool2d_grad) has no adjoint with respect to its dy operand "
-                          "(second derivatives through max pooling are not supported)",
-                          z);
-      break;
-    case TS_OP_AVGPOOL: {
-      int64_t xs[TS_MAX_RANK];
-      shape_of(&c, in_(&c, 0), xs);
-      contrib[0] = ir_avgpool_grad(g, dz, &c.n.attr.pool, xs);
-      break;
-    }
-    case TS_OP_AVGPOOL_GRAD: contrib[0] = ts_avg_pool2d(g, dz, &c.n.attr.pool); break;
-    case TS_OP_REDUCE: contrib[0] = reduce_adjoint(&c); break;
-    case TS_OP_GATHER: { /* rows of dz added back into a zero table */
-      int64_t ts[TS_MAX_RANK];
-      ts_tensor table = in_(&c, 0);
-      int tr = shape_of(&c, table, ts);
-      contrib[0] = ts_scatter_add(g, ts_full(g, node(&c, table)->dtype, tr, ts, 0.0), in_(&c, 1), dz);
-      break;
-    }
-    case TS_OP_SCATTER_ADD:
-      if (need[0]) contrib[0] = dz;
-      if (need[2]) contrib[2] = ts_gather(g, dz, in_(&c, 1));
-      break;
-    case TS_OP_FUSED:
-      rc = ts_set_error("autodiff: node %%%d is a fused node, which has no adjoint (fusion is a compiler pass: "
-                        "differentiate the graph before compiling it)",
+    break;
+  case TS_OP_SELECT: {
+    ts_tensor p = in_(&c, 0), zero = scal(&c, 0);
+    if (need[1]) contrib[1] = ts_select(g, p, dz, zero);
+    if (need[2]) contrib[2] = ts_select(g, p, zero, dz);
+    break;
+  }
+  case TS_OP_BROADCAST: contrib[0] = broadcast_adjoint(&c); break;
+  case TS_OP_RESHAPE: {
+    int64_t xs[TS_MAX_RANK];
+    int xr = shape_of(&c, in_(&c, 0), xs);
+    contrib[0] = ts_reshape(g, dz, xr, xs);
+    break;
+  }
+  case TS_OP_TRANSPOSE: {
+    int inv[TS_MAX_RANK];
+    for (int i = 0; i < c.n.rank; i++) inv[c.n.attr.dims[i]] = i;
+    contrib[0] = ts_transpose(g, dz, inv);
+    break;
+  }
+  case TS_OP_SLICE: contrib[0] = slice_adjoint(&c); break;
+  case TS_OP_PAD: contrib[0] = pad_adjoint(&c); break;
+  case TS_OP_CONCAT: concat_adjoint(&c, need, contrib); break;
+  case TS_OP_DOT: dot_adjoint(&c, need, contrib); break;
+  case TS_OP_CONV:
+  case TS_OP_CONV_BWD_DATA:
+  case TS_OP_CONV_BWD_FILTER: conv_adjoint(&c, need, contrib); break;
+  case TS_OP_MAXPOOL: contrib[0] = ir_maxpool_grad(g, in_(&c, 0), dz, &c.n.attr.pool); break;
+  case TS_OP_MAXPOOL_GRAD:
+    /* piecewise constant in x (no contribution); linear in dy, but the
+     * transpose (gathering dz at each window's first maximum) has no op */
+    if (need[1])
+      rc = ts_set_error("autodiff: node %%%d (max_pool2d_grad) has no adjoint with respect to its dy operand "
+                        "(second derivatives through max pooling are not supported)",
                         z);
-      break;
-    default:
-      rc = ts_set_error("autodiff: node %%%d (%s) has no adjoint", z, ts_op_name(op));
-      break;
-    }
+    break;
+  case TS_OP_AVGPOOL: {
+    int64_t xs[TS_MAX_RANK];
+    shape_of(&c, in_(&c, 0), xs);
+    contrib[0] = ir_avgpool_grad(g, dz, &c.n.attr.pool, xs);
+    break;
+  }
+  case TS_OP_AVGPOOL_GRAD: contrib[0] = ts_avg_pool2d(g, dz, &c.n.attr.pool); break;
+  case TS_OP_REDUCE: contrib[0] = reduce_adjoint(&c); break;
+  case TS_OP_GATHER: { /* rows of dz added back into a zero table */
+    int64_t ts[TS_MAX_RANK];
+    ts_tensor table = in_(&c, 0);
+    int tr = shape_of(&c, table, ts);
+    contrib[0] = ts_scatter_add(g, ts_full(g, node(&c, table)->dtype, tr, ts, 0.0), in_(&c, 1), dz);
+    break;
+  }
+  case TS_OP_SCATTER_ADD:
+    if (need[0]) contrib[0] = dz;
+    if (need[2]) contrib[2] = ts_gather(g, dz, in_(&c, 1));
+    break;
+  case TS_OP_FUSED:
+    rc = ts_set_error("autodiff: node %%%d is a fused node, which has no adjoint (fusion is a compiler pass: "
+                      "differentiate the graph before compiling it)",
+                      z);
+    break;
+  /* No adjoint by nature: leaves have no differentiable operand, COMPARE's
+   * result is piecewise constant, and collectives only appear after
+   * partitioning (differentiate the 1-device program instead). */
+  case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
+  case TS_OP_COMPARE: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER:
+  case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
+    rc = ts_set_error("autodiff: node %%%d (%s) has no adjoint", z, ts_op_name(op));
+    break;
   }
   if (rc != 0) return rc;
   /* A builder failed (it set a message and returned TS_NONE): say which rule. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/config.h" /* TESSEL_MPI, TESSEL_NET_PIECE_BYTES */
 #include "util/error.h"
 
 #ifdef TESSEL_HAVE_MPI
@@ -30,12 +31,8 @@ static int g_state; /* 0 untried, 1 up, 2 alone, 3 failed */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static bool launched_by_mpi(void) {
-  const char *force = getenv("TESSEL_MPI");
-  if (force && *force) return strcmp(force, "0") != 0;
-  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-    if (getenv(vars[i])) return true;
-  return false;
+  const ts_env_config *env = env_config();
+  return env->mpi >= 0 ? env->mpi == 1 : env->mpi_launcher != NULL;
 }
 
 static void net_finalize(void) {
@@ -103,13 +100,7 @@ int net_tag_ub(const ts_net *n) { return n ? n->tag_ub : 32767; }
 /* Bytes per MPI message (counts are ints): 1 GiB, or $TESSEL_NET_PIECE_BYTES
  * (tests use a small value to exercise the splitting of large messages). */
 static size_t net_piece(void) {
-  static size_t piece;
-  if (!piece) {
-    const char *env = getenv("TESSEL_NET_PIECE_BYTES");
-    long long v = env ? atoll(env) : 0;
-    piece = v > 0 && v <= (1ll << 30) ? (size_t)v : (size_t)1 << 30;
-  }
-  return piece;
+  return env_config()->net_piece_bytes;
 }
 
 static double now_ms(void) {
@@ -241,8 +232,7 @@ void net_abort(ts_net *n, int code) {
 
 ts_net *net_world(bool *failed) {
   *failed = false;
-  const char *force = getenv("TESSEL_MPI");
-  if (force && strcmp(force, "1") == 0) {
+  if (env_config()->mpi == 1) {
     *failed = true;
     ts_set_error("net: TESSEL_MPI=1 but this tessel was built without MPI");
   }

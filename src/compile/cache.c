@@ -17,6 +17,7 @@
 #include "metrics/metrics_internal.h"
 #include "opt/opt.h"             /* opt_rebuild: copying graphs */
 #include "tessel/spmd.h"         /* mesh and shardings in the key */
+#include "util/config.h"         /* TESSEL_CACHE_DIR */
 #include "util/hash.h"           /* util_hash64: keys and checksums */
 
 #define CACHE_MEM_MAX 64 /* programs kept in memory; the oldest goes first */
@@ -79,9 +80,10 @@ int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const c
   if (opts) o = *opts;
   /* only options that change the compiled program (not verbose) */
   char head[256];
-  snprintf(head, sizeof head, "tessel %s cache %d serialize %d opts simplify=%d cse=%d fusion=%d extra=%zu\n",
+  snprintf(head, sizeof head,
+           "tessel %s cache %d serialize %d opts simplify=%d cse=%d fusion=%d combine=%d/%zu extra=%zu\n",
            TS_VERSION_STRING, TS_CACHE_FORMAT_VERSION, TS_SERIALIZE_VERSION, !o.no_simplify, !o.no_cse,
-           !o.no_fusion, extra ? strlen(extra) : (size_t)0);
+           !o.no_fusion, !o.no_combine, o.combine_bytes, extra ? strlen(extra) : (size_t)0);
   size_t lh = strlen(head), le = extra ? strlen(extra) : 0, ls = strlen(st), lt = strlen(text);
   char *all = malloc(lh + le + ls + lt + 1);
   if (!all) {
@@ -141,8 +143,8 @@ const char *ts_compile_cache_dir(void) {
   pthread_mutex_lock(&cache_lock);
   if (!cache_dir_set) {
     cache_dir_set = true;
-    const char *env = getenv("TESSEL_CACHE_DIR");
-    if (env && *env) {
+    const char *env = env_config()->cache_dir;
+    if (env) {
       if (mkdir_p(env) == 0) cache_dir = strdup(env);
       else fprintf(stderr, "tessel: TESSEL_CACHE_DIR ignored: %s\n", ts_last_error());
     }

@@ -24,7 +24,9 @@
 #include "tessel/metrics.h" /* ts_compile_cache_set_dir, _clear */
 #include "tessel/runtime.h" /* ts_compile_options */
 
-#define TS_CACHE_FORMAT_VERSION 2
+/* 3: graphs name their ops (TS_SERIALIZE_VERSION 2); older entries are
+ * ignored and recompiled. */
+#define TS_CACHE_FORMAT_VERSION 3
 
 typedef struct {
   uint64_t lo, hi;

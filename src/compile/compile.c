@@ -11,6 +11,7 @@
 #include "metrics/metrics_internal.h" /* compile metrics and trace */
 #include "opt/opt.h"
 #include "util/half.h" /* splat constants in bf16 / f16 */
+#include "util/config.h" /* TESSEL_ASYNC_COLLECTIVES */
 
 typedef ts_graph *(*pass_fn)(const ts_graph *, int *);
 
@@ -22,6 +23,19 @@ static ts_graph *run_pass(ts_graph *g, pass_fn fn, const char *name, bool verbos
             changed);
   ts_graph_free(g);
   return out;
+}
+
+#define COMBINE_DEFAULT_BYTES ((size_t)1 << 20)
+
+/* opt_combine as a pass (it takes the bucket size). */
+static ts_graph *run_combine(ts_graph *w, size_t bytes, bool verbose) {
+  int changed = 0;
+  ts_graph *r = opt_combine(w, bytes, &changed);
+  if (verbose && r)
+    fprintf(stderr, "tessel compile: %-8s %5d -> %5d nodes (%d all-reduces packed)\n", "combine", w->n_nodes,
+            r->n_nodes, changed);
+  ts_graph_free(w);
+  return r;
 }
 
 ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
@@ -44,6 +58,7 @@ ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
     w = run_pass(w, opt_fuse, "fusion", o.verbose);
     if (w) w = run_pass(w, opt_dce, "dce", o.verbose);
   }
+  if (w && !o.no_combine) w = run_combine(w, o.combine_bytes ? o.combine_bytes : COMBINE_DEFAULT_BYTES, o.verbose);
   if (w) w = run_pass(w, opt_schedule, "schedule", o.verbose); /* collectives early: overlap */
   return w;
 }
@@ -85,19 +100,13 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-/* True when the environment variable is set to "0" (a switch that is on by default). */
-static bool getenv_flag_off(const char *name) {
-  const char *v = getenv(name);
-  return v && strcmp(v, "0") == 0;
-}
-
 /* The all-reduces worth starting asynchronously: those whose first user is
  * not the next node the device runs (the nodes in between overlap with the
  * communication). Reshapes only rename memory: their users count as users
  * of what they reshape. */
 static int mark_async(ts_executable *e) {
   const ts_graph *g = e->g;
-  if (e->client->num_devices < 2 || getenv_flag_off("TESSEL_ASYNC_COLLECTIVES")) return 0;
+  if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
   int32_t *base = malloc(((size_t)g->n_nodes + 1) * sizeof *base);
   int32_t *first_use = malloc(((size_t)g->n_nodes + 1) * sizeof *first_use);
   if (!base || !first_use) {

@@ -9,6 +9,7 @@
 #include "compile/compile.h"
 #include "compile/cache.h" /* per-device programs through the compile cache */
 #include "opt/opt.h"
+#include "util/config.h" /* TESSEL_DEBUG_SPMD */
 
 static ts_sharding *make_sharding(const ts_mesh *m, const ts_partition_spec *s) {
   return ts_sharding_new(m, s, s->rank);
@@ -66,7 +67,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
     if (!opt) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", ts_last_error());
-      if (getenv("TESSEL_DEBUG_SPMD")) {
+      if (env_config()->debug_spmd) {
         char *t = ts_graph_to_string(local);
         fprintf(stderr, "%s\n", t ? t : "");
         free(t);

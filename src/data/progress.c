@@ -9,6 +9,7 @@
 #include <unistd.h> /* isatty, fileno */
 
 #include "tessel/loader.h"
+#include "util/config.h" /* mpi_launcher: is stdout forwarded by an MPI launcher? */
 
 #define BAR_WIDTH 24
 #define BAR_REDRAW_S 0.1 /* at most 10 redraws a second */
@@ -49,7 +50,13 @@ ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label
   ts_progress *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->out = out ? out : stdout;
-  p->bar = mode == TS_PROGRESS_BAR || (mode == TS_PROGRESS_AUTO && isatty(fileno(p->out)));
+  /* A bar only on a real terminal. An MPI launcher (OpenMPI's mpirun) gives
+   * every rank a pseudo-terminal as stdout and forwards it wherever its own
+   * output goes, a file included: a rank cannot tell, so under a launcher
+   * every rank prints plain lines. */
+  int fd = fileno(p->out);
+  p->bar = mode == TS_PROGRESS_BAR ||
+           (mode == TS_PROGRESS_AUTO && fd >= 0 && isatty(fd) && !env_config()->mpi_launcher);
   snprintf(p->label, sizeof p->label, "%s", label ? label : "");
   p->total = total > 0 ? total : 0;
   p->interval = interval_s > 0 ? interval_s : 10.0;

@@ -9,54 +9,83 @@
 #include "tessel/graph.h"
 #include "util/error.h"
 
+/* The ops, in the order of ops.def (which documents each op's operands and
+ * attributes). */
 typedef enum {
-  /* leaves */
-  TS_OP_INPUT,      /* attr.input_index, name */
-  TS_OP_CONSTANT,   /* data (numel * size bytes) or, when data == NULL, attr.value splat */
-  TS_OP_IOTA,       /* attr.axis */
-  TS_OP_RNG_UNIFORM,/* in[0] = seed (rank-0 int), attr.key */
-  TS_OP_RNG_NORMAL, /* in[0] = seed, attr.key */
-  /* unary elementwise */
-  TS_OP_NEG, TS_OP_ABS, TS_OP_EXP, TS_OP_LOG, TS_OP_LOG1P, TS_OP_TANH, TS_OP_SQRT,
-  TS_OP_RSQRT, TS_OP_SIGMOID, TS_OP_ERF,
-  TS_OP_CONVERT,    /* to node dtype */
-  /* binary elementwise (same shapes) */
-  TS_OP_ADD, TS_OP_SUB, TS_OP_MUL, TS_OP_DIV, TS_OP_MAX, TS_OP_MIN, TS_OP_POW,
-  TS_OP_COMPARE,    /* attr.cmp; result TS_BOOL */
-  TS_OP_SELECT,     /* in = pred, on_true, on_false (same shapes) */
-  /* shape */
-  TS_OP_BROADCAST,  /* attr.dims[i] = output dim of operand dim i (n_dims = operand rank) */
-  TS_OP_RESHAPE,
-  TS_OP_TRANSPOSE,  /* attr.dims = perm (n_dims = rank) */
-  TS_OP_SLICE,      /* attr.start, attr.limit, attr.stride */
-  TS_OP_PAD,        /* attr.start = lo, attr.limit = hi, attr.value */
-  TS_OP_CONCAT,     /* attr.axis; n_in operands */
-  /* contractions */
-  TS_OP_DOT,        /* attr.dot */
-  TS_OP_CONV,       /* in = x (N,C,H,W), w (O,C/g,KH,KW); attr.conv */
-  TS_OP_CONV_BWD_DATA,   /* in = dy (N,O,OH,OW), w; output shape = x shape */
-  TS_OP_CONV_BWD_FILTER, /* in = x, dy; output shape = w shape */
-  TS_OP_MAXPOOL,    /* attr.pool */
-  TS_OP_MAXPOOL_GRAD,/* in = x, dy; output = x shape (dy routed to first max) */
-  TS_OP_AVGPOOL,    /* attr.pool */
-  TS_OP_AVGPOOL_GRAD,/* in = dy; output shape = x shape */
-  /* reductions */
-  TS_OP_REDUCE,     /* attr.reduce, attr.dims (n_dims, ascending); dims removed */
-  /* indexing (axis 0) */
-  TS_OP_GATHER,     /* in = table, indices */
-  TS_OP_SCATTER_ADD,/* in = base, indices, updates */
-  /* produced by the compiler only */
-  TS_OP_FUSED,      /* attr.fused: elementwise program over n_in inputs */
-  /* collectives between the devices of one SPMD program (spmd/partition.c
-   * emits them into per-device graphs; attr.coll lists this device's group).
-   * Their result shape is given (checked by the partitioner). */
-  TS_OP_ALL_REDUCE,        /* attr.reduce over coll->ids; same shape */
-  TS_OP_ALL_GATHER,        /* concatenates along attr.axis in group order */
-  TS_OP_REDUCE_SCATTER,    /* attr.reduce, then keeps this member's block of attr.axis */
-  TS_OP_ALL_TO_ALL,        /* splits attr.axis, concatenates along attr.dims[0] */
-  TS_OP_COLLECTIVE_PERMUTE,/* coll->ids = (source, target) pairs; same shape */
+#define TS_OP(id, name, arity, cls, attrs, flags) TS_OP_##id,
+#include "ir/ops.def"
+#undef TS_OP
   TS_OP_COUNT
 } ts_op;
+
+/* What kind of computation an op is; generic passes act on the class. */
+typedef enum {
+  TS_OPC_LEAF,        /* no data operands (RNG takes a seed) */
+  TS_OPC_UNARY,       /* elementwise f(x) */
+  TS_OPC_BINARY,      /* elementwise f(a, b), same shapes */
+  TS_OPC_ELEMENTWISE, /* other elementwise: CONVERT, COMPARE, SELECT */
+  TS_OPC_SHAPE,       /* moves elements, computes nothing */
+  TS_OPC_CONTRACTION, /* dot, convolutions, pooling windows */
+  TS_OPC_REDUCTION,
+  TS_OPC_INDEXING,    /* gather / scatter along axis 0 */
+  TS_OPC_COMPILER,    /* made by compiler passes only (FUSED) */
+  TS_OPC_COLLECTIVE,  /* communication between the devices of an SPMD program */
+} ts_op_class;
+
+/* Which ts_attr fields an op uses (the printer, CSE and the hash compare
+ * exactly these; ops of one kind share code there). */
+typedef enum {
+  TS_ATTRS_NONE,       /* operands say it all */
+  TS_ATTRS_INPUT,      /* input_index and the node name */
+  TS_ATTRS_CONSTANT,   /* node data, or value (splat) */
+  TS_ATTRS_AXIS,       /* axis */
+  TS_ATTRS_RNG,        /* key, global / goffset / gshape */
+  TS_ATTRS_CMP,        /* cmp */
+  TS_ATTRS_DIMS,       /* dims[n_dims] (broadcast map) */
+  TS_ATTRS_PERM,       /* dims[n_dims] (permutation) */
+  TS_ATTRS_SLICE,      /* start, limit, stride (operand rank) */
+  TS_ATTRS_PAD,        /* start = lo, limit = hi (operand rank), value */
+  TS_ATTRS_DOT,        /* dot */
+  TS_ATTRS_CONV,       /* conv */
+  TS_ATTRS_POOL,       /* pool */
+  TS_ATTRS_REDUCE,     /* reduce, dims[n_dims] */
+  TS_ATTRS_FUSED,      /* fused program */
+  TS_ATTRS_COLLECTIVE, /* coll (or mesh axes in dims), reduce, axis, dims[0] */
+} ts_op_attrs;
+
+/* Op flags (ops.def). */
+enum {
+  /* ir_infer takes the result dtype/shape as an input and checks it */
+  TS_OPF_RESULT_GIVEN = 1u << 0,
+  /* may become an instruction of a FUSED program (opt/fuse.c) */
+  TS_OPF_FUSIBLE = 1u << 1,
+  /* never merged by CSE (collectives: every device runs each one) */
+  TS_OPF_NO_CSE = 1u << 2,
+  /* f(a, b) == f(b, a) bit for bit (no pass canonicalizes on it yet: doing
+   * so would change compiled programs) */
+  TS_OPF_COMMUTATIVE = 1u << 3,
+};
+
+#define TS_ARITY_VARIADIC (-1)
+
+/* The case labels of every elementwise op (classes UNARY, BINARY and
+ * ELEMENTWISE), for exhaustive switches whose rule is the same for the whole
+ * class (sharding follows the operand). tests/test_op_table.c checks it
+ * against the table. */
+#define TS_OP_CASES_ELEMENTWISE                                                                              \
+  case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:         \
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_CONVERT: case TS_OP_ADD: \
+  case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:            \
+  case TS_OP_COMPARE: case TS_OP_SELECT:
+
+/* One row of the op table (ir_ops.c, generated from ops.def). */
+typedef struct {
+  const char *name;
+  int arity; /* operand count, or TS_ARITY_VARIADIC */
+  ts_op_class cls;
+  ts_op_attrs attrs;
+  unsigned flags;
+} ts_op_info;
 
 /* An elementwise program evaluated per element by one kernel (TS_OP_FUSED).
  * Operand encoding: a value >= 0 is an earlier instruction; a value < 0 is
@@ -136,7 +165,18 @@ struct ts_graph {
 };
 
 /* ---- op metadata (ir_ops.c) ---- */
+/* The table row of op, or NULL for a value outside the enum. */
+const ts_op_info *ts_op_info_of(ts_op op);
+/* "add"; "invalid-op" outside the enum. */
 const char *ts_op_name(ts_op op);
+/* The op named name (its ops.def name), or TS_OP_COUNT if none is. */
+ts_op ts_op_from_name(const char *name);
+/* Operand count, TS_ARITY_VARIADIC, or -2 for an invalid op. */
+int ts_op_arity(ts_op op);
+/* The attribute kind of op (TS_ATTRS_NONE for an invalid op). */
+ts_op_attrs ts_op_attr_kind(ts_op op);
+/* True when op is valid and has every bit of flags. */
+bool ts_op_has(ts_op op, unsigned flags);
 bool ts_op_is_unary(ts_op op);
 bool ts_op_is_binary(ts_op op);
 /* unary, binary, COMPARE, SELECT, CONVERT: computed element by element. */

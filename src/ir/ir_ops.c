@@ -1,69 +1,45 @@
-/* ir_ops.c — op metadata: printable names and the op classes passes ask about. */
+/* ir_ops.c — the op table (one row per line of ops.def) and the questions
+ * passes ask about ops. Everything here is a lookup: an op's metadata lives
+ * in ops.def only. */
+#include <string.h>
+
 #include "ir/ir.h"
 
-static const char *const op_names[TS_OP_COUNT] = {
-    [TS_OP_INPUT] = "input",
-    [TS_OP_CONSTANT] = "constant",
-    [TS_OP_IOTA] = "iota",
-    [TS_OP_RNG_UNIFORM] = "rng_uniform",
-    [TS_OP_RNG_NORMAL] = "rng_normal",
-    [TS_OP_NEG] = "neg",
-    [TS_OP_ABS] = "abs",
-    [TS_OP_EXP] = "exp",
-    [TS_OP_LOG] = "log",
-    [TS_OP_LOG1P] = "log1p",
-    [TS_OP_TANH] = "tanh",
-    [TS_OP_SQRT] = "sqrt",
-    [TS_OP_RSQRT] = "rsqrt",
-    [TS_OP_SIGMOID] = "sigmoid",
-    [TS_OP_ERF] = "erf",
-    [TS_OP_CONVERT] = "convert",
-    [TS_OP_ADD] = "add",
-    [TS_OP_SUB] = "sub",
-    [TS_OP_MUL] = "mul",
-    [TS_OP_DIV] = "div",
-    [TS_OP_MAX] = "max",
-    [TS_OP_MIN] = "min",
-    [TS_OP_POW] = "pow",
-    [TS_OP_COMPARE] = "compare",
-    [TS_OP_SELECT] = "select",
-    [TS_OP_BROADCAST] = "broadcast",
-    [TS_OP_RESHAPE] = "reshape",
-    [TS_OP_TRANSPOSE] = "transpose",
-    [TS_OP_SLICE] = "slice",
-    [TS_OP_PAD] = "pad",
-    [TS_OP_CONCAT] = "concatenate",
-    [TS_OP_DOT] = "dot_general",
-    [TS_OP_CONV] = "conv2d",
-    [TS_OP_CONV_BWD_DATA] = "conv2d_bwd_data",
-    [TS_OP_CONV_BWD_FILTER] = "conv2d_bwd_filter",
-    [TS_OP_MAXPOOL] = "max_pool2d",
-    [TS_OP_MAXPOOL_GRAD] = "max_pool2d_grad",
-    [TS_OP_AVGPOOL] = "avg_pool2d",
-    [TS_OP_AVGPOOL_GRAD] = "avg_pool2d_grad",
-    [TS_OP_REDUCE] = "reduce",
-    [TS_OP_GATHER] = "gather",
-    [TS_OP_SCATTER_ADD] = "scatter_add",
-    [TS_OP_FUSED] = "fused",
-    [TS_OP_ALL_REDUCE] = "all_reduce",
-    [TS_OP_ALL_GATHER] = "all_gather",
-    [TS_OP_REDUCE_SCATTER] = "reduce_scatter",
-    [TS_OP_ALL_TO_ALL] = "all_to_all",
-    [TS_OP_COLLECTIVE_PERMUTE] = "collective_permute",
+#define VAR TS_ARITY_VARIADIC
+static const ts_op_info op_table[] = {
+#define TS_OP(id, name, arity, cls, attrs, flags) [TS_OP_##id] = {name, arity, TS_OPC_##cls, TS_ATTRS_##attrs, flags},
+#include "ir/ops.def"
+#undef TS_OP
 };
+#undef VAR
+_Static_assert(sizeof op_table / sizeof op_table[0] == TS_OP_COUNT, "op table and ts_op disagree");
 
-const char *ts_op_name(ts_op op) {
-  if ((unsigned)op >= TS_OP_COUNT || !op_names[op]) return "invalid-op";
-  return op_names[op];
+const ts_op_info *ts_op_info_of(ts_op op) { return (unsigned)op < TS_OP_COUNT ? &op_table[op] : NULL; }
+
+const char *ts_op_name(ts_op op) { return (unsigned)op < TS_OP_COUNT ? op_table[op].name : "invalid-op"; }
+
+ts_op ts_op_from_name(const char *name) {
+  for (int op = 0; name && op < TS_OP_COUNT; op++)
+    if (strcmp(op_table[op].name, name) == 0) return (ts_op)op;
+  return TS_OP_COUNT;
 }
 
-bool ts_op_is_unary(ts_op op) { return op >= TS_OP_NEG && op <= TS_OP_ERF; }
+int ts_op_arity(ts_op op) { return (unsigned)op < TS_OP_COUNT ? op_table[op].arity : -2; }
 
-bool ts_op_is_binary(ts_op op) { return op >= TS_OP_ADD && op <= TS_OP_POW; }
+ts_op_attrs ts_op_attr_kind(ts_op op) { return (unsigned)op < TS_OP_COUNT ? op_table[op].attrs : TS_ATTRS_NONE; }
+
+bool ts_op_has(ts_op op, unsigned flags) {
+  return (unsigned)op < TS_OP_COUNT && (op_table[op].flags & flags) == flags;
+}
+
+static bool in_class(ts_op op, ts_op_class c) { return (unsigned)op < TS_OP_COUNT && op_table[op].cls == c; }
+
+bool ts_op_is_unary(ts_op op) { return in_class(op, TS_OPC_UNARY); }
+
+bool ts_op_is_binary(ts_op op) { return in_class(op, TS_OPC_BINARY); }
 
 bool ts_op_is_elementwise(ts_op op) {
-  return ts_op_is_unary(op) || ts_op_is_binary(op) || op == TS_OP_CONVERT || op == TS_OP_COMPARE ||
-         op == TS_OP_SELECT;
+  return in_class(op, TS_OPC_UNARY) || in_class(op, TS_OPC_BINARY) || in_class(op, TS_OPC_ELEMENTWISE);
 }
 
-bool ts_op_is_collective(ts_op op) { return op >= TS_OP_ALL_REDUCE && op <= TS_OP_COLLECTIVE_PERMUTE; }
+bool ts_op_is_collective(ts_op op) { return in_class(op, TS_OPC_COLLECTIVE); }

@@ -85,10 +85,7 @@ static void print_fused(ts_strbuf *sb, const ts_fused *f) {
   for (int j = 0; j < f->n; j++) {
     const ts_fused_instr *ins = &f->ins[j];
     ts_sb_printf(sb, "\n  i%d = %s", j, ts_op_name(ins->op));
-    int nops = ins->op == TS_OP_CONSTANT                                 ? 0
-               : ts_op_is_binary(ins->op) || ins->op == TS_OP_COMPARE ? 2
-               : ins->op == TS_OP_SELECT                               ? 3
-                                                                       : 1;
+    int nops = ts_op_arity(ins->op);
     int32_t ops[3] = {ins->a, ins->b, ins->c};
     if (nops) {
       ts_sb_printf(sb, "(");
@@ -104,13 +101,30 @@ static void print_fused(ts_strbuf *sb, const ts_fused *f) {
   }
 }
 
-static void print_attrs(ts_strbuf *sb, const ts_node *n) {
+static void print_collective(ts_strbuf *sb, const ts_node *n) {
   const ts_attr *a = &n->attr;
-  switch (n->op) {
-  case TS_OP_INPUT:
+  if (n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER) ts_sb_printf(sb, " kind=%s", reduce_name(a->reduce));
+  if (n->op != TS_OP_ALL_REDUCE && n->op != TS_OP_COLLECTIVE_PERMUTE) ts_sb_printf(sb, " axis=%d", a->axis);
+  if (n->op == TS_OP_ALL_TO_ALL) ts_sb_printf(sb, " concat=%d", a->dims[0]);
+  if (!a->coll && a->n_dims) print_ints(sb, "mesh_axes", a->n_dims, a->dims);
+  if (a->coll) {
+    int k = n->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * a->coll->n : a->coll->n;
+    ts_sb_printf(sb, n->op == TS_OP_COLLECTIVE_PERMUTE ? " pairs=[" : " group=[");
+    for (int i = 0; i < k; i++) ts_sb_printf(sb, i ? ",%d" : "%d", a->coll->ids[i]);
+    ts_sb_printf(sb, "]");
+  }
+}
+
+/* The attributes the op's table row says it uses (r = operand rank, the
+ * rank of slice and pad attributes). The fused program comes last, after
+ * the type (print_node). */
+static void print_attrs(ts_strbuf *sb, const ts_node *n, int r) {
+  const ts_attr *a = &n->attr;
+  switch (ts_op_attr_kind(n->op)) {
+  case TS_ATTRS_INPUT:
     ts_sb_printf(sb, " \"%s\" #%d", n->name ? n->name : "", a->input_index);
     break;
-  case TS_OP_CONSTANT:
+  case TS_ATTRS_CONSTANT:
     if (!n->data) {
       ts_sb_printf(sb, " splat=%.17g", a->value);
     } else {
@@ -127,20 +141,28 @@ static void print_attrs(ts_strbuf *sb, const ts_node *n) {
       }
     }
     break;
-  case TS_OP_IOTA: ts_sb_printf(sb, " axis=%d", a->axis); break;
-  case TS_OP_RNG_UNIFORM:
-  case TS_OP_RNG_NORMAL:
+  case TS_ATTRS_AXIS: ts_sb_printf(sb, " axis=%d", a->axis); break;
+  case TS_ATTRS_RNG:
     ts_sb_printf(sb, " key=%llu", (unsigned long long)a->key);
     if (a->global) {
       print_i64s(sb, "goffset", n->rank, a->goffset);
       print_i64s(sb, "gshape", n->rank, a->gshape);
     }
     break;
-  case TS_OP_COMPARE: ts_sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
-  case TS_OP_BROADCAST: print_ints(sb, "dims", a->n_dims, a->dims); break;
-  case TS_OP_TRANSPOSE: print_ints(sb, "perm", a->n_dims, a->dims); break;
-  case TS_OP_CONCAT: ts_sb_printf(sb, " axis=%d", a->axis); break;
-  case TS_OP_DOT:
+  case TS_ATTRS_CMP: ts_sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
+  case TS_ATTRS_DIMS: print_ints(sb, "dims", a->n_dims, a->dims); break;
+  case TS_ATTRS_PERM: print_ints(sb, "perm", a->n_dims, a->dims); break;
+  case TS_ATTRS_SLICE:
+    print_i64s(sb, "start", r, a->start);
+    print_i64s(sb, "limit", r, a->limit);
+    print_i64s(sb, "stride", r, a->stride);
+    break;
+  case TS_ATTRS_PAD:
+    print_i64s(sb, "lo", r, a->start);
+    print_i64s(sb, "hi", r, a->limit);
+    ts_sb_printf(sb, " value=%.17g", a->value);
+    break;
+  case TS_ATTRS_DOT:
     if (a->dot.n_batch) {
       print_ints(sb, "lhs_batch", a->dot.n_batch, a->dot.lhs_batch);
       print_ints(sb, "rhs_batch", a->dot.n_batch, a->dot.rhs_batch);
@@ -148,31 +170,15 @@ static void print_attrs(ts_strbuf *sb, const ts_node *n) {
     print_ints(sb, "lhs_contract", a->dot.n_contract, a->dot.lhs_contract);
     print_ints(sb, "rhs_contract", a->dot.n_contract, a->dot.rhs_contract);
     break;
-  case TS_OP_CONV:
-  case TS_OP_CONV_BWD_DATA:
-  case TS_OP_CONV_BWD_FILTER: print_conv(sb, &a->conv); break;
-  case TS_OP_MAXPOOL:
-  case TS_OP_MAXPOOL_GRAD:
-  case TS_OP_AVGPOOL:
-  case TS_OP_AVGPOOL_GRAD: print_pool(sb, &a->pool); break;
-  case TS_OP_REDUCE:
+  case TS_ATTRS_CONV: print_conv(sb, &a->conv); break;
+  case TS_ATTRS_POOL: print_pool(sb, &a->pool); break;
+  case TS_ATTRS_REDUCE:
     ts_sb_printf(sb, " kind=%s", reduce_name(a->reduce));
     print_ints(sb, "dims", a->n_dims, a->dims);
     break;
-  case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
-  case TS_OP_COLLECTIVE_PERMUTE:
-    if (n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER) ts_sb_printf(sb, " kind=%s", reduce_name(a->reduce));
-    if (n->op != TS_OP_ALL_REDUCE && n->op != TS_OP_COLLECTIVE_PERMUTE) ts_sb_printf(sb, " axis=%d", a->axis);
-    if (n->op == TS_OP_ALL_TO_ALL) ts_sb_printf(sb, " concat=%d", a->dims[0]);
-    if (!a->coll && a->n_dims) print_ints(sb, "mesh_axes", a->n_dims, a->dims);
-    if (a->coll) {
-      int k = n->op == TS_OP_COLLECTIVE_PERMUTE ? 2 * a->coll->n : a->coll->n;
-      ts_sb_printf(sb, n->op == TS_OP_COLLECTIVE_PERMUTE ? " pairs=[" : " group=[");
-      for (int i = 0; i < k; i++) ts_sb_printf(sb, i ? ",%d" : "%d", a->coll->ids[i]);
-      ts_sb_printf(sb, "]");
-    }
-    break;
-  default: break;
+  case TS_ATTRS_COLLECTIVE: print_collective(sb, n); break;
+  case TS_ATTRS_NONE:
+  case TS_ATTRS_FUSED: break;
   }
 }
 
@@ -184,18 +190,7 @@ static void print_node(ts_strbuf *sb, const ts_graph *g, int id) {
     for (int k = 0; k < n->n_in; k++) ts_sb_printf(sb, k ? ", %%%d" : "%%%d", n->in[k]);
     ts_sb_printf(sb, ")");
   }
-  print_attrs(sb, n);
-  /* slice and pad attrs have the operand's rank */
-  int r = n->n_in ? ts_node_at(g, n->in[0])->rank : 0;
-  if (n->op == TS_OP_SLICE) {
-    print_i64s(sb, "start", r, n->attr.start);
-    print_i64s(sb, "limit", r, n->attr.limit);
-    print_i64s(sb, "stride", r, n->attr.stride);
-  } else if (n->op == TS_OP_PAD) {
-    print_i64s(sb, "lo", r, n->attr.start);
-    print_i64s(sb, "hi", r, n->attr.limit);
-    ts_sb_printf(sb, " value=%.17g", n->attr.value);
-  }
+  print_attrs(sb, n, n->n_in ? ts_node_at(g, n->in[0])->rank : 0);
   char s[128];
   ts_sb_printf(sb, " : %s", ir_shape_str(n, s, sizeof s));
   if (n->manual) ts_sb_printf(sb, " manual"); /* a per-device value of a ts_shard_map region */
@@ -204,7 +199,7 @@ static void print_node(ts_strbuf *sb, const ts_graph *g, int id) {
     ts_sb_printf(sb, " sharding=%s", t ? t : "?");
     free(t);
   }
-  if (n->op == TS_OP_FUSED) print_fused(sb, n->attr.fused);
+  if (ts_op_attr_kind(n->op) == TS_ATTRS_FUSED) print_fused(sb, n->attr.fused);
   ts_sb_printf(sb, "\n");
 }
 

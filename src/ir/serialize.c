@@ -1,12 +1,14 @@
 /* serialize.c — the exact binary form of a graph (see serialize.h).
  *
  * Layout (little-endian): "TSGR", u32 version, u32 n_nodes, then per node:
- * op, dtype, rank, shape, operands, every attr field (written whole, so any
- * op's attrs survive), the fused program, the collective group, the input
- * name, the constant's bytes and the sharding annotation (mesh + spec); then
- * the outputs with their aliases. The reader rebuilds the graph with
- * ir_append, checks every count against the remaining bytes and every
- * operand against the node order, and verifies the result. */
+ * op (its ops.def name as a string, so reordering the op list never changes
+ * what a stored graph means), dtype, rank, shape, operands, every attr field
+ * (written whole, so any op's attrs survive), the fused program (ops by name
+ * too), the collective group, the input name, the constant's bytes and the
+ * sharding annotation (mesh + spec); then the outputs with their aliases.
+ * The reader rebuilds the graph with ir_append, checks every count against
+ * the remaining bytes and every operand against the node order, and
+ * verifies the result. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +138,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
   w_i32(&w, g->n_nodes);
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
-    w_u32(&w, (uint32_t)n->op);
+    w_str(&w, ts_op_name(n->op));
     w_u32(&w, (uint32_t)n->dtype);
     w_i32(&w, n->rank);
     w_i64s(&w, n->shape, n->rank);
@@ -146,7 +148,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
     w_i32(&w, n->attr.fused ? n->attr.fused->n : -1);
     for (int j = 0; n->attr.fused && j < n->attr.fused->n; j++) {
       const ts_fused_instr *f = &n->attr.fused->ins[j];
-      w_u32(&w, (uint32_t)f->op);
+      w_str(&w, ts_op_name(f->op));
       w_u32(&w, (uint32_t)f->cmp);
       w_u32(&w, (uint32_t)f->dtype);
       w_i32(&w, f->a);
@@ -181,6 +183,7 @@ typedef struct {
   size_t len, pos;
   const char *bad; /* first problem, or NULL */
   size_t bad_at;
+  char detail[96]; /* storage for a message naming a value (unknown op) */
 } ser_r;
 
 static bool r_fail(ser_r *r, const char *what) {
@@ -246,6 +249,23 @@ static char *r_str(ser_r *r, bool *ok) {
     return NULL;
   }
   return s;
+}
+
+/* An op by its name; TS_OP_COUNT (and the error set) for a name the op
+ * table does not know, e.g. a graph written by a build with more ops. */
+static ts_op r_op(ser_r *r) {
+  bool ok = true;
+  size_t at = r->pos;
+  char *name = r_str(r, &ok);
+  if (!ok) return TS_OP_COUNT;
+  ts_op op = ts_op_from_name(name);
+  if (op == TS_OP_COUNT && !r->bad) {
+    snprintf(r->detail, sizeof r->detail, "unknown op \"%.60s\"", name ? name : "(null)");
+    r_fail(r, r->detail);
+    r->bad_at = at;
+  }
+  free(name);
+  return op;
 }
 
 static void r_attr(ser_r *r, ts_attr *a) {
@@ -328,10 +348,10 @@ done:
 
 /* Reads one node and appends it to g; false on error. */
 static bool r_node(ser_r *r, ts_graph *g, int id) {
-  uint32_t op = r_u32(r), dt = r_u32(r);
+  ts_op op = r_op(r);
+  uint32_t dt = r_u32(r);
   int rank = r_i32(r);
   if (r->bad) return false;
-  if (op >= TS_OP_COUNT) return r_fail(r, "invalid op");
   if (dt >= TS_DTYPE_COUNT) return r_fail(r, "invalid dtype");
   if (rank < 0 || rank > TS_MAX_RANK) return r_fail(r, "rank out of range");
   int64_t shape[TS_MAX_RANK] = {0};
@@ -369,19 +389,16 @@ static bool r_node(ser_r *r, ts_graph *g, int id) {
     a.fused->n = nf;
     for (int j = 0; j < nf; j++) {
       ts_fused_instr *f = &a.fused->ins[j];
-      f->op = (ts_op)r_u32(r);
+      f->op = r_op(r);
       f->cmp = (ts_cmp)r_u32(r);
       f->dtype = (ts_dtype)r_u32(r);
       f->a = r_i32(r);
       f->b = r_i32(r);
       f->c = r_i32(r);
       f->value = r_f64(r);
-      if ((unsigned)f->op >= TS_OP_COUNT || (unsigned)f->dtype >= TS_DTYPE_COUNT || (unsigned)f->cmp > TS_CMP_GE)
-        r_fail(r, "bad fused instruction");
-      int nops = f->op == TS_OP_CONSTANT                               ? 0
-                 : ts_op_is_binary(f->op) || f->op == TS_OP_COMPARE ? 2
-                 : f->op == TS_OP_SELECT                             ? 3
-                                                                     : 1;
+      if (r->bad) break; /* f->op may be unknown: no arity to check against */
+      if ((unsigned)f->dtype >= TS_DTYPE_COUNT || (unsigned)f->cmp > TS_CMP_GE) r_fail(r, "bad fused instruction");
+      int nops = ts_op_arity(f->op);
       int32_t ops[3] = {f->a, f->b, f->c};
       for (int k = 0; k < nops; k++)
         if (ops[k] >= j || ops[k] < -n_in) r_fail(r, "fused operand out of range");
@@ -407,7 +424,7 @@ static bool r_node(ser_r *r, ts_graph *g, int id) {
   }
   int want_index = a.input_index;
   /* ir_append takes over a.fused / a.coll: after this the graph owns them */
-  ts_tensor t = ir_append(g, (ts_op)op, (ts_dtype)dt, rank, shape, n_in, in, &a);
+  ts_tensor t = ir_append(g, op, (ts_dtype)dt, rank, shape, n_in, in, &a);
   free(in);
   ts_node *n = &g->nodes[t];
   if (op == TS_OP_INPUT && n->attr.input_index != want_index) return r_fail(r, "input index out of order");
@@ -433,7 +450,7 @@ ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *po
     ts_set_error("graph_deserialize: NULL buffer or position past the end");
     return NULL;
   }
-  ser_r r = {data, len, *pos, NULL, 0};
+  ser_r r = {.p = data, .len = len, .pos = *pos};
   unsigned char magic[4] = {0};
   r_bytes(&r, magic, 4);
   if (!r.bad && memcmp(magic, ser_magic, 4) != 0) r_fail(&r, "bad magic (not a serialized graph)");

@@ -10,6 +10,7 @@
 
 #include "ir/ir.h" /* ts_set_error, nodes */
 #include "metrics/metrics_internal.h"
+#include "util/config.h" /* TESSEL_METRICS */
 
 #define MT_MAX 1024
 #define MT_HASH 2048 /* power of two > MT_MAX: probes stay short */
@@ -274,6 +275,5 @@ void ts_obs_peak_memory(int device, int64_t bytes) {
 
 /* TESSEL_METRICS=0 turns the registry off from the start. */
 __attribute__((constructor)) static void mt_init_from_env(void) {
-  const char *e = getenv("TESSEL_METRICS");
-  if (e && strcmp(e, "0") == 0) ts_metrics_set_enabled(false);
+  if (!env_config()->metrics_enabled) ts_metrics_set_enabled(false);
 }

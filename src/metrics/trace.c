@@ -11,6 +11,7 @@
 
 #include "util/error.h"
 #include "metrics/metrics_internal.h"
+#include "util/config.h" /* TESSEL_TRACE */
 
 #define TR_MAX_EVENTS (1 << 21) /* ~2M events (~150 MiB): later ones are counted as dropped */
 
@@ -125,8 +126,8 @@ static void tr_at_exit(void) {
 }
 
 __attribute__((constructor)) static void tr_init_from_env(void) {
-  const char *p = getenv("TESSEL_TRACE");
-  if (!p || !*p) return;
+  const char *p = env_config()->trace_path;
+  if (!p) return;
   tr_env_path = strdup(p);
   if (tr_env_path) {
     ts_trace_start();

@@ -23,12 +23,13 @@ static uint64_t node_hash(const ts_node *n) {
   uint64_t h = mix(mix((uint64_t)n->op, (uint64_t)n->dtype), (uint64_t)n->rank);
   for (int i = 0; i < n->rank; i++) h = mix(h, (uint64_t)n->shape[i]);
   for (int i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)n->in[i]);
-  if (n->op == TS_OP_CONSTANT && !n->data) {
+  ts_op_attrs kind = ts_op_attr_kind(n->op);
+  if (kind == TS_ATTRS_CONSTANT && !n->data) {
     uint64_t bits;
     memcpy(&bits, &n->attr.value, 8);
     h = mix(h, bits);
   }
-  if (n->op == TS_OP_RNG_UNIFORM || n->op == TS_OP_RNG_NORMAL) h = mix(h, n->attr.key);
+  if (kind == TS_ATTRS_RNG) h = mix(h, n->attr.key);
   return h;
 }
 
@@ -49,61 +50,58 @@ static bool same_fused(const ts_fused *a, const ts_fused *b) {
   return true;
 }
 
-/* Attribute equality for the fields op uses (operands already equal). */
+/* Attribute equality for the fields op uses (its table row's attribute
+ * kind; operands already equal). */
 static bool same_attrs(const ts_graph *g, const ts_node *a, const ts_node *b) {
   const ts_attr *x = &a->attr, *y = &b->attr;
   int r_in = a->n_in ? g->nodes[a->in[0]].rank : 0;
-  switch (a->op) {
-  case TS_OP_CONSTANT:
+  switch (ts_op_attr_kind(a->op)) {
+  case TS_ATTRS_CONSTANT:
     if (!a->data != !b->data) return false;
     if (!a->data) return same_double(x->value, y->value);
     return memcmp(a->data, b->data, (size_t)ts_shape_numel(a->rank, a->shape) * ts_dtype_size(a->dtype)) == 0;
-  case TS_OP_IOTA:
-  case TS_OP_CONCAT:
+  case TS_ATTRS_AXIS:
     return x->axis == y->axis;
-  case TS_OP_RNG_UNIFORM:
-  case TS_OP_RNG_NORMAL:
+  case TS_ATTRS_RNG:
     return x->key == y->key && x->global == y->global &&
            (!x->global || (same_i64(x->goffset, y->goffset, a->rank) && same_i64(x->gshape, y->gshape, a->rank)));
-  case TS_OP_COMPARE:
+  case TS_ATTRS_CMP:
     return x->cmp == y->cmp;
-  case TS_OP_BROADCAST:
-  case TS_OP_TRANSPOSE:
+  case TS_ATTRS_DIMS:
+  case TS_ATTRS_PERM:
     return x->n_dims == y->n_dims && same_ints(x->dims, y->dims, x->n_dims);
-  case TS_OP_REDUCE:
+  case TS_ATTRS_REDUCE:
     return x->reduce == y->reduce && x->n_dims == y->n_dims && same_ints(x->dims, y->dims, x->n_dims);
-  case TS_OP_SLICE:
+  case TS_ATTRS_SLICE:
     return same_i64(x->start, y->start, r_in) && same_i64(x->limit, y->limit, r_in) &&
            same_i64(x->stride, y->stride, r_in);
-  case TS_OP_PAD:
+  case TS_ATTRS_PAD:
     return same_i64(x->start, y->start, r_in) && same_i64(x->limit, y->limit, r_in) &&
            same_double(x->value, y->value);
-  case TS_OP_DOT: {
+  case TS_ATTRS_DOT: {
     const ts_dot_dims *p = &x->dot, *q = &y->dot;
     return p->n_batch == q->n_batch && p->n_contract == q->n_contract &&
            same_ints(p->lhs_batch, q->lhs_batch, p->n_batch) && same_ints(p->rhs_batch, q->rhs_batch, p->n_batch) &&
            same_ints(p->lhs_contract, q->lhs_contract, p->n_contract) &&
            same_ints(p->rhs_contract, q->rhs_contract, p->n_contract);
   }
-  case TS_OP_CONV:
-  case TS_OP_CONV_BWD_DATA:
-  case TS_OP_CONV_BWD_FILTER: {
+  case TS_ATTRS_CONV: {
     const ts_conv_params *p = &x->conv, *q = &y->conv;
     return same_ints(p->stride, q->stride, 2) && same_ints(p->pad_lo, q->pad_lo, 2) &&
            same_ints(p->pad_hi, q->pad_hi, 2) && same_ints(p->dilation, q->dilation, 2) && p->groups == q->groups;
   }
-  case TS_OP_MAXPOOL:
-  case TS_OP_MAXPOOL_GRAD:
-  case TS_OP_AVGPOOL:
-  case TS_OP_AVGPOOL_GRAD: {
+  case TS_ATTRS_POOL: {
     const ts_pool_params *p = &x->pool, *q = &y->pool;
     return same_ints(p->kernel, q->kernel, 2) && same_ints(p->stride, q->stride, 2) && same_ints(p->pad, q->pad, 2);
   }
-  case TS_OP_FUSED:
+  case TS_ATTRS_FUSED:
     return same_fused(x->fused, y->fused);
-  default:
-    return true; /* elementwise, reshape, gather, scatter: operands say it all */
+  case TS_ATTRS_NONE: /* elementwise, reshape, gather, scatter: operands say it all */
+  case TS_ATTRS_INPUT:      /* never reaches here: opt_rebuild copies inputs itself */
+  case TS_ATTRS_COLLECTIVE: /* never merged (TS_OPF_NO_CSE) */
+    return true;
   }
+  return true;
 }
 
 static bool same_node(const ts_graph *g, const ts_node *a, const ts_node *b) {
@@ -117,7 +115,7 @@ static ts_tensor cse_node(ts_graph *dst, const ts_graph *src, int id, const int3
   cse_table *t = user;
   ts_tensor nid = opt_copy_node(dst, src, id, map);
   /* every device must run every collective in the same order: never merge */
-  if (ts_op_is_collective(src->nodes[id].op)) return nid;
+  if (ts_op_has(src->nodes[id].op, TS_OPF_NO_CSE)) return nid;
   const ts_node *n = &dst->nodes[nid];
   uint64_t h = node_hash(n);
   size_t i = h & (t->cap - 1);

@@ -2,6 +2,8 @@
  * TS_OP_FUSED node computing them element by element, so no intermediate is
  * materialized.
  *
+ * Which ops may join a group is the op table's TS_OPF_FUSIBLE (ops.def).
+ *
  * Greedy, from the last node backwards: an elementwise node not yet taken
  * becomes the root (the one result) of a group; a producer joins the group
  * when it is elementwise, has the root's numel, is no graph output and all its
@@ -115,7 +117,7 @@ oom:
 /* Marks producer t as a candidate of the group at root (only elementwise
  * producers can join, so the downward scan stops at the lowest of those). */
 static void want(const ts_graph *g, int32_t *wanted, int *min_w, int t, int root) {
-  if (!ts_op_is_elementwise(g->nodes[t].op)) return;
+  if (!ts_op_has(g->nodes[t].op, TS_OPF_FUSIBLE)) return;
   wanted[t] = root;
   if (t < *min_w) *min_w = t;
 }
@@ -136,14 +138,14 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   int rc = 0;
   for (int root = nn - 1; root >= 0 && rc == 0; root--) {
     const ts_node *r = &g->nodes[root];
-    if (s->group[root] >= 0 || !ts_op_is_elementwise(r->op)) continue;
+    if (s->group[root] >= 0 || !ts_op_has(r->op, TS_OPF_FUSIBLE)) continue;
     int64_t numel = ts_shape_numel(r->rank, r->shape);
     s->group[root] = root;
     int lo = root, members = 1, min_w = root;
     for (int k = 0; k < r->n_in; k++) want(g, wanted, &min_w, r->in[k], root);
     for (int i = root - 1; i >= min_w; i--) {
       const ts_node *p = &g->nodes[i];
-      if (wanted[i] != root || s->group[i] >= 0 || !ts_op_is_elementwise(p->op)) continue;
+      if (wanted[i] != root || s->group[i] >= 0 || !ts_op_has(p->op, TS_OPF_FUSIBLE)) continue;
       if (u->n_out[i] || ts_shape_numel(p->rank, p->shape) != numel) continue;
       bool inside = true;
       for (int k = u->off[i]; k < u->off[i + 1] && inside; k++) inside = s->group[u->users[k]] == root;

@@ -52,6 +52,9 @@ ts_graph *opt_simplify(const ts_graph *g, int *changed);
 ts_graph *opt_cse(const ts_graph *g, int *changed);
 ts_graph *opt_dce(const ts_graph *g, int *changed);
 ts_graph *opt_fuse(const ts_graph *g, int *changed);
+/* All-reduce combining: all-reduces of one device group, dtype and reduction
+ * packed into buckets of about bucket_bytes (combine.c). Bit-identical. */
+ts_graph *opt_combine(const ts_graph *g, size_t bucket_bytes, int *changed);
 /* Node order for overlap: every collective, with the reshapes and
  * concatenations that only feed collectives (a DDP bucket's packing), moves
  * up to right after its last operand, so the device can start it early and

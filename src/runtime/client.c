@@ -14,14 +14,13 @@
 #include "kernels/kernels.h" /* ts_kernels_set_num_threads: the CPU backend's thread pool */
 #include "util/hash.h"      /* util_hash64 */
 #include "runtime/rt.h"
+#include "util/config.h"  /* TESSEL_NUM_THREADS, TESSEL_CPU_DEVICES, TESSEL_COLLECTIVE_TIMEOUT */
 
-static int env_count(const char *name, int max, int *out) {
-  const char *env = getenv(name);
-  if (!env || !*env) return 0;
-  char *end;
-  long v = strtol(env, &end, 10);
-  if (*end || v < 1 || v > max) return ts_set_error("client: %s='%s' is not a count in [1, %d]", name, env, max);
-  *out = (int)v;
+/* A count from the environment (util/config.h): 0 with *out unchanged when
+ * unset, -1 naming the variable and its value when invalid. */
+static int env_count(const char *name, int value, const char *invalid, int max, int *out) {
+  if (invalid) return ts_set_error("client: %s='%s' is not a count in [1, %d]", name, invalid, max);
+  if (value > 0) *out = value;
   return 0;
 }
 
@@ -30,14 +29,11 @@ static int env_count(const char *name, int max, int *out) {
  * end the job well within 30 s). */
 static int timeout_ms(const ts_client_options *opts, bool several, int *out) {
   int ms = opts ? opts->collective_timeout_ms : 0;
-  const char *env = getenv("TESSEL_COLLECTIVE_TIMEOUT");
-  if (ms == 0 && env && *env) {
-    char *end;
-    double s = strtod(env, &end);
-    if (*end || !(s >= 0) || s > 86400)
-      return ts_set_error("client: TESSEL_COLLECTIVE_TIMEOUT='%s' is not seconds in [0, 86400] (0 = none)", env);
-    ms = s == 0 ? -1 : (int)(s * 1000 + 0.5);
-  }
+  const ts_env_config *env = env_config();
+  if (ms == 0 && env->collective_timeout_invalid)
+    return ts_set_error("client: TESSEL_COLLECTIVE_TIMEOUT='%s' is not seconds in [0, 86400] (0 = none)",
+                        env->collective_timeout_invalid);
+  if (ms == 0) ms = env->collective_timeout_ms;
   if (ms == 0) ms = several ? 20000 : 120000;
   *out = ms < 0 ? 0 : ms;
   return 0;
@@ -105,8 +101,11 @@ ts_client *ts_client_new(const ts_client_options *opts) {
     return NULL;
   }
   if (total) ndev = share(total, P, me);
-  if (n == 0 && env_count("TESSEL_NUM_THREADS", 4096, &n) < 0) return NULL;
-  if (ndev == 0 && env_count("TESSEL_CPU_DEVICES", 4096, &ndev) < 0) return NULL;
+  const ts_env_config *env = env_config();
+  if (n == 0 && env_count("TESSEL_NUM_THREADS", env->num_threads, env->num_threads_invalid, 4096, &n) < 0)
+    return NULL;
+  if (ndev == 0 && env_count("TESSEL_CPU_DEVICES", env->cpu_devices, env->cpu_devices_invalid, 4096, &ndev) < 0)
+    return NULL;
   if (ndev == 0) ndev = 1;
   int cores = omp_get_num_procs();
   if (n == 0) n = cores;
@@ -142,12 +141,17 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
   if (c->comm) ts_comm_set_timeout_ms(c->comm, c->timeout_ms);
+  if (ndev > 1 && !(c->pool = rt_pool_new(ndev - 1))) {
+    ts_client_free(c);
+    return NULL;
+  }
   ts_kernels_set_num_threads(c->threads_per_device);
   return c;
 }
 
 void ts_client_free(ts_client *c) {
   if (!c) return;
+  rt_pool_free(c->pool); /* no device runs any more: the communicator can go */
   if (c->comm) ts_comm_free(c->comm);
   for (int i = 0; c->devs && i < c->num_devices; i++)
     if (c->devs[i].destroy) c->devs[i].destroy(c->devs[i].ctx);

@@ -1,9 +1,8 @@
 /* execute.c — ts_execute: checks the caller's buffers against the program's
  * inputs and outputs, resolves every value's memory from the plan, has the
  * device run the program, then does the plan's end-of-run copies. An SPMD
- * program runs its per-device programs at once, one thread per device, on
- * each buffer's block for that device. */
-#include <pthread.h>
+ * program runs its per-device programs at once, each on its device's thread
+ * (devpool.c), on each buffer's block for that device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,53 +93,41 @@ static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_bu
 
 typedef struct {
   ts_executable *e;
-  int dev;
+  int first;                /* first local device */
   ts_buffer *const *inputs;
   ts_buffer **bufs;
-  int rc;
-  char msg[512];
-} dev_job;
+  int *rc;                  /* (num_local) */
+  char (*msg)[512];         /* (num_local) */
+} spmd_run;
 
-static void *dev_thread(void *arg) {
-  dev_job *j = arg;
-  j->rc = run_device(j->e, j->dev, j->inputs, j->bufs);
-  if (j->rc) snprintf(j->msg, sizeof j->msg, "device %d: %s", j->dev, ts_last_error());
-  return NULL;
+/* Local device `first + i`, on its own device thread. */
+static void run_local(void *arg, int i) {
+  spmd_run *r = arg;
+  int dev = r->first + i;
+  r->rc[i] = run_device(r->e->dev[dev], dev, r->inputs, r->bufs);
+  if (r->rc[i]) snprintf(r->msg[i], sizeof r->msg[i], "device %d: %s", dev, ts_last_error());
 }
 
-/* Every device of this process at once: the first on the calling thread,
- * the others on their own threads (collectives inside the programs
- * synchronize them, and the devices of other processes). */
+/* Every device of this process at once, each on its device thread (the
+ * client's, kept across runs); collectives inside the programs synchronize
+ * them, and the devices of other processes. */
 static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
-  int n = e->client->num_local, first = e->client->first_local;
-  dev_job *jobs = calloc((size_t)n, sizeof *jobs);
-  pthread_t *th = calloc((size_t)n, sizeof *th);
-  bool *started = calloc((size_t)n, sizeof *started);
-  if (!jobs || !th || !started) {
-    free(jobs);
-    free(th);
-    free(started);
-    return ts_set_error("execute: out of memory starting %d device threads", n);
+  int n = e->client->num_local;
+  int *rc = calloc((size_t)n, sizeof *rc);
+  char (*msg)[512] = calloc((size_t)n, sizeof *msg);
+  if (!rc || !msg) {
+    free(rc);
+    free(msg);
+    return ts_set_error("execute: out of memory running %d devices", n);
   }
-  for (int i = 0; i < n; i++) jobs[i] = (dev_job){e->dev[first + i], first + i, inputs, bufs, 0, ""};
-  int rc = 0;
-  for (int i = 1; i < n; i++) {
-    if (pthread_create(&th[i], NULL, dev_thread, &jobs[i]) != 0) {
-      jobs[i].rc = -1;
-      snprintf(jobs[i].msg, sizeof jobs[i].msg, "execute: could not start the thread of device %d", first + i);
-      continue;
-    }
-    started[i] = true;
-  }
-  dev_thread(&jobs[0]);
-  for (int i = 1; i < n; i++)
-    if (started[i]) pthread_join(th[i], NULL);
-  for (int i = 0; i < n && !rc; i++)
-    if (jobs[i].rc) rc = ts_set_error("%s", jobs[i].msg);
-  free(jobs);
-  free(th);
-  free(started);
-  return rc;
+  spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg};
+  rt_pool_run(e->client->pool, run_local, &r);
+  int ret = 0;
+  for (int i = 0; i < n && !ret; i++)
+    if (rc[i]) ret = ts_set_error("%s", msg[i]);
+  free(rc);
+  free(msg);
+  return ret;
 }
 
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) {

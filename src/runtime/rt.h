@@ -9,6 +9,16 @@
 
 struct ts_comm;
 
+/* devpool.c: the client's device threads, created once with the client.
+ * rt_pool_run calls fn(arg, i) for i = 0..n_workers at once, i = 0 on the
+ * calling thread, and returns when every call has returned. Runs from
+ * several threads are serialized. */
+typedef struct rt_pool rt_pool;
+typedef void (*rt_pool_fn)(void *arg, int i);
+rt_pool *rt_pool_new(int n_workers);
+void rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg);
+void rt_pool_free(rt_pool *p);
+
 struct ts_client {
   ts_device dev;          /* the first local device (every single-device path uses it) */
   ts_device *devs;        /* (num_devices) by global id; only local ones are set up */
@@ -22,6 +32,7 @@ struct ts_client {
   int *device_process;    /* (num_devices) the process of each device */
   struct ts_net *net;     /* NULL alone */
   int timeout_ms;         /* collectives and process exchanges; 0 = none */
+  rt_pool *pool;          /* threads of local devices 1..num_local-1; NULL with one */
 };
 
 static inline bool rt_is_local(const ts_client *c, int device) {

@@ -398,12 +398,14 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   if (spmd_is_from_local(p->g, n)) return p->val[n->in[0]]; /* the blocks, laid out as W (its annotation) */
   int64_t ls[TS_MAX_RANK];
   part_local_shape(p, W, n->rank, n->shape, ls);
-  if (ts_op_is_elementwise(n->op)) {
+  /* Every op has a case and there is no default: a new op in ops.def fails
+   * the build (-Werror=switch) until it says how it is partitioned. */
+  switch (n->op) {
+  TS_OP_CASES_ELEMENTWISE { /* the whole class: operands in the result's layout */
     int32_t in[3];
     for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], W);
     return part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
   }
-  switch (n->op) {
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
     return lower_leaf(p, id, in_spec);
   case TS_OP_BROADCAST: {
@@ -430,8 +432,12 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
     return lower_conv(p, id);
   case TS_OP_GATHER: return lower_gather(p, id);
   case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);
-  default: return lower_fallback(p, id);
+  /* replicated: gathered operands, the whole op on every device */
+  case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
+    break;
   }
+  return lower_fallback(p, id);
 }
 
 /* Frees the per-node memo lists (memo may be NULL). */

@@ -205,7 +205,14 @@ static void forward(prop *p, int id) {
     for (int i = 1; i < x->rank; i++) copy_dim(&c, ix->rank + i - 1, xs, i);
     break;
   }
-  default:
+  /* no forward rule: leaves, elementwise (above, by class), fused and
+   * collectives (made after propagation), and none written yet for
+   * conv2d_bwd_filter and scatter_add (they are partitioned as they come) */
+  TS_OP_CASES_ELEMENTWISE
+  case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
+  case TS_OP_CONV_BWD_FILTER: case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
+  case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE:
+  case TS_OP_COUNT:
     return;
   }
   offer(p, id, c);
@@ -300,7 +307,12 @@ static void backward(prop *p, int id) {
     }
     break;
   }
-  default:
+  /* no backward rule: the operands keep what other users ask of them */
+  TS_OP_CASES_ELEMENTWISE
+  case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
+  case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL_GRAD: case TS_OP_GATHER:
+  case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
     break;
   }
 }

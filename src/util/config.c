@@ -1,0 +1,90 @@
+/* config.c — reads tessel's environment variables once into ts_env_config
+ * (config.h documents each one). */
+#include "util/config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ts_env_config g_config;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* The copies of variable texts that g_config points at (freed on reload). */
+static char *g_texts[8];
+static int g_ntexts;
+
+/* A copy of $name, NULL when unset or (unless keep_empty) empty. */
+static const char *env_text(const char *name, bool keep_empty) {
+  const char *v = getenv(name);
+  if (!v || (!*v && !keep_empty)) return NULL;
+  char *copy = g_ntexts < (int)(sizeof g_texts / sizeof *g_texts) ? strdup(v) : NULL;
+  if (!copy) {
+    fprintf(stderr, "tessel: out of memory reading %s; ignored\n", name);
+    return NULL;
+  }
+  g_texts[g_ntexts++] = copy;
+  return copy;
+}
+
+/* An integer in [1, max], or 0 with *invalid = text. */
+static int env_count(const char *name, long max, const char **invalid) {
+  const char *t = env_text(name, false);
+  *invalid = NULL;
+  if (!t) return 0;
+  char *end;
+  errno = 0;
+  long v = strtol(t, &end, 10);
+  if (*end || errno || v < 1 || v > max) {
+    *invalid = t;
+    return 0;
+  }
+  return (int)v;
+}
+
+static void env_read(void) {
+  ts_env_config *c = &g_config;
+  for (int i = 0; i < g_ntexts; i++) free(g_texts[i]);
+  g_ntexts = 0;
+  *c = (ts_env_config){0};
+
+  c->num_threads = env_count("TESSEL_NUM_THREADS", 4096, &c->num_threads_invalid);
+  c->cpu_devices = env_count("TESSEL_CPU_DEVICES", 4096, &c->cpu_devices_invalid);
+
+  const char *t = env_text("TESSEL_COLLECTIVE_TIMEOUT", false);
+  if (t) {
+    char *end;
+    double s = strtod(t, &end);
+    if (*end || !(s >= 0) || s > 86400) c->collective_timeout_invalid = t;
+    else c->collective_timeout_ms = s == 0 ? -1 : (int)(s * 1000 + 0.5);
+  }
+
+  c->trace_path = env_text("TESSEL_TRACE", false);
+  const char *m = getenv("TESSEL_METRICS");
+  c->metrics_enabled = !(m && strcmp(m, "0") == 0);
+  const char *a = getenv("TESSEL_ASYNC_COLLECTIVES");
+  c->async_collectives = !(a && strcmp(a, "0") == 0);
+  c->cache_dir = env_text("TESSEL_CACHE_DIR", false);
+  c->debug_spmd = getenv("TESSEL_DEBUG_SPMD") != NULL;
+
+  const char *mpi = getenv("TESSEL_MPI");
+  c->mpi = mpi && *mpi ? strcmp(mpi, "0") != 0 : -1;
+  static const char *const launchers[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK",
+                                          "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers && !c->mpi_launcher; i++)
+    if (getenv(launchers[i])) c->mpi_launcher = launchers[i];
+
+  const char *p = getenv("TESSEL_NET_PIECE_BYTES");
+  long long v = p ? atoll(p) : 0;
+  c->net_piece_bytes = v > 0 && v <= (1ll << 30) ? (size_t)v : (size_t)1 << 30;
+}
+
+const ts_env_config *env_config(void) {
+  pthread_once(&g_once, env_read);
+  return &g_config;
+}
+
+void env_config_reload(void) {
+  env_config(); /* the first read, if it has not happened */
+  env_read();
+}

@@ -1,0 +1,79 @@
+/* config.h — tessel's environment variables, read once, in one place.
+ *
+ * Every TESSEL_* variable the library reads is here, with its default and
+ * effect (README.md, "Environment variables", is the user's copy of this
+ * list). env_config() reads the environment on its first call (thread-safe)
+ * and never again, so a run's configuration cannot change under it.
+ * Parsing happens here; an invalid value is kept as text (a *_invalid field)
+ * and reported where the value is used, naming the variable and the value,
+ * so the error reaches the caller that can act on it (ts_client_new fails
+ * for a bad TESSEL_NUM_THREADS; importing the library does not). */
+#ifndef TS_UTIL_CONFIG_H
+#define TS_UTIL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+  /* TESSEL_NUM_THREADS: compute threads of a client whose options give none
+   * (tessel's loops and oneDNN share them). A count in [1, 4096]; unset or
+   * empty: all cores. */
+  int num_threads;                 /* 0: unset */
+  const char *num_threads_invalid; /* the text when it is not such a count (ts_client_new fails) */
+
+  /* TESSEL_CPU_DEVICES: virtual CPU devices of a client whose options give
+   * none. A count in [1, 4096]; unset or empty: 1. */
+  int cpu_devices;                 /* 0: unset */
+  const char *cpu_devices_invalid; /* as above */
+
+  /* TESSEL_COLLECTIVE_TIMEOUT: seconds a collective waits for a missing peer
+   * when the client options give no timeout; 0 = wait forever. Seconds in
+   * [0, 86400]; unset or empty: 120 s in one process, 20 s over several. */
+  int collective_timeout_ms;              /* 0: unset; -1: no timeout (the value 0) */
+  const char *collective_timeout_invalid; /* the text when not seconds in [0, 86400] */
+
+  /* TESSEL_TRACE: a file to write a Chrome/Perfetto trace of the whole
+   * process to, at exit (tracing starts when the library loads). Unset or
+   * empty: no trace (ts_trace_start/--trace still work). */
+  const char *trace_path; /* NULL: unset */
+
+  /* TESSEL_METRICS: "0" turns the metrics registry off from the start (one
+   * branch per report point). Any other value or unset: on. */
+  bool metrics_enabled;
+
+  /* TESSEL_ASYNC_COLLECTIVES: "0" runs every all-reduce in line on its
+   * device thread instead of on a per-device worker overlapping later nodes
+   * (for debugging and measuring the overlap). Any other value or unset: on. */
+  bool async_collectives;
+
+  /* TESSEL_CACHE_DIR: the persistent compile cache's directory (created if
+   * missing) unless ts_compile_cache_set_dir chose one. Unset or empty: no
+   * persistent cache (the in-memory one always works). */
+  const char *cache_dir; /* NULL: unset */
+
+  /* TESSEL_DEBUG_SPMD: set (any value): when a partitioned per-device program
+   * fails to compile, print it to stderr (partitioner debugging). Unset: off. */
+  bool debug_spmd;
+
+  /* TESSEL_MPI: "0" never joins an MPI job; any other non-empty value always
+   * does (an error in a build without MPI). Unset or empty: join when an MPI
+   * launcher's variable is present (mpi_launcher). */
+  int mpi;                  /* -1: auto; 0: off; 1: on */
+  const char *mpi_launcher; /* the first of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK,
+                               MPI_LOCALNRANKS that is set, or NULL */
+
+  /* TESSEL_NET_PIECE_BYTES: the largest MPI message in bytes; larger
+   * transfers are split (tests set a small value to exercise the splitting).
+   * A count in [1, 2^30]; unset or anything else: 2^30 (1 GiB). */
+  size_t net_piece_bytes;
+} ts_env_config;
+
+/* The environment as read on the first call; never NULL. */
+const ts_env_config *env_config(void);
+
+/* Reads the environment again (the pointer env_config returns stays the same;
+ * its strings from before are freed). For tests that change the environment
+ * between clients; no other thread may use the configuration meanwhile. */
+void env_config_reload(void);
+
+#endif

@@ -1,0 +1,154 @@
+/* train_loop.c — `tessel train`'s epochs: batches from the prefetching loader,
+ * one compiled step each, the JSON log and the progress bar, an evaluation
+ * after every epoch and the closing summary. */
+#include <math.h>
+#include <stdio.h>
+#include <time.h> // clock_gettime
+
+#include "args.h"            // cli_error, exit codes
+#include "tessel/metrics.h"  // DataWaitTime, trace events
+#include "train_run.h"
+
+double train_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* "1h02m", "3m05s", "12.3s" */
+static const char *fmt_duration(double s, char *buf, size_t n) {
+  if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+  else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+  else snprintf(buf, n, "%.1fs", s);
+  return buf;
+}
+
+/* Across epochs. */
+typedef struct {
+  int64_t step;                /* steps done */
+  double train_time, start;    /* seconds in steps; start of the first epoch */
+  double acc;                  /* the last test accuracy */
+  double window_loss;          /* the loss shown: mean of the last (up to) 100 steps */
+  int64_t window_n;
+} loop_state;
+
+/* One training step on batch: inputs written, the program run, *loss read. */
+static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, float *loss) {
+  program *pr = &r->step_pr;
+  float lr = (float)ts_lr_at(&r->sched, step);
+  float step1 = (float)(step + 1); // 1-based (bias correction)
+  int64_t seed = (int64_t)(r->o.seed * 1000003u + (uint64_t)step);
+  if (r->ddp) seed ^= (int64_t)(0x9e3779b97f4a7c15ull * (uint64_t)(r->rank + 1)); /* each replica its own dropout */
+  train_fault_maybe(&r->o.fault, r->rank, step);
+  if ((r->ddp ? train_ddp_upload_rows(batch, pr, r->rank, r->gs.batch) < 0
+              : ts_batch_upload(batch, "x", pr->io.x) < 0 || ts_batch_upload(batch, "y", pr->io.y) < 0) ||
+      ts_buffer_write(pr->io.lr, &lr, sizeof lr) < 0 || ts_buffer_write(pr->io.step, &step1, sizeof step1) < 0 ||
+      ts_buffer_write(pr->io.seed, &seed, sizeof seed) < 0 || program_run(pr) < 0 ||
+      ts_buffer_read(pr->io.result, loss, sizeof *loss) < 0)
+    return -1;
+  return 0;
+}
+
+/* The log contract: %.9g round-trips a float, so "exact" comparisons of logs are exact. */
+static void log_step(FILE *log, int64_t step, float loss, double step_ms) {
+  if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
+  else fprintf(log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+}
+
+/* The steps of one epoch (up to the run's total), under a progress bar. */
+static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *epoch_loss, int64_t *epoch_n) {
+  const train_opts *o = &r->o;
+  int64_t epoch_steps =
+      r->total_steps - st->step < r->steps_per_epoch ? r->total_steps - st->step : r->steps_per_epoch;
+  char label[64];
+  snprintf(label, sizeof label, "epoch %lld/%lld", (long long)epoch, (long long)o->epochs);
+  r->bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, epoch_steps * o->batch, 10.0);
+  double ts0 = train_now_s();
+  for (int64_t s = 0; s < r->steps_per_epoch && st->step < r->total_steps; s++) {
+    int64_t wait_t0 = ts_metrics_now_ns(); /* DataWaitTime: the step waiting for its batch */
+    const ts_loader_batch *batch = ts_loader_next(r->loader);
+    ts_metrics_add("DataWaitTime", TS_METRIC_TIME, ts_metrics_now_ns() - wait_t0);
+    ts_trace_event("data wait", "data", -1, wait_t0, ts_metrics_now_ns(), -1);
+    if (!batch) return train_lib_error();
+    float loss = NAN;
+    double step_t0 = train_now_s();
+    if (run_step(r, batch, st->step, &loss) < 0) return train_lib_error();
+    st->step++;
+    if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
+        train_ddp_check_replicas(r->client, r->params, st->step) < 0)
+      return train_lib_error();
+    if (r->log) log_step(r->log, st->step, loss, 1e3 * (train_now_s() - step_t0));
+    st->window_loss += loss;
+    st->window_n++;
+    *epoch_loss += loss;
+    (*epoch_n)++;
+    if (!isfinite(loss)) {
+      cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)st->step);
+      return CLI_EXIT_FAIL;
+    }
+    char extra[48];
+    snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
+    ts_progress_update(r->bar, (s + 1) * o->batch, extra);
+    if (st->step % 100 == 0) { // the loss shown is the mean of the last 100 steps
+      st->window_loss = 0;
+      st->window_n = 0;
+    }
+  }
+  st->train_time += train_now_s() - ts0;
+  char extra[48];
+  snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
+  ts_progress_finish(r->bar, extra);
+  r->bar = NULL;
+  return CLI_EXIT_OK;
+}
+
+/* The test accuracy after an epoch: printed, and logged. */
+static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double epoch_loss, int64_t epoch_n) {
+  double te = train_now_s();
+  if (train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc) < 0)
+    return train_lib_error();
+  double t = train_now_s();
+  char e1[32], e2[32];
+  double per_step = st->train_time / (double)st->step;
+  printf("epoch %lld done | train loss %.4f | test accuracy %.2f%% | eval %.1fs | elapsed %s | eta %s\n",
+         (long long)epoch, epoch_loss / (double)epoch_n, 100 * st->acc, t - te,
+         fmt_duration(t - st->start, e1, sizeof e1),
+         fmt_duration(per_step * (double)(r->total_steps - st->step), e2, sizeof e2));
+  fflush(stdout);
+  st->window_loss = 0;
+  st->window_n = 0;
+  if (r->log) {
+    fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f}\n", (long long)epoch, st->acc);
+    fflush(r->log);
+  }
+  return CLI_EXIT_OK;
+}
+
+int train_epochs(train_run *r) {
+  const train_opts *o = &r->o;
+  /* Worker threads prepare the next batches (shuffled per (seed, epoch),
+   * augmented per sample) while a step runs. */
+  ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
+                             .augment = r->train_aug};
+  if (!(r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset])) ||
+      !(r->loader = ts_loader_new(r->train_src, &lopts)))
+    return train_lib_error();
+
+  loop_state st = {.start = train_now_s()};
+  for (int64_t epoch = 1; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
+    double epoch_loss = 0;
+    int64_t epoch_n = 0;
+    int rc = train_one_epoch(r, &st, epoch, &epoch_loss, &epoch_n);
+    if (rc == CLI_EXIT_OK) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc != CLI_EXIT_OK) return rc;
+  }
+  char e1[32];
+  ts_loader_stats ls;
+  ts_loader_get_stats(r->loader, &ls);
+  printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n", (long long)st.step,
+         fmt_duration(train_now_s() - st.start, e1, sizeof e1), (double)(st.step * o->batch) / st.train_time,
+         100 * st.acc);
+  printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
+         st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
+  return CLI_EXIT_OK;
+}

@@ -1,0 +1,54 @@
+/* train_opts.h — the flags of `tessel train`, parsed and checked, with the
+ * model-dependent defaults filled in. */
+#ifndef TESSEL_TOOLS_TRAIN_OPTS_H
+#define TESSEL_TOOLS_TRAIN_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h> // FILE
+
+#include "train_fault.h" // train_fault (the --testing-fault hook)
+
+enum { MODEL_MLP, MODEL_CNN };
+enum { DATA_FASHION_MNIST, DATA_CIFAR10 };
+enum { PARALLEL_SPMD, PARALLEL_DDP };
+/* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
+ * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
+extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
+    *const train_sched_names[], *const train_parallel_names[];
+
+typedef struct {
+  int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
+  int dataset;
+  int c, h, w;         /* image shape, from the dataset */
+  const char *data_dir;
+  int64_t epochs;      /* 0 = model default */
+  int64_t batch;       /* 0 = model default */
+  int64_t steps;       /* 0 = no limit */
+  int64_t eval_batch;
+  int64_t warmup;      /* -1 = default */
+  int64_t threads;     /* 0 = TESSEL_NUM_THREADS or all cores */
+  int optimizer;       /* index into train_optim_names */
+  int schedule;        /* index into train_sched_names */
+  double lr, weight_decay, momentum;
+  uint64_t seed;
+  const char *log_json;
+  const char *metrics;  /* --metrics FILE: JSON at the end, short report on stdout */
+  const char *trace;    /* --trace FILE: Chrome trace of the run */
+  const char *mesh;     /* --mesh "data=4,model=2": SPMD on virtual devices; NULL = one device */
+  int parallel;         /* index into train_parallel_names */
+  bool all_ranks;       /* every process prints, not only rank 0 */
+  double timeout_s;     /* --collective-timeout; 0 = the default */
+  int64_t check_replicas; /* DDP: compare the replicas' parameters every N steps; 0 = never */
+  train_fault fault;    /* --testing-fault (test builds); none by default */
+} train_opts;
+
+/* Parses argv (argv[0] is "train") into *o and fills in the defaults; returns
+ * 0, 1 for --help, or -1 after printing an error (a usage error). */
+int train_opts_parse(int argc, char **argv, train_opts *o);
+void cli_train_usage(FILE *f);
+/* What every process must agree on (paths and printing may differ). */
+void train_opts_text(const train_opts *o, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,90 @@
+/* train_run.h — the pieces of `tessel train` (train.c runs them in order):
+ * joining the job, loading the data, compiling the programs, the epoch/step
+ * loop with evaluation, and the DDP helpers. One train_run holds everything a
+ * run owns, so the phases share it and train.c frees it in one place. */
+#ifndef TESSEL_TOOLS_TRAIN_RUN_H
+#define TESSEL_TOOLS_TRAIN_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h> // FILE
+
+#include "model_graph.h"    // model_io, model_graph_spec
+#include "tessel/loader.h"  // ts_dataset, ts_augment, ts_loader, ts_progress
+#include "tessel/tessel.h"
+#include "train_opts.h"
+
+#define CMD "train"
+
+/* ---- a compiled program with its inputs bound by name (train_program.c) ---- */
+
+typedef struct {
+  ts_executable *exe;
+  model_io io;          /* inputs bound by name (model_graph.h) */
+  int n_out;
+  ts_buffer **out;      /* (n_out) slots for ts_execute */
+} program;
+
+/* Compiles g and binds its inputs (model_io_bind); 0 or -1 (error set). */
+int program_init(program *pr, ts_client *c, ts_params *p, const ts_graph *g, const ts_compile_options *co);
+/* Executes once. Output 0 goes to pr->io.result; the other outputs are aliased to
+ * parameters (updated in place) — any that is not gets freed. */
+int program_run(program *pr);
+void program_free(program *pr);
+
+/* ---- one run ---- */
+
+typedef struct {
+  train_opts o;
+  ts_mesh *mesh;              /* NULL: one device (or DDP) */
+  char mesh_text[64];         /* o.mesh when chosen by default under mpirun */
+  ts_client *client;
+  int nproc, rank;
+  bool ddp;
+  FILE *log;                  /* --log-json, rank 0 only */
+  ts_dataset train, test;
+  ts_augment norm;            /* pixel normalization (evaluation) */
+  ts_augment train_aug;       /* normalization + CIFAR-10's crop and flip */
+  int64_t steps_per_epoch, total_steps, warmup, eval_b;
+  ts_lr_schedule sched;
+  ts_params *params;
+  model_graph_spec gs;        /* gs.batch: this replica's share under DDP */
+  ts_graph *g;                /* a graph being compiled */
+  program step_pr, eval_pr, tail_pr; /* tail_pr: the last partial evaluation batch, if any */
+  ts_source *train_src;
+  ts_loader *loader;
+  ts_progress *bar;           /* the current epoch's */
+} train_run;
+
+/* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
+
+/* train_setup.c: the mesh, the client (joins an MPI job: rank, who prints),
+ * the default mesh under mpirun and the --log-json file. On failure it has
+ * already released what it made (and ended the job where others would wait). */
+int train_join(train_run *r);
+/* train_setup.c: the datasets, augmentation, step counts and LR schedule; checks
+ * that every process has the same configuration. */
+int train_load(train_run *r);
+/* train_setup.c: parameters and the compiled step, evaluation and tail
+ * programs; prints the run's header. */
+int train_compile(train_run *r);
+/* train_loop.c: the loader and the epochs (steps, evaluation, logs), then the
+ * summary. */
+int train_epochs(train_run *r);
+
+/* train_eval.c: test accuracy in [0, 1]; full batches of e with `full`, the
+ * rest with `tail`; pixels normalized by `norm` (no crop or flip). */
+int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
+                   double *acc);
+
+/* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
+int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);
+/* train_ddp.c: the replicas' parameters are the same (a hash compared across processes). */
+int train_ddp_check_replicas(ts_client *c, ts_params *p, int64_t step);
+
+/* train_loop.c: monotonic seconds. */
+double train_now_s(void);
+/* train.c: prints ts_last_error() and returns CLI_EXIT_FAIL. */
+int train_lib_error(void);
+
+#endif

@@ -1,0 +1,181 @@
+/* train_setup.c — `tessel train` before the first step: joining the job
+ * (client, rank, who prints), the data and the step counts, and compiling the
+ * training, evaluation and tail programs. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "args.h"            // cli_error, exit codes
+#include "tessel/metrics.h"  // ts_trace_start
+#include "train_mesh.h"      // --mesh: shardings of the programs
+#include "train_run.h"
+
+/* Fashion-MNIST pixel statistics (of pixel/255 over the training set). */
+#define FMNIST_MEAN 0.2860f
+#define FMNIST_STD 0.3530f
+
+int train_join(train_run *r) {
+  train_opts *o = &r->o;
+  if (o->mesh && !(r->mesh = ts_mesh_from_text(o->mesh))) {
+    cli_error(CMD, "--mesh: %s", ts_last_error());
+    return CLI_EXIT_USAGE;
+  }
+  /* The client first: under mpirun it joins the job (and says which rank
+   * this process is, which decides who prints and writes files). */
+  r->ddp = o->parallel == PARALLEL_DDP;
+  ts_client_options copts = {.num_threads = (int)o->threads,
+                             .num_devices = r->ddp ? 1 : 0,
+                             .total_devices = !r->ddp && r->mesh ? (int)ts_mesh_num_devices(r->mesh) : 0,
+                             .collective_timeout_ms = o->timeout_s > 0 ? (int)(o->timeout_s * 1000 + 0.5) : 0};
+  if (!(r->client = ts_client_new(&copts))) {
+    cli_error(CMD, "%s", ts_last_error());
+    ts_mesh_free(r->mesh);
+    r->mesh = NULL;
+    return CLI_EXIT_FAIL;
+  }
+  r->nproc = ts_client_process_count(r->client), r->rank = ts_client_process_index(r->client);
+  if (r->nproc > 1) {
+    cli_set_rank(r->rank);
+    if (r->rank != 0 && !o->all_ranks && !freopen("/dev/null", "w", stdout)) {
+      cli_error(CMD, "cannot silence stdout: %s", strerror(errno));
+      ts_client_abort(r->client, CLI_EXIT_FAIL);
+    }
+  }
+  if (r->rank != 0) o->metrics = o->trace = NULL; /* rank 0 writes the files */
+  if (!r->ddp && !r->mesh && ts_client_num_devices(r->client) > 1) { /* under mpirun: data parallel by default */
+    snprintf(r->mesh_text, sizeof r->mesh_text, "data=%d", ts_client_num_devices(r->client));
+    o->mesh = r->mesh_text;
+    if (!(r->mesh = ts_mesh_from_text(r->mesh_text))) {
+      cli_error(CMD, "%s", ts_last_error());
+      ts_client_free(r->client);
+      r->client = NULL;
+      return CLI_EXIT_FAIL;
+    }
+  }
+  if (o->log_json && r->rank == 0 && !(r->log = fopen(o->log_json, "w"))) {
+    cli_error(CMD, "--log-json: cannot open '%s': %s", o->log_json, strerror(errno));
+    ts_mesh_free(r->mesh);
+    r->mesh = NULL;
+    if (r->nproc > 1) ts_client_abort(r->client, CLI_EXIT_USAGE);
+    ts_client_free(r->client);
+    r->client = NULL;
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+static void data_hint(int dataset, const char *dir) {
+  if (dataset == DATA_CIFAR10)
+    fprintf(stderr,
+            "hint: no CIFAR-10 in '%s': download the binary version "
+            "(https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz), extract it and pass --data-dir\n", dir);
+  else
+    fprintf(stderr,
+            "hint: no Fashion-MNIST in '%s': install the Debian package dataset-fashion-mnist "
+            "(scripts/install-deps.sh) or pass --data-dir\n", dir);
+}
+
+int train_load(train_run *r) {
+  train_opts *o = &r->o;
+  bool cifar = o->dataset == DATA_CIFAR10;
+  if (cifar ? ts_cifar10_load(o->data_dir, "train", &r->train) < 0 || ts_cifar10_load(o->data_dir, "test", &r->test) < 0
+            : ts_mnist_load(o->data_dir, "train", &r->train) < 0 || ts_mnist_load(o->data_dir, "t10k", &r->test) < 0) {
+    cli_error(CMD, "%s", ts_last_error());
+    data_hint(o->dataset, o->data_dir);
+    return CLI_EXIT_FAIL;
+  }
+  const ts_dataset *train = &r->train, *test = &r->test;
+  int want_c = cifar ? 3 : 1, want_hw = cifar ? 32 : 28;
+  if (train->c != want_c || train->h != want_hw || train->w != want_hw || test->c != want_c ||
+      test->h != want_hw || test->w != want_hw) {
+    cli_error(CMD, "expected %dx%dx%d images in '%s', got %dx%dx%d", want_c, want_hw, want_hw, o->data_dir,
+              train->c, train->h, train->w);
+    return CLI_EXIT_FAIL;
+  }
+  o->c = train->c, o->h = train->h, o->w = train->w;
+  /* Normalization by the training set's channel statistics; CIFAR-10 also
+   * gets the standard augmentation (random crop with 4-pixel padding, flip). */
+  r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
+  if (cifar) r->norm = (ts_augment){.mean = TS_CIFAR10_MEAN, .std = TS_CIFAR10_STD};
+  r->train_aug = r->norm;
+  if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
+  r->steps_per_epoch = train->n / o->batch; // the last partial batch is dropped
+  if (r->steps_per_epoch == 0) {
+    cli_error(CMD, "--batch: %lld is larger than the training set (%lld samples)", (long long)o->batch,
+              (long long)train->n);
+    return CLI_EXIT_USAGE;
+  }
+  r->total_steps = r->steps_per_epoch * o->epochs;
+  if (o->steps > 0 && o->steps < r->total_steps) r->total_steps = o->steps;
+  r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
+  r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
+                              .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
+  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
+  if (r->ddp && o->batch % r->nproc) {
+    cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o->batch,
+              r->nproc);
+    return CLI_EXIT_USAGE;
+  }
+  char cfg[512];
+  train_opts_text(o, cfg, sizeof cfg); /* every process must train the same thing */
+  if (ts_client_check_same(r->client, "the configuration", cfg) < 0) return train_lib_error();
+  return CLI_EXIT_OK;
+}
+
+/* The shared model builders (model_graph.h) for this run's options. */
+static model_graph_spec graph_spec(const train_opts *o) {
+  return (model_graph_spec){
+      .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
+      .batch = o->batch, .c = o->c, .h = o->h, .w = o->w,
+      .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
+                .momentum = o->momentum, .weight_decay = o->weight_decay}};
+}
+
+/* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
+ * when building it failed) is freed on success, else by train.c. */
+static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compile_options *co) {
+  bool megatron = r->o.model == MODEL_MLP;
+  r->g = g;
+  if (!g || (r->mesh && train_mesh_mark(g, r->mesh, megatron) < 0) ||
+      program_init(pr, r->client, r->params, g, co) < 0)
+    return -1;
+  ts_graph_free(g);
+  r->g = NULL;
+  return 0;
+}
+
+int train_compile(train_run *r) {
+  const train_opts *o = &r->o;
+  if (!(r->params = ts_params_new(o->seed))) return train_lib_error();
+  if (o->trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
+  double t0 = train_now_s();
+  r->gs = graph_spec(o);
+  /* DDP: each process's replica trains on its rows of the global batch and
+   * evaluates alone (the replicas are identical) */
+  ts_compile_options co = {.replicas = r->ddp};
+  if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
+  if (compile_graph(r, model_train_graph(&r->gs, r->params), &r->step_pr, &co) < 0) return train_lib_error();
+  r->gs.ddp = false;
+  if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
+    return train_lib_error();
+  if (r->test.n % r->eval_b &&
+      compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
+    return train_lib_error();
+  printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
+         "batch %lld, %lld epochs x %lld steps, %d threads; compiled in %.2fs\n",
+         train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,
+         (long long)ts_params_trainable_numel(r->params), train_optim_names[o->optimizer], o->lr,
+         train_sched_names[o->schedule], (long long)r->warmup, o->weight_decay, (long long)o->batch,
+         (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client),
+         train_now_s() - t0);
+  if (r->mesh) /* say what SPMD does: the mesh and the collectives the partitioner inserted */
+    printf("SPMD: mesh %s on %d virtual CPU devices in %d process%s; %d collectives per training step "
+           "(tessel inspect shows them)\n",
+           o->mesh, ts_client_num_devices(r->client), r->nproc, r->nproc > 1 ? "es" : "",
+           ts_executable_num_collectives(r->step_pr.exe));
+  if (r->ddp)
+    printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", r->nproc,
+           (long long)r->gs.batch, ts_executable_num_collectives(r->step_pr.exe) - 1);
+  fflush(stdout);
+  return CLI_EXIT_OK;
+}
