@@ -66,8 +66,9 @@ typedef struct {
   uint8_t loader[TS_LOADER_STATE_BYTES]; /* ts_loader_save */
   char config[TS_CKPT_TEXT];    /* model configuration, "key=value key=value ..." */
   uint64_t program_hash;        /* e.g. ts_graph_hash of the training step */
+  char mesh[256];               /* the mesh of the run ("data=2,model=2"); on save, "" = the mesh of
+                                 * the first sharded tensor, "" if none */
   /* Filled by ts_ckpt_save / ts_ckpt_open (ignored on save): */
-  char mesh[256];               /* the mesh of the first sharded tensor ("data=2,model=2"), "" if none */
   int num_devices, process_count;
   char tessel_version[32];
 } ts_ckpt_meta;

@@ -454,7 +454,7 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
   int rank = ts_client_process_index(c);
   if (rc == 0) {
     m = *meta;
-    save_mesh_text(n, t, m.mesh, sizeof m.mesh);
+    if (!m.mesh[0]) save_mesh_text(n, t, m.mesh, sizeof m.mesh);
     m.num_devices = ts_client_num_devices(c);
     m.process_count = ts_client_process_count(c);
     snprintf(m.tessel_version, sizeof m.tessel_version, "%s", TS_VERSION_STRING);
