@@ -46,8 +46,9 @@ static int inspect(ts_ckpt *ck, bool verify) {
   if (m->tessel_version[0]) {
     printf("  step %lld (epoch %lld, next batch %lld of it), written by tessel %s\n", (long long)m->step,
            (long long)m->epoch, (long long)m->epoch_step, m->tessel_version);
-    printf("  saved on %s%s: %d device%s in %d process%s\n", m->mesh[0] ? "mesh " : "one device or replicated",
-           m->mesh, m->num_devices, m->num_devices == 1 ? "" : "s", m->process_count,
+    printf("  saved on %s%s: %d device%s in %d process%s\n",
+           !strcmp(m->mesh, "ddp") ? "DDP replicas" : m->mesh[0] ? "mesh " : "one device or replicated",
+           !strcmp(m->mesh, "ddp") ? "" : m->mesh, m->num_devices, m->num_devices == 1 ? "" : "s", m->process_count,
            m->process_count == 1 ? "" : "es");
     if (m->has_optim)
       printf("  optimizer %s: weight_decay %g momentum %g%s beta1 %g beta2 %g eps %g\n",
