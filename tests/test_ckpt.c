@@ -100,6 +100,8 @@ static void test_meta_and_files(void) {
     /* fc1.weight "model,data" on 2x2: four distinct blocks, no replicas */
     CHECK(strcmp(ti.name, "fc1.weight") == 0 && ti.num_blocks == 4 && ti.kind == TS_CKPT_PARAM, "%s %d", ti.name,
           ti.num_blocks);
+    CHECK(strcmp(ti.spec, "model,data") == 0 && strcmp(ti.sharding, "{devices=[2,2]0,2,1,3}") == 0,
+          "spec '%s' sharding '%s' saved with", ti.spec, ti.sharding);
     CHECK_OK(ts_ckpt_tensor(ck, 1, &ti)); /* fc1.bias "model": 2 blocks, each replicated twice, written once */
     CHECK(ti.num_blocks == 2, "fc1.bias blocks %d", ti.num_blocks);
     CHECK_OK(ts_ckpt_verify(ck));

@@ -78,8 +78,9 @@ static int inspect(ts_ckpt *ck, bool verify) {
     ts_ckpt_tensor_info t;
     ts_ckpt_tensor(ck, i, &t);
     char sh[160];
-    printf("  %-28s %-9s %-18s %3d block%s  %s\n", t.name, ts_ckpt_kind_name(t.kind), shape_text(&t, sh, sizeof sh),
-           t.num_blocks, t.num_blocks == 1 ? " " : "s", t.sharding);
+    printf("  %-28s %-9s %-18s %3d block%s  %-16s %s\n", t.name, ts_ckpt_kind_name(t.kind),
+           shape_text(&t, sh, sizeof sh), t.num_blocks, t.num_blocks == 1 ? " " : "s",
+           t.spec[0] ? t.spec : "replicated", t.sharding);
     values[t.kind] += ts_shape_numel(t.rank, t.shape);
   }
   printf("values: %lld parameters, %lld optimizer state, %lld other\n", (long long)values[TS_CKPT_PARAM],

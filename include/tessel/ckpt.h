@@ -119,6 +119,7 @@ typedef struct {
   ts_ckpt_kind kind;
   int num_blocks;        /* blocks stored (replicas once) */
   const char *sharding;  /* OpSharding text it was saved with ("{replicated}") */
+  const char *spec;      /* its partition spec on the saved mesh ("data,None"; "" replicated) */
 } ts_ckpt_tensor_info;
 int ts_ckpt_num_tensors(const ts_ckpt *ck);
 int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_ckpt_tensor_info *out);

@@ -83,7 +83,8 @@ typedef struct {
   int rank;
   int64_t shape[TS_MAX_RANK];
   ts_ckpt_kind kind;
-  char *sharding;
+  char *sharding;    /* OpSharding text */
+  char *spec;        /* partition spec with axis names ("data,None"; "" replicated) */
   int nb;
   ck_block *b;
 } ck_tensor;

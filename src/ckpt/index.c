@@ -39,6 +39,7 @@ void ckpt_free_contents(ts_ckpt *ck) {
   for (int i = 0; i < ck->nt; i++) {
     free(ck->t[i].name);
     free(ck->t[i].sharding);
+    free(ck->t[i].spec);
     free(ck->t[i].b);
   }
   for (int i = 0; i < ck->nf; i++) {
@@ -126,6 +127,8 @@ void ckpt_index_write(ts_strbuf *sb, const ts_ckpt *ck) {
     w_ints(sb, t->rank, t->shape);
     ts_sb_printf(sb, ",\"kind\":\"%s\",\"sharding\":", ts_ckpt_kind_name(t->kind));
     json_write_string(sb, t->sharding ? t->sharding : "{replicated}");
+    ts_sb_printf(sb, ",\"spec\":");
+    json_write_string(sb, t->spec ? t->spec : "");
     ts_sb_printf(sb, ",\"blocks\":[");
     for (int k = 0; k < t->nb; k++) {
       const ck_block *b = &t->b[k];
@@ -311,6 +314,9 @@ static int ix_tensor(ix_ctx *c, const json_val *tv, int i, int nf, ck_tensor *t)
   for (int d = 0; d < t->rank; d++)
     if ((numel *= t->shape[d]) > ((int64_t)1 << 48)) return ts_set_error("%s: tensor %s is too large", c->path, t->name);
   if (!(t->sharding = strdup(shd->str))) return ts_set_error("out of memory");
+  const json_val *spec = json_get(tv, "spec"); /* optional: what the sharding was made from */
+  if (spec && spec->type != JSON_STRING) return ts_set_error("%s: tensor %s: 'spec' must be a string", c->path, t->name);
+  if (!(t->spec = strdup(spec ? spec->str : ""))) return ts_set_error("out of memory");
   if (bl->n > 65536) return ts_set_error("%s: tensor %s has %d blocks (at most 65536)", c->path, t->name, bl->n);
   if (!(t->b = calloc((size_t)bl->n + 1, sizeof *t->b))) return ts_set_error("out of memory");
   t->nb = bl->n;

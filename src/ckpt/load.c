@@ -327,8 +327,9 @@ static int open_plain(ts_ckpt *ck) {
     memcpy(t->shape, e->shape, sizeof t->shape);
     t->kind = ts_ckpt_kind_of(e->name, true);
     t->sharding = strdup("{replicated}");
+    t->spec = strdup("");
     t->b = calloc(1, sizeof *t->b);
-    if (!t->name || !t->sharding || !t->b) {
+    if (!t->name || !t->sharding || !t->spec || !t->b) {
       rc = ts_set_error("%s: out of memory", ck->path);
       break;
     }
@@ -411,7 +412,7 @@ int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_ckpt_tensor_info *out) {
     return ts_set_error("ts_ckpt_tensor: index %d out of range (%d tensors)", i, ck ? ck->nt : 0);
   const ck_tensor *t = &ck->t[i];
   *out = (ts_ckpt_tensor_info){.name = t->name, .dtype = t->dt, .rank = t->rank, .kind = t->kind,
-                               .num_blocks = t->nb, .sharding = t->sharding};
+                               .num_blocks = t->nb, .sharding = t->sharding, .spec = t->spec};
   memcpy(out->shape, t->shape, sizeof out->shape);
   return 0;
 }

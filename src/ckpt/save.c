@@ -11,6 +11,7 @@
  *            and shard-P-of-Q.json (its blocks), fsync'ed
  *   commit   process 0: index.json, rename into place,        | barrier
  *            `latest`, pruning */
+#define _GNU_SOURCE /* renameat2, RENAME_EXCHANGE */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -209,6 +210,26 @@ static int save_files(ts_client *c, const char *tmp, int n, const ts_ckpt_entry 
   return rc;
 }
 
+/* The partition spec of s as text with axis names ("data+model,None"); "" when
+ * replicated or NULL. malloc'd. */
+static char *save_spec_text(const ts_sharding *s) {
+  ts_strbuf sb = {0};
+  const ts_partition_spec *ps = s ? ts_sharding_spec(s) : NULL;
+  const ts_mesh *m = s ? ts_sharding_mesh(s) : NULL;
+  bool any = false;
+  for (int d = 0; ps && d < ps->rank; d++) any = any || ps->naxes[d] > 0;
+  for (int d = 0; any && d < ps->rank; d++) {
+    ts_sb_printf(&sb, d ? "," : "");
+    if (ps->naxes[d] == 0) ts_sb_printf(&sb, "None");
+    for (int k = 0; k < ps->naxes[d]; k++) {
+      const char *nm = ts_mesh_axis_name(m, ps->axes[d][k]);
+      if (nm) ts_sb_printf(&sb, "%s%s", k ? "+" : "", nm);
+      else ts_sb_printf(&sb, "%s%d", k ? "+" : "", ps->axes[d][k]);
+    }
+  }
+  return ts_sb_finish(&sb, "checkpoint");
+}
+
 /* Process 0: the index from the sidecars of every process. */
 static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t) {
   int np = ts_client_process_count(c);
@@ -229,7 +250,8 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
     ct->kind = t[i].kind;
     const ts_sharding *s = ts_buffer_sharding(t[i].buf);
     ct->sharding = s ? ts_sharding_to_string(s) : strdup("{replicated}");
-    if (!ct->name || !ct->sharding) rc = ts_set_error("checkpoint: out of memory");
+    ct->spec = save_spec_text(s);
+    if (!ct->name || !ct->sharding || !ct->spec) rc = ts_set_error("checkpoint: out of memory");
   }
   for (int p = 0; p < np && rc == 0; p++) {
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, p, np);
@@ -396,10 +418,20 @@ static int save_commit(ts_client *c, const char *root, const char *tmp, const ts
   snprintf(old, sizeof old, "%s/.old-step-%08lld", root, (long long)meta->step);
   struct stat st;
   bool replace = stat(final, &st) == 0;
-  /* A directory cannot be renamed over a non-empty one: move the old one aside first. */
-  if (replace && (ckpt_remove_dir(old) < 0 || rename(final, old) != 0))
-    return ts_set_error("%s: cannot move the existing checkpoint aside: %s", final, strerror(errno));
-  if (rename(tmp, final) != 0) return ts_set_error("%s: rename to %s failed: %s", tmp, final, strerror(errno));
+  if (replace) {
+    /* The same step saved again. A directory cannot be renamed over a
+     * non-empty one; exchanging the two atomically keeps `latest` (which may
+     * name this step) valid at every instant. Filesystems without
+     * RENAME_EXCHANGE: move the old one aside first (a crash in between
+     * leaves `latest` naming a missing directory until the next save). */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+      snprintf(old, sizeof old, "%s", tmp); /* the old checkpoint now sits at the temporary name */
+    } else if (ckpt_remove_dir(old) < 0 || rename(final, old) != 0 || rename(tmp, final) != 0) {
+      return ts_set_error("%s: cannot replace the existing checkpoint: %s", final, strerror(errno));
+    }
+  } else if (rename(tmp, final) != 0) {
+    return ts_set_error("%s: rename to %s failed: %s", tmp, final, strerror(errno));
+  }
   if (ckpt_fsync_dir(root) < 0) return -1;
   ckpt_test_crash("rename");
   snprintf(latest, sizeof latest, "%s/latest", root);
