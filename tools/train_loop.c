@@ -149,6 +149,11 @@ int train_epochs(train_run *r) {
     if (rc == CLI_EXIT_OK) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
     if (rc != CLI_EXIT_OK) return rc;
   }
+  if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
+    printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,
+           (long long)r->total_steps);
+    return CLI_EXIT_OK;
+  }
   char e1[32];
   ts_loader_stats ls;
   ts_loader_get_stats(r->loader, &ls);
