@@ -8,6 +8,7 @@
  * numbers (model, data, batch, optimizer and its hyperparameters, schedule,
  * seed) is saved as "key=value" text and compared key by key; the mesh, the
  * process count and the parallel mode may change. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h> // strtod
 #include <string.h>
@@ -61,7 +62,10 @@ static int config_diff(const char *saved, const char *now, char *diff, size_t n)
         snprintf(theirs, sizeof theirs, "%.*s", (int)(ve ? ve - v : (long)strlen(v)), v);
         break;
       }
-    if (strcmp(mine, theirs) != 0 && len < n) {
+    char *e1, *e2; /* numbers compare as numbers: "0.9" and "0.90000000000000002" are one value */
+    double x1 = strtod(mine, &e1), x2 = strtod(theirs, &e2);
+    bool same = strcmp(mine, theirs) == 0 || (e1 != mine && !*e1 && e2 != theirs && !*e2 && x1 == x2);
+    if (!same && len < n) {
       len += (size_t)snprintf(diff + len, n - len, "%s%s %s (saved) -> %s (now)", count ? ", " : "", key, theirs, mine);
       count++;
     }
