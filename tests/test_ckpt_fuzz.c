@@ -24,6 +24,7 @@ static char *slurp(const char *path, size_t *n) {
   fseek(f, 0, SEEK_SET);
   char *buf = malloc((size_t)len + 1);
   *n = fread(buf, 1, (size_t)len, f);
+  buf[*n] = 0; /* the index is searched as a string */
   fclose(f);
   return buf;
 }
@@ -175,6 +176,24 @@ int main(void) {
   ts_ckpt ck0 = {0};
   CHECK(ckpt_index_parse(&ck0, index, ni, "orig") == 0, "original index: %s", ts_last_error());
   ckpt_free_contents(&ck0);
+
+  /* dims whose product overflows 64 bits (a zero dim last) are too large, not undefined behaviour */
+  const char *huge = "{\"a\":{\"dtype\":\"F32\",\"shape\":[281474976710656,281474976710656,0],\"data_offsets\":[0,0]}}";
+  CHECK(st_header_parse(huge, strlen(huge), 0, "huge", &h) < 0 && strstr(ts_last_error(), "too large"),
+        "huge dims: %s", ts_last_error());
+  char *hidx = malloc(ni + 64);
+  {
+    const char *at = strstr(index, "\"shape\":[13,7]");
+    size_t pre = (size_t)(at - index);
+    memcpy(hidx, index, pre);
+    int w = sprintf(hidx + pre, "\"shape\":[281474976710656,281474976710656,0]");
+    strcpy(hidx + pre + w, at + strlen("\"shape\":[13,7]"));
+  }
+  ts_ckpt ckh = {0};
+  CHECK(ckpt_index_parse(&ckh, hidx, strlen(hidx), "huge") < 0 && strstr(ts_last_error(), "too large"),
+        "huge index dims: %s", ts_last_error());
+  ckpt_free_contents(&ckh);
+  free(hidx);
 
   /* parsers: 3000 mutations of each text */
   for (int k = 0; k < 3000; k++) {

@@ -310,9 +310,12 @@ static int ix_tensor(ix_ctx *c, const json_val *tv, int i, int nf, ck_tensor *t)
   if (sh->n > TS_MAX_RANK) return ts_set_error("%s: tensor %s has rank %d (at most %d)", c->path, t->name, sh->n, TS_MAX_RANK);
   t->rank = sh->n;
   if (ix_ints(c, tv, "shape", t->rank, 0, (int64_t)1 << 48, t->shape) < 0) return -1;
-  int64_t numel = 1;
-  for (int d = 0; d < t->rank; d++)
-    if ((numel *= t->shape[d]) > ((int64_t)1 << 48)) return ts_set_error("%s: tensor %s is too large", c->path, t->name);
+  int64_t nonzero = 1; /* the product of the non-zero dims, bounded before each step: no overflow anywhere later */
+  for (int d = 0; d < t->rank; d++) {
+    if (t->shape[d] > 0 && nonzero > (((int64_t)1 << 48) / t->shape[d]))
+      return ts_set_error("%s: tensor %s is too large", c->path, t->name);
+    if (t->shape[d] > 0) nonzero *= t->shape[d];
+  }
   if (!(t->sharding = strdup(shd->str))) return ts_set_error("out of memory");
   const json_val *spec = json_get(tv, "spec"); /* optional: what the sharding was made from */
   if (spec && spec->type != JSON_STRING) return ts_set_error("%s: tensor %s: 'spec' must be a string", c->path, t->name);

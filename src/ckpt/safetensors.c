@@ -59,15 +59,16 @@ static int st_entry_parse(const json_val *v, const char *name, uint64_t data_byt
     return ts_set_error("%s: safetensors header: tensor '%s' has rank %d (at most %d)", file, name, sh->n,
                         TS_MAX_RANK);
   e->rank = sh->n;
-  uint64_t numel = 1;
+  uint64_t numel = 1, nonzero = 1; /* nonzero: the product of the non-zero dims, bounded before each step */
   for (int d = 0; d < sh->n; d++) {
     const json_val *x = &sh->items[d];
     if (x->type != JSON_NUMBER || !x->is_int || x->i < 0 || x->i > ((int64_t)1 << 48))
       return ts_set_error("%s: safetensors header: tensor '%s' has a bad shape entry %d", file, name, d);
     e->shape[d] = x->i;
-    numel *= (uint64_t)x->i;
-    if (numel > ((uint64_t)1 << 48))
+    if (x->i > 0 && nonzero > (((uint64_t)1 << 48) / (uint64_t)x->i))
       return ts_set_error("%s: safetensors header: tensor '%s' is too large", file, name);
+    if (x->i > 0) nonzero *= (uint64_t)x->i;
+    numel *= (uint64_t)x->i;
   }
   if (off->n != 2 || off->items[0].type != JSON_NUMBER || !off->items[0].is_int || off->items[0].i < 0 ||
       off->items[1].type != JSON_NUMBER || !off->items[1].is_int || off->items[1].i < 0)
