@@ -2,7 +2,8 @@
 # ckpt_train.sh BUILD_DIR — checkpoints through `tessel train` and `tessel ckpt`:
 #  - --save-dir/--save-every write step directories and `latest`; --keep prunes;
 #  - --resume from a middle checkpoint logs exactly (bit for bit) the losses of
-#    the uninterrupted run after that step: MLP (AdamW) and CNN (dropout, SGD);
+#    the uninterrupted run after that step: MLP (AdamW) mid-epoch and at an
+#    epoch boundary, CNN (dropout, SGD);
 #  - a different mesh may resume (data=2 -> one device, -> fsdp=2: within 1e-4);
 #    the same mesh resumes exactly;
 #  - a run that differs (batch, optimizer) is an error listing what differs;
@@ -59,6 +60,13 @@ if train r --steps 12 --resume "$tmp/A/step-00000004" && grep -q "resume: step 4
    same_losses a r 5 12; then
   ok "--resume from step 4 logs the uninterrupted run's losses exactly"
 else bad "exact resume (MLP)"; cat "$tmp/r.out"; fi
+
+# 2b. at an epoch boundary (batch 6000: 10 steps an epoch): the next epoch's order and evaluation
+if train e --batch 6000 --epochs 2 --steps 12 --save-dir "$tmp/E" --save-every 10 &&
+   train er --batch 6000 --epochs 2 --steps 12 --resume "$tmp/E/step-00000010" && same_losses e er 11 12 &&
+   grep -q "epoch 2 done" "$tmp/er.out" && ! grep -q "epoch 1 done" "$tmp/er.out"; then
+  ok "--resume at an epoch boundary continues with the next epoch exactly"
+else bad "resume at an epoch boundary"; cat "$tmp/er.out"; fi
 
 # 3. CNN with dropout and SGD: exact too
 if train c --model cnn --optimizer sgd --batch 32 --steps 6 --save-dir "$tmp/C" --save-every 3 &&
