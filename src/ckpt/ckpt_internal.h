@@ -68,6 +68,17 @@ int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
  * test can kill the process there. NULL otherwise: nothing in the library or
  * the CLI sets it, and no environment variable does. */
 extern void (*ckpt_test_hook)(const char *stage);
+/* Calls ckpt_test_hook (if set) with `stage`. */
+void ckpt_test_stage(const char *stage);
+
+/* ---- saving (save.c, commit.c) ---- */
+/* Process 0, before anyone writes: ROOT and its parents exist, debris of
+ * crashed saves (ROOT/.tmp-step-*, .old-step-*) is gone. */
+int ckpt_prepare_root(const char *root);
+/* Process 0, after every process wrote its block file into tmp: index.json,
+ * tmp renamed to ROOT/step-N, `latest`, pruning to `keep`. */
+int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_meta *meta, int n,
+                const ts_ckpt_entry *t, int keep);
 
 /* ---- the index ---- */
 typedef struct {

@@ -247,7 +247,6 @@ static int ix_ints(ix_ctx *c, const json_val *o, const char *key, int n, int64_t
 
 static int ix_state(ix_ctx *c, const json_val *st, ts_ckpt_meta *m) {
   snprintf(c->where, sizeof c->where, "state");
-  int64_t v;
   if (ix_int(c, st, "epoch", 0, INT64_MAX, &m->epoch) < 0 || ix_int(c, st, "epoch_step", 0, INT64_MAX, &m->epoch_step) < 0 ||
       ix_hash(c, st, "seed", &m->seed) < 0 || ix_hash(c, st, "program_hash", &m->program_hash) < 0 ||
       ix_copy_str(c, st, "config", m->config, sizeof m->config) < 0)
@@ -286,7 +285,6 @@ static int ix_state(ix_ctx *c, const json_val *st, ts_ckpt_meta *m) {
     if (ix_hex(c, l, "loader", m->loader, TS_LOADER_STATE_BYTES) < 0) return -1;
     m->has_loader = true;
   }
-  (void)v;
   return 0;
 }
 
@@ -480,7 +478,6 @@ int ckpt_index_check(const ts_ckpt *ck, const char *path) {
       }
       sum += bn;
       r[nr++] = (ix_range){b->begin, b->end, i, k};
-      (void)r;
     }
     if (rc == 0 && sum != numel)
       rc = ts_set_error("%s: tensor %s: its blocks hold %lld of its %lld values (missing blocks)", path, t->name,
