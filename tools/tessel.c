@@ -10,6 +10,7 @@
 int ts_cmd_sharding(int argc, char **argv); // cmd_sharding.c
 int ts_cmd_inspect(int argc, char **argv);  // cmd_inspect.c
 int ts_cmd_plot(int argc, char **argv);     // cmd_plot.c
+int ts_cmd_ckpt(int argc, char **argv);     // cmd_ckpt.c
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -20,6 +21,7 @@ static void usage(FILE *f) {
           "  sharding  print the OpSharding of a partition spec on a device mesh\n"
           "  inspect   show the compiled training step: shardings, collectives, memory\n"
           "  plot      draw training curves from --log-json logs (PNG, SVG, PDF)\n"
+          "  ckpt      inspect a checkpoint, export it as safetensors\n"
           "  version   print the version\n"
           "\n"
           "Run 'tessel <command> --help' for the flags of a command.\n");
@@ -43,7 +45,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "sharding") == 0) return ts_cmd_sharding(argc - 1, argv + 1);
   if (strcmp(cmd, "inspect") == 0) return ts_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(cmd, "plot") == 0) return ts_cmd_plot(argc - 1, argv + 1);
-  cli_error(NULL, "unknown command '%s' (valid: train, sharding, inspect, plot, version)", cmd);
+  if (strcmp(cmd, "ckpt") == 0) return ts_cmd_ckpt(argc - 1, argv + 1);
+  cli_error(NULL, "unknown command '%s' (valid: train, sharding, inspect, plot, ckpt, version)", cmd);
   usage(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -26,6 +26,7 @@ static const char *fmt_duration(double s, char *buf, size_t n) {
 /* Across epochs. */
 typedef struct {
   int64_t step;                /* steps done */
+  int64_t first_step;          /* where this process started (a resumed run: the checkpoint's step) */
   double train_time, start;    /* seconds in steps; start of the first epoch */
   double acc;                  /* the last test accuracy */
   double window_loss;          /* the loss shown: mean of the last (up to) 100 steps */
@@ -58,13 +59,14 @@ static void log_step(FILE *log, int64_t step, float loss, double step_ms) {
 /* The steps of one epoch (up to the run's total), under a progress bar. */
 static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *epoch_loss, int64_t *epoch_n) {
   const train_opts *o = &r->o;
-  int64_t epoch_steps =
-      r->total_steps - st->step < r->steps_per_epoch ? r->total_steps - st->step : r->steps_per_epoch;
+  int64_t s0 = st->step % r->steps_per_epoch; /* 0, or where a resumed run continues this epoch */
+  int64_t epoch_steps = r->total_steps - st->step < r->steps_per_epoch - s0 ? r->total_steps - st->step
+                                                                            : r->steps_per_epoch - s0;
   char label[64];
   snprintf(label, sizeof label, "epoch %lld/%lld", (long long)epoch, (long long)o->epochs);
-  r->bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, epoch_steps * o->batch, 10.0);
+  r->bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, (s0 + epoch_steps) * o->batch, 10.0);
   double ts0 = train_now_s();
-  for (int64_t s = 0; s < r->steps_per_epoch && st->step < r->total_steps; s++) {
+  for (int64_t s = s0; s < r->steps_per_epoch && st->step < r->total_steps; s++) {
     int64_t wait_t0 = ts_metrics_now_ns(); /* DataWaitTime: the step waiting for its batch */
     const ts_loader_batch *batch = ts_loader_next(r->loader);
     ts_metrics_add("DataWaitTime", TS_METRIC_TIME, ts_metrics_now_ns() - wait_t0);
@@ -78,6 +80,7 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
     if (r->log) log_step(r->log, st->step, loss, 1e3 * (train_now_s() - step_t0));
+    if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
     st->window_loss += loss;
     st->window_n++;
     *epoch_loss += loss;
@@ -109,7 +112,7 @@ static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double ep
     return train_lib_error();
   double t = train_now_s();
   char e1[32], e2[32];
-  double per_step = st->train_time / (double)st->step;
+  double per_step = st->train_time / (double)(st->step - st->first_step);
   printf("epoch %lld done | train loss %.4f | test accuracy %.2f%% | eval %.1fs | elapsed %s | eta %s\n",
          (long long)epoch, epoch_loss / (double)epoch_n, 100 * st->acc, t - te,
          fmt_duration(t - st->start, e1, sizeof e1),
@@ -134,20 +137,30 @@ int train_epochs(train_run *r) {
       !(r->loader = ts_loader_new(r->train_src, &lopts)))
     return train_lib_error();
 
-  loop_state st = {.start = train_now_s()};
-  for (int64_t epoch = 1; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
+  loop_state st = {0};
+  if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
+  st.first_step = st.step;
+  st.start = train_now_s();
+  int64_t first_epoch = 1 + st.step / r->steps_per_epoch; /* a resumed run continues in its epoch */
+  for (int64_t epoch = first_epoch; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
     double epoch_loss = 0;
     int64_t epoch_n = 0;
     int rc = train_one_epoch(r, &st, epoch, &epoch_loss, &epoch_n);
     if (rc == CLI_EXIT_OK) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
     if (rc != CLI_EXIT_OK) return rc;
   }
+  if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
+    printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,
+           (long long)r->total_steps);
+    return CLI_EXIT_OK;
+  }
   char e1[32];
   ts_loader_stats ls;
   ts_loader_get_stats(r->loader, &ls);
+  int64_t ran = st.step - st.first_step;
   printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n", (long long)st.step,
-         fmt_duration(train_now_s() - st.start, e1, sizeof e1), (double)(st.step * o->batch) / st.train_time,
-         100 * st.acc);
+         fmt_duration(train_now_s() - st.start, e1, sizeof e1),
+         st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);
   printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
          st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
   return CLI_EXIT_OK;

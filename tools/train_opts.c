@@ -63,6 +63,15 @@ void cli_train_usage(FILE *f) {
           "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
           "                             at the end and print a short report\n"
           "  --trace FILE               write a Chrome/Perfetto trace (chrome://tracing) of the run\n"
+          "  --save-dir D               write sharded checkpoints to D/step-NNNNNNNN (D/latest names the\n"
+          "                             newest): parameters, optimizer state, step, loader position\n"
+          "  --save-every N             a checkpoint every N steps and at the end [at the end only]\n"
+          "  --keep K                   keep only the newest K checkpoints in --save-dir [all]\n"
+          "  --resume D                 continue the run saved in D (its latest) or D/step-NNNNNNNN\n"
+          "                             exactly: same losses as without the interruption; the mesh and\n"
+          "                             process count may differ, the model, data and optimizer not\n"
+          "  --init-from F              start from the model weights in F (a .safetensors file with\n"
+          "                             PyTorch names, e.g. from 'tessel ckpt export', or a checkpoint)\n"
           "  -h, --help                 this text\n"
           "\n"
           "With the defaults, 'tessel train --model mlp --epochs 5' reaches about 88%% test\n"
@@ -146,6 +155,17 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       o->log_json = v;
       continue;
     }
+    INT_FLAG("--save-every", 1, "a positive integer", o->save_every)
+    INT_FLAG("--keep", 1, "a positive integer", o->keep)
+    {
+      const char **paths[] = {&o->save_dir, &o->resume, &o->init_from};
+      const char *names[] = {"--save-dir", "--resume", "--init-from"};
+      int hit = 0;
+      for (int k = 0; k < 3 && !hit; k++)
+        if ((hit = cli_flag(CMD, argc, argv, &i, names[k], &v)) > 0) *paths[k] = v;
+      if (hit < 0) return -1;
+      if (hit) continue;
+    }
 #ifdef TESSEL_TESTING
     if (FLAG("--testing-fault")) { /* a testing hook, absent from shipping builds (train_fault.h) */
       if (r < 0 || train_fault_parse(v, &o->fault) < 0) return -1;
@@ -176,6 +196,15 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   }
   if (o->parallel == PARALLEL_DDP && o->mesh) {
     cli_error(CMD, "--parallel ddp runs one replica per process and takes no --mesh (use --parallel spmd)");
+    return -1;
+  }
+  if ((o->save_every || o->keep) && !o->save_dir) {
+    cli_error(CMD, "%s needs --save-dir D", o->save_every ? "--save-every" : "--keep");
+    return -1;
+  }
+  if (o->resume && o->init_from) {
+    cli_error(CMD, "--resume continues a run (weights, optimizer state, position); --init-from starts a new one "
+                   "from weights: give one of them");
     return -1;
   }
   if (o->model < 0) o->model = MODEL_MLP;

@@ -42,6 +42,11 @@ typedef struct {
   double timeout_s;     /* --collective-timeout; 0 = the default */
   int64_t check_replicas; /* DDP: compare the replicas' parameters every N steps; 0 = never */
   train_fault fault;    /* --testing-fault (test builds); none by default */
+  const char *save_dir; /* --save-dir D: checkpoints D/step-NNNNNNNN, D/latest */
+  int64_t save_every;   /* --save-every N: a checkpoint every N steps (and at the end); 0 = at the end only */
+  int64_t keep;         /* --keep K: the newest K checkpoints stay; 0 = all */
+  const char *resume;   /* --resume D or D/step-NNNNNNNN: continue that run exactly */
+  const char *init_from; /* --init-from F: model weights from a .safetensors file (or a checkpoint) */
 } train_opts;
 
 /* Parses argv (argv[0] is "train") into *o and fills in the defaults; returns

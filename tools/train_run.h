@@ -54,6 +54,7 @@ typedef struct {
   ts_source *train_src;
   ts_loader *loader;
   ts_progress *bar;           /* the current epoch's */
+  uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
 } train_run;
 
 /* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
@@ -71,6 +72,16 @@ int train_compile(train_run *r);
 /* train_loop.c: the loader and the epochs (steps, evaluation, logs), then the
  * summary. */
 int train_epochs(train_run *r);
+
+/* train_ckpt.c: --resume / --init-from, after the loader exists: the
+ * parameters (and for --resume the optimizer state and the loader's position)
+ * from the checkpoint; *step is set to the step to continue from (0 for
+ * --init-from). A run that differs from the saved one in anything but the
+ * mesh and the process count is an error listing the differences. */
+int train_ckpt_restore(train_run *r, int64_t *step);
+/* train_ckpt.c: after step `step` (steps done): a checkpoint into --save-dir if
+ * --save-every or the end of the run asks for one. Collective under mpirun. */
+int train_ckpt_maybe_save(train_run *r, int64_t step);
 
 /* train_eval.c: test accuracy in [0, 1]; full batches of e with `full`, the
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */

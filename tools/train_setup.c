@@ -154,7 +154,9 @@ int train_compile(train_run *r) {
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
-  if (compile_graph(r, model_train_graph(&r->gs, r->params), &r->step_pr, &co) < 0) return train_lib_error();
+  ts_graph *step_graph = model_train_graph(&r->gs, r->params);
+  if (step_graph) r->program_hash = ts_graph_hash(step_graph); /* before the mesh marks it: any mesh alike */
+  if (compile_graph(r, step_graph, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();

@@ -9,6 +9,7 @@
  *   data.h      datasets (IDX / Fashion-MNIST)
  *   loader.h    prefetching, sharding-aware data loader; CIFAR-10, synthetic data
  *   metrics.h   counters and timers, reports, traces, the compile cache
+ *   ckpt.h      sharded checkpoints: save, load onto any mesh, export safetensors
  */
 #ifndef TESSEL_TESSEL_H
 #define TESSEL_TESSEL_H
@@ -22,5 +23,6 @@
 #include "tessel/data.h"
 #include "tessel/loader.h"
 #include "tessel/metrics.h"
+#include "tessel/ckpt.h"
 
 #endif

@@ -1,0 +1,158 @@
+/* tessel/ckpt.h — sharded checkpoints: save the tensors of a training run
+ * (parameters, optimizer state) from their sharded device buffers, load them
+ * back onto any mesh and any number of processes, and keep the training
+ * state (step, optimizer, schedule, loader position, seeds) beside them.
+ *
+ * A checkpoint is a directory ROOT/step-NNNNNNNN (8 digits, the step) with
+ *   index.json                              what is where (docs/checkpoints.md)
+ *   shard-PPPPP-of-QQQQQ.safetensors        process P's blocks (Q processes)
+ * and ROOT/latest, a one-line file naming the newest step directory. Each
+ * block file is a valid safetensors file (8-byte little-endian header length,
+ * JSON header, raw little-endian data); a tensor held whole is stored under
+ * its own name, a block of a sharded one as "name[s0:l0,s1:l1]" (global index
+ * ranges). Replicas are written once, by the process holding the lowest
+ * device id among them. index.json records for every tensor its global dtype
+ * and shape, the sharding it was saved with, and for every block its file,
+ * byte range and checksum; for every file its size and checksum.
+ *
+ * Names are those of ts_params, which are PyTorch's state_dict names and
+ * layouts for the built-in models (Linear weight (out, in), Conv2d weight
+ * (out, in, kh, kw)); optimizer state is "<param>.exp_avg", ".exp_avg_sq"
+ * (AdamW) or ".momentum_buffer" (SGD), the keys of torch.optim's state.
+ *
+ * Saving is atomic: files go to a temporary directory beside the target,
+ * every file is fsync'ed, the directory is renamed into place and the parent
+ * fsync'ed, then `latest` is replaced by a rename. A crash at any point leaves
+ * the previous checkpoint and `latest` whole. Loading checks every length,
+ * offset, dtype, shape and checksum of what it reads; a bad checkpoint is an
+ * error naming the file and the tensor. */
+#ifndef TESSEL_CKPT_H
+#define TESSEL_CKPT_H
+
+#include "tessel/loader.h"  /* TS_LOADER_STATE_BYTES */
+#include "tessel/nn.h"      /* ts_params, ts_optim_config, ts_lr_schedule */
+#include "tessel/runtime.h" /* ts_client, ts_buffer */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default) /* the API: what libtessel.so exports */
+
+typedef enum {
+  TS_CKPT_PARAM = 0,  /* model parameter (trainable) */
+  TS_CKPT_OPTIMIZER,  /* optimizer state */
+  TS_CKPT_BUFFER,     /* other model state (batch-norm running statistics) */
+} ts_ckpt_kind;
+const char *ts_ckpt_kind_name(ts_ckpt_kind k); /* "param", "optimizer", "buffer" */
+/* The kind of a ts_params entry by its name: optimizer state ends in
+ * ".exp_avg", ".exp_avg_sq" or ".momentum_buffer"; else a trainable
+ * parameter is TS_CKPT_PARAM and the rest TS_CKPT_BUFFER. */
+ts_ckpt_kind ts_ckpt_kind_of(const char *name, bool trainable);
+
+#define TS_CKPT_TEXT 1024
+
+/* The training state saved beside the tensors. Zero-initialize; fields the
+ * caller leaves zero are saved as zero. */
+typedef struct {
+  int64_t step;                 /* optimizer steps done */
+  int64_t epoch, epoch_step;    /* schedule position: epoch (0-based) and batch within it of the next step */
+  bool has_optim;
+  ts_optim_config optim;        /* kind and hyperparameters */
+  bool has_schedule;
+  ts_lr_schedule schedule;
+  uint64_t seed;                /* initialization / shuffling / dropout seed */
+  bool has_loader;
+  uint8_t loader[TS_LOADER_STATE_BYTES]; /* ts_loader_save */
+  char config[TS_CKPT_TEXT];    /* model configuration, "key=value key=value ..." */
+  uint64_t program_hash;        /* e.g. ts_graph_hash of the training step */
+  char mesh[256];               /* the mesh of the run ("data=2,model=2"); on save, "" = the mesh of
+                                 * the first sharded tensor, "" if none */
+  /* Filled by ts_ckpt_save / ts_ckpt_open (ignored on save): */
+  int num_devices, process_count;
+  char tessel_version[32];
+} ts_ckpt_meta;
+
+/* One tensor to save: its name, device buffer (any sharding) and kind. */
+typedef struct {
+  const char *name;
+  const ts_buffer *buf;
+  ts_ckpt_kind kind;
+} ts_ckpt_entry;
+
+/* Collective (every process of c calls it with the same arguments): saves
+ * the n tensors to ROOT/step-NNNNNNNN (meta->step), then points ROOT/latest
+ * at it. Each process reads only its own devices' blocks and writes one file;
+ * after a barrier process 0 writes index.json, renames the directory into
+ * place and replaces `latest`; a final barrier makes the checkpoint complete
+ * on every process when the call returns. An existing directory of the same
+ * step is replaced. keep > 0: afterwards, step directories beyond the newest
+ * `keep` are deleted (only once the new one is in place). If any process
+ * fails, every process returns -1 (the error names the failing rank) and
+ * the previous checkpoint is untouched. Debris of saves that crashed
+ * (ROOT/.tmp-step-*, .old-step-*) is removed first. */
+int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t, int keep);
+/* The same for every entry of a parameter set (its buffers on c; kinds by
+ * ts_ckpt_kind_of). Collective. */
+int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep);
+
+/* ---- loading ---- */
+typedef struct ts_ckpt ts_ckpt;
+
+/* Opens a checkpoint: ROOT (follows ROOT/latest), a step directory, or a
+ * plain .safetensors file (one file, whole tensors, no checksums: what
+ * `tessel ckpt export` and PyTorch's safetensors write). Reads and checks
+ * index.json (format, version, every length and offset); block files are
+ * opened when first read. Not collective: every process opens on its own.
+ * A ts_ckpt is used by one thread at a time. */
+ts_ckpt *ts_ckpt_open(const char *path);
+void ts_ckpt_close(ts_ckpt *ck);
+/* The step directory (or file) opened. */
+const char *ts_ckpt_path(const ts_ckpt *ck);
+const ts_ckpt_meta *ts_ckpt_get_meta(const ts_ckpt *ck);
+
+typedef struct {
+  const char *name;
+  ts_dtype dtype;
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  ts_ckpt_kind kind;
+  int num_blocks;        /* blocks stored (replicas once) */
+  const char *sharding;  /* OpSharding text it was saved with ("{replicated}") */
+  const char *spec;      /* its partition spec on the saved mesh ("data,None"; "" replicated) */
+} ts_ckpt_tensor_info;
+int ts_ckpt_num_tensors(const ts_ckpt *ck);
+int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_ckpt_tensor_info *out);
+int ts_ckpt_find(const ts_ckpt *ck, const char *name); /* index or -1 (no error set) */
+int ts_ckpt_num_files(const ts_ckpt *ck);
+/* File i's name (relative to the step directory) and size in bytes. */
+int ts_ckpt_file(const ts_ckpt *ck, int i, const char **name, uint64_t *bytes);
+
+/* Fills dst, a buffer of client c, with tensor `name`, whatever mesh it was
+ * saved on: each of this process's devices reads just the stored blocks
+ * that overlap its block of dst (whole, checking their checksums) and keeps
+ * the overlap. dst's dtype and global shape must equal the tensor's. Not
+ * collective, but every process must load a buffer for it to be whole. */
+int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst);
+/* The whole tensor into host memory (bytes = numel * dtype size). */
+int ts_ckpt_read_host(ts_ckpt *ck, const char *name, void *dst, size_t bytes);
+/* Loads every entry of p from the checkpoint into its buffer on c (after
+ * ts_params_buffer: any sharding). Entries of kind TS_CKPT_OPTIMIZER are
+ * skipped when model_only (they keep their values); every other entry must
+ * be in the checkpoint with its dtype and shape, and with !model_only every
+ * checkpoint tensor must be an entry of p: errors list what differs. */
+int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only);
+/* Reads every file whole and checks its size and checksum against the index
+ * (loading checks only what it reads). */
+int ts_ckpt_verify(ts_ckpt *ck);
+/* Writes one plain safetensors file `out` with every tensor whole (kinds
+ * param and buffer; optimizer state too with with_optimizer), in the
+ * checkpoint's order; atomic (temporary file + rename). */
+int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* ckpt_internal.h — the pieces of src/ckpt/ shared between its files: the
+ * safetensors header (safetensors.c), the in-memory index (index.c), the
+ * file helpers (fileio.c) and the ts_ckpt handle. */
+#ifndef TS_CKPT_INTERNAL_H
+#define TS_CKPT_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ckpt/json.h"
+#include "tessel/ckpt.h"
+
+#define CKPT_FORMAT "tessel-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_HEADER (100u << 20) /* safetensors' own limit on the JSON header */
+#define CKPT_HASH_PIECE (1u << 20)   /* file checksums chain util_hash64 over 1 MiB pieces */
+
+/* ---- safetensors ---- */
+typedef struct {
+  char *name;
+  ts_dtype dt;
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  uint64_t begin, end; /* data_offsets: relative to the data (after the header) */
+} st_entry;
+
+typedef struct {
+  uint64_t header_len; /* bytes of the JSON header */
+  int n;
+  st_entry *e;
+} st_header;
+
+/* "F32", "BF16", ... (safetensors' dtype codes) and back (-1: unknown). */
+const char *st_dtype_code(ts_dtype dt);
+int st_dtype_from_code(const char *code, ts_dtype *out);
+/* Parses header JSON text[0..len) of a file whose data part has data_bytes
+ * bytes: every entry's dtype, shape and offsets checked (begin <= end <=
+ * data_bytes, end - begin = numel * size, no two entries overlapping).
+ * `file` names the file in errors. */
+int st_header_parse(const char *text, size_t len, uint64_t data_bytes, const char *file, st_header *out);
+void st_header_free(st_header *h);
+const st_entry *st_header_find(const st_header *h, const char *name);
+/* The header JSON for entries e[0..n) (offsets as given), padded with spaces
+ * so that 8 + length is a multiple of 8. malloc'd; *len its length. */
+char *st_header_build(int n, const st_entry *e, size_t *len);
+
+/* ---- files ---- */
+/* Writes all of buf at the current position (retrying short writes). */
+int ckpt_write_all(int fd, const void *buf, size_t n, const char *path);
+/* Reads exactly n bytes at offset off. */
+int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path);
+/* fsync of a file / of a directory by path. */
+int ckpt_fsync_dir(const char *dir);
+/* Writes text to path atomically enough for small files (path.tmp, fsync,
+ * rename); the caller fsyncs the directory. */
+int ckpt_write_small(const char *path, const char *text, size_t n);
+/* Reads a whole small file (at most max bytes) into a malloc'd buffer. */
+char *ckpt_read_small(const char *path, size_t max, size_t *n);
+/* rm -r of a directory that holds files only. */
+int ckpt_remove_dir(const char *dir);
+/* Chained checksum of a whole file (CKPT_HASH_PIECE pieces); *size its size. */
+int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
+
+/* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
+ * calls it with the name of each stage just completed — "files" (this
+ * process's block file written), "index" (index.json written), "rename"
+ * (the directory in place), "latest" (`latest` replaced), "prune" — so a
+ * test can kill the process there. NULL otherwise: nothing in the library or
+ * the CLI sets it, and no environment variable does. */
+extern void (*ckpt_test_hook)(const char *stage);
+/* Calls ckpt_test_hook (if set) with `stage`. */
+void ckpt_test_stage(const char *stage);
+
+/* ---- saving (save.c, commit.c) ---- */
+/* Process 0, before anyone writes: ROOT and its parents exist, debris of
+ * crashed saves (ROOT/.tmp-step-*, .old-step-*) is gone. */
+int ckpt_prepare_root(const char *root);
+/* Process 0, after every process wrote its block file into tmp: index.json,
+ * tmp renamed to ROOT/step-N, `latest`, pruning to `keep`. */
+int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_meta *meta, int n,
+                const ts_ckpt_entry *t, int keep);
+
+/* ---- the index ---- */
+typedef struct {
+  int file;                                      /* index into ts_ckpt.f */
+  int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK]; /* global index range */
+  uint64_t begin, end;                           /* absolute byte range in the file */
+  uint64_t hash;                                 /* util_hash64(block bytes, 0) */
+} ck_block;
+
+typedef struct {
+  char *name;
+  ts_dtype dt;
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  ts_ckpt_kind kind;
+  char *sharding;    /* OpSharding text */
+  char *spec;        /* partition spec with axis names ("data,None"; "" replicated) */
+  int nb;
+  ck_block *b;
+} ck_tensor;
+
+typedef struct {
+  char *name;
+  uint64_t bytes, hash, header_hash;
+  int fd;            /* -1 until opened */
+  bool loaded;       /* header read and checked */
+  st_header hdr;
+} ck_file;
+
+struct ts_ckpt {
+  char *path;        /* the step directory, or the plain file */
+  bool plain;        /* a bare safetensors file: no index, no checksums */
+  ts_ckpt_meta meta;
+  int nt, nf;
+  ck_tensor *t;
+  ck_file *f;
+};
+
+/* Parses and checks index.json text (path names it in errors) into ck. */
+int ckpt_index_parse(ts_ckpt *ck, const char *text, size_t len, const char *path);
+/* Appends the index JSON of ck (meta, files, tensors) to sb. */
+void ckpt_index_write(ts_strbuf *sb, const ts_ckpt *ck);
+/* Checks the blocks of every tensor tile it exactly and byte ranges of a
+ * file never overlap (used on load and, by process 0, before writing). */
+int ckpt_index_check(const ts_ckpt *ck, const char *path);
+void ckpt_free_contents(ts_ckpt *ck);
+
+/* "fc1.weight[0:256,0:784]" (block) or "fc1.weight" (whole) into buf. */
+void ckpt_block_name(const ck_tensor *t, const ck_block *b, char *buf, size_t n);
+int64_t ckpt_block_numel(int rank, const int64_t *start, const int64_t *limit);
+
+#endif
