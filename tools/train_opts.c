@@ -12,8 +12,8 @@
 
 #define CMD "train"
 
-const char *const train_model_names[] = {"mlp", "cnn", NULL};
-const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", NULL};
+const char *const train_model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
+const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", NULL};
 const char *const train_optim_names[] = {"sgd", "adamw", NULL};
 const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
@@ -26,14 +26,21 @@ void cli_train_usage(FILE *f) {
           "epoch.\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn            784-512-512-10 MLP or the PyTorch MNIST CNN; on cifar10 cnn\n"
-          "                             is a 3-conv CIFAR CNN (the only model there) [mlp; cifar10: cnn]\n"
-          "  --dataset fashion-mnist|cifar10  [fashion-mnist]\n"
+          "  --model mlp|cnn|resnet20|resnet18|resnet50\n"
+          "                             784-512-512-10 MLP, the PyTorch MNIST CNN (on cifar10 a 3-conv\n"
+          "                             CIFAR CNN), or a ResNet with torchvision's names and init\n"
+          "                             (resnet20/18: the CIFAR layouts; resnet50: torchvision v1.5,\n"
+          "                             inputs of at least 32x32) [mlp; cifar10: cnn]\n"
+          "  --dataset fashion-mnist|cifar10|synthetic\n"
+          "                             synthetic: random images in the model's natural shape (3x32x32,\n"
+          "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks\n"
+          "                             [fashion-mnist]\n"
           "  --data-dir DIR             fashion-mnist: IDX files (train-*, t10k-*)\n"
           "                             [" TS_FASHION_MNIST_DIR "];\n"
           "                             cifar10: data_batch_1..5.bin, test_batch.bin (required)\n"
-          "  --epochs N                 passes over the training set [mlp 5, cnn 3]\n"
-          "  --batch B                  training batch size [mlp 128, cnn 64]\n"
+          "  --epochs N                 passes over the training set [mlp 5, cnn 3, resnets 2]\n"
+          "  --batch B                  training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32,\n"
+          "                             resnet50 8]\n"
           "  --optimizer sgd|adamw      [adamw]\n"
           "  --lr X                     peak learning rate [adamw 1e-3, sgd 0.05]\n"
           "  --lr-schedule constant|cosine  cosine decays to 0 at the last step [cosine]\n"
@@ -184,10 +191,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   }
   if (o->dataset == DATA_CIFAR10) {
     if (o->model == MODEL_MLP) {
-      cli_error(CMD, "--model mlp takes 1x28x28 images; use --model cnn with --dataset cifar10");
+      cli_error(CMD, "--model mlp takes 1x28x28 images; use --model cnn or a resnet with --dataset cifar10");
       return -1;
     }
-    o->model = MODEL_CNN;
+    if (o->model < 0) o->model = MODEL_CNN;
     if (!o->data_dir) {
       cli_error(CMD, "--dataset cifar10 needs --data-dir DIR with data_batch_1..5.bin and test_batch.bin "
                      "(the CIFAR-10 binary version: https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)");
@@ -209,8 +216,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   }
   if (o->model < 0) o->model = MODEL_MLP;
   if (!o->data_dir) o->data_dir = TS_FASHION_MNIST_DIR;
-  if (o->epochs == 0) o->epochs = o->model == MODEL_MLP ? 5 : 3;
-  if (o->batch == 0) o->batch = o->model == MODEL_MLP ? 128 : 64;
+  static const int64_t epochs[] = {5, 3, 2, 2, 2}, batch[] = {128, 64, 128, 32, 8};
+  if (o->dataset == DATA_SYNTHETIC && o->model == MODEL_MLP) {
+    cli_error(CMD, "--dataset synthetic is for the convolutional models (cnn, resnet20/18/50)");
+    return -1;
+  }
+  if (o->epochs == 0) o->epochs = epochs[o->model];
+  if (o->batch == 0) o->batch = batch[o->model];
   if (o->lr < 0) o->lr = o->optimizer == 0 ? 0.05 : 1e-3;
   if (o->weight_decay < 0) o->weight_decay = o->optimizer == 0 ? 0.0 : 0.01;
   return 0;

@@ -10,8 +10,8 @@
 
 #include "train_fault.h" // train_fault (the --testing-fault hook)
 
-enum { MODEL_MLP, MODEL_CNN };
-enum { DATA_FASHION_MNIST, DATA_CIFAR10 };
+enum { MODEL_MLP, MODEL_CNN, MODEL_RESNET20, MODEL_RESNET18, MODEL_RESNET50 };
+enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC };
 enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
@@ -22,6 +22,7 @@ typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
   int dataset;
   int c, h, w;         /* image shape, from the dataset */
+  int classes;         /* from the dataset */
   const char *data_dir;
   int64_t epochs;      /* 0 = model default */
   int64_t batch;       /* 0 = model default */

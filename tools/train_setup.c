@@ -2,6 +2,7 @@
  * (client, rank, who prints), the data and the step counts, and compiling the
  * training, evaluation and tail programs. */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,28 +76,72 @@ static void data_hint(int dataset, const char *dir) {
             "(scripts/install-deps.sh) or pass --data-dir\n", dir);
 }
 
-int train_load(train_run *r) {
+/* Random images and labels of the model's natural input (3x32x32 and 10
+ * classes; 3x224x224 and 1000 for resnet50), seeded: for benchmarks. */
+static int synthetic(const train_opts *o, int64_t n, uint64_t seed, ts_dataset *d) {
+  bool big = o->model == MODEL_RESNET50;
+  *d = (ts_dataset){.n = n, .c = 3, .h = big ? 224 : 32, .w = big ? 224 : 32, .num_classes = big ? 1000 : 10};
+  size_t bytes = (size_t)n * 3 * (size_t)d->h * (size_t)d->w;
+  d->images = malloc(bytes);
+  d->labels = malloc((size_t)n * sizeof *d->labels);
+  if (!d->images || !d->labels) {
+    ts_dataset_free(d);
+    cli_error(CMD, "--dataset synthetic: out of memory for %lld images (%zu bytes)", (long long)n, bytes);
+    return -1;
+  }
+  uint64_t s = seed;
+  for (size_t i = 0; i < bytes; i += 8) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    memcpy(d->images + i, &z, bytes - i < 8 ? bytes - i : 8);
+  }
+  for (int64_t i = 0; i < n; i++) d->labels[i] = (int32_t)((uint64_t)(i * 2654435761u + seed) % (uint64_t)d->num_classes);
+  return 0;
+}
+
+/* The datasets of this run into r->train / r->test: 0 or an exit code. */
+static int load_data(train_run *r) {
   train_opts *o = &r->o;
+  int rc = 0;
+  if (o->dataset == DATA_SYNTHETIC) {
+    bool big = o->model == MODEL_RESNET50;
+    /* a small test set: the labels are random, so accuracy means nothing here */
+    if (synthetic(o, big ? 2048 : 50000, 1, &r->train) < 0 || synthetic(o, big ? 32 : 256, 2, &r->test) < 0)
+      return CLI_EXIT_FAIL;
+    return 0;
+  }
   bool cifar = o->dataset == DATA_CIFAR10;
-  if (cifar ? ts_cifar10_load(o->data_dir, "train", &r->train) < 0 || ts_cifar10_load(o->data_dir, "test", &r->test) < 0
-            : ts_mnist_load(o->data_dir, "train", &r->train) < 0 || ts_mnist_load(o->data_dir, "t10k", &r->test) < 0) {
+  if (cifar) rc = ts_cifar10_load(o->data_dir, "train", &r->train) < 0 || ts_cifar10_load(o->data_dir, "test", &r->test) < 0;
+  else rc = ts_mnist_load(o->data_dir, "train", &r->train) < 0 || ts_mnist_load(o->data_dir, "t10k", &r->test) < 0;
+  if (rc) {
     cli_error(CMD, "%s", ts_last_error());
     data_hint(o->dataset, o->data_dir);
     return CLI_EXIT_FAIL;
   }
+  return 0;
+}
+
+int train_load(train_run *r) {
+  train_opts *o = &r->o;
+  bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
+  int lrc = load_data(r);
+  if (lrc) return lrc;
   const ts_dataset *train = &r->train, *test = &r->test;
-  int want_c = cifar ? 3 : 1, want_hw = cifar ? 32 : 28;
+  int want_c = cifar || synth ? 3 : 1, want_hw = synth ? train->h : cifar ? 32 : 28;
   if (train->c != want_c || train->h != want_hw || train->w != want_hw || test->c != want_c ||
       test->h != want_hw || test->w != want_hw) {
     cli_error(CMD, "expected %dx%dx%d images in '%s', got %dx%dx%d", want_c, want_hw, want_hw, o->data_dir,
               train->c, train->h, train->w);
     return CLI_EXIT_FAIL;
   }
-  o->c = train->c, o->h = train->h, o->w = train->w;
+  o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
    * gets the standard augmentation (random crop with 4-pixel padding, flip). */
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
   if (cifar) r->norm = (ts_augment){.mean = TS_CIFAR10_MEAN, .std = TS_CIFAR10_STD};
+  if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
   r->steps_per_epoch = train->n / o->batch; // the last partial batch is dropped
@@ -125,8 +170,11 @@ int train_load(train_run *r) {
 /* The shared model builders (model_graph.h) for this run's options. */
 static model_graph_spec graph_spec(const train_opts *o) {
   return (model_graph_spec){
-      .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
-      .batch = o->batch, .c = o->c, .h = o->h, .w = o->w,
+      .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
+             : o->model == MODEL_CNN ? MODEL_GRAPH_CNN
+             : o->model == MODEL_RESNET20 ? MODEL_GRAPH_RESNET20
+             : o->model == MODEL_RESNET18 ? MODEL_GRAPH_RESNET18 : MODEL_GRAPH_RESNET50,
+      .batch = o->batch, .c = o->c, .h = o->h, .w = o->w, .classes = o->classes,
       .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
                 .momentum = o->momentum, .weight_decay = o->weight_decay}};
 }

@@ -1,0 +1,156 @@
+/* test_resnet_spmd.c — a partitioned ResNet-20 computes what one device
+ * computes. The training step (batch-norm statistics of the global batch,
+ * running statistics updated in place, SGD with momentum) runs in f64 for 5
+ * steps on 1 device and on data=2, data=4, fsdp=2 (every parameter and its
+ * optimizer state sharded on dim 0) and data=2,fsdp=2; losses and every
+ * parameter and running statistic must agree to 1e-9 relative to each
+ * tensor's largest value. In f32 the same run is chaotic (rounding grows
+ * 10-1000x per step: tests/resnet_train.sh), so f64 is where the
+ * partitioning is pinned down. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "tessel/tessel.h"
+
+enum { B = 8, C = 1, H = 16, STEPS = 5 };
+
+typedef struct {
+  double loss[STEPS];
+  int n;          /* parameters (model + optimizer state) */
+  double **vals;  /* (n) final values */
+  int64_t *numel; /* (n) */
+} run_out;
+
+static ts_sharding *spec_on(const ts_mesh *m, const char *text, int rank) {
+  ts_partition_spec ps;
+  return ts_partition_spec_parse(m, text, &ps) == 0 ? ts_sharding_new(m, &ps, rank) : NULL;
+}
+
+/* FSDP: dim 0 of every parameter of rank >= 1 on axis "fsdp". */
+static void mark_fsdp(ts_graph *g, const ts_params *p, const ts_mesh *m) {
+  for (int i = 0; i < ts_params_count(p); i++) {
+    ts_tensor t = ts_graph_find_input(g, ts_params_name(p, i));
+    int r = t == TS_NONE ? 0 : ts_tensor_rank(g, t);
+    if (r < 1) continue;
+    char spec[64] = "fsdp";
+    for (int d = 1; d < r; d++) strcat(spec, ",None");
+    ts_sharding *s = spec_on(m, spec, r);
+    if (s) ts_mark_sharding(g, t, s);
+    ts_sharding_free(s);
+  }
+}
+
+static int train(const char *mesh_text, const double *xd, const int32_t *yd, run_out *o) {
+  ts_mesh *m = mesh_text ? ts_mesh_from_text(mesh_text) : NULL;
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = m ? (int)ts_mesh_num_devices(m) : 1});
+  ts_params *p = ts_params_new(7);
+  ts_graph *g = ts_graph_new();
+  int64_t xs[4] = {B, C, H, H}, nb = B;
+  ts_tensor x = ts_input(g, "x", TS_F64, 4, xs), y = ts_input(g, "y", TS_I32, 1, &nb);
+  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
+  ts_nn nn;
+  ts_nn_init(&nn, g, p, true, TS_NONE);
+  ts_tensor loss = ts_cross_entropy(g, ts_model_resnet(&nn, TS_RESNET20, x, 10), y);
+  ts_graph_add_output(g, loss);
+  ts_tensor wrt[128], grads[128];
+  int n = 0;
+  for (int i = 0; i < ts_params_count(p) && n < 128; i++)
+    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
+  ts_optim_config cfg = {.kind = TS_OPTIM_SGD, .momentum = 0.9};
+  int rc = loss == TS_NONE || ts_grad(g, loss, n, wrt, grads) < 0 || ts_optim_apply(&nn, &cfg, lr, step, n, wrt, grads) < 0 ||
+                   ts_nn_finish(&nn) < 0 ? -1 : 0;
+  ts_executable *e = NULL;
+  if (rc == 0 && m) {
+    const char *axis = ts_mesh_axis_index(m, "data") >= 0 && ts_mesh_axis_index(m, "fsdp") >= 0 ? "data+fsdp,None,None,None"
+                       : ts_mesh_axis_index(m, "data") >= 0                                      ? "data,None,None,None"
+                                                                                                 : "fsdp,None,None,None";
+    ts_sharding *sx = spec_on(m, axis, 4);
+    if (sx) ts_mark_sharding(g, x, sx);
+    ts_sharding_free(sx);
+    if (ts_mesh_axis_index(m, "fsdp") >= 0) mark_fsdp(g, p, m);
+  }
+  if (rc == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.mesh = m}))) rc = -1;
+  int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
+  ts_buffer **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
+  ts_buffer *xb = ts_buffer_new(c, TS_F64, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &nb);
+  ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *sb = ts_buffer_new(c, TS_F32, 0, NULL);
+  for (int i = 0; rc == 0 && i < n_in; i++) {
+    const char *nm = ts_input_name(g, ts_graph_input(g, i));
+    in[i] = !strcmp(nm, "x") ? xb : !strcmp(nm, "y") ? yb : !strcmp(nm, "lr") ? lrb : !strcmp(nm, "step") ? sb
+          : ts_params_buffer(p, c, ts_params_find(p, nm));
+  }
+  for (int s = 0; rc == 0 && s < STEPS; s++) {
+    float lrv = 0.05f, sv = (float)(s + 1);
+    ts_buffer_write(xb, xd + s * B * C * H * H, sizeof(double) * B * C * H * H);
+    ts_buffer_write(yb, yd + s * B, sizeof(int32_t) * B);
+    ts_buffer_write(lrb, &lrv, sizeof lrv);
+    ts_buffer_write(sb, &sv, sizeof sv);
+    memset(outs, 0, (size_t)n_out * sizeof *outs);
+    rc = ts_execute(e, in, outs);
+    if (rc == 0) rc = ts_buffer_read(outs[0], &o->loss[s], sizeof(double));
+    if (outs[0]) ts_buffer_free(outs[0]);
+  }
+  if (rc == 0) rc = ts_params_sync_host(p);
+  o->n = ts_params_count(p);
+  o->vals = calloc((size_t)o->n, sizeof *o->vals);
+  o->numel = calloc((size_t)o->n, sizeof *o->numel);
+  for (int i = 0; rc == 0 && i < o->n; i++) {
+    o->numel[i] = ts_params_numel(p, i);
+    o->vals[i] = malloc((size_t)o->numel[i] * sizeof(double));
+    memcpy(o->vals[i], ts_params_host(p, i), (size_t)o->numel[i] * sizeof(double));
+  }
+  if (rc < 0) fprintf(stderr, "%s: %s\n", mesh_text ? mesh_text : "1 device", ts_last_error());
+  ts_buffer_free(xb), ts_buffer_free(yb), ts_buffer_free(lrb), ts_buffer_free(sb);
+  free(in), free(outs);
+  ts_executable_free(e);
+  ts_graph_free(g);
+  ts_params_free(p);
+  ts_client_free(c);
+  ts_mesh_free(m);
+  return rc;
+}
+
+static void free_out(run_out *o) {
+  for (int i = 0; o->vals && i < o->n; i++) free(o->vals[i]);
+  free(o->vals);
+  free(o->numel);
+}
+
+int main(void) {
+  uint64_t seed = ts_test_init("test_resnet_spmd", 5);
+  static double xd[STEPS * B * C * H * H];
+  static int32_t yd[STEPS * B];
+  uint64_t s = seed;
+  for (size_t i = 0; i < sizeof xd / sizeof *xd; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    xd[i] = (double)(s >> 11) * 0x1.0p-53 * 4.0 - 1.0;
+  }
+  for (int i = 0; i < STEPS * B; i++) yd[i] = (i * 7 + 3) % 10;
+  run_out one = {0};
+  CHECK_OK(train(NULL, xd, yd, &one));
+  const char *meshes[] = {"data=2", "data=4", "fsdp=2", "data=2,fsdp=2"};
+  for (size_t k = 0; k < sizeof meshes / sizeof *meshes; k++) {
+    run_out o = {0};
+    int ok = train(meshes[k], xd, yd, &o) == 0 && o.n == one.n;
+    CHECK(ok, "%s: %s", meshes[k], ts_last_error());
+    double worst = 0;
+    for (int st = 0; ok && st < STEPS; st++) worst = fmax(worst, fabs(o.loss[st] - one.loss[st]) / fabs(one.loss[st]));
+    for (int i = 0; ok && i < one.n; i++) {
+      double mx = 0, d = 0;
+      for (int64_t j = 0; j < one.numel[i]; j++) {
+        mx = fmax(mx, fabs(one.vals[i][j]));
+        d = fmax(d, fabs(o.vals[i][j] - one.vals[i][j]));
+      }
+      worst = fmax(worst, mx > 0 ? d / mx : d);
+    }
+    CHECK(ok && worst <= 1e-9, "%s: ResNet-20 differs from 1 device by %.3g (losses, parameters, statistics)",
+          meshes[k], worst);
+    printf("%-14s %d steps: worst relative difference from 1 device %.3g (losses %.10g .. %.10g)\n", meshes[k], STEPS,
+           worst, o.loss[0], o.loss[STEPS - 1]);
+    free_out(&o);
+  }
+  free_out(&one);
+  return ts_test_finish();
+}
