@@ -24,7 +24,8 @@
 #define CMD "inspect"
 #define MAX_SPECS 32
 
-static const char *const model_names[] = {"mlp", "cnn", NULL};
+/* Indexed like MODEL_GRAPH_* (model_graph.h). */
+static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 
 typedef struct {
@@ -45,7 +46,8 @@ static void usage(FILE *f) {
           "the per-device program and memory plan (peak bytes per device).\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn          [mlp]\n"
+          "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
+          "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
           "  --batch B                training batch size [mlp 128, cnn 64]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
@@ -113,7 +115,8 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
-  if (o->batch == 0) o->batch = o->model == 0 ? 128 : 64;
+  static const int64_t batch[] = {128, 64, 128, 32, 8}; /* tessel train's defaults */
+  if (o->batch == 0) o->batch = batch[o->model];
   return 0;
 }
 
@@ -144,8 +147,10 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(0);
-  model_graph_spec gs = {.model = o->model == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN, .batch = o->batch,
-                         .c = 1, .h = 28, .w = 28,
+  bool natural = o->model >= MODEL_GRAPH_RESNET18; /* resnet18/50: their natural input, like --dataset synthetic */
+  int hw = o->model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;
+  model_graph_spec gs = {.model = o->model, .batch = o->batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
+                         .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
   ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
