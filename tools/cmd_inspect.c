@@ -48,7 +48,7 @@ static void usage(FILE *f) {
           "flags (defaults in brackets):\n"
           "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
           "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
-          "  --batch B                training batch size [mlp 128, cnn 64]\n"
+          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
           "                           the same shardings: the batch on 'data', the MLP\n"
