@@ -2,9 +2,13 @@
  * backward, AdamW or SGD update; one compiled program) for the MLP (batch 128)
  * and the MNIST CNN (batch 64, dropout on), fp32.
  *
- *   usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N]
+ *   usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
+ *                           [--devices N (1)]
+ *
+ * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
+ * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
  *
  * Under mpirun with --parallel: data parallel over the processes (one device
  * each) on the same global batch: spmd = the sharded program on mesh
@@ -45,16 +49,20 @@ static void die(const char *what) {
 
 enum { PAR_NONE, PAR_SPMD, PAR_DDP, PAR_FSDP };
 
-static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par) {
-  ts_client_options copts = {.num_threads = threads, .num_devices = par ? 1 : 0};
+static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
+                  int devices) {
+  ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
   int P = ts_client_process_count(c), rank = ts_client_process_index(c);
+  int D = ts_client_num_devices(c); /* mesh size: processes x local devices */
   if (par == PAR_DDP && B % P) die("the batch does not divide over the processes");
   int64_t Bl = par == PAR_DDP ? B / P : B; /* this replica's rows */
   // The same training step tessel train runs (tools/model_graph.c).
-  model_graph_spec spec = {.model = strcmp(model, "mlp") == 0 ? MODEL_GRAPH_MLP : MODEL_GRAPH_CNN,
+  model_graph_spec spec = {.model = !strcmp(model, "mlp")   ? MODEL_GRAPH_MLP
+                                    : !strcmp(model, "cnn") ? MODEL_GRAPH_CNN
+                                                            : MODEL_GRAPH_RESNET20,
                            .batch = Bl, .c = 1, .h = 28, .w = 28,
                            .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
                            .ddp = par == PAR_DDP};
@@ -62,10 +70,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if (!g) die("building the step");
   ts_mesh *mesh = NULL;
   char mesh_text[32];
-  snprintf(mesh_text, sizeof mesh_text, "%s=%d", par == PAR_FSDP ? "fsdp" : "data", P);
+  snprintf(mesh_text, sizeof mesh_text, "%s=%d", par == PAR_FSDP ? "fsdp" : "data", D);
   if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
     die("sharding the step");
-  ts_compile_options co = {.replicas = par == PAR_DDP};
+  ts_compile_options co = {.replicas = par == PAR_DDP, .mesh = mesh};
   double tc = now_s();
   ts_executable *exe = ts_compile(c, g, &co);
   if (!exe) die("compile");
@@ -111,9 +119,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if (rank == 0) {
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
-    printf("RESULT %s %s batch=%lld procs=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-           "samples_per_s=%.1f final_loss=%.9g\n",
-           label[par], model, (long long)B, P, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss);
+    printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
+           "samples_per_s=%.1f final_loss=%.9g grad_bytes=%lld\n",
+           label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
+           (long long)(4 * ts_params_trainable_numel(p)));
     fflush(stdout);
   }
   ts_mesh_free(mesh);
@@ -131,7 +140,8 @@ int main(int argc, char **argv) {
   int steps = 0, warmup = 20, threads = 2; /* warm-up: torch_train_step.py's */
   ts_optim_kind optim = TS_OPTIM_ADAMW;
   int par = PAR_NONE;
-  int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64) */
+  int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64, ResNet-20 128) */
+  int devices = 1;
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -144,25 +154,32 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
     else if (!strcmp(argv[i], "--optimizer")) optim = !strcmp(v, "sgd") ? TS_OPTIM_SGD : TS_OPTIM_ADAMW;
     else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
+    else if (!strcmp(argv[i], "--devices")) devices = atoi(v);
     else if (!strcmp(argv[i], "--parallel") &&
              (!strcmp(v, "none") || !strcmp(v, "spmd") || !strcmp(v, "ddp") || !strcmp(v, "fsdp")))
       par = !strcmp(v, "spmd") ? PAR_SPMD : !strcmp(v, "ddp") ? PAR_DDP : !strcmp(v, "fsdp") ? PAR_FSDP : PAR_NONE;
     else {
-      fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|all] [--steps N] [--warmup N] "
-                      "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B]\n");
+      fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
+                      "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
+                      "[--devices N]\n");
       return 2;
     }
     i++;
   }
-  if (strcmp(model, "all") && strcmp(model, "mlp") && strcmp(model, "cnn")) {
-    fprintf(stderr, "bench_train_step: --model: unknown model '%s' (valid: mlp, cnn, all)\n", model);
+  bool all = !strcmp(model, "all");
+  if (!all && strcmp(model, "mlp") && strcmp(model, "cnn") && strcmp(model, "resnet20")) {
+    fprintf(stderr, "bench_train_step: --model: unknown model '%s' (valid: mlp, cnn, resnet20, all)\n", model);
     return 2;
   }
-  if (steps < 0 || warmup < 0 || threads < 1 || batch < 0) {
-    fprintf(stderr, "bench_train_step: --steps/--warmup must be >= 0 and --threads >= 1\n");
+  if (steps < 0 || warmup < 0 || threads < 1 || batch < 0 || devices < 1 || (devices > 1 && par != PAR_SPMD &&
+                                                                             par != PAR_FSDP)) {
+    fprintf(stderr, "bench_train_step: --steps/--warmup must be >= 0, --threads and --devices >= 1 "
+                    "(--devices > 1 with --parallel spmd or fsdp)\n");
     return 2;
   }
-  if (strcmp(model, "cnn")) bench("mlp", batch ? batch : 128, steps ? steps : 100, warmup, threads, optim, par);
-  if (strcmp(model, "mlp")) bench("cnn", batch ? batch : 64, steps ? steps : 30, warmup, threads, optim, par);
+  if (all || !strcmp(model, "mlp")) bench("mlp", batch ? batch : 128, steps ? steps : 100, warmup, threads, optim, par, devices);
+  if (all || !strcmp(model, "cnn")) bench("cnn", batch ? batch : 64, steps ? steps : 30, warmup, threads, optim, par, devices);
+  if (all || !strcmp(model, "resnet20"))
+    bench("resnet20", batch ? batch : 128, steps ? steps : 20, warmup, threads, optim, par, devices);
   return 0;
 }

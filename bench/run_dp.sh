@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# run_dp.sh [BUILD_DIR (build/)] — the data-parallel efficiency benchmark
+# (issue 15), side by side in one invocation, same global batch, fp32 AdamW,
+# same warm-up and steps, 2 cores in total in every configuration:
+#   1dev         1 process, 1 device x 2 threads            (the reference)
+#   data2        1 process, mesh data=2: 2 devices x 1 thread
+#   fsdp2        1 process, mesh fsdp=2: 2 devices x 1 thread
+#   mpi-spmd     2 processes x 1 device x 1 thread, mesh data=2   (mpirun)
+#   mpi-ddp      2 processes, one replica each, bucketed gradient all-reduce
+#   mpi-fsdp     2 processes, mesh fsdp=2
+# for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28).
+# Rounds alternate the configurations ($ROUNDS, default 3); per configuration
+# the round with the lowest median is kept. Printed per row: median step ms,
+# throughput ratio to 1dev, and the modeled bound: compute at the 1-device
+# rate (the 1dev median) plus the gradient all-reduce at the in-process
+# all-reduce bandwidth measured in the same invocation (bench_collectives,
+# 2 devices), if none of it were hidden; "hidden" is the 1dev median alone.
+# Correctness: every row's final loss must equal 1dev's within 1e-4 relative
+# (the same steps on the same data), except DDP with dropout (the CNN: each
+# replica draws its own masks); a mismatch fails the script (exit 1).
+# Environment: ROUNDS (3), WARMUP (20), STEPS (each model's default), MODELS.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${1:-$here/../build}"
+bin="$build/bench_train_step"
+[ -x "$bin" ] || { echo "run_dp.sh: no $bin (build first)" >&2; exit 2; }
+load="$(cut -d' ' -f1 /proc/loadavg)"
+if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
+  echo "run_dp.sh: warning: load average $load — other processes share the cores; timings will be noisy" >&2
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+common=(--warmup "${WARMUP:-20}")
+[ -n "${STEPS:-}" ] && common+=(--steps "$STEPS")
+mpi=(mpirun -n 2 --bind-to none -x TESSEL_NUM_THREADS=1)
+[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+models="${MODELS:-mlp cnn resnet20}"
+
+run() { # run LABEL CMD...: appends "LABEL <RESULT fields>" lines
+  local label="$1"
+  shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+    grep '^RESULT ' "$tmp/out" | sed "s/^RESULT [^ ]* /$label /" >>"$tmp/results"
+  else
+    echo "run_dp.sh: $label failed: $(tail -2 "$tmp/err")" >&2
+  fi
+}
+
+for round in $(seq "${ROUNDS:-3}"); do
+  for m in $models; do
+    run 1dev "$bin" --model "$m" --threads 2 "${common[@]}"
+    run data2 "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 "${common[@]}"
+    run fsdp2 "$bin" --model "$m" --threads 2 --parallel fsdp --devices 2 "${common[@]}"
+    if command -v mpirun >/dev/null; then
+      run mpi-spmd "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel spmd "${common[@]}"
+      run mpi-ddp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel ddp "${common[@]}"
+      run mpi-fsdp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel fsdp "${common[@]}"
+    fi
+  done
+  echo "run_dp.sh: round $round done" >&2
+done
+# in-process all-reduce bandwidth of each model's gradient size, 2 devices
+for m in $models; do
+  bytes=$(grep "^1dev $m " "$tmp/results" | head -1 | sed 's/.*grad_bytes=\([0-9]*\).*/\1/')
+  [ -n "$bytes" ] && "$build/bench_collectives" -m "$bytes" -M "$bytes" -d 2 2>/dev/null |
+    awk -v m="$m" '/MiB|KiB|GiB/ && NF > 4 {print m, $4}' | head -1 >>"$tmp/bw"
+done
+/usr/bin/python3 - "$tmp/results" "$tmp/bw" <<'PY'
+import sys
+best, bw = {}, {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    r = dict(kv.split("=", 1) for kv in f[2:] if "=" in kv)
+    key = (f[0], f[1])
+    if key not in best or float(r["median_ms"]) < float(best[key]["median_ms"]):
+        best[key] = r
+for line in open(sys.argv[2]):
+    m, ms = line.split()
+    bw[m] = float(ms)  # ms for one all-reduce of the model's gradients
+order = ["1dev", "data2", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-fsdp"]
+bad = []
+print(f"{'model':9} {'config':9} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9}  final loss")
+for m in dict.fromkeys(k[1] for k in best):
+    ref = best.get(("1dev", m))
+    for c in order:
+        r = best.get((c, m))
+        if not r or not ref:
+            continue
+        t, t1 = float(r["median_ms"]), float(ref["median_ms"])
+        bound = t1 + (bw.get(m, 0.0) if c != "1dev" else 0.0)
+        print(f"{m:9} {c:9} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f}  {r['final_loss']}")
+        a, b = float(r["final_loss"]), float(ref["final_loss"])
+        if c != "1dev" and not (c == "mpi-ddp" and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
+            bad.append(f"{c} {m}: final loss {a} vs 1dev {b}")
+print("all-reduce of the gradients, 2 devices in one process (bench_collectives): " +
+      ", ".join(f"{m} {ms:.3f} ms" for m, ms in bw.items()))
+if bad:
+    print("FAILED (computed something else than 1 device): " + "; ".join(bad))
+    sys.exit(1)
+PY
