@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# run_ckpt.sh [BUILD_DIR (build/)] [DIR (/tmp/tessel_bench_ckpt)] — checkpoint
+# save/restore time of the ResNet-50 training state (parameters + AdamW
+# moments + running statistics, f32) against the disk measured in the same
+# run on the same directory: dd writes the same number of bytes with
+# conv=fsync (sequential write bandwidth, durable like a save) and reads them
+# back after dropping the page cache (when root). Prints both and the ratios
+# (the issue's target: >= 50% of the disk's bandwidth).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${1:-$here/../build}"
+dir="${2:-/tmp/tessel_bench_ckpt}"
+mkdir -p "$dir" || exit 2
+out="$("$build/bench_ckpt_io" --model "${MODEL:-resnet50}" --dir "$dir/ckpt" --rounds "${ROUNDS:-3}")" || exit 1
+echo "$out"
+bytes=$(echo "$out" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
+mb=$(( (bytes + 1048575) / 1048576 ))
+w=$( { dd if=/dev/zero of="$dir/dd.bin" bs=1M count="$mb" conv=fsync 2>&1 >/dev/null; } | tail -1)
+sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches
+r=$( { dd if="$dir/dd.bin" of=/dev/null bs=1M 2>&1 >/dev/null; } | tail -1)
+rm -rf "$dir/dd.bin" "$dir/ckpt"
+echo "dd write (conv=fsync): $w"
+echo "dd read: $r"
+/usr/bin/python3 - "$out" "$w" "$r" "$bytes" <<'PY'
+import re, sys
+out, w, r, b = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+f = dict(kv.split("=") for kv in out.split()[3:])
+def secs(line):
+    m = re.search(r"copied, ([0-9.e+-]+) s", line)
+    return float(m.group(1)) if m else float("nan")
+mb = (b + 1048575) // 1048576 * 1048576
+dw, dr = mb / secs(w) / 1e9, mb / secs(r) / 1e9
+print(f"save {float(f['save_GBps']):.3f} GB/s vs dd write {dw:.3f} GB/s: {float(f['save_GBps']) / dw:.2f}x")
+print(f"load {float(f['load_GBps']):.3f} GB/s vs dd read {dr:.3f} GB/s: {float(f['load_GBps']) / dr:.2f}x"
+      + ("" if f["cold_load"] == "1" else " (tessel's load read the page cache: not root)"))
+PY
