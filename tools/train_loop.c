@@ -49,10 +49,16 @@ static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, fl
   return 0;
 }
 
-/* The log contract: %.9g round-trips a float, so "exact" comparisons of logs are exact. */
-static void log_step(FILE *log, int64_t step, float loss, double step_ms) {
-  if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
-  else fprintf(log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+/* The log contract: %.9g round-trips a float, so "exact" comparisons of logs
+ * are exact. Opened at the first step, flushed per record (never ends
+ * mid-record, even when the process is killed). */
+static int log_step(train_run *r, int64_t step, float loss, double step_ms) {
+  if (train_log_open(r) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+  if (!r->log) return CLI_EXIT_OK;
+  if (isfinite(loss))
+    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
+  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+  return train_log_flush(r);
 }
 
 /* The steps of one epoch (up to the run's total), under a progress bar. */
@@ -74,10 +80,11 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     double step_t0 = train_now_s();
     if (run_step(r, batch, st->step, &loss) < 0) return train_lib_error();
     st->step++;
+    r->steps_done = st->step;
     if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
-    if (r->log) log_step(r->log, st->step, loss, 1e3 * (train_now_s() - step_t0));
+    if (log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     st->window_loss += loss;
     st->window_n++;
     *epoch_loss += loss;
@@ -119,7 +126,7 @@ static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double ep
   st->window_n = 0;
   if (r->log) {
     fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f}\n", (long long)epoch, st->acc);
-    fflush(r->log);
+    return train_log_flush(r);
   }
   return CLI_EXIT_OK;
 }

@@ -13,6 +13,7 @@
 #include "tessel/loader.h"  // ts_dataset, ts_augment, ts_loader, ts_progress
 #include "tessel/tessel.h"
 #include "train_opts.h"
+#include "train_outputs.h"  // train_output: the files the run writes
 
 #define CMD "train"
 
@@ -34,14 +35,16 @@ void program_free(program *pr);
 
 /* ---- one run ---- */
 
-typedef struct {
+typedef struct train_run {
   train_opts o;
   ts_mesh *mesh;              /* NULL: one device (or DDP) */
   char mesh_text[64];         /* o.mesh when chosen by default under mpirun */
   ts_client *client;
   int nproc, rank;
   bool ddp;
-  FILE *log;                  /* --log-json, rank 0 only */
+  train_output out[OUT_COUNT]; /* the files this process writes (train_outputs.h) */
+  FILE *log;                  /* --log-json, rank 0 only, opened at the first step */
+  int64_t steps_done;         /* > 0: training started (outputs may be written) */
   ts_dataset train, test;
   ts_augment norm;            /* pixel normalization (evaluation) */
   ts_augment train_aug;       /* normalization + CIFAR-10's crop and flip */

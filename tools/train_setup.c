@@ -41,7 +41,6 @@ int train_join(train_run *r) {
       ts_client_abort(r->client, CLI_EXIT_FAIL);
     }
   }
-  if (r->rank != 0) o->metrics = o->trace = NULL; /* rank 0 writes the files */
   if (!r->ddp && !r->mesh && ts_client_num_devices(r->client) > 1) { /* under mpirun: data parallel by default */
     snprintf(r->mesh_text, sizeof r->mesh_text, "data=%d", ts_client_num_devices(r->client));
     o->mesh = r->mesh_text;
@@ -52,14 +51,15 @@ int train_join(train_run *r) {
       return CLI_EXIT_FAIL;
     }
   }
-  if (o->log_json && r->rank == 0 && !(r->log = fopen(o->log_json, "w"))) {
-    cli_error(CMD, "--log-json: cannot open '%s': %s", o->log_json, strerror(errno));
+  /* every output path checked before the data is read; nothing is written yet */
+  int rc = train_outputs_check(r);
+  if (rc != CLI_EXIT_OK) {
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
-    if (r->nproc > 1) ts_client_abort(r->client, CLI_EXIT_USAGE);
+    if (r->nproc > 1) ts_client_abort(r->client, rc);
     ts_client_free(r->client);
     r->client = NULL;
-    return CLI_EXIT_USAGE;
+    return rc;
   }
   return CLI_EXIT_OK;
 }
