@@ -31,11 +31,12 @@ int train_lib_error(void) {
 }
 
 /* Ends the run: on failure in a job of several processes, the whole job (the
- * others would wait for this one in vain); else the outputs (metrics, traces,
+ * others would wait for this one in vain; an interrupted run is no failure:
+ * every rank stopped at the same step); else the outputs (metrics, traces,
  * what was saved), then everything the run owns, in reverse order of making.
  * Returns the exit code, CLI_EXIT_FAIL when a write failed. */
 static int train_finish(train_run *r, int exit_code) {
-  if (exit_code != CLI_EXIT_OK && r->nproc > 1) {
+  if (exit_code != CLI_EXIT_OK && !r->stop_signal && r->nproc > 1) {
     if (r->log) fclose(r->log);
     fflush(stdout);
     ts_client_abort(r->client, exit_code);

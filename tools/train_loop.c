@@ -2,12 +2,14 @@
  * one compiled step each, the JSON log and the progress bar, an evaluation
  * after every epoch and the closing summary. */
 #include <math.h>
+#include <signal.h> // SIGINT, SIGTERM
 #include <stdio.h>
 #include <time.h> // clock_gettime
 
 #include "args.h"            // cli_error, exit codes
 #include "tessel/metrics.h"  // DataWaitTime, trace events
 #include "train_run.h"
+#include "train_stop.h"      // SIGINT/SIGTERM: stop after a step
 
 double train_now_s(void) {
   struct timespec t;
@@ -100,6 +102,9 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
       st->window_loss = 0;
       st->window_n = 0;
     }
+    int sig = train_stop_requested(r->client);
+    if (sig < 0) return train_lib_error();
+    if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
   }
   st->train_time += train_now_s() - ts0;
   char extra[48];
@@ -131,6 +136,21 @@ static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double ep
   return CLI_EXIT_OK;
 }
 
+/* The run stopped early on SIGINT/SIGTERM, after step st->step: says so;
+ * train.c then writes the outputs. Exit code 128 + signal, as a shell reports
+ * a process the signal ended. */
+static int train_interrupted(train_run *r, const loop_state *st) {
+  char e1[32];
+  printf("interrupted by %s after step %lld of %lld (%s); no evaluation of this epoch\n",
+         r->stop_signal == SIGINT ? "SIGINT" : r->stop_signal == SIGTERM ? "SIGTERM" : "a signal",
+         (long long)st->step, (long long)r->total_steps, fmt_duration(train_now_s() - st->start, e1, sizeof e1));
+  /* HOOK(checkpoint): with --save-dir, save the parameters, the optimizer
+   * state and the loader position here, so that the run resumes after step
+   * st->step (the checkpoint issue); every rank reaches this point after the
+   * same step. */
+  return 128 + r->stop_signal;
+}
+
 int train_epochs(train_run *r) {
   const train_opts *o = &r->o;
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
@@ -142,12 +162,19 @@ int train_epochs(train_run *r) {
     return train_lib_error();
 
   loop_state st = {.start = train_now_s()};
+  train_stop_install(r->rank == 0 || o->all_ranks); /* from here on, Ctrl-C stops after a step */
   for (int64_t epoch = 1; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
     double epoch_loss = 0;
     int64_t epoch_n = 0;
     int rc = train_one_epoch(r, &st, epoch, &epoch_loss, &epoch_n);
-    if (rc == CLI_EXIT_OK) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc == CLI_EXIT_OK && !r->stop_signal) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc == CLI_EXIT_OK && !r->stop_signal && st.step < r->total_steps) { /* a signal during the evaluation */
+      int sig = train_stop_requested(r->client);
+      if (sig < 0) rc = train_lib_error();
+      else r->stop_signal = sig;
+    }
     if (rc != CLI_EXIT_OK) return rc;
+    if (r->stop_signal) return train_interrupted(r, &st);
   }
   char e1[32];
   ts_loader_stats ls;

@@ -45,6 +45,7 @@ typedef struct train_run {
   train_output out[OUT_COUNT]; /* the files this process writes (train_outputs.h) */
   FILE *log;                  /* --log-json, rank 0 only, opened at the first step */
   int64_t steps_done;         /* > 0: training started (outputs may be written) */
+  int stop_signal;            /* SIGINT or SIGTERM: the run stopped early (train_stop.h) */
   ts_dataset train, test;
   ts_augment norm;            /* pixel normalization (evaluation) */
   ts_augment train_aug;       /* normalization + CIFAR-10's crop and flip */

@@ -74,6 +74,11 @@ bool ts_client_is_local_device(const ts_client *c, int device);
  * else -1 on every process with an error quoting rank 0's text and the first
  * differing rank's. Always 0 in one process. */
 int ts_client_check_same(ts_client *c, const char *what, const char *text);
+/* Collective: *max = the largest `value` any process passed, on every
+ * process (one process: value). Every process calls it at the same point,
+ * e.g. to agree on a flag: tessel train stops every rank at the same step
+ * when any of them was interrupted. */
+int ts_client_max(ts_client *c, int64_t value, int64_t *max);
 /* Ends every process of the job with exit code `code` (MPI_Abort): after an
  * error in one process the others would wait in their next collective until
  * it times out. Alone: exit(code). Never returns. */

@@ -187,6 +187,19 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
   return rc;
 }
 
+int ts_client_max(ts_client *c, int64_t value, int64_t *max) {
+  if (!c || !max) return ts_set_error("client_max: client or max is NULL");
+  *max = value;
+  if (c->process_count == 1) return 0;
+  int64_t *all = calloc((size_t)c->process_count, sizeof *all);
+  if (!all) return ts_set_error("client_max: out of memory");
+  int rc = net_allgather(c->net, &value, all, sizeof value, c->timeout_ms, "client_max");
+  for (int p = 0; rc == 0 && p < c->process_count; p++)
+    if (all[p] > *max) *max = all[p];
+  free(all);
+  return rc;
+}
+
 void ts_client_abort(ts_client *c, int code) { net_abort(c ? c->net : NULL, code); }
 
 int ts_client_num_threads(const ts_client *c) { return c ? c->num_threads : 0; }
