@@ -152,6 +152,10 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_executable *e = NULL;
   int rc = -1;
   if (!g) goto done;
+  double need = 0;
+  if (mesh && train_mesh_check_memory(mesh, (int)ndev, ts_params_trainable_numel(p), o->optimizer == 0 ? 1 : 2,
+                                      o->model == 0, &need) < 0)
+    goto done;
   if (mesh) {
     if (train_mesh_mark(g, mesh, o->model == 0) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
@@ -218,6 +222,12 @@ int ts_cmd_inspect(int argc, char **argv) {
   if (o.mesh && !(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
                                               : ts_mesh_parse(o.mesh, o.axis_names, NULL))) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
+    return CLI_EXIT_USAGE;
+  }
+  if (mesh && ts_mesh_num_devices(mesh) > TS_MAX_DEVICES) { /* the SHAPE form: tessel train's limit */
+    cli_error(CMD, "--mesh %s: %lld devices; at most %d in all (TS_MAX_DEVICES)", o.mesh,
+              (long long)ts_mesh_num_devices(mesh), TS_MAX_DEVICES);
+    ts_mesh_free(mesh);
     return CLI_EXIT_USAGE;
   }
   if (!o.mesh && o.n_specs) {

@@ -154,7 +154,23 @@ int train_compile(train_run *r) {
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
-  if (compile_graph(r, model_train_graph(&r->gs, r->params), &r->step_pr, &co) < 0) return train_lib_error();
+  ts_graph *step = model_train_graph(&r->gs, r->params);
+  if (step && r->mesh) { /* before compiling for every device: will they fit? */
+    double need = 0;
+    int states = o->optimizer == 1 ? 2 : o->momentum > 0 ? 1 : 0;
+    if (train_mesh_check_memory(r->mesh, ts_client_num_local_devices(r->client), ts_params_trainable_numel(r->params),
+                                states, o->model == MODEL_MLP, &need) < 0) {
+      r->g = step; /* freed by train.c */
+      cli_error(CMD, "--mesh %s: %s", o->mesh, ts_last_error());
+      return CLI_EXIT_FAIL;
+    }
+    if (need > 1024.0 * 1024 * 1024) {
+      printf("SPMD: compiling for %d devices in this process (at least %.1f GiB)...\n",
+             ts_client_num_local_devices(r->client), need / (1024.0 * 1024 * 1024));
+      fflush(stdout);
+    }
+  }
+  if (compile_graph(r, step, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();

@@ -19,14 +19,22 @@ typedef struct ts_client ts_client;
 typedef struct ts_buffer ts_buffer;
 typedef struct ts_executable ts_executable;
 
+/* The most devices a client has, in one process or over all processes of a
+ * job (options, $TESSEL_CPU_DEVICES, meshes of tessel train and inspect):
+ * each CPU device is a thread with its own copy of every replicated tensor. */
+#define TS_MAX_DEVICES 4096
+/* The most compute threads a client may be asked for (options,
+ * $TESSEL_NUM_THREADS, --threads); more than the cores are capped to them. */
+#define TS_MAX_THREADS 4096
+
 typedef struct {
   /* Compute threads used by kernels; 0 = TESSEL_NUM_THREADS if set, else all
-   * cores. Never more threads than cores are started across tessel and
-   * oneDNN together. */
+   * cores; at most TS_MAX_THREADS. Never more threads than cores are
+   * started across tessel and oneDNN together (a larger count is capped). */
   int num_threads;
   /* Virtual CPU devices in this process, each run by its own thread
    * (SPMD programs over a mesh of them); 0 = $TESSEL_CPU_DEVICES if set,
-   * else 1. Each device's kernels use max(1, num_threads / num_devices)
+   * else 1; at most TS_MAX_DEVICES. Each device's kernels use max(1, num_threads / num_devices)
    * threads, so N devices together never oversubscribe the cores. */
   int num_devices;
   /* Several processes (MPI): the devices of all processes together, shared
