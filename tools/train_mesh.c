@@ -72,6 +72,26 @@ int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) {
   return 0;
 }
 
+int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool placed) {
+  static const char *const known[] = {"data", "model", "fsdp"};
+  for (int a = 0; a < ts_mesh_rank(m); a++) {
+    const char *n = ts_mesh_axis_name(m, a);
+    bool ok = false;
+    for (int k = 0; k < 3 && n; k++) ok = ok || strcmp(n, known[k]) == 0;
+    if (!ok && !placed && !n)
+      return ts_set_error("mesh axis %d has no name; tessel shards over axes named 'data' (the batch), 'model' "
+                          "(the MLP's fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state)", a);
+    if (!ok && !placed)
+      return ts_set_error("mesh axis '%s' is not one tessel shards over: 'data' (the batch), 'model' (the MLP's "
+                          "fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state); names are "
+                          "case-sensitive, and any other axis would only replicate the model", n);
+    if (ok && !megatron && strcmp(n, "model") == 0 && ts_mesh_axis_size(m, a) > 1)
+      fprintf(stderr, "tessel %s: note: the CNN has no model-parallel layout; its %lld devices on axis 'model' "
+                      "hold replicas\n", cmd, (long long)ts_mesh_axis_size(m, a));
+  }
+  return 0;
+}
+
 /* The first number in file after `key` (NAN when absent). */
 static double read_number(const char *file, const char *key) {
   FILE *f = fopen(file, "r");

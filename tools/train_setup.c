@@ -16,8 +16,11 @@
 
 int train_join(train_run *r) {
   train_opts *o = &r->o;
-  if (o->mesh && !(r->mesh = ts_mesh_from_text(o->mesh))) {
+  if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP, false) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
+    ts_mesh_free(r->mesh);
+    r->mesh = NULL;
     return CLI_EXIT_USAGE;
   }
   /* The client first: under mpirun it joins the job (and says which rank
