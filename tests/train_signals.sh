@@ -31,15 +31,30 @@ for split, n in (("train", 256), ("t10k", 100)):
     idx(f"{d}/{split}-images-idx3-ubyte", 0x803, (n, 28, 28), n * 784)
     idx(f"{d}/{split}-labels-idx1-ubyte", 0x801, (n,), n)
 PY
+# job control: background runs get their own process group and, unlike the
+# background jobs of a plain script, do not ignore SIGINT
+set -m
 long=(train --data-dir "$tmp/data" --batch 32 --eval-batch 100 --epochs 100000)
 
-# wait_lines FILE N: until FILE has N lines (at most 120 s); false on timeout
+# wait_lines FILE N: until FILE has N lines (at most 60 s); false on timeout
 wait_lines() {
-  for _ in $(seq 600); do
+  for _ in $(seq 300); do
     [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
     sleep 0.2
   done
   return 1
+}
+# finish PID: waits for PID (at most 60 s, then kills it: rc -1); its exit code in $rc
+finish() {
+  for _ in $(seq 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.2; done
+  rc=0
+  if kill -0 "$1" 2>/dev/null; then
+    kill -9 "$1"
+    wait "$1"
+    rc=-1
+  else
+    wait "$1" || rc=$?
+  fi
 }
 # check_outputs NAME: complete JSON lines in the log, metrics and trace parse
 check_outputs() {
@@ -62,10 +77,9 @@ for sig in INT TERM; do
   "$tessel" "${long[@]}" --log-json "$tmp/$sig.jsonl" --metrics "$tmp/$sig.m" --trace "$tmp/$sig.t" \
     >"$tmp/$sig.out" 2>"$tmp/$sig.err" &
   pid=$!
-  if ! wait_lines "$tmp/$sig.jsonl" 3; then bad "SIG$sig: no log after 120 s"; kill -9 $pid; continue; fi
+  if ! wait_lines "$tmp/$sig.jsonl" 3; then bad "SIG$sig: no log after 60 s"; kill -9 $pid; continue; fi
   kill -$sig $pid
-  rc=0
-  wait $pid || rc=$?
+  finish $pid
   if [ "$rc" -eq "$want" ]; then ok "SIG$sig: exit $want"; else bad "SIG$sig: exit $rc (expected $want): $(tail -3 "$tmp/$sig.err")"; fi
   if grep -q "interrupted by SIG$sig after step" "$tmp/$sig.out" && grep -q "^saved: --log-json" "$tmp/$sig.out"; then
     ok "SIG$sig: says where it stopped and what was saved"
@@ -91,8 +105,7 @@ if kill -0 $pid 2>/dev/null; then
   bad "second SIGINT: still running after 5 s"
   kill -9 $pid
 else
-  rc=0
-  wait $pid || rc=$?
+  finish $pid
   if [ "$rc" -eq 130 ] && ! grep -q "^saved" "$tmp/twice.out"; then ok "second SIGINT: ended at once (exit 130)"
   else bad "second SIGINT: exit $rc, $(tail -2 "$tmp/twice.out")"; fi
 fi
@@ -108,14 +121,14 @@ else
   pid=$!
   if wait_lines "$tmp/mpi.jsonl" 3; then
     kill -TERM $pid
-    wait $pid
+    finish $pid
     stops=$(grep -o "interrupted by SIGTERM after step [0-9]*" "$tmp/mpi.out" | sort -u)
     n=$(grep -c "interrupted by SIGTERM after step" "$tmp/mpi.out")
     if [ "$n" -eq 2 ] && [ "$(echo "$stops" | wc -l)" -eq 1 ]; then ok "mpirun: both ranks stopped after the same step ($stops)"
     else bad "mpirun: $n ranks stopped: $stops; $(tail -5 "$tmp/mpi.err")"; fi
     check_outputs mpi
   else
-    bad "mpirun: no log after 120 s: $(tail -5 "$tmp/mpi.err")"
+    bad "mpirun: no log after 60 s: $(tail -5 "$tmp/mpi.err")"
     kill -9 $pid
   fi
 fi

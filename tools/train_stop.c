@@ -32,8 +32,14 @@ void train_stop_install(bool announce) {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART; /* reads, writes and waits in progress go on */
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  /* a signal the caller ignores stays ignored (nohup, a background job of a
+   * script: the shell set SIGINT to SIG_IGN for it) */
+  int sigs[2] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    struct sigaction old;
+    if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sigs[k], &sa, NULL);
+  }
 }
 
 int train_stop_requested(ts_client *c) {
