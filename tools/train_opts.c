@@ -51,6 +51,7 @@ void cli_train_usage(FILE *f) {
           "  --mesh AXIS=N,...          SPMD over virtual CPU devices (e.g. data=4,model=2): the batch\n"
           "                             on axis 'data', the MLP's fc1/fc2 Megatron-split on 'model',\n"
           "                             weights and optimizer state sharded on 'fsdp' (FSDP);\n"
+          "                             other axis names are errors; at most 4096 devices in all;\n"
           "                             under mpirun the devices are shared out over the processes\n"
           "                             [one device; under mpirun: data=<processes>]\n"
           "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
