@@ -125,7 +125,7 @@ else
     stops=$(grep -o "interrupted by SIGTERM after step [0-9]*" "$tmp/mpi.out" | sort -u)
     n=$(grep -c "interrupted by SIGTERM after step" "$tmp/mpi.out")
     if [ "$n" -eq 2 ] && [ "$(echo "$stops" | wc -l)" -eq 1 ]; then ok "mpirun: both ranks stopped after the same step ($stops)"
-    else bad "mpirun: $n ranks stopped: $stops; $(tail -5 "$tmp/mpi.err")"; fi
+    else bad "mpirun: $n ranks stopped: $stops; rc $rc; stdout: $(grep -v "^epoch" "$tmp/mpi.out" | tail -3); stderr: $(tail -5 "$tmp/mpi.err")"; fi
     check_outputs mpi
   else
     bad "mpirun: no log after 60 s: $(tail -5 "$tmp/mpi.err")"

@@ -42,6 +42,14 @@ static int train_finish(train_run *r, int exit_code) {
     ts_client_abort(r->client, exit_code);
   }
   exit_code = train_outputs_finish(r, exit_code);
+  if (r->stop_signal && r->nproc > 1) {
+    /* Why a barrier: mpirun ends the whole job as soon as one rank exits
+     * non-zero (130/143 here), so no rank may exit before rank 0 has
+     * written its files and its report */
+    int64_t all_done;
+    fflush(stdout);
+    if (ts_client_max(r->client, 0, &all_done) < 0) cli_error(CMD, "%s", ts_last_error());
+  }
   if (r->bar) ts_progress_finish(r->bar, NULL);
   ts_loader_free(r->loader); // joins the workers before the dataset goes
   ts_source_free(r->train_src);
