@@ -31,9 +31,11 @@ static void dir_of(const char *path, char *dir, size_t n) {
 }
 
 /* Checks one output path; fills *id and out->special. The output is written
- * in place when it is a character device or FIFO; otherwise it is created
- * (or replaced: metrics, traces), so its directory must take new files. */
-static int check_path(train_output *out, path_id *id) {
+ * in place when it is a character device or FIFO, or an existing file that is
+ * not `replaced` (the log: truncated and written); otherwise it is created,
+ * or replaced by a rename (metrics, traces), so its directory must take new
+ * files. */
+static int check_path(train_output *out, bool replaced, path_id *id) {
   const char *p = out->path;
   memset(id, 0, sizeof *id);
   if (!*p) {
@@ -58,7 +60,7 @@ static int check_path(train_output *out, path_id *id) {
       cli_error(CMD, "%s: cannot write '%s': %s", out->flag, p, strerror(errno));
       return -1;
     }
-    if (out->special) return 0;
+    if (out->special || !replaced) return 0; /* written in place: the directory is not touched */
   } else if (errno != ENOENT) {
     cli_error(CMD, "%s: cannot use '%s': %s", out->flag, p, strerror(errno));
     return -1;
@@ -128,7 +130,7 @@ int train_outputs_check(train_run *r) {
   char buf[PATH_MAX + 64];
   for (int k = 0; k < OUT_COUNT; k++) {
     if (!r->out[k].path) continue;
-    if (check_path(&r->out[k], &ids[k]) < 0) return CLI_EXIT_USAGE;
+    if (check_path(&r->out[k], k != OUT_LOG, &ids[k]) < 0) return CLI_EXIT_USAGE;
     const char *data = dataset_file(o, &ids[k], buf, sizeof buf);
     if (data) {
       bool same = strcmp(data, r->out[k].path) == 0;
