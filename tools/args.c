@@ -44,8 +44,12 @@ int cli_parse_int(const char *cmd, const char *flag, const char *s, int64_t min,
   char *end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
+  if (*s == '\0' || *end != '\0' || (errno != 0 && errno != ERANGE) || v < min) {
     cli_error(cmd, "%s: expected %s, got '%s'", flag, what, s);
+    return -1;
+  }
+  if (errno == ERANGE || v > max) { /* a number, too large: say how large it may be */
+    cli_error(cmd, "%s: expected %s, at most %lld; got '%s'", flag, what, (long long)max, s);
     return -1;
   }
   *out = (int64_t)v;
@@ -57,8 +61,12 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double mi
   char *end = NULL;
   errno = 0;
   double v = strtod(s, &end);
-  if (*s == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v < min || v > max) {
+  if (*s == '\0' || *end != '\0' || !isfinite(v) || v < min || (errno != 0 && v <= max)) {
     cli_error(cmd, "%s: expected %s, got '%s'", flag, what, s);
+    return -1;
+  }
+  if (v > max) { /* a number, too large: say how large it may be */
+    cli_error(cmd, "%s: expected %s, at most %g; got '%s'", flag, what, max, s);
     return -1;
   }
   *out = v;

@@ -22,10 +22,11 @@ void cli_set_rank(int rank);
  * argv[*i] is another flag, -1 (after printing) if the value is missing. */
 int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *flag, const char **value);
 
-/* Integer in [min, max]; `what` names the expectation ("a positive integer"). */
+/* Integer in [min, max]; `what` names the expectation ("a positive integer").
+ * A number above max is reported with the bound ("at most 2147483647"). */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, int64_t min, int64_t max,
                   const char *what, int64_t *out);
-/* Finite number in [min, max]. */
+/* Finite number in [min, max] (above max: the bound is reported). */
 int cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
                      const char *what, double *out);
 /* Index of s in the NULL-terminated list; the error lists the valid names,

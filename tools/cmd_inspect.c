@@ -55,7 +55,9 @@ static void usage(FILE *f) {
           "                           Megatron-split on 'model', weights sharded on 'fsdp'\n"
           "                           [1 device]\n"
           "  --mesh SHAPE             or a shape (4, 2,2) with --axis-names data,model\n"
-          "  --axis-names NAMES       mesh axis names for --mesh SHAPE [by index]\n"
+          "  --axis-names NAMES       mesh axis names for --mesh SHAPE: data, model, fsdp as in\n"
+          "                           tessel train, or any name that --spec uses [by index,\n"
+          "                           with --spec]\n"
           "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
           "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
           "                           repeatable; overrides the batch default for x and y\n"
@@ -157,6 +159,10 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_executable *e = NULL;
   int rc = -1;
   if (!g) goto done;
+  double need = 0;
+  if (mesh && train_mesh_check_memory(mesh, (int)ndev, ts_params_trainable_numel(p), o->optimizer == 0 ? 1 : 2,
+                                      o->model == 0, &need) < 0)
+    goto done;
   if (mesh) {
     if (train_mesh_mark(g, mesh, o->model == 0) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
@@ -222,9 +228,24 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (r < 0) return CLI_EXIT_USAGE;
   ts_mesh *mesh = NULL;
-  if (o.mesh && !(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
-                                              : ts_mesh_parse(o.mesh, o.axis_names, NULL))) {
-    cli_error(CMD, "--mesh: %s", ts_last_error());
+  if (o.mesh && strchr(o.mesh, '=') && o.axis_names) {
+    cli_error(CMD, "--axis-names %s: --mesh %s names its axes already; --axis-names goes with --mesh SHAPE "
+                   "(e.g. --mesh 2,2 --axis-names data,model)", o.axis_names, o.mesh);
+    return CLI_EXIT_USAGE;
+  }
+  if (o.mesh && (!(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
+                                               : ts_mesh_parse(o.mesh, o.axis_names, NULL)) ||
+                 train_mesh_check_axes(CMD, mesh, o.model == 0, o.n_specs > 0) < 0)) {
+    cli_error(CMD, "--mesh: %s%s", ts_last_error(),
+              mesh && !o.axis_names && !strchr(o.mesh, '=') ? " (name the axes with --axis-names, or place "
+                                                             "tensors on them with --spec)" : "");
+    ts_mesh_free(mesh);
+    return CLI_EXIT_USAGE;
+  }
+  if (mesh && ts_mesh_num_devices(mesh) > TS_MAX_DEVICES) { /* the SHAPE form: tessel train's limit */
+    cli_error(CMD, "--mesh %s: %lld devices; at most %d in all (TS_MAX_DEVICES)", o.mesh,
+              (long long)ts_mesh_num_devices(mesh), TS_MAX_DEVICES);
+    ts_mesh_free(mesh);
     return CLI_EXIT_USAGE;
   }
   if (!o.mesh && o.n_specs) {

@@ -17,11 +17,12 @@
  * and releases what they made. */
 #include "train.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h> // strerror
 
 #include "args.h"            // cli_error, exit codes
-#include "tessel/metrics.h"  // --metrics, --trace
 #include "train_run.h"
 
 int train_lib_error(void) {
@@ -30,22 +31,25 @@ int train_lib_error(void) {
 }
 
 /* Ends the run: on failure in a job of several processes, the whole job (the
- * others would wait for this one in vain); else the --metrics and --trace
- * files, then everything the run owns, in reverse order of making. */
-static void train_finish(train_run *r, int exit_code) {
-  if (exit_code != CLI_EXIT_OK && r->nproc > 1) {
+ * others would wait for this one in vain; an interrupted run is no failure:
+ * every rank stopped at the same step); else the outputs (metrics, traces,
+ * what was saved), then everything the run owns, in reverse order of making.
+ * Returns the exit code, CLI_EXIT_FAIL when a write failed. */
+static int train_finish(train_run *r, int exit_code) {
+  if (exit_code != CLI_EXIT_OK && !r->stop_signal && r->nproc > 1) {
     if (r->log) fclose(r->log);
     fflush(stdout);
     ts_client_abort(r->client, exit_code);
   }
-  if (r->log) fclose(r->log);
-  if (r->o.metrics) {
-    char *rep = ts_metrics_short_report();
-    if (rep) printf("metrics:\n%s", rep);
-    free(rep);
-    if (ts_metrics_write_json(r->o.metrics) < 0) cli_error(CMD, "--metrics: %s", ts_last_error());
+  exit_code = train_outputs_finish(r, exit_code);
+  if (r->stop_signal && r->nproc > 1) {
+    /* Why a barrier: mpirun ends the whole job as soon as one rank exits
+     * non-zero (130/143 here), so no rank may exit before rank 0 has
+     * written its files and its report */
+    int64_t all_done;
+    fflush(stdout);
+    if (ts_client_max(r->client, 0, &all_done) < 0) cli_error(CMD, "%s", ts_last_error());
   }
-  if (r->o.trace && ts_trace_stop(r->o.trace) < 0) cli_error(CMD, "--trace: %s", ts_last_error());
   if (r->bar) ts_progress_finish(r->bar, NULL);
   ts_loader_free(r->loader); // joins the workers before the dataset goes
   ts_source_free(r->train_src);
@@ -58,6 +62,7 @@ static void train_finish(train_run *r, int exit_code) {
   ts_mesh_free(r->mesh);
   if (r->train.images || r->train.labels) ts_dataset_free(&r->train);
   if (r->test.images || r->test.labels) ts_dataset_free(&r->test);
+  return exit_code;
 }
 
 int cli_train(int argc, char **argv) {
@@ -72,6 +77,12 @@ int cli_train(int argc, char **argv) {
   rc = train_load(&r);
   if (rc == CLI_EXIT_OK) rc = train_compile(&r);
   if (rc == CLI_EXIT_OK) rc = train_epochs(&r);
-  train_finish(&r, rc);
+  rc = train_finish(&r, rc);
+  /* stdout too: a report that could not be written is a failure */
+  errno = 0;
+  if ((fflush(stdout) != 0 || ferror(stdout)) && rc == CLI_EXIT_OK) {
+    cli_error(CMD, "cannot write to stdout: %s", errno ? strerror(errno) : "write error");
+    rc = CLI_EXIT_FAIL;
+  }
   return rc;
 }

@@ -78,6 +78,11 @@ int train_ckpt_maybe_save(train_run *r, int64_t step) {
   const train_opts *o = &r->o;
   if (!o->save_dir) return 0;
   if (!(o->save_every && step % o->save_every == 0) && step != r->total_steps) return 0;
+  return train_ckpt_save(r, step);
+}
+
+int train_ckpt_save(train_run *r, int64_t step) {
+  const train_opts *o = &r->o;
   ts_ckpt_meta m = {.step = step, .epoch = step / r->steps_per_epoch, .epoch_step = step % r->steps_per_epoch,
                     .has_optim = true, .optim = r->gs.optim, .has_schedule = true, .schedule = r->sched,
                     .seed = o->seed, .has_loader = true, .program_hash = r->program_hash};

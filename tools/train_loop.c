@@ -2,12 +2,14 @@
  * one compiled step each, the JSON log and the progress bar, an evaluation
  * after every epoch and the closing summary. */
 #include <math.h>
+#include <signal.h> // SIGINT, SIGTERM
 #include <stdio.h>
 #include <time.h> // clock_gettime
 
 #include "args.h"            // cli_error, exit codes
 #include "tessel/metrics.h"  // DataWaitTime, trace events
 #include "train_run.h"
+#include "train_stop.h"      // SIGINT/SIGTERM: stop after a step
 
 double train_now_s(void) {
   struct timespec t;
@@ -50,10 +52,16 @@ static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, fl
   return 0;
 }
 
-/* The log contract: %.9g round-trips a float, so "exact" comparisons of logs are exact. */
-static void log_step(FILE *log, int64_t step, float loss, double step_ms) {
-  if (isfinite(loss)) fprintf(log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
-  else fprintf(log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+/* The log contract: %.9g round-trips a float, so "exact" comparisons of logs
+ * are exact. Opened at the first step, flushed per record (never ends
+ * mid-record, even when the process is killed). */
+static int log_step(train_run *r, int64_t step, float loss, double step_ms) {
+  if (train_log_open(r) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+  if (!r->log) return CLI_EXIT_OK;
+  if (isfinite(loss))
+    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
+  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+  return train_log_flush(r);
 }
 
 /* The steps of one epoch (up to the run's total), under a progress bar. */
@@ -76,10 +84,11 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     double step_t0 = train_now_s();
     if (run_step(r, batch, st->step, &loss) < 0) return train_lib_error();
     st->step++;
+    r->steps_done = st->step;
     if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
-    if (r->log) log_step(r->log, st->step, loss, 1e3 * (train_now_s() - step_t0));
+    if (log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
     st->window_loss += loss;
     st->window_n++;
@@ -96,6 +105,9 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
       st->window_loss = 0;
       st->window_n = 0;
     }
+    int sig = train_stop_requested(r->client);
+    if (sig < 0) return train_lib_error();
+    if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
   }
   st->train_time += train_now_s() - ts0;
   char extra[48];
@@ -122,9 +134,26 @@ static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double ep
   st->window_n = 0;
   if (r->log) {
     fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f}\n", (long long)epoch, st->acc);
-    fflush(r->log);
+    return train_log_flush(r);
   }
   return CLI_EXIT_OK;
+}
+
+/* The run stopped early on SIGINT/SIGTERM, after step st->step: says so;
+ * train.c then writes the outputs. Exit code 128 + signal, as a shell reports
+ * a process the signal ended. */
+static int train_interrupted(train_run *r, const loop_state *st) {
+  char e1[32];
+  printf("interrupted by %s after step %lld of %lld (%s); no evaluation of this epoch\n",
+         r->stop_signal == SIGINT ? "SIGINT" : r->stop_signal == SIGTERM ? "SIGTERM" : "a signal",
+         (long long)st->step, (long long)r->total_steps, fmt_duration(train_now_s() - st->start, e1, sizeof e1));
+  fflush(stdout); /* under mpirun a rank may be killed a few seconds after the signal: say it now */
+  /* With --save-dir: the parameters, the optimizer state and the loader
+   * position after step st->step, so that --resume continues exactly here.
+   * Every rank reaches this point after the same step (train_stop.c), so the
+   * collective save lines up. */
+  if (r->o.save_dir && st->step > st->first_step && train_ckpt_save(r, st->step) < 0) return train_lib_error();
+  return 128 + r->stop_signal;
 }
 
 int train_epochs(train_run *r) {
@@ -141,13 +170,20 @@ int train_epochs(train_run *r) {
   if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
   st.first_step = st.step;
   st.start = train_now_s();
+  train_stop_install(r->rank == 0 || o->all_ranks); /* from here on, Ctrl-C stops after a step */
   int64_t first_epoch = 1 + st.step / r->steps_per_epoch; /* a resumed run continues in its epoch */
   for (int64_t epoch = first_epoch; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
     double epoch_loss = 0;
     int64_t epoch_n = 0;
     int rc = train_one_epoch(r, &st, epoch, &epoch_loss, &epoch_n);
-    if (rc == CLI_EXIT_OK) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc == CLI_EXIT_OK && !r->stop_signal) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc == CLI_EXIT_OK && !r->stop_signal && st.step < r->total_steps) { /* a signal during the evaluation */
+      int sig = train_stop_requested(r->client);
+      if (sig < 0) rc = train_lib_error();
+      else r->stop_signal = sig;
+    }
     if (rc != CLI_EXIT_OK) return rc;
+    if (r->stop_signal) return train_interrupted(r, &st);
   }
   if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
     printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,

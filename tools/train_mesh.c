@@ -3,7 +3,13 @@
  * and optimizer state sharded, gathered where used) on "fsdp". */
 #include "train_mesh.h"
 
+#include <math.h>   // INFINITY
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h> // getrlimit: ulimit -v
+#include <unistd.h>       // sysconf
+
+#include "ir/ir.h" // ts_set_error
 
 /* True when name is param or param + "." + optimizer-state suffix. */
 static bool is_param(const char *name, const char *param) {
@@ -64,4 +70,71 @@ int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) {
     if (mark(g, m, t, n, dims, axes) < 0) return -1;
   }
   return 0;
+}
+
+int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool placed) {
+  static const char *const known[] = {"data", "model", "fsdp"};
+  for (int a = 0; a < ts_mesh_rank(m); a++) {
+    const char *n = ts_mesh_axis_name(m, a);
+    bool ok = false;
+    for (int k = 0; k < 3 && n; k++) ok = ok || strcmp(n, known[k]) == 0;
+    if (!ok && !placed && !n)
+      return ts_set_error("mesh axis %d has no name; tessel shards over axes named 'data' (the batch), 'model' "
+                          "(the MLP's fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state)", a);
+    if (!ok && !placed)
+      return ts_set_error("mesh axis '%s' is not one tessel shards over: 'data' (the batch), 'model' (the MLP's "
+                          "fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state); names are "
+                          "case-sensitive, and any other axis would only replicate the model", n);
+    if (ok && !megatron && strcmp(n, "model") == 0 && ts_mesh_axis_size(m, a) > 1)
+      fprintf(stderr, "tessel %s: note: the CNN has no model-parallel layout; its %lld devices on axis 'model' "
+                      "hold replicas\n", cmd, (long long)ts_mesh_axis_size(m, a));
+  }
+  return 0;
+}
+
+/* The first number in file after `key` (NAN when absent). */
+static double read_number(const char *file, const char *key) {
+  FILE *f = fopen(file, "r");
+  if (!f) return NAN;
+  char line[256];
+  double v = NAN;
+  size_t n = strlen(key);
+  while (isnan(v) && fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0 && sscanf(line + n, "%lf", &v) != 1) v = NAN;
+  fclose(f);
+  return v;
+}
+
+/* Bytes this process may still allocate: the least of the machine's
+ * available memory, the cgroup's limit and the address-space limit; *what
+ * names the binding one. */
+static double available_bytes(const char **what) {
+  double best = INFINITY, v;
+  *what = "unknown";
+  if (!isnan(v = read_number("/proc/meminfo", "MemAvailable:"))) best = v * 1024, *what = "MemAvailable in /proc/meminfo";
+  double max = read_number("/sys/fs/cgroup/memory.max", ""), cur = read_number("/sys/fs/cgroup/memory.current", "");
+  if (!isnan(max) && !isnan(cur) && max - cur < best) best = max - cur, *what = "the cgroup's memory.max";
+  struct rlimit rl;
+  double vm = read_number("/proc/self/statm", "") * (double)sysconf(_SC_PAGESIZE); /* pages of address space in use */
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && !isnan(vm) && (double)rl.rlim_cur - vm < best)
+    best = (double)rl.rlim_cur - vm, *what = "the address-space limit (ulimit -v)";
+  return best < 0 ? 0 : best;
+}
+
+int train_mesh_check_memory(const ts_mesh *m, int local_devices, int64_t params, int states, bool megatron,
+                            double *estimate) {
+  int model = megatron ? axis_named(m, "model") : -1, fsdp = axis_named(m, "fsdp");
+  double shards = (model >= 0 ? (double)ts_mesh_axis_size(m, model) : 1) * (fsdp >= 0 ? (double)ts_mesh_axis_size(m, fsdp) : 1);
+  double state = (double)params * 4 * (2 + states) / shards; /* f32 parameters, gradients, optimizer states */
+  double per_device = state + 6.0 * 1024 * 1024;
+  *estimate = per_device * local_devices;
+  const char *what;
+  double avail = available_bytes(&what);
+  if (*estimate <= avail) return 0;
+  const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
+  return ts_set_error("%d virtual devices need at least %.1f GiB here (%.1f MiB each: %lld parameters with their "
+                      "gradients and %d optimizer state%s%s, plus 6 MiB of programs and activations) but %.1f GiB "
+                      "is available (%s); use a smaller mesh",
+                      local_devices, *estimate / gib, per_device / mib, (long long)params, states,
+                      states == 1 ? "" : "s", shards > 1 ? ", sharded" : " on every device", avail / gib, what);
 }

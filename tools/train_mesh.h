@@ -18,4 +18,24 @@
  * Returns 0 or -1 (error set). */
 int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron);
 
+/* The mesh's axes are ones the shardings above use: "data", "model" (the
+ * MLP only: with !megatron a note on stderr says it only replicates),
+ * "fsdp". Any other name (or an unnamed axis) would train fully replicated
+ * on it without a word: -1 (error set: the axes understood) unless
+ * `placed`, when the caller places tensors on it itself (inspect --spec).
+ * cmd names the command in the note. */
+int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool placed);
+
+/* Whether the mesh's devices in this process (local_devices of it) fit in
+ * memory before anything is compiled for them: every device keeps its own
+ * copy of each parameter, its gradient and `states` optimizer states
+ * (AdamW 2, SGD with momentum 1), divided over the axes that shard them
+ * ("model" with megatron, "fsdp"), plus about 6 MiB for its programs and
+ * activations (the MLP measured 17.9 MB per device, 10.7 of them parameter
+ * state). *estimate gets the total in bytes (a lower bound). Returns 0, or -1
+ * (error set: the estimate, what it counts, and the memory available to this
+ * process) when even the estimate exceeds that memory. */
+int train_mesh_check_memory(const ts_mesh *m, int local_devices, int64_t params, int states, bool megatron,
+                            double *estimate);
+
 #endif

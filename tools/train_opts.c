@@ -8,6 +8,7 @@
 
 #include "args.h"            // cli_flag, cli_parse_*, cli_error
 #include "tessel/loader.h"   // TS_FASHION_MNIST_DIR
+#include "tessel/runtime.h"  // TS_MAX_THREADS
 #include "train_fault.h"     // --testing-fault (test builds only)
 
 #define CMD "train"
@@ -44,16 +45,20 @@ void cli_train_usage(FILE *f) {
           "  --optimizer sgd|adamw      [adamw]\n"
           "  --lr X                     peak learning rate [adamw 1e-3, sgd 0.05]\n"
           "  --lr-schedule constant|cosine  cosine decays to 0 at the last step [cosine]\n"
-          "  --warmup N                 linear warm-up steps [100, at most 10%% of the run]\n"
+          "  --warmup N                 linear warm-up steps, at most the run's steps\n"
+          "                             [100, at most 10%% of the run]\n"
           "  --weight-decay X           AdamW: decoupled; SGD: L2 [adamw 0.01, sgd 0]\n"
           "  --momentum X               SGD momentum [0.9]\n"
           "  --seed S                   initialization, shuffling and dropout [0]\n"
-          "  --threads N                compute threads [$TESSEL_NUM_THREADS or all cores]\n"
+          "  --threads N                compute threads, at most 4096; more than the cores are capped\n"
+          "                             to the cores (as for $TESSEL_NUM_THREADS)\n"
+          "                             [$TESSEL_NUM_THREADS or all cores]\n"
           "  --steps N                  stop after N steps in total (for tests) [no limit]\n"
           "  --eval-batch N             evaluation batch size [1000]\n"
           "  --mesh AXIS=N,...          SPMD over virtual CPU devices (e.g. data=4,model=2): the batch\n"
           "                             on axis 'data', the MLP's fc1/fc2 Megatron-split on 'model',\n"
           "                             weights and optimizer state sharded on 'fsdp' (FSDP);\n"
+          "                             other axis names are errors; at most 4096 devices in all;\n"
           "                             under mpirun the devices are shared out over the processes\n"
           "                             [one device; under mpirun: data=<processes>]\n"
           "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
@@ -120,7 +125,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     INT_FLAG("--steps", 1, "a positive integer", o->steps)
     INT_FLAG("--eval-batch", 1, "a positive integer", o->eval_batch)
     INT_FLAG("--warmup", 0, "a non-negative integer", o->warmup)
-    INT_FLAG("--threads", 1, "a positive integer", o->threads)
+    if (FLAG("--threads")) { /* the rule of TESSEL_NUM_THREADS: [1, TS_MAX_THREADS], capped to the cores */
+      if (r < 0 || cli_parse_int(CMD, "--threads", v, 1, TS_MAX_THREADS, "a positive integer", &n) < 0) return -1;
+      o->threads = n;
+      continue;
+    }
     INT_FLAG("--check-replicas", 1, "a positive integer", o->check_replicas)
     DOUBLE_FLAG("--lr", 1e-30, 1e6, "a positive number", o->lr)
     DOUBLE_FLAG("--weight-decay", 0.0, 1e6, "a non-negative number", o->weight_decay)
@@ -200,6 +209,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
                      "(the CIFAR-10 binary version: https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz)");
       return -1;
     }
+  }
+  if (o->check_replicas && o->parallel != PARALLEL_DDP) {
+    cli_error(CMD, "--check-replicas compares the replicas of --parallel ddp; an SPMD run has none to compare");
+    return -1;
   }
   if (o->parallel == PARALLEL_DDP && o->mesh) {
     cli_error(CMD, "--parallel ddp runs one replica per process and takes no --mesh (use --parallel spmd)");

@@ -13,6 +13,7 @@
 #include "tessel/loader.h"  // ts_dataset, ts_augment, ts_loader, ts_progress
 #include "tessel/tessel.h"
 #include "train_opts.h"
+#include "train_outputs.h"  // train_output: the files the run writes
 
 #define CMD "train"
 
@@ -34,14 +35,17 @@ void program_free(program *pr);
 
 /* ---- one run ---- */
 
-typedef struct {
+typedef struct train_run {
   train_opts o;
   ts_mesh *mesh;              /* NULL: one device (or DDP) */
   char mesh_text[64];         /* o.mesh when chosen by default under mpirun */
   ts_client *client;
   int nproc, rank;
   bool ddp;
-  FILE *log;                  /* --log-json, rank 0 only */
+  train_output out[OUT_COUNT]; /* the files this process writes (train_outputs.h) */
+  FILE *log;                  /* --log-json, rank 0 only, opened at the first step */
+  int64_t steps_done;         /* > 0: training started (outputs may be written) */
+  int stop_signal;            /* SIGINT or SIGTERM: the run stopped early (train_stop.h) */
   ts_dataset train, test;
   ts_augment norm;            /* pixel normalization (evaluation) */
   ts_augment train_aug;       /* normalization + CIFAR-10's crop and flip */
@@ -82,6 +86,9 @@ int train_ckpt_restore(train_run *r, int64_t *step);
 /* train_ckpt.c: after step `step` (steps done): a checkpoint into --save-dir if
  * --save-every or the end of the run asks for one. Collective under mpirun. */
 int train_ckpt_maybe_save(train_run *r, int64_t step);
+/* train_ckpt.c: a checkpoint of the state after step `step` into --save-dir
+ * now (collective under MPI); 0 or -1 (error set). */
+int train_ckpt_save(train_run *r, int64_t step);
 
 /* train_eval.c: test accuracy in [0, 1]; full batches of e with `full`, the
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */

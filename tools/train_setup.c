@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h> // stat: is the dataset missing or damaged?
 
 #include "args.h"            // cli_error, exit codes
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
+#include "util/config.h"     // TESSEL_NUM_THREADS: a capped count is reported
 
 /* Fashion-MNIST pixel statistics (of pixel/255 over the training set). */
 #define FMNIST_MEAN 0.2860f
@@ -17,8 +19,11 @@
 
 int train_join(train_run *r) {
   train_opts *o = &r->o;
-  if (o->mesh && !(r->mesh = ts_mesh_from_text(o->mesh))) {
+  if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP, false) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
+    ts_mesh_free(r->mesh);
+    r->mesh = NULL;
     return CLI_EXIT_USAGE;
   }
   /* The client first: under mpirun it joins the job (and says which rank
@@ -42,7 +47,6 @@ int train_join(train_run *r) {
       ts_client_abort(r->client, CLI_EXIT_FAIL);
     }
   }
-  if (r->rank != 0) o->metrics = o->trace = NULL; /* rank 0 writes the files */
   if (!r->ddp && !r->mesh && ts_client_num_devices(r->client) > 1) { /* under mpirun: data parallel by default */
     snprintf(r->mesh_text, sizeof r->mesh_text, "data=%d", ts_client_num_devices(r->client));
     o->mesh = r->mesh_text;
@@ -53,19 +57,39 @@ int train_join(train_run *r) {
       return CLI_EXIT_FAIL;
     }
   }
-  if (o->log_json && r->rank == 0 && !(r->log = fopen(o->log_json, "w"))) {
-    cli_error(CMD, "--log-json: cannot open '%s': %s", o->log_json, strerror(errno));
+  /* every output path checked before the data is read; nothing is written yet */
+  int rc = train_outputs_check(r);
+  if (rc != CLI_EXIT_OK) {
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
-    if (r->nproc > 1) ts_client_abort(r->client, CLI_EXIT_USAGE);
+    if (r->nproc > 1) ts_client_abort(r->client, rc);
     ts_client_free(r->client);
     r->client = NULL;
-    return CLI_EXIT_USAGE;
+    return rc;
   }
   return CLI_EXIT_OK;
 }
 
+/* The dataset is absent (not merely damaged): the directory, or the first
+ * file the loader reads, does not exist. */
+static bool data_missing(int dataset, const char *dir) {
+  char a[4096], b[4200];
+  struct stat st;
+  if (stat(dir, &st) != 0) return errno == ENOENT;
+  if (dataset == DATA_CIFAR10) {
+    snprintf(a, sizeof a, "%s/data_batch_1.bin", dir);
+    snprintf(b, sizeof b, "%s/cifar-10-batches-bin/data_batch_1.bin", dir);
+  } else {
+    snprintf(a, sizeof a, "%s/train-images-idx3-ubyte", dir);
+    snprintf(b, sizeof b, "%s.gz", a);
+  }
+  return stat(a, &st) != 0 && errno == ENOENT && stat(b, &st) != 0 && errno == ENOENT;
+}
+
+/* How to get the dataset, when it is missing (a damaged one gets no hint:
+ * installing the package would not repair it). */
 static void data_hint(int dataset, const char *dir) {
+  if (!data_missing(dataset, dir)) return;
   if (dataset == DATA_CIFAR10)
     fprintf(stderr,
             "hint: no CIFAR-10 in '%s': download the binary version "
@@ -130,11 +154,13 @@ int train_load(train_run *r) {
   if (lrc) return lrc;
   const ts_dataset *train = &r->train, *test = &r->test;
   int want_c = cifar || synth ? 3 : 1, want_hw = synth ? train->h : cifar ? 32 : 28;
-  if (train->c != want_c || train->h != want_hw || train->w != want_hw || test->c != want_c ||
-      test->h != want_hw || test->w != want_hw) {
-    cli_error(CMD, "expected %dx%dx%d images in '%s', got %dx%dx%d", want_c, want_hw, want_hw, o->data_dir,
-              train->c, train->h, train->w);
-    return CLI_EXIT_FAIL;
+  for (int k = 0; k < 2; k++) { /* each set's own shape in the message */
+    const ts_dataset *d = k ? test : train;
+    if (d->c != want_c || d->h != want_hw || d->w != want_hw) {
+      cli_error(CMD, "the %s set in '%s' has %dx%dx%d images; %s expects %dx%dx%d", k ? "test" : "training",
+                o->data_dir, d->c, d->h, d->w, train_dataset_names[o->dataset], want_c, want_hw, want_hw);
+      return CLI_EXIT_FAIL;
+    }
   }
   o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
@@ -152,6 +178,12 @@ int train_load(train_run *r) {
   }
   r->total_steps = r->steps_per_epoch * o->epochs;
   if (o->steps > 0 && o->steps < r->total_steps) r->total_steps = o->steps;
+  if (o->warmup > r->total_steps) {
+    cli_error(CMD, "--warmup: %lld steps is longer than the run (%lld steps): the learning rate would never "
+                   "reach --lr; use at most %lld", (long long)o->warmup, (long long)r->total_steps,
+              (long long)r->total_steps);
+    return CLI_EXIT_USAGE;
+  }
   r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
   r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
                               .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
@@ -202,21 +234,41 @@ int train_compile(train_run *r) {
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
-  ts_graph *step_graph = model_train_graph(&r->gs, r->params);
-  if (step_graph) r->program_hash = ts_graph_hash(step_graph); /* before the mesh marks it: any mesh alike */
-  if (compile_graph(r, step_graph, &r->step_pr, &co) < 0) return train_lib_error();
+  ts_graph *step = model_train_graph(&r->gs, r->params);
+  if (step) r->program_hash = ts_graph_hash(step); /* before the mesh marks it: any mesh alike */
+  if (step && r->mesh) { /* before compiling for every device: will they fit? */
+    double need = 0;
+    int states = o->optimizer == 1 ? 2 : o->momentum > 0 ? 1 : 0;
+    if (train_mesh_check_memory(r->mesh, ts_client_num_local_devices(r->client), ts_params_trainable_numel(r->params),
+                                states, o->model == MODEL_MLP, &need) < 0) {
+      r->g = step; /* freed by train.c */
+      cli_error(CMD, "--mesh %s: %s", o->mesh, ts_last_error());
+      return CLI_EXIT_FAIL;
+    }
+    if (need > 1024.0 * 1024 * 1024) {
+      printf("SPMD: compiling for %d devices in this process (at least %.1f GiB)...\n",
+             ts_client_num_local_devices(r->client), need / (1024.0 * 1024 * 1024));
+      fflush(stdout);
+    }
+  }
+  if (compile_graph(r, step, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
   if (r->test.n % r->eval_b &&
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
+  /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
+  int asked = o->threads ? (int)o->threads : env_config()->num_threads;
+  char capped[64] = "";
+  if (asked > ts_client_num_threads(r->client))
+    snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
   printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
-         "batch %lld, %lld epochs x %lld steps, %d threads; compiled in %.2fs\n",
+         "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
          train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,
          (long long)ts_params_trainable_numel(r->params), train_optim_names[o->optimizer], o->lr,
          train_sched_names[o->schedule], (long long)r->warmup, o->weight_decay, (long long)o->batch,
-         (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client),
+         (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client), capped,
          train_now_s() - t0);
   if (r->mesh) /* say what SPMD does: the mesh and the collectives the partitioner inserted */
     printf("SPMD: mesh %s on %d virtual CPU devices in %d process%s; %d collectives per training step "

@@ -104,6 +104,11 @@ void ts_metrics_clear(void);
 char *ts_metrics_report(void);
 char *ts_metrics_short_report(void);
 char *ts_metrics_json(void);
+/* Writes ts_metrics_json() to path. A new or regular file is replaced
+ * atomically (a temporary file beside it, fsync, rename): readers never see
+ * half a file, and a failed write leaves the old one. A character device
+ * (/dev/null) or FIFO is written in place, never renamed over; a directory,
+ * block device or socket is refused. ts_trace_stop writes the same way. */
 int ts_metrics_write_json(const char *path);
 
 /* ---- tracing ---- */
@@ -111,6 +116,11 @@ int ts_metrics_write_json(const char *path);
 int ts_trace_start(void);
 /* Stops recording and writes the events to path as Chrome trace JSON. */
 int ts_trace_stop(const char *path);
+/* The TESSEL_TRACE file (NULL when unset), and the caller now writes it
+ * (ts_trace_stop) when and if it chooses: the library no longer writes it at
+ * exit. tessel train uses this to leave the file untouched when a run fails
+ * before its first step, and to report a failed write in its exit code. */
+const char *ts_trace_take_env_path(void);
 bool ts_trace_enabled(void);
 /* One complete event [t0_ns, t1_ns) on the track of `device` (>= 0) or the
  * host (-1). cat: "kernel", "collective", "compile", "data", "transfer",

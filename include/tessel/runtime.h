@@ -26,14 +26,22 @@ typedef struct ts_client ts_client;
 typedef struct ts_buffer ts_buffer;
 typedef struct ts_executable ts_executable;
 
+/* The most devices a client has, in one process or over all processes of a
+ * job (options, $TESSEL_CPU_DEVICES, meshes of tessel train and inspect):
+ * each CPU device is a thread with its own copy of every replicated tensor. */
+#define TS_MAX_DEVICES 4096
+/* The most compute threads a client may be asked for (options,
+ * $TESSEL_NUM_THREADS, --threads); more than the cores are capped to them. */
+#define TS_MAX_THREADS 4096
+
 typedef struct {
   /* Compute threads used by kernels; 0 = TESSEL_NUM_THREADS if set, else all
-   * cores. Never more threads than cores are started across tessel and
-   * oneDNN together. */
+   * cores; at most TS_MAX_THREADS. Never more threads than cores are
+   * started across tessel and oneDNN together (a larger count is capped). */
   int num_threads;
   /* Virtual CPU devices in this process, each run by its own thread
    * (SPMD programs over a mesh of them); 0 = $TESSEL_CPU_DEVICES if set,
-   * else 1. Each device's kernels use max(1, num_threads / num_devices)
+   * else 1; at most TS_MAX_DEVICES. Each device's kernels use max(1, num_threads / num_devices)
    * threads, so N devices together never oversubscribe the cores. */
   int num_devices;
   /* Several processes (MPI): the devices of all processes together, shared
@@ -82,6 +90,11 @@ bool ts_client_is_local_device(const ts_client *c, int device);
  * else -1 on every process with an error quoting rank 0's text and the first
  * differing rank's. Always 0 in one process. */
 int ts_client_check_same(ts_client *c, const char *what, const char *text);
+/* Collective: *max = the largest `value` any process passed, on every
+ * process (one process: value). Every process calls it at the same point,
+ * e.g. to agree on a flag: tessel train stops every rank at the same step
+ * when any of them was interrupted. */
+int ts_client_max(ts_client *c, int64_t value, int64_t *max);
 /* Ends every process of the job with exit code `code` (MPI_Abort): after an
  * error in one process the others would wait in their next collective until
  * it times out. Alone: exit(code). Never returns. */

@@ -111,6 +111,11 @@ int ts_cifar10_load(const char *dir, const char *split, ts_dataset *out) {
   for (int k = 0; k < nfiles; k++) {
     if (train) snprintf(path, sizeof path, "%s/data_batch_%d.bin", base, k + 1);
     else snprintf(path, sizeof path, "%s/test_batch.bin", base);
+    if (stat(path, &st) != 0 && errno != ENOENT) { /* there but unusable: a symlink loop, no permission */
+      int e = errno;
+      ts_dataset_free(out);
+      return ts_set_error("%s: %s", path, strerror(e));
+    }
     if (stat(path, &st) != 0) {
       ts_dataset_free(out);
       return ts_set_error_code(TS_ERR_IO, "%s: no such file; CIFAR-10 (binary version) expects data_batch_1..5.bin and "

@@ -1,6 +1,7 @@
 /* dataset.c — MNIST-format datasets in memory: loading an image/label file
  * pair, building normalized f32 batches, and the seeded shuffle used for
  * epoch order. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 /* "<dir>/<split>-<kind>-idx<n>-ubyte.gz" if it exists, else the plain name. */
 static void mnist_path(char *buf, size_t len, const char *dir, const char *split, const char *kind) {
   snprintf(buf, len, "%s/%s-%s.gz", dir, split, kind);
-  if (access(buf, F_OK) == 0) return;
+  if (access(buf, F_OK) == 0 || errno != ENOENT) return; /* there, or broken (a symlink loop): said on use */
   snprintf(buf, len, "%s/%s-%s", dir, split, kind);
 }
 
@@ -25,6 +26,7 @@ int ts_mnist_load(const char *dir, const char *split, ts_dataset *out) {
   char ipath[4096], lpath[4096];
   mnist_path(ipath, sizeof ipath, dir, split, "images-idx3-ubyte");
   mnist_path(lpath, sizeof lpath, dir, split, "labels-idx1-ubyte");
+  if (access(ipath, F_OK) != 0 && errno != ENOENT) return ts_set_error("%s: %s", ipath, strerror(errno));
   if (access(ipath, F_OK) != 0)
     return ts_set_error_code(TS_ERR_IO, "%s: no such file (nor with .gz); is the dataset installed in %s? "
                              "(split is \"train\" or \"t10k\")", ipath, dir);

@@ -1,9 +1,10 @@
 /* mesh_text.c — meshes from the CLI's one-string form "data=4,model=2". */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "mesh/mesh.h"
+#include "tessel/runtime.h" /* TS_MAX_DEVICES */
 
 ts_mesh *ts_mesh_from_text(const char *text) {
   if (!text || !*text) {
@@ -14,6 +15,7 @@ ts_mesh *ts_mesh_from_text(const char *text) {
   const char *ptrs[TS_MESH_MAX_RANK];
   int64_t shape[TS_MESH_MAX_RANK];
   int rank = 0;
+  double devices = 1; /* the product of the sizes so far (exact up to 2^53) */
   const char *p = text;
   while (*p) {
     const char *end = strchr(p, ',');
@@ -30,11 +32,18 @@ ts_mesh *ts_mesh_from_text(const char *text) {
     memcpy(names[rank], p, (size_t)(eq - p));
     names[rank][eq - p] = '\0';
     char *num_end;
+    errno = 0;
     long long v = strtoll(eq + 1, &num_end, 10);
-    if (num_end != end || v < 1 || v > 65536) {
+    if (num_end != end || num_end == eq + 1 || v < 1) {
       ts_set_error("mesh: size of axis '%s' in '%s' is not an integer >= 1", names[rank], text);
       return NULL;
     }
+    if (errno == ERANGE || v > TS_MAX_DEVICES) {
+      ts_set_error("mesh: axis '%s' in '%s' has %s devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)",
+                   names[rank], text, errno == ERANGE ? "too many" : eq + 1, TS_MAX_DEVICES);
+      return NULL;
+    }
+    devices *= (double)v;
     shape[rank] = v;
     ptrs[rank] = names[rank];
     rank++;
@@ -43,6 +52,11 @@ ts_mesh *ts_mesh_from_text(const char *text) {
       ts_set_error("mesh: '%s' ends with a comma", text);
       return NULL;
     }
+  }
+  if (devices > TS_MAX_DEVICES) {
+    ts_set_error("mesh: '%s' has %.0f devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)", text,
+                 devices, TS_MAX_DEVICES);
+    return NULL;
   }
   return ts_mesh_new(rank, shape, ptrs, 0, NULL);
 }

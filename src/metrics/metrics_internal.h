@@ -78,7 +78,10 @@ typedef struct {
 } mt_snapshot;
 mt_snapshot *mt_snapshot_all(int *n);
 
-/* Atomic write: path.tmp + fsync + rename. */
+/* Writes a metrics or trace file. A new or regular file (or a symbolic link
+ * to one: its target) is replaced atomically: path.tmp.<pid> + fsync +
+ * rename. A character device (/dev/null) or FIFO is written in place, never
+ * renamed over; a directory, block device or socket is refused. */
 int mt_write_file(const char *path, const char *data, size_t len);
 
 #endif

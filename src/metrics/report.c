@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> /* stat: regular or special file */
 #include <unistd.h> /* fsync, getpid */
 
 #include "util/error.h"
@@ -25,36 +26,68 @@ void mt_json_string(ts_strbuf *sb, const char *s) {
   ts_sb_printf(sb, "\"");
 }
 
-int mt_write_file(const char *path, const char *data, size_t len) {
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-    return ts_set_error("write '%s': path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return ts_set_error_code(TS_ERR_IO, "write '%s': cannot create '%s': %s", path, tmp, strerror(errno));
+/* Writes all of data to fd; 0, or errno. */
+static int write_all(int fd, const char *data, size_t len) {
   size_t off = 0;
   while (off < len) {
     ssize_t w = write(fd, data + off, len - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp);
-      return ts_set_error_code(TS_ERR_IO, "write '%s': %s", tmp, strerror(e));
-    }
+    if (w <= 0) return w < 0 ? errno : EIO;
     off += (size_t)w;
   }
-  /* fsync before rename: a crash never leaves a renamed but half-written file */
-  if (fsync(fd) < 0 || close(fd) < 0) {
-    int e = errno;
-    unlink(tmp);
-    return ts_set_error_code(TS_ERR_IO, "write '%s': %s", tmp, strerror(e));
-  }
-  if (rename(tmp, path) < 0) {
-    int e = errno;
-    unlink(tmp);
-    return ts_set_error_code(TS_ERR_IO, "write '%s': rename from '%s': %s", path, tmp, strerror(e));
-  }
   return 0;
+}
+
+/* A character device (/dev/null, a terminal) or a FIFO: written in place,
+ * never replaced. Opened without O_CREAT or O_TRUNC: it exists. */
+static int write_in_place(const char *path, const char *data, size_t len, const char *kind) {
+  int fd = open(path, O_WRONLY | O_NOCTTY);
+  if (fd < 0) return ts_set_error_code(TS_ERR_IO, "write '%s' (%s, written in place): %s", path, kind, strerror(errno));
+  int e = write_all(fd, data, len);
+  if (close(fd) < 0 && !e) e = errno;
+  return e ? ts_set_error_code(TS_ERR_IO, "write '%s' (%s, written in place): %s", path, kind, strerror(e)) : 0;
+}
+
+int mt_write_file(const char *path, const char *data, size_t len) {
+  /* What path names decides how it is written: a new or regular file is
+   * replaced atomically; a special file is never renamed over (as root, a
+   * rename over /dev/null would turn the device node into a regular file). */
+  struct stat st;
+  char *target = NULL; /* a symbolic link: its target is replaced, not the link */
+  if (stat(path, &st) == 0) {
+    if (S_ISCHR(st.st_mode)) return write_in_place(path, data, len, "a character device");
+    if (S_ISFIFO(st.st_mode)) return write_in_place(path, data, len, "a FIFO");
+    if (!S_ISREG(st.st_mode))
+      return ts_set_error_code(TS_ERR_IO, "write '%s': it is %s, not a regular file; refusing to write to it", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISBLK(st.st_mode) ? "a block device"
+                                                                                      : "a socket or other special file");
+    struct stat lst;
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && !(target = realpath(path, NULL)))
+      return ts_set_error_code(TS_ERR_IO, "write '%s': cannot resolve the symbolic link: %s", path, strerror(errno));
+  }
+  const char *dst = target ? target : path;
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid()) >= (int)sizeof tmp) {
+    free(target);
+    return ts_set_error("write '%s': path too long", path);
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    free(target);
+    return ts_set_error_code(TS_ERR_IO, "write '%s': cannot create '%s': %s", path, tmp, strerror(e));
+  }
+  int e = write_all(fd, data, len);
+  /* fsync before rename: a crash never leaves a renamed but half-written file */
+  if (!e && fsync(fd) < 0) e = errno;
+  if (close(fd) < 0 && !e) e = errno;
+  if (!e && rename(tmp, dst) < 0) e = errno;
+  if (e) {
+    unlink(tmp);
+    ts_set_error_code(TS_ERR_IO, "write '%s': %s", path, strerror(e));
+  }
+  free(target);
+  return e ? -1 : 0;
 }
 
 /* 226ms137.620us, 09s969ms486.408us, 006.378us — PyTorch/XLA's time format. */

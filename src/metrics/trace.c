@@ -28,6 +28,7 @@ static pthread_mutex_t tr_lock = PTHREAD_MUTEX_INITIALIZER;
 static tr_event *tr_events;
 static int64_t tr_n, tr_cap, tr_dropped, tr_start_ns;
 static char *tr_env_path; /* TESSEL_TRACE */
+static bool tr_env_taken; /* a caller writes it (ts_trace_take_env_path), not the exit hook */
 
 bool ts_trace_enabled(void) { return TS_TRACE_ON() != 0; }
 
@@ -118,8 +119,13 @@ int ts_trace_stop(const char *path) {
   return rc;
 }
 
+const char *ts_trace_take_env_path(void) {
+  tr_env_taken = true;
+  return tr_env_path;
+}
+
 static void tr_at_exit(void) {
-  if (tr_env_path && ts_trace_stop(tr_env_path) < 0)
+  if (tr_env_path && !tr_env_taken && ts_trace_stop(tr_env_path) < 0)
     fprintf(stderr, "tessel: TESSEL_TRACE: %s\n", ts_last_error());
   free(tr_env_path);
   tr_env_path = NULL;

@@ -56,9 +56,9 @@ static int layout(ts_client *c, int nlocal) {
   }
   long total = 0;
   for (int p = 0; p < P; p++) total += counts[p];
-  if (total > 65536) {
+  if (total > TS_MAX_DEVICES) {
     free(counts);
-    return ts_set_error("client: %ld devices over %d processes (at most 65536)", total, P);
+    return ts_set_error("client: %ld devices over %d processes (at most %d)", total, P, TS_MAX_DEVICES);
   }
   c->num_devices = (int)total;
   c->num_local = nlocal;
@@ -79,16 +79,16 @@ static int layout(ts_client *c, int nlocal) {
 ts_client *ts_client_new(const ts_client_options *opts) {
   int n = opts ? opts->num_threads : 0;
   int ndev = opts ? opts->num_devices : 0, total = opts ? opts->total_devices : 0;
-  if (n < 0) {
-    ts_set_error("client: num_threads is %d (use 0 for the default)", n);
+  if (n < 0 || n > TS_MAX_THREADS) {
+    ts_set_error("client: num_threads is %d (use 0 for the default, at most %d)", n, TS_MAX_THREADS);
     return NULL;
   }
-  if (ndev < 0 || ndev > 4096) {
-    ts_set_error("client: num_devices is %d (use 0 for the default, at most 4096)", ndev);
+  if (ndev < 0 || ndev > TS_MAX_DEVICES) {
+    ts_set_error("client: num_devices is %d (use 0 for the default, at most %d)", ndev, TS_MAX_DEVICES);
     return NULL;
   }
-  if (total < 0 || total > 65536 || (total && ndev)) {
-    ts_set_error("client: total_devices is %d (0, or at most 65536 with num_devices 0)", total);
+  if (total < 0 || total > TS_MAX_DEVICES || (total && ndev)) {
+    ts_set_error("client: total_devices is %d (0, or at most %d with num_devices 0)", total, TS_MAX_DEVICES);
     return NULL;
   }
   bool failed = false;
@@ -102,9 +102,9 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   }
   if (total) ndev = share(total, P, me);
   const ts_env_config *env = env_config();
-  if (n == 0 && env_count("TESSEL_NUM_THREADS", env->num_threads, env->num_threads_invalid, 4096, &n) < 0)
+  if (n == 0 && env_count("TESSEL_NUM_THREADS", env->num_threads, env->num_threads_invalid, TS_MAX_THREADS, &n) < 0)
     return NULL;
-  if (ndev == 0 && env_count("TESSEL_CPU_DEVICES", env->cpu_devices, env->cpu_devices_invalid, 4096, &ndev) < 0)
+  if (ndev == 0 && env_count("TESSEL_CPU_DEVICES", env->cpu_devices, env->cpu_devices_invalid, TS_MAX_DEVICES, &ndev) < 0)
     return NULL;
   if (ndev == 0) ndev = 1;
   int cores = omp_get_num_procs();
@@ -190,6 +190,19 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
                              "(hash %016llx); every process must run the same configuration",
                              what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
                              (unsigned long long)all[p].hash);
+  free(all);
+  return rc;
+}
+
+int ts_client_max(ts_client *c, int64_t value, int64_t *max) {
+  if (!c || !max) return ts_set_error("client_max: client or max is NULL");
+  *max = value;
+  if (c->process_count == 1) return 0;
+  int64_t *all = calloc((size_t)c->process_count, sizeof *all);
+  if (!all) return ts_oom("client_max", (size_t)c->process_count * sizeof *all);
+  int rc = net_allgather(c->net, &value, all, sizeof value, c->timeout_ms, "client_max");
+  for (int p = 0; rc == 0 && p < c->process_count; p++)
+    if (all[p] > *max) *max = all[p];
   free(all);
   return rc;
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessel/runtime.h" /* TS_MAX_DEVICES, TS_MAX_THREADS */
+
 static ts_env_config g_config;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The copies of variable texts that g_config points at (freed on reload). */
@@ -48,8 +50,8 @@ static void env_read(void) {
   g_ntexts = 0;
   *c = (ts_env_config){0};
 
-  c->num_threads = env_count("TESSEL_NUM_THREADS", 4096, &c->num_threads_invalid);
-  c->cpu_devices = env_count("TESSEL_CPU_DEVICES", 4096, &c->cpu_devices_invalid);
+  c->num_threads = env_count("TESSEL_NUM_THREADS", TS_MAX_THREADS, &c->num_threads_invalid);
+  c->cpu_devices = env_count("TESSEL_CPU_DEVICES", TS_MAX_DEVICES, &c->cpu_devices_invalid);
 
   const char *t = env_text("TESSEL_COLLECTIVE_TIMEOUT", false);
   if (t) {

@@ -16,13 +16,13 @@
 
 typedef struct {
   /* TESSEL_NUM_THREADS: compute threads of a client whose options give none
-   * (tessel's loops and oneDNN share them). A count in [1, 4096]; unset or
-   * empty: all cores. */
+   * (tessel's loops and oneDNN share them). A count in [1, TS_MAX_THREADS]
+   * (4096; more than the cores is capped to them); unset or empty: all cores. */
   int num_threads;                 /* 0: unset */
   const char *num_threads_invalid; /* the text when it is not such a count (ts_client_new fails) */
 
   /* TESSEL_CPU_DEVICES: virtual CPU devices of a client whose options give
-   * none. A count in [1, 4096]; unset or empty: 1. */
+   * none. A count in [1, TS_MAX_DEVICES] (4096); unset or empty: 1. */
   int cpu_devices;                 /* 0: unset */
   const char *cpu_devices_invalid; /* as above */
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# mesh_axes.sh BUILD_DIR — mesh axis names the CLI does not shard over
+# (issue "Hostile inputs, signals and outputs", defect 6): `--mesh Data=2` or
+# `foo=2` trained fully replicated without a word; `inspect --mesh data=2
+# --axis-names foo` ignored the names. Now an unknown axis is a usage error
+# naming the axes understood (data, model, fsdp); inspect refuses
+# --axis-names with a named mesh, and takes other names only with --spec.
+set -u
+build="${1:?usage: mesh_axes.sh BUILD_DIR}"
+tessel="$build/tessel"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+export TESSEL_NUM_THREADS=1
+
+# expect NAME CODE PATTERN ARGS...: tessel ARGS (at most 60 s) exits CODE with PATTERN in stderr
+expect() {
+  local name="$1" code="$2" pattern="$3"
+  shift 3
+  local rc=0
+  timeout -k 5 60 "$tessel" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  if [ "$rc" -eq "$code" ] && { [ -z "$pattern" ] || grep -q -- "$pattern" "$tmp/$name.err"; }; then ok "$name: exit $code, '$pattern'"
+  else bad "$name: exit $rc (expected $code and '$pattern'): $(head -c 400 "$tmp/$name.err")"; fi
+}
+
+expect upper 2 "axis 'Data' is not one tessel shards over: 'data'.*'model'.*'fsdp'" train --mesh Data=2 --steps 1
+expect foo 2 "axis 'foo' is not one" train --mesh data=2,foo=2 --steps 1
+expect names_twice 2 "--axis-names goes with --mesh SHAPE" inspect --mesh data=2 --axis-names foo
+expect inspect_foo 2 "axis 'foo' is not one" inspect --mesh 2 --axis-names foo --no-graph --no-program
+expect inspect_unnamed 2 "axis 0 has no name" inspect --mesh 2 --no-graph --no-program
+# names the user places tensors on with --spec are theirs to choose
+expect inspect_spec 0 "" inspect --mesh 2 --axis-names foo --spec x=foo,None,None,None --no-graph --no-program
+if grep -q "{devices=\[2,1,1,1\]" "$tmp/inspect_spec.out"; then ok "inspect --spec x=foo,...: x split on foo"
+else bad "inspect --spec on axis foo: $(grep -m3 "devices=" "$tmp/inspect_spec.out")"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,53 @@
+/* train_stop.c — stopping `tessel train` cleanly on SIGINT or SIGTERM
+ * (train_stop.h). The handler only records the signal; the step loop asks
+ * after every step. */
+#include "train_stop.h"
+
+#include <signal.h>
+#include <string.h> // memset
+#include <unistd.h> // write
+
+static volatile sig_atomic_t stop_signal;  /* the first SIGINT/SIGTERM, 0 until one came */
+static volatile sig_atomic_t announce_stop; /* print the notice (the process that prints) */
+
+static void on_signal(int sig) {
+  if (stop_signal) { /* the second one: the user wants out now */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  stop_signal = sig;
+  if (announce_stop) { /* write(2): async-signal-safe, unlike stdio */
+    static const char msg[] = "\ntessel train: interrupted: stopping after this step and saving the outputs "
+                              "(again to quit at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+  }
+}
+
+void train_stop_install(bool announce) {
+  announce_stop = announce;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; /* reads, writes and waits in progress go on */
+  /* a signal the caller ignores stays ignored (nohup, a background job of a
+   * script: the shell set SIGINT to SIG_IGN for it) */
+  int sigs[2] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    struct sigaction old;
+    if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sigs[k], &sa, NULL);
+  }
+}
+
+int train_stop_requested(ts_client *c) {
+  int64_t sig = stop_signal;
+  /* Why a collective: mpirun delivers the signal to each rank at a slightly
+   * different moment, possibly in different steps; the ranks must stop
+   * after the same one, or the others would wait in its collectives. One
+   * 8-byte all-gather per step (nothing alone). */
+  if (ts_client_process_count(c) > 1 && ts_client_max(c, sig, &sig) < 0) return -1;
+  return (int)sig;
+}

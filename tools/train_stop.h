@@ -1,0 +1,23 @@
+/* train_stop.h — SIGINT and SIGTERM during `tessel train`: the first one asks
+ * the run to stop after the current step (complete log lines, metrics and
+ * traces written, exit 128 + signal: 130 for Ctrl-C, 143 for SIGTERM); a
+ * second one ends the process at once, by the signal's default action.
+ * Under mpirun (which forwards the signal to every rank as SIGTERM) the ranks
+ * agree after every step, so all of them stop after the same one. */
+#ifndef TESSEL_TOOLS_TRAIN_STOP_H
+#define TESSEL_TOOLS_TRAIN_STOP_H
+
+#include <stdbool.h>
+
+#include "tessel/runtime.h" // ts_client
+
+/* Installs the handlers (from the first step on: before it, a signal ends the
+ * process at once, and nothing has been written yet). `announce`: the first
+ * signal prints a line on stderr saying the run stops after this step. */
+void train_stop_install(bool announce);
+/* The signal that asks this run to stop, agreed by every process of the job
+ * (a collective when there are several: every process calls it after the
+ * same step); 0 to go on, -1 (error set) when the processes could not agree. */
+int train_stop_requested(ts_client *c);
+
+#endif
