@@ -9,7 +9,7 @@
 #include <sys/resource.h> // getrlimit: ulimit -v
 #include <unistd.h>       // sysconf
 
-#include "ir/ir.h" // ts_set_error
+#include "util/error.h" // ts_set_error
 
 /* True when name is param or param + "." + optimizer-state suffix. */
 static bool is_param(const char *name, const char *param) {

@@ -1,5 +1,7 @@
 /* devpool.c — the device threads of a client: one per local device beyond
- * the first, created once with the client and kept until it is freed. Each
+ * the first, created once, at the client's first multi-device execute (so a
+ * mesh too large for the machine is refused by the caller's checks before
+ * any thread exists), and kept until the client is freed. Each
  * waits on a condition variable for the next run (a generation counter), runs
  * its device's program and reports back. Creating threads on every execute
  * would cost their start-up and, worse, a fresh OpenMP team per device on
@@ -11,7 +13,8 @@
 #include "runtime/rt.h"
 
 struct rt_pool {
-  int n;                     /* workers: devices 1..n of the run (device 0 runs on the caller) */
+  int want;                  /* workers to start (devices 1..want; device 0 runs on the caller) */
+  int n;                     /* workers started */
   pthread_t *th;
   pthread_mutex_t lock;      /* guards everything below */
   pthread_cond_t go, done;   /* go: a new generation (or stop); done: a worker finished */
@@ -56,31 +59,41 @@ rt_pool *rt_pool_new(int n_workers) {
     ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory for %d device threads", n_workers);
     return NULL;
   }
+  p->want = n_workers;
   pthread_mutex_init(&p->lock, NULL);
   pthread_mutex_init(&p->run_lock, NULL);
   pthread_cond_init(&p->go, NULL);
   pthread_cond_init(&p->done, NULL);
-  for (int i = 0; i < n_workers; i++) {
+  return p;
+}
+
+/* Starts the workers (once; under run_lock). 0, or -1 with the error set
+ * (the workers started so far stay, and the next run tries the rest). */
+static int start_workers(rt_pool *p) {
+  for (int i = p->n; i < p->want; i++) {
     worker_arg *a = malloc(sizeof *a);
     if (a) *a = (worker_arg){p, i + 1};
     if (!a || pthread_create(&p->th[i], NULL, worker, a) != 0) {
       free(a);
-      rt_pool_free(p);
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: could not start the thread of local device %d", i + 1);
-      return NULL;
+      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: could not start the thread of local device %d "
+                               "(of %d)", i + 1, p->want + 1);
     }
     p->n = i + 1;
     ts_metrics_add("DeviceThreadsCreated", TS_METRIC_COUNTER, 1);
   }
-  return p;
+  return 0;
 }
 
-void rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
-  if (!p || p->n == 0) {
+int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
+  if (!p || p->want == 0) {
     fn(arg, 0);
-    return;
+    return 0;
   }
   pthread_mutex_lock(&p->run_lock);
+  if (p->n < p->want && start_workers(p) < 0) {
+    pthread_mutex_unlock(&p->run_lock);
+    return -1;
+  }
   pthread_mutex_lock(&p->lock);
   p->fn = fn;
   p->arg = arg;
@@ -93,6 +106,7 @@ void rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
   while (p->pending > 0) pthread_cond_wait(&p->done, &p->lock);
   pthread_mutex_unlock(&p->lock);
   pthread_mutex_unlock(&p->run_lock);
+  return 0;
 }
 
 void rt_pool_free(rt_pool *p) {

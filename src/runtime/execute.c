@@ -127,8 +127,7 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
     return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory running %d devices", n);
   }
   spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg, code};
-  rt_pool_run(e->client->pool, run_local, &r);
-  int ret = 0;
+  int ret = rt_pool_run(e->client->pool, run_local, &r);
   for (int i = 0; i < n && !ret; i++)
     if (rc[i]) ret = ts_set_error_code(code[i], "%s", msg[i]);
   free(rc);

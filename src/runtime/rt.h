@@ -9,14 +9,16 @@
 
 struct ts_comm;
 
-/* devpool.c: the client's device threads, created once with the client.
- * rt_pool_run calls fn(arg, i) for i = 0..n_workers at once, i = 0 on the
- * calling thread, and returns when every call has returned. Runs from
- * several threads are serialized. */
+/* devpool.c: the client's device threads, started once at the first run
+ * and kept for the client's life. rt_pool_run calls fn(arg, i) for
+ * i = 0..n_workers at once, i = 0 on the calling thread, and returns when
+ * every call has returned (0), or -1 with the error set when the threads
+ * could not be started (fn not called). Runs from several threads are
+ * serialized. */
 typedef struct rt_pool rt_pool;
 typedef void (*rt_pool_fn)(void *arg, int i);
 rt_pool *rt_pool_new(int n_workers);
-void rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg);
+int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg);
 void rt_pool_free(rt_pool *p);
 
 struct ts_client {
