@@ -103,13 +103,13 @@ static int run_op(bench *b, int dev, const int *group, int op, size_t bytes) {
   int64_t count = (int64_t)(bytes / 4);
   switch (op) {
   case 0:
-    return ts_comm_all_reduce(b->c, dev, group, n, TS_F32, TS_REDUCE_SUM, b->in[dev], b->out[dev],
+    return comm_all_reduce(b->c, dev, group, n, TS_F32, TS_REDUCE_SUM, b->in[dev], b->out[dev],
                               count);
   case 1:
-    return ts_comm_all_gather(b->c, dev, group, n, b->in[dev], b->out[dev], 1,
+    return comm_all_gather(b->c, dev, group, n, b->in[dev], b->out[dev], 1,
                               (size_t)(count / n) * 4);
   default:
-    return ts_comm_reduce_scatter(b->c, dev, group, n, TS_F32, TS_REDUCE_SUM, b->in[dev],
+    return comm_reduce_scatter(b->c, dev, group, n, TS_F32, TS_REDUCE_SUM, b->in[dev],
                                   b->out[dev], 1, count / n);
   }
 }
@@ -126,11 +126,11 @@ static void *dev_main(void *p) {
       int reps = reps_for(b->sizes[si], b->max_reps);
       for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
         /* start every repetition together */
-        if (ts_comm_barrier(b->c, a->dev, group, b->n)) goto fail;
+        if (comm_barrier(b->c, a->dev, group, b->n)) goto fail;
         double t0 = now_s(), c0 = cpu_s();
         if (run_op(b, a->dev, group, op, b->sizes[si])) goto fail;
         /* the repetition ends when the last device finished */
-        if (ts_comm_barrier(b->c, a->dev, group, b->n)) goto fail;
+        if (comm_barrier(b->c, a->dev, group, b->n)) goto fail;
         if (i >= 0) times[i] = now_s() - t0, cpu[i] = cpu_s() - c0;
       }
       if (a->dev == 0) b->times[op][si] = median(times, reps), b->cpu[op][si] = median(cpu, reps);
@@ -198,12 +198,12 @@ int main(int argc, char **argv) {
   for (int di = 0; di < n_devices; di++) {
     int n = devices[di];
     bench *b = calloc(1, sizeof *b);
-    b->c = ts_comm_new(n);
+    b->c = comm_new(n);
     b->n = n;
     b->sizes = sizes;
     b->n_sizes = n_sizes;
     b->max_reps = max_reps;
-    ts_comm_set_timeout_ms(b->c, 600000);
+    comm_set_timeout_ms(b->c, 600000);
     for (int d = 0; d < n; d++) {
       b->in[d] = malloc(max_size);
       b->out[d] = malloc(max_size);
@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
     }
     printf("\n");
     for (int d = 0; d < n; d++) free(b->in[d]), free(b->out[d]);
-    ts_comm_free(b->c);
+    comm_free(b->c);
     free(b);
   }
   for (int si = 0; si < n_sizes; si++)

@@ -25,8 +25,8 @@
 #include "bench_util.h" /* now_s, cmp_double, median */
 #include "model_graph.h" /* the training step of tessel train */
 
-#include "compile/cache.h"   /* ts_compile_graph_cached: the passes alone */
-#include "compile/compile.h" /* ts_compile_graph */
+#include "compile/cache.h"   /* cache_compile_graph: the passes alone */
+#include "compile/compile.h" /* compile_graph */
 #include "tessel/metrics.h"
 #include "tessel/tessel.h"
 
@@ -95,24 +95,24 @@ int main(int argc, char **argv) {
     ts_compile_cache_clear();
     disk[k] = time_compile(c, g);
   }
-  /* the passes alone: ts_compile_graph vs. the cache's answers */
+  /* the passes alone: compile_graph vs. the cache's answers */
   double *pc = malloc(sizeof(double) * (size_t)compiles), *pm = malloc(sizeof(double) * (size_t)compiles),
          *pd = malloc(sizeof(double) * (size_t)compiles);
   for (int k = 0; k < compiles; k++) {
     double t0 = now_ms();
-    ts_graph *o = ts_compile_graph(g, NULL);
+    ts_graph *o = compile_graph(g, NULL);
     pc[k] = now_ms() - t0;
     ts_graph_free(o);
     ts_compile_cache_set_dir(dir);
     ts_compile_cache_clear();
-    ts_graph_free(ts_compile_graph_cached(g, NULL)); /* entry on disk (already there) and in memory */
+    ts_graph_free(cache_compile_graph(g, NULL)); /* entry on disk (already there) and in memory */
     t0 = now_ms();
-    o = ts_compile_graph_cached(g, NULL);
+    o = cache_compile_graph(g, NULL);
     pm[k] = now_ms() - t0;
     ts_graph_free(o);
     ts_compile_cache_clear();
     t0 = now_ms();
-    o = ts_compile_graph_cached(g, NULL);
+    o = cache_compile_graph(g, NULL);
     pd[k] = now_ms() - t0;
     if (!o) die("persistent hit");
     ts_graph_free(o);

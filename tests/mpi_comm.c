@@ -87,16 +87,16 @@ static int run_one(ts_comm *c, const test_case *t, int dev, const void *in, void
   size_t es = ts_dtype_size(t->dt);
   const void *src = t->in_place ? out : in;
   switch (t->k) {
-  case K_ALL_REDUCE: return ts_comm_all_reduce(c, dev, g, n, t->dt, t->op, src, out, t->count * t->outer);
+  case K_ALL_REDUCE: return comm_all_reduce(c, dev, g, n, t->dt, t->op, src, out, t->count * t->outer);
   case K_ALL_GATHER: {
     /* in place: the input sits in its slot of out (outer 1 only) */
     int r = 0;
     while (g[r] != dev) r++;
     if (t->in_place) src = (char *)out + (size_t)r * (size_t)t->count * es;
-    return ts_comm_all_gather(c, dev, g, n, src, out, t->outer, (size_t)t->count * es);
+    return comm_all_gather(c, dev, g, n, src, out, t->outer, (size_t)t->count * es);
   }
-  case K_REDUCE_SCATTER: return ts_comm_reduce_scatter(c, dev, g, n, t->dt, t->op, in, out, t->outer, t->count);
-  case K_ALL_TO_ALL: return ts_comm_all_to_all(c, dev, g, n, src, out, t->outer, (size_t)t->count * es);
+  case K_REDUCE_SCATTER: return comm_reduce_scatter(c, dev, g, n, t->dt, t->op, in, out, t->outer, t->count);
+  case K_ALL_TO_ALL: return comm_all_to_all(c, dev, g, n, src, out, t->outer, (size_t)t->count * es);
   case K_PERMUTE: {
     int pairs[2 * G], np = 0;
     if (t->shift == 0) {
@@ -104,9 +104,9 @@ static int run_one(ts_comm *c, const test_case *t, int dev, const void *in, void
     } else {
       for (int d = 0; d < G; d++) pairs[2 * np] = d, pairs[2 * np + 1] = (d + t->shift) % G, np++;
     }
-    return ts_comm_permute(c, dev, pairs, np, src, out, (size_t)t->count * es);
+    return comm_permute(c, dev, pairs, np, src, out, (size_t)t->count * es);
   }
-  default: return ts_comm_barrier(c, dev, g, n);
+  default: return comm_barrier(c, dev, g, n);
   }
 }
 
@@ -242,10 +242,10 @@ int main(void) {
     }
     if (++used == share) p++, used = 0;
   }
-  ts_comm *world = ts_comm_new_world(G, proc_of, first, n_local, net);
-  ts_comm *ref = ts_comm_new(G);
+  ts_comm *world = comm_new_world(G, proc_of, first, n_local, net);
+  ts_comm *ref = comm_new(G);
   CHECK(world && ref, "%s", ts_last_error());
-  ts_comm_set_timeout_ms(world, 20000);
+  comm_set_timeout_ms(world, 20000);
 
   build_cases();
   plan pw = make_plan(cases, n_cases_built), pr = make_plan(cases, n_cases_built);
@@ -272,8 +272,8 @@ int main(void) {
   /* Timeout: the last process skips an all-reduce over every device; the
    * others must fail naming the wait, within the timeout. */
   if (rc == 0 && mismatches == 0) {
-    ts_comm *t = ts_comm_new_world(G, proc_of, first, n_local, net);
-    ts_comm_set_timeout_ms(t, 1500);
+    ts_comm *t = comm_new_world(G, proc_of, first, n_local, net);
+    comm_set_timeout_ms(t, 1500);
     static const test_case skip[] = {{K_ALL_REDUCE, L_ALL, TS_F32, TS_REDUCE_SUM, 16, 1, false, 0}};
     if (me != P - 1) {
       plan p = make_plan(skip, 1);
@@ -292,7 +292,7 @@ int main(void) {
     int token = me, all[G];
     CHECK(net_allgather(net, &token, all, sizeof token, 20000, "end of test") == 0, "%s", ts_last_error());
   }
-  ts_comm_free(ref);
-  ts_comm_free(world);
+  comm_free(ref);
+  comm_free(world);
   return ts_test_finish();
 }

@@ -36,7 +36,7 @@ static char *text_of(const ts_graph *g) { return g ? ts_graph_to_string(g) : str
 
 /* Compiles through the cache and checks the result's text is `want`. */
 static void compile_expect(const ts_graph *g, const char *want, const char *what) {
-  ts_graph *o = ts_compile_graph_cached(g, NULL);
+  ts_graph *o = cache_compile_graph(g, NULL);
   CHECK(o != NULL, "%s: %s", what, ts_last_error());
   char *t = text_of(o);
   CHECK(strcmp(t, want) == 0, "%s: program differs from the first compile:\n%s", what, t);
@@ -132,11 +132,11 @@ static void test_persistent(void) {
 
   ts_graph *g = build(64);
   ts_cache_key k;
-  CHECK_OK(ts_cache_key_make(g, NULL, NULL, &k));
+  CHECK_OK(cache_key_make(g, NULL, NULL, &k));
   char path[4096];
-  ts_compile_cache_entry_path(sub, &k, path, sizeof path);
+  cache_entry_path(sub, &k, path, sizeof path);
 
-  ts_graph *o = ts_compile_graph_cached(g, NULL);
+  ts_graph *o = cache_compile_graph(g, NULL);
   char *want = text_of(o);
   ts_graph_free(o);
   counters_are(1, 0, 0, 1, 0, "first compile");
@@ -184,13 +184,13 @@ static void test_persistent(void) {
 
   /* a foreign entry: another program's file under this key's name */
   ts_graph *g2 = build(32);
-  ts_graph *o2 = ts_compile_graph_cached(g2, NULL);
+  ts_graph *o2 = cache_compile_graph(g2, NULL);
   ts_graph_free(o2);
   ts_cache_key k2;
-  CHECK_OK(ts_cache_key_make(g2, NULL, NULL, &k2));
+  CHECK_OK(cache_key_make(g2, NULL, NULL, &k2));
   CHECK(k2.lo != k.lo || k2.hi != k.hi, "different programs, same key");
   char path2[4096];
-  ts_compile_cache_entry_path(sub, &k2, path2, sizeof path2);
+  cache_entry_path(sub, &k2, path2, sizeof path2);
   copy_file(path2, path);
   ts_compile_cache_clear();
   ts_metrics_clear();
@@ -223,26 +223,26 @@ static void test_persistent(void) {
 static void test_keys(void) {
   ts_graph *a = build(64), *b = build(64);
   ts_cache_key ka, kb, kc, kd, ke;
-  CHECK_OK(ts_cache_key_make(a, NULL, NULL, &ka));
-  CHECK_OK(ts_cache_key_make(b, NULL, NULL, &kb));
+  CHECK_OK(cache_key_make(a, NULL, NULL, &ka));
+  CHECK_OK(cache_key_make(b, NULL, NULL, &kb));
   CHECK(ka.lo == kb.lo && ka.hi == kb.hi, "equal programs, different keys");
   ts_compile_options nf = {.no_fusion = true}, verbose = {.verbose = true};
-  CHECK_OK(ts_cache_key_make(a, &nf, NULL, &kc));
+  CHECK_OK(cache_key_make(a, &nf, NULL, &kc));
   CHECK(kc.lo != ka.lo, "no_fusion does not change the key");
-  CHECK_OK(ts_cache_key_make(a, &verbose, NULL, &kd));
+  CHECK_OK(cache_key_make(a, &verbose, NULL, &kd));
   CHECK(kd.lo == ka.lo, "verbose changes the key");
-  CHECK_OK(ts_cache_key_make(a, NULL, "devices=4", &ke));
+  CHECK_OK(cache_key_make(a, NULL, "devices=4", &ke));
   CHECK(ke.lo != ka.lo, "extra text does not change the key");
   ts_mesh *m = ts_mesh_new(1, (int64_t[]){2}, (const char *[]){"data"}, 2, NULL);
   ts_compile_options om = {.mesh = m};
   ts_cache_key km, ks;
-  CHECK_OK(ts_cache_key_make(a, &om, NULL, &km));
+  CHECK_OK(cache_key_make(a, &om, NULL, &km));
   CHECK(km.lo != ka.lo, "the mesh does not change the key");
   ts_partition_spec spec;
   CHECK_OK(ts_partition_spec_parse(m, "data,None", &spec));
   ts_sharding *s = ts_sharding_new(m, &spec, 2);
   CHECK_OK(ts_mark_sharding(a, ts_graph_input(a, 0), s));
-  CHECK_OK(ts_cache_key_make(a, &om, NULL, &ks));
+  CHECK_OK(cache_key_make(a, &om, NULL, &ks));
   CHECK(ks.lo != km.lo, "a sharding annotation does not change the key");
   ts_sharding_free(s);
   ts_mesh_free(m);
@@ -252,7 +252,7 @@ static void test_keys(void) {
 
 static void *compile_thread(void *arg) {
   const ts_graph *g = arg;
-  for (int i = 0; i < 5; i++) ts_graph_free(ts_compile_graph_cached(g, NULL));
+  for (int i = 0; i < 5; i++) ts_graph_free(cache_compile_graph(g, NULL));
   return NULL;
 }
 

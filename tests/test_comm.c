@@ -150,10 +150,10 @@ static void device_suite(ctx *x, int dev) {
   unsigned char want[8];
 
   /* empty messages with NULL buffers are fine */
-  if (ts_comm_all_reduce(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, NULL, NULL, 0) ||
-      ts_comm_reduce_scatter(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, NULL, NULL, 3, 0) ||
-      ts_comm_all_gather(x->c, dev, g, n, NULL, NULL, 3, 0) ||
-      ts_comm_all_to_all(x->c, dev, g, n, NULL, NULL, 0, 8))
+  if (comm_all_reduce(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, NULL, NULL, 0) ||
+      comm_reduce_scatter(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, NULL, NULL, 3, 0) ||
+      comm_all_gather(x->c, dev, g, n, NULL, NULL, 3, 0) ||
+      comm_all_to_all(x->c, dev, g, n, NULL, NULL, 0, 8))
     FAIL(x, dev, "empty collective failed: %s", ts_last_error());
 
   /* all_reduce: every dtype/op, odd counts, in != out and in == out; one large
@@ -172,7 +172,7 @@ static void device_suite(ctx *x, int dev) {
           unsigned char *in = malloc((size_t)count * es), *out = malloc((size_t)count * es);
           for (int64_t i = 0; i < count; i++) gen(dt, k, dev, i, in + i * es);
           void *dst = inplace ? in : out;
-          if (ts_comm_all_reduce(x->c, dev, g, n, dt, OPS[oi], in, dst, count)) {
+          if (comm_all_reduce(x->c, dev, g, n, dt, OPS[oi], in, dst, count)) {
             FAIL(x, dev, "all_reduce failed: %s", ts_last_error());
           } else {
             /* the large case checks a sample: every 61st element and both ends */
@@ -207,7 +207,7 @@ static void device_suite(ctx *x, int dev) {
             unsigned char *in = malloc((size_t)total * es), *out = malloc((size_t)(outer * chunk) * es);
             for (int64_t i = 0; i < total; i++) gen(dt, k, dev, i, in + i * es);
             unsigned char *dst = inplace ? in : out;
-            if (ts_comm_reduce_scatter(x->c, dev, g, n, dt, OPS[oi], in, dst, outer, chunk)) {
+            if (comm_reduce_scatter(x->c, dev, g, n, dt, OPS[oi], in, dst, outer, chunk)) {
               FAIL(x, dev, "reduce_scatter failed: %s", ts_last_error());
             } else {
               for (int64_t o = 0; o < outer; o++)
@@ -237,7 +237,7 @@ static void device_suite(ctx *x, int dev) {
         unsigned char *out = malloc((size_t)outer * n * cb), *own = malloc((size_t)outer * cb);
         unsigned char *in = inplace ? out + (size_t)r * cb : own;
         for (size_t i = 0; i < (size_t)outer * cb; i++) gen(TS_U8, k, dev, (int64_t)i, in + i);
-        if (ts_comm_all_gather(x->c, dev, g, n, in, out, outer, cb)) {
+        if (comm_all_gather(x->c, dev, g, n, in, out, outer, cb)) {
           FAIL(x, dev, "all_gather failed: %s", ts_last_error());
         } else {
           for (int64_t o = 0; o < outer; o++)
@@ -263,7 +263,7 @@ static void device_suite(ctx *x, int dev) {
         unsigned char *in = malloc(bytes), *out = malloc(bytes);
         for (size_t i = 0; i < bytes; i++) gen(TS_U8, k, dev, (int64_t)i, in + i);
         unsigned char *dst = inplace ? in : out;
-        if (ts_comm_all_to_all(x->c, dev, g, n, in, dst, outer, cb)) {
+        if (comm_all_to_all(x->c, dev, g, n, in, dst, outer, cb)) {
           FAIL(x, dev, "all_to_all failed: %s", ts_last_error());
         } else {
           for (int64_t o = 0; o < outer; o++)
@@ -284,11 +284,11 @@ static void device_suite(ctx *x, int dev) {
   /* barrier: after round t every member has counted its arrival. */
   for (int t = 1; t <= 3; t++) {
     atomic_fetch_add(&x->counters[g[0]], 1);
-    if (ts_comm_barrier(x->c, dev, g, n)) FAIL(x, dev, "barrier failed: %s", ts_last_error());
+    if (comm_barrier(x->c, dev, g, n)) FAIL(x, dev, "barrier failed: %s", ts_last_error());
     int seen = atomic_load(&x->counters[g[0]]);
     if (seen < t * n) FAIL(x, dev, "barrier round %d passed with %d of %d arrivals", t, seen, t * n);
     /* a second barrier so that nobody starts round t+1 while a peer still reads */
-    if (ts_comm_barrier(x->c, dev, g, n)) FAIL(x, dev, "barrier failed: %s", ts_last_error());
+    if (comm_barrier(x->c, dev, g, n)) FAIL(x, dev, "barrier failed: %s", ts_last_error());
   }
 }
 
@@ -297,7 +297,7 @@ static void device_suite(ctx *x, int dev) {
 static void device_permute(ctx *x, int dev) {
   int N = x->N;
   int pairs[16];
-  if (ts_comm_permute(x->c, dev, NULL, 0, NULL, NULL, 0))
+  if (comm_permute(x->c, dev, NULL, 0, NULL, NULL, 0))
     FAIL(x, dev, "empty permute failed: %s", ts_last_error());
   size_t bytes = 1000 + 3;
   for (int variant = 0; variant < 4; variant++) {
@@ -311,7 +311,7 @@ static void device_permute(ctx *x, int dev) {
     unsigned char *in = malloc(bytes), *out = malloc(bytes);
     for (size_t i = 0; i < bytes; i++) gen(TS_U8, 1000 + (uint64_t)variant, dev, (int64_t)i, in + i);
     unsigned char *dst = variant == 3 ? in : out;
-    if (ts_comm_permute(x->c, dev, pairs, np, in, dst, bytes)) {
+    if (comm_permute(x->c, dev, pairs, np, in, dst, bytes)) {
       FAIL(x, dev, "permute failed: %s", ts_last_error());
     } else {
       for (size_t i = 0; i < bytes; i++) {
@@ -340,7 +340,7 @@ static void device_determinism(ctx *x, int dev) {
   for (int round = 0; round < 2; round++) {
     for (int64_t i = 0; i < count; i++) gen(TS_F32, 2000, dev, i, in + i);
     jitter(x, &state);
-    if (ts_comm_all_reduce(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, in, out, count)) {
+    if (comm_all_reduce(x->c, dev, g, n, TS_F32, TS_REDUCE_SUM, in, out, count)) {
       FAIL(x, dev, "all_reduce failed: %s", ts_last_error());
       break;
     }
@@ -422,7 +422,7 @@ static void *timeout_thread(void *p) {
   float buf[16] = {0};
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  a->rc = ts_comm_all_reduce(a->c, a->dev, group, 3, TS_F32, TS_REDUCE_SUM, buf, buf, 16);
+  a->rc = comm_all_reduce(a->c, a->dev, group, 3, TS_F32, TS_REDUCE_SUM, buf, buf, 16);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   a->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   snprintf(a->msg, sizeof a->msg, "%s", ts_last_error());
@@ -430,8 +430,8 @@ static void *timeout_thread(void *p) {
 }
 
 static void test_timeout(void) {
-  ts_comm *c = ts_comm_new(3);
-  ts_comm_set_timeout_ms(c, 100);
+  ts_comm *c = comm_new(3);
+  comm_set_timeout_ms(c, 100);
   pthread_t t[2];
   timeout_arg a[2];
   for (int d = 0; d < 2; d++) { /* device 2 never calls */
@@ -445,30 +445,30 @@ static void test_timeout(void) {
     CHECK(strstr(a[d].msg, "all_reduce") && strstr(a[d].msg, "device(s) 2"),
           "device %d: message \"%s\" should name all_reduce and device 2", d, a[d].msg);
   }
-  ts_comm_free(c);
+  comm_free(c);
 }
 
 static void test_errors(void) {
-  ts_comm *c = ts_comm_new(2);
+  ts_comm *c = comm_new(2);
   float buf[4] = {0};
   int bad[2] = {0, 5}, dup[2] = {0, 0}, other[1] = {1};
-  CHECK(ts_comm_new(0) == NULL && strstr(ts_last_error(), "n_devices is 0"), "%s", ts_last_error());
-  CHECK(ts_comm_size(c) == 2, "size %d", ts_comm_size(c));
-  CHECK(ts_comm_all_reduce(c, 0, bad, 2, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
+  CHECK(comm_new(0) == NULL && strstr(ts_last_error(), "n_devices is 0"), "%s", ts_last_error());
+  CHECK(comm_size(c) == 2, "size %d", comm_size(c));
+  CHECK(comm_all_reduce(c, 0, bad, 2, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
             strstr(ts_last_error(), "= 5"), "%s", ts_last_error());
-  CHECK(ts_comm_all_reduce(c, 0, dup, 2, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
+  CHECK(comm_all_reduce(c, 0, dup, 2, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
             strstr(ts_last_error(), "twice"), "%s", ts_last_error());
-  CHECK(ts_comm_all_reduce(c, 0, other, 1, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
+  CHECK(comm_all_reduce(c, 0, other, 1, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
             strstr(ts_last_error(), "not in its group"), "%s", ts_last_error());
-  CHECK(ts_comm_all_reduce(c, 2, other, 1, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
+  CHECK(comm_all_reduce(c, 2, other, 1, TS_F32, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
             strstr(ts_last_error(), "device 2 out of range"), "%s", ts_last_error());
-  CHECK(ts_comm_all_reduce(c, 1, other, 1, TS_BOOL, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
+  CHECK(comm_all_reduce(c, 1, other, 1, TS_BOOL, TS_REDUCE_SUM, buf, buf, 4) == -1 &&
             strstr(ts_last_error(), "bool"), "%s", ts_last_error());
   int pairs[4] = {0, 1, 1, 1};
-  CHECK(ts_comm_permute(c, 0, pairs, 2, buf, buf, 16) == -1 &&
+  CHECK(comm_permute(c, 0, pairs, 2, buf, buf, 16) == -1 &&
             strstr(ts_last_error(), "target of two pairs"), "%s", ts_last_error());
-  ts_comm_free(c);
-  ts_comm_free(NULL);
+  comm_free(c);
+  comm_free(NULL);
 }
 
 /* NaN propagates through max and min (like jnp.max), in either member. */
@@ -478,7 +478,7 @@ static void device_nan(ctx *x, int dev) {
   if (dev == 0) in[1] = NAN;
   if (dev == 1) in[2] = NAN;
   for (int oi = 1; oi <= 2; oi++) {
-    if (ts_comm_all_reduce(x->c, dev, g, 2, TS_F32, OPS[oi], in, out, 4)) {
+    if (comm_all_reduce(x->c, dev, g, 2, TS_F32, OPS[oi], in, out, 4)) {
       FAIL(x, dev, "all_reduce failed: %s", ts_last_error());
       continue;
     }
@@ -498,8 +498,8 @@ int main(void) {
       ctx *x = calloc(1, sizeof *x);
       x->N = N;
       x->L = &L[li];
-      x->c = ts_comm_new(N);
-      ts_comm_set_timeout_ms(x->c, 60000); /* a hang fails the test instead of the CI */
+      x->c = comm_new(N);
+      comm_set_timeout_ms(x->c, 60000); /* a hang fails the test instead of the CI */
       run_devices(x, device_suite);
       check_fails(x, "collectives");
       if (li == 0) {
@@ -516,7 +516,7 @@ int main(void) {
               "%d devices, layout %s: device %d's all-reduce bits differ between rounds or from "
               "member %d", N, L[li].name, d, g[0]);
       }
-      ts_comm_free(x->c);
+      comm_free(x->c);
       free(x);
     }
   }
@@ -526,10 +526,10 @@ int main(void) {
     make_layouts(2, L);
     x->N = 2;
     x->L = &L[0];
-    x->c = ts_comm_new(2);
+    x->c = comm_new(2);
     run_devices(x, device_nan);
     check_fails(x, "nan");
-    ts_comm_free(x->c);
+    comm_free(x->c);
     free(x);
   }
   test_errors();

@@ -11,7 +11,7 @@
 #include "comm/comm.h"  /* ts_comm: the timeout */
 #include "harness.h"
 #include "tessel/tessel.h"
-#include "util/error.h" /* ts_set_error_code, ts_set_error_context, ts_oom */
+#include "util/error.h" /* set_error_code, set_error_context, error_oom */
 
 /* The out-of-memory check asks for 2^62 bytes: under AddressSanitizer that
  * must fail like malloc does (NULL), not end the test with a report. */
@@ -21,29 +21,29 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 static void test_codes_and_context(void) {
   ts_clear_error();
   CHECK(ts_last_error_code() == TS_OK && ts_last_error()[0] == '\0', "cleared: code %d", (int)ts_last_error_code());
-  CHECK(ts_set_error("bad %d", 1) == -1 && ts_last_error_code() == TS_ERR_INVALID_ARGUMENT, "ts_set_error: %s",
+  CHECK(set_error("bad %d", 1) == -1 && ts_last_error_code() == TS_ERR_INVALID_ARGUMENT, "set_error: %s",
         ts_status_name(ts_last_error_code()));
-  CHECK(ts_oom("growing x", 48) == -1 && ts_last_error_code() == TS_ERR_OUT_OF_MEMORY &&
+  CHECK(error_oom("growing x", 48) == -1 && ts_last_error_code() == TS_ERR_OUT_OF_MEMORY &&
             strcmp(ts_last_error(), "growing x: out of memory (48 bytes)") == 0,
-        "ts_oom: %s", ts_last_error());
+        "error_oom: %s", ts_last_error());
   /* a caller adding context keeps the cause's code */
-  CHECK(ts_set_error_context("compile: device %d", 3) == -1 && ts_last_error_code() == TS_ERR_OUT_OF_MEMORY &&
+  CHECK(set_error_context("compile: device %d", 3) == -1 && ts_last_error_code() == TS_ERR_OUT_OF_MEMORY &&
             strcmp(ts_last_error(), "compile: device 3: growing x: out of memory (48 bytes)") == 0,
         "context: %s (%s)", ts_last_error(), ts_status_name(ts_last_error_code()));
-  ts_set_error_code(TS_ERR_IO, "f: cannot open");
-  ts_set_error_context("loader");
+  set_error_code(TS_ERR_IO, "f: cannot open");
+  set_error_context("loader");
   CHECK(ts_last_error_code() == TS_ERR_IO && strcmp(ts_last_error(), "loader: f: cannot open") == 0, "%s",
         ts_last_error());
   /* context on no error at all: a callee failed without saying why */
   ts_clear_error();
-  ts_set_error_context("step %d", 7);
+  set_error_context("step %d", 7);
   CHECK(ts_last_error_code() == TS_ERR_INTERNAL && strstr(ts_last_error(), "step 7: "), "%s", ts_last_error());
   /* a long message is cut, never overflows */
   char big[2000];
   memset(big, 'a', sizeof big - 1);
   big[sizeof big - 1] = '\0';
-  ts_set_error_code(TS_ERR_MISMATCH, "%s", big);
-  ts_set_error_context("ctx");
+  set_error_code(TS_ERR_MISMATCH, "%s", big);
+  set_error_context("ctx");
   CHECK(strlen(ts_last_error()) < 1024 && strncmp(ts_last_error(), "ctx: aaa", 8) == 0 &&
             ts_last_error_code() == TS_ERR_MISMATCH,
         "long message: %zu chars", strlen(ts_last_error()));
@@ -116,16 +116,16 @@ static void *timeout_thread(void *p) {
   timeout_arg *a = p;
   int group[3] = {0, 1, 2};
   float buf[4] = {0};
-  a->rc = ts_comm_all_reduce(a->c, a->dev, group, 3, TS_F32, TS_REDUCE_SUM, buf, buf, 4);
+  a->rc = comm_all_reduce(a->c, a->dev, group, 3, TS_F32, TS_REDUCE_SUM, buf, buf, 4);
   a->code = ts_last_error_code(); /* per thread: read it here */
   return NULL;
 }
 
 static void test_timeout(void) {
-  ts_comm *c = ts_comm_new(3);
+  ts_comm *c = comm_new(3);
   CHECK(c != NULL, "%s", ts_last_error());
   if (!c) return;
-  ts_comm_set_timeout_ms(c, 100);
+  comm_set_timeout_ms(c, 100);
   pthread_t t[2];
   timeout_arg a[2];
   for (int d = 0; d < 2; d++) {
@@ -136,13 +136,13 @@ static void test_timeout(void) {
   for (int d = 0; d < 2; d++)
     CHECK(a[d].rc == -1 && a[d].code == TS_ERR_TIMEOUT, "device %d: rc %d, code %s", d, a[d].rc,
           ts_status_name(a[d].code));
-  ts_comm_free(c);
+  comm_free(c);
 }
 
 /* A source whose sample 5 cannot be read (an I/O failure on a worker thread). */
 static int failing_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {
   (void)s;
-  if (i == 5) return ts_set_error_code(TS_ERR_IO, "disk: sample %lld unreadable", (long long)i);
+  if (i == 5) return set_error_code(TS_ERR_IO, "disk: sample %lld unreadable", (long long)i);
   memset(pixels, 0, 4);
   *label = 0;
   return 0;

@@ -76,7 +76,7 @@ static int run(ex_t *e, ts_tensor t) {
     for (int k = 0; k < n->n_in; k++) in[k] = e->buf[n->in[k]];
     alloc_node(e, i);
     ts_kctx ctx = {.num_threads = 2};
-    if (ts_kernel_run(e->g, i, in, e->buf[i], &e->st[i], &ctx)) return -1;
+    if (kernel_run(e->g, i, in, e->buf[i], &e->st[i], &ctx)) return -1;
   }
   return 0;
 }
@@ -168,7 +168,7 @@ static void test_elementwise(void) {
       }
       ts_tensor y = node(&e, un[u], dt, 2, sh, 1, &x, NULL);
       CHECK_OK(run(&e, y));
-      CHECK(max_err(&e, y, ref, 91) < tol, "%s %s err %g", ts_op_name(un[u]), ts_dtype_name(dt), max_err(&e, y, ref, 91));
+      CHECK(max_err(&e, y, ref, 91) < tol, "%s %s err %g", ir_op_name(un[u]), ts_dtype_name(dt), max_err(&e, y, ref, 91));
       ex_free(&e);
     }
     ts_op bin[] = {TS_OP_ADD, TS_OP_SUB, TS_OP_MUL, TS_OP_DIV, TS_OP_MAX, TS_OP_MIN, TS_OP_POW};
@@ -191,7 +191,7 @@ static void test_elementwise(void) {
       ts_tensor z = node(&e, bin[b], dt, 2, sh, 2, ins, NULL);
       CHECK_OK(run(&e, z));
       double err = max_err(&e, z, ref, 91);
-      CHECK(err < (bin[b] == TS_OP_DIV ? tol * 100 : tol), "%s %s err %g", ts_op_name(bin[b]), ts_dtype_name(dt), err);
+      CHECK(err < (bin[b] == TS_OP_DIV ? tol * 100 : tol), "%s %s err %g", ir_op_name(bin[b]), ts_dtype_name(dt), err);
       ex_free(&e);
     }
   }
@@ -313,7 +313,7 @@ static void test_fused(void) {
     const void *inp[3] = {e.buf[x], e.buf[y], e.buf[s]};
     ts_kctx ctx = {.num_threads = 2};
     ts_kstate *st = NULL;
-    CHECK_OK(ts_kernel_run(e.g, r, inp, e.buf[x], &st, &ctx));
+    CHECK_OK(kernel_run(e.g, r, inp, e.buf[x], &st, &ctx));
     CHECK(max_err(&e, x, ref, n) < (di ? 1e-6 : 1e-14), "fused in place");
     free(ref);
     ex_free(&e);
@@ -549,7 +549,7 @@ static void test_dot(void) {
       memset(e.buf[y], 0, (size_t)ts_tensor_numel(e.g, y) * ts_dtype_size(dts[di]));
       const void *in[2] = {e.buf[a], e.buf[b]};
       ts_kctx ctx = {.num_threads = 2};
-      CHECK_OK(ts_kernel_run(e.g, y, in, e.buf[y], &e.st[y], &ctx));
+      CHECK_OK(kernel_run(e.g, y, in, e.buf[y], &e.st[y], &ctx));
       double tol = dts[di] == TS_F64 ? 1e-13 : dts[di] == TS_F32 ? 1e-5 : 2e-2;
       double err = max_err(&e, y, ref, ts_shape_numel(k->ro, k->os));
       CHECK(err < tol, "dot case %zu %s err %g", c, ts_dtype_name(dts[di]), err);

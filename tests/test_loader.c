@@ -16,7 +16,7 @@
 #include <unistd.h> /* mkdtemp, unlink, rmdir */
 
 #include "harness.h"
-#include "ir/ir.h" /* ts_set_error: a source reporting a failure */
+#include "ir/ir.h" /* set_error: a source reporting a failure */
 #include "util/prng.h"
 #include "tessel/loader.h"
 #include "tessel/tessel.h"
@@ -579,7 +579,7 @@ static void test_resume(const ts_source *src, const char *dir) {
  * source's message, and the loader still shuts down cleanly. */
 static int failing_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {
   (void)s;
-  if (i == 13) return ts_set_error("failing source: sample 13 is unreadable");
+  if (i == 13) return set_error("failing source: sample 13 is unreadable");
   memset(pixels, (int)i, SAMPLE);
   *label = (int32_t)(i % 4);
   return 0;

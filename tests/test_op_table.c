@@ -16,16 +16,16 @@
 
 static void test_names(void) {
   for (int op = 0; op < TS_OP_COUNT; op++) {
-    const char *name = ts_op_name((ts_op)op);
+    const char *name = ir_op_name((ts_op)op);
     CHECK(name && name[0], "op %d has no name", op);
-    CHECK(ts_op_from_name(name) == (ts_op)op, "name %s does not find op %d", name, op);
+    CHECK(ir_op_from_name(name) == (ts_op)op, "name %s does not find op %d", name, op);
     for (int other = 0; other < op; other++)
-      CHECK(strcmp(name, ts_op_name((ts_op)other)) != 0, "ops %d and %d are both named %s", other, op, name);
+      CHECK(strcmp(name, ir_op_name((ts_op)other)) != 0, "ops %d and %d are both named %s", other, op, name);
   }
-  CHECK(ts_op_from_name("no_such_op") == TS_OP_COUNT, "an unknown name finds an op");
-  CHECK(ts_op_from_name(NULL) == TS_OP_COUNT, "NULL finds an op");
-  CHECK(strcmp(ts_op_name(TS_OP_COUNT), "invalid-op") == 0, "TS_OP_COUNT has a name");
-  CHECK(ts_op_info_of(TS_OP_COUNT) == NULL, "TS_OP_COUNT has a table row");
+  CHECK(ir_op_from_name("no_such_op") == TS_OP_COUNT, "an unknown name finds an op");
+  CHECK(ir_op_from_name(NULL) == TS_OP_COUNT, "NULL finds an op");
+  CHECK(strcmp(ir_op_name(TS_OP_COUNT), "invalid-op") == 0, "TS_OP_COUNT has a name");
+  CHECK(ir_op_info_of(TS_OP_COUNT) == NULL, "TS_OP_COUNT has a table row");
 }
 
 static bool in_elementwise_cases(ts_op op) {
@@ -40,14 +40,14 @@ static bool in_elementwise_cases(ts_op op) {
 static void test_classes(void) {
   for (int i = 0; i < TS_OP_COUNT; i++) {
     ts_op op = (ts_op)i;
-    const ts_op_info *info = ts_op_info_of(op);
-    const char *name = ts_op_name(op);
-    CHECK(in_elementwise_cases(op) == ts_op_is_elementwise(op), "TS_OP_CASES_ELEMENTWISE disagrees on %s", name);
-    CHECK(ts_op_has(op, TS_OPF_FUSIBLE) == ts_op_is_elementwise(op), "%s: fusible iff elementwise", name);
+    const ts_op_info *info = ir_op_info_of(op);
+    const char *name = ir_op_name(op);
+    CHECK(in_elementwise_cases(op) == ir_op_is_elementwise(op), "TS_OP_CASES_ELEMENTWISE disagrees on %s", name);
+    CHECK(ir_op_has(op, TS_OPF_FUSIBLE) == ir_op_is_elementwise(op), "%s: fusible iff elementwise", name);
     if (info->cls == TS_OPC_UNARY) CHECK(info->arity == 1, "unary %s has arity %d", name, info->arity);
     if (info->cls == TS_OPC_BINARY) CHECK(info->arity == 2, "binary %s has arity %d", name, info->arity);
     if (info->cls == TS_OPC_COLLECTIVE)
-      CHECK(ts_op_has(op, TS_OPF_NO_CSE) && info->attrs == TS_ATTRS_COLLECTIVE, "collective %s", name);
+      CHECK(ir_op_has(op, TS_OPF_NO_CSE) && info->attrs == TS_ATTRS_COLLECTIVE, "collective %s", name);
     CHECK(info->arity >= TS_ARITY_VARIADIC && info->arity <= 3, "%s has arity %d", name, info->arity);
   }
 }
@@ -69,19 +69,19 @@ static void check_kernel(ts_op op, ts_dtype dt) {
   int32_t in[3] = {a, b, b};
   ts_dtype out_dt = op == TS_OP_COMPARE ? TS_BOOL : op == TS_OP_CONVERT ? TS_F64 : dt;
   if (op == TS_OP_SELECT) in[0] = p, in[1] = a, in[2] = b;
-  ts_tensor z = ir_append(g, op, out_dt, 1, shape, ts_op_arity(op), in, &attr);
+  ts_tensor z = ir_append(g, op, out_dt, 1, shape, ir_op_arity(op), in, &attr);
   const void *bufs[3] = {dt == TS_F32 ? (const void *)fa : ia, dt == TS_F32 ? (const void *)fb : ib, fb};
   if (op == TS_OP_SELECT) bufs[0] = pred, bufs[1] = dt == TS_F32 ? (const void *)fa : ia, bufs[2] = bufs[1];
   _Alignas(64) unsigned char out[5 * 8]; /* 5 elements of at most 8 bytes */
   memset(out, 0xA5, sizeof out);
   ts_kstate *state = NULL;
-  int rc = ts_kernel_run(g, z, bufs, out, &state, NULL);
-  CHECK(rc == 0, "%s %s: %s", ts_op_name(op), ts_dtype_name(dt), ts_last_error());
+  int rc = kernel_run(g, z, bufs, out, &state, NULL);
+  CHECK(rc == 0, "%s %s: %s", ir_op_name(op), ts_dtype_name(dt), ts_last_error());
   size_t es = ts_dtype_size(out_dt);
   unsigned char fill[8];
   memset(fill, 0xA5, sizeof fill);
   for (int i = 0; rc == 0 && i < 5; i++)
-    CHECK(memcmp(out + i * es, fill, es) != 0, "%s %s: element %d not written (no kernel case?)", ts_op_name(op),
+    CHECK(memcmp(out + i * es, fill, es) != 0, "%s %s: element %d not written (no kernel case?)", ir_op_name(op),
           ts_dtype_name(dt), i);
   if (state) state->free(state);
   ts_graph_free(g);
@@ -92,7 +92,7 @@ int main(void) {
   test_names();
   test_classes();
   for (int op = 0; op < TS_OP_COUNT; op++) {
-    if (!ts_op_has((ts_op)op, TS_OPF_FUSIBLE)) continue;
+    if (!ir_op_has((ts_op)op, TS_OPF_FUSIBLE)) continue;
     check_kernel((ts_op)op, TS_F32);
     check_kernel((ts_op)op, TS_I64);
   }

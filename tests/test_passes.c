@@ -32,7 +32,7 @@ static void test_cse(void) {
   int64_t k1 = 3, k2 = 3;
   ts_tensor e = ts_add(g, ts_full(g, TS_F32, 2, s, (double)k1), ts_full(g, TS_F32, 2, s, (double)k2));
   CHECK(ts_graph_add_output(g, ts_add(g, d, e)) == 0, "%s", ts_last_error());
-  ts_graph *o = ts_compile_graph(g, &no_fusion);
+  ts_graph *o = compile_graph(g, &no_fusion);
   CHECK(o != NULL, "%s", ts_last_error());
   if (o) {
     CHECK(count_op(o, TS_OP_EXP) == 1, "exp nodes after cse: %d", count_op(o, TS_OP_EXP));
@@ -55,7 +55,7 @@ static void test_dce(void) {
   ts_tensor dead = ts_log(g, ts_exp(g, x));
   (void)dead;
   ts_graph_add_output(g, ts_tanh(g, ts_add(g, x, z)));
-  ts_graph *o = ts_compile_graph(g, &no_fusion);
+  ts_graph *o = compile_graph(g, &no_fusion);
   CHECK(o != NULL, "%s", ts_last_error());
   if (o) {
     CHECK(count_op(o, TS_OP_LOG) == 0 && count_op(o, TS_OP_EXP) == 0, "dead nodes kept");
@@ -86,7 +86,7 @@ static void test_simplify(void) {
   t = ts_broadcast_to(g, t, 2, s);
   CHECK(t != TS_NONE, "%s", ts_last_error());
   ts_graph_add_output(g, t);
-  ts_graph *o = ts_compile_graph(g, &no_fusion);
+  ts_graph *o = compile_graph(g, &no_fusion);
   CHECK(o != NULL, "%s", ts_last_error());
   if (o) {
     CHECK(o->n_nodes == 1 && o->outputs[0] == o->inputs[0], "identity chain left %d nodes", o->n_nodes);
@@ -96,7 +96,7 @@ static void test_simplify(void) {
   ts_graph *g2 = ts_graph_new();
   x = ts_input(g2, "x", TS_F32, 2, s);
   ts_graph_add_output(g2, ts_reshape(g2, ts_reshape(g2, ts_exp(g2, x), 1, flat), 3, s3));
-  o = ts_compile_graph(g2, &no_fusion);
+  o = compile_graph(g2, &no_fusion);
   CHECK(o && count_op(o, TS_OP_RESHAPE) == 1 && o->n_nodes == 3, "reshape of reshape");
   ts_graph_free(o);
   ts_graph_free(g2);
@@ -113,13 +113,13 @@ static void test_fusion(void) {
    * not a scalar), max with splat 0, mul with splat 2 */
   ts_tensor y = ts_mul(g, ts_relu(g, ts_add(g, ts_mul(g, x, w), b)), ts_scalar(g, TS_F32, 2.0));
   ts_graph_add_output(g, y);
-  ts_graph *o = ts_compile_graph(g, NULL);
+  ts_graph *o = compile_graph(g, NULL);
   CHECK(o != NULL, "%s", ts_last_error());
   if (o) {
     CHECK(count_op(o, TS_OP_FUSED) == 1, "fused nodes: %d", count_op(o, TS_OP_FUSED));
     int n_other = 0;
     for (int i = 0; i < o->n_nodes; i++)
-      n_other += ts_op_is_elementwise(o->nodes[i].op) || o->nodes[i].op == TS_OP_CONSTANT;
+      n_other += ir_op_is_elementwise(o->nodes[i].op) || o->nodes[i].op == TS_OP_CONSTANT;
     CHECK(n_other == 0, "elementwise / constant nodes left: %d", n_other);
     const ts_node *f = &o->nodes[o->outputs[0]];
     CHECK(f->op == TS_OP_FUSED && f->attr.fused->n >= 4, "output is the fused node");
@@ -132,7 +132,7 @@ static void test_fusion(void) {
   ts_tensor e = ts_exp(g2, x);
   ts_graph_add_output(g2, ts_tanh(g2, ts_neg(g2, e)));
   ts_graph_add_output(g2, e);
-  o = ts_compile_graph(g2, NULL);
+  o = compile_graph(g2, NULL);
   CHECK(o && count_op(o, TS_OP_EXP) == 1 && count_op(o, TS_OP_FUSED) == 1, "exp with two users kept apart");
   ts_graph_free(o);
   ts_graph_free(g2);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/compile.h" /* ts_compile_graph: fused nodes */
+#include "compile/compile.h" /* compile_graph: fused nodes */
 #include "harness.h"
 #include "ir/serialize.h"
 #include "tessel/tessel.h"
@@ -22,9 +22,9 @@ static void roundtrip(const ts_graph *g, const char *what) {
   for (int i = 0; i < g->n_nodes; i++) seen[g->nodes[i].op] = true;
   unsigned char *buf = NULL;
   size_t len = 0, cap = 0;
-  CHECK(ts_graph_serialize(g, &buf, &len, &cap) == 0, "%s: %s", what, ts_last_error());
+  CHECK(ir_serialize(g, &buf, &len, &cap) == 0, "%s: %s", what, ts_last_error());
   size_t pos = 0;
-  ts_graph *h = ts_graph_deserialize(buf, len, &pos);
+  ts_graph *h = ir_deserialize(buf, len, &pos);
   CHECK(h != NULL, "%s: %s", what, ts_last_error());
   if (!h) {
     free(buf);
@@ -44,7 +44,7 @@ static void roundtrip(const ts_graph *g, const char *what) {
   }
   unsigned char *buf2 = NULL;
   size_t len2 = 0, cap2 = 0;
-  CHECK(ts_graph_serialize(h, &buf2, &len2, &cap2) == 0, "%s", ts_last_error());
+  CHECK(ir_serialize(h, &buf2, &len2, &cap2) == 0, "%s", ts_last_error());
   CHECK(len2 == len && memcmp(buf, buf2, len) == 0, "%s: re-serialized bytes differ (%zu vs %zu)", what, len2, len);
   free(buf2);
   ts_graph_free(h);
@@ -167,17 +167,17 @@ static void test_sharding_annotation(void) {
 static void test_corruption(const ts_graph *g) {
   unsigned char *buf = NULL;
   size_t len = 0, cap = 0;
-  CHECK_OK(ts_graph_serialize(g, &buf, &len, &cap));
+  CHECK_OK(ir_serialize(g, &buf, &len, &cap));
   int rejected = 0;
   for (size_t cut = 0; cut < len; cut += 1 + cut / 64) {
     size_t pos = 0;
-    ts_graph *h = ts_graph_deserialize(buf, cut, &pos);
+    ts_graph *h = ir_deserialize(buf, cut, &pos);
     rejected += h == NULL;
     ts_graph_free(h);
   }
   CHECK(rejected > 0, "truncations were accepted");
   size_t pos = 0;
-  ts_graph *h = ts_graph_deserialize(buf, len, &pos);
+  ts_graph *h = ir_deserialize(buf, len, &pos);
   CHECK(h != NULL, "the whole buffer: %s", ts_last_error());
   ts_graph_free(h);
   uint64_t st = ts_test_seed | 1;
@@ -187,14 +187,14 @@ static void test_corruption(const ts_graph *g) {
     unsigned char bit = (unsigned char)(1u << (st >> 40) % 8);
     buf[at] ^= bit;
     pos = 0;
-    h = ts_graph_deserialize(buf, len, &pos); /* must not crash (ASan) */
+    h = ir_deserialize(buf, len, &pos); /* must not crash (ASan) */
     if (h) CHECK(ts_graph_verify(h) == 0, "a bit flip at %zu gave an unverified graph", at);
     ts_graph_free(h);
     buf[at] ^= bit;
   }
   unsigned char junk[16] = "not a graph....";
   pos = 0;
-  CHECK(ts_graph_deserialize(junk, sizeof junk, &pos) == NULL, "junk accepted");
+  CHECK(ir_deserialize(junk, sizeof junk, &pos) == NULL, "junk accepted");
   CHECK(strstr(ts_last_error(), "magic") != NULL, "message: %s", ts_last_error());
   free(buf);
 }
@@ -204,7 +204,7 @@ static void test_corruption(const ts_graph *g) {
 static void test_unknown_op(const ts_graph *g) {
   unsigned char *buf = NULL;
   size_t len = 0, cap = 0, pos = 0;
-  CHECK_OK(ts_graph_serialize(g, &buf, &len, &cap));
+  CHECK_OK(ir_serialize(g, &buf, &len, &cap));
   static const unsigned char pat[] = {4, 0, 0, 0, 't', 'a', 'n', 'h'}; /* u32 length, then the name */
   unsigned char *at = NULL;
   for (size_t i = 0; !at && i + sizeof pat <= len; i++)
@@ -212,7 +212,7 @@ static void test_unknown_op(const ts_graph *g) {
   CHECK(at != NULL, "no tanh op in the stream");
   if (at) {
     memcpy(at + 4, "tanx", 4);
-    CHECK(ts_graph_deserialize(buf, len, &pos) == NULL, "an unknown op was accepted");
+    CHECK(ir_deserialize(buf, len, &pos) == NULL, "an unknown op was accepted");
     CHECK(strstr(ts_last_error(), "unknown op \"tanx\"") != NULL, "message: %s", ts_last_error());
   }
   free(buf);
@@ -227,12 +227,12 @@ int main(void) {
   roundtrip(f, "forward");
   roundtrip(b, "backward");
   roundtrip(c, "collectives");
-  ts_graph *fo = ts_compile_graph(f, NULL), *bo = ts_compile_graph(b, NULL);
+  ts_graph *fo = compile_graph(f, NULL), *bo = compile_graph(b, NULL);
   CHECK(fo && bo, "%s", ts_last_error());
   if (fo) roundtrip(fo, "forward optimized (fused)");
   if (bo) roundtrip(bo, "backward optimized");
   test_sharding_annotation();
-  for (int op = 0; op < TS_OP_COUNT; op++) CHECK(seen[op], "op %s never round-tripped", ts_op_name((ts_op)op));
+  for (int op = 0; op < TS_OP_COUNT; op++) CHECK(seen[op], "op %s never round-tripped", ir_op_name((ts_op)op));
   test_corruption(fo ? fo : f);
   test_unknown_op(f);
   ts_graph_free(fo);

@@ -18,7 +18,7 @@
 #include "args.h"
 #include "model_graph.h"  /* the same training graph as tessel train */
 #include "train_mesh.h"
-#include "util/error.h" /* ts_set_error: errors of the --spec helper */   /* the same shardings as tessel train --mesh */
+#include "util/error.h" /* set_error: errors of the --spec helper */   /* the same shardings as tessel train --mesh */
 #include "tessel/tessel.h"
 
 #define CMD "inspect"
@@ -125,7 +125,7 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
 /* Marks input `name` of g with `spec` on m. */
 static int mark(ts_graph *g, const ts_mesh *m, const char *name, const char *spec_text) {
   ts_tensor t = ts_graph_find_input(g, name);
-  if (t == TS_NONE) return ts_set_error("--spec: the graph has no input '%s'", name);
+  if (t == TS_NONE) return set_error("--spec: the graph has no input '%s'", name);
   ts_partition_spec spec;
   if (ts_partition_spec_parse(m, spec_text, &spec) < 0) return -1;
   ts_sharding *s = ts_sharding_new(m, &spec, ts_tensor_rank(g, t));

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "tessel/ckpt.h"
-#include "util/error.h" // ts_set_error: the messages train_lib_error prints
+#include "util/error.h" // set_error: the messages train_lib_error prints
 #include "train_run.h"
 
 /* The shortest "%.Ng" that reads back as x (so 0.05, not 0.050000000000000003). */
@@ -111,8 +111,8 @@ int train_ckpt_restore(train_run *r, int64_t *step) {
   ts_ckpt *ck = ts_ckpt_open(path);
   if (!ck) {
     char e[1024];
-    snprintf(e, sizeof e, "%s", ts_last_error()); /* copied: ts_set_error writes the same buffer */
-    return ts_set_error("%s: %s", o->resume ? "--resume" : "--init-from", e);
+    snprintf(e, sizeof e, "%s", ts_last_error()); /* copied: set_error writes the same buffer */
+    return set_error("%s: %s", o->resume ? "--resume" : "--init-from", e);
   }
   const ts_ckpt_meta *m = ts_ckpt_get_meta(ck);
   int rc = 0;
@@ -127,15 +127,15 @@ int train_ckpt_restore(train_run *r, int64_t *step) {
   }
   run_config(r, now, sizeof now);
   if (!m->tessel_version[0])
-    rc = ts_set_error("--resume %s: a plain safetensors file holds no training state (use --init-from)", path);
+    rc = set_error("--resume %s: a plain safetensors file holds no training state (use --init-from)", path);
   else if (config_diff(m->config, now, diff, sizeof diff) > 0)
-    rc = ts_set_error("--resume %s: this run differs from the saved one: %s (the mesh and the process count may "
+    rc = set_error("--resume %s: this run differs from the saved one: %s (the mesh and the process count may "
                       "change; these may not)", ts_ckpt_path(ck), diff);
   else if (m->step > r->total_steps)
-    rc = ts_set_error("--resume %s: saved at step %lld, past this run's %lld steps", ts_ckpt_path(ck),
+    rc = set_error("--resume %s: saved at step %lld, past this run's %lld steps", ts_ckpt_path(ck),
                       (long long)m->step, (long long)r->total_steps);
   else if (!m->has_loader)
-    rc = ts_set_error("--resume %s: no loader state saved", ts_ckpt_path(ck));
+    rc = set_error("--resume %s: no loader state saved", ts_ckpt_path(ck));
   if (rc < 0) {
     ts_ckpt_close(ck);
     return -1;

@@ -9,7 +9,7 @@
 #include <sys/resource.h> // getrlimit: ulimit -v
 #include <unistd.h>       // sysconf
 
-#include "util/error.h" // ts_set_error
+#include "util/error.h" // set_error
 
 /* True when name is param or param + "." + optimizer-state suffix. */
 static bool is_param(const char *name, const char *param) {
@@ -79,10 +79,10 @@ int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool
     bool ok = false;
     for (int k = 0; k < 3 && n; k++) ok = ok || strcmp(n, known[k]) == 0;
     if (!ok && !placed && !n)
-      return ts_set_error("mesh axis %d has no name; tessel shards over axes named 'data' (the batch), 'model' "
+      return set_error("mesh axis %d has no name; tessel shards over axes named 'data' (the batch), 'model' "
                           "(the MLP's fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state)", a);
     if (!ok && !placed)
-      return ts_set_error("mesh axis '%s' is not one tessel shards over: 'data' (the batch), 'model' (the MLP's "
+      return set_error("mesh axis '%s' is not one tessel shards over: 'data' (the batch), 'model' (the MLP's "
                           "fc1/fc2 Megatron split) and 'fsdp' (weights and optimizer state); names are "
                           "case-sensitive, and any other axis would only replicate the model", n);
     if (ok && !megatron && strcmp(n, "model") == 0 && ts_mesh_axis_size(m, a) > 1)
@@ -132,7 +132,7 @@ int train_mesh_check_memory(const ts_mesh *m, int local_devices, int64_t params,
   double avail = available_bytes(&what);
   if (*estimate <= avail) return 0;
   const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
-  return ts_set_error("%d virtual devices need at least %.1f GiB here (%.1f MiB each: %lld parameters with their "
+  return set_error("%d virtual devices need at least %.1f GiB here (%.1f MiB each: %lld parameters with their "
                       "gradients and %d optimizer state%s%s, plus 6 MiB of programs and activations) but %.1f GiB "
                       "is available (%s); use a smaller mesh",
                       local_devices, *estimate / gib, per_device / mib, (long long)params, states,

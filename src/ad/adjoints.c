@@ -76,7 +76,7 @@ static int unary(const adj *c, ts_tensor *out) {
     out[0] = ts_mul(g, dz, ts_mul(g, ts_exp(g, ts_neg(g, ts_mul(g, x, x))), scal(c, 1.1283791670955126 /* 2/sqrt(pi) */)));
     break;
   case TS_OP_CONVERT: out[0] = ts_convert(g, dz, node(c, x)->dtype); break;
-  default: return ts_set_error("autodiff: no unary rule for %s", ts_op_name(c->n.op));
+  default: return set_error("autodiff: no unary rule for %s", ir_op_name(c->n.op));
   }
   return 0;
 }
@@ -121,7 +121,7 @@ static int binary(const adj *c, const bool *need, ts_tensor *out) {
     }
     break;
   }
-  default: return ts_set_error("autodiff: no binary rule for %s", ts_op_name(c->n.op));
+  default: return set_error("autodiff: no binary rule for %s", ir_op_name(c->n.op));
   }
   return 0;
 }
@@ -166,7 +166,7 @@ static ts_tensor slice_adjoint(const adj *c) {
     int64_t s = at->stride[d], n = cur[d];
     if (s <= 1 || n <= 1) continue;
     if (rank + 1 > TS_MAX_RANK) {
-      ts_set_error("autodiff: slice with stride %lld on a rank-%d tensor needs rank %d (the limit is %d)", (long long)s,
+      set_error("autodiff: slice with stride %lld on a rank-%d tensor needs rank %d (the limit is %d)", (long long)s,
                    rank, rank + 1, TS_MAX_RANK);
       return TS_NONE;
     }
@@ -400,7 +400,7 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
     /* piecewise constant in x (no contribution); linear in dy, but the
      * transpose (gathering dz at each window's first maximum) has no op */
     if (need[1])
-      rc = ts_set_error("autodiff: node %%%d (max_pool2d_grad) has no adjoint with respect to its dy operand "
+      rc = set_error("autodiff: node %%%d (max_pool2d_grad) has no adjoint with respect to its dy operand "
                         "(second derivatives through max pooling are not supported)",
                         z);
     break;
@@ -424,7 +424,7 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
     if (need[2]) contrib[2] = ts_gather(g, dz, in_(&c, 1));
     break;
   case TS_OP_FUSED:
-    rc = ts_set_error("autodiff: node %%%d is a fused node, which has no adjoint (fusion is a compiler pass: "
+    rc = set_error("autodiff: node %%%d is a fused node, which has no adjoint (fusion is a compiler pass: "
                       "differentiate the graph before compiling it)",
                       z);
     break;
@@ -434,15 +434,15 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
   case TS_OP_COMPARE: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER:
   case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
-    rc = ts_set_error("autodiff: node %%%d (%s) has no adjoint", z, ts_op_name(op));
+    rc = set_error("autodiff: node %%%d (%s) has no adjoint", z, ir_op_name(op));
     break;
   }
   if (rc != 0) return rc;
   /* A builder failed (it set a message and returned TS_NONE): say which rule. */
   for (int j = 0; j < c.n.n_in; j++) {
     if (need[j] && contrib[j] == TS_NONE && ts_last_error()[0]) {
-      return ts_set_error_context("autodiff: building the gradient of node %%%d (%s) for operand %d failed", z,
-                                  ts_op_name(op), j);
+      return set_error_context("autodiff: building the gradient of node %%%d (%s) for operand %d failed", z,
+                                  ir_op_name(op), j);
     }
   }
   return 0;

@@ -60,7 +60,7 @@ static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
     if (!need || !contrib) {
       free(need);
       free(contrib);
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "autodiff: out of memory at node %%%d", i);
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "autodiff: out of memory at node %%%d", i);
     }
   }
   int32_t *in = nd->in; /* stays valid: appending nodes moves the node array, not operand lists */
@@ -77,8 +77,8 @@ static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
     const ts_node *src = &g->nodes[in[j]], *gr = &g->nodes[contrib[j]];
     if (!same_type(src, gr)) {
       char b1[96], b2[96];
-      rc = ts_set_error("autodiff: gradient of node %%%d (%s) coming from node %%%d (%s) has shape %s but the node is %s",
-                        in[j], ts_op_name(src->op), i, ts_op_name(g->nodes[i].op),
+      rc = set_error("autodiff: gradient of node %%%d (%s) coming from node %%%d (%s) has shape %s but the node is %s",
+                        in[j], ir_op_name(src->op), i, ir_op_name(g->nodes[i].op),
                         ir_shape_str(gr, b1, sizeof b1), ir_shape_str(src, b2, sizeof b2));
       break;
     }
@@ -94,9 +94,9 @@ static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
 int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotangents, int n,
            const ts_tensor *wrt, ts_tensor *grads) {
   char b1[96], b2[96];
-  if (!g) return ts_set_error("ts_vjp: graph is NULL");
+  if (!g) return set_error("ts_vjp: graph is NULL");
   if (n_out < 1 || n < 0 || (n > 0 && (!wrt || !grads)) || !outs || !cotangents)
-    return ts_set_error("ts_vjp: need at least one output with a cotangent (got n_out = %d) and n >= 0 wrt tensors (got %d)",
+    return set_error("ts_vjp: need at least one output with a cotangent (got n_out = %d) and n >= 0 wrt tensors (got %d)",
                         n_out, n);
   for (int i = 0; i < n; i++) grads[i] = TS_NONE;
   for (int k = 0; k < n_out; k++) {
@@ -104,18 +104,18 @@ int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotan
       return -1;
     const ts_node *o = &g->nodes[outs[k]], *c = &g->nodes[cotangents[k]];
     if (!ts_dtype_is_float(o->dtype))
-      return ts_set_error("ts_vjp: output %d (node %%%d, %s) is %s; only float tensors have gradients", k, outs[k],
-                          ts_op_name(o->op), ir_shape_str(o, b1, sizeof b1));
+      return set_error("ts_vjp: output %d (node %%%d, %s) is %s; only float tensors have gradients", k, outs[k],
+                          ir_op_name(o->op), ir_shape_str(o, b1, sizeof b1));
     if (!same_type(o, c))
-      return ts_set_error("ts_vjp: cotangent %d (node %%%d) is %s but output %d (node %%%d) is %s", k,
+      return set_error("ts_vjp: cotangent %d (node %%%d) is %s but output %d (node %%%d) is %s", k,
                           cotangents[k], ir_shape_str(c, b1, sizeof b1), k, outs[k], ir_shape_str(o, b2, sizeof b2));
   }
   for (int i = 0; i < n; i++) {
     if (!ir_check_tensor(g, wrt[i], "ts_vjp (wrt)")) return -1;
     const ts_node *w = &g->nodes[wrt[i]];
     if (!ts_dtype_is_float(w->dtype))
-      return ts_set_error("autodiff: wrt[%d] (node %%%d, %s) is %s; only float tensors have gradients", i, wrt[i],
-                          ts_op_name(w->op), ir_shape_str(w, b1, sizeof b1));
+      return set_error("autodiff: wrt[%d] (node %%%d, %s) is %s; only float tensors have gradients", i, wrt[i],
+                          ir_op_name(w->op), ir_shape_str(w, b1, sizeof b1));
   }
 
   /* Only nodes up to the last output can lie on a path from a wrt to an output. */
@@ -129,7 +129,7 @@ int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotan
   if (!dep || !cot) {
     free(dep);
     free(cot);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_vjp: out of memory for %d nodes", n_nodes);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_vjp: out of memory for %d nodes", n_nodes);
   }
   for (int i = 0; i < n_nodes; i++) cot[i] = TS_NONE;
   mark_dependents(g, n_nodes, n, wrt, dep);
@@ -167,8 +167,8 @@ int ts_grad(ts_graph *g, ts_tensor loss, int n, const ts_tensor *wrt, ts_tensor 
   const ts_node *l = &g->nodes[loss];
   if (!ts_dtype_is_float(l->dtype) || l->rank != 0) {
     char b[96];
-    return ts_set_error("ts_grad: the loss must be a float scalar but node %%%d (%s) is %s%s", loss,
-                        ts_op_name(l->op), ir_shape_str(l, b, sizeof b),
+    return set_error("ts_grad: the loss must be a float scalar but node %%%d (%s) is %s%s", loss,
+                        ir_op_name(l->op), ir_shape_str(l, b, sizeof b),
                         l->rank != 0 ? " (reduce it, e.g. with ts_mean_all)" : "");
   }
   ts_tensor one = ts_scalar(g, l->dtype, 1.0);

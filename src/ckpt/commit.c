@@ -29,15 +29,15 @@ static char *save_spec_text(const ts_sharding *s) {
   bool any = false;
   for (int d = 0; ps && d < ps->rank; d++) any = any || ps->naxes[d] > 0;
   for (int d = 0; any && d < ps->rank; d++) {
-    ts_sb_printf(&sb, d ? "," : "");
-    if (ps->naxes[d] == 0) ts_sb_printf(&sb, "None");
+    sb_printf(&sb, d ? "," : "");
+    if (ps->naxes[d] == 0) sb_printf(&sb, "None");
     for (int k = 0; k < ps->naxes[d]; k++) {
       const char *nm = ts_mesh_axis_name(m, ps->axes[d][k]);
-      if (nm) ts_sb_printf(&sb, "%s%s", k ? "+" : "", nm);
-      else ts_sb_printf(&sb, "%s%d", k ? "+" : "", ps->axes[d][k]);
+      if (nm) sb_printf(&sb, "%s%s", k ? "+" : "", nm);
+      else sb_printf(&sb, "%s%d", k ? "+" : "", ps->axes[d][k]);
     }
   }
-  return ts_sb_finish(&sb, "checkpoint");
+  return sb_finish(&sb, "checkpoint");
 }
 
 /* Process 0: the index from the sidecars of every process. */
@@ -49,7 +49,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
   json_val **side = calloc((size_t)np, sizeof *side);
   ck.f = calloc((size_t)np, sizeof *ck.f);
   ck.t = calloc((size_t)n + 1, sizeof *ck.t);
-  if (!side || !ck.f || !ck.t) rc = ts_set_error("checkpoint: out of memory");
+  if (!side || !ck.f || !ck.t) rc = set_error("checkpoint: out of memory");
   for (int i = 0; i < n && rc == 0; i++) {
     ck_tensor *ct = &ck.t[i];
     ck.nt++;
@@ -61,7 +61,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
     const ts_sharding *s = ts_buffer_sharding(t[i].buf);
     ct->sharding = s ? ts_sharding_to_string(s) : strdup("{replicated}");
     ct->spec = save_spec_text(s);
-    if (!ct->name || !ct->sharding || !ct->spec) rc = ts_set_error("checkpoint: out of memory");
+    if (!ct->name || !ct->sharding || !ct->spec) rc = set_error("checkpoint: out of memory");
   }
   for (int p = 0; p < np && rc == 0; p++) {
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, p, np);
@@ -75,7 +75,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
     free(text);
     const json_val *s = side[p], *f = json_get(s, "file"), *bl = json_get(s, "blocks");
     if (!s || !f || f->type != JSON_STRING || !bl || bl->type != JSON_ARRAY) {
-      rc = s ? ts_set_error("%s: not a block description", path) : -1;
+      rc = s ? set_error("%s: not a block description", path) : -1;
       break;
     }
     ck_file *cf = &ck.f[ck.nf++];
@@ -84,7 +84,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
     cf->bytes = by && by->is_int ? (uint64_t)by->i : 0;
     const json_val *hv = json_get(s, "hash"), *hh = json_get(s, "header_hash");
     if (!cf->name || !hv || !hh || hv->type != JSON_STRING || hh->type != JSON_STRING || hv->len != 16 || hh->len != 16) {
-      rc = ts_set_error("%s: bad file description", path);
+      rc = set_error("%s: bad file description", path);
       break;
     }
     cf->hash = strtoull(hv->str, NULL, 16);
@@ -94,17 +94,17 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
                      *li = json_get(b, "limit"), *br = json_get(b, "byte_range"), *bh = json_get(b, "hash");
       if (!ti || !ti->is_int || ti->i < 0 || ti->i >= n || !st || !li || !br || !bh || br->n != 2 ||
           bh->type != JSON_STRING) {
-        rc = ts_set_error("%s: bad block %d", path, k);
+        rc = set_error("%s: bad block %d", path, k);
         break;
       }
       ck_tensor *ct = &ck.t[ti->i];
       if (st->n != ct->rank || li->n != ct->rank) {
-        rc = ts_set_error("%s: block %d has the wrong rank", path, k);
+        rc = set_error("%s: block %d has the wrong rank", path, k);
         break;
       }
       ck_block *nbk = realloc(ct->b, (size_t)(ct->nb + 1) * sizeof *nbk);
       if (!nbk) {
-        rc = ts_set_error("checkpoint: out of memory");
+        rc = set_error("checkpoint: out of memory");
         break;
       }
       ct->b = nbk;
@@ -121,7 +121,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
   if (rc == 0) rc = ckpt_index_check(&ck, tmp);
   ts_strbuf sb = {0};
   if (rc == 0) ckpt_index_write(&sb, &ck);
-  char *text = rc == 0 ? ts_sb_finish(&sb, "checkpoint index") : NULL;
+  char *text = rc == 0 ? sb_finish(&sb, "checkpoint index") : NULL;
   if (rc == 0 && !text) rc = -1;
   if (rc == 0) {
     snprintf(path, sizeof path, "%s/index.json", tmp);
@@ -130,7 +130,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
   free(text);
   for (int p = 0; p < np && rc == 0; p++) { /* the sidecars are in the index now */
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, p, np);
-    if (unlink(path) != 0) rc = ts_set_error("%s: cannot remove: %s", path, strerror(errno));
+    if (unlink(path) != 0) rc = set_error("%s: cannot remove: %s", path, strerror(errno));
   }
   for (int p = 0; side && p < np; p++) json_free(side[p]);
   free(side);
@@ -161,18 +161,18 @@ static int save_mkdirs(const char *dir) {
   for (char *s = p + 1; *s; s++) {
     if (*s != '/') continue;
     *s = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return ts_set_error("%s: cannot create: %s", p, strerror(errno));
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return set_error("%s: cannot create: %s", p, strerror(errno));
     *s = '/';
   }
   if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    return ts_set_error("%s: cannot create the checkpoint directory: %s", p, strerror(errno));
+    return set_error("%s: cannot create the checkpoint directory: %s", p, strerror(errno));
   return 0;
 }
 
 /* Removes the debris of saves that crashed: ROOT/.tmp-step-* and .old-step-*. */
 static int save_clean_debris(const char *root) {
   DIR *d = opendir(root);
-  if (!d) return ts_set_error("%s: cannot list: %s", root, strerror(errno));
+  if (!d) return set_error("%s: cannot list: %s", root, strerror(errno));
   int rc = 0;
   struct dirent *de;
   while (rc == 0 && (de = readdir(d))) {
@@ -188,7 +188,7 @@ static int save_clean_debris(const char *root) {
 /* Deletes step directories beyond the newest `keep` (never `current`). */
 static int save_prune(const char *root, int keep, int64_t current) {
   DIR *d = opendir(root);
-  if (!d) return ts_set_error("%s: cannot list: %s", root, strerror(errno));
+  if (!d) return set_error("%s: cannot list: %s", root, strerror(errno));
   int64_t *steps = NULL;
   int n = 0, cap = 0, rc = 0;
   struct dirent *de;
@@ -199,7 +199,7 @@ static int save_prune(const char *root, int keep, int64_t current) {
       cap = cap ? 2 * cap : 16;
       int64_t *ns = realloc(steps, (size_t)cap * sizeof *ns);
       if (!ns) {
-        rc = ts_set_error("checkpoint: out of memory");
+        rc = set_error("checkpoint: out of memory");
         break;
       }
       steps = ns;
@@ -237,10 +237,10 @@ int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_m
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
       snprintf(old, sizeof old, "%s", tmp); /* the old checkpoint now sits at the temporary name */
     } else if (ckpt_remove_dir(old) < 0 || rename(final, old) != 0 || rename(tmp, final) != 0) {
-      return ts_set_error("%s: cannot replace the existing checkpoint: %s", final, strerror(errno));
+      return set_error("%s: cannot replace the existing checkpoint: %s", final, strerror(errno));
     }
   } else if (rename(tmp, final) != 0) {
-    return ts_set_error("%s: rename to %s failed: %s", tmp, final, strerror(errno));
+    return set_error("%s: rename to %s failed: %s", tmp, final, strerror(errno));
   }
   if (ckpt_fsync_dir(root) < 0) return -1;
   ckpt_test_stage("rename");

@@ -20,7 +20,7 @@ typedef struct {
 } json_parser;
 
 static int json_fail(json_parser *p, const char *msg) {
-  if (!p->failed) ts_set_error("%s: JSON error at byte %zu: %s", p->what, p->pos, msg);
+  if (!p->failed) set_error("%s: JSON error at byte %zu: %s", p->what, p->pos, msg);
   p->failed = true;
   return -1;
 }
@@ -300,7 +300,7 @@ json_val *json_parse(const char *text, size_t len, const char *what) {
   json_val *v = calloc(1, sizeof *v);
   if (!v || !text) {
     free(v);
-    ts_set_error("%s: %s", p.what, text ? "out of memory" : "no text");
+    set_error("%s: %s", p.what, text ? "out of memory" : "no text");
     return NULL;
   }
   if (json_value(&p, v, 0) == 0) {
@@ -322,11 +322,11 @@ const json_val *json_get(const json_val *v, const char *key) {
 }
 
 void json_write_string(ts_strbuf *sb, const char *s) {
-  ts_sb_printf(sb, "\"");
+  sb_printf(sb, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') ts_sb_printf(sb, "\\%c", *c);
-    else if (*c < 0x20) ts_sb_printf(sb, "\\u%04x", *c);
-    else ts_sb_printf(sb, "%c", *c);
+    if (*c == '"' || *c == '\\') sb_printf(sb, "\\%c", *c);
+    else if (*c < 0x20) sb_printf(sb, "\\u%04x", *c);
+    else sb_printf(sb, "%c", *c);
   }
-  ts_sb_printf(sb, "\"");
+  sb_printf(sb, "\"");
 }

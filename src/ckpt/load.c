@@ -34,20 +34,20 @@ void ts_ckpt_close(ts_ckpt *ck) {
 static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen, uint64_t *hhash) {
   uint8_t pre[8];
   if (size < 8) {
-    ts_set_error("%s: %llu bytes, too short for a safetensors file (truncated?)", path, (unsigned long long)size);
+    set_error("%s: %llu bytes, too short for a safetensors file (truncated?)", path, (unsigned long long)size);
     return NULL;
   }
   if (ckpt_pread_all(fd, pre, 8, 0, path) < 0) return NULL;
   uint64_t n = 0;
   for (int k = 7; k >= 0; k--) n = n << 8 | pre[k];
   if (n > size - 8 || n > CKPT_MAX_HEADER) {
-    ts_set_error("%s: safetensors header length %llu runs past the end of the file (%llu bytes)", path,
+    set_error("%s: safetensors header length %llu runs past the end of the file (%llu bytes)", path,
                  (unsigned long long)n, (unsigned long long)size);
     return NULL;
   }
   char *buf = malloc(8 + n + 1);
   if (!buf) {
-    ts_set_error("%s: out of memory", path);
+    set_error("%s: out of memory", path);
     return NULL;
   }
   memcpy(buf, pre, 8);
@@ -74,18 +74,18 @@ static int load_file(ts_ckpt *ck, int fi) {
   char path[PATH_LEN];
   file_path(ck, fi, path, sizeof path);
   if (f->fd < 0 && (f->fd = open(path, O_RDONLY)) < 0)
-    return ts_set_error("checkpoint %s: file %s is missing or unreadable: %s", ck->path, f->name, strerror(errno));
+    return set_error("checkpoint %s: file %s is missing or unreadable: %s", ck->path, f->name, strerror(errno));
   struct stat st;
-  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) return ts_set_error("%s: not a regular file", path);
+  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) return set_error("%s: not a regular file", path);
   if ((uint64_t)st.st_size != f->bytes)
-    return ts_set_error("%s: %lld bytes but the index says %llu (truncated or replaced)", path, (long long)st.st_size,
+    return set_error("%s: %lld bytes but the index says %llu (truncated or replaced)", path, (long long)st.st_size,
                         (unsigned long long)f->bytes);
   uint64_t hlen, hhash;
   char *hdr = load_header(f->fd, f->bytes, path, &hlen, &hhash);
   if (!hdr) return -1;
   int rc = 0;
   if (!ck->plain && hhash != f->header_hash)
-    rc = ts_set_error("%s: header checksum mismatch (corrupted, or a file from another checkpoint)", path);
+    rc = set_error("%s: header checksum mismatch (corrupted, or a file from another checkpoint)", path);
   if (rc == 0) rc = st_header_parse(hdr + 8, hlen, f->bytes - 8 - hlen, path, &f->hdr);
   free(hdr);
   if (rc != 0) return -1;
@@ -101,25 +101,25 @@ static int load_file(ts_ckpt *ck, int fi) {
       ckpt_block_name(t, b, bn, sizeof bn);
       const st_entry *e = st_header_find(&f->hdr, bn);
       if (!e) {
-        rc = ts_set_error("%s: tensor %s: block '%s' is not in the file", path, t->name, bn);
+        rc = set_error("%s: tensor %s: block '%s' is not in the file", path, t->name, bn);
         break;
       }
       bool same = e->dt == t->dt && e->rank == t->rank;
       for (int d = 0; same && d < t->rank; d++) same = e->shape[d] == b->limit[d] - b->start[d];
       if (!same) {
-        rc = ts_set_error("%s: tensor %s: the file has '%s' as %s rank %d, the index as %s rank %d", path, t->name,
+        rc = set_error("%s: tensor %s: the file has '%s' as %s rank %d, the index as %s rank %d", path, t->name,
                           bn, ts_dtype_name(e->dt), e->rank, ts_dtype_name(t->dt), t->rank);
         break;
       }
       if (e->begin + 8 + hlen != b->begin || e->end + 8 + hlen != b->end)
-        rc = ts_set_error("%s: tensor %s: '%s' is at bytes [%llu, %llu) in the file but [%llu, %llu) in the index",
+        rc = set_error("%s: tensor %s: '%s' is at bytes [%llu, %llu) in the file but [%llu, %llu) in the index",
                           path, t->name, bn, (unsigned long long)(e->begin + 8 + hlen),
                           (unsigned long long)(e->end + 8 + hlen), (unsigned long long)b->begin,
                           (unsigned long long)b->end);
     }
   }
   if (rc == 0 && nblocks != f->hdr.n)
-    rc = ts_set_error("%s: holds %d tensors but the index places %d blocks in it (a foreign file?)", path, f->hdr.n,
+    rc = set_error("%s: holds %d tensors but the index places %d blocks in it (a foreign file?)", path, f->hdr.n,
                       nblocks);
   if (rc != 0) {
     st_header_free(&f->hdr);
@@ -136,7 +136,7 @@ static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
   size_t n = (size_t)(b->end - b->begin);
   void *buf = malloc(n ? n : 1);
   if (!buf) {
-    ts_set_error("checkpoint: out of memory reading tensor %s", t->name);
+    set_error("checkpoint: out of memory reading tensor %s", t->name);
     return NULL;
   }
   char path[PATH_LEN];
@@ -148,7 +148,7 @@ static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
   if (!ck->plain && util_hash64(buf, n, 0) != b->hash) {
     char bn[2048];
     ckpt_block_name(t, b, bn, sizeof bn);
-    ts_set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted", path,
+    set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted", path,
                  t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
     free(buf);
     return NULL;
@@ -212,7 +212,7 @@ int ts_ckpt_find(const ts_ckpt *ck, const char *name) {
 static const ck_tensor *load_tensor(const ts_ckpt *ck, const char *name) {
   int i = ts_ckpt_find(ck, name);
   if (i < 0) {
-    ts_set_error("checkpoint %s has no tensor '%s'", ck ? ck->path : "(null)", name ? name : "(null)");
+    set_error("checkpoint %s has no tensor '%s'", ck ? ck->path : "(null)", name ? name : "(null)");
     return NULL;
   }
   return &ck->t[i];
@@ -226,7 +226,7 @@ static void shape_text(ts_dtype dt, int rank, const int64_t *shape, char *buf, s
 }
 
 int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
-  if (!ck || !c || !dst) return ts_set_error("ts_ckpt_read: NULL checkpoint, client or buffer");
+  if (!ck || !c || !dst) return set_error("ts_ckpt_read: NULL checkpoint, client or buffer");
   const ck_tensor *t = load_tensor(ck, name);
   if (!t) return -1;
   int r = ts_buffer_rank(dst);
@@ -236,13 +236,13 @@ int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
     char a[256], b[256];
     shape_text(t->dt, t->rank, t->shape, a, sizeof a);
     shape_text(ts_buffer_dtype(dst), r, ts_buffer_shape(dst), b, sizeof b);
-    return ts_set_error("checkpoint %s: tensor %s is %s but the program's is %s", ck->path, name, a, b);
+    return set_error("checkpoint %s: tensor %s is %s but the program's is %s", ck->path, name, a, b);
   }
   int nd = ts_client_num_devices(c);
   void **cache = calloc((size_t)t->nb + 1, sizeof *cache);
   int64_t(*ranges)[2][TS_MAX_RANK] = calloc((size_t)nd, sizeof *ranges);
   void **host = calloc((size_t)nd, sizeof *host);
-  int rc = cache && ranges && host ? 0 : ts_set_error("checkpoint: out of memory");
+  int rc = cache && ranges && host ? 0 : set_error("checkpoint: out of memory");
   size_t es = ts_dtype_size(t->dt);
   for (int d = 0; d < nd && rc == 0; d++) {
     if (!ts_client_is_local_device(c, d)) continue;
@@ -257,7 +257,7 @@ int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
       if (host[e] && memcmp(ranges[e], ranges[d], sizeof ranges[d]) == 0) src = host[e];
     if (!src) {
       if (!(host[d] = malloc(bytes ? bytes : 1))) {
-        rc = ts_set_error("checkpoint: out of memory");
+        rc = set_error("checkpoint: out of memory");
         break;
       }
       if (load_range(ck, t, st, li, host[d], cache) < 0) {
@@ -277,15 +277,15 @@ int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
 }
 
 int ts_ckpt_read_host(ts_ckpt *ck, const char *name, void *dst, size_t bytes) {
-  if (!ck || !dst) return ts_set_error("ts_ckpt_read_host: NULL checkpoint or destination");
+  if (!ck || !dst) return set_error("ts_ckpt_read_host: NULL checkpoint or destination");
   const ck_tensor *t = load_tensor(ck, name);
   if (!t) return -1;
   size_t need = (size_t)ts_shape_numel(t->rank, t->shape) * ts_dtype_size(t->dt);
   if (bytes != need)
-    return ts_set_error("ts_ckpt_read_host: tensor %s has %zu bytes, not %zu", name, need, bytes);
+    return set_error("ts_ckpt_read_host: tensor %s has %zu bytes, not %zu", name, need, bytes);
   int64_t st[TS_MAX_RANK] = {0};
   void **cache = calloc((size_t)t->nb + 1, sizeof *cache);
-  if (!cache) return ts_set_error("checkpoint: out of memory");
+  if (!cache) return set_error("checkpoint: out of memory");
   int rc = load_range(ck, t, st, t->shape, dst, cache);
   for (int k = 0; k < t->nb; k++) free(cache[k]);
   free(cache);
@@ -297,12 +297,12 @@ int ts_ckpt_read_host(ts_ckpt *ck, const char *name, void *dst, size_t bytes) {
 /* A plain safetensors file as a one-file checkpoint of whole tensors. */
 static int open_plain(ts_ckpt *ck) {
   int fd = open(ck->path, O_RDONLY);
-  if (fd < 0) return ts_set_error("%s: cannot open: %s", ck->path, strerror(errno));
+  if (fd < 0) return set_error("%s: cannot open: %s", ck->path, strerror(errno));
   struct stat st;
   uint64_t hlen = 0, hh = 0;
   char *hdr = NULL;
   st_header h = {0};
-  int rc = fstat(fd, &st) == 0 ? 0 : ts_set_error("%s: cannot stat: %s", ck->path, strerror(errno));
+  int rc = fstat(fd, &st) == 0 ? 0 : set_error("%s: cannot stat: %s", ck->path, strerror(errno));
   if (rc == 0 && !(hdr = load_header(fd, (uint64_t)st.st_size, ck->path, &hlen, &hh))) rc = -1;
   if (rc == 0) rc = st_header_parse(hdr + 8, hlen, (uint64_t)st.st_size - 8 - hlen, ck->path, &h);
   free(hdr);
@@ -313,7 +313,7 @@ static int open_plain(ts_ckpt *ck) {
   ck->t = calloc((size_t)h.n + 1, sizeof *ck->t);
   if (!ck->f || !ck->t) {
     st_header_free(&h);
-    return ts_set_error("%s: out of memory", ck->path);
+    return set_error("%s: out of memory", ck->path);
   }
   const char *base = strrchr(ck->path, '/');
   ck->nf = 1;
@@ -330,7 +330,7 @@ static int open_plain(ts_ckpt *ck) {
     t->spec = strdup("");
     t->b = calloc(1, sizeof *t->b);
     if (!t->name || !t->sharding || !t->spec || !t->b) {
-      rc = ts_set_error("%s: out of memory", ck->path);
+      rc = set_error("%s: out of memory", ck->path);
       break;
     }
     t->nb = 1;
@@ -339,14 +339,14 @@ static int open_plain(ts_ckpt *ck) {
     t->b[0].end = 8 + hlen + e->end;
   }
   st_header_free(&h);
-  if (rc == 0 && !ck->f[0].name) rc = ts_set_error("%s: out of memory", ck->path);
+  if (rc == 0 && !ck->f[0].name) rc = set_error("%s: out of memory", ck->path);
   ck->meta.process_count = 1;
   return rc;
 }
 
 ts_ckpt *ts_ckpt_open(const char *path) {
   if (!path || !path[0] || strlen(path) > 3000) {
-    ts_set_error("ts_ckpt_open: no path or a path over 3000 bytes");
+    set_error("ts_ckpt_open: no path or a path over 3000 bytes");
     return NULL;
   }
   ts_ckpt *ck = calloc(1, sizeof *ck);
@@ -354,7 +354,7 @@ ts_ckpt *ts_ckpt_open(const char *path) {
   struct stat st;
   if (!ck) goto oom;
   if (stat(path, &st) != 0) {
-    ts_set_error("checkpoint %s: %s", path, strerror(errno));
+    set_error("checkpoint %s: %s", path, strerror(errno));
     goto fail;
   }
   if (S_ISREG(st.st_mode)) {
@@ -370,7 +370,7 @@ ts_ckpt *ts_ckpt_open(const char *path) {
     size_t n = 0;
     char *line = ckpt_read_small(p, 256, &n);
     if (!line) {
-      ts_set_error("checkpoint %s: neither a checkpoint (no index.json) nor a checkpoint root (no readable latest)",
+      set_error("checkpoint %s: neither a checkpoint (no index.json) nor a checkpoint root (no readable latest)",
                    path);
       goto fail;
     }
@@ -378,7 +378,7 @@ ts_ckpt *ts_ckpt_open(const char *path) {
     bool ok = strncmp(line, "step-", 5) == 0 && n > 5;
     for (size_t k = 5; ok && k < n; k++) ok = line[k] >= '0' && line[k] <= '9';
     if (!ok) {
-      ts_set_error("%s: does not name a step directory ('%s')", p, line);
+      set_error("%s: does not name a step directory ('%s')", p, line);
       free(line);
       goto fail;
     }
@@ -396,7 +396,7 @@ ts_ckpt *ts_ckpt_open(const char *path) {
   if (rc < 0) goto fail;
   return ck;
 oom:
-  ts_set_error("ts_ckpt_open: out of memory");
+  set_error("ts_ckpt_open: out of memory");
 fail:
   ts_ckpt_close(ck);
   return NULL;
@@ -409,7 +409,7 @@ int ts_ckpt_num_files(const ts_ckpt *ck) { return ck ? ck->nf : 0; }
 
 int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_ckpt_tensor_info *out) {
   if (!ck || !out || i < 0 || i >= ck->nt)
-    return ts_set_error("ts_ckpt_tensor: index %d out of range (%d tensors)", i, ck ? ck->nt : 0);
+    return set_error("ts_ckpt_tensor: index %d out of range (%d tensors)", i, ck ? ck->nt : 0);
   const ck_tensor *t = &ck->t[i];
   *out = (ts_ckpt_tensor_info){.name = t->name, .dtype = t->dt, .rank = t->rank, .kind = t->kind,
                                .num_blocks = t->nb, .sharding = t->sharding, .spec = t->spec};
@@ -418,7 +418,7 @@ int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_ckpt_tensor_info *out) {
 }
 
 int ts_ckpt_file(const ts_ckpt *ck, int i, const char **name, uint64_t *bytes) {
-  if (!ck || i < 0 || i >= ck->nf) return ts_set_error("ts_ckpt_file: index %d out of range", i);
+  if (!ck || i < 0 || i >= ck->nf) return set_error("ts_ckpt_file: index %d out of range", i);
   if (name) *name = ck->f[i].name;
   if (bytes) *bytes = ck->f[i].bytes;
   return 0;

@@ -49,8 +49,8 @@ static int ckpt_agree(ts_client *c, const char *stage, int rc) {
   char text[1200];
   snprintf(text, sizeof text, "checkpoint %s: %s", stage, rc == 0 ? "ok" : own);
   int same = ts_client_check_same(c, "the checkpoint save", text);
-  if (rc != 0) return ts_set_error("%s", own);
-  if (same != 0) return ts_set_error("checkpoint %s failed on another process: %s", stage, ts_last_error());
+  if (rc != 0) return set_error("%s", own);
+  if (same != 0) return set_error("checkpoint %s failed on another process: %s", stage, ts_last_error());
   return 0;
 }
 
@@ -65,7 +65,7 @@ typedef struct {
 static int save_plan_tensor(ts_client *c, const ts_ckpt_entry *e, int i, save_block **out, int *n, int *cap) {
   int nd = ts_client_num_devices(c), rank = ts_buffer_rank(e->buf);
   int64_t (*seen)[2][TS_MAX_RANK] = malloc((size_t)nd * sizeof *seen);
-  if (!seen) return ts_set_error("checkpoint: out of memory");
+  if (!seen) return set_error("checkpoint: out of memory");
   int ns = 0, rc = 0;
   for (int d = 0; d < nd && rc == 0; d++) {
     int64_t st[TS_MAX_RANK] = {0}, li[TS_MAX_RANK] = {0};
@@ -86,7 +86,7 @@ static int save_plan_tensor(ts_client *c, const ts_ckpt_entry *e, int i, save_bl
       int nc = *cap ? 2 * *cap : 16;
       save_block *nb = realloc(*out, (size_t)nc * sizeof *nb);
       if (!nb) {
-        rc = ts_set_error("checkpoint: out of memory");
+        rc = set_error("checkpoint: out of memory");
         break;
       }
       *out = nb, *cap = nc;
@@ -125,7 +125,7 @@ static int save_files(ts_client *c, const char *tmp, int n, const ts_ckpt_entry 
   char name[128], path[PATH_MAX_LEN];
   snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", rank, np);
   snprintf(path, sizeof path, "%s/%s", tmp, name);
-  if (rc == 0 && (!se || !bh)) rc = ts_set_error("checkpoint: out of memory");
+  if (rc == 0 && (!se || !bh)) rc = set_error("checkpoint: out of memory");
   uint64_t off = 0;
   for (int k = 0; k < nb && rc == 0; k++) {
     const ts_ckpt_entry *e = &t[bl[k].t];
@@ -137,17 +137,17 @@ static int save_files(ts_client *c, const char *tmp, int n, const ts_ckpt_entry 
     se[k].begin = off;
     off += (uint64_t)ts_shape_numel(se[k].rank, se[k].shape) * ts_dtype_size(se[k].dt);
     se[k].end = off;
-    if (!(se[k].name = strdup(bn))) rc = ts_set_error("checkpoint: out of memory");
+    if (!(se[k].name = strdup(bn))) rc = set_error("checkpoint: out of memory");
   }
   if (rc == 0 && !(hdr = st_header_build(nb, se, &hlen))) rc = -1;
   if (rc == 0 && (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-    rc = ts_set_error("%s: cannot create: %s", path, strerror(errno));
+    rc = set_error("%s: cannot create: %s", path, strerror(errno));
   uint8_t prefix[8];
   for (int k = 0; k < 8; k++) prefix[k] = (uint8_t)((uint64_t)hlen >> (8 * k)); /* little-endian u64 */
   uint64_t header_hash = 0;
   if (rc == 0) {
     char *ph = malloc(8 + hlen);
-    if (!ph) rc = ts_set_error("checkpoint: out of memory");
+    if (!ph) rc = set_error("checkpoint: out of memory");
     else {
       memcpy(ph, prefix, 8);
       memcpy(ph + 8, hdr, hlen);
@@ -160,38 +160,38 @@ static int save_files(ts_client *c, const char *tmp, int n, const ts_ckpt_entry 
     size_t bytes = (size_t)(se[k].end - se[k].begin);
     void *nd = realloc(data, bytes ? bytes : 1);
     if (!nd) {
-      rc = ts_set_error("checkpoint: out of memory (block %s, %zu bytes)", se[k].name, bytes);
+      rc = set_error("checkpoint: out of memory (block %s, %zu bytes)", se[k].name, bytes);
       break;
     }
     data = nd;
     if (ts_buffer_read_shard(t[bl[k].t].buf, bl[k].device, data, bytes) < 0) {
-      rc = ts_set_error("checkpoint: reading %s from device %d: %s", se[k].name, bl[k].device, ts_last_error());
+      rc = set_error("checkpoint: reading %s from device %d: %s", se[k].name, bl[k].device, ts_last_error());
       break;
     }
     bh[k] = util_hash64(data, bytes, 0);
     rc = ckpt_write_all(fd, data, bytes, path);
   }
-  if (rc == 0 && fsync(fd) != 0) rc = ts_set_error("%s: fsync failed: %s", path, strerror(errno));
-  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = ts_set_error("%s: close failed: %s", path, strerror(errno));
+  if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
   uint64_t fhash = 0, fbytes = 0;
   if (rc == 0) rc = ckpt_file_hash(path, &fhash, &fbytes); /* what is on disk, as load will check it */
   if (rc == 0) {
     ts_strbuf sb = {0};
-    ts_sb_printf(&sb, "{\"file\":");
+    sb_printf(&sb, "{\"file\":");
     json_write_string(&sb, name);
-    ts_sb_printf(&sb, ",\"bytes\":%llu,\"hash\":\"%016" PRIx64 "\",\"header_hash\":\"%016" PRIx64 "\",\"blocks\":[",
+    sb_printf(&sb, ",\"bytes\":%llu,\"hash\":\"%016" PRIx64 "\",\"header_hash\":\"%016" PRIx64 "\",\"blocks\":[",
                  (unsigned long long)fbytes, fhash, header_hash);
     for (int k = 0; k < nb; k++) {
       int r = se[k].rank;
-      ts_sb_printf(&sb, "%s{\"tensor\":%d,\"start\":[", k ? "," : "", bl[k].t);
-      for (int d = 0; d < r; d++) ts_sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].start[d]);
-      ts_sb_printf(&sb, "],\"limit\":[");
-      for (int d = 0; d < r; d++) ts_sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].limit[d]);
-      ts_sb_printf(&sb, "],\"byte_range\":[%llu,%llu],\"hash\":\"%016" PRIx64 "\"}",
+      sb_printf(&sb, "%s{\"tensor\":%d,\"start\":[", k ? "," : "", bl[k].t);
+      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].start[d]);
+      sb_printf(&sb, "],\"limit\":[");
+      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].limit[d]);
+      sb_printf(&sb, "],\"byte_range\":[%llu,%llu],\"hash\":\"%016" PRIx64 "\"}",
                    (unsigned long long)(8 + hlen + se[k].begin), (unsigned long long)(8 + hlen + se[k].end), bh[k]);
     }
-    ts_sb_printf(&sb, "]}\n");
-    if (!(side = ts_sb_finish(&sb, "checkpoint"))) rc = -1;
+    sb_printf(&sb, "]}\n");
+    if (!(side = sb_finish(&sb, "checkpoint"))) rc = -1;
   }
   if (rc == 0) {
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, rank, np);
@@ -226,17 +226,17 @@ static void save_mesh_text(int n, const ts_ckpt_entry *t, char *buf, size_t len)
 
 static int save_check_args(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t) {
   if (!c || !root || !root[0] || !meta || n < 0 || (n > 0 && !t))
-    return ts_set_error("ts_ckpt_save: NULL or empty argument (client, root, meta or tensors)");
+    return set_error("ts_ckpt_save: NULL or empty argument (client, root, meta or tensors)");
   if (meta->step < 0 || meta->step > 99999999)
-    return ts_set_error("ts_ckpt_save: step %lld is outside [0, 99999999]", (long long)meta->step);
-  if (strlen(root) > 3000) return ts_set_error("ts_ckpt_save: root path is too long");
+    return set_error("ts_ckpt_save: step %lld is outside [0, 99999999]", (long long)meta->step);
+  if (strlen(root) > 3000) return set_error("ts_ckpt_save: root path is too long");
   for (int i = 0; i < n; i++) {
     if (!t[i].name || !t[i].name[0] || strlen(t[i].name) > 1000 || !t[i].buf)
-      return ts_set_error("ts_ckpt_save: tensor %d has no name, a name over 1000 bytes or no buffer", i);
+      return set_error("ts_ckpt_save: tensor %d has no name, a name over 1000 bytes or no buffer", i);
     if ((unsigned)t[i].kind > TS_CKPT_BUFFER)
-      return ts_set_error("ts_ckpt_save: tensor %s has unknown kind %d", t[i].name, (int)t[i].kind);
+      return set_error("ts_ckpt_save: tensor %s has unknown kind %d", t[i].name, (int)t[i].kind);
     for (int j = 0; j < i; j++)
-      if (strcmp(t[i].name, t[j].name) == 0) return ts_set_error("ts_ckpt_save: tensor %s is listed twice", t[i].name);
+      if (strcmp(t[i].name, t[j].name) == 0) return set_error("ts_ckpt_save: tensor %s is listed twice", t[i].name);
   }
   return 0;
 }
@@ -258,7 +258,7 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
       if (ckpt_prepare_root(root) < 0)
         rc = -1;
       else if (mkdir(tmp, 0755) != 0)
-        rc = ts_set_error("%s: cannot create: %s", tmp, strerror(errno));
+        rc = set_error("%s: cannot create: %s", tmp, strerror(errno));
     }
   }
   /* Barrier: the temporary directory exists before anyone writes into it. */
@@ -277,7 +277,7 @@ fail:
     char err[1024];
     snprintf(err, sizeof err, "%s", ts_last_error());
     ckpt_remove_dir(tmp); /* best effort: the previous checkpoint is untouched */
-    ts_set_error("%s", err);
+    set_error("%s", err);
   }
   return -1;
 }
@@ -285,7 +285,7 @@ fail:
 int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep) {
   int n = ts_params_count(p);
   ts_ckpt_entry *t = calloc((size_t)n + 1, sizeof *t);
-  if (!t) return ts_set_error("ts_ckpt_save_params: out of memory");
+  if (!t) return set_error("ts_ckpt_save_params: out of memory");
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     t[i].name = ts_params_name(p, i);

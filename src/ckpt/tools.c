@@ -13,12 +13,12 @@
 #include "util/error.h"
 
 int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only) {
-  if (!ck || !c || !p) return ts_set_error("ts_ckpt_load_params: NULL checkpoint, client or parameter set");
+  if (!ck || !c || !p) return set_error("ts_ckpt_load_params: NULL checkpoint, client or parameter set");
   int np = ts_params_count(p);
   ts_strbuf diff = {0};
   int ndiff = 0;
   bool *used = calloc((size_t)ck->nt + 1, sizeof *used);
-  if (!used) return ts_set_error("ts_ckpt_load_params: out of memory");
+  if (!used) return set_error("ts_ckpt_load_params: out of memory");
   /* First every difference, so the error lists them all; nothing is loaded unless none. */
   for (int i = 0; i < np; i++) {
     const char *name = ts_params_name(p, i);
@@ -31,7 +31,7 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
       return -1;
     }
     if (k < 0) {
-      ts_sb_printf(&diff, "%s%s: missing from the checkpoint", ndiff++ ? "; " : "", name);
+      sb_printf(&diff, "%s%s: missing from the checkpoint", ndiff++ ? "; " : "", name);
       continue;
     }
     used[k] = true;
@@ -39,22 +39,22 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
     bool same = t->dt == ts_buffer_dtype(b) && t->rank == ts_buffer_rank(b);
     for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == ts_buffer_shape(b)[d];
     if (!same) {
-      ts_sb_printf(&diff, "%s%s: checkpoint %s[", ndiff++ ? "; " : "", name, ts_dtype_name(t->dt));
-      for (int d = 0; d < t->rank; d++) ts_sb_printf(&diff, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-      ts_sb_printf(&diff, "], program %s[", ts_dtype_name(ts_buffer_dtype(b)));
+      sb_printf(&diff, "%s%s: checkpoint %s[", ndiff++ ? "; " : "", name, ts_dtype_name(t->dt));
+      for (int d = 0; d < t->rank; d++) sb_printf(&diff, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+      sb_printf(&diff, "], program %s[", ts_dtype_name(ts_buffer_dtype(b)));
       for (int d = 0; d < ts_buffer_rank(b); d++)
-        ts_sb_printf(&diff, d ? ",%lld" : "%lld", (long long)ts_buffer_shape(b)[d]);
-      ts_sb_printf(&diff, "]");
+        sb_printf(&diff, d ? ",%lld" : "%lld", (long long)ts_buffer_shape(b)[d]);
+      sb_printf(&diff, "]");
     }
   }
   for (int k = 0; k < ck->nt; k++)
     if (!used[k] && !(model_only && ck->t[k].kind == TS_CKPT_OPTIMIZER))
-      ts_sb_printf(&diff, "%s%s: in the checkpoint but not in the program", ndiff++ ? "; " : "", ck->t[k].name);
+      sb_printf(&diff, "%s%s: in the checkpoint but not in the program", ndiff++ ? "; " : "", ck->t[k].name);
   free(used);
-  char *text = ts_sb_finish(&diff, "ts_ckpt_load_params");
+  char *text = sb_finish(&diff, "ts_ckpt_load_params");
   if (!text) return -1;
   if (ndiff) {
-    ts_set_error("checkpoint %s does not match the program (%d difference%s): %s", ck->path, ndiff,
+    set_error("checkpoint %s does not match the program (%d difference%s): %s", ck->path, ndiff,
                  ndiff > 1 ? "s" : "", text);
     free(text);
     return -1;
@@ -69,7 +69,7 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
 }
 
 int ts_ckpt_verify(ts_ckpt *ck) {
-  if (!ck) return ts_set_error("ts_ckpt_verify: NULL checkpoint");
+  if (!ck) return set_error("ts_ckpt_verify: NULL checkpoint");
   for (int i = 0; i < ck->nf; i++) {
     ck_file *f = &ck->f[i];
     char path[4096];
@@ -77,21 +77,21 @@ int ts_ckpt_verify(ts_ckpt *ck) {
     else snprintf(path, sizeof path, "%s/%s", ck->path, f->name);
     uint64_t h = 0, size = 0;
     if (ckpt_file_hash(path, &h, &size) < 0) {
-      if (!ck->plain) ts_set_error("checkpoint %s: file %s: %s", ck->path, f->name, ts_last_error());
+      if (!ck->plain) set_error("checkpoint %s: file %s: %s", ck->path, f->name, ts_last_error());
       return -1;
     }
     if (size != f->bytes)
-      return ts_set_error("%s: %llu bytes but the index says %llu (truncated or replaced)", path,
+      return set_error("%s: %llu bytes but the index says %llu (truncated or replaced)", path,
                           (unsigned long long)size, (unsigned long long)f->bytes);
     if (!ck->plain && h != f->hash)
-      return ts_set_error("%s: checksum mismatch (the file is corrupted)", path);
+      return set_error("%s: checksum mismatch (the file is corrupted)", path);
   }
   /* Headers and every block's own checksum: read each tensor once. */
   for (int i = 0; i < ck->nt; i++) {
     const ck_tensor *t = &ck->t[i];
     size_t bytes = (size_t)ts_shape_numel(t->rank, t->shape) * ts_dtype_size(t->dt);
     void *buf = malloc(bytes ? bytes : 1);
-    if (!buf) return ts_set_error("ts_ckpt_verify: out of memory (tensor %s)", t->name);
+    if (!buf) return set_error("ts_ckpt_verify: out of memory (tensor %s)", t->name);
     int rc = ts_ckpt_read_host(ck, t->name, buf, bytes);
     free(buf);
     if (rc < 0) return -1;
@@ -100,10 +100,10 @@ int ts_ckpt_verify(ts_ckpt *ck) {
 }
 
 int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer) {
-  if (!ck || !out || !out[0]) return ts_set_error("ts_ckpt_export: NULL checkpoint or output path");
+  if (!ck || !out || !out[0]) return set_error("ts_ckpt_export: NULL checkpoint or output path");
   st_entry *e = calloc((size_t)ck->nt + 1, sizeof *e);
   int *which = calloc((size_t)ck->nt + 1, sizeof *which);
-  int n = 0, rc = e && which ? 0 : ts_set_error("ts_ckpt_export: out of memory");
+  int n = 0, rc = e && which ? 0 : set_error("ts_ckpt_export: out of memory");
   uint64_t off = 0;
   for (int i = 0; i < ck->nt && rc == 0; i++) {
     const ck_tensor *t = &ck->t[i];
@@ -125,7 +125,7 @@ int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer) {
   int fd = -1;
   if (rc == 0 && !hdr) rc = -1;
   if (rc == 0 && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-    rc = ts_set_error("%s: cannot create: %s", tmp, strerror(errno));
+    rc = set_error("%s: cannot create: %s", tmp, strerror(errno));
   if (rc == 0) {
     uint8_t pre[8];
     for (int k = 0; k < 8; k++) pre[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
@@ -135,14 +135,14 @@ int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer) {
   for (int k = 0; k < n && rc == 0; k++) {
     size_t bytes = (size_t)(e[k].end - e[k].begin);
     void *buf = malloc(bytes ? bytes : 1);
-    if (!buf) rc = ts_set_error("ts_ckpt_export: out of memory (tensor %s)", e[k].name);
+    if (!buf) rc = set_error("ts_ckpt_export: out of memory (tensor %s)", e[k].name);
     else if (ts_ckpt_read_host(ck, ck->t[which[k]].name, buf, bytes) < 0) rc = -1;
     else rc = ckpt_write_all(fd, buf, bytes, tmp);
     free(buf);
   }
-  if (rc == 0 && fsync(fd) != 0) rc = ts_set_error("%s: fsync failed: %s", tmp, strerror(errno));
-  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = ts_set_error("%s: close failed: %s", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, out) != 0) rc = ts_set_error("%s: rename to %s failed: %s", tmp, out, strerror(errno));
+  if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", tmp, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", tmp, strerror(errno));
+  if (rc == 0 && rename(tmp, out) != 0) rc = set_error("%s: rename to %s failed: %s", tmp, out, strerror(errno));
   if (rc != 0 && fd >= 0) unlink(tmp);
   free(hdr);
   free(e);

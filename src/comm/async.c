@@ -1,4 +1,4 @@
-/* async.c — started all-reduces (comm.h ts_comm_all_reduce_start): one
+/* async.c — started all-reduces (comm.h comm_all_reduce_start): one
  * worker thread per device, created at the first start, runs the device's
  * started collectives in order while the device thread computes; waits hand
  * back the results and errors. */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "util/error.h"                /* ts_set_error, ts_last_error */
+#include "util/error.h"                /* set_error, ts_last_error */
 #include "metrics/metrics_internal.h" /* collective metrics and trace */
 
 enum { QUEUE = 64 }; /* started and not yet awaited, per device */
@@ -46,10 +46,10 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     int rc = -1;
     if (!skip) {
-      int64_t t0 = ts_obs_now();
-      rc = ts_comm_all_reduce(w->c, w->device, j.group, j.n, j.dt, j.op, j.buf, j.buf, j.count);
+      int64_t t0 = obs_now();
+      rc = comm_all_reduce(w->c, w->device, j.group, j.n, j.dt, j.op, j.buf, j.buf, j.count);
       if (rc == 0 && t0)
-        ts_obs_collective("AllReduce", w->device, j.count * (int64_t)ts_dtype_size(j.dt), t0);
+        obs_collective("AllReduce", w->device, j.count * (int64_t)ts_dtype_size(j.dt), t0);
     }
     pthread_mutex_lock(&w->mu);
     if (rc < 0 && !w->failed) {
@@ -83,7 +83,7 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   if (d->worker) return d->worker;
   comm_worker *w = calloc(1, sizeof *w);
   if (!w) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "all_reduce_start: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "all_reduce_start: out of memory");
     return NULL;
   }
   w->c = c;
@@ -94,16 +94,16 @@ static comm_worker *worker_of(ts_comm *c, int device) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
-    ts_set_error("all_reduce_start: could not start the collective thread of device %d", device);
+    set_error("all_reduce_start: could not start the collective thread of device %d", device);
     return NULL;
   }
   return d->worker = w;
 }
 
-int64_t ts_comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                  void *buf, int64_t count) {
   if (!c || device < c->first || device >= c->first + c->n_local) {
-    ts_set_error("all_reduce_start: device %d is not a device of this process", device);
+    set_error("all_reduce_start: device %d is not a device of this process", device);
     return -1;
   }
   comm_worker *w = worker_of(c, device);
@@ -117,23 +117,23 @@ int64_t ts_comm_all_reduce_start(ts_comm *c, int device, const int *group, int n
   return ticket;
 }
 
-int ts_comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
+int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
   if (!c || device < c->first || device >= c->first + c->n_local)
-    return ts_set_error("comm_wait: device %d is not a device of this process", device);
+    return set_error("comm_wait: device %d is not a device of this process", device);
   comm_worker *w = c->dev[device].worker;
-  if (!w) return ticket < 0 ? 0 : ts_set_error("comm_wait: device %d started nothing", device);
+  if (!w) return ticket < 0 ? 0 : set_error("comm_wait: device %d started nothing", device);
   pthread_mutex_lock(&w->mu);
   while (w->done <= ticket && w->done < w->started) pthread_cond_wait(&w->cv, &w->mu);
-  int rc = w->failed ? ts_set_error_code(w->err_code, "%s", w->err) : 0;
+  int rc = w->failed ? set_error_code(w->err_code, "%s", w->err) : 0;
   pthread_mutex_unlock(&w->mu);
   return rc;
 }
 
-int ts_comm_wait_all(ts_comm *c, int device) {
+int comm_wait_all(ts_comm *c, int device) {
   comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
   if (!w) return 0;
   pthread_mutex_lock(&w->mu);
   int64_t last = w->started - 1;
   pthread_mutex_unlock(&w->mu);
-  return ts_comm_wait_ticket(c, device, last);
+  return comm_wait_ticket(c, device, last);
 }

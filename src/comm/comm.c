@@ -60,15 +60,15 @@ static double comm_pause_ns(void) {
   return ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 256.0;
 }
 
-ts_comm *ts_comm_new(int n_devices) { return ts_comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
+ts_comm *comm_new(int n_devices) { return comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
 
-ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
+ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
   if (n_devices < 1) {
-    ts_set_error("comm_new: n_devices is %d, must be >= 1", n_devices);
+    set_error("comm_new: n_devices is %d, must be >= 1", n_devices);
     return NULL;
   }
   if (first < 0 || n_local < 1 || first + n_local > n_devices || (net && !proc_of)) {
-    ts_set_error("comm_new: bad layout: %d devices, local [%d, %d)", n_devices, first, first + n_local);
+    set_error("comm_new: bad layout: %d devices, local [%d, %d)", n_devices, first, first + n_local);
     return NULL;
   }
   ts_comm *c = calloc(1, sizeof *c);
@@ -76,7 +76,7 @@ ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_l
   if (!c || !(c->dev = aligned_alloc(64, bytes)) || !(c->proc = calloc((size_t)n_devices, sizeof *c->proc))) {
     if (c) free(c->dev);
     free(c);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
     return NULL;
   }
   memset(c->dev, 0, bytes);
@@ -116,8 +116,8 @@ ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_l
     if (!d->srcs || !d->peers || !d->dsts) {
       pthread_condattr_destroy(&ca);
       c->n = i + 1;
-      ts_comm_free(c);
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
+      comm_free(c);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d devices", n_devices);
       return NULL;
     }
   }
@@ -125,7 +125,7 @@ ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_l
   return c;
 }
 
-void ts_comm_free(ts_comm *c) {
+void comm_free(ts_comm *c) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) {
     comm_dev *d = &c->dev[i];
@@ -149,9 +149,9 @@ bool comm_group_local(const ts_comm *c, const int *group, int n) {
   return true;
 }
 
-int ts_comm_size(const ts_comm *c) { return c ? c->n : 0; }
+int comm_size(const ts_comm *c) { return c ? c->n : 0; }
 
-void ts_comm_set_timeout_ms(ts_comm *c, int ms) {
+void comm_set_timeout_ms(ts_comm *c, int ms) {
   if (c) atomic_store(&c->timeout_ms, ms < 0 ? 0 : ms);
 }
 
@@ -233,7 +233,7 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "",
                               peers[j]);
     }
-    return ts_set_error_code(TS_ERR_TIMEOUT, "%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
+    return set_error_code(TS_ERR_TIMEOUT, "%s: device %d timed out after %d ms (phase %d) waiting for device(s) %s "
                              "that never arrived; the communicator is unusable now",
                              what, device, ms, phase, missing);
   }
@@ -243,11 +243,11 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
 /* ---- argument checks and helpers ---- */
 
 static int check_device(const ts_comm *c, const char *what, int device) {
-  if (!c) return ts_set_error("%s: communicator is NULL", what);
+  if (!c) return set_error("%s: communicator is NULL", what);
   if (device < 0 || device >= c->n)
-    return ts_set_error("%s: device %d out of range [0, %d)", what, device, c->n);
+    return set_error("%s: device %d out of range [0, %d)", what, device, c->n);
   if (device < c->first || device >= c->first + c->n_local)
-    return ts_set_error("%s: device %d is not a device of this process [%d, %d)", what, device, c->first,
+    return set_error("%s: device %d is not a device of this process [%d, %d)", what, device, c->first,
                         c->first + c->n_local);
   return 0;
 }
@@ -256,17 +256,17 @@ static int check_device(const ts_comm *c, const char *what, int device) {
 static int group_rank(const ts_comm *c, const char *what, int device, const int *group, int n) {
   if (check_device(c, what, device)) return -1;
   if (!group || n < 1 || n > c->n)
-    return ts_set_error("%s: group size %d out of range [1, %d]", what, n, c->n);
+    return set_error("%s: group size %d out of range [1, %d]", what, n, c->n);
   int rank = -1;
   for (int i = 0; i < n; i++) {
     if (group[i] < 0 || group[i] >= c->n)
-      return ts_set_error("%s: group[%d] = %d is not a device in [0, %d)", what, i, group[i], c->n);
+      return set_error("%s: group[%d] = %d is not a device in [0, %d)", what, i, group[i], c->n);
     for (int j = 0; j < i; j++)
       if (group[j] == group[i])
-        return ts_set_error("%s: device %d appears twice in the group", what, group[i]);
+        return set_error("%s: device %d appears twice in the group", what, group[i]);
     if (group[i] == device) rank = i;
   }
-  if (rank < 0) return ts_set_error("%s: calling device %d is not in its group", what, device);
+  if (rank < 0) return set_error("%s: calling device %d is not in its group", what, device);
   return rank;
 }
 
@@ -283,7 +283,7 @@ const void *comm_stage(ts_comm *c, int device, const char *what, const void *in,
   if (bytes > d->scratch_cap) {
     void *p = malloc(bytes);
     if (!p) {
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory staging %zu bytes on device %d", what, bytes, device);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory staging %zu bytes on device %d", what, bytes, device);
       return NULL;
     }
     free(d->scratch);
@@ -301,7 +301,7 @@ bool comm_mul_ok(int64_t a, int64_t b, size_t *out) {
 
 /* ---- collectives ---- */
 
-int ts_comm_barrier(ts_comm *c, int device, const int *group, int n) {
+int comm_barrier(ts_comm *c, int device, const int *group, int n) {
   const char *what = "comm_barrier";
   if (group_rank(c, what, device, group, n) < 0) return -1;
   if (!comm_group_local(c, group, n)) return hier_barrier(c, device, group, n);
@@ -310,15 +310,15 @@ int ts_comm_barrier(ts_comm *c, int device, const int *group, int n) {
   return comm_sync(c, device, what, group, n, 1);
 }
 
-int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
                        ts_reduce_kind op, const void *in, void *out, int64_t count) {
   const char *what = "all_reduce";
   int r = group_rank(c, what, device, group, n);
   if (r < 0 || comm_reduce_check(what, dt, op)) return -1;
   size_t es = ts_dtype_size(dt), bytes;
   if (count < 0 || !comm_mul_ok(count, (int64_t)es, &bytes))
-    return ts_set_error("%s: bad element count %lld", what, (long long)count);
-  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+    return set_error("%s: bad element count %lld", what, (long long)count);
+  if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) return hier_all_reduce(c, device, group, n, r, dt, op, in, out, count);
   comm_dev *d = &c->dev[device];
   d->seq++;
@@ -360,7 +360,7 @@ int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype
   return comm_sync(c, device, what, group, n, 2);
 }
 
-int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
                            ts_reduce_kind op, const void *in, void *out, int64_t outer,
                            int64_t chunk) {
   const char *what = "reduce_scatter";
@@ -369,9 +369,9 @@ int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_d
   size_t es = ts_dtype_size(dt), row, out_bytes, in_bytes;
   if (!comm_mul_ok(chunk, (int64_t)es, &row) || !comm_mul_ok(outer, (int64_t)row, &out_bytes) ||
       __builtin_mul_overflow(out_bytes, (size_t)n, &in_bytes))
-    return ts_set_error("%s: bad layout outer %lld x chunk %lld elements", what, (long long)outer,
+    return set_error("%s: bad layout outer %lld x chunk %lld elements", what, (long long)outer,
                         (long long)chunk);
-  if (out_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n))
     return hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk);
   comm_dev *d = &c->dev[device];
@@ -400,7 +400,7 @@ int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_d
   return comm_sync(c, device, what, group, n, 2);
 }
 
-int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
                        int64_t outer, size_t chunk_bytes) {
   const char *what = "all_gather";
   int r = group_rank(c, what, device, group, n);
@@ -408,9 +408,9 @@ int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const vo
   size_t in_bytes, out_bytes;
   if (!comm_mul_ok(outer, (int64_t)chunk_bytes, &in_bytes) ||
       __builtin_mul_overflow(in_bytes, (size_t)n, &out_bytes))
-    return ts_set_error("%s: bad layout outer %lld x %zu bytes", what, (long long)outer,
+    return set_error("%s: bad layout outer %lld x %zu bytes", what, (long long)outer,
                         chunk_bytes);
-  if (in_bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) return hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes);
   comm_dev *d = &c->dev[device];
   d->seq++;
@@ -442,7 +442,7 @@ int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const vo
   return comm_sync(c, device, what, group, n, 2);
 }
 
-int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+int comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
                        int64_t outer, size_t chunk_bytes) {
   const char *what = "all_to_all";
   int r = group_rank(c, what, device, group, n);
@@ -450,9 +450,9 @@ int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const vo
   size_t row, bytes;
   if (!comm_mul_ok(outer, (int64_t)chunk_bytes, &row) ||
       __builtin_mul_overflow(row, (size_t)n, &bytes))
-    return ts_set_error("%s: bad layout outer %lld x %d x %zu bytes", what, (long long)outer, n,
+    return set_error("%s: bad layout outer %lld x %d x %zu bytes", what, (long long)outer, n,
                         chunk_bytes);
-  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+  if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) return hier_all_to_all(c, device, group, n, r, in, out, outer, chunk_bytes);
   comm_dev *d = &c->dev[device];
   d->seq++;
@@ -479,23 +479,23 @@ int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const vo
   return comm_sync(c, device, what, group, n, 2);
 }
 
-int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
+int comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
                     size_t bytes) {
   const char *what = "collective_permute";
   if (check_device(c, what, device)) return -1;
   if (n_pairs < 0 || (n_pairs > 0 && !pairs))
-    return ts_set_error("%s: bad pair list (%d pairs)", what, n_pairs);
-  if (bytes && (!in || !out)) return ts_set_error("%s: NULL buffer on device %d", what, device);
+    return set_error("%s: bad pair list (%d pairs)", what, n_pairs);
+  if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   comm_dev *d = &c->dev[device];
   int source = -1, n_readers = 0; /* readers: the devices that copy our input */
   for (int i = 0; i < n_pairs; i++) {
     int s = pairs[2 * i], t = pairs[2 * i + 1];
     if (s < 0 || s >= c->n || t < 0 || t >= c->n)
-      return ts_set_error("%s: pair %d (%d -> %d) names a device outside [0, %d)", what, i, s, t,
+      return set_error("%s: pair %d (%d -> %d) names a device outside [0, %d)", what, i, s, t,
                           c->n);
     for (int j = 0; j < i; j++)
       if (pairs[2 * j + 1] == t)
-        return ts_set_error("%s: device %d is the target of two pairs (%d and %d)", what, t, j, i);
+        return set_error("%s: device %d is the target of two pairs (%d and %d)", what, t, j, i);
     if (t == device) source = s;
     if (s == device) d->peers[n_readers++] = t;
   }
@@ -513,7 +513,7 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
     return -1;
   if (n_remote || remote_source) {
     net_msg *m = malloc((size_t)(n_remote + 1) * sizeof *m);
-    if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
     int k = 0;
     for (int i = 0; i < n_readers; i++) {
       int t = d->peers[i];

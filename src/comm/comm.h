@@ -28,16 +28,16 @@
 typedef struct ts_comm ts_comm;
 
 /* A communicator for n_devices device threads of one process. */
-ts_comm *ts_comm_new(int n_devices);
+ts_comm *comm_new(int n_devices);
 /* A communicator over the devices of several processes (net.h): device ids
  * 0..n_devices-1 are global, proc_of[d] is the process of device d, and this
  * process runs [first, first + n_local). A group whose devices are all local
  * is served in shared memory; one that spans processes hierarchically
  * (hier.c). net NULL: one process (proc_of unused). */
 struct ts_net;
-ts_comm *ts_comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net);
-void ts_comm_free(ts_comm *c);
-int ts_comm_size(const ts_comm *c);
+ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net);
+void comm_free(ts_comm *c);
+int comm_size(const ts_comm *c);
 
 /* Collective timeout in milliseconds (0 = wait forever); a device that waits
  * longer returns -1 with a message naming the collective and the missing
@@ -46,37 +46,37 @@ int ts_comm_size(const ts_comm *c);
  * device's own in and out, is allowed; buffers of different devices must not
  * overlap; peers read the caller's in and all-reduce writes into its out
  * during the call.) */
-void ts_comm_set_timeout_ms(ts_comm *c, int ms);
+void comm_set_timeout_ms(ts_comm *c, int ms);
 
 /* Blocks until every device of the group arrived. */
-int ts_comm_barrier(ts_comm *c, int device, const int *group, int n);
+int comm_barrier(ts_comm *c, int device, const int *group, int n);
 
 /* out = reduction over the group of in (count elements of dt, SUM/MAX/MIN;
  * MEAN divides the sum by n). in == out allowed. */
-int ts_comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
                        ts_reduce_kind op, const void *in, void *out, int64_t count);
 
 /* in viewed as (outer, chunk_bytes); out as (outer, n, chunk_bytes): member r's
  * in lands at out[:, r, :]. */
-int ts_comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
                        int64_t outer, size_t chunk_bytes);
 
 /* in viewed as (outer, n, chunk) elements of dt; out (outer, chunk) holds the
  * reduction over the group of in[:, r, :] where r is the caller's rank. */
-int ts_comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
+int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtype dt,
                            ts_reduce_kind op, const void *in, void *out, int64_t outer,
                            int64_t chunk);
 
 /* in viewed as (outer, n, chunk_bytes); the block in[:, j, :] goes to member j,
  * arriving at out[:, r, :] of member j where r is the sender's rank (so out is
  * also (outer, n, chunk_bytes)). */
-int ts_comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+int comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
                        int64_t outer, size_t chunk_bytes);
 
 /* pairs: n_pairs (source, target) device ids; each device sends in to the
  * targets of its pairs and receives into out from its source, or zero-fills
  * out when it is no target. Every device of the communicator calls it. */
-int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
+int comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
                     size_t bytes);
 
 /* ---- asynchronous all-reduce (overlap with computation) ----
@@ -84,13 +84,13 @@ int ts_comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const
  * a worker thread that acts as `device` in the communicator, and returns a
  * ticket (>= 0) at once; -1 on error. The device thread may go on computing
  * but must not touch buf, nor call another collective, before
- * ts_comm_wait_ticket returns for it (ts_comm_wait_all for all of them):
+ * comm_wait_ticket returns for it (comm_wait_all for all of them):
  * the worker runs each device's started collectives in order, so every
  * device still makes every call in the same order. group is borrowed until
  * the wait. Errors (timeouts) come back from the wait. */
-int64_t ts_comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                  void *buf, int64_t count);
-int ts_comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
-int ts_comm_wait_all(ts_comm *c, int device);
+int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
+int comm_wait_all(ts_comm *c, int device);
 
 #endif

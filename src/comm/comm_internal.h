@@ -65,7 +65,7 @@ bool comm_mul_ok(int64_t a, int64_t b, size_t *out);
 /* True when every device of the group lives in this process. */
 bool comm_group_local(const ts_comm *c, const int *group, int n);
 
-/* async.c: stops and joins the device's worker (ts_comm_free). */
+/* async.c: stops and joins the device's worker (comm_free). */
 void comm_worker_free(comm_dev *d);
 
 /* hier.c: the tag of the messages of the caller's current call about

@@ -45,7 +45,7 @@ typedef struct {
 
 static int hgroup_make(const ts_comm *c, const int *group, int n, hgroup *h, const char *what) {
   int *m = malloc((size_t)5 * (size_t)n * sizeof *m);
-  if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+  if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   *h = (hgroup){.n = n, .proc = m, .pidx = m + n, .sub = m + 2 * n, .cnt = m + 3 * n, .loc = m + 4 * n, .mem = m};
   int me_proc = c->proc[c->first];
   h->me = -1;
@@ -70,7 +70,7 @@ static void *grow(comm_dev *d, size_t bytes, const char *what) {
   if (bytes > d->net_cap) {
     void *p = malloc(bytes);
     if (!p) {
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of messages", what, bytes);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of messages", what, bytes);
       return NULL;
     }
     free(d->net_buf);
@@ -105,7 +105,7 @@ int hier_barrier(ts_comm *c, int device, const int *group, int n) {
     net_msg *m = malloc((size_t)2 * (size_t)h.np * sizeof *m);
     char token[2][1];
     int k = 0;
-    if (!m) rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    if (!m) rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
     for (int j = 0; rc == 0 && j < h.np; j++) {
       if (j == h.me) continue;
       m[k++] = (net_msg){h.proc[j], comm_tag(c, device, group[0]), true, token[0], 0};
@@ -147,7 +147,7 @@ int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_d
     char *slots = grow(d, (size_t)(n - h.nl) * cb, what);
     m = malloc(((size_t)n * (size_t)h.np + 2 * (size_t)h.np) * sizeof *m);
     if (!slots || !m) {
-      if (!m) ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+      if (!m) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
       goto done;
     }
     int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
@@ -206,7 +206,7 @@ int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, cons
     char *slots = grow(d, (size_t)(n - h.nl) * in_bytes, what);
     m = malloc(((size_t)n * (size_t)h.np + 1) * sizeof *m);
     if (!slots || !m) {
-      if (!m) ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+      if (!m) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
       goto done;
     }
     int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
@@ -254,7 +254,7 @@ static int exchange_blocks(ts_comm *c, int device, const int *group, const hgrou
   net_msg *m = malloc((size_t)2 * (size_t)h->np * sizeof *m);
   if (!buf || !m) {
     free(m);
-    return buf ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what) : -1;
+    return buf ? set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what) : -1;
   }
   char *rp = buf, *sp = buf + recv_total;
   int tag = comm_tag(c, device, group[0]), k = 0;

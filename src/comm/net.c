@@ -45,7 +45,7 @@ static int mpi_error(const char *what, int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  return ts_set_error_code(TS_ERR_IO, "%s: MPI error: %.*s", what, len, msg);
+  return set_error_code(TS_ERR_IO, "%s: MPI error: %.*s", what, len, msg);
 }
 
 ts_net *net_world(bool *failed) {
@@ -66,7 +66,7 @@ ts_net *net_world(bool *failed) {
         mpi_error("net: MPI_Init_thread", rc);
         g_state = 3;
       } else if (provided < MPI_THREAD_SERIALIZED) {
-        ts_set_error("net: this MPI gives thread level %d; tessel needs at least MPI_THREAD_SERIALIZED", provided);
+        set_error("net: this MPI gives thread level %d; tessel needs at least MPI_THREAD_SERIALIZED", provided);
         g_state = 3;
       } else {
         void *ub = NULL;
@@ -88,7 +88,7 @@ ts_net *net_world(bool *failed) {
   pthread_mutex_unlock(&g_init_mu);
   if (state == 3) {
     *failed = true;
-    if (!*ts_last_error()) ts_set_error("net: MPI failed to start");
+    if (!*ts_last_error()) set_error("net: MPI failed to start");
   }
   return state == 1 ? &g_net : NULL;
 }
@@ -114,13 +114,13 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
   size_t piece = net_piece();
   size_t n_req = 0;
   for (int i = 0; i < count; i++) n_req += msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
-  if (n_req > (size_t)1 << 24) return ts_set_error("%s: %zu messages are too many", what, n_req);
+  if (n_req > (size_t)1 << 24) return set_error("%s: %zu messages are too many", what, n_req);
   MPI_Request *req = malloc((n_req ? n_req : 1) * sizeof *req);
   int *owner = malloc((n_req ? n_req : 1) * sizeof *owner); /* message of each request */
   if (!req || !owner) {
     free(req);
     free(owner);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
   pthread_mutex_lock(&n->mu);
@@ -175,7 +175,7 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
       pthread_mutex_unlock(&n->mu);
       free(req);
       free(owner);
-      return ts_set_error_code(TS_ERR_TIMEOUT,
+      return set_error_code(TS_ERR_TIMEOUT,
                                "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
                                "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
                                what, n->rank, timeout_ms / 1000.0, who);
@@ -194,12 +194,12 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
 }
 
 int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
-  if (!n) return ts_set_error("%s: no process group", what);
+  if (!n) return set_error("%s: no process group", what);
   return exchange(n, n->data, msgs, count, timeout_ms, what);
 }
 
 int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
-  if (!n) return ts_set_error("%s: no process group", what);
+  if (!n) return set_error("%s: no process group", what);
   return exchange(n, n->ctl, msgs, count, timeout_ms, what);
 }
 
@@ -209,7 +209,7 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
     return 0;
   }
   net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
-  if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+  if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int k = 0;
   for (int p = 0; p < n->size; p++) {
     if (p == n->rank) continue;
@@ -234,7 +234,7 @@ ts_net *net_world(bool *failed) {
   *failed = false;
   if (env_config()->mpi == 1) {
     *failed = true;
-    ts_set_error("net: TESSEL_MPI=1 but this tessel was built without MPI");
+    set_error("net: TESSEL_MPI=1 but this tessel was built without MPI");
   }
   return NULL;
 }
@@ -243,7 +243,7 @@ int net_size(const ts_net *n) { return (void)n, 1; }
 int net_tag_ub(const ts_net *n) { return (void)n, 32767; }
 int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
   (void)n, (void)msgs, (void)count, (void)timeout_ms;
-  return ts_set_error("%s: no process group (built without MPI)", what);
+  return set_error("%s: no process group (built without MPI)", what);
 }
 int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
   return net_exchange(n, msgs, count, timeout_ms, what);

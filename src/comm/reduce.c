@@ -16,16 +16,16 @@ enum { TILE = 1024 }; /* elements per tile: the accumulator stays in L1 */
 
 int comm_reduce_check(const char *what, ts_dtype dt, ts_reduce_kind op) {
   if (op != TS_REDUCE_SUM && op != TS_REDUCE_MAX && op != TS_REDUCE_MIN && op != TS_REDUCE_MEAN)
-    return ts_set_error("%s: unknown reduce kind %d", what, (int)op);
+    return set_error("%s: unknown reduce kind %d", what, (int)op);
   switch (dt) {
   case TS_F32: case TS_F64: case TS_BF16: case TS_F16: case TS_I32: case TS_I64: case TS_U8:
     return 0;
   case TS_BOOL:
     if (op == TS_REDUCE_MAX || op == TS_REDUCE_MIN) return 0; /* any / all */
-    return ts_set_error("%s: bool supports only max (any) and min (all), not reduce kind %d",
+    return set_error("%s: bool supports only max (any) and min (all), not reduce kind %d",
                         what, (int)op);
   default:
-    return ts_set_error("%s: unsupported dtype %d", what, (int)dt);
+    return set_error("%s: unsupported dtype %d", what, (int)dt);
   }
 }
 

@@ -12,7 +12,7 @@
 #include <unistd.h> /* fsync, close, unlink */
 
 #include "compile/cache.h"
-#include "compile/compile.h"     /* ts_compile_graph */
+#include "compile/compile.h"     /* compile_graph */
 #include "ir/serialize.h"        /* the stored form of a graph */
 #include "metrics/metrics_internal.h"
 #include "opt/opt.h"             /* opt_rebuild: copying graphs */
@@ -48,30 +48,30 @@ static atomic_int cache_warned;
 static void spmd_key_text(const ts_graph *g, const ts_compile_options *o, ts_strbuf *sb) {
   if (o->mesh) {
     const ts_mesh *m = o->mesh;
-    ts_sb_printf(sb, "mesh");
+    sb_printf(sb, "mesh");
     for (int a = 0; a < ts_mesh_rank(m); a++)
-      ts_sb_printf(sb, " %s=%lld", ts_mesh_axis_name(m, a) ? ts_mesh_axis_name(m, a) : "_",
+      sb_printf(sb, " %s=%lld", ts_mesh_axis_name(m, a) ? ts_mesh_axis_name(m, a) : "_",
                 (long long)ts_mesh_axis_size(m, a));
-    ts_sb_printf(sb, " ids");
-    for (int64_t i = 0; i < ts_mesh_num_devices(m); i++) ts_sb_printf(sb, " %d", ts_mesh_device_ids(m)[i]);
-    ts_sb_printf(sb, "\n");
+    sb_printf(sb, " ids");
+    for (int64_t i = 0; i < ts_mesh_num_devices(m); i++) sb_printf(sb, " %d", ts_mesh_device_ids(m)[i]);
+    sb_printf(sb, "\n");
   }
   for (int i = 0; i < g->n_nodes; i++) {
     if (!g->nodes[i].sharding) continue;
     char *s = ts_sharding_to_string(g->nodes[i].sharding);
-    ts_sb_printf(sb, "sharding %%%d %s\n", i, s ? s : "?");
+    sb_printf(sb, "sharding %%%d %s\n", i, s ? s : "?");
     if (!s) sb->oom = true;
     free(s);
   }
 }
 
-int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char *extra, ts_cache_key *out) {
+int cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char *extra, ts_cache_key *out) {
   char *text = ts_graph_to_string(g);
   if (!text) return -1;
   ts_strbuf spmd = {0};
-  ts_sb_printf(&spmd, "%s", "");
+  sb_printf(&spmd, "%s", "");
   spmd_key_text(g, opts ? opts : &(ts_compile_options){0}, &spmd);
-  char *st = ts_sb_finish(&spmd, "compile cache");
+  char *st = sb_finish(&spmd, "compile cache");
   if (!st) {
     free(text);
     return -1;
@@ -89,7 +89,7 @@ int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const c
   if (!all) {
     free(text);
     free(st);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory hashing the program");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory hashing the program");
   }
   memcpy(all, head, lh);
   if (le) memcpy(all + lh, extra, le);
@@ -109,20 +109,20 @@ int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const c
 static int mkdir_p(const char *dir) {
   char path[4096];
   if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return ts_set_error("compile cache: directory name too long: '%s'", dir);
+    return set_error("compile cache: directory name too long: '%s'", dir);
   for (char *p = path + 1;; p++) {
     if (*p == '/' || *p == '\0') {
       char c = *p;
       *p = '\0';
       if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return ts_set_error_code(TS_ERR_IO, "compile cache: cannot create directory '%s': %s", path, strerror(errno));
+        return set_error_code(TS_ERR_IO, "compile cache: cannot create directory '%s': %s", path, strerror(errno));
       *p = c;
       if (!c) break;
     }
   }
   struct stat st;
   if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-    return ts_set_error_code(TS_ERR_IO, "compile cache: '%s' is not a directory", dir);
+    return set_error_code(TS_ERR_IO, "compile cache: '%s' is not a directory", dir);
   return 0;
 }
 
@@ -130,7 +130,7 @@ int ts_compile_cache_set_dir(const char *dir) {
   if (dir && !*dir) dir = NULL;
   if (dir && mkdir_p(dir) < 0) return -1;
   char *copy = dir ? strdup(dir) : NULL;
-  if (dir && !copy) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory");
+  if (dir && !copy) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile cache: out of memory");
   pthread_mutex_lock(&cache_lock);
   free(cache_dir);
   cache_dir = copy;
@@ -163,7 +163,7 @@ static char *dir_copy(void) {
   return d;
 }
 
-void ts_compile_cache_entry_path(const char *dir, const ts_cache_key *k, char *buf, size_t len) {
+void cache_entry_path(const char *dir, const ts_cache_key *k, char *buf, size_t len) {
   snprintf(buf, len, "%s/%016llx%016llx.tsc", dir, (unsigned long long)k->hi, (unsigned long long)k->lo);
 }
 
@@ -241,7 +241,7 @@ static uint64_t get_u64(const unsigned char *p) {
 }
 
 static void warn_once(const char *path, const char *why) {
-  ts_obs_count("PersistentCacheDiscarded", 1);
+  obs_count("PersistentCacheDiscarded", 1);
   if (atomic_exchange(&cache_warned, 1) == 0)
     fprintf(stderr, "tessel: warning: compile cache entry '%s' ignored (%s); recompiling\n", path, why);
 }
@@ -260,7 +260,7 @@ static void disk_put(const char *dir, const ts_cache_key *k, int n, ts_graph *co
   memcpy(buf + len, cnt, 4);
   len += 4;
   for (int i = 0; i < n; i++)
-    if (ts_graph_serialize(graphs[i], &buf, &len, &cap) < 0) {
+    if (ir_serialize(graphs[i], &buf, &len, &cap) < 0) {
       free(buf);
       return;
     }
@@ -275,7 +275,7 @@ static void disk_put(const char *dir, const ts_cache_key *k, int n, ts_graph *co
   put_u64(buf + 44, plen);
   put_u64(buf + 52, util_hash64(buf + CACHE_HEADER, plen, 0));
   char path[4096], tmp[4096];
-  ts_compile_cache_entry_path(dir, k, path, sizeof path);
+  cache_entry_path(dir, k, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", dir);
   int fd = mkstemp(tmp);
   bool ok = fd >= 0;
@@ -306,7 +306,7 @@ static void disk_put(const char *dir, const ts_cache_key *k, int n, ts_graph *co
  * none or it is not trustworthy (then warned and counted). */
 static int disk_get(const char *dir, const ts_cache_key *k, ts_graph ***out) {
   char path[4096];
-  ts_compile_cache_entry_path(dir, k, path, sizeof path);
+  cache_entry_path(dir, k, path, sizeof path);
   FILE *f = fopen(path, "rb");
   if (!f) return 0;
   unsigned char *buf = NULL;
@@ -344,7 +344,7 @@ static int disk_get(const char *dir, const ts_cache_key *k, ts_graph ***out) {
     if (cnt < 1 || cnt > 1 << 16) why = "bad program count";
     gs = why ? NULL : calloc((size_t)cnt, sizeof *gs);
     for (int i = 0; gs && i < cnt; i++) {
-      if (!(gs[i] = ts_graph_deserialize(p, plen, &pos))) {
+      if (!(gs[i] = ir_deserialize(p, plen, &pos))) {
         why = ts_last_error();
         free_graphs(i, gs);
         gs = NULL;
@@ -367,32 +367,32 @@ static int disk_get(const char *dir, const ts_cache_key *k, ts_graph ***out) {
 
 /* ---- the lookup ---- */
 
-int ts_compile_cache_run(const ts_graph *g, const ts_compile_options *opts, const char *extra,
+int cache_run(const ts_graph *g, const ts_compile_options *opts, const char *extra,
                          ts_cache_compile_fn fn, void *user, ts_graph ***out) {
   *out = NULL;
   ts_cache_key k;
-  if (ts_cache_key_make(g, opts, extra, &k) < 0) return -1;
+  if (cache_key_make(g, opts, extra, &k) < 0) return -1;
   int n = mem_get(&k, out);
   if (n > 0) {
-    ts_obs_count("CachedCompile", 1);
+    obs_count("CachedCompile", 1);
     return n;
   }
   char *dir = dir_copy();
   if (dir) {
-    int64_t t0 = ts_obs_now();
+    int64_t t0 = obs_now();
     n = disk_get(dir, &k, out);
     if (n > 0) {
-      ts_obs_done("PersistentCacheLoadTime", "PersistentCacheHit", "cache load", "compile", -1, t0, -1);
+      obs_done("PersistentCacheLoadTime", "PersistentCacheHit", "cache load", "compile", -1, t0, -1);
       mem_put(&k, n, *out);
       free(dir);
       return n;
     }
-    ts_obs_count("PersistentCacheMiss", 1);
+    obs_count("PersistentCacheMiss", 1);
   }
-  int64_t t0 = ts_obs_now();
+  int64_t t0 = obs_now();
   n = fn(user, out);
   if (n > 0) {
-    ts_obs_done("CompileTime", "UncachedCompile", "compile", "compile", -1, t0, -1);
+    obs_done("CompileTime", "UncachedCompile", "compile", "compile", -1, t0, -1);
     mem_put(&k, n, *out);
     if (dir) disk_put(dir, &k, n, *out);
   }
@@ -407,26 +407,26 @@ typedef struct {
 
 static int compile_single(void *user, ts_graph ***graphs) {
   single_args *a = user;
-  ts_graph *opt = ts_compile_graph(a->g, a->opts);
+  ts_graph *opt = compile_graph(a->g, a->opts);
   if (!opt) return -1;
   *graphs = malloc(sizeof **graphs);
   if (!*graphs) {
     ts_graph_free(opt);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   }
   (*graphs)[0] = opt;
   return 1;
 }
 
-ts_graph *ts_compile_graph_cached(const ts_graph *g, const ts_compile_options *opts) {
+ts_graph *cache_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
   if (!g) {
-    ts_set_error("compile: graph is NULL");
+    set_error("compile: graph is NULL");
     return NULL;
   }
   if (ts_graph_verify(g) < 0) return NULL; /* before hashing: the text of a broken graph means nothing */
   single_args a = {g, opts};
   ts_graph **gs = NULL;
-  int n = ts_compile_cache_run(g, opts, NULL, compile_single, &a, &gs);
+  int n = cache_run(g, opts, NULL, compile_single, &a, &gs);
   if (n < 1) return NULL;
   ts_graph *r = gs[0];
   for (int i = 1; i < n; i++) ts_graph_free(gs[i]);

@@ -6,7 +6,7 @@
  * format version, the compile options that change the result, an `extra`
  * text (mesh and shardings for SPMD programs) and the canonical graph text.
  * Stored: the optimized graph(s) after every pass, serialized exactly
- * (ir/serialize.h). The memory plan is not stored: ts_plan_build is a
+ * (ir/serialize.h). The memory plan is not stored: plan_build is a
  * linear liveness scan, far cheaper than the passes, and recomputing it
  * keeps a file independent of the planner's internals.
  *
@@ -34,7 +34,7 @@ typedef struct {
 
 /* Key of compiling g with opts; extra (may be NULL) adds what else decides
  * the result (mesh, shardings). Returns 0 or -1 (error set). */
-int ts_cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char *extra, ts_cache_key *out);
+int cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char *extra, ts_cache_key *out);
 
 /* Produces the optimized graphs for a cache miss: returns their count (>= 1)
  * and a malloc'd array of new graphs in *graphs, or -1 with the error set. */
@@ -44,15 +44,15 @@ typedef int (*ts_cache_compile_fn)(void *user, ts_graph ***graphs);
  * else from disk (PersistentCacheHit), else by calling fn (UncachedCompile,
  * CompileTime) and storing the result in both. Returns the count and a
  * malloc'd array of new graphs the caller owns, or -1 with fn's error. */
-int ts_compile_cache_run(const ts_graph *g, const ts_compile_options *opts, const char *extra,
+int cache_run(const ts_graph *g, const ts_compile_options *opts, const char *extra,
                          ts_cache_compile_fn fn, void *user, ts_graph ***out);
 
-/* The single-program form used by ts_compile: ts_compile_graph through the
+/* The single-program form used by ts_compile: compile_graph through the
  * cache. Returns a new optimized graph or NULL. */
-ts_graph *ts_compile_graph_cached(const ts_graph *g, const ts_compile_options *opts);
+ts_graph *cache_compile_graph(const ts_graph *g, const ts_compile_options *opts);
 
 /* The entry file of key k in dir (for tests and tools): "<dir>/<32 hex>.tsc". */
-void ts_compile_cache_entry_path(const char *dir, const ts_cache_key *k, char *buf, size_t len);
+void cache_entry_path(const char *dir, const ts_cache_key *k, char *buf, size_t len);
 
 
 #endif

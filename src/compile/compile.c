@@ -38,16 +38,16 @@ static ts_graph *run_combine(ts_graph *w, size_t bytes, bool verbose) {
   return r;
 }
 
-ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts) {
+ts_graph *compile_graph(const ts_graph *g, const ts_compile_options *opts) {
   ts_compile_options o = {0};
   if (opts) o = *opts;
   if (!g) {
-    ts_set_error("compile: graph is NULL");
+    set_error("compile: graph is NULL");
     return NULL;
   }
   if (ts_graph_verify(g) < 0) return NULL;
   if (g->n_outputs == 0) {
-    ts_set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
+    set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
     return NULL;
   }
   ts_graph *w = opt_rebuild(g, NULL, NULL, NULL);
@@ -91,7 +91,7 @@ static int fill_pool(ts_executable *e) {
     }
     size_t es = ts_dtype_size(n->dtype);
     char *host = malloc(v->bytes ? v->bytes : 1);
-    if (!host) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory materializing constant %d", i);
+    if (!host) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory materializing constant %d", i);
     for (size_t off = 0; off < v->bytes; off += es) write_elem(n->dtype, host + off, n->attr.value);
     int rc = d->to_device(d->ctx, dst, host, v->bytes);
     free(host);
@@ -112,7 +112,7 @@ static int mark_async(ts_executable *e) {
   if (!base || !first_use) {
     free(base);
     free(first_use);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
@@ -138,7 +138,7 @@ static int mark_async(ts_executable *e) {
     }
     if (!between) continue;
     if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
-      rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+      rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     else
       e->async[i] = true;
   }
@@ -151,7 +151,7 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   ts_executable *e = calloc(1, sizeof *e);
   if (!e) {
     ts_graph_free(opt);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     return NULL;
   }
   e->client = c;
@@ -159,8 +159,8 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   e->g = opt;
   const ts_device *d = &c->devs[device];
   TS_OBS_SCOPE("ExecutableBuildTime", "build executable", "compile", -1, -1); /* to the return */
-  if (ts_plan_build(opt, &e->plan) < 0) goto fail;
-  ts_obs_peak_memory(device, (int64_t)(e->plan.arena_bytes + e->plan.const_bytes));
+  if (plan_build(opt, &e->plan) < 0) goto fail;
+  obs_peak_memory(device, (int64_t)(e->plan.arena_bytes + e->plan.const_bytes));
   if (opts && opts->verbose)
     fprintf(stderr, "tessel compile: plan: arena %zu bytes, constants %zu bytes, %d in-place, %d copies\n",
             e->plan.arena_bytes, e->plan.const_bytes, e->plan.n_inplace, e->plan.n_copies);
@@ -169,7 +169,7 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   e->arena = d->alloc(d->ctx, e->plan.arena_bytes);
   e->pool = d->alloc(d->ctx, e->plan.const_bytes);
   if (!e->state || !e->values || !e->arena || !e->pool) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory (arena %zu bytes, constants %zu bytes)",
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory (arena %zu bytes, constants %zu bytes)",
                       e->plan.arena_bytes, e->plan.const_bytes);
     goto fail;
   }
@@ -193,7 +193,7 @@ static const ts_mesh *program_mesh(const ts_graph *g, const ts_compile_options *
 /* Several processes: every one must compile the same program on the same
  * mesh (else their collectives would not match and they would hang). */
 static int same_program(ts_client *c, const ts_graph *g, const ts_mesh *m) {
-  if (!g) return ts_set_error("compile: graph is NULL");
+  if (!g) return set_error("compile: graph is NULL");
   char text[256];
   int len = snprintf(text, sizeof text, "program %016llx on %d devices, mesh", (unsigned long long)ts_graph_hash(g),
                      c->num_devices);
@@ -206,7 +206,7 @@ static int same_program(ts_client *c, const ts_graph *g, const ts_mesh *m) {
 
 ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
   if (!c) {
-    ts_set_error("compile: client is NULL");
+    set_error("compile: client is NULL");
     return NULL;
   }
   const ts_mesh *m = program_mesh(g, opts);
@@ -214,7 +214,7 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
   if (opts && opts->replicas) return compile_replicas(c, g, opts);
   for (int i = 0; g && i < g->n_nodes; i++)
     if (replica_is_all(&g->nodes[i])) {
-      ts_set_error("compile: node %d is a ts_replica_all_reduce: compile the program with "
+      set_error("compile: node %d is a ts_replica_all_reduce: compile the program with "
                    "ts_compile_options.replicas", i);
       return NULL;
     }
@@ -222,7 +222,7 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
   for (int i = 0; g && i < g->n_nodes; i++) manual |= g->nodes[i].manual;
   if (c->num_devices > 1 || (m && ts_mesh_num_devices(m) > 1) || manual) {
     if (!g) {
-      ts_set_error("compile: graph is NULL");
+      set_error("compile: graph is NULL");
       return NULL;
     }
     if (m) return compile_spmd(c, g, m, opts);
@@ -233,7 +233,7 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
     ts_mesh_free(all);
     return e;
   }
-  ts_graph *opt = ts_compile_graph_cached(g, opts); /* compile cache: memory, then disk, then the passes */
+  ts_graph *opt = cache_compile_graph(g, opts); /* compile cache: memory, then disk, then the passes */
   if (!opt) return NULL;
   return compile_local(c, c->first_local, opt, opts);
 }
@@ -258,7 +258,7 @@ void ts_executable_free(ts_executable *e) {
   free(e->state);
   free(e->values);
   free(e->async);
-  ts_plan_free(&e->plan);
+  plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);
 }
@@ -275,7 +275,7 @@ size_t ts_executable_peak_bytes(const ts_executable *e) {
 
 char *ts_executable_to_string(const ts_executable *e) {
   if (!e) {
-    ts_set_error("executable_to_string: executable is NULL");
+    set_error("executable_to_string: executable is NULL");
     return NULL;
   }
   if (e->n_dev) e = e->dev[e->client->first_local]; /* every device runs the same program but for offsets and groups */
@@ -283,7 +283,7 @@ char *ts_executable_to_string(const ts_executable *e) {
   if (!prog) return NULL;
   size_t len = strlen(prog), cap = len + 1;
   char *buf = prog;
-  if (ts_plan_print(&e->plan, e->g, &buf, &len, &cap) < 0) {
+  if (plan_print(&e->plan, e->g, &buf, &len, &cap) < 0) {
     free(buf);
     return NULL;
   }

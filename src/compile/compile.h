@@ -8,7 +8,7 @@
 
 /* The graph passes of ts_compile alone (verify, copy, simplify, CSE, DCE,
  * fusion, DCE, schedule), for tests and tools. Returns a new graph or NULL. */
-ts_graph *ts_compile_graph(const ts_graph *g, const ts_compile_options *opts);
+ts_graph *compile_graph(const ts_graph *g, const ts_compile_options *opts);
 
 /* compile_spmd.c: compiles g for every device of the client (mesh m). */
 ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, const ts_compile_options *opts);

@@ -15,18 +15,18 @@
 static int record(ts_executable *e, const ts_graph *opt) {
   for (int i = 0; i < opt->n_nodes; i++) {
     const ts_node *n = &opt->nodes[i];
-    if (!ts_op_is_collective(n->op)) continue;
+    if (!ir_op_is_collective(n->op)) continue;
     if (e->colls.n == e->colls.cap) {
       int cap = e->colls.cap ? 2 * e->colls.cap : 8;
       ts_collective_info *v = realloc(e->colls.v, (size_t)cap * sizeof *v);
-      if (!v) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+      if (!v) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
       e->colls.v = v;
       e->colls.cap = cap;
     }
     e->colls.v[e->colls.n++] = (ts_collective_info){
         .kind = TS_COLLECTIVE_ALL_REDUCE, .mesh_axes = 0, .group_size = e->client->num_devices,
         .bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype), .cause = i,
-        .cause_op = ts_op_name(n->op)};
+        .cause_op = ir_op_name(n->op)};
   }
   return 0;
 }
@@ -34,17 +34,17 @@ static int record(ts_executable *e, const ts_graph *opt) {
 ts_executable *compile_replicas(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
   for (int i = 0; g && i < g->n_nodes; i++)
     if (g->nodes[i].sharding || g->nodes[i].manual) {
-      ts_set_error("compile: node %d has a sharding or is in a manual region, but a replica program "
+      set_error("compile: node %d has a sharding or is in a manual region, but a replica program "
                    "(ts_compile_options.replicas) is not partitioned", i);
       return NULL;
     }
-  ts_graph *opt = ts_compile_graph_cached(g, opts);
+  ts_graph *opt = cache_compile_graph(g, opts);
   if (!opt) return NULL;
   ts_executable *e = calloc(1, sizeof *e);
   if (!e || !(e->dev = calloc((size_t)c->num_devices, sizeof *e->dev))) {
     free(e);
     ts_graph_free(opt);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     return NULL;
   }
   e->client = c;

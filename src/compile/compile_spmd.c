@@ -17,13 +17,13 @@ static ts_sharding *make_sharding(const ts_mesh *m, const ts_partition_spec *s) 
 
 ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, const ts_compile_options *opts) {
   if (ts_mesh_num_devices(m) != c->num_devices) {
-    ts_set_error("compile: the mesh has %lld devices but the client has %d (set ts_client_options.num_devices "
+    set_error("compile: the mesh has %lld devices but the client has %d (set ts_client_options.num_devices "
                  "or TESSEL_CPU_DEVICES)", (long long)ts_mesh_num_devices(m), c->num_devices);
     return NULL;
   }
   if (ts_graph_verify(g) < 0) return NULL;
   if (g->n_outputs == 0) {
-    ts_set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
+    set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
     return NULL;
   }
   ts_executable *e = calloc(1, sizeof *e);
@@ -31,7 +31,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
   ts_partition_spec *in_specs = calloc((size_t)g->n_inputs + 1, sizeof *in_specs);
   ts_partition_spec *out_specs = calloc((size_t)g->n_outputs + 1, sizeof *out_specs);
   if (!e || !specs || !in_specs || !out_specs) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     goto fail;
   }
   e->client = c;
@@ -49,7 +49,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
   e->in_sh = calloc((size_t)g->n_inputs + 1, sizeof *e->in_sh);
   e->out_sh = calloc((size_t)g->n_outputs + 1, sizeof *e->out_sh);
   if (!e->dev || !e->node_sh || !e->in_sh || !e->out_sh) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     goto fail;
   }
   for (int i = 0; i < g->n_nodes; i++)
@@ -63,7 +63,7 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
   for (int d = c->first_local; d < c->first_local + c->num_local; d++) {
     ts_graph *local = spmd_partition(g, m, specs, in_specs, out_specs, d, d == c->first_local ? &e->colls : NULL);
     if (!local) goto fail;
-    ts_graph *opt = ts_compile_graph_cached(local, opts); /* compile cache */
+    ts_graph *opt = cache_compile_graph(local, opts); /* compile cache */
     if (!opt) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", ts_last_error());
@@ -74,9 +74,9 @@ ts_executable *compile_spmd(ts_client *c, const ts_graph *g, const ts_mesh *m, c
       }
       ts_graph_free(local);
       if (ts_last_error_code() == TS_ERR_OUT_OF_MEMORY)
-        ts_set_error_context("compile: the program of device %d", d);
+        set_error_context("compile: the program of device %d", d);
       else
-        ts_set_error_code(TS_ERR_INTERNAL, "compile: the program of device %d is invalid (partitioner bug): %s", d,
+        set_error_code(TS_ERR_INTERNAL, "compile: the program of device %d is invalid (partitioner bug): %s", d,
                           msg);
       goto fail;
     }
@@ -100,7 +100,7 @@ int ts_executable_num_devices(const ts_executable *e) { return !e ? 0 : e->n_dev
 int ts_executable_device_program(const ts_executable *e, int device, ts_device_program_info *out) {
   int n = ts_executable_num_devices(e);
   if (!e || !out || device < 0 || device >= n)
-    return ts_set_error("executable_device_program: device %d is not one of the program's %d", device, n);
+    return set_error("executable_device_program: device %d is not one of the program's %d", device, n);
   const ts_executable *x = e->n_dev ? e->dev[device] : e;
   *out = (ts_device_program_info){x->plan.arena_bytes, x->plan.const_bytes, x->g->n_nodes};
   return 0;
@@ -108,7 +108,7 @@ int ts_executable_device_program(const ts_executable *e, int device, ts_device_p
 
 const ts_sharding *ts_executable_sharding(const ts_executable *e, ts_tensor node) {
   if (!e || !e->node_sh || node < 0 || node >= e->g->n_nodes) {
-    ts_set_error("executable_sharding: node %d is not a node of an SPMD program", node);
+    set_error("executable_sharding: node %d is not a node of an SPMD program", node);
     return NULL;
   }
   return e->node_sh[node];
@@ -126,7 +126,7 @@ const ts_sharding *ts_executable_output_sharding(const ts_executable *e, int out
 
 char *ts_executable_shardings_to_string(const ts_executable *e) {
   if (!e || !e->node_sh) {
-    ts_set_error("executable_shardings_to_string: not an SPMD executable");
+    set_error("executable_shardings_to_string: not an SPMD executable");
     return NULL;
   }
   spmd_str s = {0};
@@ -134,7 +134,7 @@ char *ts_executable_shardings_to_string(const ts_executable *e) {
     const ts_node *n = &e->g->nodes[i];
     char sh[128];
     char *t = ts_sharding_to_string(e->node_sh[i]);
-    spmd_str_printf(&s, "%%%d %s %s %s\n", i, ts_op_name(n->op), ir_shape_str(n, sh, sizeof sh), t ? t : "?");
+    spmd_str_printf(&s, "%%%d %s %s %s\n", i, ir_op_name(n->op), ir_shape_str(n, sh, sizeof sh), t ? t : "?");
     free(t);
   }
   return spmd_str_take(&s);
@@ -150,7 +150,7 @@ int ts_executable_num_collectives(const ts_executable *e) { return e ? e->colls.
 
 int ts_executable_collective(const ts_executable *e, int i, ts_collective_info *out) {
   if (!e || i < 0 || i >= e->colls.n || !out)
-    return ts_set_error("executable_collective: %d is not a collective of the program (it has %d)", i,
+    return set_error("executable_collective: %d is not a collective of the program (it has %d)", i,
                         e ? e->colls.n : 0);
   *out = e->colls.v[i];
   return 0;
@@ -158,7 +158,7 @@ int ts_executable_collective(const ts_executable *e, int i, ts_collective_info *
 
 char *ts_executable_collectives_to_string(const ts_executable *e) {
   if (!e) {
-    ts_set_error("executable_collectives_to_string: executable is NULL");
+    set_error("executable_collectives_to_string: executable is NULL");
     return NULL;
   }
   spmd_str s = {0};

@@ -18,14 +18,14 @@ void ts_augment_draw(const ts_augment *a, uint64_t key, int *dy, int *dx, bool *
   *flip = a->hflip && f;
 }
 
-void ts_aug_lut_init(const ts_augment *a, int c, ts_aug_lut *out) {
+void aug_lut_init(const ts_augment *a, int c, ts_aug_lut *out) {
   for (int ch = 0; ch < c && ch < TS_AUG_MAX_CHANNELS; ch++) {
     float mean = a->mean[ch], std = a->std[ch] != 0.0f ? a->std[ch] : 1.0f;
     for (int v = 0; v < 256; v++) out->lut[ch][v] = ((float)v / 255.0f - mean) / std;
   }
 }
 
-void ts_aug_apply_lut(const ts_augment *a, const ts_aug_lut *t, const uint8_t *src, int c, int h, int w,
+void aug_apply_lut(const ts_augment *a, const ts_aug_lut *t, const uint8_t *src, int c, int h, int w,
                       uint64_t key, float *dst) {
   int dy, dx;
   bool flip;
@@ -62,6 +62,6 @@ void ts_augment_apply(const ts_augment *a, const uint8_t *src, int c, int h, int
                       float *dst) {
   ts_aug_lut t;
   if (c > TS_AUG_MAX_CHANNELS) c = TS_AUG_MAX_CHANNELS;
-  ts_aug_lut_init(a, c, &t);
-  ts_aug_apply_lut(a, &t, src, c, h, w, key, dst);
+  aug_lut_init(a, c, &t);
+  aug_apply_lut(a, &t, src, c, h, w, key, dst);
 }

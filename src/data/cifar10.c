@@ -20,46 +20,46 @@
 #define CIFAR_MAX_BYTES ((int64_t)1 << 34)
 
 int ts_cifar10_read_file(const char *path, ts_dataset *out) {
-  if (!path || !out) return ts_set_error("ts_cifar10_read_file: NULL argument");
+  if (!path || !out) return set_error("ts_cifar10_read_file: NULL argument");
   if (out->n > 0 && (out->c != 3 || out->h != 32 || out->w != 32))
-    return ts_set_error("%s: cannot append CIFAR-10 records to a dataset of %dx%dx%d images", path, out->c,
+    return set_error("%s: cannot append CIFAR-10 records to a dataset of %dx%dx%d images", path, out->c,
                         out->h, out->w);
   FILE *f = fopen(path, "rb");
-  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (!f) return set_error_code(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   uint8_t *buf = NULL;
   int64_t size = -1;
   if (fseeko(f, 0, SEEK_END) == 0) size = (int64_t)ftello(f);
   if (size < 0 || fseeko(f, 0, SEEK_SET) != 0) {
     fclose(f);
-    return ts_set_error_code(TS_ERR_IO, "%s: cannot determine the file size: %s", path, strerror(errno));
+    return set_error_code(TS_ERR_IO, "%s: cannot determine the file size: %s", path, strerror(errno));
   }
   if (size == 0) {
     fclose(f);
-    return ts_set_error_code(TS_ERR_IO,
+    return set_error_code(TS_ERR_IO,
                              "%s: empty file (offset 0): expected records of %d bytes", path, TS_CIFAR10_RECORD);
   }
   if (size > CIFAR_MAX_BYTES) {
     fclose(f);
-    return ts_set_error_code(TS_ERR_IO, "%s: %lld bytes is too large for a CIFAR-10 batch file", path, (long long)size);
+    return set_error_code(TS_ERR_IO, "%s: %lld bytes is too large for a CIFAR-10 batch file", path, (long long)size);
   }
   if (size % TS_CIFAR10_RECORD != 0) {
     int64_t last = size - size % TS_CIFAR10_RECORD;
     fclose(f);
-    return ts_set_error_code(TS_ERR_IO,
+    return set_error_code(TS_ERR_IO,
                              "%s: truncated: %lld bytes is not a whole number of %d-byte records; the record "
                              "at offset %lld has only %lld bytes",
                              path, (long long)size, TS_CIFAR10_RECORD, (long long)last, (long long)(size - last));
   }
   if (!(buf = malloc((size_t)size))) {
     fclose(f);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes", path, (long long)size);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes", path, (long long)size);
   }
   size_t got = fread(buf, 1, (size_t)size, f);
   int read_err = ferror(f);
   fclose(f);
   if (got != (size_t)size) {
     free(buf);
-    return ts_set_error_code(TS_ERR_IO, "%s: read error at offset %lld%s", path, (long long)got,
+    return set_error_code(TS_ERR_IO, "%s: read error at offset %lld%s", path, (long long)got,
                              read_err ? " (I/O error)" : " (file shrank while reading)");
   }
   int64_t recs = size / TS_CIFAR10_RECORD;
@@ -67,7 +67,7 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
     uint8_t lab = buf[r * TS_CIFAR10_RECORD];
     if (lab >= CIFAR_CLASSES) {
       free(buf);
-      return ts_set_error_code(TS_ERR_IO,
+      return set_error_code(TS_ERR_IO,
                                "%s: label %d of record %lld (byte offset %lld) is out of range [0, %d); is this "
                                "the CIFAR-10 binary version (not CIFAR-100)?",
                                path, lab, (long long)r, (long long)(r * TS_CIFAR10_RECORD), CIFAR_CLASSES);
@@ -80,7 +80,7 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
   if (labels) out->labels = labels;
   if (!images || !labels) {
     free(buf);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld images", path, (long long)(n0 + recs));
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld images", path, (long long)(n0 + recs));
   }
   for (int64_t r = 0; r < recs; r++) {
     const uint8_t *rec = buf + r * TS_CIFAR10_RECORD;
@@ -97,11 +97,11 @@ int ts_cifar10_read_file(const char *path, ts_dataset *out) {
 }
 
 int ts_cifar10_load(const char *dir, const char *split, ts_dataset *out) {
-  if (!dir || !split || !out) return ts_set_error("ts_cifar10_load: NULL argument");
+  if (!dir || !split || !out) return set_error("ts_cifar10_load: NULL argument");
   memset(out, 0, sizeof *out);
   bool train = strcmp(split, "train") == 0;
   if (!train && strcmp(split, "test") != 0)
-    return ts_set_error("ts_cifar10_load: split '%s' is not \"train\" or \"test\"", split);
+    return set_error("ts_cifar10_load: split '%s' is not \"train\" or \"test\"", split);
   /* The official archive unpacks to cifar-10-batches-bin/: accept both. */
   char base[4096], path[4200];
   snprintf(base, sizeof base, "%s/cifar-10-batches-bin", dir);
@@ -114,11 +114,11 @@ int ts_cifar10_load(const char *dir, const char *split, ts_dataset *out) {
     if (stat(path, &st) != 0 && errno != ENOENT) { /* there but unusable: a symlink loop, no permission */
       int e = errno;
       ts_dataset_free(out);
-      return ts_set_error("%s: %s", path, strerror(e));
+      return set_error("%s: %s", path, strerror(e));
     }
     if (stat(path, &st) != 0) {
       ts_dataset_free(out);
-      return ts_set_error_code(TS_ERR_IO, "%s: no such file; CIFAR-10 (binary version) expects data_batch_1..5.bin and "
+      return set_error_code(TS_ERR_IO, "%s: no such file; CIFAR-10 (binary version) expects data_batch_1..5.bin and "
                                "test_batch.bin in %s", path, dir);
     }
     if (ts_cifar10_read_file(path, out) != 0) {

@@ -10,9 +10,9 @@ typedef struct {
   float lut[TS_AUG_MAX_CHANNELS][256];
 } ts_aug_lut;
 
-void ts_aug_lut_init(const ts_augment *a, int c, ts_aug_lut *out);
+void aug_lut_init(const ts_augment *a, int c, ts_aug_lut *out);
 /* ts_augment_apply with precomputed tables. */
-void ts_aug_apply_lut(const ts_augment *a, const ts_aug_lut *t, const uint8_t *src, int c, int h, int w,
+void aug_apply_lut(const ts_augment *a, const ts_aug_lut *t, const uint8_t *src, int c, int h, int w,
                       uint64_t key, float *dst);
 
 #endif

@@ -21,14 +21,14 @@ static void mnist_path(char *buf, size_t len, const char *dir, const char *split
 }
 
 int ts_mnist_load(const char *dir, const char *split, ts_dataset *out) {
-  if (!dir || !split || !out) return ts_set_error("ts_mnist_load: NULL argument");
+  if (!dir || !split || !out) return set_error("ts_mnist_load: NULL argument");
   memset(out, 0, sizeof *out);
   char ipath[4096], lpath[4096];
   mnist_path(ipath, sizeof ipath, dir, split, "images-idx3-ubyte");
   mnist_path(lpath, sizeof lpath, dir, split, "labels-idx1-ubyte");
-  if (access(ipath, F_OK) != 0 && errno != ENOENT) return ts_set_error("%s: %s", ipath, strerror(errno));
+  if (access(ipath, F_OK) != 0 && errno != ENOENT) return set_error("%s: %s", ipath, strerror(errno));
   if (access(ipath, F_OK) != 0)
-    return ts_set_error_code(TS_ERR_IO, "%s: no such file (nor with .gz); is the dataset installed in %s? "
+    return set_error_code(TS_ERR_IO, "%s: no such file (nor with .gz); is the dataset installed in %s? "
                              "(split is \"train\" or \"t10k\")", ipath, dir);
 
   int ind, lnd;
@@ -37,13 +37,13 @@ int ts_mnist_load(const char *dir, const char *split, ts_dataset *out) {
   if (ts_idx_read(ipath, &ind, idims, &images) != 0) return -1;
   if (ind != 3) {
     free(images);
-    return ts_set_error_code(TS_ERR_IO,
+    return set_error_code(TS_ERR_IO,
                              "%s: expected an image file (3 dims: count, rows, cols) but it has %d dim(s)", ipath,
                              ind);
   }
   if (idims[1] > 1 << 15 || idims[2] > 1 << 15) {
     free(images);
-    return ts_set_error_code(TS_ERR_IO, "%s: image size %lldx%lld is not plausible", ipath, (long long)idims[1],
+    return set_error_code(TS_ERR_IO, "%s: image size %lldx%lld is not plausible", ipath, (long long)idims[1],
                              (long long)idims[2]);
   }
   if (ts_idx_read(lpath, &lnd, ldims, &labels) != 0) {
@@ -53,23 +53,23 @@ int ts_mnist_load(const char *dir, const char *split, ts_dataset *out) {
   if (lnd != 1) {
     free(images);
     free(labels);
-    return ts_set_error_code(TS_ERR_IO, "%s: expected a label file (1 dim) but it has %d dims", lpath, lnd);
+    return set_error_code(TS_ERR_IO, "%s: expected a label file (1 dim) but it has %d dims", lpath, lnd);
   }
   if (ldims[0] != idims[0]) {
     free(images);
     free(labels);
-    return ts_set_error_code(TS_ERR_IO, "%s has %lld images but %s has %lld labels", ipath, (long long)idims[0], lpath,
+    return set_error_code(TS_ERR_IO, "%s has %lld images but %s has %lld labels", ipath, (long long)idims[0], lpath,
                              (long long)ldims[0]);
   }
   int32_t *lab = malloc((size_t)ldims[0] * sizeof *lab);
   if (!lab) {
     free(images);
     free(labels);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld labels", lpath, (long long)ldims[0]);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld labels", lpath, (long long)ldims[0]);
   }
   for (int64_t i = 0; i < ldims[0]; i++) {
     if (labels[i] >= MNIST_CLASSES) {
-      ts_set_error_code(TS_ERR_IO,
+      set_error_code(TS_ERR_IO,
                         "%s: label %d at index %lld (byte offset %lld) is out of range [0, %d)", lpath, labels[i],
                         (long long)i, (long long)(8 + i), MNIST_CLASSES);
       free(images);

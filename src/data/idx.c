@@ -28,7 +28,7 @@ static int64_t idx_read_full(gzFile f, const char *path, uint8_t *dst, int64_t n
     if (r < 0) {
       int zerr;
       const char *msg = gzerror(f, &zerr);
-      ts_set_error_code(TS_ERR_IO, "%s: read error after %lld bytes: %s", path, (long long)got,
+      set_error_code(TS_ERR_IO, "%s: read error after %lld bytes: %s", path, (long long)got,
                         zerr == Z_ERRNO ? strerror(errno) : msg);
       return -1;
     }
@@ -45,7 +45,7 @@ static int idx_check_stream(gzFile f, const char *path) {
   int zerr = Z_OK;
   const char *msg = gzerror(f, &zerr);
   if (zerr == Z_OK || zerr == Z_STREAM_END) return 0;
-  return ts_set_error_code(TS_ERR_IO, "%s: corrupt or truncated gzip stream: %s", path, msg);
+  return set_error_code(TS_ERR_IO, "%s: corrupt or truncated gzip stream: %s", path, msg);
 }
 
 static uint32_t idx_be32(const uint8_t *b) {
@@ -53,29 +53,29 @@ static uint32_t idx_be32(const uint8_t *b) {
 }
 
 int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
-  if (!path || !ndim || !dims || !data) return ts_set_error("ts_idx_read: NULL argument");
+  if (!path || !ndim || !dims || !data) return set_error("ts_idx_read: NULL argument");
   *data = NULL;
   *ndim = 0;
   errno = 0; /* gzopen leaves errno set only when open() itself failed */
   gzFile f = gzopen(path, "rb");
-  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "gzopen failed");
+  if (!f) return set_error_code(TS_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "gzopen failed");
   gzbuffer(f, 1 << 17);
 
   uint8_t head[16];
   int64_t got = idx_read_full(f, path, head, 4);
   if (got < 0) goto fail;
   if (got < 4) {
-    ts_set_error_code(TS_ERR_IO, "%s: truncated: file has %lld bytes, too short for the 4-byte IDX magic", path,
+    set_error_code(TS_ERR_IO, "%s: truncated: file has %lld bytes, too short for the 4-byte IDX magic", path,
                       (long long)got);
     goto fail;
   }
   uint32_t magic = idx_be32(head);
   if (magic != 0x00000801u && magic != 0x00000803u) {
     if (head[0] == 0 && head[1] == 0 && head[2] != 0x08)
-      ts_set_error_code(TS_ERR_IO,
+      set_error_code(TS_ERR_IO,
                         "%s: IDX data type 0x%02x is not supported (only 0x08, unsigned byte)", path, head[2]);
     else
-      ts_set_error_code(TS_ERR_IO, "%s: bad magic 0x%08x (expected 0x00000801 for labels or 0x00000803 for images); "
+      set_error_code(TS_ERR_IO, "%s: bad magic 0x%08x (expected 0x00000801 for labels or 0x00000803 for images); "
                         "is this an IDX file?", path, magic);
     goto fail;
   }
@@ -84,7 +84,7 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
   if (got < 0) goto fail;
   if (got < 4 * nd) {
     if (idx_check_stream(f, path) == 0)
-      ts_set_error_code(TS_ERR_IO, "%s: truncated header: expected %d dims (%d bytes) after the magic, got %lld bytes",
+      set_error_code(TS_ERR_IO, "%s: truncated header: expected %d dims (%d bytes) after the magic, got %lld bytes",
                         path, nd, 4 * nd, (long long)got);
     goto fail;
   }
@@ -92,12 +92,12 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
   for (int i = 0; i < nd; i++) {
     uint32_t d = idx_be32(head + 4 + 4 * i);
     if (d == 0) {
-      ts_set_error_code(TS_ERR_IO, "%s: dim %d is 0 (an empty IDX file is not a usable dataset)", path, i);
+      set_error_code(TS_ERR_IO, "%s: dim %d is 0 (an empty IDX file is not a usable dataset)", path, i);
       goto fail;
     }
     dims[i] = d;
     if (d > IDX_MAX_ELEMS || numel * (int64_t)d > IDX_MAX_ELEMS) {
-      ts_set_error_code(TS_ERR_IO, "%s: dims give more than 2^31 elements (dim %d is %u)", path, i, d);
+      set_error_code(TS_ERR_IO, "%s: dims give more than 2^31 elements (dim %d is %u)", path, i, d);
       goto fail;
     }
     numel *= d;
@@ -105,7 +105,7 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
 
   uint8_t *buf = malloc((size_t)numel);
   if (!buf) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes of data", path, (long long)numel);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes of data", path, (long long)numel);
     goto fail;
   }
   got = idx_read_full(f, path, buf, numel);
@@ -115,7 +115,7 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
   }
   if (got < numel) {
     if (idx_check_stream(f, path) == 0)
-      ts_set_error_code(TS_ERR_IO,
+      set_error_code(TS_ERR_IO,
                         "%s: truncated: expected %lld bytes (%d-byte header + %lld bytes of %s data), got %lld",
                         path, (long long)(4 + 4 * nd + numel), 4 + 4 * nd, (long long)numel,
                         nd == 3 ? "pixel" : "label", (long long)(4 + 4 * nd + got));
@@ -126,7 +126,7 @@ int ts_idx_read(const char *path, int *ndim, int64_t dims[3], uint8_t **data) {
   got = idx_read_full(f, path, &extra, 1);
   if (got != 0 || idx_check_stream(f, path) != 0) {
     if (got > 0)
-      ts_set_error_code(TS_ERR_IO, "%s: trailing bytes after the %lld bytes of data the header announces", path,
+      set_error_code(TS_ERR_IO, "%s: trailing bytes after the %lld bytes of data the header announces", path,
                         (long long)numel);
     free(buf);
     goto fail;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "loader_internal.h"
-#include "util/error.h" /* ts_set_error */
+#include "util/error.h" /* set_error */
 
 const char *const ld_in_names[N_IN] = {"x", "y", "mask"};
 
@@ -20,7 +20,7 @@ static void *ld_alloc(size_t bytes) {
 
 static int ld_alloc_slots(ts_loader *l) {
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  if (!l->slots) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+  if (!l->slots) return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int s = 0; s < l->nslots; s++) {
     ts_loader_batch *b = &l->slots[s];
     b->l = l;
@@ -29,14 +29,14 @@ static int ld_alloc_slots(ts_loader *l) {
     b->y = ld_alloc((size_t)l->rows * sizeof(int32_t));
     b->mask = ld_alloc((size_t)l->rows * sizeof(float));
     if (!b->index || !b->x || !b->y || !b->mask)
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for batches");
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for batches");
     void *base[N_IN] = {b->x, b->y, b->mask};
     for (int k = 0; k < N_IN; k++) {
       b->block[k] = calloc((size_t)l->nlocal, sizeof(void *));
-      if (!b->block[k]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+      if (!b->block[k]) return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
       for (int d = 0; d < l->nlocal; d++) {
         b->block[k][d] = l->in[k].alias[d] ? base[k] : ld_alloc(l->in[k].shard_bytes);
-        if (!b->block[k][d]) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for %s blocks", ld_in_names[k]);
+        if (!b->block[k][d]) return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for %s blocks", ld_in_names[k]);
       }
     }
   }
@@ -45,25 +45,25 @@ static int ld_alloc_slots(ts_loader *l) {
 
 ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   if (!src || !opts || !src->get) {
-    ts_set_error("ts_loader_new: NULL source or options");
+    set_error("ts_loader_new: NULL source or options");
     return NULL;
   }
   if (opts->batch <= 0) {
-    ts_set_error("loader: batch %lld must be positive", (long long)opts->batch);
+    set_error("loader: batch %lld must be positive", (long long)opts->batch);
     return NULL;
   }
   if (src->n <= 0 || src->c <= 0 || src->h <= 0 || src->w <= 0 || src->num_classes <= 0) {
-    ts_set_error("loader: source '%s' is empty or has a bad shape", src->name ? src->name : "?");
+    set_error("loader: source '%s' is empty or has a bad shape", src->name ? src->name : "?");
     return NULL;
   }
   if (src->c > TS_AUG_MAX_CHANNELS) {
-    ts_set_error("loader: source '%s' has %d channels; at most %d are supported", src->name, src->c,
+    set_error("loader: source '%s' has %d channels; at most %d are supported", src->name, src->c,
                  TS_AUG_MAX_CHANNELS);
     return NULL;
   }
   ts_loader *l = calloc(1, sizeof *l);
   if (!l) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     return NULL;
   }
   l->src = src;
@@ -80,7 +80,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   pthread_cond_init(&l->cv_work, NULL);
   pthread_cond_init(&l->cv_done, NULL);
   if (l->spe == 0) {
-    ts_set_error("loader: batch %lld is larger than %s (%lld samples) and the last partial batch is dropped; "
+    set_error("loader: batch %lld is larger than %s (%lld samples) and the last partial batch is dropped; "
                  "use a smaller batch or TS_LAST_BATCH_PAD", (long long)l->B, src->name, (long long)l->n);
     goto fail;
   }
@@ -89,7 +89,7 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   memcpy(l->in[IN_X].shape, xs, sizeof xs);
   l->in[IN_Y] = (ld_input){.dt = TS_I32, .rank = 1, .shape = {l->B}};
   l->in[IN_MASK] = (ld_input){.dt = TS_F32, .rank = 1, .shape = {l->B}};
-  ts_aug_lut_init(&l->o.augment, src->c, &l->lut);
+  aug_lut_init(&l->o.augment, src->c, &l->lut);
   if (ld_setup_shardings(l) < 0 || ld_setup_placement(l) < 0) goto fail;
   l->nslots = l->o.prefetch + 1;
   if (ld_alloc_slots(l) < 0) goto fail;
@@ -97,12 +97,12 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   l->orders = calloc((size_t)l->norders, sizeof *l->orders);
   l->threads = calloc((size_t)l->o.workers, sizeof *l->threads);
   if (!l->orders || !l->threads) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     goto fail;
   }
   for (int t = 0; t < l->o.workers; t++) {
     if (pthread_create(&l->threads[t], NULL, ld_worker, l) != 0) {
-      ts_set_error("loader: cannot start worker thread %d", t);
+      set_error("loader: cannot start worker thread %d", t);
       goto fail;
     }
     l->nthreads++;
@@ -173,7 +173,7 @@ const ts_loader_batch *ts_loader_next(ts_loader *l) {
   double t1 = ld_now();
   l->st_wait += t1 - t0;
   if (b->failed) {
-    ts_set_error_code(b->err_code, "%s", b->err);
+    set_error_code(b->err_code, "%s", b->err);
     pthread_mutex_unlock(&l->mu);
     return NULL;
   }

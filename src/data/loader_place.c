@@ -6,16 +6,16 @@
 #include <string.h>
 
 #include "loader_internal.h"
-#include "util/error.h" /* ts_set_error */
+#include "util/error.h" /* set_error */
 
 static int ld_set_sharding(ts_loader *l, int k, const ts_sharding *sh) {
   ld_input *in = &l->in[k];
-  if (in->sh) return ts_set_error("loader: two shardings given for input '%s'", ld_in_names[k]);
+  if (in->sh) return set_error("loader: two shardings given for input '%s'", ld_in_names[k]);
   if (ts_sharding_rank(sh) != in->rank)
-    return ts_set_error("loader: the sharding for input '%s' has rank %d but %s %s is rank %d", ld_in_names[k],
+    return set_error("loader: the sharding for input '%s' has rank %d but %s %s is rank %d", ld_in_names[k],
                         ts_sharding_rank(sh), ld_in_names[k], k == IN_X ? "(B, C, H, W)" : "(B)", in->rank);
   if (ts_sharding_num_devices(sh) != ts_mesh_num_devices(l->o.mesh))
-    return ts_set_error("loader: the sharding for input '%s' is over %lld devices but the mesh has %lld",
+    return set_error("loader: the sharding for input '%s' is over %lld devices but the mesh has %lld",
                         ld_in_names[k], (long long)ts_sharding_num_devices(sh),
                         (long long)ts_mesh_num_devices(l->o.mesh));
   in->sh = sh;
@@ -34,13 +34,13 @@ static ts_sharding *ld_batch_sharding(const ts_sharding *from) {
 int ld_setup_shardings(ts_loader *l) {
   const ts_loader_options *o = &l->o;
   if (!o->mesh) {
-    if (o->n_inputs > 0) return ts_set_error("loader: %d input sharding(s) given but no mesh", o->n_inputs);
+    if (o->n_inputs > 0) return set_error("loader: %d input sharding(s) given but no mesh", o->n_inputs);
     return 0;
   }
   if (o->n_inputs <= 0 || !o->inputs)
-    return ts_set_error("loader: a mesh is given but no input shardings (give x and y, or one spec for x)");
+    return set_error("loader: a mesh is given but no input shardings (give x and y, or one spec for x)");
   if (o->n_inputs == 1 && !o->inputs[0].name) {
-    if (!o->inputs[0].sharding) return ts_set_error("loader: input sharding 0 is NULL");
+    if (!o->inputs[0].sharding) return set_error("loader: input sharding 0 is NULL");
     if (ld_set_sharding(l, IN_X, o->inputs[0].sharding) < 0) return -1;
     for (int k = IN_Y; k <= IN_MASK; k++) {
       if (!(l->in[k].own = ld_batch_sharding(o->inputs[0].sharding))) return -1;
@@ -54,14 +54,14 @@ int ld_setup_shardings(ts_loader *l) {
     for (int j = 0; j < N_IN && nm; j++)
       if (strcmp(nm, ld_in_names[j]) == 0) k = j;
     if (k < 0)
-      return ts_set_error("loader: input sharding %d is for '%s', which is not one of the loader's inputs "
+      return set_error("loader: input sharding %d is for '%s', which is not one of the loader's inputs "
                           "x, y, mask", i, nm ? nm : "(NULL name)");
-    if (!o->inputs[i].sharding) return ts_set_error("loader: the sharding for input '%s' is NULL", nm);
+    if (!o->inputs[i].sharding) return set_error("loader: the sharding for input '%s' is NULL", nm);
     if (ld_set_sharding(l, k, o->inputs[i].sharding) < 0) return -1;
   }
   for (int k = IN_X; k <= IN_Y; k++)
     if (!l->in[k].sh)
-      return ts_set_error("loader: no sharding for input '%s' (the loader's inputs are x (B, C, H, W), "
+      return set_error("loader: no sharding for input '%s' (the loader's inputs are x (B, C, H, W), "
                           "y (B) and mask (B); give x and y, or one spec for x)", ld_in_names[k]);
   if (!l->in[IN_MASK].sh) l->in[IN_MASK].sh = l->in[IN_Y].sh;
   return 0;
@@ -97,14 +97,14 @@ static int ld_setup_minibatch(ts_loader *l) {
   int P = o->process_count, p = o->process_index;
   int64_t N = o->mesh ? ts_mesh_num_devices(o->mesh) : 1, B = l->B;
   if (B % P != 0)
-    return ts_set_error("loader: minibatch mode: the global batch %lld does not divide over %d processes",
+    return set_error("loader: minibatch mode: the global batch %lld does not divide over %d processes",
                         (long long)B, P);
   for (int k = 0; k < N_IN; k++) {
     const ld_input *in = &l->in[k];
     int64_t T = in->sh ? ts_sharding_num_tiles(in->sh, 0) : 1;
     if (B % T == 0) continue;
     if (N % P != 0)
-      return ts_set_error("loader: minibatch mode: the global batch %lld does not divide into the %lld batch "
+      return set_error("loader: minibatch mode: the global batch %lld does not divide into the %lld batch "
                           "blocks of input '%s' (every device's block of the batch must be full)",
                           (long long)B, (long long)T, ld_in_names[k]);
     int64_t tiles = 0; /* distinct batch blocks among local devices */
@@ -113,7 +113,7 @@ static int ld_setup_minibatch(ts_loader *l) {
       for (int e = 0; e < d && !seen; e++) seen = in->start[e][0] == in->start[d][0];
       tiles += !seen;
     }
-    return ts_set_error("loader: minibatch mode: the per-process batch %lld (global %lld over %d processes) "
+    return set_error("loader: minibatch mode: the per-process batch %lld (global %lld over %d processes) "
                         "does not divide by the %lld local devices splitting the batch of input '%s'",
                         (long long)(B / P), (long long)B, P, (long long)tiles, ld_in_names[k]);
   }
@@ -133,7 +133,7 @@ static int ld_setup_minibatch(ts_loader *l) {
        * most likely a batch dim left unsharded (a replicated mask) or sharded
        * over an axis within the processes. */
       if (P > 1 && klo == 0 && khi == B)
-        return ts_set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of input '%s' (the "
+        return set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of input '%s' (the "
                             "whole batch) for its devices %lld..%lld; shard the batch dim over the devices in "
                             "process order or use TS_LOAD_GLOBAL",
                             q, (long long)B, ld_in_names[k], (long long)first, (long long)(first + count - 1));
@@ -141,7 +141,7 @@ static int ld_setup_minibatch(ts_loader *l) {
       hi = khi > hi ? khi : hi;
     }
     if (P > 1 && lo == 0 && hi == B)
-      return ts_set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of x, y and mask "
+      return set_error("loader: minibatch mode: process %d needs batch rows [0, %lld) of x, y and mask "
                           "together (the whole batch) for its devices %lld..%lld; shard the batch dim of every "
                           "input alike, or use TS_LOAD_GLOBAL",
                           q, (long long)B, (long long)first, (long long)(first + count - 1));
@@ -159,15 +159,15 @@ int ld_setup_placement(ts_loader *l) {
   int P = o->process_count, p = o->process_index;
   int64_t N = o->mesh ? ts_mesh_num_devices(o->mesh) : 1;
   if (P < 1 || p < 0 || p >= P)
-    return ts_set_error("loader: process index %d of %d processes is not valid", p, P);
+    return set_error("loader: process index %d of %d processes is not valid", p, P);
   if (N < P)
-    return ts_set_error("loader: the mesh's %lld devices are fewer than the %d processes (every process needs "
+    return set_error("loader: the mesh's %lld devices are fewer than the %d processes (every process needs "
                         "at least one)", (long long)N, P);
   int64_t first, count;
   ld_process_devices(N, P, p, &first, &count);
   l->nlocal = (int)count;
   l->local_ids = calloc((size_t)l->nlocal, sizeof *l->local_ids);
-  if (!l->local_ids) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+  if (!l->local_ids) return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
   for (int d = 0; d < l->nlocal; d++) l->local_ids[d] = (int)(first + d);
 
   for (int k = 0; k < N_IN; k++) {
@@ -175,7 +175,7 @@ int ld_setup_placement(ts_loader *l) {
     in->start = calloc((size_t)l->nlocal, sizeof *in->start);
     in->limit = calloc((size_t)l->nlocal, sizeof *in->limit);
     in->alias = calloc((size_t)l->nlocal, sizeof *in->alias);
-    if (!in->start || !in->limit || !in->alias) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    if (!in->start || !in->limit || !in->alias) return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory");
     for (int d = 0; d < l->nlocal; d++) {
       if (in->sh) {
         if (ts_sharding_shard_range(in->sh, in->shape, l->local_ids[d], in->start[d], in->limit[d]) < 0)
@@ -198,7 +198,7 @@ int ld_setup_placement(ts_loader *l) {
   } else if (o->mode == TS_LOAD_MINIBATCH) {
     if (ld_setup_minibatch(l) < 0) return -1;
   } else {
-    return ts_set_error("loader: unknown load mode %d", (int)o->mode);
+    return set_error("loader: unknown load mode %d", (int)o->mode);
   }
   /* A block that is exactly this process's rows is handed out without a copy. */
   for (int k = 0; k < N_IN; k++) {

@@ -4,11 +4,11 @@
 #include <stdio.h>
 
 #include "loader_internal.h"
-#include "util/error.h" /* ts_set_error */
+#include "util/error.h" /* set_error */
 
 int ts_loader_seek(ts_loader *l, int64_t epoch, int64_t step) {
   if (epoch < 0 || step < 0 || step >= l->spe)
-    return ts_set_error("loader: cannot seek to epoch %lld step %lld (an epoch has %lld steps)",
+    return set_error("loader: cannot seek to epoch %lld step %lld (an epoch has %lld steps)",
                         (long long)epoch, (long long)step, (long long)l->spe);
   pthread_mutex_lock(&l->mu);
   /* Stop new claims and wait for the batches in progress: their slots are
@@ -58,23 +58,23 @@ int ts_loader_save(const ts_loader *l, uint8_t state[TS_LOADER_STATE_BYTES]) {
 }
 
 int ts_loader_restore(ts_loader *l, const uint8_t state[TS_LOADER_STATE_BYTES]) {
-  if (ld_get64(state) != LD_MAGIC) return ts_set_error("loader state: bad magic (not a loader state blob)");
+  if (ld_get64(state) != LD_MAGIC) return set_error("loader state: bad magic (not a loader state blob)");
   if (ld_get64(state + 56) != ld_checksum(state, 56))
-    return ts_set_error("loader state: checksum mismatch (the state is corrupt)");
+    return set_error("loader state: checksum mismatch (the state is corrupt)");
   uint64_t seed = ld_get64(state + 8), flags = ld_get64(state + 48);
   int64_t epoch = (int64_t)ld_get64(state + 16), step = (int64_t)ld_get64(state + 24);
   int64_t n = (int64_t)ld_get64(state + 32), B = (int64_t)ld_get64(state + 40);
   if (n != l->n)
-    return ts_set_error("loader state: saved for a dataset of %lld samples but this one has %lld",
+    return set_error("loader state: saved for a dataset of %lld samples but this one has %lld",
                         (long long)n, (long long)l->n);
   if (B != l->B)
-    return ts_set_error("loader state: saved with batch %lld but this loader has batch %lld", (long long)B,
+    return set_error("loader state: saved with batch %lld but this loader has batch %lld", (long long)B,
                         (long long)l->B);
   if (seed != l->o.seed)
-    return ts_set_error("loader state: saved with seed %llu but this loader has seed %llu",
+    return set_error("loader state: saved with seed %llu but this loader has seed %llu",
                         (unsigned long long)seed, (unsigned long long)l->o.seed);
   if ((flags & 0xff) != (uint64_t)l->o.last_batch || ((flags >> 8) & 1) != (uint64_t)l->o.no_shuffle)
-    return ts_set_error("loader state: saved with another last-batch or shuffle mode");
+    return set_error("loader state: saved with another last-batch or shuffle mode");
   return ts_loader_seek(l, epoch, step);
 }
 
@@ -82,21 +82,21 @@ int ts_loader_save_file(const ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   ts_loader_save(l, st);
   FILE *f = fopen(path, "wb");
-  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open for writing", path);
+  if (!f) return set_error_code(TS_ERR_IO, "%s: cannot open for writing", path);
   size_t w = fwrite(st, 1, sizeof st, f);
-  if (fclose(f) != 0 || w != sizeof st) return ts_set_error_code(TS_ERR_IO, "%s: write failed", path);
+  if (fclose(f) != 0 || w != sizeof st) return set_error_code(TS_ERR_IO, "%s: write failed", path);
   return 0;
 }
 
 int ts_loader_restore_file(ts_loader *l, const char *path) {
   uint8_t st[TS_LOADER_STATE_BYTES];
   FILE *f = fopen(path, "rb");
-  if (!f) return ts_set_error_code(TS_ERR_IO, "%s: cannot open", path);
+  if (!f) return set_error_code(TS_ERR_IO, "%s: cannot open", path);
   size_t r = fread(st, 1, sizeof st, f);
   fclose(f);
   if (r != sizeof st)
-    return ts_set_error_code(TS_ERR_IO, "%s: truncated loader state: %zu bytes, expected %d", path, r,
+    return set_error_code(TS_ERR_IO, "%s: truncated loader state: %zu bytes, expected %d", path, r,
                              TS_LOADER_STATE_BYTES);
-  if (ts_loader_restore(l, st) < 0) return ts_set_error_context("%s", path);
+  if (ts_loader_restore(l, st) < 0) return set_error_context("%s", path);
   return 0;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "loader_internal.h"
-#include "util/error.h" /* ts_set_error */
+#include "util/error.h" /* set_error */
 
 int64_t ts_batch_epoch(const ts_loader_batch *b) { return b->epoch; }
 int64_t ts_batch_step(const ts_loader_batch *b) { return b->step; }
@@ -30,13 +30,13 @@ int ts_batch_shard(const ts_loader_batch *b, const char *name, int device, ts_sh
   int k = -1;
   for (int j = 0; j < N_IN && name; j++)
     if (strcmp(name, ld_in_names[j]) == 0) k = j;
-  if (k < 0) return ts_set_error("ts_batch_shard: no input '%s' (the loader's inputs are x, y, mask)",
+  if (k < 0) return set_error("ts_batch_shard: no input '%s' (the loader's inputs are x, y, mask)",
                                  name ? name : "(NULL)");
   int d = -1;
   for (int j = 0; j < l->nlocal; j++)
     if (l->local_ids[j] == device) d = j;
   if (d < 0)
-    return ts_set_error("ts_batch_shard: device %d is not one of this process's devices [%d, %d]", device,
+    return set_error("ts_batch_shard: device %d is not one of this process's devices [%d, %d]", device,
                         l->local_ids[0], l->local_ids[l->nlocal - 1]);
   const ld_input *in = &l->in[k];
   memset(out, 0, sizeof *out);
@@ -71,14 +71,14 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
   int k = -1;
   for (int j = 0; j < N_IN && name; j++)
     if (strcmp(name, ld_in_names[j]) == 0) k = j;
-  if (k < 0) return ts_set_error("ts_batch_upload: no input '%s' (the loader's inputs are x, y, mask)",
+  if (k < 0) return set_error("ts_batch_upload: no input '%s' (the loader's inputs are x, y, mask)",
                                  name ? name : "(NULL)");
   const ld_input *in = &l->in[k];
-  if (!dst) return ts_set_error("ts_batch_upload: buffer for '%s' is NULL", name);
+  if (!dst) return set_error("ts_batch_upload: buffer for '%s' is NULL", name);
   bool same = ts_buffer_dtype(dst) == in->dt && ts_buffer_rank(dst) == in->rank;
   for (int j = 0; same && j < in->rank; j++) same = ts_buffer_shape(dst)[j] == in->shape[j];
   if (!same)
-    return ts_set_error("ts_batch_upload: the buffer for '%s' is not %s %s of the loader's batch %lld", name,
+    return set_error("ts_batch_upload: the buffer for '%s' is not %s %s of the loader's batch %lld", name,
                         ts_dtype_name(in->dt), k == IN_X ? "(B, C, H, W)" : "(B)", (long long)l->B);
   if (l->rows == l->B) { /* the whole global batch is here: the runtime cuts any sharding */
     const void *src = k == IN_X ? (const void *)b->x : k == IN_Y ? (const void *)b->y : (const void *)b->mask;
@@ -90,7 +90,7 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
   const ts_sharding *ds = ts_buffer_sharding(dst);
   if (!ds || !in->sh || !ts_sharding_equal(ds, in->sh)) {
     char *want = ts_sharding_to_string(in->sh), *got = ds ? ts_sharding_to_string(ds) : NULL;
-    ts_set_error("ts_batch_upload: the buffer for '%s' has sharding %s but the loader cuts '%s' as %s; in "
+    set_error("ts_batch_upload: the buffer for '%s' has sharding %s but the loader cuts '%s' as %s; in "
                  "minibatch mode process %d holds batch rows [%lld, %lld) only and cannot reshard: create the "
                  "buffer with the loader's sharding for '%s'",
                  name, ds ? (got ? got : "?") : "{replicated}", name, want ? want : "?", l->o.process_index,
@@ -110,11 +110,11 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
     size_t bytes = (size_t)ts_shape_numel(in->rank, ext) * es;
     void *packed = NULL;
     if (padded && !(packed = malloc(bytes + 1)))
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_batch_upload: out of memory packing '%s' for device %d", name, l->local_ids[d]);
     if (packed) ld_pack_block(b->block[k][d], in->shard_shape, ext, in->rank, es, packed);
     int rc = ts_buffer_write_shard(dst, l->local_ids[d], packed ? packed : b->block[k][d], bytes);
     free(packed);
-    if (rc < 0) return ts_set_error_context("ts_batch_upload: input '%s', device %d", name, l->local_ids[d]);
+    if (rc < 0) return set_error_context("ts_batch_upload: input '%s', device %d", name, l->local_ids[d]);
   }
   return 0;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "loader_internal.h"
-#include "util/error.h" /* ts_set_error */
+#include "util/error.h" /* set_error */
 
 /* Copies block [start, limit) of the local array `src` (its dim 0 starts at
  * global row row_start) into the padded block dst (shard_shape), zero elsewhere. */
@@ -68,13 +68,13 @@ static int ld_fill(ts_loader *l, ts_loader_batch *b, const int64_t *order, uint8
     ts_clear_error(); /* a user source may fail without a message */
     if (s->get(s, idx, pix, &label) < 0) {
       if (!*ts_last_error())
-        ts_set_error("%s: reading sample %lld failed", s->name ? s->name : "source", (long long)idx);
+        set_error("%s: reading sample %lld failed", s->name ? s->name : "source", (long long)idx);
       return -1;
     }
     if (label < 0 || label >= s->num_classes)
-      return ts_set_error("%s: sample %lld has label %d, outside [0, %d)", s->name, (long long)idx, label,
+      return set_error("%s: sample %lld has label %d, outside [0, %d)", s->name, (long long)idx, label,
                           s->num_classes);
-    ts_aug_apply_lut(&l->o.augment, &l->lut, pix, s->c, s->h, s->w, ld_sample_key(l->o.seed, b->epoch, idx),
+    aug_apply_lut(&l->o.augment, &l->lut, pix, s->c, s->h, s->w, ld_sample_key(l->o.seed, b->epoch, idx),
                      x);
     b->y[r] = label;
     b->mask[r] = 1.0f;
@@ -113,7 +113,7 @@ void *ld_worker(void *arg) {
     pthread_mutex_unlock(&l->mu);
 
     double t0 = ld_now();
-    int rc = oom || !pix ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory") : ld_fill(l, b, order, pix);
+    int rc = oom || !pix ? set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory") : ld_fill(l, b, order, pix);
     if (rc < 0) {
       b->failed = true;
       snprintf(b->err, sizeof b->err, "%s", ts_last_error());

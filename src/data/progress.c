@@ -10,7 +10,7 @@
 
 #include "tessel/loader.h"
 #include "util/config.h" /* mpi_launcher: is stdout forwarded by an MPI launcher? */
-#include "util/error.h"  /* ts_oom */
+#include "util/error.h"  /* error_oom */
 
 #define BAR_WIDTH 24
 #define BAR_REDRAW_S 0.1 /* at most 10 redraws a second */
@@ -50,7 +50,7 @@ ts_progress *ts_progress_new(FILE *out, ts_progress_mode mode, const char *label
                              double interval_s) {
   ts_progress *p = calloc(1, sizeof *p);
   if (!p) {
-    ts_oom("ts_progress_new", sizeof *p);
+    error_oom("ts_progress_new", sizeof *p);
     return NULL;
   }
   p->out = out ? out : stdout;

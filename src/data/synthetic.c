@@ -27,7 +27,7 @@ static uint64_t synth_hash(uint64_t a, uint64_t b) {
 static int synth_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label) {
   const synth *sy = s->ctx;
   if (i < 0 || i >= s->n)
-    return ts_set_error("%s: sample %lld out of range [0, %lld)", s->name, (long long)i, (long long)s->n);
+    return set_error("%s: sample %lld out of range [0, %lld)", s->name, (long long)i, (long long)s->n);
   int cls = (int)(synth_hash(sy->seed, (uint64_t)i) % (uint64_t)s->num_classes);
   *label = cls;
   uint64_t ch = synth_hash(sy->seed ^ 0x5bd1e995ull, (uint64_t)cls);
@@ -39,7 +39,7 @@ static int synth_get(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *la
   int tmax = s->h + s->w;
   int8_t stack_pat[1024];
   int8_t *pat = tmax <= 1024 ? stack_pat : malloc((size_t)tmax);
-  if (!pat) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", s->name);
+  if (!pat) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", s->name);
   for (int t = 0; t < tmax; t++) pat[t] = (int8_t)((t % period) < period / 2 ? 24 : -24);
   for (int c = 0; c < s->c; c++) {
     int mean = 48 + (int)((ch >> (16 + 8 * (c % 5))) & 0xff) * 160 / 255;
@@ -65,13 +65,13 @@ static void synth_destroy(ts_source *s) { free(s->ctx); }
 
 ts_source *ts_source_synthetic(int64_t n, int c, int h, int w, int num_classes, uint64_t seed) {
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || num_classes <= 0 || c > 64 || h > 8192 || w > 8192) {
-    ts_set_error("ts_source_synthetic: bad shape n=%lld c=%d h=%d w=%d classes=%d", (long long)n, c, h, w,
+    set_error("ts_source_synthetic: bad shape n=%lld c=%d h=%d w=%d classes=%d", (long long)n, c, h, w,
                  num_classes);
     return NULL;
   }
   synth *sy = calloc(1, sizeof *sy);
   if (!sy) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_source_synthetic: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_source_synthetic: out of memory");
     return NULL;
   }
   sy->seed = seed;

@@ -14,16 +14,16 @@ ts_tensor ir_build(ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
   int64_t s[TS_MAX_RANK] = {0};
   int r = 0;
   if (!g) {
-    ts_set_error("%s: graph is NULL", ts_op_name(op));
+    set_error("%s: graph is NULL", ir_op_name(op));
     return TS_NONE;
   }
   if (ir_infer_result_given(op)) {
     if (rank < 0 || rank > TS_MAX_RANK) {
-      ts_set_error("%s: rank %d is outside [0, %d]", ts_op_name(op), rank, TS_MAX_RANK);
+      set_error("%s: rank %d is outside [0, %d]", ir_op_name(op), rank, TS_MAX_RANK);
       return TS_NONE;
     }
     if (rank > 0 && !shape) {
-      ts_set_error("%s: shape is NULL for rank %d", ts_op_name(op), rank);
+      set_error("%s: shape is NULL for rank %d", ir_op_name(op), rank);
       return TS_NONE;
     }
     if (rank) memcpy(s, shape, (size_t)rank * sizeof *s);
@@ -37,19 +37,19 @@ ts_tensor ir_build(ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
 
 ts_tensor ts_input(ts_graph *g, const char *name, ts_dtype dt, int rank, const int64_t *shape) {
   if (!g || !name || !name[0]) {
-    ts_set_error("input: %s", !g ? "graph is NULL" : "name is NULL or empty");
+    set_error("input: %s", !g ? "graph is NULL" : "name is NULL or empty");
     return TS_NONE;
   }
   for (int i = 0; i < g->n_inputs; i++) {
     const ts_node *n = ts_node_at(g, g->inputs[i]);
     if (n->name && strcmp(n->name, name) == 0) {
-      ts_set_error("input: name \"%s\" is already used by input #%d (%%%d)", name, i, g->inputs[i]);
+      set_error("input: name \"%s\" is already used by input #%d (%%%d)", name, i, g->inputs[i]);
       return TS_NONE;
     }
   }
   char *copy = strdup(name);
   if (!copy) {
-    ts_oom("input: copying the name", strlen(name) + 1);
+    error_oom("input: copying the name", strlen(name) + 1);
     return TS_NONE;
   }
   ts_tensor t = ir_build(g, TS_OP_INPUT, 0, NULL, NULL, dt, rank, shape);
@@ -63,7 +63,7 @@ ts_tensor ts_input(ts_graph *g, const char *name, ts_dtype dt, int rank, const i
 
 ts_tensor ts_constant(ts_graph *g, ts_dtype dt, int rank, const int64_t *shape, const void *data) {
   if (!data) {
-    ts_set_error("constant: data is NULL (use ts_full for a filled tensor)");
+    set_error("constant: data is NULL (use ts_full for a filled tensor)");
     return TS_NONE;
   }
   ts_tensor t = ir_build(g, TS_OP_CONSTANT, 0, NULL, NULL, dt, rank, shape);
@@ -73,7 +73,7 @@ ts_tensor ts_constant(ts_graph *g, ts_dtype dt, int rank, const int64_t *shape, 
   n->data = malloc(bytes ? bytes : 1);
   if (!n->data) {
     g->n_nodes--; /* drop the node just appended (no operands, not an input): the graph is as it was */
-    ts_oom("constant: copying the data", bytes);
+    error_oom("constant: copying the data", bytes);
     return TS_NONE;
   }
   if (bytes) memcpy(n->data, data, bytes);
@@ -158,7 +158,7 @@ static int broadcast_shape(const char *who, const ts_graph *g, int n, const ts_t
       for (int k = 0; k < n && k < 8 && o < sizeof list; k++)
         o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k ? " and " : "",
                               ir_shape_str(ts_node_at(g, xs[k]), buf[k], sizeof buf[k]));
-      return ts_set_error("%s: cannot broadcast %s (dim %d: %lld vs %lld)", who, list, od, (long long)shape[od],
+      return set_error("%s: cannot broadcast %s (dim %d: %lld vs %lld)", who, list, od, (long long)shape[od],
                           (long long)s);
     }
   }
@@ -171,7 +171,7 @@ static ts_tensor broadcast_to(ts_graph *g, ts_tensor x, int rank, const int64_t 
   const ts_node *n = ts_node_at(g, x);
   char sx[96];
   if (rank < n->rank || rank > TS_MAX_RANK || (rank > 0 && !shape)) {
-    ts_set_error("%s: cannot broadcast %s to rank %d", who, ir_shape_str(n, sx, sizeof sx), rank);
+    set_error("%s: cannot broadcast %s to rank %d", who, ir_shape_str(n, sx, sizeof sx), rank);
     return TS_NONE;
   }
   bool same = rank == n->rank;
@@ -191,7 +191,7 @@ ts_tensor ts_broadcast_in_dim(ts_graph *g, ts_tensor x, int rank, const int64_t 
   if (!ir_check_tensor(g, x, "broadcast")) return TS_NONE;
   const ts_node *n = ts_node_at(g, x);
   if (n->rank > 0 && !dims) {
-    ts_set_error("broadcast: dims is NULL for a rank %d operand", n->rank);
+    set_error("broadcast: dims is NULL for a rank %d operand", n->rank);
     return TS_NONE;
   }
   ts_attr a = {0};
@@ -208,12 +208,12 @@ ts_tensor ts_broadcast_in_dim(ts_graph *g, ts_tensor x, int rank, const int64_t 
 /* ---- binary ---- */
 
 static ts_tensor binary(ts_graph *g, ts_op op, ts_tensor a, ts_tensor b, const ts_attr *attr) {
-  const char *who = ts_op_name(op);
+  const char *who = ir_op_name(op);
   if (!ir_check_tensor(g, a, who) || !ir_check_tensor(g, b, who)) return TS_NONE;
   const ts_node *na = ts_node_at(g, a), *nb = ts_node_at(g, b);
   if (na->dtype != nb->dtype) {
     char sa[96], sb[96];
-    ts_set_error("%s: lhs is %s but rhs is %s (dtypes must match; no implicit promotion, use ts_convert)", who,
+    set_error("%s: lhs is %s but rhs is %s (dtypes must match; no implicit promotion, use ts_convert)", who,
                  ir_shape_str(na, sa, sizeof sa), ir_shape_str(nb, sb, sizeof sb));
     return TS_NONE;
   }
@@ -259,7 +259,7 @@ ts_tensor ts_reshape(ts_graph *g, ts_tensor x, int rank, const int64_t *shape) {
   const ts_node *n = ts_node_at(g, x);
   char sx[96];
   if (rank < 0 || rank > TS_MAX_RANK || (rank > 0 && !shape)) {
-    ts_set_error("reshape: cannot reshape %s to rank %d", ir_shape_str(n, sx, sizeof sx), rank);
+    set_error("reshape: cannot reshape %s to rank %d", ir_shape_str(n, sx, sizeof sx), rank);
     return TS_NONE;
   }
   int64_t s[TS_MAX_RANK];
@@ -272,14 +272,14 @@ ts_tensor ts_reshape(ts_graph *g, ts_tensor x, int rank, const int64_t *shape) {
       continue;
     }
     if (s[d] < 0) {
-      ts_set_error("reshape: dim %d of the new shape is %lld (only one -1 is allowed)", d, (long long)s[d]);
+      set_error("reshape: dim %d of the new shape is %lld (only one -1 is allowed)", d, (long long)s[d]);
       return TS_NONE;
     }
     known *= s[d];
   }
   if (infer_at >= 0) {
     if (known == 0 || numel % known != 0) {
-      ts_set_error("reshape: cannot reshape %s (%lld elements) to a shape with -1 at dim %d and %lld other elements",
+      set_error("reshape: cannot reshape %s (%lld elements) to a shape with -1 at dim %d and %lld other elements",
                    ir_shape_str(n, sx, sizeof sx), (long long)numel, infer_at, (long long)known);
       return TS_NONE;
     }
@@ -294,7 +294,7 @@ ts_tensor ts_transpose(ts_graph *g, ts_tensor x, const int *perm) {
   ts_attr a = {0};
   a.n_dims = n->rank;
   if (n->rank && !perm) {
-    ts_set_error("transpose: perm is NULL");
+    set_error("transpose: perm is NULL");
     return TS_NONE;
   }
   for (int i = 0; i < n->rank; i++) a.dims[i] = perm[i];
@@ -305,7 +305,7 @@ ts_tensor ts_slice(ts_graph *g, ts_tensor x, const int64_t *start, const int64_t
   if (!ir_check_tensor(g, x, "slice")) return TS_NONE;
   const ts_node *n = ts_node_at(g, x);
   if (n->rank && (!start || !limit)) {
-    ts_set_error("slice: start or limit is NULL");
+    set_error("slice: start or limit is NULL");
     return TS_NONE;
   }
   ts_attr a = {0};
@@ -321,7 +321,7 @@ ts_tensor ts_pad(ts_graph *g, ts_tensor x, const int64_t *lo, const int64_t *hi,
   if (!ir_check_tensor(g, x, "pad")) return TS_NONE;
   const ts_node *n = ts_node_at(g, x);
   if (n->rank && (!lo || !hi)) {
-    ts_set_error("pad: lo or hi is NULL");
+    set_error("pad: lo or hi is NULL");
     return TS_NONE;
   }
   ts_attr a = {0};
@@ -335,7 +335,7 @@ ts_tensor ts_pad(ts_graph *g, ts_tensor x, const int64_t *lo, const int64_t *hi,
 
 ts_tensor ts_concatenate(ts_graph *g, int n, const ts_tensor *xs, int dim) {
   if (n < 1 || !xs) {
-    ts_set_error("concatenate: needs at least one operand (got %d)", n);
+    set_error("concatenate: needs at least one operand (got %d)", n);
     return TS_NONE;
   }
   for (int i = 0; i < n; i++)

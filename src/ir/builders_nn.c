@@ -10,7 +10,7 @@
 
 ts_tensor ts_dot_general(ts_graph *g, ts_tensor lhs, ts_tensor rhs, const ts_dot_dims *dims) {
   if (!dims) {
-    ts_set_error("dot_general: dims is NULL");
+    set_error("dot_general: dims is NULL");
     return TS_NONE;
   }
   ts_attr a = {0};
@@ -26,12 +26,12 @@ ts_tensor ts_matmul(ts_graph *g, ts_tensor a, ts_tensor b) {
   ts_dot_dims d;
   memset(&d, 0, sizeof d);
   if (na->rank < 2 || nb->rank < 2 || (nb->rank != 2 && nb->rank != na->rank)) {
-    ts_set_error("matmul: a is %s and b is %s (need (M,K)x(K,N), (B..,M,K)x(B..,K,N) or (B..,M,K)x(K,N))",
+    set_error("matmul: a is %s and b is %s (need (M,K)x(K,N), (B..,M,K)x(B..,K,N) or (B..,M,K)x(K,N))",
                  ir_shape_str(na, sa, sizeof sa), ir_shape_str(nb, sb, sizeof sb));
     return TS_NONE;
   }
   if (na->shape[na->rank - 1] != nb->shape[nb->rank - 2]) {
-    ts_set_error("matmul: a is %s and b is %s: inner dims %lld and %lld differ", ir_shape_str(na, sa, sizeof sa),
+    set_error("matmul: a is %s and b is %s: inner dims %lld and %lld differ", ir_shape_str(na, sa, sizeof sa),
                  ir_shape_str(nb, sb, sizeof sb), (long long)na->shape[na->rank - 1],
                  (long long)nb->shape[nb->rank - 2]);
     return TS_NONE;
@@ -43,7 +43,7 @@ ts_tensor ts_matmul(ts_graph *g, ts_tensor a, ts_tensor b) {
     d.n_batch = na->rank - 2;
     for (int i = 0; i < d.n_batch; i++) {
       if (na->shape[i] != nb->shape[i]) {
-        ts_set_error("matmul: a is %s and b is %s: batch dim %d differs (%lld vs %lld)",
+        set_error("matmul: a is %s and b is %s: batch dim %d differs (%lld vs %lld)",
                      ir_shape_str(na, sa, sizeof sa), ir_shape_str(nb, sb, sizeof sb), i, (long long)na->shape[i],
                      (long long)nb->shape[i]);
         return TS_NONE;
@@ -137,7 +137,7 @@ ts_tensor ts_reduce(ts_graph *g, ts_tensor x, ts_reduce_kind kind, int n, const 
   int64_t xshape[TS_MAX_RANK];
   memcpy(xshape, nx->shape, sizeof xshape);
   if (n < 0 || n > r || (n > 0 && !dims)) {
-    ts_set_error("reduce: %d dims given for a rank %d operand", n, r);
+    set_error("reduce: %d dims given for a rank %d operand", n, r);
     return TS_NONE;
   }
   /* normalize negative dims, sort ascending, reject repeats */
@@ -145,11 +145,11 @@ ts_tensor ts_reduce(ts_graph *g, ts_tensor x, ts_reduce_kind kind, int n, const 
   for (int i = 0; i < n; i++) {
     int d = dims[i] < 0 ? dims[i] + r : dims[i];
     if (d < 0 || d >= r) {
-      ts_set_error("reduce: dim %d is outside [-%d, %d)", dims[i], r, r);
+      set_error("reduce: dim %d is outside [-%d, %d)", dims[i], r, r);
       return TS_NONE;
     }
     if (red[d]) {
-      ts_set_error("reduce: dim %d is given twice", d);
+      set_error("reduce: dim %d is given twice", d);
       return TS_NONE;
     }
     red[d] = true;

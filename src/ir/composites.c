@@ -24,7 +24,7 @@ static bool check_float(const ts_graph *g, ts_tensor x, const char *who, int min
   const ts_node *n = ts_node_at(g, x);
   char s[96];
   if (!ts_dtype_is_float(n->dtype) || n->rank < min_rank) {
-    ts_set_error("%s: input must be a float tensor of rank >= %d but is %s", who, min_rank,
+    set_error("%s: input must be a float tensor of rank >= %d but is %s", who, min_rank,
                  ir_shape_str(n, s, sizeof s));
     return false;
   }
@@ -41,7 +41,7 @@ static bool check_vec(const ts_graph *g, ts_tensor v, const char *who, const cha
   const ts_node *n = ts_node_at(g, v);
   char s[96];
   if (n->dtype != dt || n->rank != 1 || n->shape[0] != len) {
-    ts_set_error("%s: %s must be %s[%lld] but is %s", who, what, ts_dtype_name(dt), (long long)len,
+    set_error("%s: %s must be %s[%lld] but is %s", who, what, ts_dtype_name(dt), (long long)len,
                  ir_shape_str(n, s, sizeof s));
     return false;
   }
@@ -67,7 +67,7 @@ ts_tensor ts_gelu(ts_graph *g, ts_tensor x) {
 
 static int norm_dim(const char *who, int dim, int rank) {
   int d = dim < 0 ? dim + rank : dim;
-  if (d < 0 || d >= rank) return ts_set_error("%s: dim %d is outside [-%d, %d)", who, dim, rank, rank), -1;
+  if (d < 0 || d >= rank) return set_error("%s: dim %d is outside [-%d, %d)", who, dim, rank, rank), -1;
   return d;
 }
 
@@ -106,15 +106,15 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   const ts_node *nl = ts_node_at(g, logits), *ny = ts_node_at(g, labels);
   char sl[96], sy[96];
   if (nl->rank != 2 || !ts_dtype_is_float(nl->dtype)) {
-    ts_set_error("%s: logits must be a float (B, C) tensor but are %s", who, ir_shape_str(nl, sl, sizeof sl));
+    set_error("%s: logits must be a float (B, C) tensor but are %s", who, ir_shape_str(nl, sl, sizeof sl));
     return TS_NONE;
   }
   if (ny->dtype != TS_I32 && ny->dtype != TS_I64) {
-    ts_set_error("%s: labels must be i32 or i64 class indices but are %s", who, ir_shape_str(ny, sy, sizeof sy));
+    set_error("%s: labels must be i32 or i64 class indices but are %s", who, ir_shape_str(ny, sy, sizeof sy));
     return TS_NONE;
   }
   if (ny->rank != 1 || ny->shape[0] != nl->shape[0]) {
-    ts_set_error("%s: logits are %s so labels must be (%lld) but are %s", who, ir_shape_str(nl, sl, sizeof sl),
+    set_error("%s: logits are %s so labels must be (%lld) but are %s", who, ir_shape_str(nl, sl, sizeof sl),
                  (long long)nl->shape[0], ir_shape_str(ny, sy, sizeof sy));
     return TS_NONE;
   }
@@ -210,7 +210,7 @@ ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tenso
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key) {
   if (!ir_check_tensor(g, x, "dropout")) return TS_NONE;
   if (!(p >= 0.0 && p < 1.0)) {
-    ts_set_error("dropout: p = %g is outside [0, 1)", p);
+    set_error("dropout: p = %g is outside [0, 1)", p);
     return TS_NONE;
   }
   if (p == 0.0) return x;

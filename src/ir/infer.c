@@ -8,7 +8,7 @@
 
 #include "ir/infer.h"
 
-#define ERR(...) ts_set_error(__VA_ARGS__)
+#define ERR(...) set_error(__VA_ARGS__)
 
 /* "[2,3]" */
 static const char *dims_str(int rank, const int64_t *shape, char *buf, size_t len) {
@@ -24,7 +24,7 @@ static const char *node_str(const ts_node *n, char *buf, size_t len) { return ir
 
 static bool valid_dtype(ts_dtype dt) { return (unsigned)dt < TS_DTYPE_COUNT; }
 
-bool ir_infer_result_given(ts_op op) { return ts_op_has(op, TS_OPF_RESULT_GIVEN); }
+bool ir_infer_result_given(ts_op op) { return ir_op_has(op, TS_OPF_RESULT_GIVEN); }
 
 static int check_shape(const char *who, int rank, const int64_t *shape) {
   if (rank < 0 || rank > TS_MAX_RANK) return ERR("%s: rank %d is outside [0, %d]", who, rank, TS_MAX_RANK);
@@ -354,9 +354,9 @@ static int infer_fused(const ts_graph *g, const char *who, int n_in, const int32
   for (int j = 0; j < f->n; j++) {
     const ts_fused_instr *ins = &f->ins[j];
     /* an instruction is a fusible op or a splat CONSTANT (0 operands) */
-    if (ins->op != TS_OP_CONSTANT && !ts_op_has(ins->op, TS_OPF_FUSIBLE))
-      return ERR("%s: instruction %d has non-elementwise op %s", who, j, ts_op_name(ins->op));
-    int nops = ts_op_arity(ins->op);
+    if (ins->op != TS_OP_CONSTANT && !ir_op_has(ins->op, TS_OPF_FUSIBLE))
+      return ERR("%s: instruction %d has non-elementwise op %s", who, j, ir_op_name(ins->op));
+    int nops = ir_op_arity(ins->op);
     if (!valid_dtype(ins->dtype)) return ERR("%s: instruction %d has an invalid dtype", who, j);
     int32_t ops[3] = {ins->a, ins->b, ins->c};
     for (int k = 0; k < nops; k++) {
@@ -377,9 +377,9 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
              int *rank, int64_t *shape) {
   static const ts_attr zero_attr;
   const ts_attr *at = attr ? attr : &zero_attr;
-  const char *who = ts_op_name(op);
+  const char *who = ir_op_name(op);
   char sa[96], sb[96];
-  int want = ts_op_arity(op);
+  int want = ir_op_arity(op);
   if (want == -2) return ERR("ir_infer: invalid op %d", (int)op);
   if (want >= 0 && n_in != want) return ERR("%s: expects %d operands but got %d", who, want, n_in);
   if (want == TS_ARITY_VARIADIC && (n_in < (op == TS_OP_CONCAT ? 1 : 0)))

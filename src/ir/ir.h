@@ -166,24 +166,24 @@ struct ts_graph {
 
 /* ---- op metadata (ir_ops.c) ---- */
 /* The table row of op, or NULL for a value outside the enum. */
-const ts_op_info *ts_op_info_of(ts_op op);
+const ts_op_info *ir_op_info_of(ts_op op);
 /* "add"; "invalid-op" outside the enum. */
-const char *ts_op_name(ts_op op);
+const char *ir_op_name(ts_op op);
 /* The op named name (its ops.def name), or TS_OP_COUNT if none is. */
-ts_op ts_op_from_name(const char *name);
+ts_op ir_op_from_name(const char *name);
 /* Operand count, TS_ARITY_VARIADIC, or -2 for an invalid op. */
-int ts_op_arity(ts_op op);
+int ir_op_arity(ts_op op);
 /* The attribute kind of op (TS_ATTRS_NONE for an invalid op). */
-ts_op_attrs ts_op_attr_kind(ts_op op);
+ts_op_attrs ir_op_attr_kind(ts_op op);
 /* True when op is valid and has every bit of flags. */
-bool ts_op_has(ts_op op, unsigned flags);
-bool ts_op_is_unary(ts_op op);
-bool ts_op_is_binary(ts_op op);
+bool ir_op_has(ts_op op, unsigned flags);
+bool ir_op_is_unary(ts_op op);
+bool ir_op_is_binary(ts_op op);
 /* unary, binary, COMPARE, SELECT, CONVERT: computed element by element. */
-bool ts_op_is_elementwise(ts_op op);
+bool ir_op_is_elementwise(ts_op op);
 /* ALL_REDUCE .. COLLECTIVE_PERMUTE: every device must run them, in the same
  * order, so passes never remove, merge or reorder them. */
-bool ts_op_is_collective(ts_op op);
+bool ir_op_is_collective(ts_op op);
 
 /* ---- low-level construction (ir_build.c), used by builders and passes ---- */
 static inline const ts_node *ts_node_at(const ts_graph *g, ts_tensor t) { return &g->nodes[t]; }

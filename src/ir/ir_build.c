@@ -9,7 +9,7 @@
 
 ts_graph *ts_graph_new(void) {
   ts_graph *g = calloc(1, sizeof *g);
-  if (!g) ts_oom("ts_graph_new", sizeof *g);
+  if (!g) error_oom("ts_graph_new", sizeof *g);
   return g;
 }
 
@@ -68,7 +68,7 @@ ts_tensor ir_append(ts_graph *g, ts_op op, ts_dtype dt, int rank, const int64_t 
       if (attr->coll) free(attr->coll->ids);
       free(attr->coll);
     }
-    ts_oom("adding a node to the graph", sizeof *g->nodes + (size_t)n_in * sizeof *in);
+    error_oom("adding a node to the graph", sizeof *g->nodes + (size_t)n_in * sizeof *in);
     return TS_NONE;
   }
   ts_node *n = &g->nodes[g->n_nodes];
@@ -133,21 +133,21 @@ int ir_node_copy_owned(ts_node *dst, const ts_node *src) {
   }
   /* sharding annotations belong to the user's graph; passes do not carry them */
   dst->sharding = NULL;
-  return ok ? 0 : ts_oom("copying a node's data", bytes);
+  return ok ? 0 : error_oom("copying a node's data", bytes);
 }
 
 bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who) {
   if (!g) {
-    ts_set_error("%s: graph is NULL", who);
+    set_error("%s: graph is NULL", who);
     return false;
   }
   if (t == TS_NONE) {
     /* keep the message of the builder that failed first */
-    if (!ts_last_error()[0]) ts_set_error("%s: operand is TS_NONE (an earlier call failed)", who);
+    if (!ts_last_error()[0]) set_error("%s: operand is TS_NONE (an earlier call failed)", who);
     return false;
   }
   if (t < 0 || t >= g->n_nodes) {
-    ts_set_error("%s: tensor id %d is not a node of this graph (it has %d nodes)", who, t, g->n_nodes);
+    set_error("%s: tensor id %d is not a node of this graph (it has %d nodes)", who, t, g->n_nodes);
     return false;
   }
   return true;

@@ -130,15 +130,15 @@ static void w_sharding(ser_w *w, const struct ts_sharding *s) {
   w_i32(w, ts_sharding_rank(s));
 }
 
-int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size_t *cap) {
-  if (!g || !buf || !len || !cap) return ts_set_error("graph_serialize: NULL argument");
+int ir_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size_t *cap) {
+  if (!g || !buf || !len || !cap) return set_error("graph_serialize: NULL argument");
   ser_w w = {buf, len, cap, false};
   w_bytes(&w, ser_magic, 4);
   w_u32(&w, TS_SERIALIZE_VERSION);
   w_i32(&w, g->n_nodes);
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
-    w_str(&w, ts_op_name(n->op));
+    w_str(&w, ir_op_name(n->op));
     w_u32(&w, (uint32_t)n->dtype);
     w_i32(&w, n->rank);
     w_i64s(&w, n->shape, n->rank);
@@ -148,7 +148,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
     w_i32(&w, n->attr.fused ? n->attr.fused->n : -1);
     for (int j = 0; n->attr.fused && j < n->attr.fused->n; j++) {
       const ts_fused_instr *f = &n->attr.fused->ins[j];
-      w_str(&w, ts_op_name(f->op));
+      w_str(&w, ir_op_name(f->op));
       w_u32(&w, (uint32_t)f->cmp);
       w_u32(&w, (uint32_t)f->dtype);
       w_i32(&w, f->a);
@@ -172,7 +172,7 @@ int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size
     w_i32(&w, g->outputs[o]);
     w_i32(&w, g->alias ? g->alias[o] : -1);
   }
-  if (w.oom) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "graph_serialize: out of memory (%zu bytes written)", *len);
+  if (w.oom) return set_error_code(TS_ERR_OUT_OF_MEMORY, "graph_serialize: out of memory (%zu bytes written)", *len);
   return 0;
 }
 
@@ -258,7 +258,7 @@ static ts_op r_op(ser_r *r) {
   size_t at = r->pos;
   char *name = r_str(r, &ok);
   if (!ok) return TS_OP_COUNT;
-  ts_op op = ts_op_from_name(name);
+  ts_op op = ir_op_from_name(name);
   if (op == TS_OP_COUNT && !r->bad) {
     snprintf(r->detail, sizeof r->detail, "unknown op \"%.60s\"", name ? name : "(null)");
     r_fail(r, r->detail);
@@ -398,7 +398,7 @@ static bool r_node(ser_r *r, ts_graph *g, int id) {
       f->value = r_f64(r);
       if (r->bad) break; /* f->op may be unknown: no arity to check against */
       if ((unsigned)f->dtype >= TS_DTYPE_COUNT || (unsigned)f->cmp > TS_CMP_GE) r_fail(r, "bad fused instruction");
-      int nops = ts_op_arity(f->op);
+      int nops = ir_op_arity(f->op);
       int32_t ops[3] = {f->a, f->b, f->c};
       for (int k = 0; k < nops; k++)
         if (ops[k] >= j || ops[k] < -n_in) r_fail(r, "fused operand out of range");
@@ -446,9 +446,9 @@ static bool r_node(ser_r *r, ts_graph *g, int id) {
   return !r->bad;
 }
 
-ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *pos) {
+ts_graph *ir_deserialize(const unsigned char *data, size_t len, size_t *pos) {
   if (!data || !pos || *pos > len) {
-    ts_set_error("graph_deserialize: NULL buffer or position past the end");
+    set_error("graph_deserialize: NULL buffer or position past the end");
     return NULL;
   }
   ser_r r = {.p = data, .len = len, .pos = *pos};
@@ -485,13 +485,13 @@ ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *po
     }
   }
   if (r.bad) {
-    ts_set_error_code(strcmp(r.bad, "out of memory") ? TS_ERR_INVALID_ARGUMENT : TS_ERR_OUT_OF_MEMORY,
+    set_error_code(strcmp(r.bad, "out of memory") ? TS_ERR_INVALID_ARGUMENT : TS_ERR_OUT_OF_MEMORY,
                       "graph_deserialize: %s at byte %zu", r.bad, r.bad_at);
     ts_graph_free(g);
     return NULL;
   }
   if (ts_graph_verify(g) < 0) {
-    ts_set_error_context("graph_deserialize: the graph read back does not verify");
+    set_error_context("graph_deserialize: the graph read back does not verify");
     ts_graph_free(g);
     return NULL;
   }

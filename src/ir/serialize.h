@@ -16,10 +16,10 @@
 
 /* Appends the binary form of g to *buf (malloc'd, grown as needed; *len
  * bytes used, *cap allocated). Returns 0, or -1 with the error set. */
-int ts_graph_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size_t *cap);
+int ir_serialize(const ts_graph *g, unsigned char **buf, size_t *len, size_t *cap);
 /* Reads one graph from data[*pos .. len), advancing *pos past it. Returns a
  * new graph (verified with ts_graph_verify) or NULL with an error naming the
  * byte offset and what was wrong. */
-ts_graph *ts_graph_deserialize(const unsigned char *data, size_t len, size_t *pos);
+ts_graph *ir_deserialize(const unsigned char *data, size_t len, size_t *pos);
 
 #endif

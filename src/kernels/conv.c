@@ -83,7 +83,7 @@ static int conv_generic(const ts_graph *g, const ts_node *n, const geom_t *q, tk
   double *o = calloc((size_t)(on ? on : 1), sizeof *o);
   int rc = 0;
   if (!da || !db || !o) {
-    rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ts_op_name(n->op));
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
   } else {
     if (n->op == TS_OP_CONV) conv_loops(n->op, q, da, db, NULL, o, nt);
     else if (n->op == TS_OP_CONV_BWD_DATA) conv_loops(n->op, q, NULL, db, da, o, nt);
@@ -257,7 +257,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
     conv_state *s = (conv_state *)*st;
     if (!s) {
       s = calloc(1, sizeof *s);
-      if (!s) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ts_op_name(n->op));
+      if (!s) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
       s->base.free = conv_state_free;
       if (conv_setup(s, n, &q, n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16)) {
         conv_state_free(&s->base); /* unsupported shape for oneDNN: loops below */
@@ -267,8 +267,8 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
     }
     if (s) {
       if (conv_run(s, in, out))
-        return ts_set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
-                                 ts_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
+        return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
+                                 ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
                                  (long long)q.O);
       return 0;
     }

@@ -1,4 +1,4 @@
-/* dispatch.c — ts_kernel_run: routes a node to its kernel family, sets the
+/* dispatch.c — kernel_run: routes a node to its kernel family, sets the
  * OpenMP thread count, and owns the shared oneDNN engine and stream. */
 #include <omp.h>
 #include <pthread.h>
@@ -25,11 +25,11 @@ static void dnnl_init(void) {
 
 int tk_dnnl_engine(struct dnnl_engine **eng, struct dnnl_stream **stream) {
   pthread_once(&g_once, dnnl_init);
-  if (g_dnnl_status) return ts_set_error("kernels: could not create the oneDNN CPU engine");
+  if (g_dnnl_status) return set_error("kernels: could not create the oneDNN CPU engine");
   dnnl_stream_t s = pthread_getspecific(g_stream_key);
   if (!s) {
     if (dnnl_stream_create(&s, g_engine, dnnl_stream_default_flags) != dnnl_success)
-      return ts_set_error("kernels: could not create a oneDNN stream");
+      return set_error("kernels: could not create a oneDNN stream");
     pthread_setspecific(g_stream_key, s);
   }
   *eng = g_engine;
@@ -37,11 +37,11 @@ int tk_dnnl_engine(struct dnnl_engine **eng, struct dnnl_stream **stream) {
   return 0;
 }
 
-void ts_kernels_set_num_threads(int n) {
+void kernels_set_num_threads(int n) {
   if (n >= 1) omp_set_num_threads(n);
 }
 
-int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_kstate **state,
+int kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_kstate **state,
                   const ts_kctx *ctx) {
   const ts_node *n = &g->nodes[id];
   ts_kctx local = {ctx && ctx->num_threads > 0 ? ctx->num_threads : 1, ctx ? ctx->device : 0};
@@ -55,7 +55,7 @@ int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out, t
     case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN:
     case TS_OP_POW: case TS_OP_COMPARE: case TS_OP_SELECT:
       return tk_elementwise(g, n, in, out, &local); /* fused.c: one-instruction program */
-    case TS_OP_INPUT: return ts_set_error("kernels: node %d is an INPUT (the executor supplies it)", id);
+    case TS_OP_INPUT: return set_error("kernels: node %d is an INPUT (the executor supplies it)", id);
     case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_BROADCAST: case TS_OP_RESHAPE:
     case TS_OP_TRANSPOSE: case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT:
       return tk_layout(g, n, in, out, &local);
@@ -70,9 +70,9 @@ int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out, t
     case TS_OP_FUSED: return tk_fused(g, n, in, out, &local);
     case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
     case TS_OP_COLLECTIVE_PERMUTE:
-      return ts_set_error("kernels: %s (node %d) is a collective: the device runs it, not a kernel",
-                          ts_op_name(n->op), id);
+      return set_error("kernels: %s (node %d) is a collective: the device runs it, not a kernel",
+                          ir_op_name(n->op), id);
     case TS_OP_COUNT: break;
   }
-  return ts_set_error("kernels: no CPU kernel for op %s (node %d)", ts_op_name(n->op), id);
+  return set_error("kernels: no CPU kernel for op %s (node %d)", ir_op_name(n->op), id);
 }

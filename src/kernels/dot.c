@@ -188,7 +188,7 @@ static int dot_loops(const ts_node *n, const view_t *va, const view_t *vb, ts_dt
   double *da = malloc((size_t)(an ? an : 1) * 8), *db = malloc((size_t)(bn ? bn : 1) * 8);
   int rc = 0;
   if (!ta || !tb || !da || !db) {
-    rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory for operand copies (%lld + %lld elements)",
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory for operand copies (%lld + %lld elements)",
                            (long long)an, (long long)bn);
   } else {
     densify(va, ea, in[0], ta, nt);
@@ -196,7 +196,7 @@ static int dot_loops(const ts_node *n, const view_t *va, const view_t *vb, ts_dt
     for (int64_t i = 0; i < an; i++) da[i] = tk_load_f64(adt, ta, i);
     for (int64_t i = 0; i < bn; i++) db[i] = tk_load_f64(bdt, tb, i);
     if (!loops(n->dtype, da, db, B, M, K, N, out, nt))
-      rc = ts_oom("dot_general: a row of the result", (size_t)(N ? N : 1) * sizeof(double));
+      rc = error_oom("dot_general: a row of the result", (size_t)(N ? N : 1) * sizeof(double));
   }
   free(ta), free(tb), free(da), free(db);
   return rc;
@@ -228,7 +228,7 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
   size_t es = ts_dtype_size(n->dtype);
   if (!s) {
     s = calloc(1, sizeof *s);
-    if (!s) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory");
+    if (!s) return set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory");
     s->base.free = dot_state_free;
     *st = &s->base;
     dnnl_data_type_t t = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
@@ -241,7 +241,7 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
       /* retry with dense copies of both operands */
       dot_state_free(&s->base);
       s = calloc(1, sizeof *s);
-      if (!s) return *st = NULL, ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory");
+      if (!s) return *st = NULL, set_error_code(TS_ERR_OUT_OF_MEMORY, "dot_general: out of memory");
       s->base.free = dot_state_free;
       *st = &s->base;
       s->copy_a = s->copy_b = true;
@@ -254,10 +254,10 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
     }
     int64_t an = va.size[0] * M * va.size[2], bn = vb.size[0] * vb.size[1] * N;
     if (s->copy_a && !(s->buf_a = aligned_alloc(64, ((size_t)an * es + 63) / 64 * 64)))
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+      return set_error_code(TS_ERR_OUT_OF_MEMORY,
                                "dot_general: out of memory for a lhs copy of %lld elements", (long long)an);
     if (s->copy_b && !(s->buf_b = aligned_alloc(64, ((size_t)bn * es + 63) / 64 * 64)))
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+      return set_error_code(TS_ERR_OUT_OF_MEMORY,
                                "dot_general: out of memory for a rhs copy of %lld elements", (long long)bn);
   }
   const void *pa = in[0], *pb = in[1];
@@ -273,7 +273,7 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
                              {DNNL_ARG_SCRATCHPAD, s->ms}};
   if (dnnl_primitive_execute(s->prim, stream, s->ms ? 4 : 3, args) != dnnl_success ||
       dnnl_stream_wait(stream) != dnnl_success)
-    return ts_set_error_code(TS_ERR_INTERNAL, "dot_general: oneDNN matmul failed for (%lld x %lld x %lld)",
+    return set_error_code(TS_ERR_INTERNAL, "dot_general: oneDNN matmul failed for (%lld x %lld x %lld)",
                              (long long)M, (long long)va.size[2], (long long)N);
   return 0;
 }

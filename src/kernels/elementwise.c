@@ -7,7 +7,7 @@ int tk_elementwise(const ts_graph *g, const ts_node *n, tk_in in, void *out, con
   ts_fused prog = {1, &ins};
   ts_dtype dt[3];
   int64_t ne[3];
-  if (n->n_in < 1 || n->n_in > 3) return ts_set_error("%s: %d operands", ts_op_name(n->op), n->n_in);
+  if (n->n_in < 1 || n->n_in > 3) return set_error("%s: %d operands", ir_op_name(n->op), n->n_in);
   for (int k = 0; k < n->n_in; k++) {
     dt[k] = tk_operand(g, n, k)->dtype;
     ne[k] = tk_numel(tk_operand(g, n, k));

@@ -293,7 +293,7 @@ static void run_tiles(const prog_t *P, int64_t t0, int64_t t1, char *scratch) {
       int c = cls(I->dtype);
       const void *opnd[3] = {NULL, NULL, NULL};
       int32_t ids[3] = {I->a, I->b, I->c};
-      int nops = I->op == TS_OP_SELECT ? 3 : ts_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
+      int nops = I->op == TS_OP_SELECT ? 3 : ir_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
                  : I->op == TS_OP_CONSTANT ? 0 : 1;
       for (int o = 0; o < nops; o++) {
         int32_t v = ids[o];
@@ -330,7 +330,7 @@ static void run_tiles(const prog_t *P, int64_t t0, int64_t t1, char *scratch) {
         if (c == C_F32) select_f32(opnd[0], opnd[1], opnd[2], d, n);
         else if (c == C_F64) select_f64(opnd[0], opnd[1], opnd[2], d, n);
         else select_i64(opnd[0], opnd[1], opnd[2], d, n);
-      } else if (ts_op_is_unary(I->op)) {
+      } else if (ir_op_is_unary(I->op)) {
         if (c == C_F32) unary_f32(I->op, opnd[0], d, n), round_half(I->dtype, d, n);
         else if (c == C_F64) unary_f64(I->op, opnd[0], d, n);
         else unary_int(I->op, I->dtype, opnd[0], d, n);
@@ -355,7 +355,7 @@ static bool class_ok(const prog_t *P) {
   for (int i = 0; i < p->n; i++) {
     const ts_fused_instr *I = &p->ins[i];
     int32_t ids[3] = {I->a, I->b, I->c};
-    int nops = I->op == TS_OP_SELECT ? 3 : ts_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
+    int nops = I->op == TS_OP_SELECT ? 3 : ir_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
                : I->op == TS_OP_CONSTANT ? 0 : 1;
     for (int o = 0; o < nops; o++)
       if (ids[o] >= i || ids[o] < -P->n_ext) return false;
@@ -368,12 +368,12 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const ts_kctx *ctx) {
   prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel};
   if (!class_ok(&P))
-    return ts_set_error("fused: malformed program (%d instructions, %d inputs, result %s)",
+    return set_error("fused: malformed program (%d instructions, %d inputs, result %s)",
                         prog->n, n_ext, ts_dtype_name(out_dt));
   if (numel == 0) return 0;
   for (int k = 0; k < n_ext; k++)
     if (ext_numel[k] != numel && ext_numel[k] != 1)
-      return ts_set_error("fused: input %d has %lld elements, expected %lld or 1", k,
+      return set_error("fused: input %d has %lld elements, expected %lld or 1", k,
                           (long long)ext_numel[k], (long long)numel);
   int64_t ntiles = (numel + TILE - 1) / TILE;
   size_t bytes = (size_t)(prog->n + n_ext) * TILE * 8;
@@ -392,12 +392,12 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
       free(scratch);
     }
   }
-  if (err) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %zu bytes of tile scratch", bytes);
+  if (err) return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %zu bytes of tile scratch", bytes);
   return 0;
 }
 
 int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
-  if (!n->attr.fused) return ts_set_error("fused: node has no program");
+  if (!n->attr.fused) return set_error("fused: node has no program");
   ts_dtype dt_small[16], *dt = dt_small;
   int64_t ne_small[16], *ne = ne_small;
   if (n->n_in > 16) {
@@ -405,7 +405,7 @@ int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_
     ne = malloc((size_t)n->n_in * sizeof *ne);
     if (!dt || !ne) {
       free(dt), free(ne);
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %d inputs", n->n_in);
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %d inputs", n->n_in);
     }
   }
   for (int k = 0; k < n->n_in; k++) {

@@ -6,7 +6,7 @@
 
 static int check_index(const char *who, int64_t v, int64_t pos, int64_t V) {
   if (v < 0 || v >= V)
-    return ts_set_error("%s: index %lld at position %lld is out of range [0, %lld)", who, (long long)v,
+    return set_error("%s: index %lld at position %lld is out of range [0, %lld)", who, (long long)v,
                         (long long)pos, (long long)V);
   return 0;
 }
@@ -28,13 +28,13 @@ static void add_row(ts_dtype dt, char *dst, const char *src, int64_t r) {
 int tk_index(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   (void)ctx;
   const ts_node *table = tk_operand(g, n, 0), *idx = tk_operand(g, n, 1);
-  if (table->rank < 1) return ts_set_error("%s: table must have rank >= 1", ts_op_name(n->op));
+  if (table->rank < 1) return set_error("%s: table must have rank >= 1", ir_op_name(n->op));
   int64_t V = table->shape[0], R = 1, ni = tk_numel(idx); /* R: elements per row */
   for (int d = 1; d < table->rank; d++) R *= table->shape[d];
   size_t es = ts_dtype_size(n->dtype), row = (size_t)R * es;
   const char *who = n->op == TS_OP_GATHER ? "gather" : "scatter_add";
   if (idx->dtype != TS_I32 && idx->dtype != TS_I64)
-    return ts_set_error("%s: indices must be i32 or i64, got %s", who, ts_dtype_name(idx->dtype));
+    return set_error("%s: indices must be i32 or i64, got %s", who, ts_dtype_name(idx->dtype));
   for (int64_t i = 0; i < ni; i++)
     if (check_index(who, tk_load_i64(idx->dtype, in[1], i), i, V)) return -1;
   if (n->op == TS_OP_GATHER) {

@@ -1,6 +1,6 @@
 /* kernels.h — the CPU kernel entry point: one call computes one node.
  *
- * The executor calls ts_kernel_run for every node of the optimized program in
+ * The executor calls kernel_run for every node of the optimized program in
  * schedule order. Operand and result buffers are dense row-major arrays of the
  * nodes' dtypes and (global, on one device) shapes, 64-byte aligned, and the
  * result never overlaps an operand, with one exception: elementwise and FUSED
@@ -27,11 +27,11 @@ typedef struct {
 /* Computes node `id` of g (any op but INPUT and the collectives, which the
  * device runs itself: runtime/cpu_collective.c). in[i] is operand i's data, out the result.
  * *state starts NULL and is kept by the executor for this node.
- * Returns 0, or -1 with ts_set_error (e.g. gather index out of range). */
-int ts_kernel_run(const ts_graph *g, int id, const void *const *in, void *out,
+ * Returns 0, or -1 with set_error (e.g. gather index out of range). */
+int kernel_run(const ts_graph *g, int id, const void *const *in, void *out,
                   ts_kstate **state, const ts_kctx *ctx);
 
 /* Sets the OpenMP / oneDNN thread count for subsequent kernels. */
-void ts_kernels_set_num_threads(int n);
+void kernels_set_num_threads(int n);
 
 #endif

@@ -106,7 +106,7 @@ void tk_row_strides(int rank, const int64_t *shape, int64_t *strides);
 /* dst[0..n) = the esize-byte value at val. */
 void tk_fill(void *dst, int64_t n, size_t esize, const void *val);
 
-/* ---- kernel families (return 0 / -1 with ts_set_error) ---- */
+/* ---- kernel families (return 0 / -1 with set_error) ---- */
 int tk_elementwise(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);

@@ -91,7 +91,7 @@ static int iota(const ts_node *n, void *out) {
   int64_t st[TS_MAX_RANK], numel = tk_numel(n);
   if (n->rank == 0) return tk_store_i64(n->dtype, out, 0, 0), 0;
   int ax = n->attr.axis;
-  if (ax < 0 || ax >= n->rank) return ts_set_error("iota: axis %d out of range for rank %d", ax, n->rank);
+  if (ax < 0 || ax >= n->rank) return set_error("iota: axis %d out of range for rank %d", ax, n->rank);
   tk_row_strides(n->rank, n->shape, st);
   for (int64_t i = 0; i < numel; i++) tk_store_i64(n->dtype, out, i, (i / st[ax]) % n->shape[ax]);
   return 0;
@@ -121,7 +121,7 @@ int tk_layout(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
       for (int d = 0; d < n->rank; d++) s[d] = 0;
       for (int i = 0; i < x->rank; i++) {
         int od = n->attr.dims[i];
-        if (od < 0 || od >= n->rank) return ts_set_error("broadcast: operand dim %d maps to dim %d of a rank-%d result", i, od, n->rank);
+        if (od < 0 || od >= n->rank) return set_error("broadcast: operand dim %d maps to dim %d of a rank-%d result", i, od, n->rank);
         if (x->shape[i] != 1) s[od] = ist[i];
       }
       tk_copy_strided(n->rank, n->shape, es, in[0], s, out, ost, nt);
@@ -168,6 +168,6 @@ int tk_layout(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
       }
       return 0;
     }
-    default: return ts_set_error("layout: op %s is not a layout op", ts_op_name(n->op));
+    default: return set_error("layout: op %s is not a layout op", ir_op_name(n->op));
   }
 }

@@ -126,7 +126,7 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
                           ? tk_operand(g, n, 0) : n;
   const ts_node *ys = n->op == TS_OP_MAXPOOL || n->op == TS_OP_AVGPOOL ? n
                       : tk_operand(g, n, n->op == TS_OP_MAXPOOL_GRAD ? 1 : 0);
-  if (xs->rank != 4 || ys->rank != 4) return ts_set_error("%s: expects rank-4 (N, C, H, W) tensors", ts_op_name(n->op));
+  if (xs->rank != 4 || ys->rank != 4) return set_error("%s: expects rank-4 (N, C, H, W) tensors", ir_op_name(n->op));
   pgeom p = {xs->shape[0] * xs->shape[1], xs->shape[2], xs->shape[3], ys->shape[2], ys->shape[3],
              pp->kernel[0], pp->kernel[1], pp->stride[0] > 0 ? pp->stride[0] : pp->kernel[0],
              pp->stride[1] > 0 ? pp->stride[1] : pp->kernel[1], pp->pad[0], pp->pad[1]};
@@ -146,7 +146,7 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   double *od = malloc((size_t)(on ? on : 1) * sizeof *od);
   int rc = 0;
   if ((x && !xd) || (dy && !dd) || !od) {
-    rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ts_op_name(n->op));
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
   } else {
     pool_f64(&p, n->op, xd, dd, od, nt);
     for (int64_t i = 0; i < on; i++) tk_store_f64(n->dtype, out, i, od[i]);

@@ -127,13 +127,13 @@ int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
   bool isint = !ts_dtype_is_float(x->dtype);
   void *acc = malloc((size_t)(on ? on : 1) * 8);
   void *tmp = NULL;
-  if (!acc) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for %lld outputs", (long long)on);
+  if (!acc) return set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for %lld outputs", (long long)on);
   int nt = tk_threads(ctx, xn);
   if (isint) {
     const int64_t *xi = in[0];
     if (x->dtype != TS_I64) {
       tmp = malloc((size_t)(xn ? xn : 1) * 8);
-      if (!tmp) return free(acc), ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+      if (!tmp) return free(acc), set_error_code(TS_ERR_OUT_OF_MEMORY,
                                                     "reduce: out of memory for %lld elements", (long long)xn);
       for (int64_t i = 0; i < xn; i++) ((int64_t *)tmp)[i] = tk_load_i64(x->dtype, in[0], i);
       xi = tmp;
@@ -152,7 +152,7 @@ int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
       reduce_f64(&G, in[0], k, acc, on, init, nt);
     } else {
       tmp = malloc((size_t)(xn ? xn : 1) * 8);
-      if (!tmp) return free(acc), ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+      if (!tmp) return free(acc), set_error_code(TS_ERR_OUT_OF_MEMORY,
                                                     "reduce: out of memory for %lld elements", (long long)xn);
       for (int64_t i = 0; i < xn; i++) ((double *)tmp)[i] = tk_load_f64(x->dtype, in[0], i);
       reduce_f64(&G, tmp, k, acc, on, init, nt);

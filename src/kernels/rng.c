@@ -44,9 +44,9 @@ static inline uint64_t global_index(const ts_node *n, int64_t i) {
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   const ts_node *s = tk_operand(g, n, 0);
   if (s->dtype != TS_I32 && s->dtype != TS_I64)
-    return ts_set_error("rng: seed must be a rank-0 i32 or i64, got %s", ts_dtype_name(s->dtype));
+    return set_error("rng: seed must be a rank-0 i32 or i64, got %s", ts_dtype_name(s->dtype));
   if (!ts_dtype_is_float(n->dtype))
-    return ts_set_error("rng: result dtype must be a float type, got %s", ts_dtype_name(n->dtype));
+    return set_error("rng: result dtype must be a float type, got %s", ts_dtype_name(n->dtype));
   uint64_t seed = (uint64_t)tk_load_i64(s->dtype, in[0], 0);
   uint64_t base = mix(mix(seed + G) ^ (n->attr.key * 0xD1B54A32D192ED03ull + 1));
   int64_t numel = tk_numel(n);

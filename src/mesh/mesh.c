@@ -11,14 +11,14 @@
 
 // A name must survive the CLI spec syntax: no separators, not the None keyword.
 static int check_name(const char *name, int axis) {
-  if (!name || name[0] == '\0') return ts_set_error("mesh axis %d has an empty name", axis);
+  if (!name || name[0] == '\0') return set_error("mesh axis %d has an empty name", axis);
   if (strlen(name) >= TS_MESH_MAX_NAME)
-    return ts_set_error("mesh axis name '%s' is longer than %d bytes", name, TS_MESH_MAX_NAME - 1);
+    return set_error("mesh axis name '%s' is longer than %d bytes", name, TS_MESH_MAX_NAME - 1);
   if (strcmp(name, "None") == 0)
-    return ts_set_error("mesh axis %d cannot be called 'None' (it means replicated in a spec)", axis);
+    return set_error("mesh axis %d cannot be called 'None' (it means replicated in a spec)", axis);
   for (const char *c = name; *c; c++)
     if (*c == ',' || *c == '+' || isspace((unsigned char)*c))
-      return ts_set_error("mesh axis name '%s' contains '%c'; names cannot contain ',', '+' or spaces",
+      return set_error("mesh axis name '%s' contains '%c'; names cannot contain ',', '+' or spaces",
                           name, *c);
   return 0;
 }
@@ -26,21 +26,21 @@ static int check_name(const char *name, int axis) {
 ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_names,
                      int64_t ndevices, const int *device_ids) {
   if (rank < 1 || rank > TS_MESH_MAX_RANK) {
-    ts_set_error("mesh rank %d is out of range (1..%d)", rank, TS_MESH_MAX_RANK);
+    set_error("mesh rank %d is out of range (1..%d)", rank, TS_MESH_MAX_RANK);
     return NULL;
   }
   if (!shape) {
-    ts_set_error("mesh: no shape given");
+    set_error("mesh: no shape given");
     return NULL;
   }
   int64_t n = 1;
   for (int a = 0; a < rank; a++) {
     if (shape[a] < 1) {
-      ts_set_error("mesh axis %d has size %lld; sizes must be >= 1", a, (long long)shape[a]);
+      set_error("mesh axis %d has size %lld; sizes must be >= 1", a, (long long)shape[a]);
       return NULL;
     }
     if (shape[a] > ((int64_t)1 << 30) / n) {
-      ts_set_error("mesh of more than 2^30 devices");
+      set_error("mesh of more than 2^30 devices");
       return NULL;
     }
     n *= shape[a];
@@ -50,13 +50,13 @@ ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_nam
       if (check_name(axis_names[a], a) < 0) return NULL;
       for (int b = 0; b < a; b++)
         if (strcmp(axis_names[a], axis_names[b]) == 0) {
-          ts_set_error("mesh axis name '%s' is used twice (axes %d and %d)", axis_names[a], b, a);
+          set_error("mesh axis name '%s' is used twice (axes %d and %d)", axis_names[a], b, a);
           return NULL;
         }
     }
   }
   if (device_ids && ndevices != n) {
-    ts_set_error("mesh shape has %lld devices but %lld device ids were given", (long long)n,
+    set_error("mesh shape has %lld devices but %lld device ids were given", (long long)n,
                  (long long)ndevices);
     return NULL;
   }
@@ -65,18 +65,18 @@ ts_mesh *ts_mesh_new(int rank, const int64_t *shape, const char *const *axis_nam
   unsigned char *seen = calloc((size_t)n, 1);
   if (!m || !ids || !seen) {
     free(m), free(ids), free(seen);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld devices", (long long)n);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld devices", (long long)n);
     return NULL;
   }
   for (int64_t i = 0; i < n; i++) {
     int d = device_ids ? device_ids[i] : (int)i;
     if (d < 0 || d >= n) {
-      ts_set_error("mesh device id %d (position %lld) is out of range: ids must be 0..%lld",
+      set_error("mesh device id %d (position %lld) is out of range: ids must be 0..%lld",
                    d, (long long)i, (long long)n - 1);
       goto fail;
     }
     if (seen[d]) {
-      ts_set_error("mesh device id %d appears twice in the device ids", d);
+      set_error("mesh device id %d appears twice in the device ids", d);
       goto fail;
     }
     seen[d] = 1;
@@ -101,7 +101,7 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
   int rank = util_parse_int_list(shape, "mesh shape", 1, INT32_MAX, dims, TS_MESH_MAX_RANK + 1);
   if (rank < 0) return NULL;
   if (rank < 1 || rank > TS_MESH_MAX_RANK) {
-    ts_set_error("mesh shape \"%s\" has rank %d; expected 1..%d", shape, rank, TS_MESH_MAX_RANK);
+    set_error("mesh shape \"%s\" has rank %d; expected 1..%d", shape, rank, TS_MESH_MAX_RANK);
     return NULL;
   }
   // Names: split a copy in place at the commas.
@@ -109,7 +109,7 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
   const char *names[TS_MESH_MAX_RANK + 1];
   if (axis_names) {
     if (strlen(axis_names) >= sizeof names_buf) {
-      ts_set_error("axis names \"%.40s...\" are too long", axis_names);
+      set_error("axis names \"%.40s...\" are too long", axis_names);
       return NULL;
     }
     strcpy(names_buf, axis_names);
@@ -125,7 +125,7 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
     }
     bool more = k == TS_MESH_MAX_RANK + 1;
     if (k != rank) {
-      ts_set_error("axis names \"%s\" list %s%d name%s but the mesh shape \"%s\" has rank %d",
+      set_error("axis names \"%s\" list %s%d name%s but the mesh shape \"%s\" has rank %d",
                    axis_names, more ? "more than " : "", more ? k - 1 : k,
                    (more ? k - 1 : k) == 1 ? "" : "s", shape, rank);
       return NULL;
@@ -137,19 +137,19 @@ ts_mesh *ts_mesh_parse(const char *shape, const char *axis_names, const char *de
     int64_t n = 1;
     for (int a = 0; a < rank; a++) n *= dims[a];
     if (n > ((int64_t)1 << 30)) {
-      ts_set_error("mesh shape \"%s\" has more than 2^30 devices", shape);
+      set_error("mesh shape \"%s\" has more than 2^30 devices", shape);
       return NULL;
     }
     int64_t *vals = malloc((size_t)(n + 1) * sizeof *vals);
     ids = malloc((size_t)(n + 1) * sizeof *ids);
     if (!vals || !ids) {
       free(vals), free(ids);
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld device ids", (long long)n);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory for %lld device ids", (long long)n);
       return NULL;
     }
     int k = util_parse_int_list(device_ids, "device ids", 0, INT32_MAX, vals, (int)n + 1);
     if (k >= 0 && k != n) {
-      ts_set_error("device ids \"%s\" list %s%d ids but the mesh shape \"%s\" has %lld devices",
+      set_error("device ids \"%s\" list %s%d ids but the mesh shape \"%s\" has %lld devices",
                    device_ids, k > n ? "more than " : "", k > n ? (int)n : k, shape, (long long)n);
       k = -1;
     }
@@ -177,7 +177,7 @@ ts_mesh *spmd_mesh_clone(const ts_mesh *m) {
   int *ids = malloc((size_t)m->ndevices * sizeof *ids);
   if (!c || !ids) {
     free(c), free(ids);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory copying %lld device ids", (long long)m->ndevices);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "mesh: out of memory copying %lld device ids", (long long)m->ndevices);
     return NULL;
   }
   *c = *m;
@@ -202,13 +202,13 @@ int ts_mesh_axis_index(const ts_mesh *m, const char *name) {
   if (m->named)
     for (int a = 0; a < m->rank; a++)
       if (strcmp(m->names[a], name) == 0) return a;
-  if (!m->named) return ts_set_error("mesh has no axis names; axis '%s' must be given by index", name);
+  if (!m->named) return set_error("mesh has no axis names; axis '%s' must be given by index", name);
   char list[TS_MESH_MAX_RANK * (TS_MESH_MAX_NAME + 2)] = "";
   for (int a = 0; a < m->rank; a++) {
     if (a) strcat(list, ", ");
     strcat(list, m->names[a]);
   }
-  return ts_set_error("mesh has no axis '%s' (axes: %s)", name, list);
+  return set_error("mesh has no axis '%s' (axes: %s)", name, list);
 }
 
 const int *ts_mesh_device_ids(const ts_mesh *m) { return m->device_ids; }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "tessel/spmd.h"  /* ts_mesh, ts_partition_spec, ts_sharding: the public value API */
-#include "util/error.h"   /* ts_set_error */
+#include "util/error.h"   /* set_error */
 #include "util/parse.h"   /* util_parse_int_list */
 
 struct ts_mesh {

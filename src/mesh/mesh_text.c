@@ -8,7 +8,7 @@
 
 ts_mesh *ts_mesh_from_text(const char *text) {
   if (!text || !*text) {
-    ts_set_error("mesh: empty mesh text (expected e.g. \"data=4,model=2\")");
+    set_error("mesh: empty mesh text (expected e.g. \"data=4,model=2\")");
     return NULL;
   }
   char names[TS_MESH_MAX_RANK][TS_MESH_MAX_NAME];
@@ -22,11 +22,11 @@ ts_mesh *ts_mesh_from_text(const char *text) {
     if (!end) end = p + strlen(p);
     const char *eq = memchr(p, '=', (size_t)(end - p));
     if (rank == TS_MESH_MAX_RANK) {
-      ts_set_error("mesh: '%s' has more than %d axes", text, TS_MESH_MAX_RANK);
+      set_error("mesh: '%s' has more than %d axes", text, TS_MESH_MAX_RANK);
       return NULL;
     }
     if (!eq || eq == p || (size_t)(eq - p) >= TS_MESH_MAX_NAME) {
-      ts_set_error("mesh: '%.*s' in '%s' is not name=size", (int)(end - p), p, text);
+      set_error("mesh: '%.*s' in '%s' is not name=size", (int)(end - p), p, text);
       return NULL;
     }
     memcpy(names[rank], p, (size_t)(eq - p));
@@ -35,11 +35,11 @@ ts_mesh *ts_mesh_from_text(const char *text) {
     errno = 0;
     long long v = strtoll(eq + 1, &num_end, 10);
     if (num_end != end || num_end == eq + 1 || v < 1) {
-      ts_set_error("mesh: size of axis '%s' in '%s' is not an integer >= 1", names[rank], text);
+      set_error("mesh: size of axis '%s' in '%s' is not an integer >= 1", names[rank], text);
       return NULL;
     }
     if (errno == ERANGE || v > TS_MAX_DEVICES) {
-      ts_set_error("mesh: axis '%s' in '%s' has %s devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)",
+      set_error("mesh: axis '%s' in '%s' has %s devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)",
                    names[rank], text, errno == ERANGE ? "too many" : eq + 1, TS_MAX_DEVICES);
       return NULL;
     }
@@ -49,12 +49,12 @@ ts_mesh *ts_mesh_from_text(const char *text) {
     rank++;
     p = *end ? end + 1 : end;
     if (*end && !*p) {
-      ts_set_error("mesh: '%s' ends with a comma", text);
+      set_error("mesh: '%s' ends with a comma", text);
       return NULL;
     }
   }
   if (devices > TS_MAX_DEVICES) {
-    ts_set_error("mesh: '%s' has %.0f devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)", text,
+    set_error("mesh: '%s' has %.0f devices; a mesh has at most %d devices in all (TS_MAX_DEVICES)", text,
                  devices, TS_MAX_DEVICES);
     return NULL;
   }

@@ -27,15 +27,15 @@ static int cmp_int(const void *a, const void *b) {
 
 ts_sharding *ts_sharding_new(const ts_mesh *m, const ts_partition_spec *spec, int rank) {
   if (!m || !spec) {
-    ts_set_error("sharding: no %s given", m ? "partition spec" : "mesh");
+    set_error("sharding: no %s given", m ? "partition spec" : "mesh");
     return NULL;
   }
   if (rank < 0 || rank > TS_MAX_RANK) {
-    ts_set_error("sharding: tensor rank %d is out of range (0..%d)", rank, TS_MAX_RANK);
+    set_error("sharding: tensor rank %d is out of range (0..%d)", rank, TS_MAX_RANK);
     return NULL;
   }
   if (spec->rank != rank) {
-    ts_set_error("partition spec has %d entries but the tensor is rank %d", spec->rank, rank);
+    set_error("partition spec has %d entries but the tensor is rank %d", spec->rank, rank);
     return NULL;
   }
   if (spmd_spec_check(m, spec) < 0) return NULL;
@@ -56,7 +56,7 @@ ts_sharding *ts_sharding_new(const ts_mesh *m, const ts_partition_spec *spec, in
   ts_mesh *mesh = spmd_mesh_clone(m);
   if (!s || !devices || !mesh) {
     free(s), free(devices), ts_mesh_free(mesh);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "sharding: out of memory for %lld devices", (long long)m->ndevices);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "sharding: out of memory for %lld devices", (long long)m->ndevices);
     return NULL;
   }
   s->rank = rank;
@@ -133,7 +133,7 @@ int ts_sharding_device_tile(const ts_sharding *s, int device, int64_t *tile, int
   for (int64_t i = 0; i < s->ndevices && pos < 0; i++)
     if (s->devices[i] == device) pos = i;
   if (pos < 0)
-    return ts_set_error("device %d is not in the mesh (devices 0..%lld)", device,
+    return set_error("device %d is not in the mesh (devices 0..%lld)", device,
                         (long long)s->ndevices - 1);
   if (replica) *replica = pos % s->replication;
   int64_t g = pos / s->replication;  // block number, row-major over tiles
@@ -145,10 +145,10 @@ int ts_sharding_device_tile(const ts_sharding *s, int device, int64_t *tile, int
 }
 
 static int check_shape(const ts_sharding *s, const int64_t *shape) {
-  if (s->rank > 0 && !shape) return ts_set_error("sharding: no tensor shape given");
+  if (s->rank > 0 && !shape) return set_error("sharding: no tensor shape given");
   for (int d = 0; d < s->rank; d++)
     if (shape[d] < 0)
-      return ts_set_error("sharding: tensor dim %d has negative size %lld", d, (long long)shape[d]);
+      return set_error("sharding: tensor dim %d has negative size %lld", d, (long long)shape[d]);
   return 0;
 }
 
@@ -175,7 +175,7 @@ int ts_sharding_shard_range(const ts_sharding *s, const int64_t *shape, int devi
 
 ts_sharding *ts_sharding_clone(const ts_sharding *s) {
   if (!s) {
-    ts_set_error("sharding_clone: sharding is NULL");
+    set_error("sharding_clone: sharding is NULL");
     return NULL;
   }
   return ts_sharding_new(s->mesh, &s->spec, s->rank);

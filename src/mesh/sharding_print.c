@@ -37,7 +37,7 @@ void spmd_str_printf(spmd_str *s, const char *fmt, ...) {
 char *spmd_str_take(spmd_str *s) {
   if (!s->failed && !s->buf) spmd_str_printf(s, "%s", "");
   if (s->failed) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "out of memory building a sharding string");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "out of memory building a sharding string");
     return NULL;
   }
   char *b = s->buf;

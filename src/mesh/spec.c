@@ -11,7 +11,7 @@
 
 int ts_partition_spec_init(ts_partition_spec *spec, int rank) {
   if (rank < 0 || rank > TS_MAX_RANK)
-    return ts_set_error("partition spec rank %d is out of range (0..%d)", rank, TS_MAX_RANK);
+    return set_error("partition spec rank %d is out of range (0..%d)", rank, TS_MAX_RANK);
   memset(spec, 0, sizeof *spec);
   spec->rank = rank;
   return 0;
@@ -19,13 +19,13 @@ int ts_partition_spec_init(ts_partition_spec *spec, int rank) {
 
 int ts_partition_spec_add_axis(ts_partition_spec *spec, int dim, int mesh_axis) {
   if (dim < 0 || dim >= spec->rank)
-    return ts_set_error("partition spec entry %d does not exist (the spec has %d entries)", dim,
+    return set_error("partition spec entry %d does not exist (the spec has %d entries)", dim,
                         spec->rank);
   if (mesh_axis < 0 || mesh_axis >= TS_MESH_MAX_RANK)
-    return ts_set_error("partition spec entry %d: mesh axis %d is out of range (0..%d)", dim,
+    return set_error("partition spec entry %d: mesh axis %d is out of range (0..%d)", dim,
                         mesh_axis, TS_MESH_MAX_RANK - 1);
   if (spec->naxes[dim] == TS_MESH_MAX_RANK)
-    return ts_set_error("partition spec entry %d already has %d mesh axes", dim, TS_MESH_MAX_RANK);
+    return set_error("partition spec entry %d already has %d mesh axes", dim, TS_MESH_MAX_RANK);
   spec->axes[dim][spec->naxes[dim]++] = mesh_axis;
   return 0;
 }
@@ -50,20 +50,20 @@ const char *spmd_spec_str(const ts_mesh *m, const ts_partition_spec *spec, char 
 int spmd_spec_check(const ts_mesh *m, const ts_partition_spec *spec) {
   char text[256], label[TS_MESH_MAX_NAME];
   if (spec->rank < 0 || spec->rank > TS_MAX_RANK)
-    return ts_set_error("partition spec rank %d is out of range (0..%d)", spec->rank, TS_MAX_RANK);
+    return set_error("partition spec rank %d is out of range (0..%d)", spec->rank, TS_MAX_RANK);
   int used_by[TS_MESH_MAX_RANK];
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) used_by[a] = -1;
   for (int d = 0; d < spec->rank; d++) {
     if (spec->naxes[d] < 0 || spec->naxes[d] > TS_MESH_MAX_RANK)
-      return ts_set_error("partition spec entry %d has %d mesh axes (0..%d allowed)", d,
+      return set_error("partition spec entry %d has %d mesh axes (0..%d allowed)", d,
                           spec->naxes[d], TS_MESH_MAX_RANK);
     for (int k = 0; k < spec->naxes[d]; k++) {
       int a = spec->axes[d][k];
       if (a < 0 || a >= m->rank)
-        return ts_set_error("partition spec entry %d uses mesh axis %d but the mesh has rank %d",
+        return set_error("partition spec entry %d uses mesh axis %d but the mesh has rank %d",
                             d, a, m->rank);
       if (used_by[a] >= 0)
-        return ts_set_error("mesh axis '%s' is used twice in partition spec %s (entries %d and %d)",
+        return set_error("mesh axis '%s' is used twice in partition spec %s (entries %d and %d)",
                             spmd_axis_label(m, a, label, sizeof label),
                             spmd_spec_str(m, spec, text, sizeof text), used_by[a], d);
       used_by[a] = d;
@@ -84,9 +84,9 @@ static void trimmed(const char *b, const char *e, char *out, size_t cap) {
 // One mesh axis token: a name of m, else a decimal index.
 static int parse_axis(const ts_mesh *m, const char *text, int entry, const char *tok) {
   if (tok[0] == '\0')
-    return ts_set_error("partition spec \"%s\": entry %d has an empty axis", text, entry);
+    return set_error("partition spec \"%s\": entry %d has an empty axis", text, entry);
   if (strcmp(tok, "None") == 0)
-    return ts_set_error("partition spec \"%s\": entry %d mixes None with mesh axes", text, entry);
+    return set_error("partition spec \"%s\": entry %d mixes None with mesh axes", text, entry);
   if (m->named)
     for (int a = 0; a < m->rank; a++)
       if (strcmp(m->names[a], tok) == 0) return a;
@@ -95,21 +95,21 @@ static int parse_axis(const ts_mesh *m, const char *text, int entry, const char 
   if (digits && strlen(tok) < 4) {
     int a = atoi(tok);
     if (a >= m->rank)
-      return ts_set_error("partition spec \"%s\": entry %d uses mesh axis %d but the mesh has rank %d",
+      return set_error("partition spec \"%s\": entry %d uses mesh axis %d but the mesh has rank %d",
                           text, entry, a, m->rank);
     return a;
   }
   if (digits)
-    return ts_set_error("partition spec \"%s\": entry %d uses mesh axis %s but the mesh has rank %d",
+    return set_error("partition spec \"%s\": entry %d uses mesh axis %s but the mesh has rank %d",
                         text, entry, tok, m->rank);
   ts_mesh_axis_index(m, tok);  // sets "mesh has no axis 'x' (axes: ...)"
   char why[512];
   snprintf(why, sizeof why, "%s", ts_last_error());
-  return ts_set_error("partition spec \"%s\": entry %d: %s", text, entry, why);
+  return set_error("partition spec \"%s\": entry %d: %s", text, entry, why);
 }
 
 int ts_partition_spec_parse(const ts_mesh *m, const char *text, ts_partition_spec *out) {
-  if (!text) return ts_set_error("partition spec: no text given");
+  if (!text) return set_error("partition spec: no text given");
   ts_partition_spec spec;
   ts_partition_spec_init(&spec, 0);
   char tok[TS_MESH_MAX_NAME + 8];
@@ -121,11 +121,11 @@ int ts_partition_spec_parse(const ts_mesh *m, const char *text, ts_partition_spe
       if (!end) end = p + strlen(p);
       int d = spec.rank;
       if (d == TS_MAX_RANK)
-        return ts_set_error("partition spec \"%s\" has more than %d entries", text, TS_MAX_RANK);
+        return set_error("partition spec \"%s\" has more than %d entries", text, TS_MAX_RANK);
       spec.rank++;
       trimmed(p, end, tok, sizeof tok);
       if (tok[0] == '\0')
-        return ts_set_error("partition spec \"%s\": entry %d is empty (write None for a "
+        return set_error("partition spec \"%s\": entry %d is empty (write None for a "
                             "replicated dim)", text, d);
       if (strcmp(tok, "None") != 0) {
         for (const char *q = p;;) {  // axes joined by '+'; "a+" leaves an empty last axis
@@ -135,7 +135,7 @@ int ts_partition_spec_parse(const ts_mesh *m, const char *text, ts_partition_spe
           int a = parse_axis(m, text, d, tok);
           if (a < 0) return -1;
           if (spec.naxes[d] == TS_MESH_MAX_RANK)
-            return ts_set_error("partition spec \"%s\": entry %d has more than %d axes", text, d,
+            return set_error("partition spec \"%s\": entry %d has more than %d axes", text, d,
                                 TS_MESH_MAX_RANK);
           spec.axes[d][spec.naxes[d]++] = a;
           if (plus == end) break;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h> /* clock_gettime */
 
-#include "ir/ir.h" /* ts_set_error, nodes */
+#include "ir/ir.h" /* set_error, nodes */
 #include "metrics/metrics_internal.h"
 #include "util/config.h" /* TESSEL_METRICS */
 
@@ -22,8 +22,8 @@ struct ts_metric {
   _Atomic int64_t *ring; /* TS_METRIC_RESERVOIR recent samples (not for COUNTER / PEAK) */
 };
 
-_Atomic int ts_metrics_on_ = 1;
-_Atomic int ts_trace_on_ = 0;
+_Atomic int metrics_on_ = 1;
+_Atomic int trace_on_ = 0;
 
 static ts_metric mt_metrics[MT_MAX];
 static _Atomic int mt_count;                 /* metrics published in mt_metrics */
@@ -55,11 +55,11 @@ static void reset(ts_metric *m) {
 
 ts_metric *ts_metric_get(const char *name, ts_metric_kind kind) {
   if (!name || !*name || strlen(name) >= sizeof mt_metrics[0].name) {
-    ts_set_error("metric_get: name '%s' is empty or longer than 63 bytes", name ? name : "(null)");
+    set_error("metric_get: name '%s' is empty or longer than 63 bytes", name ? name : "(null)");
     return NULL;
   }
   if ((unsigned)kind > TS_METRIC_PEAK) {
-    ts_set_error("metric_get: invalid kind %d for metric '%s'", (int)kind, name);
+    set_error("metric_get: invalid kind %d for metric '%s'", (int)kind, name);
     return NULL;
   }
   uint32_t h = name_hash(name);
@@ -83,12 +83,12 @@ ts_metric *ts_metric_get(const char *name, ts_metric_kind kind) {
     }
     pthread_mutex_unlock(&mt_lock);
     if (!m) {
-      ts_set_error("metric_get: the registry is full (%d metrics); cannot add '%s'", MT_MAX, name);
+      set_error("metric_get: the registry is full (%d metrics); cannot add '%s'", MT_MAX, name);
       return NULL;
     }
   }
   if (m->kind != kind) {
-    ts_set_error("metric_get: metric '%s' exists with kind %d, asked for kind %d", name, (int)m->kind, (int)kind);
+    set_error("metric_get: metric '%s' exists with kind %d, asked for kind %d", name, (int)m->kind, (int)kind);
     return NULL;
   }
   return m;
@@ -124,7 +124,7 @@ void ts_metrics_add(const char *name, ts_metric_kind kind, int64_t v) {
 }
 
 bool ts_metrics_enabled(void) { return TS_METRICS_ON() != 0; }
-void ts_metrics_set_enabled(bool on) { atomic_store_explicit(&ts_metrics_on_, on ? 1 : 0, memory_order_relaxed); }
+void ts_metrics_set_enabled(bool on) { atomic_store_explicit(&metrics_on_, on ? 1 : 0, memory_order_relaxed); }
 
 int64_t ts_metrics_now_ns(void) {
   struct timespec t;
@@ -183,7 +183,7 @@ int64_t ts_counter_value(const char *name) {
 
 int ts_metric_data_get(const char *name, ts_metric_data *out) {
   ts_metric *m = name ? find(name, name_hash(name)) : NULL;
-  if (!m) return ts_set_error("metric_data: no metric named '%s'", name ? name : "(null)");
+  if (!m) return set_error("metric_data: no metric named '%s'", name ? name : "(null)");
   data_of(m, out, NULL);
   return 0;
 }
@@ -201,7 +201,7 @@ mt_snapshot *mt_snapshot_all(int *n_out) {
   int n = atomic_load_explicit(&mt_count, memory_order_acquire);
   mt_snapshot *s = calloc((size_t)n + 1, sizeof *s);
   if (!s) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "metrics: out of memory taking a snapshot");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "metrics: out of memory taking a snapshot");
     return NULL;
   }
   for (int i = 0; i < n; i++) {
@@ -215,11 +215,11 @@ mt_snapshot *mt_snapshot_all(int *n_out) {
 
 /* ---- report points ---- */
 
-void ts_obs_count(const char *counter, int64_t delta) {
+void obs_count(const char *counter, int64_t delta) {
   if (TS_METRICS_ON()) ts_metric_add(ts_metric_get(counter, TS_METRIC_COUNTER), delta);
 }
 
-void ts_obs_done(const char *metric, const char *counter, const char *name, const char *cat, int device,
+void obs_done(const char *metric, const char *counter, const char *name, const char *cat, int device,
                  int64_t t0, int64_t bytes) {
   bool mon = TS_METRICS_ON(), ton = TS_TRACE_ON();
   if ((!mon && !ton) || t0 == 0) return; /* t0 == 0: the region began while both were off */
@@ -229,12 +229,12 @@ void ts_obs_done(const char *metric, const char *counter, const char *name, cons
   if (ton && name) ts_trace_event(name, cat ? cat : "host", device, t0, t1, bytes);
 }
 
-void ts_obs_kernel(const char *op_name, int device, int64_t t0) {
+void obs_kernel(const char *op_name, int device, int64_t t0) {
   if (!TS_TRACE_ON() || t0 == 0) return;
   ts_trace_event(op_name, "kernel", device, t0, ts_metrics_now_ns(), -1);
 }
 
-void ts_obs_collective(const char *kind, int device, int64_t bytes, int64_t t0) {
+void obs_collective(const char *kind, int device, int64_t bytes, int64_t t0) {
   bool mon = TS_METRICS_ON(), ton = TS_TRACE_ON();
   if (!mon && !ton) return;
   int64_t t1 = ts_metrics_now_ns();
@@ -252,21 +252,21 @@ void ts_obs_collective(const char *kind, int device, int64_t bytes, int64_t t0) 
   if (ton && t0) ts_trace_event(kind, "collective", device, t0, t1, bytes);
 }
 
-void ts_obs_node_end(const ts_graph *g, int id, int device, int64_t t0) {
+void obs_node_end(const ts_graph *g, int id, int device, int64_t t0) {
   if (t0 == 0) return;
   const ts_node *n = &g->nodes[id];
-  if (!ts_op_is_collective(n->op)) {
-    ts_obs_kernel(ts_op_name(n->op), device, t0);
+  if (!ir_op_is_collective(n->op)) {
+    obs_kernel(ir_op_name(n->op), device, t0);
     return;
   }
   static const char *const kinds[] = {"AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Permute"};
   const ts_node *x = &g->nodes[n->in[0]];
   int64_t bytes = ts_shape_numel(x->rank, x->shape) * (int64_t)ts_dtype_size(x->dtype);
   int k = (int)n->op - (int)TS_OP_ALL_REDUCE;
-  ts_obs_collective(k >= 0 && k < 5 ? kinds[k] : "Other", device, bytes, t0);
+  obs_collective(k >= 0 && k < 5 ? kinds[k] : "Other", device, bytes, t0);
 }
 
-void ts_obs_peak_memory(int device, int64_t bytes) {
+void obs_peak_memory(int device, int64_t bytes) {
   if (!TS_METRICS_ON()) return;
   char name[64];
   snprintf(name, sizeof name, "PeakMemory.device%d", device);

@@ -3,7 +3,7 @@
  *
  * Every ts_obs_* call is one relaxed atomic load and a branch when metrics
  * and tracing are both off; the ones that take a start time pair with
- * ts_obs_now(), which returns 0 (and reads no clock) when both are off. */
+ * obs_now(), which returns 0 (and reads no clock) when both are off. */
 #ifndef TS_METRICS_INTERNAL_H
 #define TS_METRICS_INTERNAL_H
 
@@ -11,22 +11,22 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
-#include "ir/ir.h" /* ts_op_is_collective, nodes for ts_obs_node_end */
+#include "ir/ir.h" /* ir_op_is_collective, nodes for obs_node_end */
 #include "tessel/metrics.h"
 
-extern _Atomic int ts_metrics_on_; /* 1 = the registry records */
-extern _Atomic int ts_trace_on_;   /* 1 = trace events are recorded */
+extern _Atomic int metrics_on_; /* 1 = the registry records */
+extern _Atomic int trace_on_;   /* 1 = trace events are recorded */
 
-#define TS_METRICS_ON() atomic_load_explicit(&ts_metrics_on_, memory_order_relaxed)
-#define TS_TRACE_ON() atomic_load_explicit(&ts_trace_on_, memory_order_relaxed)
+#define TS_METRICS_ON() atomic_load_explicit(&metrics_on_, memory_order_relaxed)
+#define TS_TRACE_ON() atomic_load_explicit(&trace_on_, memory_order_relaxed)
 
 /* Start time for a timed region: the clock when metrics or tracing is on, else 0. */
-static inline int64_t ts_obs_now(void) { return TS_METRICS_ON() || TS_TRACE_ON() ? ts_metrics_now_ns() : 0; }
+static inline int64_t obs_now(void) { return TS_METRICS_ON() || TS_TRACE_ON() ? ts_metrics_now_ns() : 0; }
 
 /* A timed region [t0, now) ended: TIME sample `metric` (may be NULL), +1 on
  * COUNTER `counter` (may be NULL), and a trace event `name` / `cat` on the
  * track of `device` (-1 = host) carrying `bytes` (< 0: none). */
-void ts_obs_done(const char *metric, const char *counter, const char *name, const char *cat, int device,
+void obs_done(const char *metric, const char *counter, const char *name, const char *cat, int device,
                  int64_t t0, int64_t bytes);
 /* A timed region to the end of the enclosing block, whatever return ends it:
  *   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
@@ -38,33 +38,33 @@ typedef struct {
   int64_t t0, bytes;
 } ts_obs_scope;
 static inline void ts_obs_scope_end(ts_obs_scope *s) {
-  if (s->t0) ts_obs_done(s->metric, NULL, s->name, s->cat, s->device, s->t0, s->bytes);
+  if (s->t0) obs_done(s->metric, NULL, s->name, s->cat, s->device, s->t0, s->bytes);
 }
 #define TS_OBS_SCOPE(metric, name, cat, device, bytes)                                        \
   __attribute__((cleanup(ts_obs_scope_end))) ts_obs_scope ts_obs_scope_ = {metric, name, cat, \
-                                                                           device, ts_obs_now(), (int64_t)(bytes)}
+                                                                           device, obs_now(), (int64_t)(bytes)}
 
 /* A kernel (node `id` of op `op_name`) ran on `device` since t0: trace only. */
-void ts_obs_kernel(const char *op_name, int device, int64_t t0);
+void obs_kernel(const char *op_name, int device, int64_t t0);
 
 /* Around one node run by a device (cpu_device.c):
- *   int64_t t0 = ts_obs_node_begin(n->op);
+ *   int64_t t0 = obs_node_begin(n->op);
  *   ... run the kernel ...
- *   ts_obs_node_end(g, id, device, t0);
+ *   obs_node_end(g, id, device, t0);
  * Tracing: a kernel event per node on the device's track. Metrics: the
  * collectives (count, bytes of the operand, time). Off: no clock read. */
-static inline int64_t ts_obs_node_begin(ts_op op) {
-  return TS_TRACE_ON() || (TS_METRICS_ON() && ts_op_is_collective(op)) ? ts_metrics_now_ns() : 0;
+static inline int64_t obs_node_begin(ts_op op) {
+  return TS_TRACE_ON() || (TS_METRICS_ON() && ir_op_is_collective(op)) ? ts_metrics_now_ns() : 0;
 }
-void ts_obs_node_end(const ts_graph *g, int id, int device, int64_t t0);
+void obs_node_end(const ts_graph *g, int id, int device, int64_t t0);
 /* A collective of `kind` ("AllReduce", "AllGather", "ReduceScatter",
  * "AllToAll", "Permute") moved `bytes` on `device` since t0: counters
  * Collective<kind>, Collective<kind>Bytes, Collective<kind>Time and a trace event. */
-void ts_obs_collective(const char *kind, int device, int64_t bytes, int64_t t0);
+void obs_collective(const char *kind, int device, int64_t bytes, int64_t t0);
 /* Peak memory of `device` is at least `bytes` (PEAK PeakMemory.device<N>). */
-void ts_obs_peak_memory(int device, int64_t bytes);
+void obs_peak_memory(int device, int64_t bytes);
 /* A counter increment by name (no-op when metrics are off). */
-void ts_obs_count(const char *counter, int64_t delta);
+void obs_count(const char *counter, int64_t delta);
 
 /* ---- shared by the metrics files ---- */
 /* Appends s as a JSON string literal (quotes included). */

@@ -38,7 +38,7 @@ int ts_trace_start(void) {
   tr_dropped = 0;
   tr_start_ns = ts_metrics_now_ns();
   pthread_mutex_unlock(&tr_lock);
-  atomic_store_explicit(&ts_trace_on_, 1, memory_order_relaxed);
+  atomic_store_explicit(&trace_on_, 1, memory_order_relaxed);
   return 0;
 }
 
@@ -70,10 +70,10 @@ void ts_trace_event(const char *name, const char *cat, int device, int64_t t0_ns
 /* Writes the events recorded so far (lock held by the caller). */
 static char *tr_json(void) {
   ts_strbuf sb = {0};
-  ts_sb_printf(&sb, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"tessel_version\":\"%s\",\"dropped_events\":%lld},\n"
+  sb_printf(&sb, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"tessel_version\":\"%s\",\"dropped_events\":%lld},\n"
                  "\"traceEvents\":[\n",
             TS_VERSION_STRING, (long long)tr_dropped);
-  ts_sb_printf(&sb, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"devices\"}},\n"
+  sb_printf(&sb, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"devices\"}},\n"
                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"host\"}},\n"
                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"host\"}}");
   /* one named track per device that has events */
@@ -86,7 +86,7 @@ static char *tr_json(void) {
     if (tr_events[i].device >= 0) seen[tr_events[i].device] = 1;
   for (int d = 0; seen && d <= max_dev; d++)
     if (seen[d])
-      ts_sb_printf(&sb,
+      sb_printf(&sb,
                 ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"device %d\"}}"
                 ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                 d, d, d, d);
@@ -94,22 +94,22 @@ static char *tr_json(void) {
   for (int64_t i = 0; i < tr_n; i++) {
     const tr_event *e = &tr_events[i];
     bool host = e->device < 0;
-    ts_sb_printf(&sb, ",\n{\"name\":");
+    sb_printf(&sb, ",\n{\"name\":");
     mt_json_string(&sb, e->name);
-    ts_sb_printf(&sb, ",\"cat\":");
+    sb_printf(&sb, ",\"cat\":");
     mt_json_string(&sb, e->cat);
-    ts_sb_printf(&sb, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", host ? 1 : 0,
+    sb_printf(&sb, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", host ? 1 : 0,
               host ? 0 : e->device, (double)(e->t0 - tr_start_ns) / 1e3, (double)(e->t1 - e->t0) / 1e3);
-    if (e->bytes >= 0) ts_sb_printf(&sb, ",\"args\":{\"bytes\":%lld}", (long long)e->bytes);
-    ts_sb_printf(&sb, "}");
+    if (e->bytes >= 0) sb_printf(&sb, ",\"args\":{\"bytes\":%lld}", (long long)e->bytes);
+    sb_printf(&sb, "}");
   }
-  ts_sb_printf(&sb, "\n]}\n");
-  return ts_sb_finish(&sb, "trace");
+  sb_printf(&sb, "\n]}\n");
+  return sb_finish(&sb, "trace");
 }
 
 int ts_trace_stop(const char *path) {
-  atomic_store_explicit(&ts_trace_on_, 0, memory_order_relaxed);
-  if (!path) return ts_set_error("trace_stop: path is NULL");
+  atomic_store_explicit(&trace_on_, 0, memory_order_relaxed);
+  if (!path) return set_error("trace_stop: path is NULL");
   pthread_mutex_lock(&tr_lock);
   char *j = tr_json();
   pthread_mutex_unlock(&tr_lock);

@@ -17,7 +17,7 @@ static int bucket(ts_graph *g, ts_tensor *grads, int lo, int hi) {
   }
   int n = hi - lo;
   ts_tensor *flat = malloc((size_t)n * sizeof *flat);
-  if (!flat) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ddp: out of memory");
+  if (!flat) return set_error_code(TS_ERR_OUT_OF_MEMORY, "ddp: out of memory");
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     int64_t numel = ts_tensor_numel(g, grads[lo + i]);
@@ -38,16 +38,16 @@ static int bucket(ts_graph *g, ts_tensor *grads, int lo, int hi) {
     grads[i] = part;
     off += numel;
   }
-  return total == off ? 0 : ts_set_error("ddp: bucket of %lld elements unpacked as %lld", (long long)total,
+  return total == off ? 0 : set_error("ddp: bucket of %lld elements unpacked as %lld", (long long)total,
                                          (long long)off);
 }
 
 int ts_ddp_average_gradients(ts_graph *g, int n, ts_tensor *grads, size_t bucket_bytes) {
-  if (!g || n < 0 || (n && !grads)) return ts_set_error("ddp_average_gradients: graph or gradients missing");
+  if (!g || n < 0 || (n && !grads)) return set_error("ddp_average_gradients: graph or gradients missing");
   if (bucket_bytes == 0) bucket_bytes = (size_t)1 << 20;
   for (int i = 0; i < n; i++)
     if (grads[i] < 0 || grads[i] >= ts_graph_num_nodes(g))
-      return ts_set_error("ddp_average_gradients: gradient %d is tensor %d, not a node of the graph", i, grads[i]);
+      return set_error("ddp_average_gradients: gradient %d is tensor %d, not a node of the graph", i, grads[i]);
   int buckets = 0, hi = n;
   size_t bytes = 0;
   /* from the last gradient back: [i, hi) is the bucket being filled */

@@ -24,7 +24,7 @@ void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor se
 /* "<layer>.<param>" into buf; false (error set) if it does not fit. */
 static bool nn_pname(char *buf, size_t len, const char *layer, const char *param) {
   if ((size_t)snprintf(buf, len, "%s.%s", layer, param) >= len) {
-    ts_set_error("layer name '%s' is too long", layer);
+    set_error("layer name '%s' is too long", layer);
     return false;
   }
   return true;
@@ -33,19 +33,19 @@ static bool nn_pname(char *buf, size_t len, const char *layer, const char *param
 /* Common entry checks: a usable context and a valid x. */
 static bool nn_check(const ts_nn *m, ts_tensor x, const char *who, const char *name) {
   if (!name) {
-    ts_set_error("%s: the layer name is NULL (parameters are named \"<layer>.weight\", ...)", who);
+    set_error("%s: the layer name is NULL (parameters are named \"<layer>.weight\", ...)", who);
     return false;
   }
   if (!m || !m->g || !m->p) {
-    ts_set_error("%s %s: the ts_nn context has no graph or parameter set (call ts_nn_init)", who, name);
+    set_error("%s %s: the ts_nn context has no graph or parameter set (call ts_nn_init)", who, name);
     return false;
   }
   if (x == TS_NONE) {
-    if (!ts_last_error()[0]) ts_set_error("%s %s: input is TS_NONE (an earlier call failed)", who, name);
+    if (!ts_last_error()[0]) set_error("%s %s: input is TS_NONE (an earlier call failed)", who, name);
     return false;
   }
   if (x < 0 || x >= ts_graph_num_nodes(m->g)) {
-    ts_set_error("%s %s: tensor %d is not a node of the graph", who, name, x);
+    set_error("%s %s: tensor %d is not a node of the graph", who, name, x);
     return false;
   }
   return true;
@@ -59,7 +59,7 @@ ts_tensor ts_nn_linear(ts_nn *m, const char *name, ts_tensor x, int64_t in, int6
   int r = ts_tensor_rank(m->g, x);
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (r < 1 || xs[r - 1] != in) {
-    ts_set_error("linear %s: expects in_features %lld in the last dim of x, but x has rank %d and last dim %lld",
+    set_error("linear %s: expects in_features %lld in the last dim of x, but x has rank %d and last dim %lld",
                  name, (long long)in, r, r ? (long long)xs[r - 1] : 0LL);
     return TS_NONE;
   }
@@ -91,13 +91,13 @@ ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin
   if (!nn_check(m, x, "conv2d", name)) return TS_NONE;
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (ts_tensor_rank(m->g, x) != 4 || xs[1] != cin) {
-    ts_set_error("conv2d %s: expects x (N, %lld, H, W) but x has rank %d%s%lld", name, (long long)cin,
+    set_error("conv2d %s: expects x (N, %lld, H, W) but x has rank %d%s%lld", name, (long long)cin,
                  ts_tensor_rank(m->g, x), ts_tensor_rank(m->g, x) >= 2 ? " and channel dim " : "",
                  ts_tensor_rank(m->g, x) >= 2 ? (long long)xs[1] : 0LL);
     return TS_NONE;
   }
   if (k < 1 || stride < 1 || pad < 0) {
-    ts_set_error("conv2d %s: kernel %d, stride %d, pad %d (need kernel >= 1, stride >= 1, pad >= 0)", name, k,
+    set_error("conv2d %s: kernel %d, stride %d, pad %d (need kernel >= 1, stride >= 1, pad >= 0)", name, k,
                  stride, pad);
     return TS_NONE;
   }
@@ -122,7 +122,7 @@ static int nn_record_update(ts_nn *m, ts_tensor param, ts_tensor value) {
   if (param == TS_NONE || value == TS_NONE) return -1;
   int cap = (int)(sizeof m->update_param / sizeof m->update_param[0]);
   if (m->n_updates >= cap)
-    return ts_set_error("ts_nn: more than %d state updates recorded in one model (batch-norm layers); "
+    return set_error("ts_nn: more than %d state updates recorded in one model (batch-norm layers); "
                         "call ts_nn_finish more often or use fewer layers",
                         cap);
   m->update_param[m->n_updates] = param;
@@ -136,7 +136,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   int r = ts_tensor_rank(m->g, x);
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (r < 2 || xs[1] != c) {
-    ts_set_error("batch_norm %s: expects x (N, %lld, ...) but x has rank %d%s%lld", name, (long long)c, r,
+    set_error("batch_norm %s: expects x (N, %lld, ...) but x has rank %d%s%lld", name, (long long)c, r,
                  r >= 2 ? " and dim 1 of size " : "", r >= 2 ? (long long)xs[1] : 0LL);
     return TS_NONE;
   }
@@ -156,7 +156,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   if (!m->training) return ts_batch_norm_eval(m->g, x, gamma, beta, rmean, rvar, NORM_EPS);
 
   if (per_channel < 2) {
-    ts_set_error("batch_norm %s: training needs more than 1 value per channel, x has %lld", name,
+    set_error("batch_norm %s: training needs more than 1 value per channel, x has %lld", name,
                  (long long)per_channel);
     return TS_NONE;
   }
@@ -179,7 +179,7 @@ ts_tensor ts_nn_layer_norm(ts_nn *m, const char *name, ts_tensor x, int64_t d) {
   int r = ts_tensor_rank(m->g, x);
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (r < 1 || xs[r - 1] != d) {
-    ts_set_error("layer_norm %s: normalizes a last dim of %lld but x has rank %d and last dim %lld", name,
+    set_error("layer_norm %s: normalizes a last dim of %lld but x has rank %d and last dim %lld", name,
                  (long long)d, r, r ? (long long)xs[r - 1] : 0LL);
     return TS_NONE;
   }
@@ -197,7 +197,7 @@ ts_tensor ts_nn_embedding(ts_nn *m, const char *name, ts_tensor indices, int64_t
   if (!nn_check(m, indices, "embedding", name)) return TS_NONE;
   ts_dtype it = ts_tensor_dtype(m->g, indices);
   if (it != TS_I32 && it != TS_I64) {
-    ts_set_error("embedding %s: indices must be i32 or i64, not %s", name, ts_dtype_name(it));
+    set_error("embedding %s: indices must be i32 or i64, not %s", name, ts_dtype_name(it));
     return TS_NONE;
   }
   char pn[256];
@@ -210,7 +210,7 @@ ts_tensor ts_nn_embedding(ts_nn *m, const char *name, ts_tensor indices, int64_t
 ts_tensor ts_nn_dropout(ts_nn *m, ts_tensor x, double p) {
   if (!nn_check(m, x, "dropout", "")) return TS_NONE;
   if (p < 0 || p >= 1) {
-    ts_set_error("dropout: probability %g must be in [0, 1)", p);
+    set_error("dropout: probability %g must be in [0, 1)", p);
     return TS_NONE;
   }
   if (!m->training || m->seed == TS_NONE || p == 0) return x;
@@ -218,7 +218,7 @@ ts_tensor ts_nn_dropout(ts_nn *m, ts_tensor x, double p) {
 }
 
 int ts_nn_finish(ts_nn *m) {
-  if (!m || !m->g) return ts_set_error("ts_nn_finish: context has no graph");
+  if (!m || !m->g) return set_error("ts_nn_finish: context has no graph");
   for (int i = 0; i < m->n_updates; i++) {
     int o = ts_graph_add_output(m->g, m->update_value[i]);
     if (o < 0 || ts_graph_alias_output(m->g, o, m->update_param[i]) != 0) return -1;

@@ -10,7 +10,7 @@
 /* x (B, ...) with `features` elements per sample -> (B, features). */
 static ts_tensor models_flatten(ts_nn *m, ts_tensor x, int64_t features, const char *model) {
   if (!m || !m->g) {
-    ts_set_error("%s: the ts_nn context has no graph (call ts_nn_init)", model);
+    set_error("%s: the ts_nn context has no graph (call ts_nn_init)", model);
     return TS_NONE;
   }
   if (x == TS_NONE) return TS_NONE;
@@ -18,7 +18,7 @@ static ts_tensor models_flatten(ts_nn *m, ts_tensor x, int64_t features, const c
   int64_t numel = ts_tensor_numel(m->g, x);
   int64_t b = r ? ts_tensor_shape(m->g, x)[0] : 0;
   if (r < 2 || numel != b * features) {
-    ts_set_error("%s: expects x of shape (B, ...) with %lld values per sample, got rank %d with %lld values",
+    set_error("%s: expects x of shape (B, ...) with %lld values per sample, got rank %d with %lld values",
                  model, (long long)features, r, (long long)numel);
     return TS_NONE;
   }
@@ -36,7 +36,7 @@ ts_tensor ts_model_mlp(ts_nn *m, ts_tensor x) {
 
 ts_tensor ts_model_mnist_cnn(ts_nn *m, ts_tensor x) {
   if (!m || !m->g) {
-    ts_set_error("mnist_cnn: the ts_nn context has no graph (call ts_nn_init)");
+    set_error("mnist_cnn: the ts_nn context has no graph (call ts_nn_init)");
     return TS_NONE;
   }
   if (x == TS_NONE) return TS_NONE;
@@ -48,7 +48,7 @@ ts_tensor ts_model_mnist_cnn(ts_nn *m, ts_tensor x) {
     for (int d = 0; d < r && o < (int)sizeof buf; d++)
       o += snprintf(buf + o, sizeof buf - (size_t)o, d ? ", %lld" : "%lld", (long long)xs[d]);
     if (o < (int)sizeof buf) snprintf(buf + o, sizeof buf - (size_t)o, ")");
-    ts_set_error("mnist_cnn: expects x (B, 1, 28, 28), got %s", buf);
+    set_error("mnist_cnn: expects x (B, 1, 28, 28), got %s", buf);
     return TS_NONE;
   }
   ts_graph *g = m->g;

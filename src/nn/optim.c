@@ -15,7 +15,7 @@
 static ts_tensor optim_state(ts_nn *m, const char *param, const char *suffix, ts_tensor like) {
   char name[512];
   if ((size_t)snprintf(name, sizeof name, "%s.%s", param, suffix) >= sizeof name) {
-    ts_set_error("optimizer: parameter name '%s' is too long", param);
+    set_error("optimizer: parameter name '%s' is too long", param);
     return TS_NONE;
   }
   int64_t shape[TS_MAX_RANK]; /* copied: ts_tensor_shape is invalidated by new nodes */
@@ -37,7 +37,7 @@ static int optim_write(ts_graph *g, ts_tensor into, ts_tensor value) {
 static bool optim_scalar_ok(ts_graph *g, ts_tensor t, const char *what) {
   if (t == TS_NONE || t < 0 || t >= ts_graph_num_nodes(g) || ts_tensor_rank(g, t) != 0 ||
       !ts_dtype_is_float(ts_tensor_dtype(g, t))) {
-    ts_set_error("optimizer: %s must be a rank-0 float tensor (tensor %d)", what, t);
+    set_error("optimizer: %s must be a rank-0 float tensor (tensor %d)", what, t);
     return false;
   }
   return true;
@@ -48,38 +48,38 @@ static const char *optim_check(ts_nn *m, int i, ts_tensor p, ts_tensor gr) {
   ts_graph *g = m->g;
   int nn = ts_graph_num_nodes(g);
   if (p < 0 || p >= nn) {
-    ts_set_error("optimizer: params[%d] is not a node of the graph (%d)", i, p);
+    set_error("optimizer: params[%d] is not a node of the graph (%d)", i, p);
     return NULL;
   }
   const char *name = ts_input_name(g, p);
   if (!name) {
-    ts_set_error("optimizer: params[%d] (node %d) is not a parameter input", i, p);
+    set_error("optimizer: params[%d] (node %d) is not a parameter input", i, p);
     return NULL;
   }
   int k = ts_params_find(m->p, name);
   if (k < 0) {
-    ts_set_error("optimizer: input %s is not in the parameter set", name);
+    set_error("optimizer: input %s is not in the parameter set", name);
     return NULL;
   }
   if (!ts_params_trainable(m->p, k)) {
-    ts_set_error("optimizer: parameter %s is not trainable", name);
+    set_error("optimizer: parameter %s is not trainable", name);
     return NULL;
   }
   if (!ts_dtype_is_float(ts_tensor_dtype(g, p))) {
-    ts_set_error("optimizer: parameter %s has dtype %s (needs a float dtype)", name,
+    set_error("optimizer: parameter %s has dtype %s (needs a float dtype)", name,
                  ts_dtype_name(ts_tensor_dtype(g, p)));
     return NULL;
   }
   if (gr == TS_NONE || gr < 0 || gr >= nn) {
     if (!ts_last_error()[0] || gr != TS_NONE)
-      ts_set_error("optimizer: gradient of %s is not a node of the graph (%d)", name, gr);
+      set_error("optimizer: gradient of %s is not a node of the graph (%d)", name, gr);
     return NULL;
   }
   int r = ts_tensor_rank(g, p);
   bool same = ts_tensor_rank(g, gr) == r && ts_tensor_dtype(g, gr) == ts_tensor_dtype(g, p);
   for (int d = 0; same && d < r; d++) same = ts_tensor_shape(g, gr)[d] == ts_tensor_shape(g, p)[d];
   if (!same) {
-    ts_set_error("optimizer: gradient of %s has a different dtype or shape (rank %d, %s) than the "
+    set_error("optimizer: gradient of %s has a different dtype or shape (rank %d, %s) than the "
                  "parameter (rank %d, %s)",
                  name, ts_tensor_rank(g, gr), ts_dtype_name(ts_tensor_dtype(g, gr)), r,
                  ts_dtype_name(ts_tensor_dtype(g, p)));
@@ -152,11 +152,11 @@ static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tens
 int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
                    const ts_tensor *params, const ts_tensor *grads) {
   if (!m || !m->g || !m->p || !cfg || (n > 0 && (!params || !grads)))
-    return ts_set_error("ts_optim_apply: NULL argument (context, config, params or grads)");
+    return set_error("ts_optim_apply: NULL argument (context, config, params or grads)");
   if (cfg->kind != TS_OPTIM_SGD && cfg->kind != TS_OPTIM_ADAMW)
-    return ts_set_error("ts_optim_apply: unknown optimizer kind %d", (int)cfg->kind);
+    return set_error("ts_optim_apply: unknown optimizer kind %d", (int)cfg->kind);
   if (cfg->kind == TS_OPTIM_SGD && cfg->nesterov && cfg->momentum == 0)
-    return ts_set_error("ts_optim_apply: Nesterov momentum requires momentum > 0");
+    return set_error("ts_optim_apply: Nesterov momentum requires momentum > 0");
   ts_graph *g = m->g;
   if (!optim_scalar_ok(g, lr, "the learning rate `lr`")) return -1;
   if (cfg->kind == TS_OPTIM_ADAMW && !optim_scalar_ok(g, step, "the step number `step`")) return -1;

@@ -63,7 +63,7 @@ struct ts_params {
 ts_params *ts_params_new(uint64_t seed) {
   ts_params *p = calloc(1, sizeof *p);
   if (!p) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_params_new: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "ts_params_new: out of memory");
     return NULL;
   }
   ts_prng_seed(&p->rng, seed);
@@ -89,11 +89,11 @@ int ts_params_count(const ts_params *p) { return p ? p->n : 0; }
 
 static bool params_index_ok(const ts_params *p, int i, const char *who) {
   if (!p) {
-    ts_set_error("%s: parameter set is NULL", who);
+    set_error("%s: parameter set is NULL", who);
     return false;
   }
   if (i < 0 || i >= p->n) {
-    ts_set_error("%s: parameter index %d out of range (the set has %d)", who, i, p->n);
+    set_error("%s: parameter index %d out of range (the set has %d)", who, i, p->n);
     return false;
   }
   return true;
@@ -159,41 +159,41 @@ static int params_draw(ts_params *p, params_entry *e) {
     return 0;
   case TS_INIT_FAN_IN_UNIFORM:
     if (in.fan_in <= 0)
-      return ts_set_error("parameter %s: fan-in uniform init needs fan_in > 0, got %lld", e->name,
+      return set_error("parameter %s: fan-in uniform init needs fan_in > 0, got %lld", e->name,
                           (long long)in.fan_in);
     bound = 1.0 / sqrt((double)in.fan_in);
     /* fall through */
   case TS_INIT_UNIFORM:
     if (!ts_dtype_is_float(e->dt))
-      return ts_set_error("parameter %s: random init needs a float dtype, not %s", e->name,
+      return set_error("parameter %s: random init needs a float dtype, not %s", e->name,
                           ts_dtype_name(e->dt));
     for (int64_t k = 0; k < e->numel; k++)
       params_store(e->host, e->dt, k, -bound + 2.0 * bound * ts_prng_uniform(&p->rng));
     return 0;
   case TS_INIT_NORMAL:
     if (!ts_dtype_is_float(e->dt))
-      return ts_set_error("parameter %s: random init needs a float dtype, not %s", e->name,
+      return set_error("parameter %s: random init needs a float dtype, not %s", e->name,
                           ts_dtype_name(e->dt));
     for (int64_t k = 0; k < e->numel; k++)
       params_store(e->host, e->dt, k, in.a * ts_prng_normal(&p->rng));
     return 0;
   }
-  return ts_set_error("parameter %s: unknown init kind %d", e->name, (int)in.kind);
+  return set_error("parameter %s: unknown init kind %d", e->name, (int)in.kind);
 }
 
 /* The index of a new entry, or -1. */
 static int params_declare(ts_params *p, const char *name, ts_dtype dt, int rank, const int64_t *shape,
                           ts_init init, bool trainable) {
-  if ((unsigned)dt >= TS_DTYPE_COUNT) return ts_set_error("parameter %s: invalid dtype %d", name, (int)dt);
+  if ((unsigned)dt >= TS_DTYPE_COUNT) return set_error("parameter %s: invalid dtype %d", name, (int)dt);
   if (rank < 0 || rank > TS_MAX_RANK)
-    return ts_set_error("parameter %s: rank %d out of range [0, %d]", name, rank, TS_MAX_RANK);
+    return set_error("parameter %s: rank %d out of range [0, %d]", name, rank, TS_MAX_RANK);
   for (int d = 0; d < rank; d++)
     if (shape[d] <= 0)
-      return ts_set_error("parameter %s: dim %d has size %lld (must be > 0)", name, d, (long long)shape[d]);
+      return set_error("parameter %s: dim %d has size %lld (must be > 0)", name, d, (long long)shape[d]);
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 32;
     params_entry *ne = realloc(p->e, (size_t)cap * sizeof *ne);
-    if (!ne) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", name);
+    if (!ne) return set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", name);
     p->e = ne;
     p->cap = cap;
   }
@@ -211,7 +211,7 @@ static int params_declare(ts_params *p, const char *name, ts_dtype dt, int rank,
   if (!e->name || !e->host) {
     free(e->name);
     free(e->host);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+    return set_error_code(TS_ERR_OUT_OF_MEMORY,
                              "parameter %s: out of memory for %lld elements", name, (long long)e->numel);
   }
   if (params_draw(p, e) != 0) {
@@ -232,7 +232,7 @@ static bool params_same_shape(int ra, const int64_t *a, int rb, const int64_t *b
 ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt, int rank,
                         const int64_t *shape, ts_init init, bool trainable) {
   if (!p || !g || !name || (rank > 0 && !shape)) {
-    ts_set_error("ts_params_use: NULL argument (params %p, graph %p, name %s)", (void *)p, (void *)g,
+    set_error("ts_params_use: NULL argument (params %p, graph %p, name %s)", (void *)p, (void *)g,
                  name ? name : "NULL");
     return TS_NONE;
   }
@@ -241,7 +241,7 @@ ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt
   if (i >= 0) {
     params_entry *e = &p->e[i];
     if (e->dt != dt || !params_same_shape(e->rank, e->shape, rank, shape)) {
-      ts_set_error("parameter %s was declared as %s but is now used as %s", name,
+      set_error("parameter %s was declared as %s but is now used as %s", name,
                    params_shape_str(have, sizeof have, e->dt, e->rank, e->shape),
                    params_shape_str(want, sizeof want, dt, rank, shape));
       return TS_NONE;
@@ -258,7 +258,7 @@ ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt
     return ts_input(g, name, e->dt, e->rank, e->shape);
   }
   if (ts_tensor_dtype(g, t) != dt || !params_same_shape(ts_tensor_rank(g, t), ts_tensor_shape(g, t), rank, shape)) {
-    ts_set_error("parameter %s: the graph already has an input of that name as %s, but the parameter is %s",
+    set_error("parameter %s: the graph already has an input of that name as %s, but the parameter is %s",
                  name,
                  params_shape_str(have, sizeof have, ts_tensor_dtype(g, t), ts_tensor_rank(g, t),
                                   ts_tensor_shape(g, t)),
@@ -271,7 +271,7 @@ ts_tensor ts_params_use(ts_params *p, ts_graph *g, const char *name, ts_dtype dt
 /* Sets "parameter <name>: <what> failed: <the runtime's message>", keeping
  * the runtime's code. */
 static int params_fail(const params_entry *e, const char *what) {
-  return ts_set_error_context("parameter %s: %s failed", e->name, what);
+  return set_error_context("parameter %s: %s failed", e->name, what);
 }
 
 /* A hash of the host copy, 8 bytes at a time (only compared with itself). */
@@ -323,7 +323,7 @@ void *ts_params_host(ts_params *p, int i) {
 ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i) {
   if (!params_index_ok(p, i, "ts_params_buffer")) return NULL;
   if (!c) {
-    ts_set_error("ts_params_buffer: client is NULL (parameter %s)", p->e[i].name);
+    set_error("ts_params_buffer: client is NULL (parameter %s)", p->e[i].name);
     return NULL;
   }
   params_entry *e = &p->e[i];
@@ -342,7 +342,7 @@ ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i) {
     params_dev *nd = realloc(e->devs, (size_t)(e->n_devs + 1) * sizeof *nd);
     if (!nd) {
       ts_buffer_free(b);
-      ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", e->name);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "parameter %s: out of memory", e->name);
       return NULL;
     }
     e->devs = nd;
@@ -359,7 +359,7 @@ ts_buffer *ts_params_buffer(ts_params *p, ts_client *c, int i) {
 }
 
 int ts_params_sync_host(ts_params *p) {
-  if (!p) return ts_set_error("ts_params_sync_host: parameter set is NULL");
+  if (!p) return set_error("ts_params_sync_host: parameter set is NULL");
   for (int i = 0; i < p->n; i++) {
     params_settle(&p->e[i]);
     if (params_pull(&p->e[i]) != 0) return -1;

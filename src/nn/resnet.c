@@ -78,21 +78,21 @@ static const arch archs[] = {
 };
 
 static int check_input(const ts_nn *m, const arch *a, ts_tensor x, int64_t classes) {
-  if (!m || !m->g) return ts_set_error("%s: the ts_nn context has no graph (call ts_nn_init)", a->name);
+  if (!m || !m->g) return set_error("%s: the ts_nn context has no graph (call ts_nn_init)", a->name);
   if (x == TS_NONE) return -1;
-  if (classes < 1) return ts_set_error("%s: %lld classes (need >= 1)", a->name, (long long)classes);
+  if (classes < 1) return set_error("%s: %lld classes (need >= 1)", a->name, (long long)classes);
   const int64_t *xs = ts_tensor_shape(m->g, x);
   if (ts_tensor_rank(m->g, x) != 4)
-    return ts_set_error("%s: expects x (B, C, H, W) but x has rank %d", a->name, ts_tensor_rank(m->g, x));
+    return set_error("%s: expects x (B, C, H, W) but x has rank %d", a->name, ts_tensor_rank(m->g, x));
   if (xs[2] < a->min_size || xs[3] < a->min_size)
-    return ts_set_error("%s: input %lldx%lld is too small for its strides (need at least %dx%d)", a->name,
+    return set_error("%s: input %lldx%lld is too small for its strides (need at least %dx%d)", a->name,
                         (long long)xs[2], (long long)xs[3], a->min_size, a->min_size);
   return 0;
 }
 
 ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t classes) {
   if (kind < TS_RESNET20 || kind > TS_RESNET50) {
-    ts_set_error("resnet: unknown kind %d", (int)kind);
+    set_error("resnet: unknown kind %d", (int)kind);
     return TS_NONE;
   }
   const arch *a = &archs[kind];

@@ -57,7 +57,7 @@ static int add_member(plan *p, int bi, int id) {
   if (b->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 8;
     int *m = realloc(b->member, (size_t)cap * sizeof *m);
-    if (!m) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+    if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     b->member = m;
     b->cap = cap;
   }
@@ -71,7 +71,7 @@ static int new_bucket(plan *p) {
   if (p->nb == p->cap_b) {
     int cap = p->cap_b ? 2 * p->cap_b : 8;
     bucket *b = realloc(p->b, (size_t)cap * sizeof *b);
-    if (!b) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+    if (!b) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     p->b = b;
     p->cap_b = cap;
   }
@@ -88,7 +88,7 @@ static int form_buckets(plan *p) {
   const ts_graph *g = p->g;
   int *open = malloc(((size_t)g->n_nodes + 1) * sizeof *open); /* open bucket per kind slot */
   int n_open = 0;
-  if (!open) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+  if (!open) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
   int rc = 0;
   for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
@@ -135,7 +135,7 @@ static ts_tensor emit_bucket(ts_graph *dst, const ts_graph *g, const bucket *b, 
   int32_t *ids = malloc((size_t)first->attr.coll->n * sizeof *ids);
   if (!flat || !coll || !ids) {
     free(flat), free(coll), free(ids);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return TS_NONE;
   }
   int64_t total = 0;
@@ -193,7 +193,7 @@ static ts_graph *rewrite(const plan *p) {
   ts_graph *dst = ts_graph_new();
   if (!map || !reduced || !dst) {
     free(map), free(reduced), ts_graph_free(dst);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < n; i++) map[i] = TS_NONE;
@@ -228,7 +228,7 @@ ts_graph *opt_combine(const ts_graph *g, size_t bucket_bytes, int *changed) {
   plan p = {g, bucket_bytes, malloc(((size_t)g->n_nodes + 1) * sizeof(int)), NULL, 0, 0};
   ts_graph *dst = NULL;
   if (!p.of) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory combining collectives");
     return NULL;
   }
   for (int i = 0; i < g->n_nodes; i++) p.of[i] = -1;

@@ -23,7 +23,7 @@ static uint64_t node_hash(const ts_node *n) {
   uint64_t h = mix(mix((uint64_t)n->op, (uint64_t)n->dtype), (uint64_t)n->rank);
   for (int i = 0; i < n->rank; i++) h = mix(h, (uint64_t)n->shape[i]);
   for (int i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)n->in[i]);
-  ts_op_attrs kind = ts_op_attr_kind(n->op);
+  ts_op_attrs kind = ir_op_attr_kind(n->op);
   if (kind == TS_ATTRS_CONSTANT && !n->data) {
     uint64_t bits;
     memcpy(&bits, &n->attr.value, 8);
@@ -55,7 +55,7 @@ static bool same_fused(const ts_fused *a, const ts_fused *b) {
 static bool same_attrs(const ts_graph *g, const ts_node *a, const ts_node *b) {
   const ts_attr *x = &a->attr, *y = &b->attr;
   int r_in = a->n_in ? g->nodes[a->in[0]].rank : 0;
-  switch (ts_op_attr_kind(a->op)) {
+  switch (ir_op_attr_kind(a->op)) {
   case TS_ATTRS_CONSTANT:
     if (!a->data != !b->data) return false;
     if (!a->data) return same_double(x->value, y->value);
@@ -115,7 +115,7 @@ static ts_tensor cse_node(ts_graph *dst, const ts_graph *src, int id, const int3
   cse_table *t = user;
   ts_tensor nid = opt_copy_node(dst, src, id, map);
   /* every device must run every collective in the same order: never merge */
-  if (ts_op_has(src->nodes[id].op, TS_OPF_NO_CSE)) return nid;
+  if (ir_op_has(src->nodes[id].op, TS_OPF_NO_CSE)) return nid;
   const ts_node *n = &dst->nodes[nid];
   uint64_t h = node_hash(n);
   size_t i = h & (t->cap - 1);
@@ -146,7 +146,7 @@ ts_graph *opt_cse(const ts_graph *g, int *changed) {
   if (!t.slots || !t.hash) {
     free(t.slots);
     free(t.hash);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in cse");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in cse");
     return NULL;
   }
   memset(t.slots, 0xff, t.cap * sizeof *t.slots);

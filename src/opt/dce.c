@@ -13,14 +13,14 @@ static ts_tensor dce_node(ts_graph *dst, const ts_graph *src, int id, const int3
 ts_graph *opt_dce(const ts_graph *g, int *changed) {
   bool *live = calloc((size_t)g->n_nodes + 1, sizeof *live);
   if (!live) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in dce");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in dce");
     return NULL;
   }
   for (int i = 0; i < g->n_outputs; i++) live[g->outputs[i]] = true;
   /* a collective stays even when its result is unused on this device: the
    * peers of its group wait for it */
   for (int i = 0; i < g->n_nodes; i++)
-    if (ts_op_is_collective(g->nodes[i].op)) live[i] = true;
+    if (ir_op_is_collective(g->nodes[i].op)) live[i] = true;
   /* operands have smaller ids, so one backward sweep reaches everything */
   int dropped = 0;
   for (int id = g->n_nodes - 1; id >= 0; id--) {

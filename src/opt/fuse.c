@@ -111,13 +111,13 @@ static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int
 oom:
   free(ins);
   free(ext);
-  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory building a fused program");
+  return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory building a fused program");
 }
 
 /* Marks producer t as a candidate of the group at root (only elementwise
  * producers can join, so the downward scan stops at the lowest of those). */
 static void want(const ts_graph *g, int32_t *wanted, int *min_w, int t, int root) {
-  if (!ts_op_has(g->nodes[t].op, TS_OPF_FUSIBLE)) return;
+  if (!ir_op_has(g->nodes[t].op, TS_OPF_FUSIBLE)) return;
   wanted[t] = root;
   if (t < *min_w) *min_w = t;
 }
@@ -129,7 +129,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   if (!wanted || !scratch) {
     free(wanted);
     free(scratch);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
   }
   for (int i = 0; i < nn; i++) wanted[i] = -1;
   int32_t *slot = scratch, *stamp = scratch + nn, *cslot = scratch + 2 * nn, *cstamp = scratch + 3 * nn;
@@ -138,14 +138,14 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   int rc = 0;
   for (int root = nn - 1; root >= 0 && rc == 0; root--) {
     const ts_node *r = &g->nodes[root];
-    if (s->group[root] >= 0 || !ts_op_has(r->op, TS_OPF_FUSIBLE)) continue;
+    if (s->group[root] >= 0 || !ir_op_has(r->op, TS_OPF_FUSIBLE)) continue;
     int64_t numel = ts_shape_numel(r->rank, r->shape);
     s->group[root] = root;
     int lo = root, members = 1, min_w = root;
     for (int k = 0; k < r->n_in; k++) want(g, wanted, &min_w, r->in[k], root);
     for (int i = root - 1; i >= min_w; i--) {
       const ts_node *p = &g->nodes[i];
-      if (wanted[i] != root || s->group[i] >= 0 || !ts_op_has(p->op, TS_OPF_FUSIBLE)) continue;
+      if (wanted[i] != root || s->group[i] >= 0 || !ir_op_has(p->op, TS_OPF_FUSIBLE)) continue;
       if (u->n_out[i] || ts_shape_numel(p->rank, p->shape) != numel) continue;
       bool inside = true;
       for (int k = u->off[i]; k < u->off[i + 1] && inside; k++) inside = s->group[u->users[k]] == root;
@@ -175,7 +175,7 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   int ne = s->n_ext[id];
   int32_t *in = malloc(((size_t)ne + 1) * sizeof *in);
   if (!in) {
-    ts_oom("compile: a fused node's operands", ((size_t)ne + 1) * sizeof *in);
+    error_oom("compile: a fused node's operands", ((size_t)ne + 1) * sizeof *in);
     return TS_NONE;
   }
   for (int k = 0; k < ne; k++) in[k] = map[s->ext[id][k]];
@@ -199,7 +199,7 @@ ts_graph *opt_fuse(const ts_graph *g, int *changed) {
   s.n_ext = calloc((size_t)nn + 1, sizeof *s.n_ext);
   ts_graph *out = NULL;
   if (!s.group || !s.prog || !s.ext || !s.n_ext) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
   for (int i = 0; i < nn; i++) s.group[i] = -1;

@@ -12,7 +12,7 @@ ts_tensor opt_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_
   int32_t in_small[8] = {0};
   int32_t *in = n->n_in <= 8 ? in_small : malloc((size_t)n->n_in * sizeof *in);
   if (!in) {
-    ts_oom("compile: copying a node", (size_t)n->n_in * sizeof *in);
+    error_oom("compile: copying a node", (size_t)n->n_in * sizeof *in);
     return TS_NONE;
   }
   for (int i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
@@ -33,11 +33,11 @@ int opt_set_outputs(ts_graph *dst, const ts_graph *src, const int32_t *map) {
   if (!src->n_outputs) return 0;
   dst->outputs = malloc((size_t)src->n_outputs * sizeof *dst->outputs);
   dst->alias = malloc((size_t)src->n_outputs * sizeof *dst->alias);
-  if (!dst->outputs || !dst->alias) return ts_oom("compile: copying outputs", (size_t)src->n_outputs * 8);
+  if (!dst->outputs || !dst->alias) return error_oom("compile: copying outputs", (size_t)src->n_outputs * 8);
   dst->cap_outputs = dst->n_outputs = src->n_outputs;
   for (int i = 0; i < src->n_outputs; i++) {
     int32_t t = map[src->outputs[i]];
-    if (t < 0) return ts_set_error_code(TS_ERR_INTERNAL,
+    if (t < 0) return set_error_code(TS_ERR_INTERNAL,
                                         "compile: a pass dropped output %d (node %d)", i, src->outputs[i]);
     dst->outputs[i] = t;
     dst->alias[i] = src->alias ? src->alias[i] : -1;
@@ -51,7 +51,7 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
   if (!dst || !map) {
     ts_graph_free(dst);
     free(map);
-    ts_oom("compile: rebuilding a graph", ((size_t)src->n_nodes + 1) * sizeof *map);
+    error_oom("compile: rebuilding a graph", ((size_t)src->n_nodes + 1) * sizeof *map);
     return NULL;
   }
   for (int id = 0; id < src->n_nodes; id++) {
@@ -62,8 +62,8 @@ ts_graph *opt_rebuild(const ts_graph *src, opt_rewrite_fn fn, void *user, int32_
     if (r == OPT_KEEP) {
       for (int i = 0; i < n->n_in; i++)
         if (map[n->in[i]] < 0) {
-          ts_set_error_code(TS_ERR_INTERNAL,
-                            "compile: node %d (%s) uses node %d which a pass dropped", id, ts_op_name(n->op),
+          set_error_code(TS_ERR_INTERNAL,
+                            "compile: node %d (%s) uses node %d which a pass dropped", id, ir_op_name(n->op),
                             n->in[i]);
           goto fail;
         }
@@ -92,7 +92,7 @@ int opt_users_build(const ts_graph *g, opt_users *u) {
   u->users = malloc(((size_t)total + 1) * sizeof *u->users);
   if (!u->off || !u->n_out || !u->users) {
     opt_users_free(u);
-    return ts_oom("compile: listing users", ((size_t)total + 1) * sizeof *u->users);
+    return error_oom("compile: listing users", ((size_t)total + 1) * sizeof *u->users);
   }
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i].n_in; k++) u->off[g->nodes[i].in[k] + 1]++;
@@ -100,7 +100,7 @@ int opt_users_build(const ts_graph *g, opt_users *u) {
   int *fill = calloc((size_t)n + 1, sizeof *fill);
   if (!fill) {
     opt_users_free(u);
-    return ts_oom("compile: listing users", ((size_t)n + 1) * sizeof *fill);
+    return error_oom("compile: listing users", ((size_t)n + 1) * sizeof *fill);
   }
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i].n_in; k++) {

@@ -40,13 +40,13 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *map = malloc(((size_t)n + 1) * sizeof *map);
   ts_graph *dst = NULL;
   if (!eager || !done || !order || !map) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
     goto out;
   }
   /* users come after their operands: decide from the last node back */
   for (int i = n - 1; i >= 0; i--) {
     ts_op op = g->nodes[i].op;
-    if (ts_op_is_collective(op)) {
+    if (ir_op_is_collective(op)) {
       eager[i] = true;
     } else if ((op == TS_OP_RESHAPE || op == TS_OP_CONCAT) && !u.n_out[i] && u.off[i + 1] > u.off[i]) {
       eager[i] = true;
@@ -60,7 +60,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;
   if (!(dst = ts_graph_new())) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling");
     goto out;
   }
   for (int i = 0; i < n; i++) map[order[i]] = opt_copy_node(dst, g, order[i], map);

@@ -112,7 +112,7 @@ static void place_outputs(const ts_graph *g, ts_plan *p, bool *claimed, bool *ne
       p->values[t].index = k;
     } else {
       int last_in = p->values[g->inputs[a]].last; /* includes reads through reshapes */
-      bool ew = ts_op_is_elementwise(n->op) || n->op == TS_OP_FUSED;
+      bool ew = ir_op_is_elementwise(n->op) || n->op == TS_OP_FUSED;
       if (!(last_in < t || (last_in == t && ew))) continue;
       p->values[t].kind = PLAN_INPUT;
       p->values[t].index = a;
@@ -166,7 +166,7 @@ oom:
 static int reusable_operand(const ts_graph *g, const ts_plan *p, int i) {
   const ts_node *n = &g->nodes[i];
   /* elementwise kernels and all-reduces (the collectives work in place) */
-  if (!ts_op_is_elementwise(n->op) && n->op != TS_OP_FUSED && n->op != TS_OP_ALL_REDUCE) return -1;
+  if (!ir_op_is_elementwise(n->op) && n->op != TS_OP_FUSED && n->op != TS_OP_ALL_REDUCE) return -1;
   int64_t numel = ts_shape_numel(n->rank, n->shape);
   for (int k = 0; k < n->n_in; k++) {
     int r = root_of(p, n->in[k]);
@@ -179,7 +179,7 @@ static int reusable_operand(const ts_graph *g, const ts_plan *p, int i) {
   return -1;
 }
 
-int ts_plan_build(const ts_graph *g, ts_plan *p) {
+int plan_build(const ts_graph *g, ts_plan *p) {
   int n = g->n_nodes;
   memset(p, 0, sizeof *p);
   p->n = n;
@@ -260,11 +260,11 @@ oom:
   free(claimed);
   free(needs_copy);
   free(active);
-  ts_plan_free(p);
-  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory planning %d values", n);
+  plan_free(p);
+  return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory planning %d values", n);
 }
 
-void ts_plan_free(ts_plan *p) {
+void plan_free(ts_plan *p) {
   free(p->values);
   free(p->copies);
   memset(p, 0, sizeof *p);
@@ -294,7 +294,7 @@ static int appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
   return 0;
 }
 
-int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap) {
+int plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap) {
   int rc = appendf(buf, len, cap,
                    "memory plan: arena peak %zu bytes, constants %zu bytes, %d donated in place, %d reused in place\n",
                    p->arena_bytes, p->const_bytes, p->n_inplace, p->n_reused);
@@ -309,7 +309,7 @@ int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, 
     case PLAN_ALIAS: snprintf(where, sizeof where, "alias %%%d", v->index); break;
     default: snprintf(where, sizeof where, "unused"); break;
     }
-    rc = appendf(buf, len, cap, "  %%%d %s: %s, %zu bytes, live [%d, %d]\n", i, ts_op_name(g->nodes[i].op), where,
+    rc = appendf(buf, len, cap, "  %%%d %s: %s, %zu bytes, live [%d, %d]\n", i, ir_op_name(g->nodes[i].op), where,
                  v->bytes, v->def, v->last);
   }
   for (int c = 0; c < p->n_copies && rc == 0; c++) {
@@ -321,5 +321,5 @@ int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, 
     else snprintf(dst, sizeof dst, "arena +%zu", x->dst_offset);
     rc = appendf(buf, len, cap, "  copy %s -> %s, %zu bytes\n", src, dst, x->bytes);
   }
-  return rc < 0 ? ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "executable: out of memory printing the plan") : 0;
+  return rc < 0 ? set_error_code(TS_ERR_OUT_OF_MEMORY, "executable: out of memory printing the plan") : 0;
 }

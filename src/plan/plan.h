@@ -50,10 +50,10 @@ typedef struct {
 } ts_plan;
 
 /* Plans g (already optimized; schedule = node order). */
-int ts_plan_build(const ts_graph *g, ts_plan *p);
-void ts_plan_free(ts_plan *p);
+int plan_build(const ts_graph *g, ts_plan *p);
+void plan_free(ts_plan *p);
 /* Appends the plan as text (one value a line) to a malloc'd string *buf of
  * length *len; returns 0 or -1. */
-int ts_plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap);
+int plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap);
 
 #endif

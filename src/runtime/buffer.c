@@ -78,11 +78,11 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
   b->shard_bytes = (size_t)ts_shape_numel(b->rank, b->local_shape) * ts_dtype_size(b->dtype);
   b->n_shards = c->num_devices;
   b->shards = calloc((size_t)c->num_devices, sizeof *b->shards);
-  if (!b->shards) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
+  if (!b->shards) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
   for (int i = c->first_local; i < c->first_local + c->num_local; i++) /* other processes hold theirs */
     if (!(b->shards[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) {
       free_shards(b);
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+      return set_error_code(TS_ERR_OUT_OF_MEMORY,
                                "buffer: out of memory allocating %zu bytes on device %d", b->shard_bytes, i);
     }
   for (int i = c->first_local; i < c->first_local + c->num_local; i++)
@@ -94,35 +94,35 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
 static int check_sharding(const ts_client *c, const ts_sharding *s, int rank) {
   if (!s) return 0;
   if (ts_sharding_rank(s) != rank)
-    return ts_set_error("buffer: sharding is for rank %d but the buffer is rank %d", ts_sharding_rank(s), rank);
+    return set_error("buffer: sharding is for rank %d but the buffer is rank %d", ts_sharding_rank(s), rank);
   if (ts_sharding_num_devices(s) != c->num_devices)
-    return ts_set_error("buffer: sharding's mesh has %lld devices but the client has %d (set num_devices or "
+    return set_error("buffer: sharding's mesh has %lld devices but the client has %d (set num_devices or "
                         "TESSEL_CPU_DEVICES)", (long long)ts_sharding_num_devices(s), c->num_devices);
   return 0;
 }
 
 ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const ts_sharding *s) {
   if (!c) {
-    ts_set_error("buffer: client is NULL");
+    set_error("buffer: client is NULL");
     return NULL;
   }
   if ((unsigned)dt >= TS_DTYPE_COUNT) {
-    ts_set_error("buffer: invalid dtype %d", (int)dt);
+    set_error("buffer: invalid dtype %d", (int)dt);
     return NULL;
   }
   if (rank < 0 || rank > TS_MAX_RANK || (rank && !shape)) {
-    ts_set_error("buffer: rank %d is outside [0, %d] or shape is NULL", rank, TS_MAX_RANK);
+    set_error("buffer: rank %d is outside [0, %d] or shape is NULL", rank, TS_MAX_RANK);
     return NULL;
   }
   for (int i = 0; i < rank; i++)
     if (shape[i] < 0) {
-      ts_set_error("buffer: dim %d has negative size %lld", i, (long long)shape[i]);
+      set_error("buffer: dim %d has negative size %lld", i, (long long)shape[i]);
       return NULL;
     }
   if (check_sharding(c, s, rank) < 0) return NULL;
   ts_buffer *b = calloc(1, sizeof *b);
   if (!b) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
     return NULL;
   }
   b->client = c;
@@ -167,9 +167,9 @@ ts_buffer *ts_buffer_from_host(ts_client *c, ts_dtype dt, int rank, const int64_
 }
 
 int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
-  if (!b) return ts_set_error("buffer_write: buffer is NULL");
-  if (bytes != b->bytes) return ts_set_error("buffer_write: got %zu bytes but the buffer holds %zu", bytes, b->bytes);
-  if (bytes && !src) return ts_set_error("buffer_write: source is NULL");
+  if (!b) return set_error("buffer_write: buffer is NULL");
+  if (bytes != b->bytes) return set_error("buffer_write: got %zu bytes but the buffer holds %zu", bytes, b->bytes);
+  if (bytes && !src) return set_error("buffer_write: source is NULL");
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
   ts_client *c = b->client;
   if (!b->sharding) {
@@ -178,7 +178,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
     return 0;
   }
   char *tmp = malloc(b->shard_bytes + 1);
-  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write: out of memory");
+  if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write: out of memory");
   size_t es = ts_dtype_size(b->dtype);
   int rc = 0;
   for (int i = c->first_local; i < c->first_local + c->num_local && rc == 0; i++) {
@@ -201,7 +201,7 @@ static int block_owners(const ts_buffer *b, int *owner) {
   if (!lo || !hi) {
     free(lo);
     free(hi);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read: out of memory");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read: out of memory");
   }
   for (int i = 0; i < n; i++) {
     range_of(b, i, lo + (size_t)i * (size_t)r, hi + (size_t)i * (size_t)r);
@@ -233,7 +233,7 @@ static int read_from_processes(const ts_buffer *b, void *dst, const int *owner) 
   if (!m) {
     free(owned);
     free(all);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+    return set_error_code(TS_ERR_OUT_OF_MEMORY,
                              "buffer_read: out of memory gathering %zu bytes from other processes", b->bytes);
   }
   size_t off = 0, mine = 0;
@@ -287,16 +287,16 @@ static bool needs_processes(const ts_buffer *b, const int *owner, char *has) {
 }
 
 int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
-  if (!b) return ts_set_error("buffer_read: buffer is NULL");
-  if (bytes != b->bytes) return ts_set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
-  if (bytes && !dst) return ts_set_error("buffer_read: destination is NULL");
+  if (!b) return set_error("buffer_read: buffer is NULL");
+  if (bytes != b->bytes) return set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
+  if (bytes && !dst) return set_error("buffer_read: destination is NULL");
   TS_OBS_SCOPE("TransferFromDeviceTime", "from device", "transfer", -1, bytes);
   const ts_client *c = b->client;
   int first = c->first_local, n = b->n_shards;
   if (!b->sharding) return c->devs[first].to_host(c->devs[first].ctx, dst, b->shards[first], bytes);
   int *owner = malloc(((size_t)n + 1) * sizeof *owner), *local = malloc(((size_t)n + 1) * sizeof *local);
   char *has = malloc((size_t)n + 1), *tmp = malloc(b->shard_bytes + 1);
-  int rc = owner && local && has && tmp ? block_owners(b, owner) : ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
+  int rc = owner && local && has && tmp ? block_owners(b, owner) : set_error_code(TS_ERR_OUT_OF_MEMORY,
                                                                                      "buffer_read: out of memory");
   if (rc == 0 && needs_processes(b, owner, has)) {
     rc = read_from_processes(b, dst, owner);
@@ -323,9 +323,9 @@ int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
 const ts_sharding *ts_buffer_sharding(const ts_buffer *b) { return b ? b->sharding : NULL; }
 
 int ts_buffer_shard_range(const ts_buffer *b, int device, int64_t *start, int64_t *limit) {
-  if (!b) return ts_set_error("buffer_shard_range: buffer is NULL");
+  if (!b) return set_error("buffer_shard_range: buffer is NULL");
   if (device < 0 || device >= b->n_shards)
-    return ts_set_error("buffer_shard_range: device %d is outside [0, %d)", device, b->n_shards);
+    return set_error("buffer_shard_range: device %d is outside [0, %d)", device, b->n_shards);
   range_of(b, device, start, limit);
   return 0;
 }
@@ -338,10 +338,10 @@ static int check_block(const ts_buffer *b, int device, const void *host, size_t 
   if (ts_buffer_shard_range(b, device, start, limit) < 0) return -1;
   for (int d = 0; d < b->rank; d++) ext[d] = limit[d] - start[d];
   size_t want = (size_t)ts_shape_numel(b->rank, ext) * ts_dtype_size(b->dtype);
-  if (bytes != want) return ts_set_error("%s: %zu bytes given but device %d's block holds %zu", what, bytes, device, want);
-  if (bytes && !host) return ts_set_error("%s: host memory is NULL", what);
+  if (bytes != want) return set_error("%s: %zu bytes given but device %d's block holds %zu", what, bytes, device, want);
+  if (bytes && !host) return set_error("%s: host memory is NULL", what);
   if (!rt_is_local(b->client, device))
-    return ts_set_error("%s: device %d belongs to process %d, not to this one (%d)", what, device,
+    return set_error("%s: device %d belongs to process %d, not to this one (%d)", what, device,
                         b->client->device_process[device], b->client->process_index);
   return 0;
 }
@@ -351,7 +351,7 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
   if (check_block(b, device, dst, bytes, "buffer_read_shard", ext) < 0) return -1;
   const ts_device *d = &b->client->devs[device];
   char *tmp = malloc(b->shard_bytes + 1);
-  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read_shard: out of memory");
+  if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read_shard: out of memory");
   int rc = d->to_host(d->ctx, tmp, b->shards[device], b->shard_bytes);
   /* the block's valid part is the origin corner of the padded local block */
   if (rc == 0) copy_block(tmp, b->local_shape, dst, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), false);
@@ -365,7 +365,7 @@ int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t byte
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
   char *tmp = calloc(1, b->shard_bytes + 1); /* padding of an uneven block: zeros */
-  if (!tmp) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write_shard: out of memory");
+  if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write_shard: out of memory");
   copy_block(tmp, b->local_shape, (char *)src, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), true);
   int rc = d->to_device(d->ctx, b->shards[device], tmp, b->shard_bytes);
   free(tmp);
@@ -373,13 +373,13 @@ int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t byte
 }
 
 int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
-  if (!b) return ts_set_error("buffer_reshard: buffer is NULL");
+  if (!b) return set_error("buffer_reshard: buffer is NULL");
   if (check_sharding(b->client, s, b->rank) < 0) return -1;
   if (rt_buffer_has_sharding(b, s)) return 0;
   /* through the host: rare (only when a caller passes a buffer laid out
    * differently from what a program expects) */
   void *host = malloc(b->bytes + 1);
-  if (!host) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_reshard: out of memory");
+  if (!host) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_reshard: out of memory");
   int rc = ts_buffer_read(b, host, b->bytes);
   ts_sharding *ns = NULL;
   if (rc == 0 && s && !ts_sharding_is_replicated(s) && !(ns = ts_sharding_clone(s))) rc = -1;

@@ -11,7 +11,7 @@
 
 #include "comm/comm.h"
 #include "comm/net.h"       /* processes: MPI */
-#include "kernels/kernels.h" /* ts_kernels_set_num_threads: the CPU backend's thread pool */
+#include "kernels/kernels.h" /* kernels_set_num_threads: the CPU backend's thread pool */
 #include "util/hash.h"      /* util_hash64 */
 #include "runtime/rt.h"
 #include "util/config.h"  /* TESSEL_NUM_THREADS, TESSEL_CPU_DEVICES, TESSEL_COLLECTIVE_TIMEOUT */
@@ -19,7 +19,7 @@
 /* A count from the environment (util/config.h): 0 with *out unchanged when
  * unset, -1 naming the variable and its value when invalid. */
 static int env_count(const char *name, int value, const char *invalid, int max, int *out) {
-  if (invalid) return ts_set_error("client: %s='%s' is not a count in [1, %d]", name, invalid, max);
+  if (invalid) return set_error("client: %s='%s' is not a count in [1, %d]", name, invalid, max);
   if (value > 0) *out = value;
   return 0;
 }
@@ -31,7 +31,7 @@ static int timeout_ms(const ts_client_options *opts, bool several, int *out) {
   int ms = opts ? opts->collective_timeout_ms : 0;
   const ts_env_config *env = env_config();
   if (ms == 0 && env->collective_timeout_invalid)
-    return ts_set_error("client: TESSEL_COLLECTIVE_TIMEOUT='%s' is not seconds in [0, 86400] (0 = none)",
+    return set_error("client: TESSEL_COLLECTIVE_TIMEOUT='%s' is not seconds in [0, 86400] (0 = none)",
                         env->collective_timeout_invalid);
   if (ms == 0) ms = env->collective_timeout_ms;
   if (ms == 0) ms = several ? 20000 : 120000;
@@ -48,7 +48,7 @@ static int share(int total, int procs, int p) { return total / procs + (p < tota
 static int layout(ts_client *c, int nlocal) {
   int P = c->process_count, me = c->process_index;
   int *counts = calloc((size_t)P, sizeof *counts);
-  if (!counts) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
+  if (!counts) return set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   if (net_allgather(c->net, &nlocal, counts, sizeof nlocal, c->timeout_ms,
                     "client: exchanging device counts between processes") < 0) {
     free(counts);
@@ -58,14 +58,14 @@ static int layout(ts_client *c, int nlocal) {
   for (int p = 0; p < P; p++) total += counts[p];
   if (total > TS_MAX_DEVICES) {
     free(counts);
-    return ts_set_error("client: %ld devices over %d processes (at most %d)", total, P, TS_MAX_DEVICES);
+    return set_error("client: %ld devices over %d processes (at most %d)", total, P, TS_MAX_DEVICES);
   }
   c->num_devices = (int)total;
   c->num_local = nlocal;
   c->device_process = calloc((size_t)total, sizeof *c->device_process);
   if (!c->device_process) {
     free(counts);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
   }
   for (int p = 0, d = 0; p < P; p++)
     for (int i = 0; i < counts[p]; i++, d++) {
@@ -80,15 +80,15 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   int n = opts ? opts->num_threads : 0;
   int ndev = opts ? opts->num_devices : 0, total = opts ? opts->total_devices : 0;
   if (n < 0 || n > TS_MAX_THREADS) {
-    ts_set_error("client: num_threads is %d (use 0 for the default, at most %d)", n, TS_MAX_THREADS);
+    set_error("client: num_threads is %d (use 0 for the default, at most %d)", n, TS_MAX_THREADS);
     return NULL;
   }
   if (ndev < 0 || ndev > TS_MAX_DEVICES) {
-    ts_set_error("client: num_devices is %d (use 0 for the default, at most %d)", ndev, TS_MAX_DEVICES);
+    set_error("client: num_devices is %d (use 0 for the default, at most %d)", ndev, TS_MAX_DEVICES);
     return NULL;
   }
   if (total < 0 || total > TS_MAX_DEVICES || (total && ndev)) {
-    ts_set_error("client: total_devices is %d (0, or at most %d with num_devices 0)", total, TS_MAX_DEVICES);
+    set_error("client: total_devices is %d (0, or at most %d with num_devices 0)", total, TS_MAX_DEVICES);
     return NULL;
   }
   bool failed = false;
@@ -97,7 +97,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   if (net && net_size(net) == 1) net = NULL; /* a job of one process is a plain process */
   int P = net_size(net), me = net_rank(net);
   if (total && total < P) {
-    ts_set_error("client: total_devices %d is fewer than the %d processes", total, P);
+    set_error("client: total_devices %d is fewer than the %d processes", total, P);
     return NULL;
   }
   if (total) ndev = share(total, P, me);
@@ -113,7 +113,7 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   if (n < 1) n = 1;
   ts_client *c = calloc(1, sizeof *c);
   if (!c) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     return NULL;
   }
   c->net = net;
@@ -121,38 +121,38 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   c->process_index = me;
   if (timeout_ms(opts, P > 1, &c->timeout_ms) < 0 || layout(c, ndev) < 0 ||
       !(c->devs = calloc((size_t)c->num_devices, sizeof *c->devs))) {
-    if (!c->devs && c->device_process) ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
+    if (!c->devs && c->device_process) set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
     ts_client_free(c);
     return NULL;
   }
   c->num_threads = n;
   c->threads_per_device = n / ndev > 1 ? n / ndev : 1;
   for (int i = c->first_local; i < c->first_local + ndev; i++)
-    if (ts_cpu_device_init(&c->devs[i], i) < 0) {
+    if (cpu_device_init(&c->devs[i], i) < 0) {
       ts_client_free(c);
       return NULL;
     }
   c->dev = c->devs[c->first_local];
   if (c->num_devices > 1 &&
-      !(c->comm = ts_comm_new_world(c->num_devices, c->device_process, c->first_local, ndev, net))) {
+      !(c->comm = comm_new_world(c->num_devices, c->device_process, c->first_local, ndev, net))) {
     ts_client_free(c);
     return NULL;
   }
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
-  if (c->comm) ts_comm_set_timeout_ms(c->comm, c->timeout_ms);
+  if (c->comm) comm_set_timeout_ms(c->comm, c->timeout_ms);
   if (ndev > 1 && !(c->pool = rt_pool_new(ndev - 1))) {
     ts_client_free(c);
     return NULL;
   }
-  ts_kernels_set_num_threads(c->threads_per_device);
+  kernels_set_num_threads(c->threads_per_device);
   return c;
 }
 
 void ts_client_free(ts_client *c) {
   if (!c) return;
   rt_pool_free(c->pool); /* no device runs any more: the communicator can go */
-  if (c->comm) ts_comm_free(c->comm);
+  if (c->comm) comm_free(c->comm);
   for (int i = 0; c->devs && i < c->num_devices; i++)
     if (c->devs[i].destroy) c->devs[i].destroy(c->devs[i].ctx);
   free(c->devs);
@@ -174,18 +174,18 @@ typedef struct {
 } same_rec;
 
 int ts_client_check_same(ts_client *c, const char *what, const char *text) {
-  if (!c || !what || !text) return ts_set_error("client_check_same: client, what or text is NULL");
+  if (!c || !what || !text) return set_error("client_check_same: client, what or text is NULL");
   if (c->process_count == 1) return 0;
   same_rec mine = {0};
   mine.len = (uint32_t)strlen(text);
   mine.hash = util_hash64(text, mine.len, 0);
   snprintf(mine.head, sizeof mine.head, "%s", text);
   same_rec *all = calloc((size_t)c->process_count, sizeof *all);
-  if (!all) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+  if (!all) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int rc = net_allgather(c->net, &mine, all, sizeof mine, c->timeout_ms, what);
   for (int p = 1; rc == 0 && p < c->process_count; p++)
     if (all[p].hash != all[0].hash || all[p].len != all[0].len)
-      rc = ts_set_error_code(TS_ERR_MISMATCH,
+      rc = set_error_code(TS_ERR_MISMATCH,
                              "%s differs between processes: rank 0 has \"%s\" (hash %016llx) but rank %d has \"%s\" "
                              "(hash %016llx); every process must run the same configuration",
                              what, all[0].head, (unsigned long long)all[0].hash, p, all[p].head,
@@ -195,11 +195,11 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text) {
 }
 
 int ts_client_max(ts_client *c, int64_t value, int64_t *max) {
-  if (!c || !max) return ts_set_error("client_max: client or max is NULL");
+  if (!c || !max) return set_error("client_max: client or max is NULL");
   *max = value;
   if (c->process_count == 1) return 0;
   int64_t *all = calloc((size_t)c->process_count, sizeof *all);
-  if (!all) return ts_oom("client_max", (size_t)c->process_count * sizeof *all);
+  if (!all) return error_oom("client_max", (size_t)c->process_count * sizeof *all);
   int rc = net_allgather(c->net, &value, all, sizeof value, c->timeout_ms, "client_max");
   for (int p = 0; rc == 0 && p < c->process_count; p++)
     if (all[p] > *max) *max = all[p];

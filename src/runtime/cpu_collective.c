@@ -42,12 +42,12 @@ static int all_to_all(const ts_node *n, const ts_node *x, const void *in, void *
   if (!send || !recv) {
     free(send);
     free(recv);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "all_to_all: out of memory (%zu bytes)", 2 * block * (size_t)m);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "all_to_all: out of memory (%zu bytes)", 2 * block * (size_t)m);
   }
   int64_t a = span(x->shape, 0, s);
   size_t sb = (size_t)span(local, s, x->rank) * es;
   for (int j = 0; j < m; j++) get_block(send + (size_t)j * block, in, a, m, j, sb);
-  int rc = ts_comm_all_to_all(comm, device, k->ids, m, send, recv, 1, block);
+  int rc = comm_all_to_all(comm, device, k->ids, m, send, recv, 1, block);
   if (rc == 0) {
     int64_t a2 = span(local, 0, c);
     size_t cb = (size_t)span(local, c, x->rank) * es;
@@ -62,32 +62,32 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
   const ts_node *n = &g->nodes[id];
   const ts_collective *k = n->attr.coll;
   const ts_node *x = &g->nodes[n->in[0]];
-  if (!k) return ts_set_error("%s: node has no device group", ts_op_name(n->op));
+  if (!k) return set_error("%s: node has no device group", ir_op_name(n->op));
   if (!comm) {
     /* a program run without a communicator: only groups of one are valid */
     if (n->op != TS_OP_COLLECTIVE_PERMUTE && k->n == 1) {
       memcpy(out, in[0], (size_t)numel(n) * ts_dtype_size(n->dtype));
       return 0;
     }
-    return ts_set_error("%s: no communicator (the program was compiled for several devices)", ts_op_name(n->op));
+    return set_error("%s: no communicator (the program was compiled for several devices)", ir_op_name(n->op));
   }
   size_t es = ts_dtype_size(n->dtype);
   int d = n->attr.axis;
   switch (n->op) {
   case TS_OP_ALL_REDUCE:
-    return ts_comm_all_reduce(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+    return comm_all_reduce(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
                               numel(n));
   case TS_OP_ALL_GATHER: // (outer, in[d] * rest) per member -> (outer, n, ...)
-    return ts_comm_all_gather(comm, device, k->ids, k->n, in[0], out, span(x->shape, 0, d),
+    return comm_all_gather(comm, device, k->ids, k->n, in[0], out, span(x->shape, 0, d),
                               (size_t)span(x->shape, d, x->rank) * es);
   case TS_OP_REDUCE_SCATTER: // (outer, n, out[d] * rest) -> (outer, out[d] * rest)
-    return ts_comm_reduce_scatter(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
+    return comm_reduce_scatter(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, in[0], out,
                                   span(n->shape, 0, d), span(n->shape, d, n->rank));
   case TS_OP_ALL_TO_ALL:
     return all_to_all(n, x, in[0], out, device, comm);
   case TS_OP_COLLECTIVE_PERMUTE:
-    return ts_comm_permute(comm, device, k->ids, k->n, in[0], out, (size_t)numel(n) * es);
+    return comm_permute(comm, device, k->ids, k->n, in[0], out, (size_t)numel(n) * es);
   default:
-    return ts_set_error("collective: %s is not a collective", ts_op_name(n->op));
+    return set_error("collective: %s is not a collective", ir_op_name(n->op));
   }
 }

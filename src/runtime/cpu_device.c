@@ -1,5 +1,5 @@
 /* cpu_device.c — the CPU backend behind device.h: aligned host memory,
- * memcpy transfers, and a run loop calling ts_kernel_run node by node; the
+ * memcpy transfers, and a run loop calling kernel_run node by node; the
  * all-reduces the compiler marked async are started on the communicator's
  * worker and awaited by their first user, so they overlap with the nodes in
  * between. */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"      /* started all-reduces */
-#include "kernels/kernels.h" /* ts_kernel_run, ts_kstate */
+#include "kernels/kernels.h" /* kernel_run, ts_kstate */
 #include "runtime/device.h"
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
@@ -48,7 +48,7 @@ static int32_t base_of(const ts_graph *g, int32_t t) {
 static int await_node(pending *p, const ts_program *prog, int32_t id) {
   for (int i = 0; i < p->n; i++) {
     if (p->node[i] != id) continue;
-    int rc = ts_comm_wait_ticket(prog->comm, prog->device, p->ticket[i]);
+    int rc = comm_wait_ticket(prog->comm, prog->device, p->ticket[i]);
     memmove(p->node, p->node + i + 1, (size_t)(p->n - i - 1) * sizeof *p->node);
     memmove(p->ticket, p->ticket + i + 1, (size_t)(p->n - i - 1) * sizeof *p->ticket);
     p->n -= i + 1;
@@ -60,7 +60,7 @@ static int await_node(pending *p, const ts_program *prog, int32_t id) {
 static int await_all(pending *p, const ts_program *prog) {
   if (!p->n) return 0;
   p->n = 0;
-  return ts_comm_wait_all(prog->comm, prog->device);
+  return comm_wait_all(prog->comm, prog->device);
 }
 
 /* Starts the all-reduce of node id on the communicator's worker, in place
@@ -74,12 +74,12 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
     int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
     if (nodes) p->node = nodes;
     int64_t *tickets = nodes ? realloc(p->ticket, (size_t)cap * sizeof *tickets) : NULL;
-    if (!tickets) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting all-reduce %d", id);
+    if (!tickets) return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting all-reduce %d", id);
     p->ticket = tickets;
     p->cap = cap;
   }
   if (in != out && bytes) memcpy(out, in, bytes);
-  int64_t t = ts_comm_all_reduce_start(prog->comm, prog->device, n->attr.coll->ids, n->attr.coll->n, n->dtype,
+  int64_t t = comm_all_reduce_start(prog->comm, prog->device, n->attr.coll->ids, n->attr.coll->n, n->dtype,
                                        n->attr.reduce, out, ts_shape_numel(n->rank, n->shape));
   if (t < 0) return -1;
   p->node[p->n] = id;
@@ -100,26 +100,26 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     /* a started all-reduce must be done before a user reads it and before
      * the device makes its next collective call */
     bool async = prog->async && prog->async[id];
-    if (p.n && ts_op_is_collective(n->op) && !async) rc = await_all(&p, prog); /* started ones queue in order */
+    if (p.n && ir_op_is_collective(n->op) && !async) rc = await_all(&p, prog); /* started ones queue in order */
     for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, base_of(g, n->in[k]));
     if (rc) break;
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
     if (!in) {
-      rc = ts_set_error_code(TS_ERR_OUT_OF_MEMORY,
-                             "execute: out of memory calling node %d (%s)", id, ts_op_name(n->op));
+      rc = set_error_code(TS_ERR_OUT_OF_MEMORY,
+                             "execute: out of memory calling node %d (%s)", id, ir_op_name(n->op));
       break;
     }
     for (int k = 0; k < n->n_in; k++) in[k] = values[n->in[k]];
     if (async) {
-      int64_t t0 = ts_obs_now();
+      int64_t t0 = obs_now();
       rc = start(&p, prog, id, in[0], values[id]);
-      if (t0) ts_obs_kernel("all_reduce (start)", prog->device, t0);
+      if (t0) obs_kernel("all_reduce (start)", prog->device, t0);
     } else {
-      int64_t obs_t0 = ts_obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
-      rc = ts_op_is_collective(n->op)
+      int64_t obs_t0 = obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
+      rc = ir_op_is_collective(n->op)
                ? cpu_collective(g, id, in, values[id], prog->device, prog->comm)
-               : ts_kernel_run(g, id, in, values[id], (ts_kstate **)&prog->state[id], &kctx);
-      ts_obs_node_end(g, id, prog->device, obs_t0);
+               : kernel_run(g, id, in, values[id], (ts_kstate **)&prog->state[id], &kctx);
+      obs_node_end(g, id, prog->device, obs_t0);
     }
     if (in != in_small) free(in);
   }
@@ -135,7 +135,7 @@ static void cpu_release_state(void *ctx, void *state) {
   if (s && s->free) s->free(s);
 }
 
-int ts_cpu_device_init(ts_device *d, int id) {
+int cpu_device_init(ts_device *d, int id) {
   memset(d, 0, sizeof *d);
   d->platform = "cpu";
   d->id = id;

@@ -50,7 +50,7 @@ typedef struct ts_device {
 } ts_device;
 
 /* Fills d with the CPU backend (device id `id`). */
-int ts_cpu_device_init(ts_device *d, int id);
+int cpu_device_init(ts_device *d, int id);
 
 struct ts_comm;
 /* cpu_collective.c: runs collective node `id` of g on this device (its

@@ -56,7 +56,7 @@ rt_pool *rt_pool_new(int n_workers) {
   rt_pool *p = calloc(1, sizeof *p);
   if (!p || !(p->th = calloc((size_t)(n_workers > 0 ? n_workers : 1), sizeof *p->th))) {
     free(p);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory for %d device threads", n_workers);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory for %d device threads", n_workers);
     return NULL;
   }
   p->want = n_workers;
@@ -75,7 +75,7 @@ static int start_workers(rt_pool *p) {
     if (a) *a = (worker_arg){p, i + 1};
     if (!a || pthread_create(&p->th[i], NULL, worker, a) != 0) {
       free(a);
-      return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: could not start the thread of local device %d "
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: could not start the thread of local device %d "
                                "(of %d)", i + 1, p->want + 1);
     }
     p->n = i + 1;

@@ -16,13 +16,13 @@ static bool same_type(const ts_buffer *b, const ts_node *n) {
 }
 
 static int check_inputs(const ts_graph *g, ts_buffer *const *inputs) {
-  if (g->n_inputs && !inputs) return ts_set_error("execute: inputs is NULL but the program has %d inputs", g->n_inputs);
+  if (g->n_inputs && !inputs) return set_error("execute: inputs is NULL but the program has %d inputs", g->n_inputs);
   for (int i = 0; i < g->n_inputs; i++) {
     const ts_node *n = &g->nodes[g->inputs[i]];
-    if (!inputs[i]) return ts_set_error("execute: input %d \"%s\" is NULL", i, n->name ? n->name : "");
+    if (!inputs[i]) return set_error("execute: input %d \"%s\" is NULL", i, n->name ? n->name : "");
     if (!same_type(inputs[i], n)) {
       char want[128], got[128];
-      return ts_set_error("execute: input %d \"%s\" expects %s but got %s", i, n->name ? n->name : "",
+      return set_error("execute: input %d \"%s\" expects %s but got %s", i, n->name ? n->name : "",
                           ir_shape_str(n, want, sizeof want),
                           rt_shape_str(inputs[i]->dtype, inputs[i]->rank, inputs[i]->shape, got, sizeof got));
     }
@@ -46,7 +46,7 @@ static int prepare_outputs(ts_client *c, const ts_graph *g, ts_sharding *const *
     if (outputs[k]) {
       if (!same_type(outputs[k], n)) {
         char want[128], got[128];
-        return ts_set_error("execute: output %d expects %s but got %s", k, ir_shape_str(n, want, sizeof want),
+        return set_error("execute: output %d expects %s but got %s", k, ir_shape_str(n, want, sizeof want),
                             rt_shape_str(outputs[k]->dtype, outputs[k]->rank, outputs[k]->shape, got, sizeof got));
       }
       if (!rt_buffer_has_sharding(outputs[k], sh) && ts_buffer_reshard(outputs[k], sh) < 0) return -1;
@@ -124,12 +124,12 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
     free(rc);
     free(msg);
     free(code);
-    return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory running %d devices", n);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory running %d devices", n);
   }
   spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg, code};
   int ret = rt_pool_run(e->client->pool, run_local, &r);
   for (int i = 0; i < n && !ret; i++)
-    if (rc[i]) ret = ts_set_error_code(code[i], "%s", msg[i]);
+    if (rc[i]) ret = set_error_code(code[i], "%s", msg[i]);
   free(rc);
   free(msg);
   free(code);
@@ -137,13 +137,13 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
 }
 
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) {
-  if (!e) return ts_set_error("execute: executable is NULL");
+  if (!e) return set_error("execute: executable is NULL");
   const ts_graph *g = e->g;
   if (check_inputs(g, inputs) < 0) return -1;
   TS_OBS_SCOPE("ExecuteTime", "execute", "execute", -1, -1); /* metrics + trace, to the return */
-  if (g->n_outputs && !outputs) return ts_set_error("execute: outputs is NULL but the program has %d outputs", g->n_outputs);
+  if (g->n_outputs && !outputs) return set_error("execute: outputs is NULL but the program has %d outputs", g->n_outputs);
   for (int i = 0; i < g->n_inputs; i++) {
-    if (inputs[i]->client != e->client) return ts_set_error("execute: input %d belongs to another client", i);
+    if (inputs[i]->client != e->client) return set_error("execute: input %d belongs to another client", i);
     /* a buffer laid out differently from what the program expects is
      * re-laid out once (it keeps the new layout for the next steps) */
     const ts_sharding *want = e->in_sh ? e->in_sh[i] : NULL;
@@ -151,13 +151,13 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
   }
   for (int i = 0; e->in_sh && i < g->n_inputs; i++) /* one buffer passed twice, laid out two ways */
     if (!rt_buffer_has_sharding(inputs[i], e->in_sh[i]))
-      return ts_set_error("execute: the buffer of input %d is also passed as another input that needs a different "
+      return set_error("execute: the buffer of input %d is also passed as another input that needs a different "
                           "sharding; pass a copy", i);
   ts_buffer **bufs = calloc((size_t)g->n_outputs + 1, sizeof *bufs);
   bool *fresh = calloc((size_t)g->n_outputs + 1, sizeof *fresh);
   int rc = -1;
   if (!bufs || !fresh) {
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory");
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;

@@ -7,17 +7,17 @@
 
 int ts_mark_sharding(ts_graph *g, ts_tensor t, const ts_sharding *s) {
   if (!ir_check_tensor(g, t, "mark_sharding")) return -1;
-  if (!s) return ts_set_error("mark_sharding: sharding is NULL (use ts_clear_sharding to remove one)");
+  if (!s) return set_error("mark_sharding: sharding is NULL (use ts_clear_sharding to remove one)");
   ts_node *n = &g->nodes[t];
   if (s->rank != n->rank) {
     char buf[96];
-    return ts_set_error("mark_sharding: sharding is for rank %d but tensor %%%d is %s", s->rank, t,
+    return set_error("mark_sharding: sharding is for rank %d but tensor %%%d is %s", s->rank, t,
                         ir_shape_str(n, buf, sizeof buf));
   }
   if (n->sharding) {
     if (ts_sharding_equal(n->sharding, s)) return 0;
     char *a = ts_sharding_to_string(n->sharding), *b = ts_sharding_to_string(s);
-    ts_set_error("mark_sharding: tensor %%%d is already marked %s; clear it (ts_clear_sharding) before marking "
+    set_error("mark_sharding: tensor %%%d is already marked %s; clear it (ts_clear_sharding) before marking "
                  "it %s", t, a ? a : "?", b ? b : "?");
     free(a);
     free(b);

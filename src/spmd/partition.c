@@ -62,7 +62,7 @@ static int32_t lower_leaf(part *p, int id, const ts_partition_spec *in_spec) {
     int32_t v = part_emit(p, TS_OP_INPUT, n->dtype, n->rank, is, 0, NULL, NULL);
     if (v == TS_NONE) return TS_NONE;
     if (!(p->L->nodes[v].name = strdup(n->name ? n->name : ""))) {
-      ts_oom("partition: an input's name", strlen(n->name ? n->name : "") + 1);
+      error_oom("partition: an input's name", strlen(n->name ? n->name : "") + 1);
       return TS_NONE;
     }
     return part_reshard(p, v, n->dtype, n->rank, n->shape, *in_spec, 0, TS_REDUCE_SUM, W);
@@ -73,7 +73,7 @@ static int32_t lower_leaf(part *p, int id, const ts_partition_spec *in_spec) {
       size_t es = ts_dtype_size(n->dtype);
       char *d = malloc((size_t)ts_shape_numel(n->rank, ls) * es + 1);
       if (!d) {
-        ts_oom("partition: a constant's block", (size_t)ts_shape_numel(n->rank, ls) * es + 1);
+        error_oom("partition: a constant's block", (size_t)ts_shape_numel(n->rank, ls) * es + 1);
         return TS_NONE;
       }
       take_block(d, n->data, n->rank, n->shape, st, ls, es);
@@ -288,7 +288,7 @@ static int32_t lower_window(part *p, int id) {
   part_local_shape(p, &O, n->rank, n->shape, ls);
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
   if (!in) {
-    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    error_oom("partition: operands", (size_t)n->n_in * sizeof *in);
     return TS_NONE;
   }
   for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], &O);
@@ -305,7 +305,7 @@ static int32_t lower_fallback(part *p, int id) {
   const ts_node *n = &p->g->nodes[id];
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
   if (!in) {
-    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    error_oom("partition: operands", (size_t)n->n_in * sizeof *in);
     return TS_NONE;
   }
   for (int k = 0; k < n->n_in; k++) {
@@ -394,12 +394,12 @@ static int32_t lower_manual(part *p, int id) {
   if (spmd_is_to_local(n)) return part_get(p, n->in[0], ts_sharding_spec(n->sharding));
   int32_t small[8], *in = n->n_in <= 8 ? small : malloc((size_t)n->n_in * sizeof *in);
   if (!in) {
-    ts_oom("partition: operands", (size_t)n->n_in * sizeof *in);
+    error_oom("partition: operands", (size_t)n->n_in * sizeof *in);
     return TS_NONE;
   }
   for (int k = 0; k < n->n_in; k++) in[k] = p->val[n->in[k]];
   int32_t v;
-  if (ts_op_is_collective(n->op) && !n->attr.coll)
+  if (ir_op_is_collective(n->op) && !n->attr.coll)
     v = part_emit_coll(p, n->op, n->dtype, n->rank, n->shape, in[0], n->attr.dims, n->attr.n_dims, n->attr.reduce,
                        n->attr.axis, 0);
   else {
@@ -483,7 +483,7 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
   for (int64_t i = 0; i < m->ndevices; i++)
     if (m->device_ids[i] == device) flat = i;
   if (flat < 0) {
-    ts_set_error("partition: device %d is not in the mesh", device);
+    set_error("partition: device %d is not in the mesh", device);
     return NULL;
   }
   for (int a = m->rank - 1; a >= 0; a--) {
@@ -495,7 +495,7 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
   p.memo = calloc((size_t)g->n_nodes + 1, sizeof *p.memo);
   p.L = ts_graph_new();
   if (!W || !p.val || !p.memo || !p.L) {
-    ts_oom("partition: per-node state", ((size_t)g->n_nodes + 1) * (sizeof *W + sizeof *p.val + sizeof *p.memo));
+    error_oom("partition: per-node state", ((size_t)g->n_nodes + 1) * (sizeof *W + sizeof *p.val + sizeof *p.memo));
     goto fail;
   }
   for (int i = 0; i < g->n_nodes; i++) {

@@ -132,7 +132,7 @@ static void forward(prop *p, int id) {
   const ts_node *n = &g->nodes[id];
   ts_partition_spec c;
   spec_clear(&c, n->rank);
-  if (ts_op_is_elementwise(n->op)) {
+  if (ir_op_is_elementwise(n->op)) {
     for (int k = 0; k < n->n_in; k++)
       if (same_shape(&g->nodes[n->in[k]], n)) offer(p, id, p->spec[n->in[k]]);
     return;
@@ -228,7 +228,7 @@ static void backward(prop *p, int id) {
     return;
   }
   if (spmd_total_tiles(p->m, ns) == 1) return;
-  if (ts_op_is_elementwise(n->op)) {
+  if (ir_op_is_elementwise(n->op)) {
     for (int k = 0; k < n->n_in; k++)
       if (same_shape(&g->nodes[n->in[k]], n)) offer(p, n->in[k], *ns);
     return;
@@ -319,7 +319,7 @@ static void backward(prop *p, int id) {
 
 int spmd_propagate(const ts_graph *g, const ts_mesh *m, ts_partition_spec *specs, bool *fixed_out) {
   bool *fixed = calloc((size_t)g->n_nodes + 1, sizeof *fixed);
-  if (!fixed) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "propagate: out of memory");
+  if (!fixed) return set_error_code(TS_ERR_OUT_OF_MEMORY, "propagate: out of memory");
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     spec_clear(&specs[i], n->rank);
@@ -333,8 +333,8 @@ int spmd_propagate(const ts_graph *g, const ts_mesh *m, ts_partition_spec *specs
                 memcmp(am->device_ids, m->device_ids, (size_t)m->ndevices * sizeof *m->device_ids) == 0;
     if (!same) {
       free(fixed);
-      return ts_set_error("propagate: node %%%d (%s) is marked with a sharding on a different mesh than the "
-                          "program's (%lld devices)", i, ts_op_name(n->op), (long long)m->ndevices);
+      return set_error("propagate: node %%%d (%s) is marked with a sharding on a different mesh than the "
+                          "program's (%lld devices)", i, ir_op_name(n->op), (long long)m->ndevices);
     }
     specs[i] = *ts_sharding_spec(n->sharding);
     fixed[i] = true;

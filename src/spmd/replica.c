@@ -10,7 +10,7 @@
 int32_t ts_replica_all_reduce(ts_graph *g, int32_t x, ts_reduce_kind kind) {
   if (!ir_check_tensor(g, x, "replica_all_reduce")) return TS_NONE;
   if ((unsigned)kind > TS_REDUCE_MEAN) {
-    ts_set_error("replica_all_reduce: unknown reduce kind %d", (int)kind);
+    set_error("replica_all_reduce: unknown reduce kind %d", (int)kind);
     return TS_NONE;
   }
   const ts_node *n = &g->nodes[x];
@@ -18,7 +18,7 @@ int32_t ts_replica_all_reduce(ts_graph *g, int32_t x, ts_reduce_kind kind) {
   a.reduce = kind;
   if (!(a.coll = malloc(sizeof *a.coll)) || !(a.coll->ids = malloc(sizeof *a.coll->ids))) {
     free(a.coll);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "replica_all_reduce: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "replica_all_reduce: out of memory");
     return TS_NONE;
   }
   a.coll->n = 1;
@@ -37,7 +37,7 @@ int replica_resolve_groups(ts_graph *g, int n_devices) {
     ts_node *n = &g->nodes[i];
     if (!replica_is_all(n)) continue;
     int32_t *ids = malloc((size_t)n_devices * sizeof *ids);
-    if (!ids) return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    if (!ids) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     for (int d = 0; d < n_devices; d++) ids[d] = d;
     free(n->attr.coll->ids);
     n->attr.coll->ids = ids;

@@ -31,7 +31,7 @@ static int group_ids(const part *p, const int *axes, int n, int32_t **out) {
   int64_t size = 1;
   for (int k = 0; k < n; k++) size *= p->m->shape[axes[k]];
   int32_t *ids = malloc((size_t)size * sizeof *ids);
-  if (!ids) return ts_oom("partition: a collective's device group", (size_t)size * sizeof *ids);
+  if (!ids) return error_oom("partition: a collective's device group", (size_t)size * sizeof *ids);
   for (int64_t r = 0; r < size; r++) {
     int64_t c[TS_MESH_MAX_RANK];
     for (int a = 0; a < p->m->rank; a++) c[a] = p->coord[a];
@@ -68,7 +68,7 @@ static int coll_list_push(spmd_coll_list *l, ts_collective_info info) {
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 16;
     ts_collective_info *v = realloc(l->v, (size_t)cap * sizeof *v);
-    if (!v) return ts_oom("partition: the list of collectives", (size_t)cap * sizeof *v);
+    if (!v) return error_oom("partition: the list of collectives", (size_t)cap * sizeof *v);
     l->v = v;
     l->cap = cap;
   }
@@ -88,7 +88,7 @@ int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *
   ts_collective *c = malloc(sizeof *c);
   if (!c || (c->n = group_ids(p, axes, n, &c->ids)) < 0) {
     free(c);
-    ts_oom("partition: a collective", sizeof *c);
+    error_oom("partition: a collective", sizeof *c);
     return TS_NONE;
   }
   a.coll = c; /* taken over by ir_append */
@@ -103,7 +103,7 @@ int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *
     size_t bytes = (size_t)ts_shape_numel(counted->rank, counted->shape) * ts_dtype_size(dt);
     int cause = p->cause >= 0 ? p->cause : 0;
     if (coll_list_push(l, (ts_collective_info){kind_of[op - TS_OP_ALL_REDUCE], mask, c->n, bytes, cause,
-                                               ts_op_name(p->g->nodes[cause].op)}) < 0)
+                                               ir_op_name(p->g->nodes[cause].op)}) < 0)
       return TS_NONE;
   }
   return t;
@@ -118,7 +118,7 @@ static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape
   if (c) c->ids = malloc((size_t)m->ndevices * 2 * sizeof *c->ids);
   if (!c || !c->ids) {
     free(c);
-    ts_oom("partition: a collective-permute", (size_t)m->ndevices * 2 * sizeof *c->ids);
+    error_oom("partition: a collective-permute", (size_t)m->ndevices * 2 * sizeof *c->ids);
     return TS_NONE;
   }
   c->n = (int)m->ndevices;
@@ -142,7 +142,7 @@ static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape
     int cause = p->cause >= 0 ? p->cause : 0;
     size_t bytes = (size_t)ts_shape_numel(rank, shape) * ts_dtype_size(dt);
     if (coll_list_push(l, (ts_collective_info){TS_COLLECTIVE_PERMUTE, (1u << a) | (1u << b), 2, bytes, cause,
-                                               ts_op_name(p->g->nodes[cause].op)}) < 0)
+                                               ir_op_name(p->g->nodes[cause].op)}) < 0)
       return TS_NONE;
   }
   return t;
@@ -281,7 +281,7 @@ int32_t part_get(part *p, int32_t node, const ts_partition_spec *T) {
   int32_t v = part_reshard(p, p->val[node], n->dtype, n->rank, n->shape, p->W[node], 0, TS_REDUCE_SUM, T);
   part_memo *q = v == TS_NONE ? NULL : malloc(sizeof *q);
   if (!q) { /* not memoized: the caller stops at the TS_NONE */
-    if (v != TS_NONE) ts_oom("partition: a memo entry", sizeof *q);
+    if (v != TS_NONE) error_oom("partition: a memo entry", sizeof *q);
     return TS_NONE;
   }
   q->spec = *T;

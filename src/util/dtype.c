@@ -28,7 +28,7 @@ int ts_dtype_parse(const char *name, ts_dtype *out) {
       *out = (ts_dtype)i;
       return 0;
     }
-  return ts_set_error("unknown dtype '%s' (expected f32, f64, bf16, f16, i32, i64, u8 or bool)", name);
+  return set_error("unknown dtype '%s' (expected f32, f64, bf16, f16, i32, i64, u8 or bool)", name);
 }
 
 int64_t ts_shape_numel(int rank, const int64_t *shape) {

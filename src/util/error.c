@@ -15,7 +15,7 @@ static int set_v(ts_status code, const char *fmt, va_list ap) {
   return -1;
 }
 
-int ts_set_error(const char *fmt, ...) {
+int set_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   set_v(TS_ERR_INVALID_ARGUMENT, fmt, ap);
@@ -23,7 +23,7 @@ int ts_set_error(const char *fmt, ...) {
   return -1;
 }
 
-int ts_set_error_code(ts_status code, const char *fmt, ...) {
+int set_error_code(ts_status code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   set_v(code, fmt, ap);
@@ -31,11 +31,11 @@ int ts_set_error_code(ts_status code, const char *fmt, ...) {
   return -1;
 }
 
-int ts_oom(const char *what, size_t bytes) {
-  return ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes)", what, bytes);
+int error_oom(const char *what, size_t bytes) {
+  return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes)", what, bytes);
 }
 
-int ts_set_error_context(const char *fmt, ...) {
+int set_error_context(const char *fmt, ...) {
   char old[sizeof last_error];
   snprintf(old, sizeof old, "%s", last_error);
   ts_status code = last_code == TS_OK ? TS_ERR_INTERNAL : last_code;

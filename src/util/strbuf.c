@@ -7,7 +7,7 @@
 
 #include "util/error.h"
 
-void ts_sb_printf(ts_strbuf *sb, const char *fmt, ...) {
+void sb_printf(ts_strbuf *sb, const char *fmt, ...) {
   if (sb->oom) return;
   for (;;) {
     va_list ap;
@@ -33,11 +33,11 @@ void ts_sb_printf(ts_strbuf *sb, const char *fmt, ...) {
   }
 }
 
-char *ts_sb_finish(ts_strbuf *sb, const char *who) {
-  if (!sb->oom && !sb->buf) ts_sb_printf(sb, "%s", ""); /* an empty text is "", not NULL */
+char *sb_finish(ts_strbuf *sb, const char *who) {
+  if (!sb->oom && !sb->buf) sb_printf(sb, "%s", ""); /* an empty text is "", not NULL */
   if (sb->oom) {
     free(sb->buf);
-    ts_set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
     return NULL;
   }
   return sb->buf;
