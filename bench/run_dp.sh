@@ -15,9 +15,13 @@
 # rate (the 1dev median) plus the gradient all-reduce at the in-process
 # all-reduce bandwidth measured in the same invocation (bench_collectives,
 # 2 devices), if none of it were hidden; "hidden" is the 1dev median alone.
-# Correctness: every row's final loss must equal 1dev's within 1e-4 relative
-# (the same steps on the same data), except DDP with dropout (the CNN: each
-# replica draws its own masks); a mismatch fails the script (exit 1).
+# Correctness: every row's loss after one update (check_loss, the second
+# step) must equal 1dev's within 1e-4 relative (the same steps on the same
+# data), except DDP with dropout (the CNN: each replica draws its own masks);
+# a mismatch fails the script (exit 1). The final losses are shown, not
+# compared: over 50 steps the conv nets' curves drift apart by rounding
+# alone (CNN and ResNet-20: 1e-3 to 1e-2, measured; in f64 the partitioned
+# ResNet-20 equals 1 device to 3e-14, tests/test_resnet_spmd.c).
 # Environment: ROUNDS (3), WARMUP (20), STEPS (each model's default), MODELS.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -79,7 +83,7 @@ for line in open(sys.argv[2]):
     bw[m] = float(ms)  # ms for one all-reduce of the model's gradients
 order = ["1dev", "data2", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-fsdp"]
 bad = []
-print(f"{'model':9} {'config':9} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9}  final loss")
+print(f"{'model':9} {'config':9} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):
     ref = best.get(("1dev", m))
     for c in order:
@@ -88,10 +92,10 @@ for m in dict.fromkeys(k[1] for k in best):
             continue
         t, t1 = float(r["median_ms"]), float(ref["median_ms"])
         bound = t1 + (bw.get(m, 0.0) if c != "1dev" else 0.0)
-        print(f"{m:9} {c:9} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f}  {r['final_loss']}")
-        a, b = float(r["final_loss"]), float(ref["final_loss"])
+        print(f"{m:9} {c:9} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f}  {r['check_loss']} / {r['final_loss']}")
+        a, b = float(r["check_loss"]), float(ref["check_loss"])
         if c != "1dev" and not (c == "mpi-ddp" and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
-            bad.append(f"{c} {m}: final loss {a} vs 1dev {b}")
+            bad.append(f"{c} {m}: loss after one update {a} vs 1dev {b}")
 print("all-reduce of the gradients, 2 devices in one process (bench_collectives): " +
       ", ".join(f"{m} {ms:.3f} ms" for m, ms in bw.items()))
 if bad:
