@@ -12,12 +12,7 @@ set -u
 build="${1:?usage: cache_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
 py=/usr/bin/python3
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 export TESSEL_NUM_THREADS=2
 cache="$tmp/cache"
 train() { # train NAME [extra flags...]

@@ -14,12 +14,7 @@
 set -u
 build="${1:?usage: cli_messages.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 export TESSEL_NUM_THREADS=1
 
 # DIR TEST_W: 256 training images of 1x28x28 and 100 test images of 1x28xTEST_W

@@ -5,12 +5,7 @@
 set -u
 build="${1:?usage: cli_train.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 
 # expect_usage_error "pattern" args... : exit code 2 and pattern in stderr.
 expect_usage_error() {

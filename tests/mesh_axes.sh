@@ -8,12 +8,7 @@
 set -u
 build="${1:?usage: mesh_axes.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 export TESSEL_NUM_THREADS=1
 
 # expect NAME CODE PATTERN ARGS...: tessel ARGS (at most 60 s) exits CODE with PATTERN in stderr

@@ -7,12 +7,7 @@
 set -u
 build="${1:?usage: mpi_progress.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 # as root (containers, CI) OpenMPI wants these; harmless otherwise
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TESSEL_NUM_THREADS=1
 # sanitizer builds: OpenMPI's own allocations at exit are not ours to report

@@ -28,12 +28,7 @@
 set -u
 build="${1:?usage: mpi_train.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 if ! command -v mpirun >/dev/null; then
   bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
   echo "$passed passed, $failed failed"

@@ -13,12 +13,7 @@
 set -u
 build="${1:?usage: plot_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 py=/usr/bin/python3
 
 # Two runs of 3 epochs x 40 steps: loss decaying at different rates (run b

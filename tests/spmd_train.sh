@@ -10,12 +10,7 @@
 set -u
 build="${1:?usage: spmd_train.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 
 run() { # run NAME MODEL STEPS ARGS...: a short run, JSON log in $tmp/NAME.json
   local name="$1" model="$2" steps="$3"
