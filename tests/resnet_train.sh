@@ -26,19 +26,6 @@ run() { # run NAME ARGS...: a short run, JSON log in $tmp/NAME.json
   if [ "$rc" -eq 0 ]; then ok "train $* exits 0"; else bad "train $* exit $rc: $(tail -3 "$tmp/$name.err")"; fi
 }
 
-compare() { # compare REF NAME STEPS: NAME's loss curve follows REF's within 1e-4
-  if /usr/bin/python3 - "$tmp/$1.json" "$tmp/$2.json" "$3" <<'PY'
-import json, sys
-def losses(path):
-    return [r["loss"] for r in map(json.loads, open(path)) if "loss" in r]
-a, b, n = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
-assert len(a) == n and len(b) == n, f"{len(a)} and {len(b)} steps logged, expected {n}"
-worst = max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b))
-print(f"  worst relative loss difference {worst:.3g}")
-assert worst <= 1e-4, f"loss curves differ by {worst:.3g}"
-PY
-  then ok "$2 loss curve equals 1 device"; else bad "$2 loss curve differs from 1 device"; fi
-}
 
 run one --model resnet20 --optimizer sgd --steps 2 --batch 32
 run dp --model resnet20 --optimizer sgd --steps 2 --batch 32 --mesh data=2

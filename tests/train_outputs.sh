@@ -25,19 +25,7 @@ export TESSEL_NUM_THREADS=1
 unset TESSEL_TRACE
 
 # 256 training and 100 test images of 1x28x28, random pixels and labels
-/usr/bin/python3 - "$tmp/data" <<'PY'
-import os, random, struct, sys
-d = sys.argv[1]
-os.makedirs(d)
-rng = random.Random(1)
-def idx(path, magic, dims, n):
-    with open(path, "wb") as f:
-        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", x) for x in dims))
-        f.write(bytes(rng.randrange(256 if magic == 0x803 else 10) for _ in range(n)))
-for split, n in (("train", 256), ("t10k", 100)):
-    idx(f"{d}/{split}-images-idx3-ubyte", 0x803, (n, 28, 28), n * 784)
-    idx(f"{d}/{split}-labels-idx1-ubyte", 0x801, (n,), n)
-PY
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/make_idx.py" "$tmp/data" # 256 + 100 random 1x28x28 images
 short=(train --data-dir "$tmp/data" --batch 32 --steps 3 --eval-batch 100)
 
 # run NAME ARGS...: tessel ARGS, stdout/stderr in $tmp/NAME.{out,err}, exit code in $rc
