@@ -36,15 +36,6 @@ for name, test_w in (("data", 28), ("narrow", 27)):
 PY
 data=(--data-dir "$tmp/data" --batch 32 --eval-batch 100)
 
-# expect NAME CODE PATTERN ARGS...: tessel ARGS exits CODE with PATTERN in stderr
-expect() {
-  local name="$1" code="$2" pattern="$3"
-  shift 3
-  local rc=0
-  timeout -k 5 60 "$tessel" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  if [ "$rc" -eq "$code" ] && { [ -z "$pattern" ] || grep -q -- "$pattern" "$tmp/$name.err"; }; then ok "$name: exit $code, '$pattern'"
-  else bad "$name: exit $rc (expected $code and '$pattern'): $(head -c 400 "$tmp/$name.err")"; fi
-}
 # lacks NAME PATTERN: the last run's stderr does not hold PATTERN
 lacks() {
   if grep -q -- "$2" "$tmp/$1.err"; then bad "$1: stderr holds '$2': $(cat "$tmp/$1.err")"; else ok "$1: no '$2'"; fi

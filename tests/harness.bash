@@ -1,7 +1,8 @@
 # harness.bash — what the shell tests share (sourced, not a test itself):
 # a scratch directory $tmp removed at exit, ok/bad that count checks for the
-# closing "N passed, N failed" line each script prints, and compare for the
-# loss curves of --log-json logs written to $tmp/NAME.json.
+# closing "N passed, N failed" line each script prints, expect for the exit
+# code and message of a `$tessel` run, and compare for the loss curves of
+# --log-json logs written to $tmp/NAME.json.
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 passed=0
@@ -21,4 +22,14 @@ print(f"  worst relative loss difference {worst:.3g}")
 assert worst <= 1e-4, f"loss curves differ by {worst:.3g}"
 PY
   then ok "$2 loss curve equals 1 device"; else bad "$2 loss curve differs from 1 device"; fi
+}
+
+# expect NAME CODE PATTERN ARGS...: $tessel ARGS (at most 60 s) exits CODE with PATTERN in stderr
+expect() {
+  local name="$1" code="$2" pattern="$3"
+  shift 3
+  local rc=0
+  timeout -k 5 60 "$tessel" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  if [ "$rc" -eq "$code" ] && { [ -z "$pattern" ] || grep -q -- "$pattern" "$tmp/$name.err"; }; then ok "$name: exit $code, '$pattern'"
+  else bad "$name: exit $rc (expected $code and '$pattern'): $(head -c 400 "$tmp/$name.err")"; fi
 }

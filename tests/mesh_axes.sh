@@ -11,15 +11,6 @@ tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 export TESSEL_NUM_THREADS=1
 
-# expect NAME CODE PATTERN ARGS...: tessel ARGS (at most 60 s) exits CODE with PATTERN in stderr
-expect() {
-  local name="$1" code="$2" pattern="$3"
-  shift 3
-  local rc=0
-  timeout -k 5 60 "$tessel" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  if [ "$rc" -eq "$code" ] && { [ -z "$pattern" ] || grep -q -- "$pattern" "$tmp/$name.err"; }; then ok "$name: exit $code, '$pattern'"
-  else bad "$name: exit $rc (expected $code and '$pattern'): $(head -c 400 "$tmp/$name.err")"; fi
-}
 
 expect upper 2 "axis 'Data' is not one tessel shards over: 'data'.*'model'.*'fsdp'" train --mesh Data=2 --steps 1
 expect foo 2 "axis 'foo' is not one" train --mesh data=2,foo=2 --steps 1

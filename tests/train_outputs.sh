@@ -15,16 +15,11 @@
 set -u
 build="${1:?usage: train_outputs.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT # background runs too
 export TESSEL_NUM_THREADS=1
 unset TESSEL_TRACE
 
-# 256 training and 100 test images of 1x28x28, random pixels and labels
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/make_idx.py" "$tmp/data" # 256 + 100 random 1x28x28 images
 short=(train --data-dir "$tmp/data" --batch 32 --steps 3 --eval-batch 100)
 

@@ -9,12 +9,8 @@
 set -u
 build="${1:?usage: train_signals.sh BUILD_DIR}"
 tessel="$build/tessel"
-tmp="$(mktemp -d)"
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT # background runs too
 export TESSEL_NUM_THREADS=1
 unset TESSEL_TRACE
 
