@@ -11,6 +11,7 @@
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
+#include "util/prng.h"   // ts_splitmix64: synthetic images
 #include "util/config.h"     // TESSEL_NUM_THREADS: a capped count is reported
 
 /* Fashion-MNIST pixel statistics (of pixel/255 over the training set). */
@@ -115,10 +116,7 @@ static int synthetic(const train_opts *o, int64_t n, uint64_t seed, ts_dataset *
   }
   uint64_t s = seed;
   for (size_t i = 0; i < bytes; i += 8) {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = ts_splitmix64(&s);
     memcpy(d->images + i, &z, bytes - i < 8 ? bytes - i : 8);
   }
   for (int64_t i = 0; i < n; i++) d->labels[i] = (int32_t)((uint64_t)(i * 2654435761u + seed) % (uint64_t)d->num_classes);
