@@ -162,7 +162,8 @@ int train_epochs(train_run *r) {
    * augmented per sample) while a step runs. */
   ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
                              .augment = r->train_aug};
-  if (!(r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset])) ||
+  /* token data: r->train_src is the text or synthetic token source (train_text.c) */
+  if (!(r->train_src || (r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
       !(r->loader = ts_loader_new(r->train_src, &lopts)))
     return train_lib_error();
 

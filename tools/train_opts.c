@@ -13,8 +13,8 @@
 
 #define CMD "train"
 
-const char *const train_model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
-const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", NULL};
+const char *const train_model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
+const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", "text", NULL};
 const char *const train_optim_names[] = {"sgd", "adamw", NULL};
 const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
@@ -32,13 +32,23 @@ void cli_train_usage(FILE *f) {
           "                             CIFAR CNN), or a ResNet with torchvision's names and init\n"
           "                             (resnet20/18: the CIFAR layouts; resnet50: torchvision v1.5,\n"
           "                             inputs of at least 32x32) [mlp; cifar10: cnn]\n"
-          "  --dataset fashion-mnist|cifar10|synthetic\n"
+          "  --dataset fashion-mnist|cifar10|synthetic|text\n"
           "                             synthetic: random images in the model's natural shape (3x32x32,\n"
           "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks\n"
           "                             [fashion-mnist]\n"
           "  --data-dir DIR             fashion-mnist: IDX files (train-*, t10k-*)\n"
           "                             [" TS_FASHION_MNIST_DIR "];\n"
           "                             cifar10: data_batch_1..5.bin, test_batch.bin (required)\n"
+          "  --dataset text             --model gpt: bytes of --data-file as tokens (vocab 256); the\n"
+          "                             first 90%% trains (windows of --seq + 1 bytes in a seeded,\n"
+          "                             resumable order), the last 10%% validates [gpt: text];\n"
+          "                             --dataset synthetic with gpt: random tokens of --vocab\n"
+          "  --data-file F              the text corpus: any file, bytes are bytes [the King James\n"
+          "                             Bible, " TS_KJV_TEXT ",\n"
+          "                             made by scripts/install-deps.sh]\n"
+          "  --eval-every N             gpt: validation loss every N steps and at the end [100]\n"
+          "  --eval-batches N           gpt: validation batches of --batch windows at fixed seeded\n"
+          "                             positions of the last 10%% [20]\n"
           "  --epochs N                 passes over the training set [mlp 5, cnn 3, resnets 2]\n"
           "  --batch B                  training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32,\n"
           "                             resnet50 8]\n"
@@ -91,7 +101,7 @@ void cli_train_usage(FILE *f) {
 }
 
 int train_opts_parse(int argc, char **argv, train_opts *o) {
-  *o = (train_opts){.model = -1, .data_dir = NULL, .eval_batch = 1000,
+  *o = (train_opts){.model = -1, .dataset = -1, .data_dir = NULL, .eval_batch = 1000, .eval_every = 100, .eval_batches = 20,
                     .warmup = -1, .optimizer = 1, .schedule = 1, .lr = -1,
                     .weight_decay = -1, .momentum = 0.9, .fault = {.rank = -1}};
   for (int i = 1; i < argc; i++) {
@@ -125,6 +135,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     INT_FLAG("--steps", 1, "a positive integer", o->steps)
     INT_FLAG("--eval-batch", 1, "a positive integer", o->eval_batch)
     INT_FLAG("--warmup", 0, "a non-negative integer", o->warmup)
+    INT_FLAG("--eval-every", 1, "a positive integer", o->eval_every)
+    INT_FLAG("--eval-batches", 1, "a positive integer", o->eval_batches)
+    if (FLAG("--data-file")) {
+      if (r < 0) return -1;
+      o->data_file = v;
+      continue;
+    }
     if (FLAG("--threads")) { /* the rule of TESSEL_NUM_THREADS: [1, TS_MAX_THREADS], capped to the cores */
       if (r < 0 || cli_parse_int(CMD, "--threads", v, 1, TS_MAX_THREADS, "a positive integer", &n) < 0) return -1;
       o->threads = n;
@@ -198,6 +215,31 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       cli_error(CMD, "unexpected argument '%s' (see 'tessel train --help')", argv[i]);
     return -1;
   }
+  /* Token data: --model gpt reads text (the KJV corpus unless --data-file) or
+   * synthetic tokens; text is for gpt only. */
+  if (o->model == MODEL_GPT && o->dataset < 0) o->dataset = DATA_TEXT;
+  if (o->dataset < 0) o->dataset = DATA_FASHION_MNIST;
+  if (o->dataset == DATA_TEXT && o->model >= 0 && o->model != MODEL_GPT) {
+    cli_error(CMD, "--dataset text is token data for --model gpt, not --model %s", train_model_names[o->model]);
+    return -1;
+  }
+  if (o->dataset == DATA_TEXT && o->model < 0) o->model = MODEL_GPT;
+  if (o->model == MODEL_GPT && o->dataset != DATA_TEXT && o->dataset != DATA_SYNTHETIC) {
+    cli_error(CMD, "--model gpt trains on --dataset text (a byte-level corpus) or synthetic (random tokens), not "
+                   "%s", train_dataset_names[o->dataset]);
+    return -1;
+  }
+  if (o->data_file && o->dataset != DATA_TEXT) {
+    cli_error(CMD, "--data-file is the corpus of --dataset text (--dataset %s reads none)",
+              train_dataset_names[o->dataset]);
+    return -1;
+  }
+  if (o->dataset == DATA_TEXT && !o->data_file) o->data_file = TS_KJV_TEXT;
+  if (o->dataset == DATA_TEXT && o->vocab > 256) {
+    cli_error(CMD, "--vocab %lld: --dataset text is bytes (vocab 256 at most); a larger vocabulary is for "
+                   "--dataset synthetic", (long long)o->vocab);
+    return -1;
+  }
   if (o->dataset == DATA_CIFAR10) {
     if (o->model == MODEL_MLP) {
       cli_error(CMD, "--model mlp takes 1x28x28 images; use --model cnn or a resnet with --dataset cifar10");
@@ -229,7 +271,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   }
   if (o->model < 0) o->model = MODEL_MLP;
   if (!o->data_dir) o->data_dir = TS_FASHION_MNIST_DIR;
-  static const int64_t epochs[] = {5, 3, 2, 2, 2}, batch[] = {128, 64, 128, 32, 8};
+  static const int64_t epochs[] = {5, 3, 2, 2, 2, 1}, batch[] = {128, 64, 128, 32, 8, 16};
   if (o->dataset == DATA_SYNTHETIC && o->model == MODEL_MLP) {
     cli_error(CMD, "--dataset synthetic is for the convolutional models (cnn, resnet20/18/50)");
     return -1;
@@ -244,10 +286,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
 void train_opts_text(const train_opts *o, char *buf, size_t n) {
   snprintf(buf, n,
            "model=%s dataset=%s batch=%lld epochs=%lld steps=%lld optimizer=%s lr=%g schedule=%s warmup=%lld "
-           "weight_decay=%g momentum=%g seed=%llu eval_batch=%lld mesh=%s parallel=%s",
+           "weight_decay=%g momentum=%g seed=%llu eval_batch=%lld mesh=%s parallel=%s eval_every=%lld "
+           "eval_batches=%lld",
            train_model_names[o->model], train_dataset_names[o->dataset], (long long)o->batch, (long long)o->epochs,
            (long long)o->steps, train_optim_names[o->optimizer], o->lr, train_sched_names[o->schedule], (long long)o->warmup,
            o->weight_decay, o->momentum, (unsigned long long)o->seed, (long long)o->eval_batch,
-           o->mesh ? o->mesh : "-", train_parallel_names[o->parallel]);
+           o->mesh ? o->mesh : "-", train_parallel_names[o->parallel], (long long)o->eval_every,
+           (long long)o->eval_batches);
 }
 

@@ -11,6 +11,7 @@
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
+#include "train_text.h"      // train_text_load: token data
 #include "util/prng.h"   // ts_splitmix64: synthetic images
 #include "util/config.h"     // TESSEL_NUM_THREADS: a capped count is reported
 
@@ -147,6 +148,7 @@ static int load_data(train_run *r) {
 
 int train_load(train_run *r) {
   train_opts *o = &r->o;
+  if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
   bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
   int lrc = load_data(r);
   if (lrc) return lrc;
@@ -161,6 +163,7 @@ int train_load(train_run *r) {
     }
   }
   o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
+  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
    * gets the standard augmentation (random crop with 4-pixel padding, flip). */
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
@@ -168,10 +171,15 @@ int train_load(train_run *r) {
   if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
-  r->steps_per_epoch = train->n / o->batch; // the last partial batch is dropped
+  return train_load_steps(r, train->n);
+}
+
+int train_load_steps(train_run *r, int64_t n_train) {
+  train_opts *o = &r->o;
+  r->steps_per_epoch = n_train / o->batch; // the last partial batch is dropped
   if (r->steps_per_epoch == 0) {
     cli_error(CMD, "--batch: %lld is larger than the training set (%lld samples)", (long long)o->batch,
-              (long long)train->n);
+              (long long)n_train);
     return CLI_EXIT_USAGE;
   }
   r->total_steps = r->steps_per_epoch * o->epochs;
@@ -185,13 +193,12 @@ int train_load(train_run *r) {
   r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
   r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
                               .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
-  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
   if (r->ddp && o->batch % r->nproc) {
     cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o->batch,
               r->nproc);
     return CLI_EXIT_USAGE;
   }
-  char cfg[512];
+  char cfg[1024];
   train_opts_text(o, cfg, sizeof cfg); /* every process must train the same thing */
   if (ts_client_check_same(r->client, "the configuration", cfg) < 0) return train_lib_error();
   return CLI_EXIT_OK;
