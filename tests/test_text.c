@@ -8,7 +8,8 @@
  * and y like slicing the global batch, also per process (minibatch);
  * synthetic tokens are seeded and in range; errors: empty, too short (either
  * split) and missing files name the file, its size and the need; image and
- * token accessors refuse the other kind. */
+ * token accessors refuse the other kind; bench/text_data.py (for PyTorch
+ * scripts) reproduces the training and validation batches exactly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +403,40 @@ static void test_errors(void) {
   ts_source_free(img);
 }
 
+/* bench/text_data.py (what PyTorch scripts use) gives the loader's training
+ * batches (into epoch 1) and the validation batches, token for token. */
+static void test_python_replica(void) {
+  enum { PS = 50, PV = 3, SEED = 9 };
+  free(write_file(path, 3000, 23)); /* 2700 training bytes: 168 slots, 42 batches per epoch */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/text_data.py %s %d %d %d %d %d", TS_SOURCE_DIR, path, T, B,
+           SEED, PS, PV);
+  FILE *pp = popen(cmd, "r");
+  static int32_t py[(PS + PV) * B * T];
+  size_t got = pp ? fread(py, sizeof *py, sizeof py / sizeof *py, pp) : 0;
+  int st = pp ? pclose(pp) : -1;
+  CHECK(st == 0 && got == sizeof py / sizeof *py, "%s: exit %d, %zu tokens", cmd, st, got);
+  if (got != sizeof py / sizeof *py) return;
+  ts_source *tr = text(path, TS_TEXT_TRAIN, T, 0, 0), *va = text(path, TS_TEXT_VALID, T, PV * B, 0);
+  ts_loader_options o = {.batch = B, .seed = SEED, .workers = 2};
+  ts_loader *l = tr ? ts_loader_new(tr, &o) : NULL;
+  o.no_shuffle = true;
+  ts_loader *lv = va ? ts_loader_new(va, &o) : NULL;
+  CHECK(l && lv, "%s", ts_last_error());
+  static tbatch tb[PS + PV];
+  int64_t bad = 0;
+  if (l && lv) {
+    take(l, tb, PS);
+    take(lv, tb + PS, PV);
+    for (int i = 0; i < PS + PV; i++) bad += memcmp(tb[i].x, py + (size_t)i * B * T, sizeof tb[i].x) != 0;
+  }
+  CHECK(bad == 0, "%lld of %d batches differ between the loader and bench/text_data.py", (long long)bad, PS + PV);
+  ts_loader_free(l);
+  ts_loader_free(lv);
+  ts_source_free(tr);
+  ts_source_free(va);
+}
+
 int main(void) {
   ts_test_init("test_text", 1);
   snprintf(dir, sizeof dir, "/tmp/tessel_text_XXXXXX");
@@ -414,6 +449,7 @@ int main(void) {
   test_sharded();
   test_synthetic();
   test_errors();
+  test_python_replica();
   unlink(path);
   rmdir(dir);
   return ts_test_finish();
