@@ -296,6 +296,11 @@ static void test_sharded(void) {
       int64_t row0 = -1, rows = b ? ts_batch_local_tokens(b, &row0, &x, &y, NULL) : -1;
       CHECK(rows == B / 2 && row0 == p * B / 2, "process %d rows [%lld, +%lld)", p, (long long)row0, (long long)rows);
       if (rows != B / 2) break;
+      ts_shard_view mv;
+      CHECK(ts_batch_shard(b, "mask", p, &mv) == 0 && mv.rank == 1 && mv.shape[0] == B / 2 && mv.start[0] == p * B / 2 &&
+                ((const float *)mv.data)[0] == 1.0f,
+            "process %d: the mask block (defaulting to y's batch dim) is rank %d, (%lld) from %lld", p, mv.rank,
+            (long long)mv.shape[0], (long long)mv.start[0]);
       bad += memcmp(x, ref[i].x + row0 * T, (size_t)rows * T * 4) != 0;
       bad += memcmp(y, ref[i].y + row0 * T, (size_t)rows * T * 4) != 0;
     }
