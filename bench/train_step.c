@@ -5,7 +5,7 @@
  *   usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
- *                           [--devices N (1)]
+ *                           [--devices N (1)] [--replicated-update]
  *
  * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
  * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
@@ -51,6 +51,8 @@ static void die(const char *what) {
 
 enum { PAR_NONE, PAR_SPMD, PAR_DDP, PAR_FSDP };
 
+static bool replicated_update; /* --replicated-update: every device updates every weight (A/B) */
+
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
                   int devices) {
   ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices};
@@ -73,7 +75,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   ts_mesh *mesh = NULL;
   char mesh_text[32];
   snprintf(mesh_text, sizeof mesh_text, "%s=%d", par == PAR_FSDP ? "fsdp" : "data", D);
-  if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
+  if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) ||
+       (replicated_update ? train_mesh_mark_replicated_update(g, mesh, false) : train_mesh_mark(g, mesh, false)) < 0))
     die("sharding the step");
   ts_compile_options co = {.replicas = par == PAR_DDP, .mesh = mesh};
   double tc = now_s();
@@ -146,6 +149,10 @@ int main(int argc, char **argv) {
   int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64, ResNet-20 128) */
   int devices = 1;
   for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--replicated-update")) {
+      replicated_update = true;
+      continue;
+    }
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
       fprintf(stderr, "bench_train_step: %s needs a value\n", argv[i]);
@@ -164,7 +171,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
                       "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
-                      "[--devices N]\n");
+                      "[--devices N] [--replicated-update]\n");
       return 2;
     }
     i++;

@@ -17,6 +17,19 @@
  * so each device updates only its shard); every other input replicated.
  * Returns 0 or -1 (error set). */
 int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron);
+/* Weight-update sharding (ZeRO-1; XLA's cross-replica weight-update
+ * sharding), part of train_mesh_mark: the optimizer state of every weight
+ * (rank >= 2) that no other axis splits is split over "data" on its first
+ * dim that divides evenly, the parameter itself stays replicated. The
+ * partitioner then reduce-scatters the gradient instead of all-reducing it
+ * (the same sums, in the same order), each device updates its slice only,
+ * and the new weight is all-gathered: the same bytes as the all-reduce, but
+ * the update's work (AdamW: ~half of the MLP's step on one device) is divided
+ * over the devices instead of repeated on each, and so is the state's
+ * memory. Bit for bit the same values as the replicated update.
+ * train_mesh_mark_replicated_update: the same marks without it (the
+ * replicated update, every device updating every weight: bench A/B). */
+int train_mesh_mark_replicated_update(ts_graph *g, const ts_mesh *m, bool megatron);
 
 /* The mesh's axes are ones the shardings above use: "data", "model" (the
  * MLP only: with !megatron a note on stderr says it only replicates),
