@@ -48,6 +48,9 @@ typedef struct {
   int64_t keep;         /* --keep K: the newest K checkpoints stay; 0 = all */
   const char *resume;   /* --resume D or D/step-NNNNNNNN: continue that run exactly */
   const char *init_from; /* --init-from F: model weights from a .safetensors file (or a checkpoint) */
+  int64_t log_every;    /* --log-every N: the loss read back and logged every N steps; 0 = every step */
+  bool profile;         /* --profile: per-step breakdown (compute, communication, host, idle) at the end */
+  bool bind;            /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
 } train_opts;
 
 /* Parses argv (argv[0] is "train") into *o and fills in the defaults; returns
