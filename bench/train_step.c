@@ -5,7 +5,7 @@
  *   usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
- *                           [--devices N (1)] [--replicated-update]
+ *                           [--devices N (1)] [--replicated-update] [--bind]
  *
  * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
  * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
@@ -52,10 +52,12 @@ static void die(const char *what) {
 enum { PAR_NONE, PAR_SPMD, PAR_DDP, PAR_FSDP };
 
 static bool replicated_update; /* --replicated-update: every device updates every weight (A/B) */
+static bool bind_cores;        /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
 
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
                   int devices) {
-  ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices};
+  ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices,
+                             .bind_cores = bind_cores};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
@@ -149,8 +151,8 @@ int main(int argc, char **argv) {
   int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64, ResNet-20 128) */
   int devices = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--replicated-update")) {
-      replicated_update = true;
+    if (!strcmp(argv[i], "--replicated-update") || !strcmp(argv[i], "--bind")) {
+      *(argv[i][2] == 'r' ? &replicated_update : &bind_cores) = true;
       continue;
     }
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -171,7 +173,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
                       "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
-                      "[--devices N] [--replicated-update]\n");
+                      "[--devices N] [--replicated-update] [--bind]\n");
       return 2;
     }
     i++;
