@@ -157,7 +157,10 @@ int train_mesh_check_memory(const ts_mesh *m, int local_devices, int64_t params,
                             double *estimate) {
   int model = megatron ? axis_named(m, "model") : -1, fsdp = axis_named(m, "fsdp");
   double shards = (model >= 0 ? (double)ts_mesh_axis_size(m, model) : 1) * (fsdp >= 0 ? (double)ts_mesh_axis_size(m, fsdp) : 1);
-  double state = (double)params * 4 * (2 + states) / shards; /* f32 parameters, gradients, optimizer states */
+  /* weight-update sharding splits the optimizer state over "data" too (biases aside: still a lower bound) */
+  int data = axis_named(m, "data");
+  double zero1 = data >= 0 ? (double)ts_mesh_axis_size(m, data) : 1;
+  double state = (double)params * 4 * (2 + states / zero1) / shards; /* f32 parameters, gradients, optimizer states */
   double per_device = state + 6.0 * 1024 * 1024;
   *estimate = per_device * local_devices;
   const char *what;

@@ -43,7 +43,7 @@ int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool
  * memory before anything is compiled for them: every device keeps its own
  * copy of each parameter, its gradient and `states` optimizer states
  * (AdamW 2, SGD with momentum 1), divided over the axes that shard them
- * ("model" with megatron, "fsdp"), plus about 6 MiB for its programs and
+ * ("model" with megatron, "fsdp"; the states over "data" too), plus about 6 MiB for its programs and
  * activations (the MLP measured 17.9 MB per device, 10.7 of them parameter
  * state). *estimate gets the total in bytes (a lower bound). Returns 0, or -1
  * (error set: the estimate, what it counts, and the memory available to this
