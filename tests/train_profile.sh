@@ -50,8 +50,9 @@ assert [d["device"] for d in p["devices"]] == [0, 1], p["devices"]
 for d in p["devices"]:
     parts = d["compute_ms"] + d["comm_exposed_ms"] + d["idle_ms"]
     assert d["compute_ms"] > 0 and d["comm_exposed_ms"] + d["comm_hidden_ms"] > 0, d
-    assert abs(d["execute_ms"] - p["execute_ms"]) <= 0.02 * p["execute_ms"] + 0.01, (d, p["execute_ms"])
-    assert parts >= 0.98 * d["execute_ms"] and parts <= d["execute_ms"] * 1.02 + 0.01 or d["idle_ms"] == 0, d
+    # the trace's executes vs the loop's clock around them (a descheduling on a loaded machine lands in one only)
+    assert abs(d["execute_ms"] - p["execute_ms"]) <= 0.1 * p["execute_ms"] + 0.2, (d, p["execute_ms"])
+    assert abs(parts - d["execute_ms"]) <= 0.02 * d["execute_ms"] + 0.01 or d["idle_ms"] == 0, d
 # the logged step_ms (upload to read-back) is what the profile splits into upload + execute + read-back
 steps = [r["step_ms"] for r in rows if "step" in r]
 mine = p["upload_ms"] + p["execute_ms"] + p["readback_ms"]
