@@ -35,20 +35,26 @@ typedef struct {
   int64_t window_n;
 } loop_state;
 
-/* One training step on batch: inputs written, the program run, *loss read. */
-static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, float *loss) {
+/* One training step on batch: inputs written, the program run, *loss read
+ * (loss NULL: not read back, --log-every); t gets the host's parts of it. */
+static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, float *loss, train_step_times *t) {
   program *pr = &r->step_pr;
   float lr = (float)ts_lr_at(&r->sched, step);
   float step1 = (float)(step + 1); // 1-based (bias correction)
   int64_t seed = (int64_t)(r->o.seed * 1000003u + (uint64_t)step);
   if (r->ddp) seed ^= (int64_t)(0x9e3779b97f4a7c15ull * (uint64_t)(r->rank + 1)); /* each replica its own dropout */
   train_fault_maybe(&r->o.fault, r->rank, step);
+  t->t0_ns = ts_metrics_now_ns();
   if ((r->ddp ? train_ddp_upload_rows(batch, pr, r->rank, r->gs.batch) < 0
               : ts_batch_upload(batch, "x", pr->io.x) < 0 || ts_batch_upload(batch, "y", pr->io.y) < 0) ||
       ts_buffer_write(pr->io.lr, &lr, sizeof lr) < 0 || ts_buffer_write(pr->io.step, &step1, sizeof step1) < 0 ||
-      ts_buffer_write(pr->io.seed, &seed, sizeof seed) < 0 || program_run(pr) < 0 ||
-      ts_buffer_read(pr->io.result, loss, sizeof *loss) < 0)
+      ts_buffer_write(pr->io.seed, &seed, sizeof seed) < 0)
     return -1;
+  t->uploaded_ns = ts_metrics_now_ns();
+  if (program_run(pr) < 0) return -1;
+  t->executed_ns = ts_metrics_now_ns();
+  if (loss && ts_buffer_read(pr->io.result, loss, sizeof *loss) < 0) return -1;
+  t->read_ns = ts_metrics_now_ns();
   return 0;
 }
 
@@ -82,25 +88,32 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if (!batch) return train_lib_error();
     float loss = NAN;
     double step_t0 = train_now_s();
-    if (run_step(r, batch, st->step, &loss) < 0) return train_lib_error();
+    /* --log-every N: the loss of steps N, 2N, ... and of each epoch's last */
+    bool logged = !o->log_every || (st->step + 1) % o->log_every == 0;
+    bool read = logged || s + 1 == r->steps_per_epoch || st->step + 1 == r->total_steps;
+    train_step_times times = {.wait_t0_ns = wait_t0};
+    if (run_step(r, batch, st->step, read ? &loss : NULL, &times) < 0) return train_lib_error();
     st->step++;
     r->steps_done = st->step;
     if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
-    if (log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (logged && log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
-    st->window_loss += loss;
-    st->window_n++;
-    *epoch_loss += loss;
-    (*epoch_n)++;
-    if (!isfinite(loss)) {
+    if (read) {
+      st->window_loss += loss;
+      st->window_n++;
+      *epoch_loss += loss;
+      (*epoch_n)++;
+    }
+    if (read && !isfinite(loss)) {
       cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)st->step);
       return CLI_EXIT_FAIL;
     }
-    char extra[48];
-    snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
+    char extra[48] = "";
+    if (st->window_n) snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
     ts_progress_update(r->bar, (s + 1) * o->batch, extra);
+    if (o->profile) train_profile_step(&times, ts_metrics_now_ns());
     if (st->step % 100 == 0) { // the loss shown is the mean of the last 100 steps
       st->window_loss = 0;
       st->window_n = 0;
@@ -110,8 +123,8 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
   }
   st->train_time += train_now_s() - ts0;
-  char extra[48];
-  snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
+  char extra[48] = "";
+  if (*epoch_n) snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
   ts_progress_finish(r->bar, extra);
   r->bar = NULL;
   return CLI_EXIT_OK;
@@ -171,6 +184,7 @@ int train_epochs(train_run *r) {
   if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
   st.first_step = st.step;
   st.start = train_now_s();
+  if (o->profile) train_profile_begin(); /* tracing on, if it is not: the device parts of a step */
   train_stop_install(r->rank == 0 || o->all_ranks); /* from here on, Ctrl-C stops after a step */
   int64_t first_epoch = 1 + st.step / r->steps_per_epoch; /* a resumed run continues in its epoch */
   for (int64_t epoch = first_epoch; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
@@ -200,5 +214,6 @@ int train_epochs(train_run *r) {
          st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);
   printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
          st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
+  if (o->profile && train_profile_report(r) < 0) return CLI_EXIT_FAIL;
   return CLI_EXIT_OK;
 }

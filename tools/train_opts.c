@@ -85,6 +85,15 @@ void cli_train_usage(FILE *f) {
           "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
           "                             at the end and print a short report\n"
           "  --trace FILE               write a Chrome/Perfetto trace (chrome://tracing) of the run\n"
+          "  --log-every N              read the loss back and write its step line every N steps\n"
+          "                             only (steps N, 2N, ...; the progress bar and epoch loss use\n"
+          "                             those steps and each epoch's last) [1]\n"
+          "  --profile                  at the end, where a step went, per device: compute,\n"
+          "                             communication (exposed / hidden behind compute), idle, and\n"
+          "                             the host's loader wait, upload, read-back (ms per step)\n"
+          "  --bind                     pin each device thread (and its kernel threads) to its own\n"
+          "                             cores of this process's CPU set; under mpirun bind the ranks\n"
+          "                             to disjoint cores too (--bind-to core --map-by slot:PE=N)\n"
           "  --save-dir D               write sharded checkpoints to D/step-NNNNNNNN (D/latest names the\n"
           "                             newest): parameters, optimizer state, step, loader position\n"
           "  --save-every N             a checkpoint every N steps and at the end [at the end only]\n"
@@ -186,6 +195,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     if (FLAG("--log-json")) {
       if (r < 0) return -1;
       o->log_json = v;
+      continue;
+    }
+    INT_FLAG("--log-every", 1, "a positive integer", o->log_every)
+    if (strcmp(argv[i], "--profile") == 0 || strcmp(argv[i], "--bind") == 0) {
+      *(argv[i][2] == 'p' ? &o->profile : &o->bind) = true;
       continue;
     }
     INT_FLAG("--save-every", 1, "a positive integer", o->save_every)

@@ -54,6 +54,9 @@ typedef struct {
   const char *data_file; /* --data-file F: the --dataset text corpus [TS_KJV_TEXT] */
   int64_t eval_every;   /* --eval-every N: validation loss every N steps (and at the end) [100] */
   int64_t eval_batches; /* --eval-batches N: validation batches of --batch windows [20] */
+  int64_t log_every;    /* --log-every N: the loss read back and logged every N steps; 0 = every step */
+  bool profile;         /* --profile: per-step breakdown (compute, communication, host, idle) at the end */
+  bool bind;            /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

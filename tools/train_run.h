@@ -107,6 +107,24 @@ int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, i
 /* train_ddp.c: the replicas' parameters are the same (a hash compared across processes). */
 int train_ddp_check_replicas(ts_client *c, ts_params *p, int64_t step);
 
+/* train_profile.c: --profile and --bind. The host's clock readings of one
+ * step (ts_metrics_now_ns): waiting for the batch from wait_t0, upload from
+ * t0, execute from uploaded, read-back from executed to read. */
+typedef struct {
+  int64_t wait_t0_ns, t0_ns, uploaded_ns, executed_ns, read_ns;
+} train_step_times;
+/* Before the first step: tracing on (unless it is already), the device
+ * side of --profile comes from the trace's kernel and collective events. */
+void train_profile_begin(void);
+/* After a step; end_ns: the end of its loop iteration (logs, progress). */
+void train_profile_step(const train_step_times *t, int64_t end_ns);
+/* After the run: prints the breakdown per step (host parts; per device
+ * compute, communication exposed and hidden, idle) and logs it as a
+ * {"profile":{...}} record. 0, or -1 after printing why. */
+int train_profile_report(train_run *r);
+/* --bind: says which CPUs each local device is pinned to. */
+void train_print_binding(ts_client *c);
+
 /* train_loop.c: monotonic seconds. */
 double train_now_s(void);
 /* train.c: prints ts_last_error() and returns CLI_EXIT_FAIL. */

@@ -34,7 +34,8 @@ int train_join(train_run *r) {
   ts_client_options copts = {.num_threads = (int)o->threads,
                              .num_devices = r->ddp ? 1 : 0,
                              .total_devices = !r->ddp && r->mesh ? (int)ts_mesh_num_devices(r->mesh) : 0,
-                             .collective_timeout_ms = o->timeout_s > 0 ? (int)(o->timeout_s * 1000 + 0.5) : 0};
+                             .collective_timeout_ms = o->timeout_s > 0 ? (int)(o->timeout_s * 1000 + 0.5) : 0,
+                             .bind_cores = o->bind};
   if (!(r->client = ts_client_new(&copts))) {
     cli_error(CMD, "%s", ts_last_error());
     ts_mesh_free(r->mesh);
@@ -280,6 +281,7 @@ int train_compile(train_run *r) {
            "(tessel inspect shows them)\n",
            o->mesh, ts_client_num_devices(r->client), r->nproc, r->nproc > 1 ? "es" : "",
            ts_executable_num_collectives(r->step_pr.exe));
+  if (o->bind) train_print_binding(r->client); /* train_profile.c */
   if (r->ddp)
     printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", r->nproc,
            (long long)r->gs.batch, ts_executable_num_collectives(r->step_pr.exe) - 1);

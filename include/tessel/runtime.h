@@ -56,6 +56,14 @@ typedef struct {
   /* A client of this process alone even under an MPI launcher (e.g. work
    * one rank does by itself); its devices are numbered from 0. */
   bool process_local;
+  /* Pin each local device's thread (and the kernel and collective threads
+   * it starts) to cores of its own: device i of this process gets
+   * threads-per-device cores of the process's CPU set (sched_getaffinity),
+   * after those of the processes before it (mpirun --bind-to none: every
+   * rank sees the whole set). Device 0 runs on the caller's thread, pinned
+   * only during each execute. Fails (ts_client_new returns NULL, error set)
+   * when the set has fewer CPUs than devices x threads per device. */
+  bool bind_cores;
 } ts_client_options;
 
 /* opts may be NULL (defaults). Owned: ts_client_free, last (see above).
@@ -67,6 +75,9 @@ const char *ts_client_platform(const ts_client *c); /* "cpu" (a static string) *
 /* Number of devices (ids 0..N-1) and the compute threads each one uses. */
 int ts_client_num_devices(const ts_client *c);
 int ts_client_threads_per_device(const ts_client *c);
+/* With bind_cores: the CPUs local device `device` is pinned to, as a list
+ * ("2,3") into buf (n bytes); returns 1, or 0 when it is not bound. */
+int ts_client_device_cpus(const ts_client *c, int device, char *buf, size_t n);
 
 /* ---- several processes (one per host, launched by mpirun or srun) ----
  * Under an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the

@@ -141,7 +141,14 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
   if (c->comm) comm_set_timeout_ms(c->comm, c->timeout_ms);
-  if (ndev > 1 && !(c->pool = rt_pool_new(ndev - 1))) {
+  bool bind = opts && opts->bind_cores;
+  if ((ndev > 1 || bind) && !(c->pool = rt_pool_new(ndev - 1))) {
+    ts_client_free(c);
+    return NULL;
+  }
+  /* several processes sharing one CPU set (mpirun --bind-to none) take
+   * consecutive cores: this one starts after the devices of the ones before */
+  if (bind && rt_pool_bind(c->pool, c->threads_per_device, me * ndev * c->threads_per_device) < 0) {
     ts_client_free(c);
     return NULL;
   }
@@ -217,5 +224,10 @@ void ts_client_abort(ts_client *c, int code) {
 int ts_client_num_threads(const ts_client *c) { return c ? c->num_threads : 0; }
 int ts_client_num_devices(const ts_client *c) { return c ? c->num_devices : 0; }
 int ts_client_threads_per_device(const ts_client *c) { return c ? c->threads_per_device : 0; }
+
+int ts_client_device_cpus(const ts_client *c, int device, char *buf, size_t n) {
+  if (!c || !buf || n == 0 || !rt_is_local(c, device)) return 0;
+  return rt_pool_cpus(c->pool, device - c->first_local, buf, n);
+}
 
 const char *ts_client_platform(const ts_client *c) { return c ? c->dev.platform : "none"; }
