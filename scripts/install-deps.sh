@@ -14,6 +14,8 @@ pkgs=(
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
+  libturbojpeg0-dev libpng-dev       # ImageFolder datasets: JPEG and PNG decoding
+  python3-pil                        # tests: writing JPEG/PNG files, the reference decode
 )
 
 missing=()

@@ -59,6 +59,10 @@ struct ts_source {
   int (*get)(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label);
   void (*destroy)(ts_source *s); /* optional: frees ctx and s itself */
   void *ctx;
+  /* Optional: called instead of get by the loader, with the sample's
+   * augmentation key (ts_loader_augment_key(seed, epoch, i)), for sources
+   * that augment while decoding (ImageFolder's random resized crop). */
+  int (*get_keyed)(const ts_source *s, int64_t i, uint64_t key, uint8_t *pixels, int32_t *label);
 };
 
 /* Sources from these two are the caller's (ts_source_free, after every loader
