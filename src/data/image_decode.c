@@ -3,7 +3,9 @@
  * content decides the format (magic bytes), not the file name. Results match
  * PIL's Image.open(f).convert("RGB"): accurate integer DCT and fancy
  * upsampling (libjpeg's defaults, PIL's too); grey and palette expanded,
- * 16-bit reduced to its high byte, alpha dropped. Every libjpeg warning
+ * alpha dropped. One difference: 16-bit PNGs are reduced to their high byte
+ * (the value scaled to 8 bits); PIL does that for 16-bit colour but clamps
+ * 16-bit grey at 255 (an almost white image). Every libjpeg warning
  * (e.g. "Premature end of JPEG file": a truncated file that libjpeg would
  * fill with grey) is an error, as PIL's "image file is truncated". */
 #include <errno.h>
@@ -28,7 +30,7 @@ static int decode_jpeg(const char *name, const uint8_t *data, size_t bytes, uint
   int rc = -1;
   uint8_t *out = NULL, *cmyk = NULL;
   if (tjDecompressHeader3(tj, data, (unsigned long)bytes, &width, &height, &subsamp, &cs) < 0) {
-    set_error_code(TS_ERR_IO, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(tj));
+    set_error_code(TS_ERR_IO, "%s: corrupt or truncated JPEG (%zu bytes): %s", name, bytes, tjGetErrorStr2(tj));
     goto done;
   }
   if (width <= 0 || height <= 0 || (int64_t)width * height > IMG_MAX_PIXELS) {
@@ -52,8 +54,9 @@ static int decode_jpeg(const char *name, const uint8_t *data, size_t bytes, uint
   if (tjDecompress2(tj, data, (unsigned long)bytes, is_cmyk ? cmyk : out, width, 0, height,
                     is_cmyk ? TJPF_CMYK : TJPF_RGB, 0) < 0) {
     /* a warning too: the pixels would be partly invented */
-    set_error_code(TS_ERR_IO, "%s: %s JPEG: %s", name,
-                   tjGetErrorCode(tj) == TJERR_WARNING ? "truncated or damaged" : "corrupt", tjGetErrorStr2(tj));
+    set_error_code(TS_ERR_IO, "%s: %s JPEG (%zu bytes): %s", name,
+                   tjGetErrorCode(tj) == TJERR_WARNING ? "truncated or damaged" : "corrupt or truncated", bytes,
+                   tjGetErrorStr2(tj));
     goto done;
   }
   if (is_cmyk)
