@@ -12,7 +12,8 @@
 #  - a truncated file is an error naming it; with --skip-bad-files the run
 #    finishes and names the skipped file; an empty class folder, a missing
 #    val split and train/val classes that differ are errors naming the
-#    folder; flags that do not belong together are usage errors.
+#    folder; a --log-json onto an image of the dataset is refused; flags
+#    that do not belong together are usage errors.
 set -u
 build="${1:?usage: imagefolder_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -89,6 +90,7 @@ mv "$tmp/bad/val" "$tmp/bad/v"
 expect no_val 1 "bad/val: cannot open the ImageFolder split" train "${common[@]/$data/$tmp/bad}"
 mkdir -p "$tmp/bad/val" && mv "$tmp/bad/v/class_00" "$tmp/bad/v/class_01" "$tmp/bad/val/"
 expect classes_differ 1 "they differ at class 2 ('class_02' vs '(none)')" train "${common[@]/$data/$tmp/bad}"
+expect log_in_data 2 "is a file of the dataset" train "${common[@]}" --log-json "$data/val/class_00/img_0000.jpg"
 expect cnn 2 "trains a resnet" train --dataset imagefolder --data-dir "$data" --model cnn
 expect no_dir 2 "needs --data-dir" train --dataset imagefolder
 expect size_mnist 2 "--image-size is for --dataset imagefolder" train --image-size 32
