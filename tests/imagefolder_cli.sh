@@ -5,7 +5,8 @@
 #    padded); --loader-workers 1 and 3 log the same losses;
 #  - per-host loading: under mpirun -n 2 (SPMD, the default mesh) and -n 2
 #    --parallel ddp, --load local (the default) and --load global log
-#    exactly the same losses; -n 2 and -n 3 follow the 1-process curve
+#    exactly the same losses and test accuracies (evaluation per host too
+#    under SPMD); -n 2 and -n 3 follow the 1-process curve
 #    within 1e-4; only --load local says it loads per host;
 #  - a resume mid-epoch (--save-every 3, --resume step 3) continues with
 #    exactly the uninterrupted run's losses;
@@ -40,9 +41,10 @@ run() { # run NAME NP ARGS...: 8 steps (2 epochs of 4), JSON log in $tmp/NAME.js
   fi
   if [ "$rc" -eq 0 ]; then ok "$name: $np processes $* exits 0"; else bad "$name: exit $rc: $(tail -5 "$tmp/$name.err")"; fi
 }
-same() { # same A B: the logged losses are the same texts
-  if [ -s "$tmp/$1.json" ] && diff <(grep -o '"loss":[^,]*' "$tmp/$1.json") <(grep -o '"loss":[^,]*' "$tmp/$2.json") >/dev/null
-  then ok "$2 logs exactly $1's losses"; else bad "$2's losses differ from $1's"; fi
+same() { # same A B: the logged losses and test accuracies are the same texts
+  if [ -s "$tmp/$1.json" ] && diff <(grep -o '"loss":[^,]*\|"test_accuracy":[^}]*' "$tmp/$1.json") \
+    <(grep -o '"loss":[^,]*\|"test_accuracy":[^}]*' "$tmp/$2.json") >/dev/null
+  then ok "$2 logs exactly $1's losses and accuracies"; else bad "$2's losses or accuracies differ from $1's"; fi
 }
 
 run one 0
@@ -55,8 +57,9 @@ if command -v mpirun >/dev/null; then
   run local2 2
   run global2 2 --load global
   same global2 local2
-  grep -q "per-host loading" "$tmp/local2.out" && ! grep -q "per-host loading" "$tmp/global2.out" &&
-    ok "local2 says it loads per host, global2 does not" || bad "local2/global2: per-host line"
+  grep -q "per-host loading" "$tmp/local2.out" && grep -q "per-host evaluation" "$tmp/local2.out" &&
+    ! grep -q "per-host" "$tmp/global2.out" &&
+    ok "local2 says it loads and evaluates per host, global2 does not" || bad "local2/global2: per-host lines"
   run local3 3 # 3 devices, batch 6: 2 rows each
   for np in 2 3; do compare one "local$np" 8; done
   run ddp_local 2 --parallel ddp --load local

@@ -58,11 +58,46 @@ int train_images_open(train_run *r) {
   return CLI_EXIT_OK;
 }
 
+/* Index of the graph input bound to buffer b in pr (-1 if none). */
+static int input_index(const program *pr, const ts_buffer *b) {
+  for (int i = 0; i < pr->io.n_in; i++)
+    if (pr->io.in[i] == b) return i;
+  return -1;
+}
+
+/* The evaluation loader: per host (each process decodes only its devices'
+ * rows of x; the labels of every row come from the listing) when training
+ * loads per host over an SPMD mesh, else every process decodes everything.
+ * Per host needs the listing's labels to be the samples' labels, so not
+ * with --skip-bad-files (a skipped file's row holds the next file). */
+static int eval_loader(train_run *r, program *full, bool *local) {
+  ts_loader_options lo = {.batch = r->eval_b, .prefetch = 2, .workers = (int)r->o.loader_workers,
+                          .no_shuffle = true, .last_batch = TS_LAST_BATCH_PAD, .augment = r->norm};
+  *local = false;
+  if (r->nproc > 1 && r->mesh && !r->ddp && r->o.load != LOAD_GLOBAL && !r->o.skip_bad_files) {
+    int ix = input_index(full, full->io.x);
+    const ts_sharding *sx = ix >= 0 ? ts_executable_input_sharding(full->exe, ix) : NULL;
+    if (sx && ts_buffer_reshard(full->io.x, sx) == 0) {
+      ts_input_sharding in = {NULL, ts_buffer_sharding(full->io.x)}; /* x's batch dim cuts y and mask alike */
+      ts_loader_options ll = lo;
+      ll.mesh = r->mesh, ll.n_inputs = 1, ll.inputs = &in;
+      ll.process_index = r->rank, ll.process_count = r->nproc, ll.mode = TS_LOAD_MINIBATCH;
+      if ((r->eval_loader = ts_loader_new(r->test_src, &ll))) {
+        printf("data: per-host evaluation: each process decodes only its devices' rows of the val batches\n");
+        *local = true;
+        return 0;
+      }
+    }
+    if (r->o.load == LOAD_LOCAL)
+      printf("data: evaluation: every process decodes the whole val set (per-host loading does not fit: %s)\n",
+             ts_last_error());
+  }
+  return (r->eval_loader = ts_loader_new(r->test_src, &lo)) ? 0 : -1;
+}
+
 int train_images_evaluate(train_run *r, program *full, double *acc) {
   if (!r->eval_loader) {
-    ts_loader_options lo = {.batch = r->eval_b, .prefetch = 2, .workers = (int)r->o.loader_workers,
-                            .no_shuffle = true, .last_batch = TS_LAST_BATCH_PAD, .augment = r->norm};
-    if (!(r->eval_loader = ts_loader_new(r->test_src, &lo))) return -1;
+    if (eval_loader(r, full, &r->eval_local) < 0) return -1;
   } else if (ts_loader_seek(r->eval_loader, 0, 0) < 0) {
     return -1;
   }
@@ -71,25 +106,28 @@ int train_images_evaluate(train_run *r, program *full, double *acc) {
   float *logits = malloc((size_t)(r->eval_b * K) * sizeof *logits);
   if (!logits) return -1;
   int rc = 0;
+  bool local = r->eval_local;
   for (int64_t s = 0; rc == 0 && s < steps; s++) {
     const ts_loader_batch *b = ts_loader_next(r->eval_loader);
-    const float *x;
-    const int32_t *y;
-    int64_t start;
     if (!b) {
       rc = -1;
       break;
     }
+    const float *x;
+    const int32_t *y;
+    int64_t start, valid = ts_batch_valid(b), sample = (int64_t)r->test.c * r->test.h * r->test.w;
     ts_batch_local_rows(b, &start, &x, &y, NULL);
-    int64_t valid = ts_batch_valid(b), sample = (int64_t)r->test.c * r->test.h * r->test.w;
-    rc = ts_buffer_write(full->io.x, x, (size_t)(r->eval_b * sample) * sizeof *x);
+    rc = local ? ts_batch_upload(b, "x", full->io.x)
+               : ts_buffer_write(full->io.x, x, (size_t)(r->eval_b * sample) * sizeof *x);
     if (rc == 0) rc = program_run(full);
+    /* collective when the logits' blocks live in several processes: every process reads */
     if (rc == 0) rc = ts_buffer_read(full->io.result, logits, (size_t)(r->eval_b * K) * sizeof *logits);
     for (int64_t i = 0; rc == 0 && i < valid; i++) { /* padding rows (past valid) are not samples */
       int best = 0;
       for (int k = 1; k < K; k++)
         if (logits[i * K + k] > logits[i * K + best]) best = k;
-      correct += best == y[i];
+      int32_t label = local ? ts_imagefolder_label(r->test_src, ts_batch_sample_index(b, i)) : y[i];
+      correct += best == label;
     }
   }
   free(logits);

@@ -61,6 +61,7 @@ typedef struct train_run {
    * the evaluation loader (train.n / test.n hold the sizes, no pixels) */
   ts_source *test_src;
   ts_loader *eval_loader;
+  bool eval_local;            /* eval_loader decodes only this process's rows */
   int64_t bad_reported[2];    /* --skip-bad-files: bad train / val files reported so far */
   /* per-host loading (train_loader.c): DDP's mesh and batch sharding */
   ts_mesh *load_mesh;
@@ -108,7 +109,8 @@ int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t
  * r->train_src / r->test_src, sizes into r->train / r->test. */
 int train_images_open(train_run *r);
 /* train_images.c: test accuracy over r->test_src (full batches of r->eval_b
- * through `full`, the last one padded). */
+ * through `full`, the last one padded; per host when training loads per host
+ * over an SPMD mesh and the evaluation batch divides alike). */
 int train_images_evaluate(train_run *r, program *full, double *acc);
 /* train_images.c: --skip-bad-files: prints the bad files found since the last call. */
 void train_images_report(train_run *r);

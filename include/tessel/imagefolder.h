@@ -77,8 +77,10 @@ ts_source *ts_imagefolder_open(const char *root, const char *split, const ts_ima
 /* Class k's folder name (0 <= k < num_classes); NULL for a bad k or a source
  * that is not an ImageFolder. */
 const char *ts_imagefolder_class(const ts_source *s, int k);
-/* Sample i's path, relative to ROOT/<split>. */
+/* Sample i's path, relative to ROOT/<split>, and its label (from the
+ * listing: no file is read; -1 for a bad i). */
 const char *ts_imagefolder_path(const ts_source *s, int64_t i);
+int32_t ts_imagefolder_label(const ts_source *s, int64_t i);
 /* A 64-bit FNV-1a hash of the listing (classes, relative paths and file
  * sizes, in order): equal on every process that sees the same files. */
 uint64_t ts_imagefolder_hash(const ts_source *s);

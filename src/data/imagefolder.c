@@ -373,6 +373,11 @@ const char *ts_imagefolder_path(const ts_source *s, int64_t i) {
   return f && i >= 0 && i < f->n ? f->pool + f->off[i] : NULL;
 }
 
+int32_t ts_imagefolder_label(const ts_source *s, int64_t i) {
+  const imgf *f = as_imgf(s);
+  return f && i >= 0 && i < f->n ? f->labels[i] : -1;
+}
+
 uint64_t ts_imagefolder_hash(const ts_source *s) {
   const imgf *f = as_imgf(s);
   return f ? f->hash : 0;
