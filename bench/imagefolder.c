@@ -2,6 +2,8 @@
  *
  *   usage: bench_imagefolder [--data-dir ROOT (default: generate)]
  *                            [--generate N (512)] [--gen-size WxH (500x375)]
+ *                            [--out DIR (generate into DIR/train and DIR/val
+ *                             and keep them, e.g. for tessel train)]
  *                            [--size S (224)] [--batch B (32)] [--batches K (8)]
  *                            [--workers LIST (1,2,4,8)] [--default-workers W (4)]
  *                            [--threads T (all cores)] [--resnet-steps N (10), 0: skip]
@@ -40,9 +42,9 @@ static void die(const char *what) {
   exit(1);
 }
 
-static void generate(const char *root, int n, int w, int h) {
+static void generate(const char *root, const char *split, int n, int w, int h) {
   char p[600];
-  snprintf(p, sizeof p, "%s/train", root);
+  snprintf(p, sizeof p, "%s/%s", root, split);
   mkdir(p, 0755);
   tjhandle tj = tjInitCompress();
   uint8_t *rgb = malloc((size_t)w * h * 3);
@@ -50,7 +52,7 @@ static void generate(const char *root, int n, int w, int h) {
   ts_prng_seed(&r, 42);
   for (int i = 0; i < n; i++) {
     int k = i % 10;
-    snprintf(p, sizeof p, "%s/train/n%08d", root, k);
+    snprintf(p, sizeof p, "%s/%s/n%08d", root, split, k);
     mkdir(p, 0755);
     double fx = 0.5 + ts_prng_uniform(&r), fy = 0.5 + ts_prng_uniform(&r);
     for (int y = 0; y < h; y++)
@@ -66,7 +68,7 @@ static void generate(const char *root, int n, int w, int h) {
       fprintf(stderr, "bench_imagefolder: JPEG encoding failed\n");
       exit(1);
     }
-    snprintf(p, sizeof p, "%s/train/n%08d/%06d.JPEG", root, k, i);
+    snprintf(p, sizeof p, "%s/%s/n%08d/%06d.JPEG", root, split, k, i);
     FILE *f = fopen(p, "wb");
     if (!f || fwrite(jpg, 1, len, f) != len) {
       fprintf(stderr, "bench_imagefolder: cannot write %s\n", p);
@@ -166,7 +168,7 @@ static double bench_resnet(int threads, int64_t B, int S, int steps, ts_loader *
 }
 
 int main(int argc, char **argv) {
-  const char *dir = NULL, *wlist = "1,2,4,8";
+  const char *dir = NULL, *out = NULL, *wlist = "1,2,4,8";
   int gen = 512, gw = 500, gh = 375, S = 224, batches = 8, defw = 4, threads = 0, rsteps = 10;
   int64_t B = 32;
   for (int i = 1; i < argc; i++) {
@@ -177,6 +179,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[i], "--data-dir")) dir = v;
     else if (!strcmp(argv[i], "--generate")) gen = atoi(v);
+    else if (!strcmp(argv[i], "--out")) out = v;
     else if (!strcmp(argv[i], "--gen-size")) sscanf(v, "%dx%d", &gw, &gh);
     else if (!strcmp(argv[i], "--size")) S = atoi(v);
     else if (!strcmp(argv[i], "--batch")) B = atoi(v);
@@ -192,11 +195,19 @@ int main(int argc, char **argv) {
     i++;
   }
   char tmp[64] = "";
+  if (out) { /* a tree to keep: train/ and val/ (an eighth), for tessel train */
+    mkdir(out, 0755);
+    generate(out, "train", gen, gw, gh);
+    generate(out, "val", gen / 8 > 10 ? gen / 8 : 10, gw, gh);
+    printf("generated %d + %d JPEGs of %dx%d in %s/train, %s/val\n", gen, gen / 8 > 10 ? gen / 8 : 10, gw, gh, out,
+           out);
+    dir = out;
+  }
   if (!dir) {
     snprintf(tmp, sizeof tmp, "/tmp/tessel_bench_imgf_XXXXXX");
     if (!mkdtemp(tmp)) die("mkdtemp");
     double t0 = now_s();
-    generate(tmp, gen, gw, gh);
+    generate(tmp, "train", gen, gw, gh);
     printf("generated %d JPEGs of %dx%d in %s (%.1fs)\n", gen, gw, gh, tmp, now_s() - t0);
     dir = tmp;
   }

@@ -71,7 +71,7 @@ static int input_index(const program *pr, const ts_buffer *b) {
  * Per host needs the listing's labels to be the samples' labels, so not
  * with --skip-bad-files (a skipped file's row holds the next file). */
 static int eval_loader(train_run *r, program *full, bool *local) {
-  ts_loader_options lo = {.batch = r->eval_b, .prefetch = 2, .workers = (int)r->o.loader_workers,
+  ts_loader_options lo = {.batch = r->eval_b, .prefetch = (int)r->o.loader_workers + 1, .workers = (int)r->o.loader_workers,
                           .no_shuffle = true, .last_batch = TS_LAST_BATCH_PAD, .augment = r->norm};
   *local = false;
   if (r->nproc > 1 && r->mesh && !r->ddp && r->o.load != LOAD_GLOBAL && !r->o.skip_bad_files) {

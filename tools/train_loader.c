@@ -60,7 +60,10 @@ static int local_shardings(train_run *r, ts_loader_options *lo, ts_input_shardin
 
 int train_loader_new(train_run *r) {
   const train_opts *o = &r->o;
-  ts_loader_options lo = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = (int)o->loader_workers,
+  /* a worker fills a whole batch, and only `prefetch` batches are in flight:
+   * one more than the workers keeps every worker busy */
+  int w = (int)o->loader_workers;
+  ts_loader_options lo = {.batch = o->batch, .seed = o->seed, .prefetch = w + 1 > 3 ? w + 1 : 3, .workers = w,
                           .augment = r->train_aug};
   if (!r->train_src && !(r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset])))
     return train_lib_error();
