@@ -16,6 +16,8 @@ pkgs=(
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
   bible-kjv                          # the GPT's default corpus (scripts/make-kjv.sh)
+  libturbojpeg0-dev libpng-dev       # ImageFolder datasets: JPEG and PNG decoding
+  python3-pil                        # tests: writing JPEG/PNG files, the reference decode
 )
 
 missing=()

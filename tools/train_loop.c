@@ -133,8 +133,10 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
 /* The test accuracy after an epoch: printed, and logged. */
 static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double epoch_loss, int64_t epoch_n) {
   double te = train_now_s();
-  if (train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc) < 0)
+  if ((r->test_src ? train_images_evaluate(r, &r->eval_pr, &st->acc)
+                   : train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc)) < 0)
     return train_lib_error();
+  train_images_report(r); /* --skip-bad-files: what this epoch skipped */
   double t = train_now_s();
   char e1[32], e2[32];
   double per_step = st->train_time / (double)(st->step - st->first_step);
@@ -173,12 +175,8 @@ int train_epochs(train_run *r) {
   const train_opts *o = &r->o;
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
    * augmented per sample) while a step runs. */
-  ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
-                             .augment = r->train_aug};
-  /* token data: r->train_src is the text or synthetic token source (train_text.c) */
-  if (!(r->train_src || (r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
-      !(r->loader = ts_loader_new(r->train_src, &lopts)))
-    return train_lib_error();
+  int lrc = train_loader_new(r);
+  if (lrc != CLI_EXIT_OK) return lrc;
 
   loop_state st = {0};
   if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
@@ -198,8 +196,12 @@ int train_epochs(train_run *r) {
       else r->stop_signal = sig;
     }
     if (rc != CLI_EXIT_OK) return rc;
-    if (r->stop_signal) return train_interrupted(r, &st);
+    if (r->stop_signal) {
+      train_images_report(r);
+      return train_interrupted(r, &st);
+    }
   }
+  train_images_report(r);
   if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
     printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,
            (long long)r->total_steps);

@@ -14,10 +14,11 @@
 #define CMD "train"
 
 const char *const train_model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
-const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", "text", NULL};
+const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", "text", "imagefolder", NULL};
 const char *const train_optim_names[] = {"sgd", "adamw", NULL};
 const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
+const char *const train_load_names[] = {"auto", "global", "local", NULL};
 
 void cli_train_usage(FILE *f) {
   fprintf(f,
@@ -32,13 +33,16 @@ void cli_train_usage(FILE *f) {
           "                             CIFAR CNN), or a ResNet with torchvision's names and init\n"
           "                             (resnet20/18: the CIFAR layouts; resnet50: torchvision v1.5,\n"
           "                             inputs of at least 32x32) [mlp; cifar10: cnn]\n"
-          "  --dataset fashion-mnist|cifar10|synthetic|text\n"
+          "  --dataset fashion-mnist|cifar10|synthetic|text|imagefolder\n"
           "                             synthetic: random images in the model's natural shape (3x32x32,\n"
-          "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks\n"
+          "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks;\n"
+          "                             imagefolder: JPEG/PNG files in DIR/train/<class>/ and\n"
+          "                             DIR/val/<class>/ (ImageNet's layout), resnets only\n"
           "                             [fashion-mnist]\n"
           "  --data-dir DIR             fashion-mnist: IDX files (train-*, t10k-*)\n"
           "                             [" TS_FASHION_MNIST_DIR "];\n"
-          "                             cifar10: data_batch_1..5.bin, test_batch.bin (required)\n"
+          "                             cifar10: data_batch_1..5.bin, test_batch.bin (required);\n"
+          "                             imagefolder: the folder holding train/ and val/ (required)\n"
           "  --dataset text             --model gpt: bytes of --data-file as tokens (vocab 256); the\n"
           "                             first 90%% trains (windows of --seq + 1 bytes in a seeded,\n"
           "                             resumable order), the last 10%% validates [gpt: text];\n"
@@ -49,6 +53,17 @@ void cli_train_usage(FILE *f) {
           "  --eval-every N             gpt: validation loss every N steps and at the end [100]\n"
           "  --eval-batches N           gpt: validation batches of --batch windows at fixed seeded\n"
           "                             positions of the last 10%% [20]\n"
+          "  --image-size S             imagefolder: train on random resized crops of SxS, evaluate on\n"
+          "                             center crops of SxS after resizing the shorter side to S*256/224\n"
+          "                             [224]\n"
+          "  --skip-bad-files           imagefolder: a file that does not decode is counted, reported\n"
+          "                             and replaced by the next readable one [an error naming it]\n"
+          "  --loader-workers N         threads that read, decode and augment batches [imagefolder 4,\n"
+          "                             else 1]\n"
+          "  --load auto|global|local   global: every process prepares the whole global batch; local:\n"
+          "                             each prepares only the rows of its own devices (per-host\n"
+          "                             loading); auto: local when data parallel over processes\n"
+          "                             [auto]\n"
           "  --epochs N                 passes over the training set [mlp 5, cnn 3, resnets 2]\n"
           "  --batch B                  training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32,\n"
           "                             resnet50 8]\n"
@@ -182,6 +197,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       continue;
     }
     CHOICE_FLAG("--parallel", "mode", train_parallel_names, o->parallel)
+    CHOICE_FLAG("--load", "mode", train_load_names, o->load)
+    INT_FLAG("--image-size", 8, "an integer of at least 8", o->image_size)
+    INT_FLAG("--loader-workers", 1, "a positive integer", o->loader_workers)
+    if (strcmp(argv[i], "--skip-bad-files") == 0) {
+      o->skip_bad_files = true;
+      continue;
+    }
     DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
     if (strcmp(argv[i], "--all-ranks") == 0) {
       o->all_ranks = true;
@@ -266,6 +288,28 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       return -1;
     }
   }
+  if (o->dataset == DATA_IMAGEFOLDER) {
+    if (o->model >= 0 && o->model != MODEL_RESNET20 && o->model != MODEL_RESNET18 && o->model != MODEL_RESNET50) {
+      cli_error(CMD, "--dataset imagefolder trains a resnet (resnet20, resnet18 or resnet50), not --model %s",
+                train_model_names[o->model]);
+      return -1;
+    }
+    if (o->model < 0) o->model = MODEL_RESNET50;
+    if (!o->data_dir) {
+      cli_error(CMD, "--dataset imagefolder needs --data-dir DIR with DIR/train/<class>/<images> and "
+                     "DIR/val/<class>/<images>");
+      return -1;
+    }
+    if (o->image_size == 0) o->image_size = 224;
+    if (o->image_size > 4096) {
+      cli_error(CMD, "--image-size: %lld is larger than 4096", (long long)o->image_size);
+      return -1;
+    }
+  } else if (o->image_size || o->skip_bad_files) {
+    cli_error(CMD, "%s is for --dataset imagefolder", o->image_size ? "--image-size" : "--skip-bad-files");
+    return -1;
+  }
+  if (o->loader_workers == 0) o->loader_workers = o->dataset == DATA_IMAGEFOLDER ? 4 : 1;
   if (o->check_replicas && o->parallel != PARALLEL_DDP) {
     cli_error(CMD, "--check-replicas compares the replicas of --parallel ddp; an SPMD run has none to compare");
     return -1;
@@ -307,5 +351,8 @@ void train_opts_text(const train_opts *o, char *buf, size_t n) {
            o->weight_decay, o->momentum, (unsigned long long)o->seed, (long long)o->eval_batch,
            o->mesh ? o->mesh : "-", train_parallel_names[o->parallel], (long long)o->eval_every,
            (long long)o->eval_batches);
+  size_t len = strlen(buf);
+  if (o->dataset == DATA_IMAGEFOLDER && len < n) /* the same images on every process */
+    snprintf(buf + len, n - len, " image_size=%lld skip_bad_files=%d", (long long)o->image_size, o->skip_bad_files);
 }
 

@@ -11,12 +11,13 @@
 #include "train_fault.h" // train_fault (the --testing-fault hook)
 
 enum { MODEL_MLP, MODEL_CNN, MODEL_RESNET20, MODEL_RESNET18, MODEL_RESNET50, MODEL_GPT };
-enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC, DATA_TEXT };
+enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC, DATA_TEXT, DATA_IMAGEFOLDER };
+enum { LOAD_AUTO, LOAD_GLOBAL, LOAD_LOCAL }; /* --load */
 enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
 extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
-    *const train_sched_names[], *const train_parallel_names[];
+    *const train_sched_names[], *const train_parallel_names[], *const train_load_names[];
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -57,6 +58,10 @@ typedef struct {
   int64_t log_every;    /* --log-every N: the loss read back and logged every N steps; 0 = every step */
   bool profile;         /* --profile: per-step breakdown (compute, communication, host, idle) at the end */
   bool bind;            /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
+  int64_t image_size;   /* --image-size: imagefolder's (3, S, S) [224] */
+  int64_t loader_workers; /* --loader-workers: decode/augment threads; 0 = the default */
+  bool skip_bad_files;  /* --skip-bad-files: imagefolder files that do not decode are counted and skipped */
+  int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

@@ -60,6 +60,15 @@ typedef struct train_run {
   ts_source *val_src;         /* token data: the validation windows */
   ts_loader *val_loader;      /* over val_src, no shuffle, made at the first validation batch */
   int64_t val_next;           /* the validation batch val_loader hands out next */
+  /* --dataset imagefolder: the sources (train_src is the training one) and
+   * the evaluation loader (train.n / test.n hold the sizes, no pixels) */
+  ts_source *test_src;
+  ts_loader *eval_loader;
+  bool eval_local;            /* eval_loader decodes only this process's rows */
+  int64_t bad_reported[2];    /* --skip-bad-files: bad train / val files reported so far */
+  /* per-host loading (train_loader.c): DDP's mesh and batch sharding */
+  ts_mesh *load_mesh;
+  ts_sharding *load_sh[2];
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
 } train_run;
@@ -101,6 +110,21 @@ int train_ckpt_save(train_run *r, int64_t step);
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */
 int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
                    double *acc);
+
+/* train_images.c: --dataset imagefolder: the train and val sources (the
+ * same classes; listings checked equal over the processes) into
+ * r->train_src / r->test_src, sizes into r->train / r->test. */
+int train_images_open(train_run *r);
+/* train_images.c: test accuracy over r->test_src (full batches of r->eval_b
+ * through `full`, the last one padded; per host when training loads per host
+ * over an SPMD mesh and the evaluation batch divides alike). */
+int train_images_evaluate(train_run *r, program *full, double *acc);
+/* train_images.c: --skip-bad-files: prints the bad files found since the last call. */
+void train_images_report(train_run *r);
+
+/* train_loader.c: the training loader over r->train_src: --loader-workers,
+ * and per-host loading (--load) over the step program's input shardings. */
+int train_loader_new(train_run *r);
 
 /* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);

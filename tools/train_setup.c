@@ -8,6 +8,7 @@
 #include <sys/stat.h> // stat: is the dataset missing or damaged?
 
 #include "args.h"            // cli_error, exit codes
+#include "tessel/imagefolder.h" // TS_IMAGENET_MEAN
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
@@ -136,6 +137,7 @@ static int load_data(train_run *r) {
       return CLI_EXIT_FAIL;
     return 0;
   }
+  if (o->dataset == DATA_IMAGEFOLDER) return train_images_open(r); /* files decoded as the loader goes */
   bool cifar = o->dataset == DATA_CIFAR10;
   if (cifar) rc = ts_cifar10_load(o->data_dir, "train", &r->train) < 0 || ts_cifar10_load(o->data_dir, "test", &r->test) < 0;
   else rc = ts_mnist_load(o->data_dir, "train", &r->train) < 0 || ts_mnist_load(o->data_dir, "t10k", &r->test) < 0;
@@ -150,11 +152,11 @@ static int load_data(train_run *r) {
 int train_load(train_run *r) {
   train_opts *o = &r->o;
   if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
-  bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
+  bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC, folder = o->dataset == DATA_IMAGEFOLDER;
   int lrc = load_data(r);
   if (lrc) return lrc;
   const ts_dataset *train = &r->train, *test = &r->test;
-  int want_c = cifar || synth ? 3 : 1, want_hw = synth ? train->h : cifar ? 32 : 28;
+  int want_c = cifar || synth || folder ? 3 : 1, want_hw = synth ? train->h : folder ? (int)o->image_size : cifar ? 32 : 28;
   for (int k = 0; k < 2; k++) { /* each set's own shape in the message */
     const ts_dataset *d = k ? test : train;
     if (d->c != want_c || d->h != want_hw || d->w != want_hw) {
@@ -170,8 +172,10 @@ int train_load(train_run *r) {
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
   if (cifar) r->norm = (ts_augment){.mean = TS_CIFAR10_MEAN, .std = TS_CIFAR10_STD};
   if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
+  if (folder) r->norm = (ts_augment){.mean = TS_IMAGENET_MEAN, .std = TS_IMAGENET_STD};
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
+  if (folder) r->train_aug.hflip = true; /* after the random resized crop the source made */
   return train_load_steps(r, train->n);
 }
 
@@ -261,7 +265,7 @@ int train_compile(train_run *r) {
   r->gs.ddp = false;
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
-  if (r->test.n % r->eval_b &&
+  if (r->test.n % r->eval_b && !r->test_src && /* imagefolder: the last batch is padded */
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
   /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
