@@ -132,8 +132,8 @@ run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0:
 
 run one 0
 run one126 0 --batch 126
-run h_d2 2 --mesh data=2
-run h_d2m2 2 --mesh data=2,model=2
+run h_d2 2 --mesh data=2 --metrics "$tmp/h_d2.metrics"
+run h_d2m2 2 --mesh data=2,model=2 --metrics "$tmp/h_d2m2.metrics"
 run h_f2 2 --mesh fsdp=2
 run h_ddp2 2 --parallel ddp --check-replicas 10
 run h_ddp3 3 --parallel ddp --batch 126 --check-replicas 10
@@ -143,6 +143,21 @@ compare one126 h_ddp3 50
 if grep -q "mesh data=2,model=2 on 4 virtual CPU devices in 2 processes" "$tmp/h_d2m2.out"; then
   ok "data=2,model=2: 2 devices on each host"
 else bad "data=2,model=2 layout: $(grep SPMD "$tmp/h_d2m2.out")"; fi
+
+# bytes crossing hosts (metrics NetBytesSent, rank 0): data=2 all-reduces the 669706 float gradients once a
+# step, sending 2(P-1)/P = 1x their bytes per process (plus the loss and the start-up and evaluation exchanges)
+if /usr/bin/python3 - "$tmp/h_d2.metrics" "$tmp/h_d2m2.metrics" <<'PY'
+import json, sys
+grad = 669706 * 4
+for path in sys.argv[1:]:
+    c = json.load(open(path))["counters"]
+    per = c["NetBytesSent"] / 50
+    print(f"  {path.split('/')[-1].split('.')[0]}: {per / 1e6:.2f} MB sent per step by rank 0 ({per / grad:.3f} x the gradients)")
+per = json.load(open(sys.argv[1]))["counters"]["NetBytesSent"] / 50
+assert grad <= per <= 1.02 * grad, f"data=2 sends {per:.0f} bytes a step, expected about {grad}"
+PY
+then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent)"; else
+  bad "bytes crossing hosts per step (metrics NetBytesSent)"; fi
 
 tessels() { # tessels HOST: the tessel processes in that host
   ip netns pids "$1" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null | grep -c '^tessel' || true

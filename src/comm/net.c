@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics/metrics_internal.h" /* NetBytesSent, NetBytesReceived, NetMessages */
 #include "util/config.h" /* TESSEL_MPI, TESSEL_NET_PIECE_BYTES */
 #include "util/error.h"
 
@@ -190,6 +191,13 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
   }
   free(req);
   free(owner);
+  if (TS_METRICS_ON()) { /* what crossed to other processes (other hosts, in a job of one process per host) */
+    int64_t sent = 0, received = 0;
+    for (int i = 0; i < count; i++) *(msgs[i].send ? &sent : &received) += (int64_t)msgs[i].bytes;
+    obs_count("NetBytesSent", sent);
+    obs_count("NetBytesReceived", received);
+    obs_count("NetMessages", count);
+  }
   return 0;
 }
 
