@@ -24,12 +24,14 @@
  * sides of a comparison warm up equally; the run scripts pass --warmup to
  * both). Prints one line per model:
  *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- *          final_loss=L check_loss=L2
+ *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S
  * (samples/s from the median; L the loss of the last step, %.9g: every
  * configuration runs the same steps on the same data; L2 the loss of the
  * second step, after one update: the scripts check every configuration's L2
  * against one device's (1e-4), since over tens of steps the conv nets'
- * curves drift apart by rounding alone, 1e-3 after 50 steps, measured).
+ * curves drift apart by rounding alone, 1e-3 after 50 steps, measured); G the
+ * gradients' bytes, S the bytes rank 0 sent to other processes per timed step
+ * (metrics NetBytesSent: bench/run_multihost.sh's communication model).
  * bench/run_train_step.sh compares it with bench/torch_train_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +99,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
 
   double *ms = malloc((size_t)steps * sizeof *ms);
   float final_loss = 0, check_loss = 0; /* check: the loss of the second step (one update done) */
+  int64_t net0 = 0; /* NetBytesSent (metrics) when the timed steps start */
   for (int t = 0; t < warmup + steps; t++) {
+    if (t == warmup) net0 = ts_counter_value("NetBytesSent");
     double t0 = now_s();
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
@@ -116,6 +120,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     if (t == 1) check_loss = lossv;
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
+  double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
   static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp", "tessel-fsdp"};
@@ -123,9 +128,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld\n",
+           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
-           check_loss, (long long)(4 * ts_params_trainable_numel(p)));
+           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes);
     fflush(stdout);
   }
   ts_mesh_free(mesh);

@@ -17,88 +17,31 @@
 #                  (ts_client_abort's watchdog).
 # Needs root (ip netns, ip link): CI runs it as root. Without it the test FAILS
 # (it never passes silently). Everything it creates carries the prefix tsh<pid>
-# and is removed on exit, on failure too (trap).
+# and is removed on exit, on failure too (trap). The hosts: tests/netns.bash.
 set -u
 build="${1:?usage: multihost.sh BUILD_DIR}"
 tessel="$(cd "$build" && pwd)/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" # OpenMPI's allocations (tests/CMakeLists.txt)
 t_start=$(date +%s)
 
-p="tsh$$"                      # every name created here starts with it
-hosts=("${p}h0" "${p}h1" "${p}h2")
-started=()                     # what exists, for cleanup
-
-kill_hosts() { # every process inside the host namespaces
-  local h pid left
-  for _ in 1 2 3 4 5; do
-    left=0
-    for h in "${hosts[@]}"; do
-      [ -e "/var/run/netns/$h" ] || continue
-      for pid in $(ip netns pids "$h" 2>/dev/null); do kill -9 "$pid" 2>/dev/null && left=1; done
-    done
-    [ "$left" = 0 ] && return
-    sleep 0.2
-  done
-}
+. "$(dirname "${BASH_SOURCE[0]}")/netns.bash" # netns_up, netns_kill, netns_down
+mpiruns=()
 cleanup() {
   local x
   for x in "${mpiruns[@]:-}"; do [ -n "$x" ] && kill -9 "$x" 2>/dev/null; done
-  kill_hosts
-  for x in "${started[@]:-}"; do
-    case "$x" in
-      link:*) ip link del "${x#link:}" 2>/dev/null ;;
-      ns:*) ip netns del "${x#ns:}" 2>/dev/null ;;
-    esac
-  done
+  netns_down
   rm -rf "$tmp"
 }
-mpiruns=()
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
-
-give_up() {
-  bad "cannot create the namespace hosts: $* (this test needs root, ip netns and veth/bridge links; CI runs it as root)"
+if ! netns_up 3 "$tmp"; then
+  bad "cannot create the namespace hosts: $netns_error (this test needs root, ip netns and veth/bridge links; CI runs it as root)"
   echo "$passed passed, $failed failed"
   exit 1
-}
-command -v mpirun >/dev/null || give_up "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
-command -v ip >/dev/null && command -v unshare >/dev/null || give_up "ip or unshare not found (iproute2, util-linux)"
-[ "$(id -u)" -eq 0 ] || give_up "not root (uid $(id -u))"
+fi
+echo "hosts ${hosts[*]} on $net (bridge $br)"
 
-# a /24 in 10.213.0.0/16 that no interface here uses
-sub=""
-for i in $(seq 0 40); do
-  o=$(((20 + $$ + i) % 230 + 20))
-  ip -4 addr | grep -q " 10\.213\.$o\." || { sub="10.213.$o"; break; }
-done
-[ -n "$sub" ] || give_up "no free /24 in 10.213.0.0/16"
-net="$sub.0/24"
-br="${p}br"
-ip link add "$br" type bridge 2>"$tmp/ip.err" || give_up "ip link add $br type bridge: $(cat "$tmp/ip.err")"
-started+=("link:$br")
-ip addr add "$sub.1/24" dev "$br" && ip link set "$br" up || give_up "bridge $br address"
-for i in 0 1 2; do
-  h=${hosts[$i]}
-  ip netns add "$h" 2>"$tmp/ip.err" || give_up "ip netns add $h: $(cat "$tmp/ip.err")"
-  started+=("ns:$h")
-  ip link add "${p}v$i" type veth peer name eth0 netns "$h" 2>"$tmp/ip.err" || give_up "veth for $h: $(cat "$tmp/ip.err")"
-  started+=("link:${p}v$i")
-  ip link set "${p}v$i" master "$br" up && ip -n "$h" addr add "$sub.$((10 + i))/24" dev eth0 &&
-    ip -n "$h" link set eth0 up && ip -n "$h" link set lo up || give_up "addresses of $h"
-done
-ip netns exec "${hosts[0]}" unshare --uts sh -c "hostname ${hosts[0]} && hostname" >"$tmp/uts.out" 2>&1 &&
-  [ "$(cat "$tmp/uts.out")" = "${hosts[0]}" ] || give_up "unshare --uts in $h: $(cat "$tmp/uts.out")"
-echo "hosts ${hosts[*]} on $net (bridge $br at $sub.1)"
-
-# mpirun's rsh agent: the "remote" host is a namespace, with its own hostname
-cat >"$tmp/rsh" <<'EOF'
-#!/bin/sh
-h="$1"
-shift
-exec ip netns exec "$h" unshare --uts sh -c "hostname $h && $*"
-EOF
 # each rank's stderr and exit code in files: a partitioned host's output cannot reach mpirun
 cat >"$tmp/rec" <<'EOF'
 #!/bin/sh
@@ -109,10 +52,7 @@ rc=$?
 echo "$rc" >"$out.rc.$OMPI_COMM_WORLD_RANK"
 exit "$rc"
 EOF
-chmod +x "$tmp/rsh" "$tmp/rec"
-for n in 2 3; do printf '%s slots=1\n' "${hosts[@]:0:$n}" >"$tmp/hostfile$n"; done
-mpi=(mpirun --map-by node --bind-to none --mca plm_rsh_agent "$tmp/rsh" --mca btl self,tcp
-  --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net")
+chmod +x "$tmp/rec"
 mlp=(train --model mlp --epochs 1 --eval-batch 5000)
 
 run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads)
@@ -191,7 +131,7 @@ fault() {
   # mpirun itself may wait far longer for a host it cannot reach (README): not ours to end
   kill -9 "$mp" 2>/dev/null
   wait "$mp" 2>/dev/null
-  kill_hosts
+  netns_kill
   ip -n "${hosts[1]}" link set eth0 up
   if [ "$left" -eq 0 ]; then ok "$name: every tessel process of both hosts gone ${secs}s after the fault"; else
     bad "$name: $left tessel processes still alive ${secs}s after the fault"; fi
