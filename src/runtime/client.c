@@ -250,7 +250,7 @@ void ts_client_abort(ts_client *c, int code) {
     fflush(stderr);
     _exit(code ? code : 1);
   }
-  if (atomic_exchange(&g_aborting, 1)) /* another thread is aborting: its watchdog ends us */
+  if (atomic_exchange(&g_aborting, 1)) /* another thread is ending the process (its watchdog, if MPI hangs) */
     for (;;) pause();
   if (c && c->net) {
     static abort_watch w;
