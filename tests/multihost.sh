@@ -7,11 +7,14 @@
 #  - SPMD --mesh data=2 (1 device per host), data=2,model=2
 #    (2 devices per host), fsdp=2, and --parallel ddp over 2 and 3 hosts follow
 #    the 1-device loss curve within 1e-4 relative;
+#  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
+#    (metrics NetBytesSent);
 #  - faults in the middle of a run (collective timeout 5 s), each ending every
 #    tessel process on every host within 60 s, non-zero, with a message naming
 #    the processes it lost:
 #      partition   host 1's link set down: each side names the other;
-#      lost host   every process of host 1 killed (its daemon too);
+#      lost host   every process of host 1 killed (its daemon too): host 0's
+#                  rank names process 1, or mpirun names the lost host;
 #      cut daemon  host 1's MPI daemon frozen, then its link down: MPI_Abort
 #                  cannot finish there, and host 1's rank exits by itself
 #                  (ts_client_abort's watchdog).
