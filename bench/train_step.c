@@ -24,12 +24,14 @@
  * sides of a comparison warm up equally; the run scripts pass --warmup to
  * both). Prints one line per model:
  *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- *          final_loss=L check_loss=L2 grad_bytes=G cpu_ms=C
+ *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C
  * (samples/s from the median; L the loss of the last step, %.9g: every
  * configuration runs the same steps on the same data; L2 the loss of the
  * second step, after one update: the scripts check every configuration's L2
  * against one device's (1e-4), since over tens of steps the conv nets'
- * curves drift apart by rounding alone, 1e-3 after 50 steps, measured).
+ * curves drift apart by rounding alone, 1e-3 after 50 steps, measured); G the
+ * gradients' bytes, S the bytes rank 0 sent to other processes per timed step
+ * (metrics NetBytesSent: bench/run_multihost.sh's communication model).
  * C: this process's CPU time per timed step, all threads (rank 0's under
  * mpirun): the work a step costs, much less disturbed by other jobs than the
  * wall time, but inflated by spinning waits (OpenMP's, the collectives').
@@ -113,8 +115,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   double *ms = malloc((size_t)steps * sizeof *ms);
   double cpu0 = 0; /* process CPU time over the timed steps: the work, whatever else runs on the cores */
   float final_loss = 0, check_loss = 0; /* check: the loss of the second step (one update done) */
+  int64_t net0 = 0; /* NetBytesSent (metrics) when the timed steps start */
   for (int t = 0; t < warmup + steps; t++) {
     if (t == warmup) cpu0 = cpu_s();
+    if (t == warmup) net0 = ts_counter_value("NetBytesSent");
     double t0 = now_s();
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
@@ -134,6 +138,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
   double cpu_ms = 1e3 * (cpu_s() - cpu0) / (steps > 0 ? steps : 1);
+  double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
   static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp", "tessel-fsdp"};
@@ -141,9 +146,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld cpu_ms=%.3f\n",
+           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
-           check_loss, (long long)(4 * ts_params_trainable_numel(p)), cpu_ms);
+           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms);
     fflush(stdout);
   }
   ts_mesh_free(mesh);

@@ -10,6 +10,7 @@ pkgs=(
   libdnnl-dev                        # oneDNN: GEMM and convolution kernels
   zlib1g-dev                         # gzipped IDX datasets
   openmpi-bin libopenmpi-dev         # multi-process runtime
+  iproute2 util-linux hostname       # tests/multihost.sh: hosts as network + UTS namespaces
   dataset-fashion-mnist              # the main job's data
   python3-torch python3-numpy        # reference tests and benchmarks
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription

@@ -108,7 +108,9 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text);
 int ts_client_max(ts_client *c, int64_t value, int64_t *max);
 /* Ends every process of the job with exit code `code` (MPI_Abort): after an
  * error in one process the others would wait in their next collective until
- * it times out. Alone: exit(code). Never returns. */
+ * it times out. When the abort has not ended this process within 5 s (the
+ * launcher cannot reach every host: a partition), it exits by itself with
+ * `code`, saying so on stderr. Alone: exit(code). Never returns. */
 void ts_client_abort(ts_client *c, int code);
 
 /* ---- buffers (device memory; on the CPU backend, aligned host memory) ----
