@@ -18,6 +18,17 @@ typedef struct {
    * of ddp_bucket_bytes (0 = 1 MiB) and the loss output is the replicas' mean. */
   bool ddp;
   size_t ddp_bucket_bytes;
+  /* Mixed precision: TS_F32 (0) off; TS_BF16 or TS_F16 (compile both programs
+   * with ts_compile_options.autocast = amp). f16 adds the dynamic loss scaler
+   * (tessel/nn.h ts_loss_scaler) to the training step; scaler = its config
+   * (zeros: GradScaler's defaults). */
+  ts_dtype amp;
+  ts_loss_scaler_config scaler;
+  /* Test hook: an extra input "amp_poison" (batch) f32 that multiplies each
+   * sample's logits (1 = no effect; inf poisons that sample's loss). */
+  bool poison_input;
+  /* DDP: batch-norm statistics over every replica's batch (SyncBatchNorm). */
+  bool sync_bn;
 } model_graph_spec;
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)
@@ -34,6 +45,7 @@ ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *
  * logits). in[] (one per graph input) is what ts_execute takes. */
 typedef struct {
   ts_buffer *x, *y, *lr, *step, *seed, *result; /* owned */
+  ts_buffer *poison;                            /* owned: "amp_poison" (test hook), else NULL */
   ts_buffer **in;                               /* borrowed: the above or parameter buffers */
   int n_in;
 } model_io;

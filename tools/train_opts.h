@@ -16,7 +16,8 @@ enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
 extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
-    *const train_sched_names[], *const train_parallel_names[];
+    *const train_sched_names[], *const train_parallel_names[], *const train_amp_names[];
+enum { AMP_NONE, AMP_BF16, AMP_F16 };
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -48,6 +49,8 @@ typedef struct {
   int64_t keep;         /* --keep K: the newest K checkpoints stay; 0 = all */
   const char *resume;   /* --resume D or D/step-NNNNNNNN: continue that run exactly */
   const char *init_from; /* --init-from F: model weights from a .safetensors file (or a checkpoint) */
+  int amp;              /* --amp none|bf16|f16: index into train_amp_names */
+  bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
 } train_opts;
 
 /* Parses argv (argv[0] is "train") into *o and fills in the defaults; returns
