@@ -49,11 +49,6 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
   ts_tensor logits = build_model(&m, o, x);                  // (B, classes)
-  if (o->poison_input && logits != TS_NONE) {
-    ts_tensor poison = ts_input(g, "amp_poison", TS_F32, 1, &o->batch);
-    int64_t ps[2] = {o->batch, 1};
-    logits = ts_mul(g, logits, ts_reshape(g, poison, 2, ps));
-  }
   ts_tensor loss = ts_cross_entropy(g, logits, y);
   /* DDP: every replica reports the mean loss of the global batch */
   ts_tensor shown = o->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss;
@@ -114,7 +109,6 @@ int model_io_bind(model_io *io, const ts_graph *g, ts_params *p, ts_client *c) {
                       : !strcmp(name, "lr")   ? &io->lr
                       : !strcmp(name, "step") ? &io->step
                       : !strcmp(name, "seed") ? &io->seed
-                      : !strcmp(name, "amp_poison") ? &io->poison
                                               : NULL;
     if (own) {
       io->in[i] = *own = ts_buffer_new(c, ts_tensor_dtype(g, t), ts_tensor_rank(g, t), ts_tensor_shape(g, t));
@@ -134,7 +128,7 @@ int model_io_bind(model_io *io, const ts_graph *g, ts_params *p, ts_client *c) {
 }
 
 void model_io_free(model_io *io) {
-  ts_buffer *own[] = {io->x, io->y, io->lr, io->step, io->seed, io->poison, io->result};
+  ts_buffer *own[] = {io->x, io->y, io->lr, io->step, io->seed, io->result};
   for (size_t k = 0; k < sizeof own / sizeof *own; k++)
     if (own[k]) ts_buffer_free(own[k]);
   free(io->in);

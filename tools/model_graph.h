@@ -24,9 +24,6 @@ typedef struct {
    * (zeros: GradScaler's defaults). */
   ts_dtype amp;
   ts_loss_scaler_config scaler;
-  /* Test hook: an extra input "amp_poison" (batch) f32 that multiplies each
-   * sample's logits (1 = no effect; inf poisons that sample's loss). */
-  bool poison_input;
   /* DDP: batch-norm statistics over every replica's batch (SyncBatchNorm). */
   bool sync_bn;
 } model_graph_spec;
@@ -45,7 +42,6 @@ ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *
  * logits). in[] (one per graph input) is what ts_execute takes. */
 typedef struct {
   ts_buffer *x, *y, *lr, *step, *seed, *result; /* owned */
-  ts_buffer *poison;                            /* owned: "amp_poison" (test hook), else NULL */
   ts_buffer **in;                               /* borrowed: the above or parameter buffers */
   int n_in;
 } model_io;
