@@ -48,6 +48,7 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
+  m.sync_bn = o->ddp && o->sync_bn; /* --sync-bn: batch norm over every replica's batch */
   ts_tensor logits = build_model(&m, o, x);                  // (B, classes)
   ts_tensor loss = ts_cross_entropy(g, logits, y);
   /* DDP: every replica reports the mean loss of the global batch */

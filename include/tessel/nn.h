@@ -77,6 +77,13 @@ typedef struct {
   int n_updates;
   ts_tensor update_param[512]; /* ResNet-50 has 53 batch norms, 2 statistics each */
   ts_tensor update_value[512];
+  /* DDP replica programs (ts_compile_options.replicas): training-mode batch
+   * norm takes its statistics over every replica's batch (PyTorch's
+   * SyncBatchNorm: mean, then the variance around it, each averaged with a
+   * ts_replica_all_reduce, equal replica batches assumed; the backward pass
+   * all-reduces too). false (ts_nn_init): each replica's own batch, like
+   * DDP without SyncBatchNorm. Set after ts_nn_init. */
+  bool sync_bn;
 } ts_nn;
 
 void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor seed);
