@@ -6,6 +6,11 @@
 #    metric and the peak-memory summary line;
 #  - `tessel inspect --amp bf16` shows the contractions in bf16 and the
 #    converts; without --amp no bf16 node appears;
+#  - --parallel ddp under mpirun -n 2 (2 steps, global batch 16): with
+#    --sync-bn the loss curve equals one device's on the whole batch (1e-4:
+#    batch-norm statistics of the global batch); without it the replicas use
+#    their own batches' statistics (another first loss) and stay identical
+#    (--check-replicas 1);
 #  - bad input: an unknown --amp value and --sync-bn without --parallel ddp
 #    are usage errors naming the value.
 set -u
@@ -46,6 +51,31 @@ if grep -q "= convert(.*: bf16\[" "$tmp/insp.out"; then ok "inspect --amp bf16: 
   bad "inspect --amp bf16: no convert in the program"; fi
 "$tessel" inspect --model resnet20 --batch 4 --no-graph >"$tmp/insp32.out" 2>&1
 if ! grep -q "bf16\[" "$tmp/insp32.out"; then ok "inspect without --amp: no bf16"; else bad "inspect: bf16 without --amp"; fi
+
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+  run one --steps 2
+  for mode in sync local; do
+    flag=()
+    [ "$mode" = sync ] && flag=(--sync-bn)
+    rc=0
+    TESSEL_NUM_THREADS=1 timeout -k 5 120 mpirun -n 2 --oversubscribe --bind-to none "$tessel" train --model resnet20 \
+      --dataset synthetic --steps 2 --batch 16 --eval-batch 1000 --parallel ddp --check-replicas 1 "${flag[@]}" \
+      --log-json "$tmp/ddp_$mode.json" >"$tmp/ddp_$mode.out" 2>"$tmp/ddp_$mode.err" || rc=$?
+    if [ "$rc" -eq 0 ]; then ok "ddp ${flag[*]} (2 processes, --check-replicas 1) exits 0"; else
+      bad "ddp ${flag[*]}: exit $rc: $(grep -m2 tessel "$tmp/ddp_$mode.err")"; fi
+  done
+  compare one ddp_sync 2
+  if /usr/bin/python3 - "$tmp/one.json" "$tmp/ddp_local.json" <<'PY'
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
+assert abs(a[0] - b[0]) > 1e-5 * abs(a[0]), (a[0], b[0])
+PY
+  then ok "ddp without --sync-bn: local statistics (another first loss)"; else bad "ddp without --sync-bn: same first loss as 1 device"; fi
+else
+  echo "skip ddp --sync-bn: no mpirun"
+fi
 
 expect_usage() { # expect_usage PATTERN ARGS...: exit 2 before training, message matches
   local pat="$1" rc=0
