@@ -252,6 +252,26 @@ int main(void) {
     CHECK(bf.program && !program_has(bf.program, bf_ops[k], "f32"), "bf16 program still has an f32 %s", bf_ops[k]);
     CHECK(f32.program && !program_has(f32.program, bf_ops[k], "bf16"), "f32 program has a bf16 %s", bf_ops[k]);
   }
+  /* each weight is converted once per step (forward and backward-data share it) */
+  int weights = 0, once = 0;
+  for (const char *l = bf.program; l && (l = strstr(l, " = input \"")); l++) {
+    int id = -1;
+    char name[96] = "";
+    const char *ls = l;
+    while (ls > bf.program && ls[-1] != '\n') ls--;
+    size_t len = sscanf(ls, "%%%d = input \"%95[^\"]\"", &id, name) == 2 ? strlen(name) : 0;
+    if (len < 7 || strcmp(name + len - 7, ".weight") || (!strstr(name, "conv") && !strstr(name, "downsample.0")))
+      continue; /* the convolutions' weights (not BN's, fc's or optimizer state) */
+    char pat[48];
+    snprintf(pat, sizeof pat, "= convert(%%%d) : bf16[", id);
+    int n = 0;
+    for (const char *q = bf.program; (q = strstr(q, pat)); q++) n++;
+    weights++;
+    once += n == 1;
+    if (n != 1) fprintf(stderr, "  %s is converted to bf16 %d times\n", name, n);
+  }
+  CHECK(weights == 21 && once == weights, "%d of %d convolution weights converted exactly once", once, weights);
+  printf("bf16: each of %d convolution weights converted once per step: %s\n", weights, once == weights ? "yes" : "NO");
   /* bf16 on a data=2 mesh */
   CHECK_OK(run(&(run_cfg){.amp = TS_BF16, .mesh = "data=2", .steps = 3}, xd, yd, &bf2));
   for (int k = 0; k < 3; k++) {
