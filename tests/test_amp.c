@@ -35,7 +35,12 @@
  *     in layer1.0.conv2, and the f32 run on the same mesh stays at 1e-7).
  *     Bound: BF16_LOSS_TOL for bf16 (3 steps), and F16_LOSS_TOL for f16 (8
  *     steps): BF16_LOSS_TOL x the roundoff ratio 2^-11 / 2^-8 = 1/8, doubled
- *     for the longer run. */
+ *     for the longer run.
+ *  4. The f16 run as DDP (2 replica programs on 2 devices, 4 rows each, the
+ *     inf in replica 1's rows only): after every step both replicas hold the
+ *     same parameters, optimizer and scaler state (bit for bit; batch-norm
+ *     running statistics are each replica's own), and the scale / skipped /
+ *     applied counts are one device's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +60,7 @@ typedef struct {
   int poison_step;       /* 1-based step whose batch has an inf in sample poison_sample; 0: none */
   int poison_sample;
   bool snapshots;        /* keep every parameter after every step */
+  bool ddp;              /* 2 DDP replicas (replica program) on 2 devices, B/2 rows each */
 } run_cfg;
 
 typedef struct {
@@ -66,6 +72,7 @@ typedef struct {
   float **snap;          /* (steps + 1) x all parameters concatenated (f32) */
   int64_t total;
   char *program;         /* text of the compiled step */
+  bool replicas_differ;  /* ddp: the replicas' parameters or scaler state ever differed */
 } run_out;
 
 static ts_sharding *spec_on(const ts_mesh *m, const char *text, int rank) {
@@ -81,7 +88,7 @@ static void mark(ts_graph *g, ts_tensor t, const ts_mesh *m, const char *spec) {
 
 static int read_param(ts_params *p, ts_client *c, const char *name, float *v) {
   int k = ts_params_find(p, name);
-  return k < 0 ? -1 : ts_buffer_read(ts_params_buffer(p, c, k), v, sizeof *v);
+  return k < 0 ? -1 : ts_buffer_read_shard(ts_params_buffer(p, c, k), 0, v, sizeof *v); /* device 0's */
 }
 
 static int snapshot(ts_params *p, float *dst) {
@@ -97,10 +104,12 @@ static int snapshot(ts_params *p, float *dst) {
 static int run(const run_cfg *rc, const float *xd, const int32_t *yd, run_out *o) {
   memset(o, 0, sizeof *o);
   ts_mesh *m = rc->mesh ? ts_mesh_from_text(rc->mesh) : NULL;
-  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = m ? (int)ts_mesh_num_devices(m) : 1});
+  int ndev = m ? (int)ts_mesh_num_devices(m) : rc->ddp ? 2 : 1;
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = ndev});
   ts_params *p = ts_params_new(11);
   ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {B, C, H, H}, nb = B, ps[2] = {B, 1};
+  int64_t bl = rc->ddp ? B / 2 : B; /* rows per replica */
+  int64_t xs[4] = {bl, C, H, H}, nb = bl, ps[2] = {bl, 1};
   ts_tensor x = ts_input(g, "x", TS_F32, 4, xs), y = ts_input(g, "y", TS_I32, 1, &nb);
   ts_tensor poison = ts_input(g, "poison", TS_F32, 1, &nb); /* the test hook: 1, or inf for one sample */
   ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
@@ -108,7 +117,7 @@ static int run(const run_cfg *rc, const float *xd, const int32_t *yd, run_out *o
   ts_nn_init(&nn, g, p, true, TS_NONE);
   ts_tensor logits = ts_mul(g, ts_model_resnet(&nn, TS_RESNET20, x, 10), ts_reshape(g, poison, 2, ps));
   ts_tensor loss = ts_cross_entropy(g, logits, y);
-  ts_graph_add_output(g, loss);
+  ts_graph_add_output(g, rc->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss);
   ts_tensor wrt[128], grads[128];
   int n = 0;
   for (int i = 0; i < ts_params_count(p) && n < 128; i++)
@@ -119,6 +128,7 @@ static int run(const run_cfg *rc, const float *xd, const int32_t *yd, run_out *o
   ts_loss_scaler_config scfg = {.init_scale = 256, .growth_interval = 3};
   ts_tensor obj = rc->scaler ? ts_loss_scaler_scale(&nn, &sc, &scfg, loss) : loss;
   int rc_ = obj == TS_NONE || ts_grad(g, obj, n, wrt, grads) < 0 ? -1 : 0;
+  if (rc_ == 0 && rc->ddp && ts_ddp_average_gradients(g, n, grads, 0) < 0) rc_ = -1;
   if (rc_ == 0 && rc->scaler) rc_ = ts_loss_scaler_unscale(&nn, &sc, n, grads);
   if (rc_ == 0)
     rc_ = rc->scaler ? ts_optim_apply_masked(&nn, &cfg, lr, sc.optim_step, n, wrt, grads, sc.finite)
@@ -130,8 +140,8 @@ static int run(const run_cfg *rc, const float *xd, const int32_t *yd, run_out *o
     mark(g, poison, m, "data");
   }
   ts_executable *e = NULL;
-  if (rc_ == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.mesh = m, .autocast = rc->amp}))) rc_ = -1;
-  if (e && !m) o->program = ts_executable_to_string(e);
+  if (rc_ == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.mesh = m, .replicas = rc->ddp, .autocast = rc->amp}))) rc_ = -1;
+  if (e && !m && !rc->ddp) o->program = ts_executable_to_string(e);
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
   ts_buffer **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
   ts_buffer *xb = ts_buffer_new(c, TS_F32, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &nb);
@@ -157,21 +167,39 @@ static int run(const run_cfg *rc, const float *xd, const int32_t *yd, run_out *o
   for (int s = 0; rc_ == 0 && s < rc->steps; s++) {
     float lrv = rc->adamw ? 1e-3f : 0.01f, sv = (float)(s + 1), pv[B];
     for (int k = 0; k < B; k++) pv[k] = s + 1 == rc->poison_step && k == rc->poison_sample ? INFINITY : 1.0f;
-    ts_buffer_write(xb, xd + s * B * C * H * H, sizeof(float) * B * C * H * H);
-    ts_buffer_write(yb, yd + s * B, sizeof(int32_t) * B);
-    ts_buffer_write(pb, pv, sizeof pv);
+    for (int d = 0; rc->ddp && d < 2; d++) { /* replica d: rows [d*bl, (d+1)*bl) */
+      ts_buffer_write_shard(xb, d, xd + (s * B + d * bl) * C * H * H, sizeof(float) * (size_t)(bl * C * H * H));
+      ts_buffer_write_shard(yb, d, yd + s * B + d * bl, sizeof(int32_t) * (size_t)bl);
+      ts_buffer_write_shard(pb, d, pv + d * bl, sizeof(float) * (size_t)bl);
+    }
+    if (!rc->ddp) { /* the global batch (a mesh uploads each device its block) */
+      ts_buffer_write(xb, xd + s * B * C * H * H, sizeof(float) * B * C * H * H);
+      ts_buffer_write(yb, yd + s * B, sizeof(int32_t) * B);
+      ts_buffer_write(pb, pv, sizeof pv);
+    }
     ts_buffer_write(lrb, &lrv, sizeof lrv);
     ts_buffer_write(sb, &sv, sizeof sv);
     memset(outs, 0, (size_t)n_out * sizeof *outs);
     rc_ = ts_execute(e, in, outs);
     float lf = 0;
-    if (rc_ == 0) rc_ = ts_buffer_read(outs[0], &lf, sizeof lf);
+    if (rc_ == 0) rc_ = ts_buffer_read_shard(outs[0], 0, &lf, sizeof lf);
     o->loss[s] = lf;
     if (outs[0]) ts_buffer_free(outs[0]);
     if (rc_ == 0 && rc->scaler)
       rc_ = read_param(p, c, "amp.loss_scale", &o->scale[s]) || read_param(p, c, "amp.skipped_steps", &o->skipped[s]) ||
             read_param(p, c, "amp.optim_step", &o->optim_step[s]) ? -1 : 0;
     if (rc_ == 0 && rc->snapshots) rc_ = snapshot(p, o->snap[s + 1]);
+    for (int i = 0; rc_ == 0 && rc->ddp && i < o->n; i++) { /* DDP: the replicas hold the same values */
+      if (strstr(o->names[i], "running_")) continue; /* each replica's own batch statistics */
+      size_t bytes = (size_t)o->numel[i] * sizeof(float);
+      float *v0 = malloc(bytes), *v1 = malloc(bytes);
+      ts_buffer *bi = ts_params_buffer(p, c, i);
+      if (!v0 || !v1 || ts_buffer_read_shard(bi, 0, v0, bytes) < 0 || ts_buffer_read_shard(bi, 1, v1, bytes) < 0)
+        rc_ = -1;
+      else if (memcmp(v0, v1, bytes) != 0)
+        o->replicas_differ = true;
+      free(v0), free(v1);
+    }
   }
   if (rc_ < 0) fprintf(stderr, "%s: %s\n", rc->mesh ? rc->mesh : "1 device", ts_last_error());
   ts_buffer_free(xb), ts_buffer_free(yb), ts_buffer_free(pb), ts_buffer_free(lrb), ts_buffer_free(sb);
@@ -337,6 +365,20 @@ int main(void) {
     if (isfinite(a.loss[k])) fw = fmax(fw, fabs(mesh.loss[k] - a.loss[k]));
   printf("f16 data=2: the same scale and skip decisions as 1 device over %d steps; losses within %.3g (bound %g)\n",
          STEPS, fw, F16_LOSS_TOL);
+
+  /* 4. DDP: 2 replicas, the inf in replica 1's rows only: one decision for both */
+  run_out ddp = {0};
+  sc.mesh = NULL;
+  sc.ddp = true;
+  CHECK_OK(run(&sc, xd, yd, &ddp));
+  for (int k = 0; k < STEPS; k++)
+    CHECK(ddp.scale[k] == a.scale[k] && ddp.skipped[k] == a.skipped[k] && ddp.optim_step[k] == a.optim_step[k],
+          "f16 DDP step %d: scale %g skipped %g applied %g, 1 device %g %g %g", k + 1, ddp.scale[k], ddp.skipped[k],
+          ddp.optim_step[k], a.scale[k], a.skipped[k], a.optim_step[k]);
+  CHECK(!ddp.replicas_differ, "f16 DDP: the replicas' parameters or scaler state differ");
+  printf("f16 DDP, 2 replicas, inf in replica 1 only at step %d: the same decisions as 1 device, replicas "
+         "identical: %s\n", POISON, ddp.replicas_differ ? "NO" : "yes");
+  free_out(&ddp, STEPS);
   free_out(&a, STEPS), free_out(&mesh, STEPS);
   return ts_test_finish();
 }
