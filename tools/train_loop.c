@@ -116,19 +116,17 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if (read_amp(r, st) < 0) return train_lib_error();
     if (log_step(r, st, st->step, loss, step_ms) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
-    st->window_loss += loss;
-    st->window_n++;
-    *epoch_loss += loss;
-    (*epoch_n)++;
-    if (!isfinite(loss) && o->amp == AMP_F16) { /* the scaler skipped this update */
-      st->window_loss -= loss, st->window_n--;
-      *epoch_loss -= loss, (*epoch_n)--;
-    } else if (!isfinite(loss)) {
+    if (isfinite(loss)) {
+      st->window_loss += loss;
+      st->window_n++;
+      *epoch_loss += loss;
+      (*epoch_n)++;
+    } else if (o->amp != AMP_F16) { /* --amp f16: the scaler skipped this update; the run goes on */
       cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)st->step);
       return CLI_EXIT_FAIL;
     }
     char extra[48];
-    snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
+    snprintf(extra, sizeof extra, "loss %.4f", st->window_n ? st->window_loss / (double)st->window_n : NAN);
     ts_progress_update(r->bar, (s + 1) * o->batch, extra);
     if (st->step % 100 == 0) { // the loss shown is the mean of the last 100 steps
       st->window_loss = 0;
