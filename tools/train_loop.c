@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h> // SIGINT, SIGTERM
 #include <stdio.h>
+#include <sys/resource.h> // getrusage: peak RSS
 #include <time.h> // clock_gettime
 
 #include "args.h"            // cli_error, exit codes
@@ -33,7 +34,27 @@ typedef struct {
   double acc;                  /* the last test accuracy */
   double window_loss;          /* the loss shown: mean of the last (up to) 100 steps */
   int64_t window_n;
+  float loss_scale;            /* --amp f16: the scaler's scale after the last step */
+  float skipped;               /* --amp f16: updates skipped so far (inf/NaN gradients) */
 } loop_state;
+
+/* --amp f16: the loss scaler's state after a step (two rank-0 reads of
+ * replicated parameters: local, no collective), into the metrics
+ * AmpLossScale (value) and AmpSkippedSteps (counter). */
+static int read_amp(train_run *r, loop_state *st) {
+  if (r->o.amp != AMP_F16) return 0;
+  int ks = ts_params_find(r->params, "amp.loss_scale"), kk = ts_params_find(r->params, "amp.skipped_steps");
+  if (ks < 0 || kk < 0) return 0;
+  ts_buffer *bs = ts_params_buffer(r->params, r->client, ks), *bk = ts_params_buffer(r->params, r->client, kk);
+  float scale = 0, skipped = 0;
+  if (!bs || !bk || ts_buffer_read(bs, &scale, sizeof scale) < 0 || ts_buffer_read(bk, &skipped, sizeof skipped) < 0)
+    return -1;
+  ts_metrics_add("AmpLossScale", TS_METRIC_VALUE, (int64_t)scale);
+  if (skipped > st->skipped) ts_metrics_add("AmpSkippedSteps", TS_METRIC_COUNTER, (int64_t)(skipped - st->skipped));
+  st->loss_scale = scale;
+  st->skipped = skipped;
+  return 0;
+}
 
 /* One training step on batch: inputs written, the program run, *loss read
  * (loss NULL: not read back, --log-every); t gets the host's parts of it. */
@@ -61,12 +82,15 @@ static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, fl
 /* The log contract: %.9g round-trips a float, so "exact" comparisons of logs
  * are exact. Opened at the first step, flushed per record (never ends
  * mid-record, even when the process is killed). */
-static int log_step(train_run *r, int64_t step, float loss, double step_ms) {
+static int log_step(train_run *r, const loop_state *st, int64_t step, float loss, double step_ms) {
   if (train_log_open(r) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
   if (!r->log) return CLI_EXIT_OK;
+  char amp[64] = ""; /* --amp f16: the scale after this step and the skipped updates so far */
+  if (r->o.amp == AMP_F16)
+    snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"skipped_steps\":%.0f", st->loss_scale, st->skipped);
   if (isfinite(loss))
-    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
-  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f%s}\n", (long long)step, loss, step_ms, amp);
+  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f%s}\n", (long long)step, step_ms, amp);
   return train_log_flush(r);
 }
 
@@ -98,15 +122,16 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
-    if (logged && log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    double step_ms = 1e3 * (train_now_s() - step_t0);
+    if (read_amp(r, st) < 0) return train_lib_error();
+    if (logged && log_step(r, st, st->step, loss, step_ms) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
-    if (read) {
+    if (read && isfinite(loss)) {
       st->window_loss += loss;
       st->window_n++;
       *epoch_loss += loss;
       (*epoch_n)++;
-    }
-    if (read && !isfinite(loss)) {
+    } else if (read && o->amp != AMP_F16) { /* --amp f16: the scaler skipped this update; the run goes on */
       cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)st->step);
       return CLI_EXIT_FAIL;
     }
@@ -217,5 +242,20 @@ int train_epochs(train_run *r) {
   printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
          st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
   if (o->profile && train_profile_report(r) < 0) return CLI_EXIT_FAIL;
+  if (o->amp == AMP_F16)
+    printf("amp: f16 loss scale %g after %lld steps, %.0f updates skipped (inf/NaN gradients)\n", st.loss_scale,
+           (long long)st.step, st.skipped);
+  /* peak memory: the training step's memory plan (temporaries, largest device) and the process's RSS */
+  size_t plan = 0;
+  for (int d = 0; d < ts_executable_num_devices(r->step_pr.exe); d++) {
+    ts_device_program_info info;
+    if (ts_executable_device_program(r->step_pr.exe, d, &info) == 0 && info.arena_bytes > plan)
+      plan = info.arena_bytes;
+  }
+  struct rusage ru;
+  long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+  ts_metrics_add("PeakRSS", TS_METRIC_PEAK, (int64_t)rss_kb * 1024);
+  printf("memory: step plan %.1f MiB of temporaries per device, peak RSS %.1f MiB\n", (double)plan / (1 << 20),
+         (double)rss_kb / 1024);
   return CLI_EXIT_OK;
 }

@@ -19,6 +19,7 @@ const char *const train_optim_names[] = {"sgd", "adamw", NULL};
 const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
 const char *const train_load_names[] = {"auto", "global", "local", NULL};
+const char *const train_amp_names[] = {"none", "bf16", "f16", NULL};
 
 void cli_train_usage(FILE *f) {
   fprintf(f,
@@ -89,6 +90,12 @@ void cli_train_usage(FILE *f) {
           "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
           "                             parallel, one full replica per process, gradients averaged\n"
           "                             in buckets overlapped with the backward pass [spmd]\n"
+          "  --amp none|bf16|f16        mixed precision (PyTorch's CPU autocast policy): convolutions\n"
+          "                             and matmuls in bf16 or f16, f32 weights, accumulation, norms,\n"
+          "                             softmax and loss; f16 adds a dynamic loss scaler (GradScaler)\n"
+          "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
+          "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
+          "                             SyncBatchNorm); without it each replica uses its own [off]\n"
           "  --collective-timeout S     seconds a collective waits for a missing peer before the job\n"
           "                             ends with an error [$TESSEL_COLLECTIVE_TIMEOUT, else 120;\n"
           "                             20 over several processes]\n"
@@ -204,6 +211,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       o->skip_bad_files = true;
       continue;
     }
+    CHOICE_FLAG("--amp", "precision", train_amp_names, o->amp)
+    if (strcmp(argv[i], "--sync-bn") == 0) {
+      o->sync_bn = true;
+      continue;
+    }
     DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
     if (strcmp(argv[i], "--all-ranks") == 0) {
       o->all_ranks = true;
@@ -314,6 +326,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     cli_error(CMD, "--check-replicas compares the replicas of --parallel ddp; an SPMD run has none to compare");
     return -1;
   }
+  if (o->sync_bn && o->parallel != PARALLEL_DDP) {
+    cli_error(CMD, "--sync-bn is for --parallel ddp (an SPMD run's batch norm already uses the global batch)");
+    return -1;
+  }
   if (o->parallel == PARALLEL_DDP && o->mesh) {
     cli_error(CMD, "--parallel ddp runs one replica per process and takes no --mesh (use --parallel spmd)");
     return -1;
@@ -354,5 +370,9 @@ void train_opts_text(const train_opts *o, char *buf, size_t n) {
   size_t len = strlen(buf);
   if (o->dataset == DATA_IMAGEFOLDER && len < n) /* the same images on every process */
     snprintf(buf + len, n - len, " image_size=%lld skip_bad_files=%d", (long long)o->image_size, o->skip_bad_files);
+  len = strlen(buf); /* appended only when set: texts of older runs stay valid */
+  if (o->amp && len < n) snprintf(buf + len, n - len, " amp=%s", train_amp_names[o->amp]);
+  len = strlen(buf);
+  if (o->sync_bn && len < n) snprintf(buf + len, n - len, " sync_bn=1");
 }
 

@@ -17,7 +17,9 @@ enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
 extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
-    *const train_sched_names[], *const train_parallel_names[], *const train_load_names[];
+    *const train_sched_names[], *const train_parallel_names[], *const train_load_names[],
+    *const train_amp_names[];
+enum { AMP_NONE, AMP_BF16, AMP_F16 };
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -62,6 +64,8 @@ typedef struct {
   int64_t loader_workers; /* --loader-workers: decode/augment threads; 0 = the default */
   bool skip_bad_files;  /* --skip-bad-files: imagefolder files that do not decode are counted and skipped */
   int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
+  int amp;              /* --amp none|bf16|f16: index into train_amp_names */
+  bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

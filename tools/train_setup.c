@@ -218,7 +218,9 @@ static model_graph_spec graph_spec(const train_opts *o) {
              : o->model == MODEL_RESNET18 ? MODEL_GRAPH_RESNET18 : MODEL_GRAPH_RESNET50,
       .batch = o->batch, .c = o->c, .h = o->h, .w = o->w, .classes = o->classes,
       .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
-                .momentum = o->momentum, .weight_decay = o->weight_decay}};
+                .momentum = o->momentum, .weight_decay = o->weight_decay},
+      .amp = o->amp == AMP_BF16 ? TS_BF16 : o->amp == AMP_F16 ? TS_F16 : TS_F32,
+      .sync_bn = o->sync_bn};
 }
 
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
@@ -243,6 +245,7 @@ int train_compile(train_run *r) {
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
+  co.autocast = r->gs.amp; /* --amp: the autocast pass, for training and evaluation */
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
   ts_graph *step = model_train_graph(&r->gs, r->params);
   if (step) r->program_hash = ts_graph_hash(step); /* before the mesh marks it: any mesh alike */
@@ -286,6 +289,11 @@ int train_compile(train_run *r) {
            o->mesh, ts_client_num_devices(r->client), r->nproc, r->nproc > 1 ? "es" : "",
            ts_executable_num_collectives(r->step_pr.exe));
   if (o->bind) train_print_binding(r->client); /* train_profile.c */
+  if (o->amp)
+    printf("AMP: %s autocast: convolutions and matmuls in %s%s, f32 weights, norms, softmax and loss%s\n",
+           train_amp_names[o->amp], train_amp_names[o->amp],
+           o->amp == AMP_F16 ? " (stored as f16, computed in f32: no f16 arithmetic on this CPU)" : "",
+           o->amp == AMP_F16 ? "; dynamic loss scaler (init 65536, x2 every 2000 clean steps, x0.5 on inf/NaN)" : "");
   if (r->ddp)
     printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", r->nproc,
            (long long)r->gs.batch, ts_executable_num_collectives(r->step_pr.exe) - 1);

@@ -182,6 +182,16 @@ typedef struct {
    * Bit-identical to uncombined. no_combine turns it off. */
   bool no_combine;
   size_t combine_bytes;
+  /* Mixed precision (PyTorch's CPU autocast policy as a compiler pass):
+   * TS_BF16 or TS_F16 run every f32 dot_general / conv2d (forward and both
+   * backward convolutions) in that type, operands converted, f32 accumulation
+   * inside the kernel, result converted back to f32; softmax, losses, norms,
+   * reductions, the optimizer and collectives stay f32, and so do the weights
+   * (each weight is converted once per step). TS_F16 is stored and rounded as
+   * f16 and computed in f32 (no f16 arithmetic on AVX-512 CPUs without
+   * AVX512_FP16); pair it with a loss scaler (tessel/nn.h ts_loss_scaler).
+   * TS_F32 (0): off. Other dtypes are an error. */
+  ts_dtype autocast;
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be
