@@ -17,7 +17,6 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "util/error.h"
-#include "util/hash.h" /* util_hash64 */
 
 #define PATH_LEN 4096
 
@@ -31,7 +30,7 @@ void ts_ckpt_close(ts_ckpt *ck) {
 }
 
 /* Reads the 8-byte length and the header of an open file of `size` bytes. */
-static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen, uint64_t *hhash) {
+static char *load_header(int fd, int version, uint64_t size, const char *path, uint64_t *hlen, uint64_t *hhash) {
   uint8_t pre[8];
   if (size < 8) {
     set_error("%s: %llu bytes, too short for a safetensors file (truncated?)", path, (unsigned long long)size);
@@ -57,7 +56,7 @@ static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen
   }
   buf[8 + n] = 0;
   *hlen = n;
-  *hhash = util_hash64(buf, 8 + n, 0);
+  *hhash = ckpt_sum(version, buf, 8 + n);
   return buf;
 }
 
@@ -81,7 +80,7 @@ static int load_file(ts_ckpt *ck, int fi) {
     return set_error("%s: %lld bytes but the index says %llu (truncated or replaced)", path, (long long)st.st_size,
                         (unsigned long long)f->bytes);
   uint64_t hlen, hhash;
-  char *hdr = load_header(f->fd, f->bytes, path, &hlen, &hhash);
+  char *hdr = load_header(f->fd, ck->version, f->bytes, path, &hlen, &hhash);
   if (!hdr) return -1;
   int rc = 0;
   if (!ck->plain && hhash != f->header_hash)
@@ -145,7 +144,7 @@ static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
     free(buf);
     return NULL;
   }
-  if (!ck->plain && util_hash64(buf, n, 0) != b->hash) {
+  if (!ck->plain && ckpt_sum(ck->version, buf, n) != b->hash) {
     char bn[2048];
     ckpt_block_name(t, b, bn, sizeof bn);
     set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted", path,
@@ -303,7 +302,7 @@ static int open_plain(ts_ckpt *ck) {
   char *hdr = NULL;
   st_header h = {0};
   int rc = fstat(fd, &st) == 0 ? 0 : set_error("%s: cannot stat: %s", ck->path, strerror(errno));
-  if (rc == 0 && !(hdr = load_header(fd, (uint64_t)st.st_size, ck->path, &hlen, &hh))) rc = -1;
+  if (rc == 0 && !(hdr = load_header(fd, 2, (uint64_t)st.st_size, ck->path, &hlen, &hh))) rc = -1;
   if (rc == 0) rc = st_header_parse(hdr + 8, hlen, (uint64_t)st.st_size - 8 - hlen, ck->path, &h);
   free(hdr);
   close(fd);

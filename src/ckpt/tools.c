@@ -76,7 +76,7 @@ int ts_ckpt_verify(ts_ckpt *ck) {
     if (ck->plain) snprintf(path, sizeof path, "%s", ck->path);
     else snprintf(path, sizeof path, "%s/%s", ck->path, f->name);
     uint64_t h = 0, size = 0;
-    if (ckpt_file_hash(path, &h, &size) < 0) {
+    if (ckpt_file_hash(path, ck->version, &h, &size) < 0) {
       if (!ck->plain) set_error("checkpoint %s: file %s: %s", ck->path, f->name, ts_last_error());
       return -1;
     }
