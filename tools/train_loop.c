@@ -185,6 +185,7 @@ int train_epochs(train_run *r) {
     if (rc != CLI_EXIT_OK) return rc;
     if (r->stop_signal) return train_interrupted(r, &st);
   }
+  if (train_ckpt_finish(r) < 0) return train_lib_error(); /* the last checkpoint, written in the background */
   if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
     printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,
            (long long)r->total_steps);

@@ -145,7 +145,9 @@ typedef struct {
   double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: device -> host copy and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
   double write_s;     /* the saver's thread: block file written, hashed, fsync'ed */
-  double total_s;     /* from the start of the save to the checkpoint in place */
+  double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
+                       * the others: to the end of the save) */
+  double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
 } ts_ckpt_save_stats;
 /* The statistics of the last completed save (metrics: CkptSnapshotTime,
  * CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */

@@ -99,10 +99,12 @@ int ckpt_prepare_root(const char *root);
 /* Process 0, after every process wrote its block file into tmp: index.json
  * (format `version`; tensors t[0..n) without blocks; own: process 0's file
  * description, the others' from shard-P-of-Q.json), tmp renamed to
- * ROOT/step-N, `latest`, pruning to `keep`. */
+ * ROOT/step-N, `latest`, pruning to `keep`. *published (if not NULL): the
+ * CLOCK_MONOTONIC time `latest` named the new checkpoint durably. */
 struct ck_tensor;
+struct timespec;
 int ckpt_commit(const char *root, const char *tmp, const ts_ckpt_meta *meta, int version, int n,
-                const struct ck_tensor *t, int np, const char *own, int keep);
+                const struct ck_tensor *t, int np, const char *own, int keep, struct timespec *published);
 
 /* ---- the index ---- */
 typedef struct {
@@ -150,6 +152,12 @@ void ckpt_index_write(ts_strbuf *sb, const ts_ckpt *ck);
  * file never overlap (used on load and, by process 0, before writing). */
 int ckpt_index_check(const ts_ckpt *ck, const char *path);
 void ckpt_free_contents(ts_ckpt *ck);
+
+/* Opens and checks file `file` (once), then asks the kernel to start reading
+ * bytes [begin, end) of it (posix_fadvise WILLNEED): ts_ckpt_load_params
+ * announces the blocks it will need a few tens of MB ahead, so the disk
+ * reads while the blocks before are checked and copied. */
+int ckpt_prefetch(ts_ckpt *ck, int file, uint64_t begin, uint64_t end);
 
 /* "fc1.weight[0:256,0:784]" (block) or "fc1.weight" (whole) into buf. */
 void ckpt_block_name(const ck_tensor *t, const ck_block *b, char *buf, size_t n);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -198,7 +199,7 @@ static int save_prune(const char *root, int keep, int64_t current) {
 
 /* ckpt_internal.h */
 int ckpt_commit(const char *root, const char *tmp, const ts_ckpt_meta *meta, int version, int n, const ck_tensor *t,
-                int np, const char *own, int keep) {
+                int np, const char *own, int keep, struct timespec *published) {
   char final[PATH_MAX_LEN], old[PATH_MAX_LEN], latest[PATH_MAX_LEN], line[64];
   if (save_index(tmp, meta, version, n, t, np, own) < 0 || ckpt_fsync_dir(tmp) < 0) return -1;
   ckpt_test_stage("index");
@@ -226,6 +227,7 @@ int ckpt_commit(const char *root, const char *tmp, const ts_ckpt_meta *meta, int
   int ln = snprintf(line, sizeof line, "step-%08lld\n", (long long)meta->step);
   if (ckpt_write_small(latest, line, (size_t)ln) < 0 || ckpt_fsync_dir(root) < 0) return -1;
   ckpt_test_stage("latest");
+  if (published) clock_gettime(CLOCK_MONOTONIC, published); /* complete and durable: the rest is cleaning */
   if (replace && ckpt_remove_dir(old) < 0) return -1;
   if (keep > 0 && save_prune(root, keep, meta->step) < 0) return -1;
   ckpt_test_stage("prune");

@@ -12,6 +12,50 @@
 #include "ckpt/ckpt_internal.h"
 #include "util/error.h"
 
+#define LOAD_AHEAD (64u << 20) /* bytes announced to the kernel ahead of the reads */
+
+/* A byte range this process will read: block bytes of parameter `param`. */
+typedef struct {
+  int param, file;
+  uint64_t begin, end;
+} load_need;
+
+/* The blocks the devices of this process need, in the order
+ * ts_ckpt_load_params reads them (each block once per parameter). */
+static int load_plan(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only, load_need **out, int *n) {
+  int cap = 0, nd = ts_client_num_devices(c);
+  *out = NULL, *n = 0;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    const char *name = ts_params_name(p, i);
+    if (model_only && ts_ckpt_kind_of(name, ts_params_trainable(p, i)) == TS_CKPT_OPTIMIZER) continue;
+    const ck_tensor *t = &ck->t[ts_ckpt_find(ck, name)];
+    ts_buffer *b = ts_params_buffer(p, c, i);
+    int first = *n;
+    for (int d = 0; d < nd; d++) {
+      int64_t st[TS_MAX_RANK] = {0}, li[TS_MAX_RANK] = {0};
+      if (!ts_client_is_local_device(c, d)) continue;
+      if (ts_buffer_shard_range(b, d, st, li) < 0) return -1;
+      for (int k = 0; k < t->nb; k++) {
+        const ck_block *bk = &t->b[k];
+        bool overlap = bk->end > bk->begin, seen = false;
+        for (int e = 0; overlap && e < t->rank; e++)
+          overlap = (bk->start[e] > st[e] ? bk->start[e] : st[e]) < (bk->limit[e] < li[e] ? bk->limit[e] : li[e]);
+        for (int q = first; overlap && q < *n && !seen; q++)
+          seen = (*out)[q].file == bk->file && (*out)[q].begin == bk->begin;
+        if (!overlap || seen) continue;
+        if (*n == cap) {
+          cap = cap ? 2 * cap : 256;
+          load_need *nn = realloc(*out, (size_t)cap * sizeof *nn);
+          if (!nn) return set_error("ts_ckpt_load_params: out of memory");
+          *out = nn;
+        }
+        (*out)[(*n)++] = (load_need){.param = i, .file = bk->file, .begin = bk->begin, .end = bk->end};
+      }
+    }
+  }
+  return 0;
+}
+
 int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only) {
   if (!ck || !c || !p) return set_error("ts_ckpt_load_params: NULL checkpoint, client or parameter set");
   int np = ts_params_count(p);
@@ -60,12 +104,29 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
     return -1;
   }
   free(text);
-  for (int i = 0; i < np; i++) {
+  load_need *need = NULL;
+  int nneed = 0, ahead = 0;
+  if (load_plan(ck, c, p, model_only, &need, &nneed) < 0) {
+    free(need);
+    return -1;
+  }
+  uint64_t advised = 0, consumed = 0;
+  int rc = 0;
+  for (int i = 0; i < np && rc == 0; i++) {
     const char *name = ts_params_name(p, i);
     if (model_only && ts_ckpt_kind_of(name, ts_params_trainable(p, i)) == TS_CKPT_OPTIMIZER) continue;
-    if (ts_ckpt_read(ck, c, name, ts_params_buffer(p, c, i)) < 0) return -1;
+    /* read-ahead: this tensor's blocks and up to LOAD_AHEAD bytes beyond */
+    while (ahead < nneed && (need[ahead].param <= i || advised < consumed + LOAD_AHEAD)) {
+      if (ckpt_prefetch(ck, need[ahead].file, need[ahead].begin, need[ahead].end) < 0) rc = -1;
+      advised += need[ahead].end - need[ahead].begin;
+      ahead++;
+    }
+    if (rc == 0) rc = ts_ckpt_read(ck, c, name, ts_params_buffer(p, c, i));
+    for (int k = 0; k < ahead; k++)
+      if (need[k].param == i) consumed += need[k].end - need[k].begin;
   }
-  return 0;
+  free(need);
+  return rc;
 }
 
 int ts_ckpt_verify(ts_ckpt *ck) {
