@@ -13,7 +13,8 @@
  * ranges). Replicas are written once, by the process holding the lowest
  * device id among them. index.json records for every tensor its global dtype
  * and shape, the sharding it was saved with, and for every block its file,
- * byte range and checksum; for every file its size and checksum.
+ * byte range and checksum (XXH64; format 2, docs/checkpoints.md; format-1
+ * checkpoints still load); for every file its size and checksum.
  *
  * Names are those of ts_params, which are PyTorch's state_dict names and
  * layouts for the built-in models (Linear weight (out, in), Conv2d weight
