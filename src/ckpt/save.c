@@ -45,6 +45,8 @@
 
 #define PATH_MAX_LEN 4096
 #define SAVE_WINDOW (16u << 20) /* bytes written (and write-back started) at a time */
+#define SNAP_THREADS 4                /* most threads copying a snapshot */
+#define SNAP_MIN_PER_THREAD (8u << 20) /* bytes: below, fewer threads */
 #define SAVE_ALIGN 4096u    /* O_DIRECT: offsets, lengths and memory in multiples of this */
 #define SAVE_PIECE (256u << 10) /* bytes hashed into the block's and the file's checksum in turn (stays in L2) */
 
@@ -259,6 +261,30 @@ static int snap_reserve(ts_ckpt_saver *s, size_t bytes) {
   return 0;
 }
 
+/* Blocks [k0, k1) of a snapshot, copied by one thread. */
+typedef struct {
+  const save_job *j;
+  const ts_ckpt_entry *t;
+  char *data;
+  int k0, k1, rc;
+  char err[512];
+} snap_part;
+
+static void *snap_copy(void *arg) {
+  snap_part *p = arg;
+  const save_job *j = p->j;
+  for (int k = p->k0; k < p->k1 && p->rc == 0; k++) {
+    const save_block *b = &j->bl[k];
+    size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
+    if (ts_buffer_read_shard(p->t[b->t].buf, b->device, p->data + j->se[k].begin, bytes) < 0) {
+      snprintf(p->err, sizeof p->err, "checkpoint: reading %s from device %d: %s", j->se[k].name, b->device,
+               ts_last_error());
+      p->rc = -1;
+    }
+  }
+  return NULL;
+}
+
 /* The snapshot: plans this process's blocks, builds the header, describes
  * the tensors for the index and copies every block from its device. */
 static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) {
@@ -305,12 +331,30 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
   /* The snapshot is the file's image: header, then every block in order. */
   if (rc == 0) rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
   if (rc == 0) memcpy(s->snap, j->hdr, 8 + j->hlen);
-  char *data = s->snap + 8 + j->hlen;
-  for (int k = 0; k < j->nb && rc == 0; k++) {
-    const save_block *b = &j->bl[k];
-    size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
-    if (ts_buffer_read_shard(t[b->t].buf, b->device, data + j->se[k].begin, bytes) < 0)
-      rc = set_error("checkpoint: reading %s from device %d: %s", j->se[k].name, b->device, ts_last_error());
+  if (rc != 0) return rc;
+  /* The copy, on up to SNAP_THREADS threads (the client's compute threads,
+   * idle between steps) over contiguous runs of blocks of about equal bytes:
+   * one core's copy bandwidth is well below the memory's. */
+  int nt = ts_client_num_threads(c);
+  if (nt > SNAP_THREADS) nt = SNAP_THREADS;
+  if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
+  if (nt < 1) nt = 1;
+  snap_part part[SNAP_THREADS];
+  pthread_t th[SNAP_THREADS];
+  bool started[SNAP_THREADS] = {false};
+  int k = 0;
+  for (int p = 0; p < nt; p++) {
+    uint64_t stop = j->data_bytes / (uint64_t)nt * (uint64_t)(p + 1);
+    part[p] = (snap_part){.j = j, .t = t, .data = s->snap + 8 + j->hlen, .k0 = k};
+    while (k < j->nb && (p == nt - 1 || j->se[k].begin < stop)) k++;
+    part[p].k1 = k;
+    if (p > 0) started[p] = pthread_create(&th[p], NULL, snap_copy, &part[p]) == 0;
+  }
+  for (int p = 0; p < nt; p++)
+    if (!started[p]) snap_copy(&part[p]); /* part 0, and any without a thread, here */
+  for (int p = 0; p < nt; p++) {
+    if (started[p]) pthread_join(th[p], NULL);
+    if (part[p].rc != 0 && rc == 0) rc = set_error("%s", part[p].err);
   }
   return rc;
 }
