@@ -24,6 +24,7 @@ static ts_client *client_for(int devices) {
   return ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = devices});
 }
 
+/* A whole file, NUL-terminated (malloc'd; NULL if unreadable). */
 static char *slurp(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -32,6 +33,7 @@ static char *slurp(const char *path, size_t *n) {
   fseek(f, 0, SEEK_SET);
   char *buf = malloc((size_t)len + 1);
   *n = buf ? fread(buf, 1, (size_t)len, f) : 0;
+  if (buf) buf[*n] = 0; /* text files are read as strings too */
   fclose(f);
   return buf;
 }
