@@ -134,6 +134,9 @@ int train_ckpt_finish(train_run *r) {
   if (!saver) return 0;
   int rc = ts_ckpt_saver_wait(saver);
   ckpt_report(r);
+  ts_ckpt_saver_free(saver); /* the run saves no more: its snapshot memory goes back now */
+  saver = NULL;
+  reported = 0;
   return rc;
 }
 
