@@ -168,6 +168,54 @@ static void test_big(void) {
   ts_client_free(c);
 }
 
+/* ts_params of 40 MB: saved by a saver, loaded by ts_ckpt_load_params with
+ * several reading threads onto 2 devices (one tensor sharded). */
+static void declare_big(ts_params *p, ts_graph *g, ts_init_kind init) {
+  const char *names[] = {"a.weight", "b.weight", "c.weight", "a.weight.exp_avg", "d.bias"};
+  int64_t shapes[][2] = {{1000, 2500}, {999, 3001}, {2000, 1000}, {1000, 2500}, {7, 3}};
+  for (int i = 0; i < 5; i++)
+    ts_params_use(p, g, names[i], TS_F32, 2, shapes[i], (ts_init){init, 1, 0}, i != 3);
+}
+
+static void test_params_big(void) {
+  char root[512];
+  snprintf(root, sizeof root, "%s/params-big", tmp_root);
+  ts_client *c1 = client_for(1), *c2 = client_for(2);
+  ts_params *p = ts_params_new(5), *q = ts_params_new(6);
+  ts_graph *g = ts_graph_new(), *g2 = ts_graph_new();
+  declare_big(p, g, TS_INIT_UNIFORM);
+  declare_big(q, g2, TS_INIT_ZEROS);
+  ts_ckpt_meta meta = ck_meta(4);
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c1);
+  CHECK_OK(ts_ckpt_saver_save_params(s, root, p, &meta, 0));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  ts_ckpt_saver_free(s);
+  ts_mesh *mesh = ts_mesh_from_text("fsdp=2");
+  ts_partition_spec ps;
+  ts_partition_spec_parse(mesh, "fsdp,None", &ps);
+  ts_sharding *sh = ts_sharding_new(mesh, &ps, 2);
+  CHECK_OK(ts_buffer_reshard(ts_params_buffer(q, c2, ts_params_find(q, "b.weight")), sh));
+  ts_ckpt *ck = ts_ckpt_open(root);
+  CHECK(ck && ts_ckpt_load_params(ck, c2, q, false) == 0, "load params: %s", ts_last_error());
+  ts_ckpt_close(ck);
+  CHECK_OK(ts_params_sync_host(p));
+  CHECK_OK(ts_params_sync_host(q));
+  for (int i = 0; i < ts_params_count(p); i++) {
+    int k = ts_params_find(q, ts_params_name(p, i));
+    size_t bytes = (size_t)ts_params_numel(p, i) * 4;
+    CHECK(k >= 0 && memcmp(ts_params_host(p, i), ts_params_host(q, k), bytes) == 0, "param %s after load",
+          ts_params_name(p, i));
+  }
+  ts_sharding_free(sh);
+  ts_mesh_free(mesh);
+  ts_params_free(p);
+  ts_params_free(q);
+  ts_graph_free(g);
+  ts_graph_free(g2);
+  ts_client_free(c1);
+  ts_client_free(c2);
+}
+
 /* The writer parks at stage "files" until released: the save is in flight. */
 static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
@@ -329,6 +377,7 @@ int main(void) {
   test_xxh64();
   test_identical();
   test_big();
+  test_params_big();
   test_continues();
   test_errors();
   test_formats();

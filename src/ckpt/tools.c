@@ -3,6 +3,7 @@
  * the program), verifying every file's checksum, and exporting one plain
  * safetensors file (PyTorch's state_dict format). */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include "ckpt/ckpt_internal.h"
 #include "util/error.h"
 
-#define LOAD_AHEAD (64u << 20) /* bytes announced to the kernel ahead of the reads */
+#define LOAD_AHEAD (64u << 20)         /* bytes announced to the kernel ahead of the reads */
+#define LOAD_THREADS 4                 /* most threads reading tensors at once */
+#define LOAD_MIN_PER_THREAD (8u << 20) /* bytes: below, fewer threads */
 
 /* A byte range this process will read: block bytes of parameter `param`. */
 typedef struct {
@@ -54,6 +57,58 @@ static int load_plan(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only, l
     }
   }
   return 0;
+}
+
+/* ts_ckpt_load_params's workers: the parameters still to read (in order),
+ * the read-ahead cursor over `need`, the first error. */
+typedef struct {
+  ts_ckpt *ck;
+  ts_client *c;
+  int np;
+  ts_buffer **buf;       /* per parameter (NULL: not loaded) */
+  const char **name;
+  uint64_t *need_bytes;  /* per parameter: block bytes it reads */
+  load_need *need;
+  int nneed;
+  uint64_t total;
+  pthread_mutex_t mu;    /* guards what follows, and opening files (ckpt_prefetch) */
+  int next, ahead;
+  uint64_t advised, consumed;
+  int rc;
+  char err[1024];
+} load_pool;
+
+static void *load_worker(void *arg) {
+  load_pool *lp = arg;
+  for (;;) {
+    pthread_mutex_lock(&lp->mu);
+    int i = lp->next;
+    while (i < lp->np && !lp->buf[i]) i++;
+    lp->next = i + 1;
+    /* read-ahead: this tensor's blocks (its files opened here, under the
+     * lock) and up to LOAD_AHEAD bytes beyond what is read */
+    while (lp->rc == 0 && i < lp->np && lp->ahead < lp->nneed &&
+           (lp->need[lp->ahead].param <= i || lp->advised < lp->consumed + LOAD_AHEAD)) {
+      const load_need *nd = &lp->need[lp->ahead];
+      if (ckpt_prefetch(lp->ck, nd->file, nd->begin, nd->end) < 0) {
+        lp->rc = -1;
+        snprintf(lp->err, sizeof lp->err, "%s", ts_last_error());
+      }
+      lp->advised += nd->end - nd->begin;
+      lp->ahead++;
+    }
+    bool stop = lp->rc != 0 || i >= lp->np;
+    pthread_mutex_unlock(&lp->mu);
+    if (stop) return NULL;
+    int rc = ts_ckpt_read(lp->ck, lp->c, lp->name[i], lp->buf[i]);
+    pthread_mutex_lock(&lp->mu);
+    lp->consumed += lp->need_bytes[i];
+    if (rc != 0 && lp->rc == 0) {
+      lp->rc = -1;
+      snprintf(lp->err, sizeof lp->err, "%s", ts_last_error());
+    }
+    pthread_mutex_unlock(&lp->mu);
+  }
 }
 
 int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only) {
@@ -104,28 +159,43 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
     return -1;
   }
   free(text);
-  load_need *need = NULL;
-  int nneed = 0, ahead = 0;
-  if (load_plan(ck, c, p, model_only, &need, &nneed) < 0) {
-    free(need);
-    return -1;
-  }
-  uint64_t advised = 0, consumed = 0;
-  int rc = 0;
-  for (int i = 0; i < np && rc == 0; i++) {
+  load_pool lp = {.ck = ck, .c = c, .np = np};
+  lp.buf = calloc((size_t)np + 1, sizeof *lp.buf);
+  lp.name = calloc((size_t)np + 1, sizeof *lp.name);
+  lp.need_bytes = calloc((size_t)np + 1, sizeof *lp.need_bytes);
+  int rc = lp.buf && lp.name && lp.need_bytes ? 0 : set_error("ts_ckpt_load_params: out of memory");
+  for (int i = 0; i < np && rc == 0; i++) { /* on this thread: ts_params_buffer may move values */
     const char *name = ts_params_name(p, i);
     if (model_only && ts_ckpt_kind_of(name, ts_params_trainable(p, i)) == TS_CKPT_OPTIMIZER) continue;
-    /* read-ahead: this tensor's blocks and up to LOAD_AHEAD bytes beyond */
-    while (ahead < nneed && (need[ahead].param <= i || advised < consumed + LOAD_AHEAD)) {
-      if (ckpt_prefetch(ck, need[ahead].file, need[ahead].begin, need[ahead].end) < 0) rc = -1;
-      advised += need[ahead].end - need[ahead].begin;
-      ahead++;
-    }
-    if (rc == 0) rc = ts_ckpt_read(ck, c, name, ts_params_buffer(p, c, i));
-    for (int k = 0; k < ahead; k++)
-      if (need[k].param == i) consumed += need[k].end - need[k].begin;
+    lp.name[i] = name;
+    if (!(lp.buf[i] = ts_params_buffer(p, c, i))) rc = -1;
   }
-  free(need);
+  if (rc == 0) rc = load_plan(ck, c, p, model_only, &lp.need, &lp.nneed);
+  for (int k = 0; rc == 0 && k < lp.nneed; k++) {
+    lp.need_bytes[lp.need[k].param] += lp.need[k].end - lp.need[k].begin;
+    lp.total += lp.need[k].end - lp.need[k].begin;
+  }
+  if (rc == 0) {
+    /* Workers take the parameters in order; the copies and checksums of
+     * several tensors run at once while the kernel reads ahead. */
+    int nt = ts_client_num_threads(c);
+    if (nt > LOAD_THREADS) nt = LOAD_THREADS;
+    if ((uint64_t)nt > lp.total / LOAD_MIN_PER_THREAD) nt = (int)(lp.total / LOAD_MIN_PER_THREAD);
+    if (nt < 1) nt = 1;
+    pthread_t th[LOAD_THREADS];
+    bool started[LOAD_THREADS] = {false};
+    pthread_mutex_init(&lp.mu, NULL);
+    for (int w = 1; w < nt; w++) started[w] = pthread_create(&th[w], NULL, load_worker, &lp) == 0;
+    load_worker(&lp);
+    for (int w = 1; w < nt; w++)
+      if (started[w]) pthread_join(th[w], NULL);
+    pthread_mutex_destroy(&lp.mu);
+    if (lp.rc != 0) rc = set_error("%s", lp.err);
+  }
+  free(lp.need);
+  free(lp.buf);
+  free(lp.name);
+  free(lp.need_bytes);
   return rc;
 }
 
