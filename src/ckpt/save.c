@@ -183,6 +183,7 @@ typedef struct {
   char root[PATH_MAX_LEN], tmp[PATH_MAX_LEN];
   ts_ckpt_meta meta;
   int keep, rank, np, version;
+  bool background;     /* a saver's save (else ts_ckpt_save's) */
   int n;
   ck_tensor *t;        /* each tensor's name, dtype, shape, kind, sharding, spec (no blocks): for the index */
   int nb;
@@ -561,6 +562,11 @@ static int saver_finish(ts_ckpt_saver *s) {
       set_error("%s", err);
     }
   }
+  if (rc != 0 && j->background) { /* reported steps later: say which save */
+    char err[1024];
+    snprintf(err, sizeof err, "%s", ts_last_error());
+    set_error("checkpoint of step %lld (saved in the background) failed: %s", (long long)j->meta.step, err);
+  }
   if (rc == 0) {
     ts_ckpt_save_stats *st = &s->stats;
     st->step = j->meta.step;
@@ -649,7 +655,7 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   if (rc == 0 && !j) rc = set_error("checkpoint: out of memory");
   int rank = ts_client_process_index(c);
   if (rc == 0) {
-    j->n = n, j->keep = keep, j->rank = rank, j->np = ts_client_process_count(c);
+    j->n = n, j->keep = keep, j->rank = rank, j->np = ts_client_process_count(c), j->background = background;
     j->version = ckpt_write_version;
     j->t_start = t0, j->blocked_s = blocked;
     j->meta = *meta;
