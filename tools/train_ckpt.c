@@ -122,11 +122,17 @@ int train_ckpt_maybe_save(train_run *r, int64_t step) {
   if (saver && ts_ckpt_saver_poll(saver) < 0) return -1;
   ckpt_report(r);
   if (!(o->save_every && step % o->save_every == 0) && step != r->total_steps) return 0;
-  return ckpt_start(r, step);
+  int rc = ckpt_start(r, step);
+  ckpt_report(r); /* the previous save, if this one had to wait for it */
+  return rc;
 }
 
 int train_ckpt_save(train_run *r, int64_t step) {
-  if (last_started != step && ckpt_start(r, step) < 0) return -1; /* (a save of this step may be in flight) */
+  if (last_started != step) { /* (a save of this step may be in flight) */
+    int rc = ckpt_start(r, step);
+    ckpt_report(r); /* the previous save, if this one had to wait for it */
+    if (rc < 0) return -1;
+  }
   return train_ckpt_finish(r);
 }
 
