@@ -7,13 +7,18 @@
  *
  *   bench_ckpt_io [--model resnet50|resnet20|mlp] [--dir DIR] [--rounds N]
  *
- * Each round saves a new step (fsync of every file and the directory, as a
- * real save), then opens the latest and loads every tensor back into the
+ * Each round saves a new step through a background saver (ts_ckpt_saver:
+ * the caller waits for the snapshot of the device buffers only, a thread
+ * writes; fsync of every file and the directory, as a real save) and waits
+ * for it, then opens the latest and loads every tensor back into the
  * device buffers (the page cache is dropped first when the process may:
  * /proc/sys/vm/drop_caches; otherwise the load reads from cache and the
  * line says so). Prints
  *   RESULT ckpt <model> bytes=B save_median_s=.. load_median_s=.. save_GBps=.. load_GBps=.. cold_load=0|1
- * and checks that what was loaded equals what was saved (bit for bit). */
+ *          snapshot_median_s=.. write_median_s=.. step_wait_fraction=..
+ * (save: from the start of the save to the checkpoint in place; snapshot:
+ * what a training step waits; step_wait_fraction = snapshot / save, the
+ * issue's target <= 0.10) and checks that what was loaded equals what was saved (bit for bit). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +88,22 @@ int main(int argc, char **argv) {
   }
   uint64_t want = state_hash(p, c);
   double *save = malloc((size_t)rounds * sizeof *save), *load = malloc((size_t)rounds * sizeof *load);
+  double *snap = malloc((size_t)rounds * sizeof *snap), *write = malloc((size_t)rounds * sizeof *write);
   int cold = 1;
+  /* One saver for every round, as tessel train keeps one: the snapshot
+   * memory is allocated by the first save and reused. */
+  ts_ckpt_saver *sv = ts_ckpt_saver_new(c);
+  if (!sv) die("saver");
   for (int r = 0; r < rounds; r++) {
     ts_ckpt_meta meta = {.step = r + 1};
-    double t0 = now_s();
-    if (ts_ckpt_save_params(c, dir, p, &meta, 1) < 0) die("save");
-    save[r] = now_s() - t0;
+    /* The background save: the caller waits for the snapshot only; then
+     * (here, nothing else to do) for the write and the commit. */
+    if (ts_ckpt_saver_save_params(sv, dir, p, &meta, 1) < 0 || ts_ckpt_saver_wait(sv) < 0) die("save");
+    ts_ckpt_save_stats st;
+    ts_ckpt_saver_stats(sv, &st);
+    save[r] = st.total_s, snap[r] = st.snapshot_s, write[r] = st.write_s;
     cold &= drop_caches();
-    t0 = now_s();
+    double t0 = now_s();
     ts_ckpt *ck = ts_ckpt_open(dir);
     if (!ck || ts_ckpt_load_params(ck, c, p, false) < 0) die("load");
     load[r] = now_s() - t0;
@@ -100,13 +113,18 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  ts_ckpt_saver_free(sv);
+  qsort(snap, (size_t)rounds, sizeof *snap, cmp_double);
+  qsort(write, (size_t)rounds, sizeof *write, cmp_double);
   qsort(save, (size_t)rounds, sizeof *save, cmp_double);
   qsort(load, (size_t)rounds, sizeof *load, cmp_double);
   double ms = save[rounds / 2], ml = load[rounds / 2];
+  double msn = snap[rounds / 2];
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "
-         "cold_load=%d\n", model, bytes, ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9,
-         cold);
-  free(save), free(load);
+         "cold_load=%d snapshot_median_s=%.4f write_median_s=%.3f step_wait_fraction=%.3f\n", model, bytes,
+         ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9, cold, msn, write[rounds / 2],
+         msn / ms);
+  free(save), free(load), free(snap), free(write);
   ts_graph_free(g);
   ts_params_free(p);
   ts_client_free(c);

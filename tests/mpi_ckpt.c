@@ -90,6 +90,31 @@ int main(void) {
   CHECK(ts_client_check_same(world, "single-process save done", "done") == 0, "barrier: %s", ts_last_error());
   for (int b = 0; b < 3; b++) check_load(world, p, layouts[b], 9, "single-process save onto the job");
 
+  /* The background saver across processes: polled (collective) until every
+   * process's file is written and process 0 committed; the buffers change
+   * meanwhile; the checkpoint holds the snapshot. */
+  {
+    ts_buffer *b[CK_N] = {0};
+    ts_ckpt_entry e[CK_N];
+    CHECK(ck_make_buffers(world, &CK_LAYOUTS[2], 4, false, b) == 0, "buffers: %s", ts_last_error());
+    ck_entries(b, e);
+    ts_ckpt_meta m = ck_meta(20);
+    ts_ckpt_saver *s = ts_ckpt_saver_new(world);
+    snprintf(p, sizeof p, "%s/async", root);
+    CHECK(ts_ckpt_saver_save(s, p, &m, CK_N, e, 0) == 0, "background save (rank %d): %s", rank, ts_last_error());
+    for (int i = 0; i < CK_N; i++) { /* the next steps */
+      void *v = ck_values(i, 5);
+      CHECK(ts_buffer_write(b[i], v, ck_bytes(i)) == 0, "write: %s", ts_last_error());
+      free(v);
+    }
+    int r;
+    while ((r = ts_ckpt_saver_poll(s)) == 1) usleep(1000);
+    CHECK(r == 0, "poll (rank %d): %s", rank, ts_last_error());
+    ts_ckpt_saver_free(s);
+    for (int k = 0; k < 3; k++) check_load(world, p, layouts[k], 4, "background save: the snapshot");
+    ck_free_buffers(b);
+  }
+
   ts_client_free(local3);
   CHECK(ts_client_check_same(world, "all loaded", "done") == 0, "barrier: %s", ts_last_error());
   if (rank == 0 && ts_test_failed == 0) {

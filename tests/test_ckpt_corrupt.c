@@ -227,11 +227,14 @@ int main(void) {
   /* bad index.json: not JSON, another format, a future version, a missing field, an unsafe file name */
   next_root(root, sizeof root, dir, sizeof dir);
   snprintf(p, sizeof p, "%s/index.json", dir);
-  edit(p, "\"format_version\": 1", "\"format_version\": 1,");
+  edit(p, "\"format_version\": 2", "\"format_version\": 2,");
   EXPECT_FAIL("index not JSON", false, "index.json", "JSON error");
-  edit(p, "\"format_version\": 1,", "\"format_version\": 2");
-  EXPECT_FAIL("future format version", false, "index.json", "version 2");
-  edit(p, "\"format_version\": 2", "\"format_version\": 1");
+  edit(p, "\"format_version\": 2,", "\"format_version\": 3");
+  EXPECT_FAIL("future format version", false, "index.json", "version 3");
+  edit(p, "\"format_version\": 3", "\"format_version\": 2");
+  edit(p, "\"checksum\": \"xxh64\"", "\"checksum\": \"crc32\"");
+  EXPECT_FAIL("unknown checksum", false, "index.json", "checksum 'crc32'");
+  edit(p, "\"checksum\": \"crc32\"", "\"checksum\": \"xxh64\"");
   edit(p, "tessel-checkpoint", "pytorch-checkpoint");
   EXPECT_FAIL("other format", false, "index.json", "pytorch-checkpoint");
   edit(p, "pytorch-checkpoint", "tessel-checkpoint");

@@ -74,14 +74,16 @@ static int config_diff(const char *saved, const char *now, char *diff, size_t n)
   return count;
 }
 
-int train_ckpt_maybe_save(train_run *r, int64_t step) {
-  const train_opts *o = &r->o;
-  if (!o->save_dir) return 0;
-  if (!(o->save_every && step % o->save_every == 0) && step != r->total_steps) return 0;
-  return train_ckpt_save(r, step);
-}
+/* --save-dir: the background saver of the run (tessel/ckpt.h): a save
+ * returns after the snapshot of the state, the files are written while the
+ * next steps run; polled after every step, waited for at the end and on a
+ * signal. At most one save in flight: the next one waits for it. */
+static ts_ckpt_saver *saver;
+static int reported;         /* saves completed and announced */
+static int64_t last_started = -1; /* the step of the last save started */
 
-int train_ckpt_save(train_run *r, int64_t step) {
+/* Starts the save of the state after step `step` (returns after the snapshot). */
+static int ckpt_start(train_run *r, int64_t step) {
   const train_opts *o = &r->o;
   ts_ckpt_meta m = {.step = step, .epoch = step / r->steps_per_epoch, .epoch_step = step % r->steps_per_epoch,
                     .has_optim = true, .optim = r->gs.optim, .has_schedule = true, .schedule = r->sched,
@@ -95,13 +97,53 @@ int train_ckpt_save(train_run *r, int64_t step) {
   snprintf(m.mesh, sizeof m.mesh, "%s", r->ddp ? "ddp" : o->mesh ? o->mesh : "");
   /* The position of the next batch: the loader's saved state replays from there. */
   if (ts_loader_save(r->loader, m.loader) < 0) return -1;
-  double t0 = train_now_s();
-  if (ts_ckpt_save_params(r->client, o->save_dir, r->params, &m, (int)o->keep) < 0) return -1;
+  if (!saver && !(saver = ts_ckpt_saver_new(r->client))) return -1;
+  last_started = step;
+  return ts_ckpt_saver_save_params(saver, o->save_dir, r->params, &m, (int)o->keep);
+}
+
+/* Announces saves completed since the last call (rank 0). */
+static void ckpt_report(const train_run *r) {
+  ts_ckpt_save_stats st;
+  if (!saver || ts_ckpt_saver_stats(saver, &st) < 0 || st.saves == reported) return;
+  reported = st.saves;
   if (r->rank == 0)
-    printf("checkpoint: step %lld saved to %s/step-%08lld in %.2fs\n", (long long)step, o->save_dir,
-           (long long)step, train_now_s() - t0);
+    printf("checkpoint: step %lld saved to %s/step-%08lld in %.2fs (training waited %.3fs for the snapshot; "
+           "%.1f MB written in the background in %.2fs)\n",
+           (long long)st.step, r->o.save_dir, (long long)st.step, st.total_s, st.snapshot_s, (double)st.bytes / 1e6,
+           st.write_s);
   fflush(stdout);
-  return 0;
+}
+
+int train_ckpt_maybe_save(train_run *r, int64_t step) {
+  const train_opts *o = &r->o;
+  if (!o->save_dir) return 0;
+  /* The save in flight: done? (its error, if any, ends the run here) */
+  if (saver && ts_ckpt_saver_poll(saver) < 0) return -1;
+  ckpt_report(r);
+  if (!(o->save_every && step % o->save_every == 0) && step != r->total_steps) return 0;
+  int rc = ckpt_start(r, step);
+  ckpt_report(r); /* the previous save, if this one had to wait for it */
+  return rc;
+}
+
+int train_ckpt_save(train_run *r, int64_t step) {
+  if (last_started != step) { /* (a save of this step may be in flight) */
+    int rc = ckpt_start(r, step);
+    ckpt_report(r); /* the previous save, if this one had to wait for it */
+    if (rc < 0) return -1;
+  }
+  return train_ckpt_finish(r);
+}
+
+int train_ckpt_finish(train_run *r) {
+  if (!saver) return 0;
+  int rc = ts_ckpt_saver_wait(saver);
+  ckpt_report(r);
+  ts_ckpt_saver_free(saver); /* the run saves no more: its snapshot memory goes back now */
+  saver = NULL;
+  reported = 0;
+  return rc;
 }
 
 int train_ckpt_restore(train_run *r, int64_t *step) {

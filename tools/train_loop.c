@@ -226,6 +226,7 @@ int train_epochs(train_run *r) {
       return train_interrupted(r, &st);
     }
   }
+  if (train_ckpt_finish(r) < 0) return train_lib_error(); /* the last checkpoint, written in the background */
   train_images_report(r);
   if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
     printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,

@@ -100,11 +100,15 @@ int train_epochs(train_run *r);
  * mesh and the process count is an error listing the differences. */
 int train_ckpt_restore(train_run *r, int64_t *step);
 /* train_ckpt.c: after step `step` (steps done): a checkpoint into --save-dir if
- * --save-every or the end of the run asks for one. Collective under mpirun. */
+ * --save-every or the end of the run asks for one, written in the background
+ * (the error of an earlier one is returned here). Collective under mpirun. */
 int train_ckpt_maybe_save(train_run *r, int64_t step);
 /* train_ckpt.c: a checkpoint of the state after step `step` into --save-dir
- * now (collective under MPI); 0 or -1 (error set). */
+ * now, complete when it returns (collective under MPI); 0 or -1 (error set). */
 int train_ckpt_save(train_run *r, int64_t step);
+/* train_ckpt.c: waits for the checkpoint being written in the background
+ * (saves run on a thread while training goes on); 0 or -1 with its error. */
+int train_ckpt_finish(train_run *r);
 
 /* train_eval.c: test accuracy in [0, 1]; full batches of e with `full`, the
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */

@@ -13,7 +13,8 @@
  * ranges). Replicas are written once, by the process holding the lowest
  * device id among them. index.json records for every tensor its global dtype
  * and shape, the sharding it was saved with, and for every block its file,
- * byte range and checksum; for every file its size and checksum.
+ * byte range and checksum (XXH64; format 2, docs/checkpoints.md; format-1
+ * checkpoints still load); for every file its size and checksum.
  *
  * Names are those of ts_params, which are PyTorch's state_dict names and
  * layouts for the built-in models (Linear weight (out, in), Conv2d weight
@@ -95,6 +96,65 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
 /* The same for every entry of a parameter set (its buffers on c; kinds by
  * ts_ckpt_kind_of). Collective. */
 int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep);
+
+/* ---- saving in the background ----
+ * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
+ * returns once every block of this process is copied to host memory (the
+ * snapshot, kept by the saver and reused by the next save); a thread of the
+ * saver then writes the block file (checksums, fsync) and, alone or once
+ * every process is done, the checkpoint is committed exactly as by
+ * ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes, the
+ * same atomicity. The device buffers may change (the next steps) or be freed
+ * as soon as ts_ckpt_saver_save returns.
+ *
+ * At most one save is in flight: ts_ckpt_saver_save first waits for the
+ * previous one and finishes it (every requested checkpoint is written; the
+ * time it waited is `blocked_s` in the statistics). The error of a
+ * background save is never lost: the next poll, save or wait of the saver
+ * returns -1 with it (the checkpoint is then not written; the previous one
+ * stays intact and `latest` names it).
+ *
+ * Collective under MPI: every process calls save, poll and wait at the same
+ * points with the same arguments (poll: after every training step). With
+ * several processes the commit (process 0: index.json and the renames, a few
+ * small files) runs inside the poll or wait that finds every process's files
+ * written; alone it runs on the saver's thread. Memory: the snapshot holds
+ * this process's blocks (replicas once), the size of its share of the state. */
+typedef struct ts_ckpt_saver ts_ckpt_saver;
+/* Not collective; nothing is allocated for the snapshot until a save. */
+ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
+/* Waits for the in-flight save (its error is dropped: call ts_ckpt_saver_wait
+ * first to see it) and frees the saver. Collective when a save is in flight. */
+void ts_ckpt_saver_free(ts_ckpt_saver *s);
+/* As ts_ckpt_save / ts_ckpt_save_params, but returns after the snapshot. -1:
+ * this save could not start, or the previous one failed (its error). */
+int ts_ckpt_saver_save(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t,
+                       int keep);
+int ts_ckpt_saver_save_params(ts_ckpt_saver *s, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep);
+/* 1: a save is in flight; 0: none (a save that finished since the last call
+ * is now complete: see ts_ckpt_saver_stats); -1: the save failed (the error
+ * says why). Never blocks on the disk; with several processes one 8-byte
+ * all-gather while a save is in flight (none otherwise). */
+int ts_ckpt_saver_poll(ts_ckpt_saver *s);
+/* Blocks until the in-flight save (if any) is complete: 0, or -1 with its error. */
+int ts_ckpt_saver_wait(ts_ckpt_saver *s);
+
+typedef struct {
+  int64_t step;       /* the step of the last completed save (-1: none yet) */
+  int saves;          /* saves completed */
+  uint64_t bytes;     /* bytes of this process's block file (header + data) */
+  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: device -> host copy and the prepare barrier */
+  double blocked_s;   /* of that, waiting for the previous save to finish */
+  double write_s;     /* the saver's thread: block file written, hashed, fsync'ed */
+  double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
+                       * the others: to the end of the save) */
+  double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
+} ts_ckpt_save_stats;
+/* The statistics of the last completed save (metrics: CkptSnapshotTime,
+ * CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */
+int ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *out);
+/* The step of the save in flight, -1 if none. */
+int64_t ts_ckpt_saver_pending_step(const ts_ckpt_saver *s);
 
 /* ---- loading ---- */
 typedef struct ts_ckpt ts_ckpt;

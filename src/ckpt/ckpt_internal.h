@@ -11,9 +11,25 @@
 #include "tessel/ckpt.h"
 
 #define CKPT_FORMAT "tessel-checkpoint"
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2        /* written; version 1 (util_hash64 checksums) is still read */
 #define CKPT_MAX_HEADER (100u << 20) /* safetensors' own limit on the JSON header */
-#define CKPT_HASH_PIECE (1u << 20)   /* file checksums chain util_hash64 over 1 MiB pieces */
+#define CKPT_HASH_PIECE (1u << 20)   /* format 1: file checksums chain util_hash64 over 1 MiB pieces */
+
+/* ---- checksums ---- */
+/* XXH64, seed 0 (xxh64.c), streaming. Format 2's checksum of blocks, headers
+ * and whole files. */
+typedef struct {
+  uint64_t v[4], total;
+  unsigned char buf[32];
+  unsigned nbuf;
+} ckpt_xxh64_state;
+void ckpt_xxh64_init(ckpt_xxh64_state *s);
+void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n);
+uint64_t ckpt_xxh64_digest(const ckpt_xxh64_state *s);
+uint64_t ckpt_xxh64(const void *data, size_t n);
+/* The checksum of bytes (a block, a header) in format `version`: 1
+ * util_hash64(data, n, 0), 2 XXH64. */
+uint64_t ckpt_sum(int version, const void *data, size_t n);
 
 /* ---- safetensors ---- */
 typedef struct {
@@ -58,8 +74,13 @@ int ckpt_write_small(const char *path, const char *text, size_t n);
 char *ckpt_read_small(const char *path, size_t max, size_t *n);
 /* rm -r of a directory that holds files only. */
 int ckpt_remove_dir(const char *dir);
-/* Chained checksum of a whole file (CKPT_HASH_PIECE pieces); *size its size. */
-int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
+/* Checksum of a whole file in format `version` (2: XXH64 of its bytes; 1:
+ * util_hash64 chained over CKPT_HASH_PIECE pieces); *size its size. */
+int ckpt_file_hash(const char *path, int version, uint64_t *hash, uint64_t *size);
+/* The format version a save writes: CKPT_FORMAT_VERSION; tests set 1 to
+ * write a format-1 checkpoint (util_hash64 checksums) and check that it
+ * still loads. Nothing in the library or the CLI changes it. */
+extern int ckpt_write_version;
 
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
  * calls it with the name of each stage just completed — "files" (this
@@ -75,20 +96,25 @@ void ckpt_test_stage(const char *stage);
 /* Process 0, before anyone writes: ROOT and its parents exist, debris of
  * crashed saves (ROOT/.tmp-step-*, .old-step-*) is gone. */
 int ckpt_prepare_root(const char *root);
-/* Process 0, after every process wrote its block file into tmp: index.json,
- * tmp renamed to ROOT/step-N, `latest`, pruning to `keep`. */
-int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_meta *meta, int n,
-                const ts_ckpt_entry *t, int keep);
+/* Process 0, after every process wrote its block file into tmp: index.json
+ * (format `version`; tensors t[0..n) without blocks; own: process 0's file
+ * description, the others' from shard-P-of-Q.json), tmp renamed to
+ * ROOT/step-N, `latest`, pruning to `keep`. *published (if not NULL): the
+ * CLOCK_MONOTONIC time `latest` named the new checkpoint durably. */
+struct ck_tensor;
+struct timespec;
+int ckpt_commit(const char *root, const char *tmp, const ts_ckpt_meta *meta, int version, int n,
+                const struct ck_tensor *t, int np, const char *own, int keep, struct timespec *published);
 
 /* ---- the index ---- */
 typedef struct {
   int file;                                      /* index into ts_ckpt.f */
   int64_t start[TS_MAX_RANK], limit[TS_MAX_RANK]; /* global index range */
   uint64_t begin, end;                           /* absolute byte range in the file */
-  uint64_t hash;                                 /* util_hash64(block bytes, 0) */
+  uint64_t hash;                                 /* ckpt_sum(version, block bytes) */
 } ck_block;
 
-typedef struct {
+typedef struct ck_tensor {
   char *name;
   ts_dtype dt;
   int rank;
@@ -111,6 +137,7 @@ typedef struct {
 struct ts_ckpt {
   char *path;        /* the step directory, or the plain file */
   bool plain;        /* a bare safetensors file: no index, no checksums */
+  int version;       /* format_version: 1 util_hash64 checksums, 2 XXH64 */
   ts_ckpt_meta meta;
   int nt, nf;
   ck_tensor *t;
@@ -125,6 +152,12 @@ void ckpt_index_write(ts_strbuf *sb, const ts_ckpt *ck);
  * file never overlap (used on load and, by process 0, before writing). */
 int ckpt_index_check(const ts_ckpt *ck, const char *path);
 void ckpt_free_contents(ts_ckpt *ck);
+
+/* Opens and checks file `file` (once), then asks the kernel to start reading
+ * bytes [begin, end) of it (posix_fadvise WILLNEED): ts_ckpt_load_params
+ * announces the blocks it will need a few tens of MB ahead, so the disk
+ * reads while the blocks before are checked and copied. */
+int ckpt_prefetch(ts_ckpt *ck, int file, uint64_t begin, uint64_t end);
 
 /* "fc1.weight[0:256,0:784]" (block) or "fc1.weight" (whole) into buf. */
 void ckpt_block_name(const ck_tensor *t, const ck_block *b, char *buf, size_t n);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -20,30 +21,11 @@
 
 #define PATH_MAX_LEN 4096
 
-/* The partition spec of s as text with axis names ("data+model,None"); "" when
- * replicated or NULL. malloc'd. */
-static char *save_spec_text(const ts_sharding *s) {
-  ts_strbuf sb = {0};
-  const ts_partition_spec *ps = s ? ts_sharding_spec(s) : NULL;
-  const ts_mesh *m = s ? ts_sharding_mesh(s) : NULL;
-  bool any = false;
-  for (int d = 0; ps && d < ps->rank; d++) any = any || ps->naxes[d] > 0;
-  for (int d = 0; any && d < ps->rank; d++) {
-    sb_printf(&sb, d ? "," : "");
-    if (ps->naxes[d] == 0) sb_printf(&sb, "None");
-    for (int k = 0; k < ps->naxes[d]; k++) {
-      const char *nm = ts_mesh_axis_name(m, ps->axes[d][k]);
-      if (nm) sb_printf(&sb, "%s%s", k ? "+" : "", nm);
-      else sb_printf(&sb, "%s%d", k ? "+" : "", ps->axes[d][k]);
-    }
-  }
-  return sb_finish(&sb, "checkpoint");
-}
-
-/* Process 0: the index from the sidecars of every process. */
-static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t) {
-  int np = ts_client_process_count(c);
-  ts_ckpt ck = {.meta = *meta};
+/* Process 0: the index from the descriptions of every process's file (its
+ * own in memory, the others' from their shard-P-of-Q.json). */
+static int save_index(const char *tmp, const ts_ckpt_meta *meta, int version, int n, const ck_tensor *t, int np,
+                      const char *own) {
+  ts_ckpt ck = {.meta = *meta, .version = version};
   int rc = 0;
   char path[PATH_MAX_LEN];
   json_val **side = calloc((size_t)np, sizeof *side);
@@ -53,25 +35,22 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
   for (int i = 0; i < n && rc == 0; i++) {
     ck_tensor *ct = &ck.t[i];
     ck.nt++;
+    *ct = t[i];
+    ct->b = NULL, ct->nb = 0;
     ct->name = strdup(t[i].name);
-    ct->dt = ts_buffer_dtype(t[i].buf);
-    ct->rank = ts_buffer_rank(t[i].buf);
-    memcpy(ct->shape, ts_buffer_shape(t[i].buf), (size_t)ct->rank * sizeof *ct->shape);
-    ct->kind = t[i].kind;
-    const ts_sharding *s = ts_buffer_sharding(t[i].buf);
-    ct->sharding = s ? ts_sharding_to_string(s) : strdup("{replicated}");
-    ct->spec = save_spec_text(s);
+    ct->sharding = strdup(t[i].sharding);
+    ct->spec = strdup(t[i].spec);
     if (!ct->name || !ct->sharding || !ct->spec) rc = set_error("checkpoint: out of memory");
   }
   for (int p = 0; p < np && rc == 0; p++) {
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, p, np);
-    size_t len = 0;
-    char *text = ckpt_read_small(path, 64u << 20, &len);
-    if (!text) {
+    size_t len = p == 0 ? strlen(own) : 0;
+    char *text = p == 0 ? NULL : ckpt_read_small(path, 64u << 20, &len);
+    if (p > 0 && !text) {
       rc = -1;
       break;
     }
-    side[p] = json_parse(text, len, path);
+    side[p] = json_parse(p == 0 ? own : text, len, path);
     free(text);
     const json_val *s = side[p], *f = json_get(s, "file"), *bl = json_get(s, "blocks");
     if (!s || !f || f->type != JSON_STRING || !bl || bl->type != JSON_ARRAY) {
@@ -128,7 +107,7 @@ static int save_index(ts_client *c, const char *tmp, const ts_ckpt_meta *meta, i
     rc = ckpt_write_small(path, text, strlen(text));
   }
   free(text);
-  for (int p = 0; p < np && rc == 0; p++) { /* the sidecars are in the index now */
+  for (int p = 1; p < np && rc == 0; p++) { /* the sidecars are in the index now */
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, p, np);
     if (unlink(path) != 0) rc = set_error("%s: cannot remove: %s", path, strerror(errno));
   }
@@ -219,10 +198,10 @@ static int save_prune(const char *root, int keep, int64_t current) {
 }
 
 /* ckpt_internal.h */
-int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_meta *meta, int n,
-                       const ts_ckpt_entry *t, int keep) {
+int ckpt_commit(const char *root, const char *tmp, const ts_ckpt_meta *meta, int version, int n, const ck_tensor *t,
+                int np, const char *own, int keep, struct timespec *published) {
   char final[PATH_MAX_LEN], old[PATH_MAX_LEN], latest[PATH_MAX_LEN], line[64];
-  if (save_index(c, tmp, meta, n, t) < 0 || ckpt_fsync_dir(tmp) < 0) return -1;
+  if (save_index(tmp, meta, version, n, t, np, own) < 0 || ckpt_fsync_dir(tmp) < 0) return -1;
   ckpt_test_stage("index");
   snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)meta->step);
   snprintf(old, sizeof old, "%s/.old-step-%08lld", root, (long long)meta->step);
@@ -248,6 +227,7 @@ int ckpt_commit(ts_client *c, const char *root, const char *tmp, const ts_ckpt_m
   int ln = snprintf(line, sizeof line, "step-%08lld\n", (long long)meta->step);
   if (ckpt_write_small(latest, line, (size_t)ln) < 0 || ckpt_fsync_dir(root) < 0) return -1;
   ckpt_test_stage("latest");
+  if (published) clock_gettime(CLOCK_MONOTONIC, published); /* complete and durable: the rest is cleaning */
   if (replace && ckpt_remove_dir(old) < 0) return -1;
   if (keep > 0 && save_prune(root, keep, meta->step) < 0) return -1;
   ckpt_test_stage("prune");

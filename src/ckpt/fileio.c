@@ -2,6 +2,7 @@
  * reads that retry short transfers, fsync of directories (a rename is only
  * durable once its directory is), small atomic files, checksums of whole
  * files and removal of a step directory. */
+#define _GNU_SOURCE /* posix_fadvise */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -103,11 +104,14 @@ int ckpt_remove_dir(const char *dir) {
   return rc;
 }
 
-int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size) {
+int ckpt_file_hash(const char *path, int version, uint64_t *hash, uint64_t *size) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) return set_error("%s: cannot open: %s", path, strerror(errno));
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   char *buf = malloc(CKPT_HASH_PIECE);
   uint64_t h = 0, total = 0;
+  ckpt_xxh64_state xs;
+  ckpt_xxh64_init(&xs);
   int rc = buf ? 0 : set_error("%s: out of memory", path);
   while (rc == 0) {
     ssize_t r = read(fd, buf, CKPT_HASH_PIECE);
@@ -123,12 +127,13 @@ int ckpt_file_hash(const char *path, uint64_t *hash, uint64_t *size) {
       if (more <= 0) break;
       got += (size_t)more;
     }
-    h = util_hash64(buf, got, h);
+    if (version == 1) h = util_hash64(buf, got, h);
+    else ckpt_xxh64_update(&xs, buf, got);
     total += got;
     if (got < CKPT_HASH_PIECE) break;
   }
   free(buf);
   close(fd);
-  if (rc == 0) *hash = h, *size = total;
+  if (rc == 0) *hash = version == 1 ? h : ckpt_xxh64_digest(&xs), *size = total;
   return rc;
 }

@@ -67,8 +67,10 @@ static void w_ints(ts_strbuf *sb, int n, const int64_t *v) {
 
 void ckpt_index_write(ts_strbuf *sb, const ts_ckpt *ck) {
   const ts_ckpt_meta *m = &ck->meta;
-  sb_printf(sb, "{\n  \"format\": \"%s\",\n  \"format_version\": %d,\n  \"tessel_version\": ", CKPT_FORMAT,
-               CKPT_FORMAT_VERSION);
+  int ver = ck->version ? ck->version : CKPT_FORMAT_VERSION;
+  sb_printf(sb, "{\n  \"format\": \"%s\",\n  \"format_version\": %d,\n", CKPT_FORMAT, ver);
+  if (ver >= 2) sb_printf(sb, "  \"checksum\": \"xxh64\",\n");
+  sb_printf(sb, "  \"tessel_version\": ");
   json_write_string(sb, TS_VERSION_STRING);
   sb_printf(sb, ",\n  \"step\": %lld,\n  \"mesh\": ", (long long)m->step);
   json_write_string(sb, m->mesh);
@@ -355,9 +357,19 @@ int ckpt_index_parse(ts_ckpt *ck, const char *text, size_t len, const char *path
     goto done;
   }
   if (ix_int(&c, root, "format_version", 0, INT32_MAX, &ver) < 0) goto done;
-  if (ver != CKPT_FORMAT_VERSION) {
-    set_error("%s: format version %lld; this tessel reads version %d", path, (long long)ver, CKPT_FORMAT_VERSION);
+  if (ver < 1 || ver > CKPT_FORMAT_VERSION) {
+    set_error("%s: format version %lld; this tessel reads versions 1 to %d", path, (long long)ver,
+              CKPT_FORMAT_VERSION);
     goto done;
+  }
+  ck->version = (int)ver;
+  if (ver >= 2) { /* the checksum algorithm, named (version 1: util_hash64, implied) */
+    const json_val *sum = ix_get(&c, root, "checksum", JSON_STRING);
+    if (!sum) goto done;
+    if (strcmp(sum->str, "xxh64") != 0) {
+      set_error("%s: checksum '%s' is unknown (this tessel checks xxh64)", path, sum->str);
+      goto done;
+    }
   }
   if (ix_copy_str(&c, root, "tessel_version", m->tessel_version, sizeof m->tessel_version) < 0 ||
       ix_int(&c, root, "step", 0, INT64_MAX, &m->step) < 0 || ix_copy_str(&c, root, "mesh", m->mesh, sizeof m->mesh) < 0)

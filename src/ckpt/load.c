@@ -17,7 +17,6 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "util/error.h"
-#include "util/hash.h" /* util_hash64 */
 
 #define PATH_LEN 4096
 
@@ -31,7 +30,7 @@ void ts_ckpt_close(ts_ckpt *ck) {
 }
 
 /* Reads the 8-byte length and the header of an open file of `size` bytes. */
-static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen, uint64_t *hhash) {
+static char *load_header(int fd, int version, uint64_t size, const char *path, uint64_t *hlen, uint64_t *hhash) {
   uint8_t pre[8];
   if (size < 8) {
     set_error("%s: %llu bytes, too short for a safetensors file (truncated?)", path, (unsigned long long)size);
@@ -57,7 +56,7 @@ static char *load_header(int fd, uint64_t size, const char *path, uint64_t *hlen
   }
   buf[8 + n] = 0;
   *hlen = n;
-  *hhash = util_hash64(buf, 8 + n, 0);
+  *hhash = ckpt_sum(version, buf, 8 + n);
   return buf;
 }
 
@@ -75,13 +74,14 @@ static int load_file(ts_ckpt *ck, int fi) {
   file_path(ck, fi, path, sizeof path);
   if (f->fd < 0 && (f->fd = open(path, O_RDONLY)) < 0)
     return set_error("checkpoint %s: file %s is missing or unreadable: %s", ck->path, f->name, strerror(errno));
+  posix_fadvise(f->fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* larger read-ahead */
   struct stat st;
   if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) return set_error("%s: not a regular file", path);
   if ((uint64_t)st.st_size != f->bytes)
     return set_error("%s: %lld bytes but the index says %llu (truncated or replaced)", path, (long long)st.st_size,
                         (unsigned long long)f->bytes);
   uint64_t hlen, hhash;
-  char *hdr = load_header(f->fd, f->bytes, path, &hlen, &hhash);
+  char *hdr = load_header(f->fd, ck->version, f->bytes, path, &hlen, &hhash);
   if (!hdr) return -1;
   int rc = 0;
   if (!ck->plain && hhash != f->header_hash)
@@ -129,27 +129,38 @@ static int load_file(ts_ckpt *ck, int fi) {
   return 0;
 }
 
+int ckpt_prefetch(ts_ckpt *ck, int file, uint64_t begin, uint64_t end) {
+  if (file < 0 || file >= ck->nf || load_file(ck, file) < 0) return -1;
+  posix_fadvise(ck->f[file].fd, (off_t)begin, (off_t)(end - begin), POSIX_FADV_WILLNEED);
+  return 0;
+}
+
+/* Block k of tensor t, whole and checked, into buf (its bytes). */
+static int load_block_into(ts_ckpt *ck, const ck_tensor *t, int k, void *buf) {
+  const ck_block *b = &t->b[k];
+  if (load_file(ck, b->file) < 0) return -1;
+  size_t n = (size_t)(b->end - b->begin);
+  char path[PATH_LEN];
+  file_path(ck, b->file, path, sizeof path);
+  if (ckpt_pread_all(ck->f[b->file].fd, buf, n, b->begin, path) < 0) return -1;
+  if (!ck->plain && ckpt_sum(ck->version, buf, n) != b->hash) {
+    char bn[2048];
+    ckpt_block_name(t, b, bn, sizeof bn);
+    return set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted",
+                     path, t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
+  }
+  return 0;
+}
+
 /* Block k of tensor t, whole and checked, into a malloc'd buffer. */
 static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
-  const ck_block *b = &t->b[k];
-  if (load_file(ck, b->file) < 0) return NULL;
-  size_t n = (size_t)(b->end - b->begin);
+  size_t n = (size_t)(t->b[k].end - t->b[k].begin);
   void *buf = malloc(n ? n : 1);
   if (!buf) {
     set_error("checkpoint: out of memory reading tensor %s", t->name);
     return NULL;
   }
-  char path[PATH_LEN];
-  file_path(ck, b->file, path, sizeof path);
-  if (ckpt_pread_all(ck->f[b->file].fd, buf, n, b->begin, path) < 0) {
-    free(buf);
-    return NULL;
-  }
-  if (!ck->plain && util_hash64(buf, n, 0) != b->hash) {
-    char bn[2048];
-    ckpt_block_name(t, b, bn, sizeof bn);
-    set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted", path,
-                 t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
+  if (load_block_into(ck, t, k, buf) < 0) {
     free(buf);
     return NULL;
   }
@@ -161,7 +172,7 @@ static void load_copy(const ck_tensor *t, const ck_block *b, const void *bdata, 
                       void *dst) {
   int r = t->rank;
   size_t es = ts_dtype_size(t->dt);
-  int64_t lo[TS_MAX_RANK], hi[TS_MAX_RANK];
+  int64_t lo[TS_MAX_RANK] = {0}, hi[TS_MAX_RANK] = {0};
   for (int d = 0; d < r; d++) {
     lo[d] = b->start[d] > st[d] ? b->start[d] : st[d];
     hi[d] = b->limit[d] < li[d] ? b->limit[d] : li[d];
@@ -171,10 +182,16 @@ static void load_copy(const ck_tensor *t, const ck_block *b, const void *bdata, 
     memcpy(dst, bdata, es);
     return;
   }
-  /* One contiguous run along the last dim per index of the leading dims. */
+  /* Contiguous runs: the trailing dims that the overlap spans whole in both
+   * the block and dst merge into one run (a block equal to dst: one memcpy). */
+  int c = r - 1;
+  size_t run = (size_t)(hi[c] - lo[c]) * es;
+  while (c > 0 && lo[c] == b->start[c] && lo[c] == st[c] && hi[c] == b->limit[c] && hi[c] == li[c]) {
+    c--;
+    run *= (size_t)(hi[c] - lo[c]);
+  }
   int64_t idx[TS_MAX_RANK];
   memcpy(idx, lo, sizeof idx);
-  size_t run = (size_t)(hi[r - 1] - lo[r - 1]) * es;
   for (;;) {
     int64_t so = 0, doff = 0;
     for (int d = 0; d < r; d++) {
@@ -182,7 +199,7 @@ static void load_copy(const ck_tensor *t, const ck_block *b, const void *bdata, 
       doff = doff * (li[d] - st[d]) + (idx[d] - st[d]);
     }
     memcpy((char *)dst + (size_t)doff * es, (const char *)bdata + (size_t)so * es, run);
-    int d = r - 2;
+    int d = c - 1;
     while (d >= 0 && ++idx[d] == hi[d]) idx[d] = lo[d], d--;
     if (d < 0) break;
   }
@@ -197,6 +214,12 @@ static int load_range(ts_ckpt *ck, const ck_tensor *t, const int64_t *st, const 
     for (int d = 0; d < t->rank && overlap; d++)
       overlap = (b->start[d] > st[d] ? b->start[d] : st[d]) < (b->limit[d] < li[d] ? b->limit[d] : li[d]);
     if (!overlap || ckpt_block_numel(t->rank, b->start, b->limit) == 0) continue;
+    bool same = !cache[k];
+    for (int d = 0; same && d < t->rank; d++) same = b->start[d] == st[d] && b->limit[d] == li[d];
+    if (same) { /* the block is the range: read it in place */
+      if (load_block_into(ck, t, k, dst) < 0) return -1;
+      continue;
+    }
     if (!cache[k] && !(cache[k] = load_block(ck, t, k))) return -1;
     load_copy(t, b, cache[k], st, li, dst);
   }
@@ -303,7 +326,7 @@ static int open_plain(ts_ckpt *ck) {
   char *hdr = NULL;
   st_header h = {0};
   int rc = fstat(fd, &st) == 0 ? 0 : set_error("%s: cannot stat: %s", ck->path, strerror(errno));
-  if (rc == 0 && !(hdr = load_header(fd, (uint64_t)st.st_size, ck->path, &hlen, &hh))) rc = -1;
+  if (rc == 0 && !(hdr = load_header(fd, 2, (uint64_t)st.st_size, ck->path, &hlen, &hh))) rc = -1;
   if (rc == 0) rc = st_header_parse(hdr + 8, hlen, (uint64_t)st.st_size - 8 - hlen, ck->path, &h);
   free(hdr);
   close(fd);

@@ -1,31 +1,63 @@
-/* save.c — ts_ckpt_save: every process writes the blocks of its own devices
- * into one safetensors file of a temporary directory, then process 0
- * assembles index.json from the processes' small descriptions of what they
- * wrote and publishes the checkpoint by renames (commit.c).
+/* save.c — ts_ckpt_save and the background saver: every process copies the
+ * blocks of its own devices into host memory (the snapshot), writes them as
+ * one safetensors file of a temporary directory, then process 0 assembles
+ * index.json from the processes' small descriptions of what they wrote and
+ * publishes the checkpoint by renames (commit.c).
  *
  * Stages and their barriers (ts_client_check_same, which also carries each
  * process's verdict so that one failure fails every process):
- *   prepare  process 0 creates ROOT/.tmp-step-N             | barrier
- *   files    each process writes shard-P-of-Q.safetensors     | barrier
- *            and shard-P-of-Q.json (its blocks), fsync'ed
- *   commit   process 0: index.json, rename into place,        | barrier
- *            `latest`, pruning */
+ *   prepare   process 0 creates ROOT/.tmp-step-N             | barrier
+ *   snapshot  each process copies its blocks to host memory  | barrier
+ *             (the caller waits only up to here)
+ *   files     each process writes shard-P-of-Q.safetensors    | barrier
+ *             from the snapshot (checksums, fsync), and for
+ *             P > 0 shard-P-of-Q.json (its blocks)
+ *   commit    process 0: index.json, rename into place,       | barrier
+ *             `latest`, pruning
+ * ts_ckpt_save runs the files stage on the caller's thread; a saver runs it
+ * on a thread of its own, and the commit too when alone (with several
+ * processes the barriers after `files` are in the poll or wait that finds
+ * every process done: collectives stay on the caller's thread).
+ *
+ * Write speed: the snapshot is the block file's image (header + blocks), written
+ * as one sequential stream in 16 MiB windows with O_DIRECT (no copy into the
+ * page cache; buffered with early write-back where O_DIRECT is refused) while
+ * a second thread computes the checksums (XXH64 of each block and of the
+ * whole file, one pass over the memory). */
+#define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "tessel/metrics.h" /* ts_metrics_add: CkptSnapshotTime, ... */
 #include "util/error.h"
-#include "util/hash.h" /* util_hash64 */
+#include "util/hash.h" /* util_hash64: format 1 */
 
 #define PATH_MAX_LEN 4096
+#define SAVE_WINDOW (16u << 20) /* bytes written (and write-back started) at a time */
+#define SNAP_THREADS 4                /* most threads copying a snapshot */
+#define SNAP_MIN_PER_THREAD (8u << 20) /* bytes: below, fewer threads */
+#define SAVE_ALIGN 4096u    /* O_DIRECT: offsets, lengths and memory in multiples of this */
+#define SAVE_PIECE (256u << 10) /* bytes hashed into the block's and the file's checksum in turn (stays in L2) */
 
 void (*ckpt_test_hook)(const char *stage); /* ckpt_internal.h: NULL unless a test sets it */
+int ckpt_write_version = CKPT_FORMAT_VERSION; /* ckpt_internal.h: tests set 1 */
+
+static double save_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 void ckpt_test_stage(const char *stage) {
   if (ckpt_test_hook) ckpt_test_hook(stage);
@@ -110,103 +142,6 @@ static void save_block_name(const ts_ckpt_entry *e, const save_block *b, char *b
   ckpt_block_name(&t, &cb, buf, n);
 }
 
-/* Writes this process's block file and its description (sidecar JSON). */
-static int save_files(ts_client *c, const char *tmp, int n, const ts_ckpt_entry *t) {
-  int rank = ts_client_process_index(c), np = ts_client_process_count(c);
-  save_block *bl = NULL;
-  int nb = 0, cap = 0, rc = 0;
-  for (int i = 0; i < n && rc == 0; i++) rc = save_plan_tensor(c, &t[i], i, &bl, &nb, &cap);
-  st_entry *se = calloc((size_t)nb + 1, sizeof *se);
-  uint64_t *bh = calloc((size_t)nb + 1, sizeof *bh);
-  char *hdr = NULL, *side = NULL;
-  void *data = NULL;
-  size_t hlen = 0;
-  int fd = -1;
-  char name[128], path[PATH_MAX_LEN];
-  snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", rank, np);
-  snprintf(path, sizeof path, "%s/%s", tmp, name);
-  if (rc == 0 && (!se || !bh)) rc = set_error("checkpoint: out of memory");
-  uint64_t off = 0;
-  for (int k = 0; k < nb && rc == 0; k++) {
-    const ts_ckpt_entry *e = &t[bl[k].t];
-    char bn[2048];
-    save_block_name(e, &bl[k], bn, sizeof bn);
-    se[k].dt = ts_buffer_dtype(e->buf);
-    se[k].rank = ts_buffer_rank(e->buf);
-    for (int d = 0; d < se[k].rank; d++) se[k].shape[d] = bl[k].limit[d] - bl[k].start[d];
-    se[k].begin = off;
-    off += (uint64_t)ts_shape_numel(se[k].rank, se[k].shape) * ts_dtype_size(se[k].dt);
-    se[k].end = off;
-    if (!(se[k].name = strdup(bn))) rc = set_error("checkpoint: out of memory");
-  }
-  if (rc == 0 && !(hdr = st_header_build(nb, se, &hlen))) rc = -1;
-  if (rc == 0 && (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-    rc = set_error("%s: cannot create: %s", path, strerror(errno));
-  uint8_t prefix[8];
-  for (int k = 0; k < 8; k++) prefix[k] = (uint8_t)((uint64_t)hlen >> (8 * k)); /* little-endian u64 */
-  uint64_t header_hash = 0;
-  if (rc == 0) {
-    char *ph = malloc(8 + hlen);
-    if (!ph) rc = set_error("checkpoint: out of memory");
-    else {
-      memcpy(ph, prefix, 8);
-      memcpy(ph + 8, hdr, hlen);
-      header_hash = util_hash64(ph, 8 + hlen, 0);
-      rc = ckpt_write_all(fd, ph, 8 + hlen, path);
-      free(ph);
-    }
-  }
-  for (int k = 0; k < nb && rc == 0; k++) { /* one block in host memory at a time */
-    size_t bytes = (size_t)(se[k].end - se[k].begin);
-    void *nd = realloc(data, bytes ? bytes : 1);
-    if (!nd) {
-      rc = set_error("checkpoint: out of memory (block %s, %zu bytes)", se[k].name, bytes);
-      break;
-    }
-    data = nd;
-    if (ts_buffer_read_shard(t[bl[k].t].buf, bl[k].device, data, bytes) < 0) {
-      rc = set_error("checkpoint: reading %s from device %d: %s", se[k].name, bl[k].device, ts_last_error());
-      break;
-    }
-    bh[k] = util_hash64(data, bytes, 0);
-    rc = ckpt_write_all(fd, data, bytes, path);
-  }
-  if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
-  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
-  uint64_t fhash = 0, fbytes = 0;
-  if (rc == 0) rc = ckpt_file_hash(path, &fhash, &fbytes); /* what is on disk, as load will check it */
-  if (rc == 0) {
-    ts_strbuf sb = {0};
-    sb_printf(&sb, "{\"file\":");
-    json_write_string(&sb, name);
-    sb_printf(&sb, ",\"bytes\":%llu,\"hash\":\"%016" PRIx64 "\",\"header_hash\":\"%016" PRIx64 "\",\"blocks\":[",
-                 (unsigned long long)fbytes, fhash, header_hash);
-    for (int k = 0; k < nb; k++) {
-      int r = se[k].rank;
-      sb_printf(&sb, "%s{\"tensor\":%d,\"start\":[", k ? "," : "", bl[k].t);
-      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].start[d]);
-      sb_printf(&sb, "],\"limit\":[");
-      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)bl[k].limit[d]);
-      sb_printf(&sb, "],\"byte_range\":[%llu,%llu],\"hash\":\"%016" PRIx64 "\"}",
-                   (unsigned long long)(8 + hlen + se[k].begin), (unsigned long long)(8 + hlen + se[k].end), bh[k]);
-    }
-    sb_printf(&sb, "]}\n");
-    if (!(side = sb_finish(&sb, "checkpoint"))) rc = -1;
-  }
-  if (rc == 0) {
-    snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", tmp, rank, np);
-    rc = ckpt_write_small(path, side, strlen(side));
-  }
-  for (int k = 0; se && k < nb; k++) free(se[k].name);
-  free(se);
-  free(bh);
-  free(bl);
-  free(hdr);
-  free(side);
-  free(data);
-  return rc;
-}
-
 /* The mesh of the first sharded buffer, as "data=2,model=2". */
 static void save_mesh_text(int n, const ts_ckpt_entry *t, char *buf, size_t len) {
   buf[0] = 0;
@@ -241,59 +176,578 @@ static int save_check_args(ts_client *c, const char *root, const ts_ckpt_meta *m
   return 0;
 }
 
-int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t, int keep) {
-  int rc = save_check_args(c, root, meta, n, t);
-  if (rc != 0 && !c) return -1;
-  ts_ckpt_meta m = {0};
-  char tmp[PATH_MAX_LEN] = "";
+/* One save: what the snapshot captured and what the writer produced. Owned
+ * by the saver; the writer thread touches only the fields after `data`
+ * markers below while the caller's thread leaves the job alone. */
+typedef struct {
+  char root[PATH_MAX_LEN], tmp[PATH_MAX_LEN];
+  ts_ckpt_meta meta;
+  int keep, rank, np, version;
+  bool background;     /* a saver's save (else ts_ckpt_save's) */
+  int n;
+  ck_tensor *t;        /* each tensor's name, dtype, shape, kind, sharding, spec (no blocks): for the index */
+  int nb;
+  save_block *bl;      /* this process's blocks, in file order */
+  st_entry *se;        /* their header entries (offsets into the data) */
+  char *hdr;           /* the 8-byte length prefix and the JSON header */
+  size_t hlen;         /* bytes of the JSON header */
+  uint64_t data_bytes; /* bytes of the data part */
+  double t_start, snapshot_s, blocked_s;
+  /* written by the writer: */
+  char *side;          /* the description of what this process wrote (JSON) */
+  int rc;
+  char err[1024];
+  double write_s;
+  struct timespec published; /* when `latest` named it (ckpt_commit) */
+} save_job;
+
+struct ts_ckpt_saver {
+  ts_client *c;
+  save_job *job;       /* the save in flight; NULL if none */
+  pthread_t th;
+  bool threaded;       /* job's writer runs on th (else it ran inline) */
+  atomic_int done;     /* the writer finished (its verdict is in job->rc) */
+  char *snap;          /* the snapshot: this process's blocks, as in the file's data part */
+  size_t snap_cap;
+  ts_ckpt_save_stats stats;
+};
+
+static void job_free(save_job *j) {
+  if (!j) return;
+  for (int i = 0; j->t && i < j->n; i++) {
+    free(j->t[i].name);
+    free(j->t[i].sharding);
+    free(j->t[i].spec);
+  }
+  for (int k = 0; j->se && k < j->nb; k++) free(j->se[k].name);
+  free(j->t);
+  free(j->se);
+  free(j->bl);
+  free(j->hdr);
+  free(j->side);
+  free(j);
+}
+
+/* The partition spec of s as text with axis names ("data+model,None"); "" when
+ * replicated or NULL. malloc'd. */
+static char *save_spec_text(const ts_sharding *s) {
+  ts_strbuf sb = {0};
+  const ts_partition_spec *ps = s ? ts_sharding_spec(s) : NULL;
+  const ts_mesh *m = s ? ts_sharding_mesh(s) : NULL;
+  bool any = false;
+  for (int d = 0; ps && d < ps->rank; d++) any = any || ps->naxes[d] > 0;
+  for (int d = 0; any && d < ps->rank; d++) {
+    sb_printf(&sb, d ? "," : "");
+    if (ps->naxes[d] == 0) sb_printf(&sb, "None");
+    for (int k = 0; k < ps->naxes[d]; k++) {
+      const char *nm = ts_mesh_axis_name(m, ps->axes[d][k]);
+      if (nm) sb_printf(&sb, "%s%s", k ? "+" : "", nm);
+      else sb_printf(&sb, "%s%d", k ? "+" : "", ps->axes[d][k]);
+    }
+  }
+  return sb_finish(&sb, "checkpoint");
+}
+
+/* Host memory for `bytes` of snapshot, kept for the next saves. mmap with
+ * MAP_POPULATE: the pages exist before the copy (no fault per page in the
+ * caller's wait). */
+static int snap_reserve(ts_ckpt_saver *s, size_t bytes) {
+  if (bytes <= s->snap_cap) return 0;
+  if (s->snap) munmap(s->snap, s->snap_cap);
+  s->snap = NULL, s->snap_cap = 0;
+  size_t cap = (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) return set_error("checkpoint: out of memory for the snapshot (%zu bytes): %s", cap, strerror(errno));
+  s->snap = p, s->snap_cap = cap;
+  return 0;
+}
+
+/* Blocks [k0, k1) of a snapshot, copied by one thread. */
+typedef struct {
+  const save_job *j;
+  const ts_ckpt_entry *t;
+  char *data;
+  int k0, k1, rc;
+  char err[512];
+} snap_part;
+
+static void *snap_copy(void *arg) {
+  snap_part *p = arg;
+  const save_job *j = p->j;
+  for (int k = p->k0; k < p->k1 && p->rc == 0; k++) {
+    const save_block *b = &j->bl[k];
+    size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
+    if (ts_buffer_read_shard(p->t[b->t].buf, b->device, p->data + j->se[k].begin, bytes) < 0) {
+      snprintf(p->err, sizeof p->err, "checkpoint: reading %s from device %d: %s", j->se[k].name, b->device,
+               ts_last_error());
+      p->rc = -1;
+    }
+  }
+  return NULL;
+}
+
+/* The snapshot: plans this process's blocks, builds the header, describes
+ * the tensors for the index and copies every block from its device. */
+static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) {
+  ts_client *c = s->c;
+  int cap = 0, rc = 0;
+  if (!(j->t = calloc((size_t)j->n + 1, sizeof *j->t))) return set_error("checkpoint: out of memory");
+  for (int i = 0; i < j->n && rc == 0; i++) {
+    ck_tensor *ct = &j->t[i];
+    ct->name = strdup(t[i].name);
+    ct->dt = ts_buffer_dtype(t[i].buf);
+    ct->rank = ts_buffer_rank(t[i].buf);
+    memcpy(ct->shape, ts_buffer_shape(t[i].buf), (size_t)ct->rank * sizeof *ct->shape);
+    ct->kind = t[i].kind;
+    const ts_sharding *sh = ts_buffer_sharding(t[i].buf);
+    ct->sharding = sh ? ts_sharding_to_string(sh) : strdup("{replicated}");
+    ct->spec = save_spec_text(sh);
+    if (!ct->name || !ct->sharding || !ct->spec) rc = set_error("checkpoint: out of memory");
+    if (rc == 0) rc = save_plan_tensor(c, &t[i], i, &j->bl, &j->nb, &cap);
+  }
+  if (rc == 0 && !(j->se = calloc((size_t)j->nb + 1, sizeof *j->se))) rc = set_error("checkpoint: out of memory");
+  uint64_t off = 0;
+  for (int k = 0; k < j->nb && rc == 0; k++) {
+    const ts_ckpt_entry *e = &t[j->bl[k].t];
+    char bn[2048];
+    save_block_name(e, &j->bl[k], bn, sizeof bn);
+    st_entry *se = &j->se[k];
+    se->dt = ts_buffer_dtype(e->buf);
+    se->rank = ts_buffer_rank(e->buf);
+    for (int d = 0; d < se->rank; d++) se->shape[d] = j->bl[k].limit[d] - j->bl[k].start[d];
+    se->begin = off;
+    off += (uint64_t)ts_shape_numel(se->rank, se->shape) * ts_dtype_size(se->dt);
+    se->end = off;
+    if (!(se->name = strdup(bn))) rc = set_error("checkpoint: out of memory");
+  }
+  j->data_bytes = off;
+  char *json = NULL;
+  if (rc == 0 && !(json = st_header_build(j->nb, j->se, &j->hlen))) rc = -1;
+  if (rc == 0 && !(j->hdr = malloc(8 + j->hlen))) rc = set_error("checkpoint: out of memory");
+  if (rc == 0) {
+    for (int k = 0; k < 8; k++) j->hdr[k] = (char)(uint8_t)((uint64_t)j->hlen >> (8 * k)); /* little-endian u64 */
+    memcpy(j->hdr + 8, json, j->hlen);
+  }
+  free(json);
+  /* The snapshot is the file's image: header, then every block in order. */
+  if (rc == 0) rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
+  if (rc == 0) memcpy(s->snap, j->hdr, 8 + j->hlen);
+  if (rc != 0) return rc;
+  /* The copy, on up to SNAP_THREADS threads (the client's compute threads,
+   * idle between steps) over contiguous runs of blocks of about equal bytes:
+   * one core's copy bandwidth is well below the memory's. */
+  int nt = ts_client_num_threads(c);
+  if (nt > SNAP_THREADS) nt = SNAP_THREADS;
+  if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
+  if (nt < 1) nt = 1;
+  snap_part part[SNAP_THREADS];
+  pthread_t th[SNAP_THREADS];
+  bool started[SNAP_THREADS] = {false};
+  int k = 0;
+  for (int p = 0; p < nt; p++) {
+    uint64_t stop = j->data_bytes / (uint64_t)nt * (uint64_t)(p + 1);
+    part[p] = (snap_part){.j = j, .t = t, .data = s->snap + 8 + j->hlen, .k0 = k};
+    while (k < j->nb && (p == nt - 1 || j->se[k].begin < stop)) k++;
+    part[p].k1 = k;
+    if (p > 0) started[p] = pthread_create(&th[p], NULL, snap_copy, &part[p]) == 0;
+  }
+  for (int p = 0; p < nt; p++)
+    if (!started[p]) snap_copy(&part[p]); /* part 0, and any without a thread, here */
+  for (int p = 0; p < nt; p++) {
+    if (started[p]) pthread_join(th[p], NULL);
+    if (part[p].rc != 0 && rc == 0) rc = set_error("%s", part[p].err);
+  }
+  return rc;
+}
+
+/* Checksums of data[0..len) (offsets [pos, pos + len) of the data part) into
+ * the running block checksum (block *k, finished ones into bh) and the
+ * file's, a piece at a time so that the second pass reads from cache. */
+static void save_hash_window(save_job *j, const char *data, uint64_t pos, uint64_t len, int *k,
+                             ckpt_xxh64_state *bs, ckpt_xxh64_state *fs, uint64_t *bh) {
+  uint64_t p = pos, end = pos + len;
+  while (p < end) {
+    const st_entry *e = &j->se[*k];
+    uint64_t stop = e->end < end ? e->end : end;
+    if (j->version >= 2) {
+      for (uint64_t q = p; q < stop; q += SAVE_PIECE) {
+        size_t m = (size_t)(stop - q < SAVE_PIECE ? stop - q : SAVE_PIECE);
+        ckpt_xxh64_update(bs, data + q, m);
+        ckpt_xxh64_update(fs, data + q, m);
+      }
+    }
+    p = stop;
+    if (p == e->end) { /* the block is complete */
+      bh[*k] = j->version >= 2 ? ckpt_xxh64_digest(bs) : util_hash64(data + e->begin, (size_t)(e->end - e->begin), 0);
+      ckpt_xxh64_init(bs);
+      (*k)++;
+    }
+  }
+}
+
+/* The checksums of a file image: each block's, the header's, the file's. */
+typedef struct {
+  save_job *j;
+  const char *img;
+  uint64_t *bh; /* out: per block */
+  uint64_t header_hash, file_hash;
+} save_hasher;
+
+static void *save_hash_all(void *arg) {
+  save_hasher *z = arg;
+  save_job *j = z->j;
+  uint64_t H = 8 + j->hlen;
+  z->header_hash = ckpt_sum(j->version, z->img, (size_t)H);
+  ckpt_xxh64_state fs, bs;
+  ckpt_xxh64_init(&fs);
+  ckpt_xxh64_init(&bs);
+  ckpt_xxh64_update(&fs, z->img, (size_t)H);
+  int k = 0;
+  for (uint64_t pos = 0; pos < j->data_bytes; pos += SAVE_WINDOW) {
+    uint64_t len = j->data_bytes - pos < SAVE_WINDOW ? j->data_bytes - pos : SAVE_WINDOW;
+    save_hash_window(j, z->img + H, pos, len, &k, &bs, &fs, z->bh);
+  }
+  z->file_hash = ckpt_xxh64_digest(&fs);
+  return NULL;
+}
+
+/* Writes img[0..n) at offset off. With O_DIRECT (*direct) img, n and off are
+ * multiples of SAVE_ALIGN; a filesystem that refuses a direct write gets the
+ * rest through the page cache. */
+static int save_put(int fd, bool *direct, const char *img, size_t n, uint64_t off, const char *path) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, img, n, (off_t)off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && *direct) {
+      int fl = fcntl(fd, F_GETFL);
+      if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) == -1)
+        return set_error("%s: write failed: %s", path, strerror(EINVAL));
+      *direct = false;
+      continue;
+    }
+    if (w <= 0) return set_error("%s: write failed: %s", path, w < 0 ? strerror(errno) : "no progress");
+    img += w, n -= (size_t)w, off += (uint64_t)w;
+  }
+  return 0;
+}
+
+/* The files stage from the snapshot `img` (the file's image): this
+ * process's block file (fsync'ed) and the description of what it holds
+ * (j->side; for P > 0 also written as shard-P-of-Q.json for process 0).
+ *
+ * The image is written with O_DIRECT where the filesystem allows it: the
+ * disk reads the snapshot's pages itself, no copy into the page cache (that
+ * copy was the largest CPU cost of a save). Windows are aligned; the last
+ * partial page goes through the page cache. Elsewhere (tmpfs, ...) buffered
+ * writes, each window's write-back started at once (sync_file_range). */
+static int save_write(save_job *j, const char *img) {
+  char name[128], path[PATH_MAX_LEN + 256];
+  snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", j->rank, j->np);
+  snprintf(path, sizeof path, "%s/%s", j->tmp, name);
+  uint64_t *bh = calloc((size_t)j->nb + 1, sizeof *bh);
+  if (!bh) return set_error("checkpoint: out of memory");
+  bool direct = true;
+  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+  if (fd < 0 && errno == EINVAL) {
+    direct = false;
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
+  if (fd < 0) rc = set_error("%s: cannot create: %s", path, strerror(errno));
+  uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
+  /* The checksums on a thread of their own, beside the writes (they only read the image). */
+  save_hasher hz = {.j = j, .img = img, .bh = bh};
+  pthread_t hth;
+  bool hthreaded = pthread_create(&hth, NULL, save_hash_all, &hz) == 0;
+  if (!hthreaded) save_hash_all(&hz);
+  bool flush = true; /* sync_file_range works here (not on every filesystem) */
+  for (uint64_t pos = 0; pos < total && rc == 0; pos += SAVE_WINDOW) {
+    uint64_t len = total - pos < SAVE_WINDOW ? total - pos : SAVE_WINDOW;
+    uint64_t al = direct ? len / SAVE_ALIGN * SAVE_ALIGN : len;
+    rc = save_put(fd, &direct, img + pos, (size_t)al, pos, path);
+    if (rc == 0 && al < len) { /* the tail, not a whole page: through the page cache */
+      int fl = fcntl(fd, F_GETFL);
+      if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) == -1)
+        rc = set_error("%s: fcntl failed: %s", path, strerror(errno));
+      direct = false;
+      if (rc == 0) rc = save_put(fd, &direct, img + pos + al, (size_t)(len - al), pos + al, path);
+    }
+    if (rc == 0 && !direct && flush && sync_file_range(fd, (off_t)pos, (off_t)len, SYNC_FILE_RANGE_WRITE) != 0)
+      flush = false;
+  }
+  if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
+  if (hthreaded) pthread_join(hth, NULL);
+  uint64_t header_hash = hz.header_hash;
+  uint64_t fhash = hz.file_hash, fbytes = total;
+  if (rc == 0 && j->version == 1) rc = ckpt_file_hash(path, 1, &fhash, &fbytes);
+  if (rc == 0) {
+    ts_strbuf sb = {0};
+    sb_printf(&sb, "{\"file\":");
+    json_write_string(&sb, name);
+    sb_printf(&sb, ",\"bytes\":%llu,\"hash\":\"%016" PRIx64 "\",\"header_hash\":\"%016" PRIx64 "\",\"blocks\":[",
+              (unsigned long long)fbytes, fhash, header_hash);
+    for (int b = 0; b < j->nb; b++) {
+      int r = j->se[b].rank;
+      sb_printf(&sb, "%s{\"tensor\":%d,\"start\":[", b ? "," : "", j->bl[b].t);
+      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)j->bl[b].start[d]);
+      sb_printf(&sb, "],\"limit\":[");
+      for (int d = 0; d < r; d++) sb_printf(&sb, d ? ",%lld" : "%lld", (long long)j->bl[b].limit[d]);
+      sb_printf(&sb, "],\"byte_range\":[%llu,%llu],\"hash\":\"%016" PRIx64 "\"}",
+                (unsigned long long)(8 + j->hlen + j->se[b].begin), (unsigned long long)(8 + j->hlen + j->se[b].end),
+                bh[b]);
+    }
+    sb_printf(&sb, "]}\n");
+    if (!(j->side = sb_finish(&sb, "checkpoint"))) rc = -1;
+  }
+  if (rc == 0 && j->rank > 0) { /* process 0 reads it after the barrier */
+    snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.json", j->tmp, j->rank, j->np);
+    rc = ckpt_write_small(path, j->side, strlen(j->side));
+  }
+  free(bh);
+  return rc;
+}
+
+/* The prepare stage (process 0): ROOT exists, debris of crashed saves is
+ * gone, the temporary directory is created. */
+static int save_prepare(const save_job *j) {
+  if (ckpt_prepare_root(j->root) < 0) return -1;
+  if (mkdir(j->tmp, 0755) != 0) return set_error("%s: cannot create: %s", j->tmp, strerror(errno));
+  return 0;
+}
+
+/* The writer: the files stage, and alone the commit. Runs on the saver's
+ * thread (or inline for ts_ckpt_save); its error goes to job->err. */
+static void *save_writer(void *arg) {
+  ts_ckpt_saver *s = arg;
+  save_job *j = s->job;
+  double t0 = save_now();
+  int rc = j->np == 1 ? save_prepare(j) : 0;
+  if (rc == 0) rc = save_write(j, s->snap);
+  if (rc == 0) ckpt_test_stage("files");
+  j->write_s = save_now() - t0;
+  if (rc == 0 && j->np == 1)
+    rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
+  if (rc != 0) {
+    snprintf(j->err, sizeof j->err, "%s", ts_last_error());
+    if (j->np == 1) ckpt_remove_dir(j->tmp); /* best effort: the previous checkpoint is untouched */
+  }
+  j->rc = rc;
+  atomic_store(&s->done, 1);
+  return NULL;
+}
+
+/* After the writer finished (joined): the barriers and the commit of several
+ * processes, the statistics; the job is gone afterwards. 0 or -1 (on every
+ * process alike). */
+static int saver_finish(ts_ckpt_saver *s) {
+  save_job *j = s->job;
+  if (s->threaded) pthread_join(s->th, NULL);
+  s->threaded = false;
+  int rc = j->rc;
+  if (rc != 0) set_error("%s", j->err);
+  if (j->np > 1) {
+    /* Barrier: every block file is on disk before process 0 indexes them. */
+    if (ckpt_agree(s->c, "files", rc) < 0) {
+      rc = -1;
+    } else {
+      if (j->rank == 0)
+        rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, j->np, j->side, j->keep, &j->published);
+      /* Barrier: nobody goes on (and, say, loads or saves again) before the checkpoint is in place. */
+      if (ckpt_agree(s->c, "commit", rc) < 0) rc = -1;
+    }
+    if (rc != 0 && j->rank == 0) {
+      char err[1024];
+      snprintf(err, sizeof err, "%s", ts_last_error());
+      ckpt_remove_dir(j->tmp);
+      set_error("%s", err);
+    }
+  }
+  if (rc != 0 && j->background) { /* reported steps later: say which save */
+    char err[1024];
+    snprintf(err, sizeof err, "%s", ts_last_error());
+    set_error("checkpoint of step %lld (saved in the background) failed: %s", (long long)j->meta.step, err);
+  }
+  if (rc == 0) {
+    ts_ckpt_save_stats *st = &s->stats;
+    st->step = j->meta.step;
+    st->saves++;
+    st->bytes = 8 + j->hlen + j->data_bytes;
+    st->snapshot_s = j->snapshot_s;
+    st->blocked_s = j->blocked_s;
+    st->write_s = j->write_s;
+    double now = save_now(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
+    st->total_s = (j->rank == 0 ? pub : now) - j->t_start;
+    st->prune_s = j->rank == 0 ? now - pub : 0;
+    ts_metrics_add("CkptWriteTime", TS_METRIC_TIME, (int64_t)(1e9 * st->write_s));
+    ts_metrics_add("CkptSaveTime", TS_METRIC_TIME, (int64_t)(1e9 * st->total_s));
+    ts_metrics_add("CkptBytes", TS_METRIC_BYTES, (int64_t)st->bytes);
+  }
+  job_free(j);
+  s->job = NULL;
+  return rc;
+}
+
+ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
+  if (!c) {
+    set_error("ts_ckpt_saver_new: NULL client");
+    return NULL;
+  }
+  ts_ckpt_saver *s = calloc(1, sizeof *s);
+  if (!s) {
+    set_error("ts_ckpt_saver_new: out of memory");
+    return NULL;
+  }
+  s->c = c;
+  s->stats.step = -1;
+  atomic_init(&s->done, 0);
+  return s;
+}
+
+void ts_ckpt_saver_free(ts_ckpt_saver *s) {
+  if (!s) return;
+  if (s->job) saver_finish(s);
+  if (s->snap) munmap(s->snap, s->snap_cap);
+  free(s);
+}
+
+int ts_ckpt_saver_wait(ts_ckpt_saver *s) {
+  if (!s) return set_error("ts_ckpt_saver_wait: NULL saver");
+  return s->job ? saver_finish(s) : 0;
+}
+
+int ts_ckpt_saver_poll(ts_ckpt_saver *s) {
+  if (!s) return set_error("ts_ckpt_saver_poll: NULL saver");
+  if (!s->job) return 0;
+  int64_t busy = atomic_load(&s->done) ? 0 : 1;
+  /* Several processes: finish only when all are done (the barriers after
+   * `files` must not wait for a slow disk inside a training step). */
+  if (s->job->np > 1 && ts_client_max(s->c, busy, &busy) < 0) return -1;
+  if (busy) return 1;
+  return saver_finish(s) < 0 ? -1 : 0;
+}
+
+int ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *out) {
+  if (!s || !out) return set_error("ts_ckpt_saver_stats: NULL saver or output");
+  *out = s->stats;
+  return 0;
+}
+
+int64_t ts_ckpt_saver_pending_step(const ts_ckpt_saver *s) { return s && s->job ? s->job->meta.step : -1; }
+
+/* A save: waits for the previous one, then prepare and snapshot (collective),
+ * then the writer on the saver's thread (background) or inline. pre_rc < 0:
+ * this process already failed (its error is set); it still takes part in
+ * the barriers so that the others fail too instead of waiting. */
+static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t,
+                       int keep, bool background, int pre_rc) {
+  if (!s) return set_error("ts_ckpt_save: NULL saver");
+  double t0 = save_now();
+  ts_client *c = s->c;
+  char err[1024];
+  if (s->job) { /* at most one in flight: the previous save completes first */
+    if (pre_rc < 0) snprintf(err, sizeof err, "%s", ts_last_error());
+    if (saver_finish(s) < 0) return -1; /* its error: reported now, this save not started */
+    if (pre_rc < 0) set_error("%s", err);
+  }
+  double blocked = save_now() - t0;
+  int rc = pre_rc < 0 ? -1 : save_check_args(c, root, meta, n, t);
+  save_job *j = calloc(1, sizeof *j);
+  if (rc == 0 && !j) rc = set_error("checkpoint: out of memory");
   int rank = ts_client_process_index(c);
   if (rc == 0) {
-    m = *meta;
-    if (!m.mesh[0]) save_mesh_text(n, t, m.mesh, sizeof m.mesh);
-    m.num_devices = ts_client_num_devices(c);
-    m.process_count = ts_client_process_count(c);
-    snprintf(m.tessel_version, sizeof m.tessel_version, "%s", TS_VERSION_STRING);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08lld", root, (long long)m.step);
-    if (rank == 0) {
-      if (ckpt_prepare_root(root) < 0)
-        rc = -1;
-      else if (mkdir(tmp, 0755) != 0)
-        rc = set_error("%s: cannot create: %s", tmp, strerror(errno));
-    }
+    j->n = n, j->keep = keep, j->rank = rank, j->np = ts_client_process_count(c), j->background = background;
+    j->version = ckpt_write_version;
+    j->t_start = t0, j->blocked_s = blocked;
+    j->meta = *meta;
+    if (!j->meta.mesh[0]) save_mesh_text(n, t, j->meta.mesh, sizeof j->meta.mesh);
+    j->meta.num_devices = ts_client_num_devices(c);
+    j->meta.process_count = j->np;
+    snprintf(j->meta.tessel_version, sizeof j->meta.tessel_version, "%s", TS_VERSION_STRING);
+    snprintf(j->root, sizeof j->root, "%s", root);
+    snprintf(j->tmp, sizeof j->tmp, "%s/.tmp-step-%08lld", root, (long long)j->meta.step);
+    if (rank == 0 && j->np > 1) rc = save_prepare(j); /* alone: the writer does it, off the caller's wait */
   }
   /* Barrier: the temporary directory exists before anyone writes into it. */
   if (ckpt_agree(c, "prepare", rc) < 0) goto fail;
-  rc = save_files(c, tmp, n, t);
-  if (rc == 0) ckpt_test_stage("files");
-  /* Barrier: every block file is on disk before process 0 indexes them. */
-  if (ckpt_agree(c, "files", rc) < 0) goto fail;
-  if (rank == 0) rc = ckpt_commit(c, root, tmp, &m, n, t, keep);
-  /* Barrier: nobody returns (and, say, loads or saves again) before the
-   * checkpoint is in place. */
-  if (ckpt_agree(c, "commit", rc) < 0) goto fail;
+  rc = save_snapshot(s, j, t);
+  /* Barrier: every process holds its blocks (or the save fails everywhere now). */
+  if (ckpt_agree(c, "snapshot", rc) < 0) goto fail;
+  j->snapshot_s = save_now() - t0;
+  ts_metrics_add("CkptSnapshotTime", TS_METRIC_TIME, (int64_t)(1e9 * j->snapshot_s));
+  if (blocked > 0) ts_metrics_add("CkptBlockedTime", TS_METRIC_TIME, (int64_t)(1e9 * blocked));
+  s->job = j;
+  atomic_store(&s->done, 0);
+  s->threaded = background && pthread_create(&s->th, NULL, save_writer, s) == 0;
+  if (!s->threaded) { /* ts_ckpt_save, or no thread to be had: write now */
+    save_writer(s);
+    if (!background) return saver_finish(s);
+  }
   return 0;
 fail:
-  if (rank == 0 && tmp[0]) {
-    char err[1024];
+  if (j && rank == 0 && j->tmp[0]) {
     snprintf(err, sizeof err, "%s", ts_last_error());
-    ckpt_remove_dir(tmp); /* best effort: the previous checkpoint is untouched */
+    ckpt_remove_dir(j->tmp); /* best effort: the previous checkpoint is untouched */
     set_error("%s", err);
   }
+  job_free(j);
   return -1;
 }
 
-int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep) {
-  int n = ts_params_count(p);
-  ts_ckpt_entry *t = calloc((size_t)n + 1, sizeof *t);
-  if (!t) return set_error("ts_ckpt_save_params: out of memory");
-  int rc = 0;
-  for (int i = 0; i < n && rc == 0; i++) {
+int ts_ckpt_saver_save(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t,
+                       int keep) {
+  return saver_start(s, root, meta, n, t, keep, true, 0);
+}
+
+/* The entries of p (NULL and the error set if a buffer cannot be had). */
+static ts_ckpt_entry *save_entries(ts_client *c, ts_params *p, int *n) {
+  *n = p ? ts_params_count(p) : 0;
+  if (!p) {
+    set_error("ts_ckpt_save_params: NULL parameter set");
+    return NULL;
+  }
+  ts_ckpt_entry *t = calloc((size_t)*n + 1, sizeof *t);
+  if (!t) {
+    set_error("ts_ckpt_save_params: out of memory");
+    return NULL;
+  }
+  for (int i = 0; i < *n; i++) {
     t[i].name = ts_params_name(p, i);
     t[i].kind = ts_ckpt_kind_of(t[i].name, ts_params_trainable(p, i));
-    if (!(t[i].buf = ts_params_buffer(p, c, i))) rc = -1;
+    if (!(t[i].buf = ts_params_buffer(p, c, i))) {
+      free(t);
+      return NULL;
+    }
   }
-  if (rc == 0) rc = ts_ckpt_save(c, root, meta, n, t, keep);
-  else if (c) ckpt_agree(c, "prepare", rc); /* this process's failure alone: tell the others at their first barrier */
+  return t;
+}
+
+int ts_ckpt_saver_save_params(ts_ckpt_saver *s, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep) {
+  if (!s) return set_error("ts_ckpt_saver_save_params: NULL saver");
+  int n = 0;
+  ts_ckpt_entry *t = save_entries(s->c, p, &n);
+  /* this process's failure alone: it still meets the others at their barriers */
+  int rc = saver_start(s, root, meta, n, t, keep, true, t ? 0 : -1);
   free(t);
+  return rc;
+}
+
+int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t, int keep) {
+  if (!c) return set_error("ts_ckpt_save: NULL client");
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  if (!s) return ckpt_agree(c, "prepare", -1);
+  int rc = saver_start(s, root, meta, n, t, keep, false, 0);
+  ts_ckpt_saver_free(s);
+  return rc;
+}
+
+int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep) {
+  if (!c) return set_error("ts_ckpt_save_params: NULL client");
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  if (!s) return ckpt_agree(c, "prepare", -1);
+  int n = 0;
+  ts_ckpt_entry *t = save_entries(c, p, &n);
+  int rc = saver_start(s, root, meta, n, t, keep, false, t ? 0 : -1);
+  free(t);
+  ts_ckpt_saver_free(s);
   return rc;
 }

@@ -3,6 +3,7 @@
  * the program), verifying every file's checksum, and exporting one plain
  * safetensors file (PyTorch's state_dict format). */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,104 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "util/error.h"
+
+#define LOAD_AHEAD (64u << 20)         /* bytes announced to the kernel ahead of the reads */
+#define LOAD_THREADS 4                 /* most threads reading tensors at once */
+#define LOAD_MIN_PER_THREAD (8u << 20) /* bytes: below, fewer threads */
+
+/* A byte range this process will read: block bytes of parameter `param`. */
+typedef struct {
+  int param, file;
+  uint64_t begin, end;
+} load_need;
+
+/* The blocks the devices of this process need, in the order
+ * ts_ckpt_load_params reads them (each block once per parameter). */
+static int load_plan(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only, load_need **out, int *n) {
+  int cap = 0, nd = ts_client_num_devices(c);
+  *out = NULL, *n = 0;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    const char *name = ts_params_name(p, i);
+    if (model_only && ts_ckpt_kind_of(name, ts_params_trainable(p, i)) == TS_CKPT_OPTIMIZER) continue;
+    const ck_tensor *t = &ck->t[ts_ckpt_find(ck, name)];
+    ts_buffer *b = ts_params_buffer(p, c, i);
+    int first = *n;
+    for (int d = 0; d < nd; d++) {
+      int64_t st[TS_MAX_RANK] = {0}, li[TS_MAX_RANK] = {0};
+      if (!ts_client_is_local_device(c, d)) continue;
+      if (ts_buffer_shard_range(b, d, st, li) < 0) return -1;
+      for (int k = 0; k < t->nb; k++) {
+        const ck_block *bk = &t->b[k];
+        bool overlap = bk->end > bk->begin, seen = false;
+        for (int e = 0; overlap && e < t->rank; e++)
+          overlap = (bk->start[e] > st[e] ? bk->start[e] : st[e]) < (bk->limit[e] < li[e] ? bk->limit[e] : li[e]);
+        for (int q = first; overlap && q < *n && !seen; q++)
+          seen = (*out)[q].file == bk->file && (*out)[q].begin == bk->begin;
+        if (!overlap || seen) continue;
+        if (*n == cap) {
+          cap = cap ? 2 * cap : 256;
+          load_need *nn = realloc(*out, (size_t)cap * sizeof *nn);
+          if (!nn) return set_error("ts_ckpt_load_params: out of memory");
+          *out = nn;
+        }
+        (*out)[(*n)++] = (load_need){.param = i, .file = bk->file, .begin = bk->begin, .end = bk->end};
+      }
+    }
+  }
+  return 0;
+}
+
+/* ts_ckpt_load_params's workers: the parameters still to read (in order),
+ * the read-ahead cursor over `need`, the first error. */
+typedef struct {
+  ts_ckpt *ck;
+  ts_client *c;
+  int np;
+  ts_buffer **buf;       /* per parameter (NULL: not loaded) */
+  const char **name;
+  uint64_t *need_bytes;  /* per parameter: block bytes it reads */
+  load_need *need;
+  int nneed;
+  uint64_t total;
+  pthread_mutex_t mu;    /* guards what follows, and opening files (ckpt_prefetch) */
+  int next, ahead;
+  uint64_t advised, consumed;
+  int rc;
+  char err[1024];
+} load_pool;
+
+static void *load_worker(void *arg) {
+  load_pool *lp = arg;
+  for (;;) {
+    pthread_mutex_lock(&lp->mu);
+    int i = lp->next;
+    while (i < lp->np && !lp->buf[i]) i++;
+    lp->next = i + 1;
+    /* read-ahead: this tensor's blocks (its files opened here, under the
+     * lock) and up to LOAD_AHEAD bytes beyond what is read */
+    while (lp->rc == 0 && i < lp->np && lp->ahead < lp->nneed &&
+           (lp->need[lp->ahead].param <= i || lp->advised < lp->consumed + LOAD_AHEAD)) {
+      const load_need *nd = &lp->need[lp->ahead];
+      if (ckpt_prefetch(lp->ck, nd->file, nd->begin, nd->end) < 0) {
+        lp->rc = -1;
+        snprintf(lp->err, sizeof lp->err, "%s", ts_last_error());
+      }
+      lp->advised += nd->end - nd->begin;
+      lp->ahead++;
+    }
+    bool stop = lp->rc != 0 || i >= lp->np;
+    pthread_mutex_unlock(&lp->mu);
+    if (stop) return NULL;
+    int rc = ts_ckpt_read(lp->ck, lp->c, lp->name[i], lp->buf[i]);
+    pthread_mutex_lock(&lp->mu);
+    lp->consumed += lp->need_bytes[i];
+    if (rc != 0 && lp->rc == 0) {
+      lp->rc = -1;
+      snprintf(lp->err, sizeof lp->err, "%s", ts_last_error());
+    }
+    pthread_mutex_unlock(&lp->mu);
+  }
+}
 
 int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only) {
   if (!ck || !c || !p) return set_error("ts_ckpt_load_params: NULL checkpoint, client or parameter set");
@@ -60,12 +159,44 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
     return -1;
   }
   free(text);
-  for (int i = 0; i < np; i++) {
+  load_pool lp = {.ck = ck, .c = c, .np = np};
+  lp.buf = calloc((size_t)np + 1, sizeof *lp.buf);
+  lp.name = calloc((size_t)np + 1, sizeof *lp.name);
+  lp.need_bytes = calloc((size_t)np + 1, sizeof *lp.need_bytes);
+  int rc = lp.buf && lp.name && lp.need_bytes ? 0 : set_error("ts_ckpt_load_params: out of memory");
+  for (int i = 0; i < np && rc == 0; i++) { /* on this thread: ts_params_buffer may move values */
     const char *name = ts_params_name(p, i);
     if (model_only && ts_ckpt_kind_of(name, ts_params_trainable(p, i)) == TS_CKPT_OPTIMIZER) continue;
-    if (ts_ckpt_read(ck, c, name, ts_params_buffer(p, c, i)) < 0) return -1;
+    lp.name[i] = name;
+    if (!(lp.buf[i] = ts_params_buffer(p, c, i))) rc = -1;
   }
-  return 0;
+  if (rc == 0) rc = load_plan(ck, c, p, model_only, &lp.need, &lp.nneed);
+  for (int k = 0; rc == 0 && k < lp.nneed; k++) {
+    lp.need_bytes[lp.need[k].param] += lp.need[k].end - lp.need[k].begin;
+    lp.total += lp.need[k].end - lp.need[k].begin;
+  }
+  if (rc == 0) {
+    /* Workers take the parameters in order; the copies and checksums of
+     * several tensors run at once while the kernel reads ahead. */
+    int nt = ts_client_num_threads(c);
+    if (nt > LOAD_THREADS) nt = LOAD_THREADS;
+    if ((uint64_t)nt > lp.total / LOAD_MIN_PER_THREAD) nt = (int)(lp.total / LOAD_MIN_PER_THREAD);
+    if (nt < 1) nt = 1;
+    pthread_t th[LOAD_THREADS];
+    bool started[LOAD_THREADS] = {false};
+    pthread_mutex_init(&lp.mu, NULL);
+    for (int w = 1; w < nt; w++) started[w] = pthread_create(&th[w], NULL, load_worker, &lp) == 0;
+    load_worker(&lp);
+    for (int w = 1; w < nt; w++)
+      if (started[w]) pthread_join(th[w], NULL);
+    pthread_mutex_destroy(&lp.mu);
+    if (lp.rc != 0) rc = set_error("%s", lp.err);
+  }
+  free(lp.need);
+  free(lp.buf);
+  free(lp.name);
+  free(lp.need_bytes);
+  return rc;
 }
 
 int ts_ckpt_verify(ts_ckpt *ck) {
@@ -76,7 +207,7 @@ int ts_ckpt_verify(ts_ckpt *ck) {
     if (ck->plain) snprintf(path, sizeof path, "%s", ck->path);
     else snprintf(path, sizeof path, "%s/%s", ck->path, f->name);
     uint64_t h = 0, size = 0;
-    if (ckpt_file_hash(path, &h, &size) < 0) {
+    if (ckpt_file_hash(path, ck->version, &h, &size) < 0) {
       if (!ck->plain) set_error("checkpoint %s: file %s: %s", ck->path, f->name, ts_last_error());
       return -1;
     }

@@ -350,6 +350,8 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
   int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
   if (check_block(b, device, dst, bytes, "buffer_read_shard", ext) < 0) return -1;
   const ts_device *d = &b->client->devs[device];
+  if (bytes == b->shard_bytes) /* an unpadded block: the device's memory is the block (checkpoints: one copy) */
+    return d->to_host(d->ctx, dst, b->shards[device], bytes);
   char *tmp = malloc(b->shard_bytes + 1);
   if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_read_shard: out of memory");
   int rc = d->to_host(d->ctx, tmp, b->shards[device], b->shard_bytes);
@@ -364,6 +366,8 @@ int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t byte
   if (check_block(b, device, src, bytes, "buffer_write_shard", ext) < 0) return -1;
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
+  if (bytes == b->shard_bytes) /* an unpadded block: written as it is */
+    return d->to_device(d->ctx, b->shards[device], src, bytes);
   char *tmp = calloc(1, b->shard_bytes + 1); /* padding of an uneven block: zeros */
   if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_write_shard: out of memory");
   copy_block(tmp, b->local_shape, (char *)src, ext, b->rank, zero, ext, ts_dtype_size(b->dtype), true);

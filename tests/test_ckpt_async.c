@@ -1,0 +1,388 @@
+/* test_ckpt_async.c — the background saver (ts_ckpt_saver) and format 2:
+ * a background save writes the same bytes as ts_ckpt_save; it saves the
+ * snapshot taken when it started while the buffers go on changing (the
+ * writer is parked by the testing hook, so the save is provably in flight);
+ * the error of a background save is reported by the next poll, wait or save
+ * and leaves the previous checkpoint in place; XXH64 matches the reference
+ * values and a file's index hash is the XXH64 of its bytes; format-1
+ * checkpoints (util_hash64) still load; a filesystem without O_DIRECT
+ * (tmpfs) gets the buffered path. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_internal.h" /* ckpt_test_hook, ckpt_write_version, ckpt_xxh64 */
+#include "ckpt_common.h"
+
+static char tmp_root[256];
+
+static ts_client *client_for(int devices) {
+  return ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = devices});
+}
+
+/* A whole file, NUL-terminated (malloc'd; NULL if unreadable). */
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)len + 1);
+  *n = buf ? fread(buf, 1, (size_t)len, f) : 0;
+  if (buf) buf[*n] = 0; /* text files are read as strings too */
+  fclose(f);
+  return buf;
+}
+
+/* 0 if the two files have the same bytes. */
+static int same_file(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = slurp(a, &na), *y = slurp(b, &nb);
+  int rc = x && y && na == nb && memcmp(x, y, na) == 0 ? 0 : -1;
+  free(x);
+  free(y);
+  return rc;
+}
+
+/* Loads root into fresh buffers of layout l and checks they hold version v. */
+static void check_load(const char *root, const ck_layout *l, uint64_t v, const char *what) {
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_buffer *b[CK_N] = {0};
+  CHECK_OK(ck_make_buffers(c, l, 0, true, b));
+  ts_ckpt *ck = ts_ckpt_open(root);
+  CHECK(ck != NULL, "%s: open: %s", what, ts_last_error());
+  for (int i = 0; ck && i < CK_N; i++) {
+    CHECK(ts_ckpt_read(ck, c, CK_TENSORS[i].name, b[i]) == 0, "%s: read %s: %s", what, CK_TENSORS[i].name,
+          ts_last_error());
+    CHECK(ck_check_buffer(b[i], i, v) == 0, "%s: tensor %s is not version %llu", what, CK_TENSORS[i].name,
+          (unsigned long long)v);
+  }
+  CHECK(ck && ts_ckpt_verify(ck) == 0, "%s: verify: %s", what, ts_last_error());
+  ts_ckpt_close(ck);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+static void test_xxh64(void) {
+  static const struct {
+    const char *s;
+    uint64_t h;
+  } v[] = {{"", 0xef46db3751d8e999ull},
+           {"abc", 0x44bc2cf5ad770999ull},
+           {"The quick brown fox jumps over the lazy dog", 0x0b242d361fda71bcull}};
+  for (int k = 0; k < 3; k++)
+    CHECK(ckpt_xxh64(v[k].s, strlen(v[k].s)) == v[k].h, "XXH64(\"%s\") = %016llx", v[k].s,
+          (unsigned long long)ckpt_xxh64(v[k].s, strlen(v[k].s)));
+  unsigned char buf[1030];
+  for (int i = 0; i < 1030; i++) buf[i] = (unsigned char)(i < 1024 ? i % 256 : "tessel"[i - 1024]);
+  CHECK(ckpt_xxh64(buf, 1030) == 0x45b620830f9a80edull, "XXH64 of 1030 bytes");
+  /* streaming in uneven pieces = one shot */
+  for (int step = 1; step < 70; step += 11) {
+    ckpt_xxh64_state s;
+    ckpt_xxh64_init(&s);
+    for (int i = 0; i < 1030; i += step) ckpt_xxh64_update(&s, buf + i, (size_t)(1030 - i < step ? 1030 - i : step));
+    CHECK(ckpt_xxh64_digest(&s) == 0x45b620830f9a80edull, "XXH64 streamed in pieces of %d", step);
+  }
+}
+
+/* A background save of a sharded state writes exactly ts_ckpt_save's bytes. */
+static void test_identical(void) {
+  const ck_layout *l = &CK_LAYOUTS[2]; /* data=2,model=2 */
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry e[CK_N];
+  CHECK_OK(ck_make_buffers(c, l, 1, false, b));
+  ck_entries(b, e);
+  ts_ckpt_meta m = ck_meta(7);
+  char ra[512], rb[512], pa[600], pb[600];
+  snprintf(ra, sizeof ra, "%s/sync", tmp_root);
+  snprintf(rb, sizeof rb, "%s/async", tmp_root);
+  CHECK_OK(ts_ckpt_save(c, ra, &m, CK_N, e, 0));
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  CHECK_OK(ts_ckpt_saver_save(s, rb, &m, CK_N, e, 0));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  const char *files[] = {"index.json", "shard-00000-of-00001.safetensors"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(pa, sizeof pa, "%s/step-00000007/%s", ra, files[k]);
+    snprintf(pb, sizeof pb, "%s/step-00000007/%s", rb, files[k]);
+    CHECK(same_file(pa, pb) == 0, "%s differs between the synchronous and the background save", files[k]);
+  }
+  /* the file's hash in the index is XXH64 of its bytes (what xxhsum -H64 prints) */
+  ts_ckpt *ck = ts_ckpt_open(rb);
+  size_t n = 0;
+  char *bytes = slurp(pb, &n);
+  CHECK(ck && bytes && ck->version == 2 && ck->f[0].hash == ckpt_xxh64(bytes, n), "file hash is not XXH64 of the file");
+  free(bytes);
+  ts_ckpt_close(ck);
+  check_load(rb, &CK_LAYOUTS[0], 1, "background save onto 1 device");
+  ts_ckpt_saver_free(s);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+/* A state big enough for the snapshot to be copied by several threads (and
+ * for several 16 MiB write windows, the last one partial): same bytes both
+ * ways, loads back. */
+static void test_big(void) {
+  ts_client *c = client_for(1);
+  enum { NB = 5 };
+  int64_t shape[NB] = {2100000, 3000001, 1500000, 17, 2500000}; /* 36 MB of f32, odd sizes */
+  ts_buffer *b[NB];
+  ts_ckpt_entry e[NB];
+  char names[NB][16];
+  float *v[NB];
+  for (int i = 0; i < NB; i++) {
+    v[i] = malloc((size_t)shape[i] * 4);
+    for (int64_t k = 0; k < shape[i]; k++) v[i][k] = (float)(k % 1009) * 0.5f + (float)i;
+    b[i] = ts_buffer_from_host(c, TS_F32, 1, &shape[i], v[i]);
+    snprintf(names[i], sizeof names[i], "big%d", i);
+    e[i] = (ts_ckpt_entry){names[i], b[i], TS_CKPT_PARAM};
+  }
+  ts_ckpt_meta m = ck_meta(9);
+  char ra[512], rb[512], pa[600], pb[600];
+  snprintf(ra, sizeof ra, "%s/big-sync", tmp_root);
+  snprintf(rb, sizeof rb, "%s/big-async", tmp_root);
+  CHECK_OK(ts_ckpt_save(c, ra, &m, NB, e, 0));
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  CHECK_OK(ts_ckpt_saver_save(s, rb, &m, NB, e, 0));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  ts_ckpt_saver_free(s);
+  snprintf(pa, sizeof pa, "%s/step-00000009/shard-00000-of-00001.safetensors", ra);
+  snprintf(pb, sizeof pb, "%s/step-00000009/shard-00000-of-00001.safetensors", rb);
+  CHECK(same_file(pa, pb) == 0, "big state: the background save's file differs");
+  ts_ckpt *ck = ts_ckpt_open(rb);
+  CHECK(ck && ts_ckpt_verify(ck) == 0, "big state: verify: %s", ts_last_error());
+  for (int i = 0; ck && i < NB; i++) {
+    float *got = malloc((size_t)shape[i] * 4);
+    CHECK(ts_ckpt_read_host(ck, names[i], got, (size_t)shape[i] * 4) == 0 &&
+              memcmp(got, v[i], (size_t)shape[i] * 4) == 0,
+          "big state: %s differs", names[i]);
+    free(got);
+  }
+  ts_ckpt_close(ck);
+  for (int i = 0; i < NB; i++) ts_buffer_free(b[i]), free(v[i]);
+  ts_client_free(c);
+}
+
+/* ts_params of 40 MB: saved by a saver, loaded by ts_ckpt_load_params with
+ * several reading threads onto 2 devices (one tensor sharded). */
+static void declare_big(ts_params *p, ts_graph *g, ts_init_kind init) {
+  const char *names[] = {"a.weight", "b.weight", "c.weight", "a.weight.exp_avg", "d.bias"};
+  int64_t shapes[][2] = {{1000, 2500}, {999, 3001}, {2000, 1000}, {1000, 2500}, {7, 3}};
+  for (int i = 0; i < 5; i++)
+    ts_params_use(p, g, names[i], TS_F32, 2, shapes[i], (ts_init){init, 1, 0}, i != 3);
+}
+
+static void test_params_big(void) {
+  char root[512];
+  snprintf(root, sizeof root, "%s/params-big", tmp_root);
+  ts_client *c1 = client_for(1), *c2 = client_for(2);
+  ts_params *p = ts_params_new(5), *q = ts_params_new(6);
+  ts_graph *g = ts_graph_new(), *g2 = ts_graph_new();
+  declare_big(p, g, TS_INIT_UNIFORM);
+  declare_big(q, g2, TS_INIT_ZEROS);
+  ts_ckpt_meta meta = ck_meta(4);
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c1);
+  CHECK_OK(ts_ckpt_saver_save_params(s, root, p, &meta, 0));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  ts_ckpt_saver_free(s);
+  ts_mesh *mesh = ts_mesh_from_text("fsdp=2");
+  ts_partition_spec ps;
+  ts_partition_spec_parse(mesh, "fsdp,None", &ps);
+  ts_sharding *sh = ts_sharding_new(mesh, &ps, 2);
+  CHECK_OK(ts_buffer_reshard(ts_params_buffer(q, c2, ts_params_find(q, "b.weight")), sh));
+  ts_ckpt *ck = ts_ckpt_open(root);
+  CHECK(ck && ts_ckpt_load_params(ck, c2, q, false) == 0, "load params: %s", ts_last_error());
+  ts_ckpt_close(ck);
+  CHECK_OK(ts_params_sync_host(p));
+  CHECK_OK(ts_params_sync_host(q));
+  for (int i = 0; i < ts_params_count(p); i++) {
+    int k = ts_params_find(q, ts_params_name(p, i));
+    size_t bytes = (size_t)ts_params_numel(p, i) * 4;
+    CHECK(k >= 0 && memcmp(ts_params_host(p, i), ts_params_host(q, k), bytes) == 0, "param %s after load",
+          ts_params_name(p, i));
+  }
+  ts_sharding_free(sh);
+  ts_mesh_free(mesh);
+  ts_params_free(p);
+  ts_params_free(q);
+  ts_graph_free(g);
+  ts_graph_free(g2);
+  ts_client_free(c1);
+  ts_client_free(c2);
+}
+
+/* The writer parks at stage "files" until released: the save is in flight. */
+static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
+static int parked, released;
+
+static void park_hook(const char *stage) {
+  if (strcmp(stage, "files") != 0) return;
+  pthread_mutex_lock(&park_mu);
+  parked = 1;
+  pthread_cond_broadcast(&park_cv);
+  while (!released) pthread_cond_wait(&park_cv, &park_mu);
+  pthread_mutex_unlock(&park_mu);
+}
+
+/* Training goes on during a save; the checkpoint holds the snapshot. */
+static void test_continues(void) {
+  const ck_layout *l = &CK_LAYOUTS[1]; /* data=2 */
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry e[CK_N];
+  CHECK_OK(ck_make_buffers(c, l, 1, false, b));
+  ck_entries(b, e);
+  char root[512];
+  snprintf(root, sizeof root, "%s/continues", tmp_root);
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  ts_ckpt_meta m = ck_meta(5);
+  parked = released = 0;
+  ckpt_test_hook = park_hook;
+  CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, e, 0));
+  pthread_mutex_lock(&park_mu);
+  while (!parked) pthread_cond_wait(&park_cv, &park_mu);
+  pthread_mutex_unlock(&park_mu);
+  CHECK(ts_ckpt_saver_poll(s) == 1, "the save is not in flight");
+  CHECK(ts_ckpt_saver_pending_step(s) == 5, "pending step %lld", (long long)ts_ckpt_saver_pending_step(s));
+  /* the next "steps": every buffer gets new values while the file is written */
+  for (int i = 0; i < CK_N; i++) {
+    void *v2 = ck_values(i, 2);
+    CHECK_OK(ts_buffer_write(b[i], v2, ck_bytes(i)));
+    free(v2);
+  }
+  pthread_mutex_lock(&park_mu);
+  released = 1;
+  pthread_cond_broadcast(&park_cv);
+  pthread_mutex_unlock(&park_mu);
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  ckpt_test_hook = NULL;
+  ts_ckpt_save_stats st;
+  CHECK_OK(ts_ckpt_saver_stats(s, &st));
+  CHECK(st.step == 5 && st.saves == 1 && st.bytes > 0 && st.snapshot_s <= st.total_s && st.write_s > 0,
+        "stats: step %lld saves %d bytes %llu snapshot %g total %g", (long long)st.step, st.saves,
+        (unsigned long long)st.bytes, st.snapshot_s, st.total_s);
+  check_load(root, &CK_LAYOUTS[2], 1, "the snapshot, not the later values");
+  /* the next save, of the new values, after the first is complete */
+  m.step = 6;
+  CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, e, 1));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  check_load(root, &CK_LAYOUTS[0], 2, "the second save");
+  ts_ckpt_saver_free(s);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+/* Polls until the save in flight is over; its result. */
+static int poll_done(ts_ckpt_saver *s) {
+  int r;
+  while ((r = ts_ckpt_saver_poll(s)) == 1) usleep(1000);
+  return r;
+}
+
+/* A failed background save: reported (poll, wait or the next save), the
+ * previous checkpoint and `latest` untouched, the saver usable after. */
+static void test_errors(void) {
+  ts_client *c = client_for(1);
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry e[CK_N];
+  CHECK_OK(ck_make_buffers(c, &CK_LAYOUTS[0], 1, false, b));
+  ck_entries(b, e);
+  char file[512], bad[600], good[512], junk[700];
+  snprintf(file, sizeof file, "%s/a-file", tmp_root);
+  FILE *f = fopen(file, "w");
+  if (f) fclose(f);
+  snprintf(bad, sizeof bad, "%s/ckpt", file); /* inside a regular file: cannot be created */
+  snprintf(good, sizeof good, "%s/errors", tmp_root);
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  ts_ckpt_meta m = ck_meta(1);
+  /* reported by poll */
+  int rc = ts_ckpt_saver_save(s, bad, &m, CK_N, e, 0);
+  if (rc == 0) rc = poll_done(s);
+  CHECK(rc == -1 && strstr(ts_last_error(), "a-file"), "poll: %d %s", rc, ts_last_error());
+  CHECK(ts_ckpt_saver_poll(s) == 0, "the failed save is still pending");
+  /* reported by the next save, which does not start */
+  CHECK_OK(ts_ckpt_saver_save(s, bad, &m, CK_N, e, 0));
+  CHECK(ts_ckpt_saver_save(s, good, &m, CK_N, e, 0) == -1 && strstr(ts_last_error(), "a-file"), "next save: %s",
+        ts_last_error());
+  CHECK(ts_ckpt_saver_poll(s) == 0, "a save started after the error");
+  /* reported by wait */
+  CHECK_OK(ts_ckpt_saver_save(s, bad, &m, CK_N, e, 0));
+  CHECK(ts_ckpt_saver_wait(s) == -1 && strstr(ts_last_error(), "a-file"), "wait: %s", ts_last_error());
+  /* usable afterwards; a failure in a root with a checkpoint leaves it as it was */
+  CHECK_OK(ts_ckpt_saver_save(s, good, &m, CK_N, e, 0));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  snprintf(junk, sizeof junk, "%s/.tmp-step-00000099", good); /* debris the prepare cannot remove: */
+  mkdir(junk, 0755);
+  snprintf(junk, sizeof junk, "%s/.tmp-step-00000099/sub", good); /* a directory inside */
+  CHECK(mkdir(junk, 0755) == 0, "mkdir %s: %s", junk, strerror(errno));
+  m.step = 2;
+  rc = ts_ckpt_saver_save(s, good, &m, CK_N, e, 0);
+  if (rc == 0) rc = poll_done(s);
+  CHECK(rc == -1 && strstr(ts_last_error(), ".tmp-step-00000099"), "debris: %d %s", rc, ts_last_error());
+  char latest[600];
+  snprintf(latest, sizeof latest, "%s/latest", good);
+  size_t n = 0;
+  char *line = slurp(latest, &n);
+  CHECK(line && n == 14 && memcmp(line, "step-00000001\n", 14) == 0, "latest changed after a failed save");
+  free(line);
+  check_load(good, &CK_LAYOUTS[0], 1, "the checkpoint before the failed save");
+  rmdir(junk);
+  ts_ckpt_saver_free(s);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+/* Format 1 (util_hash64 checksums) still loads; tmpfs (no O_DIRECT) saves. */
+static void test_formats(void) {
+  ts_client *c = client_for(2);
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry e[CK_N];
+  const ck_layout *l = &CK_LAYOUTS[1];
+  CHECK_OK(ck_make_buffers(c, l, 3, false, b));
+  ck_entries(b, e);
+  ts_ckpt_meta m = ck_meta(3);
+  char root[512], p[600];
+  snprintf(root, sizeof root, "%s/v1", tmp_root);
+  ckpt_write_version = 1;
+  CHECK_OK(ts_ckpt_save(c, root, &m, CK_N, e, 0));
+  ckpt_write_version = CKPT_FORMAT_VERSION;
+  snprintf(p, sizeof p, "%s/step-00000003/index.json", root);
+  size_t n = 0;
+  char *idx = slurp(p, &n);
+  CHECK(idx && strstr(idx, "\"format_version\": 1") && !strstr(idx, "xxh64"), "not a format-1 index");
+  free(idx);
+  check_load(root, &CK_LAYOUTS[3], 3, "format 1");
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(root, sizeof root, "/dev/shm/tessel_test_ckpt_async_%d", (int)getpid());
+    CHECK_OK(ts_ckpt_save(c, root, &m, CK_N, e, 0));
+    check_load(root, &CK_LAYOUTS[0], 3, "tmpfs (buffered writes)");
+    snprintf(p, sizeof p, "rm -rf %s", root);
+    if (system(p) != 0) fprintf(stderr, "could not remove %s\n", root);
+  }
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+int main(void) {
+  ts_test_init("test_ckpt_async", 1);
+  snprintf(tmp_root, sizeof tmp_root, "/tmp/tessel_test_ckpt_async_%d", (int)getpid());
+  mkdir(tmp_root, 0755);
+  test_xxh64();
+  test_identical();
+  test_big();
+  test_params_big();
+  test_continues();
+  test_errors();
+  test_formats();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
+  if (ts_test_failed == 0 && !getenv("TESSEL_TEST_KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+  return ts_test_finish();
+}
