@@ -120,14 +120,27 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   }
   int64_t bc[2] = {nl->shape[0], nl->shape[1]}; // (B, C)
   ts_dtype fdt = nl->dtype, idt = ny->dtype;
-  ts_tensor ls = ts_log_softmax(g, logits, 1); // (B, C)
-  /* one-hot of the labels: iota over classes == label, as float */
+  bool red[2] = {false, true};
   int dim0 = 0, dim1 = 1;
+  /* loss_i = lse_i - x[i, y_i] with lse = m + log(sum exp(x - m)), written so
+   * that a class-sharded (vocab-parallel) x never has to be gathered: the
+   * three reductions over classes (max, sum of exponentials, the label's
+   * logit) become three all-reduces of B values, and the gradient,
+   * softmax(x) - onehot(y), is computed on each shard with no collective.
+   * The shift m is max(x) truncated to an integer through an integer
+   * conversion: lse is exact for any m, exp(x - m) stays <= e, and m
+   * carries no gradient (a float gradient path through the max would cost
+   * two more all-reduces in the backward pass and is zero anyway). */
+  ts_tensor mx = ts_reduce(g, logits, TS_REDUCE_MAX, 1, &dim1, false);                 // (B)
+  ts_tensor m = ts_convert(g, ts_convert(g, mx, TS_I64), fdt);                          // no gradient
+  ts_tensor e = ts_exp(g, ts_sub(g, logits, bcast_back(g, m, 2, bc, red)));             // (B, C)
+  ts_tensor lse = ts_add(g, m, ts_log(g, ts_reduce(g, e, TS_REDUCE_SUM, 1, &dim1, false))); // (B)
+  /* the label's logit: one-hot (iota over classes == label) times x */
   ts_tensor cls = ts_iota(g, idt, 2, bc, 1);
   ts_tensor lab = ts_broadcast_in_dim(g, labels, 2, bc, &dim0);
   ts_tensor onehot = ts_convert(g, ts_compare(g, cls, lab, TS_CMP_EQ), fdt);
-  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, ls), TS_REDUCE_SUM, 1, &dim1, false); // (B)
-  return ts_neg(g, ts_mean_all(g, picked));
+  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, logits), TS_REDUCE_SUM, 1, &dim1, false); // (B)
+  return ts_mean_all(g, ts_sub(g, lse, picked));
 }
 
 ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {

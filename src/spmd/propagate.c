@@ -205,12 +205,15 @@ static void forward(prop *p, int id) {
     for (int i = 1; i < x->rank; i++) copy_dim(&c, ix->rank + i - 1, xs, i);
     break;
   }
+  case TS_OP_SCATTER_ADD: /* the result is laid out like base */
+    c = *xs;
+    break;
   /* no forward rule: leaves, elementwise (above, by class), fused and
    * collectives (made after propagation), and none written yet for
-   * conv2d_bwd_filter and scatter_add (they are partitioned as they come) */
+   * conv2d_bwd_filter (partitioned as it comes) */
   TS_OP_CASES_ELEMENTWISE
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
-  case TS_OP_CONV_BWD_FILTER: case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
+  case TS_OP_CONV_BWD_FILTER: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
   case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE:
   case TS_OP_COUNT:
     return;
@@ -284,6 +287,9 @@ static void backward(prop *p, int id) {
     copy_dim(&c, 1, ns, 1);
     offer(p, n->in[0], c);
     break;
+  case TS_OP_SCATTER_ADD: /* base is laid out like the result */
+    offer(p, n->in[0], *ns);
+    break;
   case TS_OP_DOT: {
     const ts_dot_dims *dd = &n->attr.dot;
     for (int side = 0; side < 2; side++) {
@@ -311,7 +317,7 @@ static void backward(prop *p, int id) {
   TS_OP_CASES_ELEMENTWISE
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
   case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL_GRAD: case TS_OP_GATHER:
-  case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
   case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
     break;
   }
