@@ -117,14 +117,36 @@ static int32_t lower_dot(part *p, int id) {
   const ts_dot_dims *dd = &n->attr.dot;
   const ts_node *x = &g->nodes[n->in[0]], *y = &g->nodes[n->in[1]];
   const ts_partition_spec *xw = &p->W[n->in[0]], *yw = &p->W[n->in[1]];
+  /* axes the result wants on a dim whose operand dim already has them:
+   * splitting a contracting dim over them instead would move that operand
+   * (a weight gradient dW = dY^T h with dY split on the sequence and h on
+   * the features keeps h's features and gathers dY) */
+  uint32_t keep = 0;
+  {
+    const ts_partition_spec *Wd = &p->W[id];
+    int o = 0;
+    for (int b = 0; b < dd->n_batch; b++, o++)
+      keep |= dim_mask(Wd, o) & (dim_mask(xw, dd->lhs_batch[b]) | dim_mask(yw, dd->rhs_batch[b]));
+    for (int side = 0; side < 2; side++) {
+      const ts_node *t = side ? y : x;
+      const ts_partition_spec *tw = side ? yw : xw;
+      const int *bat = side ? dd->rhs_batch : dd->lhs_batch, *con = side ? dd->rhs_contract : dd->lhs_contract;
+      for (int i = 0; i < t->rank; i++) {
+        bool skip = false;
+        for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
+        for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
+        if (!skip) keep |= dim_mask(Wd, o++) & dim_mask(tw, i);
+      }
+    }
+  }
   ts_partition_spec ck; /* per contracting pair k: its axes (entry k) */
   spec_clear(&ck, dd->n_contract);
   uint32_t cmask = 0;
   for (int k = 0; k < dd->n_contract; k++) {
     int lc = dd->lhs_contract[k], rc = dd->rhs_contract[k];
     uint32_t lm = dim_mask(xw, lc), rm = dim_mask(yw, rc);
-    if (lm && !(lm & cmask)) copy_dim(&ck, k, xw, lc);
-    else if (rm && !(rm & cmask)) copy_dim(&ck, k, yw, rc);
+    if (lm && !(lm & (cmask | keep))) copy_dim(&ck, k, xw, lc);
+    else if (rm && !(rm & (cmask | keep))) copy_dim(&ck, k, yw, rc);
     cmask |= dim_mask(&ck, k);
   }
   ts_partition_spec O = p->W[id];

@@ -126,6 +126,18 @@ static bool same_shape(const ts_node *a, const ts_node *b) {
   return a->rank == b->rank && memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
 }
 
+/* Whether node id's layout was annotated, directly or through ops that only
+ * rearrange it (a transposed or reshaped parameter). */
+static bool anchored(const prop *p, int id) {
+  for (int depth = 0; depth < 8; depth++) {
+    if (p->fixed[id]) return true;
+    const ts_node *n = &p->g->nodes[id];
+    if (n->op != TS_OP_TRANSPOSE && n->op != TS_OP_RESHAPE && n->op != TS_OP_CONVERT) return false;
+    id = n->in[0];
+  }
+  return false;
+}
+
 /* Forward: the sharding node id's operands imply. */
 static void forward(prop *p, int id) {
   const ts_graph *g = p->g;
@@ -166,9 +178,10 @@ static void forward(prop *p, int id) {
     const ts_node *y = &g->nodes[n->in[1]];
     const ts_partition_spec *ys = &p->spec[n->in[1]];
     int o = 0;
+    bool from_rhs[TS_MAX_RANK] = {false};
     for (int b = 0; b < dd->n_batch; b++, o++) {
       if (xs->naxes[dd->lhs_batch[b]]) copy_dim(&c, o, xs, dd->lhs_batch[b]);
-      else copy_dim(&c, o, ys, dd->rhs_batch[b]);
+      else copy_dim(&c, o, ys, dd->rhs_batch[b]), from_rhs[o] = true;
     }
     for (int pass = 0; pass < 2; pass++) {
       const ts_node *t = pass ? y : x;
@@ -178,7 +191,23 @@ static void forward(prop *p, int id) {
         bool skip = false;
         for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
         for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
-        if (!skip) copy_dim(&c, o++, ts, i);
+        if (!skip) from_rhs[o] = pass, copy_dim(&c, o++, ts, i);
+      }
+    }
+    /* A mesh axis splitting a dim from each side (an activation split on
+     * the sequence, a weight on its features): the side whose layout was
+     * annotated keeps it and the other side is gathered (Megatron: the
+     * weights stay split, the activations move); else the lhs keeps it. */
+    uint32_t on[2] = {0, 0};
+    for (int d = 0; d < n->rank; d++)
+      for (int k = 0; k < c.naxes[d]; k++) on[from_rhs[d]] |= 1u << c.axes[d][k];
+    if (on[0] & on[1]) {
+      bool rhs_wins = anchored(p, n->in[1]) && !anchored(p, n->in[0]);
+      for (int d = 0; d < n->rank; d++) {
+        if (from_rhs[d] == rhs_wins) continue;
+        uint32_t dm = 0;
+        for (int k = 0; k < c.naxes[d]; k++) dm |= 1u << c.axes[d][k];
+        if (dm & on[rhs_wins]) c.naxes[d] = 0;
       }
     }
     break;
