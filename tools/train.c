@@ -52,7 +52,9 @@ static int train_finish(train_run *r, int exit_code) {
   }
   if (r->bar) ts_progress_finish(r->bar, NULL);
   ts_loader_free(r->loader); // joins the workers before the dataset goes
+  ts_loader_free(r->valid_loader);
   ts_source_free(r->train_src);
+  ts_source_free(r->valid_src);
   program_free(&r->step_pr);
   program_free(&r->eval_pr);
   program_free(&r->tail_pr);

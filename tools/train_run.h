@@ -59,6 +59,10 @@ typedef struct train_run {
   ts_loader *loader;
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
+  /* --model gpt (train_gpt.c): token sources; the evaluation program computes the val loss */
+  ts_source *valid_src;       /* the validation windows (fixed positions) */
+  ts_loader *valid_loader;    /* over valid_src, in order: --eval-batches batches per evaluation */
+  double val_loss;            /* the last validation loss (NAN before the first) */
 } train_run;
 
 /* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
@@ -94,6 +98,15 @@ int train_ckpt_save(train_run *r, int64_t step);
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */
 int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
                    double *acc);
+
+/* train_gpt.c: --model gpt's data: the token sources (text or synthetic),
+ * step counts and schedule (100 warm-up steps, cosine to 0.1x). */
+int train_gpt_load(train_run *r);
+/* train_gpt.c: the validation loss (mean over --eval-batches batches at fixed
+ * positions) into r->val_loss, printed and logged as {"step":N,"val_loss":X}. */
+int train_gpt_evaluate(train_run *r, int64_t step);
+/* train_gpt.c: --sample N: N bytes generated after --prompt, printed. */
+int train_gpt_sample(train_run *r);
 
 /* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);

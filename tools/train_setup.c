@@ -147,6 +147,7 @@ static int load_data(train_run *r) {
 
 int train_load(train_run *r) {
   train_opts *o = &r->o;
+  if (o->model == MODEL_GPT) return train_gpt_load(r); /* token data: train_gpt.c */
   bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
   int lrc = load_data(r);
   if (lrc) return lrc;
@@ -199,6 +200,12 @@ int train_load(train_run *r) {
 
 /* The shared model builders (model_graph.h) for this run's options. */
 static model_graph_spec graph_spec(const train_opts *o) {
+  if (o->model == MODEL_GPT) /* nanoGPT's recipe: AdamW (0.9, 0.95), decay on matrices, clipping at 1 */
+    return (model_graph_spec){
+        .model = MODEL_GRAPH_GPT, .batch = o->batch,
+        .gpt = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq, .vocab = o->vocab},
+        .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = o->weight_decay,
+                  .clip_norm = 1.0, .decay_matrices_only = true}};
   return (model_graph_spec){
       .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
              : o->model == MODEL_CNN ? MODEL_GRAPH_CNN
@@ -261,6 +268,16 @@ int train_compile(train_run *r) {
   char capped[64] = "";
   if (asked > ts_client_num_threads(r->client))
     snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
+  if (o->model == MODEL_GPT)
+    printf("tessel train: gpt (%lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld) on %s (%lld training "
+           "windows), %lld params, adamw lr %g (cosine to %g, warm-up %lld) weight decay %g, clip 1, batch %lld, "
+           "%lld steps, %d threads%s; compiled in %.2fs\n",
+           (long long)o->layers, (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+           o->dataset == DATA_TEXT ? o->data_file : "synthetic tokens", (long long)r->train_src->n,
+           (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
+           o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
+           train_now_s() - t0);
+  else
   printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
          train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,
