@@ -105,7 +105,10 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
       st->window_loss = 0;
       st->window_n = 0;
     }
-    if (o->model == MODEL_GPT && (st->step % o->eval_every == 0 || st->step == r->total_steps)) {
+    /* the GPT's validation loss every --eval-every steps (within the epoch; at
+     * its end after the progress bar closes) */
+    if (o->model == MODEL_GPT && st->step % o->eval_every == 0 && st->step < r->total_steps &&
+        s + 1 < r->steps_per_epoch) {
       ts_progress_finish(r->bar, extra); /* the val loss line goes between progress lines */
       r->bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, (s0 + epoch_steps) * o->batch, 10.0);
       int erc = train_gpt_evaluate(r, st->step);
@@ -120,6 +123,8 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
   snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
   ts_progress_finish(r->bar, extra);
   r->bar = NULL;
+  if (o->model == MODEL_GPT && !r->stop_signal && (st->step % o->eval_every == 0 || st->step == r->total_steps))
+    return train_gpt_evaluate(r, st->step);
   return CLI_EXIT_OK;
 }
 
@@ -168,7 +173,8 @@ int train_epochs(train_run *r) {
    * augmented per sample) while a step runs. */
   ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
                              .augment = r->train_aug};
-  if ((!r->train_src && !(r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
+  /* token data: r->train_src is the text or synthetic token source (train_text.c) */
+  if (!(r->train_src || (r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
       !(r->loader = ts_loader_new(r->train_src, &lopts)))
     return train_lib_error(); /* --model gpt: train_gpt_load made the token source */
 

@@ -55,14 +55,14 @@ typedef struct train_run {
   model_graph_spec gs;        /* gs.batch: this replica's share under DDP */
   ts_graph *g;                /* a graph being compiled */
   program step_pr, eval_pr, tail_pr; /* tail_pr: the last partial evaluation batch, if any */
-  ts_source *train_src;
+  ts_source *train_src;       /* token data: made by train_text_load (train_text.h) */
   ts_loader *loader;
+  ts_source *val_src;         /* token data: the validation windows */
+  ts_loader *val_loader;      /* over val_src, no shuffle, made at the first validation batch */
+  int64_t val_next;           /* the validation batch val_loader hands out next */
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
-  /* --model gpt (train_gpt.c): token sources; the evaluation program computes the val loss */
-  ts_source *valid_src;       /* the validation windows (fixed positions) */
-  ts_loader *valid_loader;    /* over valid_src, in order: --eval-batches batches per evaluation */
-  double val_loss;            /* the last validation loss (NAN before the first) */
+  double val_loss;            /* --model gpt: the last validation loss (NAN before the first) */
 } train_run;
 
 /* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
@@ -74,6 +74,10 @@ int train_join(train_run *r);
 /* train_setup.c: the datasets, augmentation, step counts and LR schedule; checks
  * that every process has the same configuration. */
 int train_load(train_run *r);
+/* train_setup.c: the rest of train_load once the training set's size is
+ * known (n_train samples): step counts, warm-up, the LR schedule, the DDP
+ * batch split and the check that every process has the same configuration. */
+int train_load_steps(train_run *r, int64_t n_train);
 /* train_setup.c: parameters and the compiled step, evaluation and tail
  * programs; prints the run's header. */
 int train_compile(train_run *r);
@@ -99,9 +103,6 @@ int train_ckpt_save(train_run *r, int64_t step);
 int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
                    double *acc);
 
-/* train_gpt.c: --model gpt's data: the token sources (text or synthetic),
- * step counts and schedule (100 warm-up steps, cosine to 0.1x). */
-int train_gpt_load(train_run *r);
 /* train_gpt.c: the validation loss (mean over --eval-batches batches at fixed
  * positions) into r->val_loss, printed and logged as {"step":N,"val_loss":X}. */
 int train_gpt_evaluate(train_run *r, int64_t step);
