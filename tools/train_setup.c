@@ -2,6 +2,7 @@
  * (client, rank, who prints), the data and the step counts, and compiling the
  * training, evaluation and tail programs. */
 #include <errno.h>
+#include <math.h> // NAN
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
+#include "train_text.h"      // train_text_load: token data
 #include "util/prng.h"   // ts_splitmix64: synthetic images
 #include "util/config.h"     // TESSEL_NUM_THREADS: a capped count is reported
 
@@ -147,6 +149,7 @@ static int load_data(train_run *r) {
 
 int train_load(train_run *r) {
   train_opts *o = &r->o;
+  if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
   bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
   int lrc = load_data(r);
   if (lrc) return lrc;
@@ -161,6 +164,7 @@ int train_load(train_run *r) {
     }
   }
   o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
+  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
    * gets the standard augmentation (random crop with 4-pixel padding, flip). */
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
@@ -168,10 +172,15 @@ int train_load(train_run *r) {
   if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
-  r->steps_per_epoch = train->n / o->batch; // the last partial batch is dropped
+  return train_load_steps(r, train->n);
+}
+
+int train_load_steps(train_run *r, int64_t n_train) {
+  train_opts *o = &r->o;
+  r->steps_per_epoch = n_train / o->batch; // the last partial batch is dropped
   if (r->steps_per_epoch == 0) {
     cli_error(CMD, "--batch: %lld is larger than the training set (%lld samples)", (long long)o->batch,
-              (long long)train->n);
+              (long long)n_train);
     return CLI_EXIT_USAGE;
   }
   r->total_steps = r->steps_per_epoch * o->epochs;
@@ -182,16 +191,20 @@ int train_load(train_run *r) {
               (long long)r->total_steps);
     return CLI_EXIT_USAGE;
   }
-  r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
+  bool gpt = o->model == MODEL_GPT; /* nanoGPT's schedule: 100 warm-up steps, cosine to 0.1x */
+  int64_t warm = r->total_steps / 10 < 100 ? r->total_steps / 10 : 100; /* short runs: 10% */
+  if (gpt && r->total_steps >= 200) warm = 100;
+  r->warmup = o->warmup >= 0 ? o->warmup : warm;
   r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
-                              .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
-  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
+                              .warmup_steps = r->warmup, .total_steps = r->total_steps,
+                              .min_lr = gpt ? 0.1 * o->lr : 0.0};
+  r->val_loss = NAN;
   if (r->ddp && o->batch % r->nproc) {
     cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o->batch,
               r->nproc);
     return CLI_EXIT_USAGE;
   }
-  char cfg[512];
+  char cfg[1024];
   train_opts_text(o, cfg, sizeof cfg); /* every process must train the same thing */
   if (ts_client_check_same(r->client, "the configuration", cfg) < 0) return train_lib_error();
   return CLI_EXIT_OK;
@@ -199,6 +212,12 @@ int train_load(train_run *r) {
 
 /* The shared model builders (model_graph.h) for this run's options. */
 static model_graph_spec graph_spec(const train_opts *o) {
+  if (o->model == MODEL_GPT) /* nanoGPT's recipe: AdamW (0.9, 0.95), decay on matrices, clipping at 1 */
+    return (model_graph_spec){
+        .model = MODEL_GRAPH_GPT, .batch = o->batch,
+        .gpt = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq, .vocab = o->vocab},
+        .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = o->weight_decay,
+                  .clip_norm = 1.0, .decay_matrices_only = true}};
   return (model_graph_spec){
       .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
              : o->model == MODEL_CNN ? MODEL_GRAPH_CNN
@@ -251,9 +270,10 @@ int train_compile(train_run *r) {
   }
   if (compile_graph(r, step, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
+  if (o->model == MODEL_GPT) r->eval_b = o->batch; /* validation batches are --batch windows, no tail */
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
-  if (r->test.n % r->eval_b &&
+  if (o->model != MODEL_GPT && r->test.n % r->eval_b &&
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
   /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
@@ -261,6 +281,16 @@ int train_compile(train_run *r) {
   char capped[64] = "";
   if (asked > ts_client_num_threads(r->client))
     snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
+  if (o->model == MODEL_GPT)
+    printf("tessel train: gpt (%lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld) on %s (%lld training "
+           "windows), %lld params, adamw lr %g (cosine to %g, warm-up %lld) weight decay %g, clip 1, batch %lld, "
+           "%lld steps, %d threads%s; compiled in %.2fs\n",
+           (long long)o->layers, (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+           o->dataset == DATA_TEXT ? o->data_file : "synthetic tokens", (long long)r->train_src->n,
+           (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
+           o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
+           train_now_s() - t0);
+  else
   printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
          train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,

@@ -170,6 +170,11 @@ ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tens
                               ts_tensor *mean, ts_tensor *var);
 ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta,
                              ts_tensor running_mean, ts_tensor running_var, double eps);
+/* Causal multi-head self-attention: q, k, v (B, H, T, Dh) of one float dtype
+ * -> (B, H, T, Dh): softmax(q k^T * scale, masked to keys j <= query i) v,
+ * the scores and the softmax in f32. Heads are a dim of their own, so a
+ * sharding on H splits attention with no communication. */
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale);
 /* Inverted dropout: keeps each element with probability 1-p, scales by 1/(1-p). */
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key);
 

@@ -237,3 +237,47 @@ ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_
   ts_tensor scaled = ts_mul(g, x, scalar_like(g, x, 1.0 / (1.0 - p)));
   return ts_select(g, keep, scaled, scalar_like(g, x, 0.0));
 }
+
+/* Causal self-attention over q, k, v (B, H, T, Dh), heads a dim of their own
+ * so a sharding of H splits it with no communication:
+ *   s = (q k^T) * scale  (B, H, T, T), in f32 (the operands' dtype otherwise)
+ *   s[i, j] = -1e30 where j > i (a constant mask; exp underflows to exactly 0)
+ *   p = softmax(s) over the last dim, in f32
+ *   y = p v              (B, H, T, Dh), in the operands' dtype */
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  const char *who = "causal_attention";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, q, who, 4, &rank, shape) || !ir_check_tensor(g, k, who) || !ir_check_tensor(g, v, who))
+    return TS_NONE;
+  ts_dtype dt = ts_node_at(g, q)->dtype;
+  const ts_node *nk = ts_node_at(g, k), *nv = ts_node_at(g, v);
+  char s1[96], s2[96], s3[96];
+  if (rank != 4 || nk->rank != 4 || nv->rank != 4 || nk->dtype != dt || nv->dtype != dt ||
+      memcmp(nk->shape, shape, 4 * sizeof *shape) || memcmp(nv->shape, shape, 4 * sizeof *shape)) {
+    set_error("%s: q, k, v must be (B, H, T, Dh) of one shape and dtype, got %s, %s, %s", who,
+              ir_shape_str(ts_node_at(g, q), s1, sizeof s1), ir_shape_str(nk, s2, sizeof s2),
+              ir_shape_str(nv, s3, sizeof s3));
+    return TS_NONE;
+  }
+  if (!(scale > 0)) {
+    set_error("%s: scale %g must be positive", who, scale);
+    return TS_NONE;
+  }
+  int64_t B = shape[0], H = shape[1], T = shape[2];
+  ts_dot_dims qk = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
+                    .lhs_contract = {3}, .rhs_contract = {3}};
+  ts_tensor s = ts_dot_general(g, q, k, &qk); // (B, H, T, T)
+  if (dt != TS_F32) s = ts_convert(g, s, TS_F32);
+  s = ts_mul(g, s, ts_scalar(g, TS_F32, scale));
+  int64_t tt[2] = {T, T}, st[4] = {B, H, T, T};
+  int two[2] = {2, 3};
+  ts_tensor keep = ts_compare(g, ts_iota(g, TS_I32, 2, tt, 1), ts_iota(g, TS_I32, 2, tt, 0), TS_CMP_LE); // j <= i
+  ts_tensor mask = ts_broadcast_in_dim(g, keep, 4, st, two);
+  s = ts_select(g, mask, s, ts_scalar(g, TS_F32, -1e30));
+  ts_tensor p = ts_softmax(g, s, 3);
+  if (dt != TS_F32) p = ts_convert(g, p, dt);
+  ts_dot_dims pv = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
+                    .lhs_contract = {3}, .rhs_contract = {2}};
+  return ts_dot_general(g, p, v, &pv); // (B, H, T, Dh)
+}
