@@ -25,7 +25,7 @@
 #define MAX_SPECS 32
 
 /* Indexed like MODEL_GRAPH_* (model_graph.h). */
-static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
+static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 
 typedef struct {
@@ -35,6 +35,8 @@ typedef struct {
   const char *specs[MAX_SPECS]; /* "input=spec" */
   int n_specs;
   bool no_graph, no_program;
+  int64_t layers, d_model, heads, seq, vocab; /* gpt */
+  bool sequence_parallel;
 } inspect_opts;
 
 static void usage(FILE *f) {
@@ -46,9 +48,14 @@ static void usage(FILE *f) {
           "the per-device program and memory plan (peak bytes per device).\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
-          "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
-          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8]\n"
+          "  --model mlp|cnn|resnet20|resnet18|resnet50|gpt  (mlp, cnn, resnet20: 1x28x28; resnet18:\n"
+          "                           3x32x32; resnet50: 3x224x224, 1000 classes; gpt: tokens) [mlp]\n"
+          "  --layers N --d-model D --heads H --seq T --vocab V\n"
+          "                           the GPT as in tessel train [6, 256, 4, 128, 256]; on a mesh\n"
+          "                           axis 'model' it is Megatron-split (heads, MLP, vocabulary)\n"
+          "  --sequence-parallel      gpt: norms and residuals split on the sequence over 'model'\n"
+          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8,\n"
+          "                           gpt 16]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
           "                           the same shardings: the batch on 'data', the MLP\n"
@@ -67,7 +74,7 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, inspect_opts *o) {
-  *o = (inspect_opts){.model = 0, .optimizer = 1};
+  *o = (inspect_opts){.model = 0, .optimizer = 1, .layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256};
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -81,6 +88,20 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       o->no_program = true;
       continue;
     }
+    if (strcmp(argv[i], "--sequence-parallel") == 0) {
+      o->sequence_parallel = true;
+      continue;
+    }
+    static const char *const gpt_flags[] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
+    int64_t *gpt_dst[] = {&o->layers, &o->d_model, &o->heads, &o->seq, &o->vocab};
+    bool took = false;
+    for (int k = 0; k < 5 && !took; k++)
+      if ((r = cli_flag(CMD, argc, argv, &i, gpt_flags[k], &v)) != 0) {
+        if (r < 0 || cli_parse_int(CMD, gpt_flags[k], v, 1, 1 << 24, "a positive integer", &n) < 0) return -1;
+        *gpt_dst[k] = n;
+        took = true;
+      }
+    if (took) continue;
     if ((r = cli_flag(CMD, argc, argv, &i, "--model", &v)) != 0) {
       if (r < 0 || cli_parse_choice(CMD, "--model", v, "model", model_names, &o->model) < 0) return -1;
       continue;
@@ -117,7 +138,7 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
-  static const int64_t batch[] = {128, 64, 128, 32, 8}; /* tessel train's defaults */
+  static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
   return 0;
 }
@@ -144,6 +165,60 @@ static void print_text(char *t) {
   free(t);
 }
 
+/* The collectives grouped: how many of each (kind, mesh axes, bytes). */
+static void print_collective_summary(const ts_executable *e, const ts_mesh *m) {
+  int nc = ts_executable_num_collectives(e), *seen = calloc((size_t)nc + 1, sizeof *seen);
+  if (!seen) return;
+  printf("%6s  %-16s %-18s %6s %12s\n", "count", "kind", "mesh axes", "group", "bytes each");
+  for (int i = 0; i < nc; i++) {
+    ts_collective_info a, b;
+    if (seen[i] || ts_executable_collective(e, i, &a) < 0) continue;
+    int count = 0;
+    for (int j = i; j < nc; j++)
+      if (!seen[j] && ts_executable_collective(e, j, &b) == 0 && b.kind == a.kind && b.mesh_axes == a.mesh_axes &&
+          b.bytes == a.bytes)
+        seen[j] = 1, count++;
+    char axes[128] = "";
+    size_t len = 0;
+    for (int k = 0; m && k < ts_mesh_rank(m) && len < sizeof axes; k++)
+      if (a.mesh_axes & (1u << k)) {
+        const char *nm = ts_mesh_axis_name(m, k);
+        len += (size_t)snprintf(axes + len, sizeof axes - len, "%s%s", len ? "+" : "", nm ? nm : "?");
+      }
+    printf("%6d  %-16s %-18s %6d %12zu\n", count, ts_collective_kind_name(a.kind), axes, a.group_size, a.bytes);
+  }
+  free(seen);
+}
+
+/* Bytes of the parameters and their optimizer state (every input but the
+ * batch and the step scalars) that device 0 holds, and on one device. */
+static void print_param_bytes(const ts_executable *e, const ts_graph *g, const ts_params *p) {
+  size_t local = 0, whole = 0, replicated = 0;
+  for (int i = 0; i < ts_graph_num_inputs(g); i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    const char *name = ts_input_name(g, t);
+    static const char *const io[] = {"x", "y", "lr", "step", "seed"};
+    bool skip = false;
+    for (int k = 0; k < 5; k++) skip |= strcmp(name, io[k]) == 0;
+    if (skip) continue;
+    int rank = ts_tensor_rank(g, t);
+    size_t es = ts_dtype_size(ts_tensor_dtype(g, t)), n = (size_t)ts_tensor_numel(g, t) * es;
+    const ts_sharding *s = ts_executable_input_sharding(e, i);
+    int64_t ls[TS_MAX_RANK];
+    size_t l = n;
+    if (s && ts_sharding_shard_shape(s, ts_tensor_shape(g, t), ls) == 0) {
+      l = es;
+      for (int d = 0; d < rank; d++) l *= (size_t)ls[d];
+    }
+    whole += n;
+    local += l;
+    if (l == n) replicated += n;
+  }
+  (void)p;
+  printf("per device %zu (1 device: %zu; %zu of them in tensors every device holds whole)\n", local, whole,
+         replicated);
+}
+
 static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   int64_t ndev = mesh ? ts_mesh_num_devices(mesh) : 1;
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
@@ -155,16 +230,23 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
+  bool gpt = o->model == MODEL_GRAPH_GPT, megatron = o->model == MODEL_GRAPH_MLP || gpt;
+  if (gpt) { /* tessel train's GPT recipe */
+    gs.gpt = (ts_gpt_config){.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq,
+                             .vocab = o->vocab, .mesh = mesh, .sequence_parallel = o->sequence_parallel};
+    gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
+                                 .clip_norm = 1.0, .decay_matrices_only = true};
+  }
   ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
   ts_executable *e = NULL;
   int rc = -1;
   if (!g) goto done;
   double need = 0;
   if (mesh && train_mesh_check_memory(mesh, (int)ndev, ts_params_trainable_numel(p), o->optimizer == 0 ? 1 : 2,
-                                      o->model == 0, &need) < 0)
+                                      megatron, &need) < 0)
     goto done;
   if (mesh) {
-    if (train_mesh_mark(g, mesh, o->model == 0) < 0) goto done;
+    if (train_mesh_mark(g, mesh, megatron) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
       char name[256];
       const char *eq = strchr(o->specs[i], '=');
@@ -176,7 +258,11 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   if (!(e = ts_compile(c, g, &opts))) goto done;
 
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
-         optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
+         gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
+  if (gpt)
+    printf(", layers %lld d_model %lld heads %lld seq %lld vocab %lld%s", (long long)o->layers, (long long)o->d_model,
+           (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+           o->sequence_parallel ? ", sequence parallel" : "");
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
@@ -197,11 +283,15 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   snprintf(title, sizeof title, "collectives per step: %d, %zu bytes per device", nc, coll_bytes);
   section(title);
   print_text(ts_executable_collectives_to_string(e));
+  section("collectives by kind, mesh axes and bytes");
+  print_collective_summary(e, mesh);
   if (!o->no_program) {
     section(mesh ? "program of device 0 (with its memory plan)"
                  : "program (with its memory plan)");
     print_text(ts_executable_to_string(e));
   }
+  section("parameters + optimizer state per device (bytes)");
+  print_param_bytes(e, g, p);
   section("memory per device (bytes)");
   printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");
   for (int d = 0; d < ts_executable_num_devices(e); d++) {
@@ -235,7 +325,7 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (o.mesh && (!(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
                                                : ts_mesh_parse(o.mesh, o.axis_names, NULL)) ||
-                 train_mesh_check_axes(CMD, mesh, o.model == 0, o.n_specs > 0) < 0)) {
+                 train_mesh_check_axes(CMD, mesh, o.model == 0 || o.model == MODEL_GRAPH_GPT, o.n_specs > 0) < 0)) {
     cli_error(CMD, "--mesh: %s%s", ts_last_error(),
               mesh && !o.axis_names && !strchr(o.mesh, '=') ? " (name the axes with --axis-names, or place "
                                                              "tensors on them with --spec)" : "");

@@ -106,6 +106,9 @@ void cli_train_usage(FILE *f) {
           "  --prompt TEXT              what the sample continues (at most --seq bytes) [a newline]\n"
           "  --temperature X            sampling temperature [0.8]\n"
           "  --top-k K                  sample among the K most likely bytes; 0: all [200]\n"
+          "  --sequence-parallel        with --mesh ...,model=N: layer norms and residual adds split on\n"
+          "                             the sequence over 'model' (activation all-reduces become\n"
+          "                             reduce-scatter + all-gather pairs; seq must divide by N)\n"
           "  -h, --help                 this text\n"
           "\n"
           "With the defaults, 'tessel train --model mlp --epochs 5' reaches about 88%% test\n"
@@ -202,6 +205,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     GPT_INT("--sample", 0, 1 << 24, "an integer in [0, 16777216]", o->sample)
     GPT_INT("--top-k", 0, 1 << 24, "a non-negative integer", o->top_k)
 #undef GPT_INT
+    if (strcmp(argv[i], "--sequence-parallel") == 0) {
+      o->sequence_parallel = true;
+      gpt_flag = true;
+      continue;
+    }
     if (FLAG("--temperature")) {
       if (r < 0 || cli_parse_double(CMD, "--temperature", v, 1e-6, 1e6, "a positive number", &o->temperature) < 0)
         return -1;
@@ -309,8 +317,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   if (o->model == MODEL_GPT) {
     if (train_opts_gpt(o) < 0) return -1;
   } else if (gpt_flag) {
-    cli_error(CMD, "--layers, --d-model, --heads, --seq, --vocab, --sample, --prompt, --temperature and --top-k are "
-                   "for --model gpt");
+    cli_error(CMD, "--layers, --d-model, --heads, --seq, --vocab, --sample, --prompt, --temperature, --top-k and "
+                   "--sequence-parallel are for --model gpt");
     return -1;
   }
   if (o->dataset == DATA_CIFAR10) {
@@ -368,7 +376,8 @@ void train_opts_text(const train_opts *o, char *buf, size_t n) {
            (long long)o->eval_batches);
   size_t len = strlen(buf);
   if (o->model == MODEL_GPT && len < n)
-    snprintf(buf + len, n - len, " layers=%lld d_model=%lld heads=%lld seq=%lld vocab=%lld", (long long)o->layers,
-             (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab);
+    snprintf(buf + len, n - len, " layers=%lld d_model=%lld heads=%lld seq=%lld vocab=%lld%s", (long long)o->layers,
+             (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+             o->sequence_parallel ? " sequence_parallel" : "");
 }
 

@@ -59,6 +59,7 @@ typedef struct {
   const char *data_file; /* --data-file F: the --dataset text corpus [TS_KJV_TEXT] */
   int64_t eval_every;   /* --eval-every N: validation loss every N steps (and at the end) [100] */
   int64_t eval_batches; /* --eval-batches N: validation batches of --batch windows [20] */
+  bool sequence_parallel; /* --sequence-parallel: the GPT's norms and residuals split on the sequence over "model" */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

@@ -23,7 +23,7 @@
 int train_join(train_run *r) {
   train_opts *o = &r->o;
   if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
-                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP, false) < 0)) {
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP || o->model == MODEL_GPT, false) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
@@ -231,7 +231,7 @@ static model_graph_spec graph_spec(const train_opts *o) {
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
  * when building it failed) is freed on success, else by train.c. */
 static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compile_options *co) {
-  bool megatron = r->o.model == MODEL_MLP;
+  bool megatron = r->o.model == MODEL_MLP || r->o.model == MODEL_GPT;
   r->g = g;
   if (!g || (r->mesh && train_mesh_mark(g, r->mesh, megatron) < 0) ||
       program_init(pr, r->client, r->params, g, co) < 0)
@@ -247,6 +247,10 @@ int train_compile(train_run *r) {
   if (o->trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = train_now_s();
   r->gs = graph_spec(o);
+  if (o->model == MODEL_GPT) { /* tensor (and sequence) parallelism on the mesh's "model" axis */
+    r->gs.gpt.mesh = r->mesh;
+    r->gs.gpt.sequence_parallel = o->sequence_parallel;
+  }
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
@@ -257,7 +261,7 @@ int train_compile(train_run *r) {
     double need = 0;
     int states = o->optimizer == 1 ? 2 : o->momentum > 0 ? 1 : 0;
     if (train_mesh_check_memory(r->mesh, ts_client_num_local_devices(r->client), ts_params_trainable_numel(r->params),
-                                states, o->model == MODEL_MLP, &need) < 0) {
+                                states, o->model == MODEL_MLP || o->model == MODEL_GPT, &need) < 0) {
       r->g = step; /* freed by train.c */
       cli_error(CMD, "--mesh %s: %s", o->mesh, ts_last_error());
       return CLI_EXIT_FAIL;

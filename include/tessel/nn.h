@@ -140,6 +140,18 @@ ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t cl
 typedef struct {
   int64_t layers, d_model, heads, seq, vocab; /* seq: the position table's length */
   double dropout;
+  /* Tensor parallelism (optional): the mesh the step will be compiled for.
+   * With an axis "model" of size > 1, heads, vocab (and with
+   * sequence_parallel the sequence) must divide over it (checked). The
+   * parameters' Megatron layout is marked by the caller (tools/train_mesh.c:
+   * c_attn (3, C, C) and mlp.c_fc split on their output features, the two
+   * c_proj on their input features, wte on the vocabulary); with
+   * sequence_parallel the builder itself marks the residual stream split on
+   * the sequence over "model" and each layer norm's output whole on it (the
+   * batch over "data" and "fsdp" where the mesh has them), so the
+   * activation all-reduces become reduce-scatter + all-gather pairs. */
+  const struct ts_mesh *mesh;
+  bool sequence_parallel;
 } ts_gpt_config;
 /* 0, or -1 with an error naming the bad value (heads not dividing d_model, ...). */
 int ts_gpt_config_check(const ts_gpt_config *c);

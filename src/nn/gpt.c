@@ -6,11 +6,22 @@
  * compare with PyTorch one to one. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tessel/nn.h"
+#include "tessel/spmd.h"
 #include "util/error.h"
 
 #define GPT_LN_EPS 1e-5
+
+/* Index of mesh axis `name`, or -1 (no mesh, or no such axis). */
+static int gpt_axis(const ts_mesh *m, const char *name) {
+  for (int a = 0; m && a < ts_mesh_rank(m); a++) {
+    const char *n = ts_mesh_axis_name(m, a);
+    if (n && strcmp(n, name) == 0) return a;
+  }
+  return -1;
+}
 
 int ts_gpt_config_check(const ts_gpt_config *c) {
   if (!c) return set_error("gpt: NULL config");
@@ -23,7 +34,38 @@ int ts_gpt_config_check(const ts_gpt_config *c) {
   if (c->seq < 1) return set_error("gpt: seq = %lld (need >= 1)", (long long)c->seq);
   if (c->vocab < 1) return set_error("gpt: vocab = %lld (need >= 1)", (long long)c->vocab);
   if (!(c->dropout >= 0 && c->dropout < 1)) return set_error("gpt: dropout = %g is outside [0, 1)", c->dropout);
+  int model = gpt_axis(c->mesh, "model");
+  int64_t k = model >= 0 ? ts_mesh_axis_size(c->mesh, model) : 1;
+  if (k > 1 && c->heads % k)
+    return set_error("gpt: heads = %lld do not split over mesh axis 'model' of size %lld (tensor parallelism "
+                     "gives each device whole heads: use a model axis that divides the heads)",
+                     (long long)c->heads, (long long)k);
+  if (k > 1 && c->vocab % k)
+    return set_error("gpt: vocab = %lld does not split over mesh axis 'model' of size %lld (the embedding and the "
+                     "logits are split on the vocabulary: use a vocab that the model axis divides)",
+                     (long long)c->vocab, (long long)k);
+  if (k > 1 && c->sequence_parallel && c->seq % k)
+    return set_error("gpt: seq = %lld does not split over mesh axis 'model' of size %lld (sequence parallelism "
+                     "splits the sequence)", (long long)c->seq, (long long)k);
+  if (c->sequence_parallel && k <= 1)
+    return set_error("gpt: sequence parallelism needs a mesh with an axis 'model' of size > 1");
   return 0;
+}
+
+/* Marks x (B, T, C) split on the batch over "data" and "fsdp" and, with
+ * seq_split, on the sequence over "model" (sequence parallelism). */
+static ts_tensor gpt_mark_act(const ts_gpt_config *c, ts_graph *g, ts_tensor x, bool seq_split) {
+  if (x == TS_NONE || !c->sequence_parallel) return x;
+  ts_partition_spec s;
+  int data = gpt_axis(c->mesh, "data"), fsdp = gpt_axis(c->mesh, "fsdp"), model = gpt_axis(c->mesh, "model");
+  if (ts_partition_spec_init(&s, 3) < 0 || (data >= 0 && ts_partition_spec_add_axis(&s, 0, data) < 0) ||
+      (fsdp >= 0 && ts_partition_spec_add_axis(&s, 0, fsdp) < 0) ||
+      (seq_split && ts_partition_spec_add_axis(&s, 1, model) < 0))
+    return TS_NONE;
+  ts_sharding *sh = ts_sharding_new(c->mesh, &s, 3);
+  int rc = sh ? ts_mark_sharding(g, x, sh) : -1;
+  ts_sharding_free(sh);
+  return rc < 0 ? TS_NONE : x;
 }
 
 bool ts_gpt_param_decays(int rank) { return rank >= 2; }
@@ -63,7 +105,7 @@ static ts_tensor gpt_ln(gpt *G, const char *prefix, ts_tensor x) {
   ts_tensor w = gpt_param(G, gpt_name(pn, sizeof pn, prefix, "weight"), 1, &d, (ts_init){TS_INIT_ONES, 0, 0});
   ts_tensor b = gpt_param(G, gpt_name(pn, sizeof pn, prefix, "bias"), 1, &d, (ts_init){TS_INIT_ZEROS, 0, 0});
   if (w == TS_NONE || b == TS_NONE) return TS_NONE;
-  return ts_layer_norm(G->m->g, x, w, b, GPT_LN_EPS);
+  return gpt_mark_act(G->c, G->m->g, ts_layer_norm(G->m->g, x, w, b, GPT_LN_EPS), false);
 }
 
 static ts_tensor gpt_dropout(gpt *G, ts_tensor x) {
@@ -77,7 +119,15 @@ static ts_tensor gpt_attn(gpt *G, const char *prefix, ts_tensor x, int64_t B, in
   ts_graph *g = G->m->g;
   int64_t C = G->c->d_model, H = G->c->heads, Dh = C / H;
   char pn[128];
-  ts_tensor qkv = gpt_linear(G, gpt_name(pn, sizeof pn, prefix, "c_attn"), x, C, 3 * C, 0.02); // (B, T, 3C)
+  /* c_attn's weight is nanoGPT's (3C, C) held as (3, C, C) (the same bytes),
+   * bias (3, C): split on dim 1 over a "model" mesh axis, each device holds
+   * whole heads of q, k and v (a (3C, C) split would cut q | k instead) */
+  int64_t ws[3] = {3, C, C}, bs[2] = {3, C};
+  ts_tensor w = gpt_param(G, gpt_name(pn, sizeof pn, prefix, "c_attn.weight"), 3, ws, (ts_init){TS_INIT_NORMAL, 0.02, 0});
+  ts_tensor b = gpt_param(G, gpt_name(pn, sizeof pn, prefix, "c_attn.bias"), 2, bs, (ts_init){TS_INIT_ZEROS, 0, 0});
+  if (x == TS_NONE || w == TS_NONE || b == TS_NONE) return TS_NONE;
+  ts_dot_dims cd = {.n_contract = 1, .lhs_contract = {2}, .rhs_contract = {2}};
+  ts_tensor qkv = ts_add(g, ts_dot_general(g, x, w, &cd), b); // (B, T, 3, C)
   int64_t s5[5] = {B, T, 3, H, Dh};
   qkv = ts_reshape(g, qkv, 5, s5);
   ts_tensor part[3];
@@ -130,16 +180,16 @@ ts_tensor ts_model_gpt(ts_nn *m, const ts_gpt_config *c, ts_tensor x) {
   int64_t lo[2] = {0, 0}, hi[2] = {T, C};
   ts_tensor pos = T == c->seq ? wpe : ts_slice(g, wpe, lo, hi, NULL); // (T, C)
   ts_tensor h = ts_add(g, ts_gather(g, wte, x), pos);                 // (B, T, C)
-  h = gpt_dropout(&G, h);
+  h = gpt_mark_act(c, g, gpt_dropout(&G, h), true);
   double proj_std = 0.02 / sqrt(2.0 * (double)c->layers);
   for (int64_t l = 0; l < c->layers && h != TS_NONE; l++) {
     char p[64], q[96];
     snprintf(p, sizeof p, "transformer.h.%lld", (long long)l);
     ts_tensor a = gpt_attn(&G, gpt_name(q, sizeof q, p, "attn"), gpt_ln(&G, gpt_name(q, sizeof q, p, "ln_1"), h), B, T,
                            proj_std);
-    h = a == TS_NONE ? TS_NONE : ts_add(g, h, a);
+    h = a == TS_NONE ? TS_NONE : gpt_mark_act(c, g, ts_add(g, h, a), true);
     ts_tensor f = gpt_mlp(&G, gpt_name(q, sizeof q, p, "mlp"), gpt_ln(&G, gpt_name(q, sizeof q, p, "ln_2"), h), proj_std);
-    h = f == TS_NONE ? TS_NONE : ts_add(g, h, f);
+    h = f == TS_NONE ? TS_NONE : gpt_mark_act(c, g, ts_add(g, h, f), true);
   }
   h = gpt_ln(&G, "transformer.ln_f", h);
   if (h == TS_NONE) return TS_NONE;
