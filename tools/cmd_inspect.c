@@ -25,12 +25,13 @@
 #define MAX_SPECS 32
 
 /* Indexed like MODEL_GRAPH_* (model_graph.h). */
-static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
+static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 
 typedef struct {
   int model, optimizer;
   int64_t batch;
+  ts_gpt_config gpt; /* --model gpt: --layers --d-model --heads --seq --vocab */
   const char *mesh, *axis_names;
   const char *specs[MAX_SPECS]; /* "input=spec" */
   int n_specs;
@@ -48,7 +49,10 @@ static void usage(FILE *f) {
           "flags (defaults in brackets):\n"
           "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
           "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
-          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8]\n"
+          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8,\n"
+          "                           gpt 16]\n"
+          "  --model gpt --layers N --d-model D --heads H --seq T --vocab V\n"
+          "                           the GPT of tessel train --model gpt [6, 256, 4, 128, 256]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
           "                           the same shardings: the batch on 'data', the MLP\n"
@@ -67,7 +71,8 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, inspect_opts *o) {
-  *o = (inspect_opts){.model = 0, .optimizer = 1};
+  *o = (inspect_opts){.model = 0, .optimizer = 1,
+                      .gpt = {.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256}};
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -94,6 +99,17 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       o->batch = n;
       continue;
     }
+    {
+      const char *gf[] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
+      int64_t *gd[] = {&o->gpt.layers, &o->gpt.d_model, &o->gpt.heads, &o->gpt.seq, &o->gpt.vocab};
+      int hit = 0;
+      for (int k = 0; k < 5 && !hit; k++)
+        if ((hit = cli_flag(CMD, argc, argv, &i, gf[k], &v)) != 0) {
+          if (hit < 0 || cli_parse_int(CMD, gf[k], v, 1, 1 << 24, "an integer in [1, 16777216]", &n) < 0) return -1;
+          *gd[k] = n;
+        }
+      if (hit) continue;
+    }
     if ((r = cli_flag(CMD, argc, argv, &i, "--mesh", &v)) != 0) {
       if (r < 0) return -1;
       o->mesh = v;
@@ -117,8 +133,12 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
-  static const int64_t batch[] = {128, 64, 128, 32, 8}; /* tessel train's defaults */
+  static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
+  if (o->model == MODEL_GRAPH_GPT && ts_gpt_config_check(&o->gpt) < 0) {
+    cli_error(CMD, "--model gpt: %s", ts_last_error());
+    return -1;
+  }
   return 0;
 }
 
@@ -149,12 +169,15 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(0);
-  bool natural = o->model >= MODEL_GRAPH_RESNET18; /* resnet18/50: their natural input, like --dataset synthetic */
+  bool natural = o->model == MODEL_GRAPH_RESNET18 || o->model == MODEL_GRAPH_RESNET50; /* resnet18/50: their natural input, like --dataset synthetic */
   int hw = o->model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;
   model_graph_spec gs = {.model = o->model, .batch = o->batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
+  if (o->model == MODEL_GRAPH_GPT) /* tessel train --model gpt's step */
+    gs.gpt = o->gpt, gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95,
+                                                  .weight_decay = 0.1, .clip_norm = 1.0, .decay_matrices_only = true};
   ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
   ts_executable *e = NULL;
   int rc = -1;
