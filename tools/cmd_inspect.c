@@ -31,12 +31,11 @@ static const char *const optim_names[] = {"sgd", "adamw", NULL};
 typedef struct {
   int model, optimizer;
   int64_t batch;
+  ts_gpt_config gpt; /* --model gpt: --layers --d-model --heads --seq --vocab [--sequence-parallel] */
   const char *mesh, *axis_names;
   const char *specs[MAX_SPECS]; /* "input=spec" */
   int n_specs;
   bool no_graph, no_program;
-  int64_t layers, d_model, heads, seq, vocab; /* gpt */
-  bool sequence_parallel;
 } inspect_opts;
 
 static void usage(FILE *f) {
@@ -48,14 +47,14 @@ static void usage(FILE *f) {
           "the per-device program and memory plan (peak bytes per device).\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn|resnet20|resnet18|resnet50|gpt  (mlp, cnn, resnet20: 1x28x28; resnet18:\n"
-          "                           3x32x32; resnet50: 3x224x224, 1000 classes; gpt: tokens) [mlp]\n"
-          "  --layers N --d-model D --heads H --seq T --vocab V\n"
-          "                           the GPT as in tessel train [6, 256, 4, 128, 256]; on a mesh\n"
-          "                           axis 'model' it is Megatron-split (heads, MLP, vocabulary)\n"
-          "  --sequence-parallel      gpt: norms and residuals split on the sequence over 'model'\n"
+          "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
+          "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
           "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8,\n"
           "                           gpt 16]\n"
+          "  --model gpt --layers N --d-model D --heads H --seq T --vocab V\n"
+          "                           the GPT of tessel train --model gpt [6, 256, 4, 128, 256]; on a\n"
+          "                           mesh axis 'model' Megatron-split (heads, MLP, vocabulary)\n"
+          "  --sequence-parallel      gpt: norms and residuals split on the sequence over 'model'\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
           "                           the same shardings: the batch on 'data', the MLP\n"
@@ -74,7 +73,8 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, inspect_opts *o) {
-  *o = (inspect_opts){.model = 0, .optimizer = 1, .layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256};
+  *o = (inspect_opts){.model = 0, .optimizer = 1,
+                      .gpt = {.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256}};
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -89,19 +89,9 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       continue;
     }
     if (strcmp(argv[i], "--sequence-parallel") == 0) {
-      o->sequence_parallel = true;
+      o->gpt.sequence_parallel = true;
       continue;
     }
-    static const char *const gpt_flags[] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
-    int64_t *gpt_dst[] = {&o->layers, &o->d_model, &o->heads, &o->seq, &o->vocab};
-    bool took = false;
-    for (int k = 0; k < 5 && !took; k++)
-      if ((r = cli_flag(CMD, argc, argv, &i, gpt_flags[k], &v)) != 0) {
-        if (r < 0 || cli_parse_int(CMD, gpt_flags[k], v, 1, 1 << 24, "a positive integer", &n) < 0) return -1;
-        *gpt_dst[k] = n;
-        took = true;
-      }
-    if (took) continue;
     if ((r = cli_flag(CMD, argc, argv, &i, "--model", &v)) != 0) {
       if (r < 0 || cli_parse_choice(CMD, "--model", v, "model", model_names, &o->model) < 0) return -1;
       continue;
@@ -114,6 +104,17 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       if (r < 0 || cli_parse_int(CMD, "--batch", v, 1, INT32_MAX, "a positive integer", &n) < 0) return -1;
       o->batch = n;
       continue;
+    }
+    {
+      const char *gf[] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
+      int64_t *gd[] = {&o->gpt.layers, &o->gpt.d_model, &o->gpt.heads, &o->gpt.seq, &o->gpt.vocab};
+      int hit = 0;
+      for (int k = 0; k < 5 && !hit; k++)
+        if ((hit = cli_flag(CMD, argc, argv, &i, gf[k], &v)) != 0) {
+          if (hit < 0 || cli_parse_int(CMD, gf[k], v, 1, 1 << 24, "an integer in [1, 16777216]", &n) < 0) return -1;
+          *gd[k] = n;
+        }
+      if (hit) continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--mesh", &v)) != 0) {
       if (r < 0) return -1;
@@ -140,6 +141,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
   }
   static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
+  if (o->model == MODEL_GRAPH_GPT && !o->gpt.sequence_parallel && ts_gpt_config_check(&o->gpt) < 0) {
+    cli_error(CMD, "--model gpt: %s", ts_last_error());
+    return -1;
+  }
   return 0;
 }
 
@@ -192,7 +197,7 @@ static void print_collective_summary(const ts_executable *e, const ts_mesh *m) {
 
 /* Bytes of the parameters and their optimizer state (every input but the
  * batch and the step scalars) that device 0 holds, and on one device. */
-static void print_param_bytes(const ts_executable *e, const ts_graph *g, const ts_params *p) {
+static void print_param_bytes(const ts_executable *e, const ts_graph *g) {
   size_t local = 0, whole = 0, replicated = 0;
   for (int i = 0; i < ts_graph_num_inputs(g); i++) {
     ts_tensor t = ts_graph_input(g, i);
@@ -214,7 +219,6 @@ static void print_param_bytes(const ts_executable *e, const ts_graph *g, const t
     local += l;
     if (l == n) replicated += n;
   }
-  (void)p;
   printf("per device %zu (1 device: %zu; %zu of them in tensors every device holds whole)\n", local, whole,
          replicated);
 }
@@ -224,19 +228,17 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(0);
-  bool natural = o->model >= MODEL_GRAPH_RESNET18; /* resnet18/50: their natural input, like --dataset synthetic */
+  bool natural = o->model == MODEL_GRAPH_RESNET18 || o->model == MODEL_GRAPH_RESNET50; /* resnet18/50: their natural input, like --dataset synthetic */
   int hw = o->model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;
   model_graph_spec gs = {.model = o->model, .batch = o->batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
   bool gpt = o->model == MODEL_GRAPH_GPT, megatron = o->model == MODEL_GRAPH_MLP || gpt;
-  if (gpt) { /* tessel train's GPT recipe */
-    gs.gpt = (ts_gpt_config){.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq,
-                             .vocab = o->vocab, .mesh = mesh, .sequence_parallel = o->sequence_parallel};
+  if (gpt) /* tessel train --model gpt's step, on the mesh (checked there: heads, vocab, seq over 'model') */
+    gs.gpt = o->gpt, gs.gpt.mesh = mesh,
     gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
                                  .clip_norm = 1.0, .decay_matrices_only = true};
-  }
   ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
   ts_executable *e = NULL;
   int rc = -1;
@@ -259,10 +261,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
 
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
          gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
-  if (gpt)
-    printf(", layers %lld d_model %lld heads %lld seq %lld vocab %lld%s", (long long)o->layers, (long long)o->d_model,
-           (long long)o->heads, (long long)o->seq, (long long)o->vocab,
-           o->sequence_parallel ? ", sequence parallel" : "");
+  if (gpt && o->gpt.sequence_parallel) printf(", sequence parallel");
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
@@ -291,7 +290,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     print_text(ts_executable_to_string(e));
   }
   section("parameters + optimizer state per device (bytes)");
-  print_param_bytes(e, g, p);
+  print_param_bytes(e, g);
   section("memory per device (bytes)");
   printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");
   for (int d = 0; d < ts_executable_num_devices(e); d++) {
