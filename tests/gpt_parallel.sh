@@ -82,8 +82,15 @@ has tp 3 all-reduce model 512
 has sp 10 reduce-scatter model 16384
 has sp 10 all-gather model 16384
 has dtp 10 all-reduce model 8192
-if ! grep -q "all-gather.*logits\|32768\b" "$tmp/tp.txt"; then ok "tp: no collective of the full logits"; else
-  bad "tp: a collective of the full (B, T, V) logits"; fi
+# no device program (with its memory plan) holds an f32 buffer of the full
+# (B, T, V) = (8, 16, 64) logits, flat (128, 64) or not; one device does
+prog=(--model gpt --layers 2 --d-model 32 --heads 4 --seq 16 --vocab 64 --batch 8 --no-graph)
+"$tessel" inspect "${prog[@]}" >"$tmp/one_prog.txt" 2>&1
+"$tessel" inspect "${prog[@]}" --mesh data=2,model=2 >"$tmp/tp_prog.txt" 2>&1
+full='f32\[(8,16,64|128,64)\]'
+if grep -Eq "$full" "$tmp/one_prog.txt" && ! sed -n '/== program of device/,$p' "$tmp/tp_prog.txt" | grep -Eq "$full"; then
+  ok "data=2,model=2: no f32 (B, T, V) logits in the device program (1 device has them)"
+else bad "data=2,model=2: full logits in the device program, or the check cannot see them on 1 device"; fi
 # parameters + optimizer state per device: model=2 holds half of 1 device's,
 # up to the tensors every device keeps whole
 read -r local whole repl < <(sed -n 's/^per device \([0-9]*\) (1 device: \([0-9]*\); \([0-9]*\) of them.*/\1 \2 \3/p' "$tmp/tp.txt")
