@@ -159,7 +159,10 @@ ts_tensor ts_relu(ts_graph *g, ts_tensor x);
 ts_tensor ts_gelu(ts_graph *g, ts_tensor x); /* exact, erf-based */
 ts_tensor ts_softmax(ts_graph *g, ts_tensor x, int dim);
 ts_tensor ts_log_softmax(ts_graph *g, ts_tensor x, int dim);
-/* Mean cross-entropy of logits (B, C) against integer labels (B). */
+/* Mean cross-entropy of logits (B, C) against integer labels (B). Logits
+ * split on C (a vocabulary-parallel LM head) are never gathered: the max,
+ * the sum of exponentials and the label's logit are three all-reduces of B
+ * values, and the gradient (softmax - onehot) needs none. */
 ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels);
 /* Normalizes over the last dim; gamma/beta (D) may be TS_NONE. */
 ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
