@@ -159,13 +159,32 @@ static void mark(ts_graph *g, const ts_mesh *mesh, ts_tensor t, const char *spec
  * residual stream split on T over "model" and each layer norm's output
  * whole on "model". */
 static void mark_gpt(gpt *m, const ts_mesh *mesh, bool sp) {
-  bool data = ts_mesh_axis_index(mesh, "data") >= 0;
+  bool fsdp = ts_mesh_axis_index(mesh, "fsdp") >= 0;
   ts_clear_error();
-  mark(m->g, mesh, m->x, data ? "data,None" : "None,None");
-  mark(m->g, mesh, m->y, data ? "data,None" : "None,None");
-  for (int i = 0; i < NP; i++) mark(m->g, mesh, m->p[i], m->spec[i]);
-  for (int i = 0; sp && i < m->n_resid; i++) mark(m->g, mesh, m->resid[i], data ? "data,model,None" : "None,model,None");
-  for (int i = 0; sp && i < m->n_ln; i++) mark(m->g, mesh, m->ln_out[i], data ? "data,None,None" : "None,None,None");
+  const char *b = ts_mesh_axis_index(mesh, "data") >= 0 ? "data" : fsdp ? "fsdp" : "None";
+  char spec[64];
+  snprintf(spec, sizeof spec, "%s,None", b);
+  mark(m->g, mesh, m->x, spec);
+  mark(m->g, mesh, m->y, spec);
+  for (int i = 0; i < NP; i++) {
+    /* FSDP (ZeRO-3): a matrix's first dim "model" leaves alone, split on "fsdp" */
+    const char *ps = m->spec[i];
+    char fs[64];
+    if (fsdp && ts_tensor_rank(m->g, m->p[i]) >= 2) {
+      int used = !strncmp(ps, "model", 5) ? 0 : strstr(ps, "model") ? (strncmp(ps, "None,model", 10) ? 2 : 1) : -1;
+      int d = used == 0 ? 1 : 0;
+      if (ts_tensor_shape(m->g, m->p[i])[d] % 2) d = 2; /* c_attn (3, D, D) */
+      fs[0] = 0;
+      for (int k = 0; k < ts_tensor_rank(m->g, m->p[i]); k++)
+        snprintf(fs + strlen(fs), sizeof fs - strlen(fs), "%s%s", k ? "," : "", k == d ? "fsdp" : k == used ? "model" : "None");
+      ps = fs;
+    }
+    mark(m->g, mesh, m->p[i], ps);
+  }
+  snprintf(spec, sizeof spec, "%s,model,None", b);
+  for (int i = 0; sp && i < m->n_resid; i++) mark(m->g, mesh, m->resid[i], spec);
+  snprintf(spec, sizeof spec, "%s,None,None", b);
+  for (int i = 0; sp && i < m->n_ln; i++) mark(m->g, mesh, m->ln_out[i], spec);
 }
 
 static void clear_marks(gpt *m) {
@@ -331,7 +350,7 @@ int main(void) {
     const char *mesh;
     bool sp;
   } cases[] = {{"model=2", false}, {"model=2", true}, {"data=2,model=2", false}, {"data=2,model=2", true},
-               {"model=4", false}, {"model=4", true}};
+               {"model=4", false}, {"model=4", true}, {"fsdp=2,model=2", false}, {"fsdp=2,model=2", true}};
   for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
     ts_mesh *mesh = ts_mesh_from_text(cases[ci].mesh);
     int nd = (int)ts_mesh_num_devices(mesh);
@@ -353,7 +372,19 @@ int main(void) {
         grad_bytes += (size_t)ts_tensor_numel(m.g, m.p[i]) * 8 / (strstr(m.spec[i], "model") ? (size_t)mp : 1);
       grad_bytes += (size_t)V * D * 8 / (size_t)mp;
       want dw = {TS_COLLECTIVE_ALL_REDUCE, DA, 0, DA ? NP + 2 : 0, DA ? grad_bytes : 0};
-      if (!cases[ci].sp) {
+      if (strstr(cases[ci].mesh, "fsdp")) {
+        /* FSDP gathers weights and scatters gradients on top: numbers only */
+        if (getenv("SHOW")) {
+          char *t = ts_executable_collectives_to_string(e);
+          fprintf(stderr, "--- %s\n%s", what, t);
+          free(t);
+          if (getenv("SHOW_SHARDINGS")) {
+            t = ts_executable_shardings_to_string(e);
+            fprintf(stderr, "%s", t);
+            free(t);
+          }
+        }
+      } else if (!cases[ci].sp) {
         want w[] = {
             dw,
             /* per block: attention and MLP, forward and backward; the LM head's

@@ -179,9 +179,10 @@ static void forward(prop *p, int id) {
     const ts_partition_spec *ys = &p->spec[n->in[1]];
     int o = 0;
     bool from_rhs[TS_MAX_RANK] = {false};
+    int src[TS_MAX_RANK] = {0}; /* the operand dim each output dim comes from */
     for (int b = 0; b < dd->n_batch; b++, o++) {
-      if (xs->naxes[dd->lhs_batch[b]]) copy_dim(&c, o, xs, dd->lhs_batch[b]);
-      else copy_dim(&c, o, ys, dd->rhs_batch[b]), from_rhs[o] = true;
+      if (xs->naxes[dd->lhs_batch[b]]) copy_dim(&c, o, xs, dd->lhs_batch[b]), src[o] = dd->lhs_batch[b];
+      else copy_dim(&c, o, ys, dd->rhs_batch[b]), from_rhs[o] = true, src[o] = dd->rhs_batch[b];
     }
     for (int pass = 0; pass < 2; pass++) {
       const ts_node *t = pass ? y : x;
@@ -191,18 +192,23 @@ static void forward(prop *p, int id) {
         bool skip = false;
         for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
         for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
-        if (!skip) from_rhs[o] = pass, copy_dim(&c, o++, ts, i);
+        if (!skip) from_rhs[o] = pass, src[o] = i, copy_dim(&c, o++, ts, i);
       }
     }
     /* A mesh axis splitting a dim from each side (an activation split on
      * the sequence, a weight on its features): the side whose layout was
      * annotated keeps it and the other side is gathered (Megatron: the
-     * weights stay split, the activations move); else the lhs keeps it. */
-    uint32_t on[2] = {0, 0};
+     * weights stay split, the activations move), unless the other side's
+     * dim is its leading (batch) dim (FSDP: the batch stays split, the
+     * weights are gathered); else the lhs keeps it. */
+    uint32_t on[2] = {0, 0}, lead = 0;
     for (int d = 0; d < n->rank; d++)
-      for (int k = 0; k < c.naxes[d]; k++) on[from_rhs[d]] |= 1u << c.axes[d][k];
+      for (int k = 0; k < c.naxes[d]; k++) {
+        on[from_rhs[d]] |= 1u << c.axes[d][k];
+        if (!from_rhs[d] && src[d] == 0) lead |= 1u << c.axes[d][k];
+      }
     if (on[0] & on[1]) {
-      bool rhs_wins = anchored(p, n->in[1]) && !anchored(p, n->in[0]);
+      bool rhs_wins = anchored(p, n->in[1]) && !anchored(p, n->in[0]) && !(lead & on[0] & on[1]);
       for (int d = 0; d < n->rank; d++) {
         if (from_rhs[d] == rhs_wins) continue;
         uint32_t dm = 0;
