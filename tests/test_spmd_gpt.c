@@ -16,9 +16,12 @@
  * logits; the LM head's input gradient one all-reduce. Under sequence
  * parallelism every one of those activation all-reduces becomes a
  * reduce-scatter and an all-gather of the sequence blocks. Every partitioned
- * step matches the 1-device step in f64 (losses and updated parameters to
+ * step (model=2, data=2,model=2, model=4, and fsdp=2,model=2 with the
+ * matrices also split on "fsdp", with and without sequence parallelism)
+ * matches the 1-device step in f64 (losses and updated parameters to
  * 1e-10), and no device's memory plan holds a buffer of the full (B*T, V)
- * logits. */
+ * logits. SHOW=1 prints the collectives (SHOW_SHARDINGS=1 also the
+ * shardings of the FSDP runs). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
