@@ -75,8 +75,28 @@ static int write_config(const char *dir, ts_params *p, int n) {
   return ok ? 0 : -1;
 }
 
+/* Bad input is an error naming the value: a sequence longer than the
+ * position table, heads not dividing d_model. */
+static void bad_input(void) {
+  ts_graph *g = ts_graph_new();
+  ts_params *p = ts_params_new(1);
+  int64_t xs[2] = {1, CFG.seq + 4};
+  ts_nn m;
+  ts_nn_init(&m, g, p, false, TS_NONE);
+  ts_tensor y = ts_model_gpt(&m, &CFG, ts_input(g, "x", TS_I32, 2, xs));
+  CHECK(y == TS_NONE && strstr(ts_last_error(), "sequence length 20") && strstr(ts_last_error(), "seq = 16"),
+        "T > seq: %s", ts_last_error());
+  ts_gpt_config c = CFG;
+  c.heads = 5;
+  CHECK(ts_gpt_config_check(&c) < 0 && strstr(ts_last_error(), "heads = 5 does not divide d_model = 32"), "heads: %s",
+        ts_last_error());
+  ts_params_free(p);
+  ts_graph_free(g);
+}
+
 int main(void) {
   uint64_t seed = ts_test_init("test_gpt_reference", 12);
+  bad_input();
   if (system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
     CHECK(0, "/usr/bin/python3 cannot import torch: run scripts/install-deps.sh and re-run this test");
     return ts_test_finish();

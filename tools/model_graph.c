@@ -1,7 +1,9 @@
 /* model_graph.c — the programs `tessel train` runs and `tessel inspect`
  * shows: the training step (forward, loss, gradients, optimizer update) and
- * the evaluation forward, for the MLP, the MNIST CNN, the CIFAR CNN and the
- * ResNets (tessel/nn.h ts_model_resnet). */
+ * the evaluation forward, for the MLP, the MNIST CNN, the CIFAR CNN, the
+ * ResNets (tessel/nn.h ts_model_resnet) and the GPT (ts_model_gpt: token
+ * inputs x, y (B, T) i32; its evaluation program returns the mean loss, and
+ * a (1, T) logits program serves --sample). */
 #include "model_graph.h"
 
 #include <stdio.h>

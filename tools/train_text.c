@@ -22,6 +22,19 @@
 #define SYNTH_TRAIN_SEED 1
 #define SYNTH_VALID_SEED 2
 
+/* FNV-1a of the file's bytes (0 when unreadable: the sources have read it already). */
+static uint64_t file_hash(const char *path) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  unsigned char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+  fclose(f);
+  return h;
+}
+
 /* How to make the default corpus when it is missing. */
 static void corpus_hint(const char *path) {
   struct stat st;
@@ -64,6 +77,10 @@ int train_text_load(train_run *r) {
     }
     struct stat st;
     int64_t bytes = stat(o->data_file, &st) == 0 ? (int64_t)st.st_size : 0, ntrain = ts_text_train_bytes(bytes);
+    /* every process must read the same text (paths may differ between hosts) */
+    char text[96];
+    snprintf(text, sizeof text, "%lld bytes, FNV-1a %016llx", (long long)bytes, (unsigned long long)file_hash(o->data_file));
+    if (ts_client_check_same(r->client, "the text corpus (--data-file)", text) < 0) return train_lib_error();
     printf("data: %s, %lld bytes: %lld for training (%lld windows of %lld+1 bytes per epoch), %lld for validation "
            "(%lld batches x %lld windows at fixed positions)\n",
            o->data_file, (long long)bytes, (long long)ntrain, (long long)r->train_src->n, (long long)o->seq,

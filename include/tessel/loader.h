@@ -230,7 +230,9 @@ typedef struct {
   /* Placement. mesh NULL: no sharding, one "device" (index 0) holds the whole
    * batch. Otherwise either n_inputs shardings by name — "x" and "y" are
    * required, "mask" defaults to y's — or n_inputs == 1 with name NULL: one
-   * spec for x whose batch-dim entry also shards y and mask. */
+   * spec for x whose batch-dim entry also shards y and mask. Over a token
+   * source, y (B, T) takes x's whole spec in the one-spec form, and a
+   * missing "mask" takes y's batch-dim entry. */
   const ts_mesh *mesh;
   int n_inputs;
   const ts_input_sharding *inputs;

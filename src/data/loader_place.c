@@ -70,7 +70,10 @@ int ld_setup_shardings(ts_loader *l) {
       return set_error("loader: no sharding for input '%s' (the loader's inputs are x %s, y %s and mask (B); "
                           "give x and y, or one spec for x)", ld_in_names[k], ld_shape_text(l, IN_X),
                           ld_shape_text(l, IN_Y));
-  if (!l->in[IN_MASK].sh) l->in[IN_MASK].sh = l->in[IN_Y].sh;
+  if (!l->in[IN_MASK].sh) { /* y's; over tokens, y (B, T)'s batch dim */
+    if (!l->tokens) l->in[IN_MASK].sh = l->in[IN_Y].sh;
+    else if (!(l->in[IN_MASK].sh = l->in[IN_MASK].own = ld_batch_sharding(l->in[IN_Y].sh))) return -1;
+  }
   return 0;
 }
 
