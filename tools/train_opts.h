@@ -54,6 +54,11 @@ typedef struct {
   /* Token data (--model gpt): --seq and --vocab are parsed with the model's
    * flags (0 until set); the data flags below are parsed with the others. */
   int64_t seq, vocab;   /* tokens per sample; vocabulary (256 for bytes) */
+  int64_t layers, d_model, heads; /* the GPT [6, 256, 4] */
+  int64_t sample;        /* --sample N: generate N bytes after training [0] */
+  const char *prompt;    /* --prompt TEXT: what the sample continues [a newline] */
+  double temperature;    /* [0.8] */
+  int64_t top_k;         /* 0 = all [200] */
   const char *data_file; /* --data-file F: the --dataset text corpus [TS_KJV_TEXT] */
   int64_t eval_every;   /* --eval-every N: validation loss every N steps (and at the end) [100] */
   int64_t eval_batches; /* --eval-batches N: validation batches of --batch windows [20] */
@@ -66,6 +71,7 @@ typedef struct {
   int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
   int amp;              /* --amp none|bf16|f16: index into train_amp_names */
   bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
+  bool sequence_parallel; /* --sequence-parallel: the GPT's norms and residuals split on the sequence over "model" */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

@@ -71,6 +71,7 @@ typedef struct train_run {
   ts_sharding *load_sh[2];
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
+  double val_loss;            /* --model gpt: the last validation loss (NAN before the first) */
 } train_run;
 
 /* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
@@ -129,6 +130,12 @@ void train_images_report(train_run *r);
 /* train_loader.c: the training loader over r->train_src: --loader-workers,
  * and per-host loading (--load) over the step program's input shardings. */
 int train_loader_new(train_run *r);
+
+/* train_gpt.c: the validation loss (mean over --eval-batches batches at fixed
+ * positions) into r->val_loss, printed and logged as {"step":N,"val_loss":X}. */
+int train_gpt_evaluate(train_run *r, int64_t step);
+/* train_gpt.c: --sample N: N bytes generated after --prompt, printed. */
+int train_gpt_sample(train_run *r);
 
 /* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);

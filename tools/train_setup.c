@@ -2,6 +2,7 @@
  * (client, rank, who prints), the data and the step counts, and compiling the
  * training, evaluation and tail programs. */
 #include <errno.h>
+#include <math.h> // NAN
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 int train_join(train_run *r) {
   train_opts *o = &r->o;
   if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
-                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP, false) < 0)) {
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP || o->model == MODEL_GPT, false) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
@@ -195,9 +196,14 @@ int train_load_steps(train_run *r, int64_t n_train) {
               (long long)r->total_steps);
     return CLI_EXIT_USAGE;
   }
-  r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
+  bool gpt = o->model == MODEL_GPT; /* nanoGPT's schedule: 100 warm-up steps, cosine to 0.1x */
+  int64_t warm = r->total_steps / 10 < 100 ? r->total_steps / 10 : 100; /* short runs: 10% */
+  if (gpt && r->total_steps >= 200) warm = 100;
+  r->warmup = o->warmup >= 0 ? o->warmup : warm;
   r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
-                              .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
+                              .warmup_steps = r->warmup, .total_steps = r->total_steps,
+                              .min_lr = gpt ? 0.1 * o->lr : 0.0};
+  r->val_loss = NAN;
   if (r->ddp && o->batch % r->nproc) {
     cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o->batch,
               r->nproc);
@@ -211,6 +217,12 @@ int train_load_steps(train_run *r, int64_t n_train) {
 
 /* The shared model builders (model_graph.h) for this run's options. */
 static model_graph_spec graph_spec(const train_opts *o) {
+  if (o->model == MODEL_GPT) /* nanoGPT's recipe: AdamW (0.9, 0.95), decay on matrices, clipping at 1 */
+    return (model_graph_spec){
+        .model = MODEL_GRAPH_GPT, .batch = o->batch,
+        .gpt = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq, .vocab = o->vocab},
+        .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = o->weight_decay,
+                  .clip_norm = 1.0, .decay_matrices_only = true}};
   return (model_graph_spec){
       .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
              : o->model == MODEL_CNN ? MODEL_GRAPH_CNN
@@ -226,7 +238,7 @@ static model_graph_spec graph_spec(const train_opts *o) {
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
  * when building it failed) is freed on success, else by train.c. */
 static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compile_options *co) {
-  bool megatron = r->o.model == MODEL_MLP;
+  bool megatron = r->o.model == MODEL_MLP || r->o.model == MODEL_GPT;
   r->g = g;
   if (!g || (r->mesh && train_mesh_mark(g, r->mesh, megatron) < 0) ||
       program_init(pr, r->client, r->params, g, co) < 0)
@@ -242,6 +254,10 @@ int train_compile(train_run *r) {
   if (o->trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = train_now_s();
   r->gs = graph_spec(o);
+  if (o->model == MODEL_GPT) { /* tensor (and sequence) parallelism on the mesh's "model" axis */
+    r->gs.gpt.mesh = r->mesh;
+    r->gs.gpt.sequence_parallel = o->sequence_parallel;
+  }
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
@@ -253,7 +269,7 @@ int train_compile(train_run *r) {
     double need = 0;
     int states = o->optimizer == 1 ? 2 : o->momentum > 0 ? 1 : 0;
     if (train_mesh_check_memory(r->mesh, ts_client_num_local_devices(r->client), ts_params_trainable_numel(r->params),
-                                states, o->model == MODEL_MLP, &need) < 0) {
+                                states, o->model == MODEL_MLP || o->model == MODEL_GPT, &need) < 0) {
       r->g = step; /* freed by train.c */
       cli_error(CMD, "--mesh %s: %s", o->mesh, ts_last_error());
       return CLI_EXIT_FAIL;
@@ -266,9 +282,10 @@ int train_compile(train_run *r) {
   }
   if (compile_graph(r, step, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
+  if (o->model == MODEL_GPT) r->eval_b = o->batch; /* validation batches are --batch windows, no tail */
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
-  if (r->test.n % r->eval_b && !r->test_src && /* imagefolder: the last batch is padded */
+  if (o->model != MODEL_GPT && r->test.n % r->eval_b && !r->test_src && /* imagefolder: the last batch is padded */
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
   /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
@@ -276,6 +293,16 @@ int train_compile(train_run *r) {
   char capped[64] = "";
   if (asked > ts_client_num_threads(r->client))
     snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
+  if (o->model == MODEL_GPT)
+    printf("tessel train: gpt (%lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld) on %s (%lld training "
+           "windows), %lld params, adamw lr %g (cosine to %g, warm-up %lld) weight decay %g, clip 1, batch %lld, "
+           "%lld steps, %d threads%s; compiled in %.2fs\n",
+           (long long)o->layers, (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+           o->dataset == DATA_TEXT ? o->data_file : "synthetic tokens", (long long)r->train_src->n,
+           (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
+           o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
+           train_now_s() - t0);
+  else
   printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
          train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,
