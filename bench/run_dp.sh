@@ -4,6 +4,10 @@
 # same warm-up and steps, 2 cores in total in every configuration:
 #   1dev         1 process, 1 device x 2 threads            (the reference)
 #   data2        1 process, mesh data=2: 2 devices x 1 thread
+#   data2-rep    data2 with the replicated optimizer update (every device
+#                updates every weight: the layout before weight-update
+#                sharding, tools/train_mesh.h), for the A/B
+#   data2-bind   data2 with the device threads pinned to a core each (--bind)
 #   fsdp2        1 process, mesh fsdp=2: 2 devices x 1 thread
 #   mpi-spmd     2 processes x 1 device x 1 thread, mesh data=2   (mpirun)
 #   mpi-ddp      2 processes, one replica each, bucketed gradient all-reduce
@@ -22,6 +26,9 @@
 # compared: over 50 steps the conv nets' curves drift apart by rounding
 # alone (CNN and ResNet-20: 1e-3 to 1e-2, measured; in f64 the partitioned
 # ResNet-20 equals 1 device to 3e-14, tests/test_resnet_spmd.c).
+# "cpu ms": the CPU time of the process per step (rank 0's under mpirun),
+# from the same best round: the work, a hint that holds on a loaded machine
+# (spinning waits inflate it; OMP_WAIT_POLICY=passive for a fairer 1dev).
 # Environment: ROUNDS (3), WARMUP (20), STEPS (each model's default), MODELS.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,6 +61,8 @@ for round in $(seq "${ROUNDS:-3}"); do
   for m in $models; do
     run 1dev "$bin" --model "$m" --threads 2 "${common[@]}"
     run data2 "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 "${common[@]}"
+    run data2-rep "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 --replicated-update "${common[@]}"
+    run data2-bind "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 --bind "${common[@]}"
     run fsdp2 "$bin" --model "$m" --threads 2 --parallel fsdp --devices 2 "${common[@]}"
     if command -v mpirun >/dev/null; then
       run mpi-spmd "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel spmd "${common[@]}"
@@ -81,9 +90,9 @@ for line in open(sys.argv[1]):
 for line in open(sys.argv[2]):
     m, ms = line.split()
     bw[m] = float(ms)  # ms for one all-reduce of the model's gradients
-order = ["1dev", "data2", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-fsdp"]
+order = ["1dev", "data2", "data2-rep", "data2-bind", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-fsdp"]
 bad = []
-print(f"{'model':9} {'config':9} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9}  loss step 2 / final")
+print(f"{'model':9} {'config':10} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'cpu ms':>8}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):
     ref = best.get(("1dev", m))
     for c in order:
@@ -92,7 +101,7 @@ for m in dict.fromkeys(k[1] for k in best):
             continue
         t, t1 = float(r["median_ms"]), float(ref["median_ms"])
         bound = t1 + (bw.get(m, 0.0) if c != "1dev" else 0.0)
-        print(f"{m:9} {c:9} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f}  {r['check_loss']} / {r['final_loss']}")
+        print(f"{m:9} {c:10} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f} {float(r.get('cpu_ms', 'nan')):8.2f}  {r['check_loss']} / {r['final_loss']}")
         a, b = float(r["check_loss"]), float(ref["check_loss"])
         if c != "1dev" and not (c == "mpi-ddp" and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
             bad.append(f"{c} {m}: loss after one update {a} vs 1dev {b}")

@@ -5,7 +5,7 @@
  *   usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N]
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
- *                           [--devices N (1)]
+ *                           [--devices N (1)] [--replicated-update] [--bind]
  *
  * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
  * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
@@ -24,12 +24,17 @@
  * sides of a comparison warm up equally; the run scripts pass --warmup to
  * both). Prints one line per model:
  *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- *          final_loss=L check_loss=L2
+ *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C
  * (samples/s from the median; L the loss of the last step, %.9g: every
  * configuration runs the same steps on the same data; L2 the loss of the
  * second step, after one update: the scripts check every configuration's L2
  * against one device's (1e-4), since over tens of steps the conv nets'
- * curves drift apart by rounding alone, 1e-3 after 50 steps, measured).
+ * curves drift apart by rounding alone, 1e-3 after 50 steps, measured); G the
+ * gradients' bytes, S the bytes rank 0 sent to other processes per timed step
+ * (metrics NetBytesSent: bench/run_multihost.sh's communication model).
+ * C: this process's CPU time per timed step, all threads (rank 0's under
+ * mpirun): the work a step costs, much less disturbed by other jobs than the
+ * wall time, but inflated by spinning waits (OpenMP's, the collectives').
  * bench/run_train_step.sh compares it with bench/torch_train_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +56,20 @@ static void die(const char *what) {
 
 enum { PAR_NONE, PAR_SPMD, PAR_DDP, PAR_FSDP };
 
+/* CPU seconds of this process (every thread), CLOCK_PROCESS_CPUTIME_ID. */
+static double cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static bool replicated_update; /* --replicated-update: every device updates every weight (A/B) */
+static bool bind_cores;        /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
+
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
                   int devices) {
-  ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices};
+  ts_client_options copts = {.num_threads = threads, .num_devices = par && devices <= 1 ? 1 : devices,
+                             .bind_cores = bind_cores};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
@@ -73,7 +89,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   ts_mesh *mesh = NULL;
   char mesh_text[32];
   snprintf(mesh_text, sizeof mesh_text, "%s=%d", par == PAR_FSDP ? "fsdp" : "data", D);
-  if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) || train_mesh_mark(g, mesh, false) < 0))
+  if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) ||
+       (replicated_update ? train_mesh_mark_replicated_update(g, mesh, false) : train_mesh_mark(g, mesh, false)) < 0))
     die("sharding the step");
   ts_compile_options co = {.replicas = par == PAR_DDP, .mesh = mesh};
   double tc = now_s();
@@ -96,8 +113,12 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   for (int64_t i = 0; i < N_BATCHES * B; i++) yh[i] = (int32_t)(i * 7 % 10);
 
   double *ms = malloc((size_t)steps * sizeof *ms);
+  double cpu0 = 0; /* process CPU time over the timed steps: the work, whatever else runs on the cores */
   float final_loss = 0, check_loss = 0; /* check: the loss of the second step (one update done) */
+  int64_t net0 = 0; /* NetBytesSent (metrics) when the timed steps start */
   for (int t = 0; t < warmup + steps; t++) {
+    if (t == warmup) cpu0 = cpu_s();
+    if (t == warmup) net0 = ts_counter_value("NetBytesSent");
     double t0 = now_s();
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
@@ -116,6 +137,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     if (t == 1) check_loss = lossv;
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
+  double cpu_ms = 1e3 * (cpu_s() - cpu0) / (steps > 0 ? steps : 1);
+  double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
   static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp", "tessel-fsdp"};
@@ -123,9 +146,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld\n",
+           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
-           check_loss, (long long)(4 * ts_params_trainable_numel(p)));
+           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms);
     fflush(stdout);
   }
   ts_mesh_free(mesh);
@@ -146,6 +169,10 @@ int main(int argc, char **argv) {
   int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64, ResNet-20 128) */
   int devices = 1;
   for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--replicated-update") || !strcmp(argv[i], "--bind")) {
+      *(argv[i][2] == 'r' ? &replicated_update : &bind_cores) = true;
+      continue;
+    }
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
       fprintf(stderr, "bench_train_step: %s needs a value\n", argv[i]);
@@ -164,7 +191,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
                       "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
-                      "[--devices N]\n");
+                      "[--devices N] [--replicated-update] [--bind]\n");
       return 2;
     }
     i++;

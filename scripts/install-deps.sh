@@ -10,12 +10,15 @@ pkgs=(
   libdnnl-dev                        # oneDNN: GEMM and convolution kernels
   zlib1g-dev                         # gzipped IDX datasets
   openmpi-bin libopenmpi-dev         # multi-process runtime
+  iproute2 util-linux hostname       # tests/multihost.sh: hosts as network + UTS namespaces
   dataset-fashion-mnist              # the main job's data
   python3-torch python3-numpy        # reference tests and benchmarks
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
   bible-kjv                          # the GPT's default corpus (scripts/make-kjv.sh)
+  libturbojpeg0-dev libpng-dev       # ImageFolder datasets: JPEG and PNG decoding
+  python3-pil                        # tests: writing JPEG/PNG files, the reference decode
 )
 
 missing=()

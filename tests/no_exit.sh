@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # no_exit.sh [BUILD_DIR] — the library never ends the process: no call of
-# exit, _Exit, quick_exit or abort anywhere in src/ except in the body of
+# exit, _exit, _Exit, quick_exit or abort anywhere in src/ except in the body of
 # ts_client_abort (src/runtime/client.c), the documented MPI_Abort path.
 # Comments and string literals are blanked first, so prose such as "its exit
 # (a PAD ...)" does not count. Fails listing every offending line.
@@ -9,7 +9,7 @@ src="$(cd "$(dirname "$0")/.." && pwd)/src"
 exec python3 - "$src" <<'PY'
 import pathlib, re, sys
 src = pathlib.Path(sys.argv[1])
-call = re.compile(r'\b(exit|_Exit|quick_exit|abort)\s*\(')
+call = re.compile(r'\b(exit|_exit|_Exit|quick_exit|abort)\s*\(')
 blank = lambda m: re.sub(r'[^\n]', ' ', m.group(0))
 bad, seen_abort_exit = [], False
 for path in sorted(list(src.rglob('*.c')) + list(src.rglob('*.h'))):

@@ -30,6 +30,23 @@
  * every layer below layer1.2, and by 1e-6 above it; tessel f32 by 6e-3 below
  * layer2.2 and 1e-6 above. The f64 run is what pins the arithmetic down.
  *
+ * bf16 (ts_compile_options.autocast) against torch.autocast('cpu', bfloat16),
+ * ResNet-20 as above, 5 steps, the loss in f32 on both sides. In this
+ * configuration f32 rounding is amplified ~1e4 into the lower layers'
+ * gradients (above); bf16's unit roundoff is 2^-9 = 2e-3, so the two bf16
+ * runs are two samples of noise of order 1 there, and a fixed tolerance per
+ * gradient would test nothing. The bounds instead:
+ *  - losses of all 5 steps within 0.05 absolute (test_amp.c derives it: 21
+ *    contractions x 3 roundings of 2^-9, with margin; measured 2e-2 here);
+ *  - the fc layer's first-step gradients (softmax - onehot times pooled
+ *    features: no amplification below them) within 2e-2 norm-relative
+ *    (measured 6e-3);
+ *  - all first-step gradients together, and all running statistics after 5
+ *    steps, within 2x the distance between PyTorch's own bf16 and f32 runs
+ *    from the same values (two independent noise samples of the same size
+ *    differ by about sqrt(2) x each one's distance from f32; measured 0.23
+ *    vs 0.28 and 0.014 vs 0.015).
+ *
  * Needs /usr/bin/python3 with torch: the test FAILS (never skips) without it. */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +62,8 @@
 #endif
 
 #define MAX_STEPS 5
+#define AMP_LOSS_TOL 0.05
+#define AMP_FC_GRAD_TOL 0.02
 
 typedef struct {
   const char *name;
@@ -53,6 +72,7 @@ typedef struct {
   int steps;
   int64_t batch, channels, size, classes;
   double lr, momentum;
+  ts_dtype amp; /* TS_BF16: compiled with autocast, against torch.autocast (TS_F32: off) */
 } rn_case;
 
 /* The step graph; outputs: loss, the trainable parameters' gradients, then
@@ -124,9 +144,9 @@ static int write_config(const rn_case *rc, const char *dir, ts_params *p, int n_
   snprintf(path, sizeof path, "%s/config.json", dir);
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  fprintf(f, "{\"kind\": \"%s\", \"dtype\": \"%s\", \"channels\": %lld, \"size\": %lld, \"classes\": %lld, "
+  fprintf(f, "{\"kind\": \"%s\", \"amp\": \"%s\", \"dtype\": \"%s\", \"channels\": %lld, \"size\": %lld, \"classes\": %lld, "
              "\"batch\": %lld, \"steps\": %d, \"lr\": %.17g, \"momentum\": %.17g, \"params\": [",
-          rc->name, ts_dtype_name(rc->dt), (long long)rc->channels, (long long)rc->size, (long long)rc->classes,
+          rc->name, rc->amp == TS_BF16 ? "bf16" : "none", ts_dtype_name(rc->dt), (long long)rc->channels, (long long)rc->size, (long long)rc->classes,
           (long long)rc->batch, rc->steps, (double)(float)rc->lr, rc->momentum); /* tessel's lr input is f32 */
   int64_t total = 0;
   for (int i = 0; i < n_model; i++) total += ts_params_numel(p, i);
@@ -190,11 +210,50 @@ static int run_tessel(const rn_case *rc, ts_client *c, ts_graph *g, ts_params *p
   return rc_;
 }
 
+/* ||a - b|| / ||b|| over n values. */
+static double norm_rel(const double *a, const double *b, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) d += (a[i] - b[i]) * (a[i] - b[i]), r += b[i] * b[i];
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* bf16 autocast against torch.autocast; r32 is PyTorch's f32 run from the
+ * same values (the top of the file derives the bounds). */
+static void check_amp(const rn_case *rc, ts_graph *g, ts_params *p, int n, const ts_tensor *wrt, int n_model,
+                      const rn_result *a, const rn_result *b, const rn_result *r32) {
+  double lw = 0, fcw = 0;
+  for (int k = 0; k < rc->steps; k++) lw = fmax(lw, fabs(a->loss[k] - b->loss[k]));
+  int64_t gtotal = 0, stotal = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t m = ts_tensor_numel(g, wrt[k]);
+    if (!strncmp(ts_input_name(g, wrt[k]), "fc.", 3)) fcw = fmax(fcw, norm_rel(a->grads + gtotal, b->grads + gtotal, m));
+    gtotal += m;
+  }
+  for (int i = 0; i < n_model; i++)
+    if (!ts_params_trainable(p, i)) stotal += ts_params_numel(p, i);
+  double g_impl = norm_rel(a->grads, b->grads, gtotal), g_noise = norm_rel(b->grads, r32->grads, gtotal);
+  double s_impl = norm_rel(a->state, b->state, stotal), s_noise = norm_rel(b->state, r32->state, stotal);
+  printf("  bf16 vs torch.autocast: losses within %.3g over %d steps (bound %g); fc gradients %.3g (bound %g);\n"
+         "  all first-step gradients %.3g vs torch's own bf16-f32 distance %.3g; running statistics %.3g vs %.3g "
+         "(bound: 2x torch's distance)\n",
+         lw, rc->steps, AMP_LOSS_TOL, fcw, AMP_FC_GRAD_TOL, g_impl, g_noise, s_impl, s_noise);
+  CHECK(lw <= AMP_LOSS_TOL, "%s bf16: losses differ from torch.autocast by %.3g", rc->name, lw);
+  CHECK(fcw <= AMP_FC_GRAD_TOL, "%s bf16: fc gradients differ from torch.autocast by %.3g", rc->name, fcw);
+  CHECK(g_impl <= 2 * g_noise, "%s bf16: gradients %.3g from torch.autocast, more than 2x torch's bf16-f32 %.3g",
+        rc->name, g_impl, g_noise);
+  CHECK(s_impl <= 2 * s_noise, "%s bf16: running statistics %.3g from torch.autocast, more than 2x torch's %.3g",
+        rc->name, s_impl, s_noise);
+}
+
 /* Compares tessel's run with PyTorch's (see the top of the file for what
  * each dtype checks). */
 static void check(const rn_case *rc, ts_graph *g, ts_params *p, int n, const ts_tensor *wrt, int n_model,
-                  const rn_result *a, const rn_result *b) {
+                  const rn_result *a, const rn_result *b, const rn_result *r32) {
   for (int k = 0; k < rc->steps; k++) printf("  step %d loss tessel %.9g torch %.9g\n", k + 1, a->loss[k], b->loss[k]);
+  if (rc->amp == TS_BF16) {
+    check_amp(rc, g, p, n, wrt, n_model, a, b, r32);
+    return;
+  }
   if (rc->dt == TS_F32) {
     CHECK(compare_d("first loss", a->loss, b->loss, 1, 1e-5, 0, false) == 0, "%s f32: first loss differs", rc->name);
     return;
@@ -238,19 +297,20 @@ static void run_case(const rn_case *rc, const char *tmp, uint64_t seed) {
       n_model = i;
       break;
     }
-  ts_executable *exe = n > 0 ? ts_compile(c, g, NULL) : NULL;
+  ts_executable *exe = n > 0 ? ts_compile(c, g, &(ts_compile_options){.autocast = rc->amp}) : NULL;
   CHECK(exe != NULL, "%s: %s", rc->name, ts_last_error());
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/%s_%s", tmp, rc->name, ts_dtype_name(rc->dt));
+  snprintf(dir, sizeof dir, "%s/%s_%s%s", tmp, rc->name, ts_dtype_name(rc->dt), rc->amp == TS_BF16 ? "_amp" : "");
   int64_t per = rc->batch * rc->channels * rc->size * rc->size, gtotal = 0, stotal = 0;
   for (int k = 0; k < n; k++) gtotal += ts_tensor_numel(g, wrt[k]);
   for (int i = 0; i < n_model; i++)
     if (!ts_params_trainable(p, i)) stotal += ts_params_numel(p, i);
   rn_result a = {{0}, calloc((size_t)gtotal + 1, 8), calloc((size_t)stotal + 1, 8)};
   rn_result b = {{0}, calloc((size_t)gtotal + 1, 8), calloc((size_t)stotal + 1, 8)};
+  rn_result r32 = {{0}, calloc((size_t)gtotal + 1, 8), calloc((size_t)stotal + 1, 8)}; /* amp: torch f32 */
   double *xd = malloc((size_t)(rc->steps * per) * sizeof *xd);
   int32_t *yd = malloc((size_t)(rc->steps * rc->batch) * sizeof *yd);
-  if (!exe || !xd || !yd || !a.grads || !a.state || !b.grads || !b.state || mkdir(dir, 0700) != 0 ||
+  if (!exe || !xd || !yd || !a.grads || !a.state || !b.grads || !b.state || !r32.grads || !r32.state || mkdir(dir, 0700) != 0 ||
       write_config(rc, dir, p, n_model) < 0) {
     CHECK(0, "%s: cannot set up %s", rc->name, dir);
     goto out;
@@ -268,10 +328,14 @@ static void run_case(const rn_case *rc, const char *tmp, uint64_t seed) {
   CHECK(!ok || sys == 0, "'%s' failed (exit status %d)", cmd, sys);
   bool have = ok && sys == 0 && read_file(dir, "losses.bin", b.loss, (size_t)rc->steps * 8) == 0 &&
               read_file(dir, "grads.bin", b.grads, (size_t)gtotal * 8) == 0 &&
-              read_file(dir, "state.bin", b.state, (size_t)stotal * 8) == 0;
+              read_file(dir, "state.bin", b.state, (size_t)stotal * 8) == 0 &&
+              (rc->amp != TS_BF16 || (read_file(dir, "losses_f32.bin", r32.loss, (size_t)rc->steps * 8) == 0 &&
+                                      read_file(dir, "grads_f32.bin", r32.grads, (size_t)gtotal * 8) == 0 &&
+                                      read_file(dir, "state_f32.bin", r32.state, (size_t)stotal * 8) == 0));
   CHECK(!ok || sys != 0 || have, "%s: torch_resnet.py wrote no (or malformed) outputs in %s", rc->name, dir);
-  if (have) check(rc, g, p, n, wrt, n_model, &a, &b);
-  const char *files[] = {"config.json", "params.bin", "x.bin", "y.bin", "losses.bin", "grads.bin", "state.bin"};
+  if (have) check(rc, g, p, n, wrt, n_model, &a, &b, &r32);
+  const char *files[] = {"config.json", "params.bin", "x.bin", "y.bin", "losses.bin", "grads.bin", "state.bin",
+                         "losses_f32.bin", "grads_f32.bin", "state_f32.bin"};
   if (ts_test_failed == 0) {
     for (size_t k = 0; k < sizeof files / sizeof *files; k++) remove_file(dir, files[k]);
     rmdir(dir);
@@ -279,7 +343,7 @@ static void run_case(const rn_case *rc, const char *tmp, uint64_t seed) {
     fprintf(stderr, "  inputs and outputs kept in %s\n", dir);
   }
 out:
-  free(a.grads), free(a.state), free(b.grads), free(b.state), free(xd), free(yd);
+  free(a.grads), free(a.state), free(b.grads), free(b.state), free(r32.grads), free(r32.state), free(xd), free(yd);
   ts_executable_free(exe);
   free(wrt), free(grads);
   ts_graph_free(g);
@@ -296,9 +360,10 @@ int main(void) {
   char tmp[] = "/tmp/tessel_resnet_ref_XXXXXX";
   CHECK(mkdtemp(tmp) != NULL, "mkdtemp failed");
   const rn_case cases[] = {
-      {"resnet20", TS_RESNET20, TS_F64, 5, 8, 1, 28, 10, 0.05, 0.9},
-      {"resnet50", TS_RESNET50, TS_F64, 2, 4, 3, 32, 10, 0.002, 0.9},
-      {"resnet20", TS_RESNET20, TS_F32, 1, 8, 1, 28, 10, 0.05, 0.9},
+      {"resnet20", TS_RESNET20, TS_F64, 5, 8, 1, 28, 10, 0.05, 0.9, TS_F32},
+      {"resnet50", TS_RESNET50, TS_F64, 2, 4, 3, 32, 10, 0.002, 0.9, TS_F32},
+      {"resnet20", TS_RESNET20, TS_F32, 1, 8, 1, 28, 10, 0.05, 0.9, TS_F32},
+      {"resnet20", TS_RESNET20, TS_F32, 5, 8, 1, 28, 10, 0.05, 0.9, TS_BF16},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) run_case(&cases[k], tmp, seed + k);
   if (ts_test_failed == 0) rmdir(tmp);

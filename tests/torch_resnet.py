@@ -12,6 +12,9 @@ name, replays the steps with SGD + momentum in train mode and writes
 DIR/losses.bin (steps), DIR/grads.bin (first-step gradients of the trainable
 parameters, tessel's order) and DIR/state.bin (every batch-norm running
 statistic after the last step, tessel's order), all f64 little-endian.
+With "amp": "bf16" the steps run under torch.autocast('cpu', bfloat16) (the
+loss in f32), after an f32 run from the same values whose outputs get the
+suffix _f32 (losses_f32.bin, ...): how far bf16 itself moves PyTorch.
 """
 import json
 import os
@@ -117,17 +120,34 @@ def main():
     missing = [k for k in sd if k not in new and not k.endswith("num_batches_tracked")]
     if missing:
         sys.exit(f"torch_resnet.py: torch has parameters tessel lacks: {missing[:5]}")
-    net.load_state_dict(new, strict=False)
-    net.train()
     x = torch.from_numpy(np.fromfile(os.path.join(d, "x.bin"), dtype="<f8").reshape(steps, b, c, h, w)).to(dt)
     y = torch.from_numpy(np.fromfile(os.path.join(d, "y.bin"), dtype="<i4").reshape(steps, b)).long()
+    amp = cfg.get("amp") == "bf16"
+    # bf16: the f32 run too (suffix _f32), the scale of bf16's own noise
+    for suffix, autocast in ([("_f32", False)] if amp else []) + [("", amp)]:
+        losses, grads, state = replay(net, new, cfg, x, y, steps, autocast)
+        np.asarray(losses, dtype="<f8").tofile(os.path.join(d, f"losses{suffix}.bin"))
+        grads.astype("<f8").tofile(os.path.join(d, f"grads{suffix}.bin"))
+        state.astype("<f8").tofile(os.path.join(d, f"state{suffix}.bin"))
+
+
+def replay(net, init, cfg, x, y, steps, autocast):
+    """SGD-momentum steps from the initial values `init`; autocast: CPU bf16
+    autocast for the network, the loss in f32 (tessel's policy)."""
+    net.load_state_dict(init, strict=False)
+    net.train()
     named = dict(net.named_parameters())
     trainable = [named[p["name"]] for p in cfg["params"] if p["trainable"]]
     opt = torch.optim.SGD(trainable, lr=cfg["lr"], momentum=cfg["momentum"])
     losses, grads = [], None
     for s in range(steps):
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(net(x[s]), y[s])
+        if autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = net(x[s])
+            loss = nn.functional.cross_entropy(logits.float(), y[s])
+        else:
+            loss = nn.functional.cross_entropy(net(x[s]), y[s])
         loss.backward()
         if s == 0:
             grads = np.concatenate([t.grad.detach().numpy().ravel() for t in trainable])
@@ -135,9 +155,7 @@ def main():
         losses.append(loss.item())
     sd = net.state_dict()
     state = np.concatenate([sd[p["name"]].numpy().ravel() for p in cfg["params"] if not p["trainable"]])
-    np.asarray(losses, dtype="<f8").tofile(os.path.join(d, "losses.bin"))
-    grads.astype("<f8").tofile(os.path.join(d, "grads.bin"))
-    state.astype("<f8").tofile(os.path.join(d, "state.bin"))
+    return losses, grads, state
 
 
 if __name__ == "__main__":

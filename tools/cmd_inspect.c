@@ -27,9 +27,10 @@
 /* Indexed like MODEL_GRAPH_* (model_graph.h). */
 static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
+static const char *const amp_names[] = {"none", "bf16", "f16", NULL};
 
 typedef struct {
-  int model, optimizer;
+  int model, optimizer, amp;
   int64_t batch;
   ts_gpt_config gpt; /* --model gpt: --layers --d-model --heads --seq --vocab */
   const char *mesh, *axis_names;
@@ -65,6 +66,8 @@ static void usage(FILE *f) {
           "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
           "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
           "                           repeatable; overrides the batch default for x and y\n"
+          "  --amp none|bf16|f16      mixed precision as tessel train --amp: adds a table of the\n"
+          "                           compiled ops by the dtype they run in (converts included) [none]\n"
           "  --no-graph               leave out the global graph\n"
           "  --no-program             leave out the per-device program\n"
           "  -h, --help               this text\n");
@@ -88,6 +91,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--model", &v)) != 0) {
       if (r < 0 || cli_parse_choice(CMD, "--model", v, "model", model_names, &o->model) < 0) return -1;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--amp", &v)) != 0) {
+      if (r < 0 || cli_parse_choice(CMD, "--amp", v, "precision", amp_names, &o->amp) < 0) return -1;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--optimizer", &v)) != 0) {
@@ -164,6 +171,40 @@ static void print_text(char *t) {
   free(t);
 }
 
+/* --amp: the compiled program's ops counted by (op, result dtype), read from
+ * its text form ("%12 = conv2d(...) ... : bf16[8,16,28,28]"); the operand
+ * dtypes of the contractions follow from their converts. */
+static void amp_table(const ts_executable *e) {
+  char *t = ts_executable_to_string(e);
+  if (!t) {
+    printf("(not available: %s)\n", ts_last_error());
+    return;
+  }
+  enum { MAXROWS = 128 };
+  struct { char op[32], dt[8]; int n; } rows[MAXROWS];
+  int nr = 0;
+  for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+    if (line[0] != '%') continue; /* fused programs' instructions are indented */
+    const char *eq = strstr(line, " = "), *colon = strrchr(line, ':');
+    if (!eq || !colon) continue;
+    char op[32] = "", dt[8] = "";
+    sscanf(eq + 3, "%31[a-z_0-9]", op);
+    sscanf(colon + 1, " %7[a-z0-9]", dt);
+    if (!strcmp(op, "input") || !strcmp(op, "constant")) continue;
+    int k = 0;
+    while (k < nr && (strcmp(rows[k].op, op) || strcmp(rows[k].dt, dt))) k++;
+    if (k == nr && nr < MAXROWS) {
+      snprintf(rows[nr].op, sizeof rows[nr].op, "%s", op);
+      snprintf(rows[nr].dt, sizeof rows[nr].dt, "%s", dt);
+      rows[nr++].n = 0;
+    }
+    if (k < nr) rows[k].n++;
+  }
+  free(t);
+  printf("%-20s %-6s %6s\n", "op", "dtype", "nodes");
+  for (int k = 0; k < nr; k++) printf("%-20s %-6s %6d\n", rows[k].op, rows[k].dt, rows[k].n);
+}
+
 static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   int64_t ndev = mesh ? ts_mesh_num_devices(mesh) : 1;
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
@@ -174,7 +215,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   model_graph_spec gs = {.model = o->model, .batch = o->batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
-                                   .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
+                                   .weight_decay = o->optimizer == 0 ? 0.0 : 0.01},
+                         .amp = o->amp == 1 ? TS_BF16 : o->amp == 2 ? TS_F16 : TS_F32};
   if (o->model == MODEL_GRAPH_GPT) /* tessel train --model gpt's step */
     gs.gpt = o->gpt, gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95,
                                                   .weight_decay = 0.1, .clip_norm = 1.0, .decay_matrices_only = true};
@@ -195,7 +237,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
       if (mark(g, mesh, name, eq + 1) < 0) goto done;
     }
   }
-  ts_compile_options opts = {.mesh = mesh};
+  ts_compile_options opts = {.mesh = mesh, .autocast = gs.amp};
   if (!(e = ts_compile(c, g, &opts))) goto done;
 
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
@@ -224,6 +266,12 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     section(mesh ? "program of device 0 (with its memory plan)"
                  : "program (with its memory plan)");
     print_text(ts_executable_to_string(e));
+  }
+  if (o->amp) {
+    section(o->amp == 2 ? "mixed precision f16: ops by dtype (f16 is stored/rounded as f16 and computed in f32; "
+                          "a convert f32->f32 node is a fused f16 rounding)"
+                        : "mixed precision bf16: ops by dtype");
+    amp_table(e);
   }
   section("memory per device (bytes)");
   printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");

@@ -62,6 +62,7 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
+  m.sync_bn = o->ddp && o->sync_bn; /* --sync-bn: batch norm over every replica's batch */
   ts_tensor loss = gpt ? ts_gpt_loss(g, ts_model_gpt(&m, &o->gpt, x), y) // nats per token
                        : ts_cross_entropy(g, build_model(&m, o, x), y); // logits (B, classes)
   /* DDP: every replica reports the mean loss of the global batch */
@@ -78,9 +79,15 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
     if (t != TS_NONE) wrt[n++] = t;
   }
   ts_optim_config cfg = o->optim;
-  int rc = ts_grad(g, loss, n, wrt, grads);
+  ts_loss_scaler sc;
+  bool scaled = o->amp == TS_F16;
+  ts_tensor objective = scaled ? ts_loss_scaler_scale(&m, &sc, &o->scaler, loss) : loss;
+  int rc = objective == TS_NONE ? -1 : ts_grad(g, objective, n, wrt, grads);
   if (rc == 0 && o->ddp && ts_ddp_average_gradients(g, n, grads, o->ddp_bucket_bytes) < 0) rc = -1;
-  if (rc == 0) rc = ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
+  if (rc == 0 && scaled) rc = ts_loss_scaler_unscale(&m, &sc, n, grads);
+  if (rc == 0)
+    rc = scaled ? ts_optim_apply_masked(&m, &cfg, lr, sc.optim_step, n, wrt, grads, sc.finite)
+                : ts_optim_apply(&m, &cfg, lr, step, n, wrt, grads);
   if (rc == 0) rc = ts_nn_finish(&m);
   free(wrt);
   free(grads);

@@ -19,6 +19,14 @@ typedef struct {
    * of ddp_bucket_bytes (0 = 1 MiB) and the loss output is the replicas' mean. */
   bool ddp;
   size_t ddp_bucket_bytes;
+  /* Mixed precision: TS_F32 (0) off; TS_BF16 or TS_F16 (compile both programs
+   * with ts_compile_options.autocast = amp). f16 adds the dynamic loss scaler
+   * (tessel/nn.h ts_loss_scaler) to the training step; scaler = its config
+   * (zeros: GradScaler's defaults). */
+  ts_dtype amp;
+  ts_loss_scaler_config scaler;
+  /* DDP: batch-norm statistics over every replica's batch (SyncBatchNorm). */
+  bool sync_bn;
 } model_graph_spec;
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)

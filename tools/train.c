@@ -53,8 +53,12 @@ static int train_finish(train_run *r, int exit_code) {
   }
   if (r->bar) ts_progress_finish(r->bar, NULL);
   ts_loader_free(r->loader); // joins the workers before the dataset goes
+  ts_loader_free(r->eval_loader);
   ts_source_free(r->train_src);
   train_text_free(r);
+  ts_source_free(r->test_src);
+  for (int k = 0; k < 2; k++) ts_sharding_free(r->load_sh[k]);
+  ts_mesh_free(r->load_mesh);
   program_free(&r->step_pr);
   program_free(&r->eval_pr);
   program_free(&r->tail_pr);

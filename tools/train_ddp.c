@@ -2,6 +2,7 @@
  * global batch, and the check that the replicas stay identical. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "train_run.h"
 
@@ -27,6 +28,14 @@ int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, i
 int train_ddp_check_replicas(ts_client *c, ts_params *p, int64_t step) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (int k = 0; k < ts_params_count(p); k++) {
+    /* Batch-norm running statistics are each replica's own unless --sync-bn
+     * (local batches; PyTorch DDP overwrites them with rank 0's at every
+     * forward, so its rank 0 evaluates with the same statistics as ours):
+     * not part of the check. */
+    const char *name = ts_params_name(p, k);
+    size_t len = strlen(name);
+    if ((len > 13 && !strcmp(name + len - 13, ".running_mean")) || (len > 12 && !strcmp(name + len - 12, ".running_var")))
+      continue;
     ts_buffer *b = ts_params_buffer(p, c, k);
     size_t n = b ? ts_buffer_bytes(b) : 0;
     unsigned char *host = b ? malloc(n + 1) : NULL;

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h> // SIGINT, SIGTERM
 #include <stdio.h>
+#include <sys/resource.h> // getrusage: peak RSS
 #include <time.h> // clock_gettime
 
 #include "args.h"            // cli_error, exit codes
@@ -33,34 +34,63 @@ typedef struct {
   double acc;                  /* the last test accuracy */
   double window_loss;          /* the loss shown: mean of the last (up to) 100 steps */
   int64_t window_n;
+  float loss_scale;            /* --amp f16: the scaler's scale after the last step */
+  float skipped;               /* --amp f16: updates skipped so far (inf/NaN gradients) */
 } loop_state;
 
-/* One training step on batch: inputs written, the program run, *loss read. */
-static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, float *loss) {
+/* --amp f16: the loss scaler's state after a step (two rank-0 reads of
+ * replicated parameters: local, no collective), into the metrics
+ * AmpLossScale (value) and AmpSkippedSteps (counter). */
+static int read_amp(train_run *r, loop_state *st) {
+  if (r->o.amp != AMP_F16) return 0;
+  int ks = ts_params_find(r->params, "amp.loss_scale"), kk = ts_params_find(r->params, "amp.skipped_steps");
+  if (ks < 0 || kk < 0) return 0;
+  ts_buffer *bs = ts_params_buffer(r->params, r->client, ks), *bk = ts_params_buffer(r->params, r->client, kk);
+  float scale = 0, skipped = 0;
+  if (!bs || !bk || ts_buffer_read(bs, &scale, sizeof scale) < 0 || ts_buffer_read(bk, &skipped, sizeof skipped) < 0)
+    return -1;
+  ts_metrics_add("AmpLossScale", TS_METRIC_VALUE, (int64_t)scale);
+  if (skipped > st->skipped) ts_metrics_add("AmpSkippedSteps", TS_METRIC_COUNTER, (int64_t)(skipped - st->skipped));
+  st->loss_scale = scale;
+  st->skipped = skipped;
+  return 0;
+}
+
+/* One training step on batch: inputs written, the program run, *loss read
+ * (loss NULL: not read back, --log-every); t gets the host's parts of it. */
+static int run_step(train_run *r, const ts_loader_batch *batch, int64_t step, float *loss, train_step_times *t) {
   program *pr = &r->step_pr;
   float lr = (float)ts_lr_at(&r->sched, step);
   float step1 = (float)(step + 1); // 1-based (bias correction)
   int64_t seed = (int64_t)(r->o.seed * 1000003u + (uint64_t)step);
   if (r->ddp) seed ^= (int64_t)(0x9e3779b97f4a7c15ull * (uint64_t)(r->rank + 1)); /* each replica its own dropout */
   train_fault_maybe(&r->o.fault, r->rank, step);
+  t->t0_ns = ts_metrics_now_ns();
   if ((r->ddp ? train_ddp_upload_rows(batch, pr, r->rank, r->gs.batch) < 0
               : ts_batch_upload(batch, "x", pr->io.x) < 0 || ts_batch_upload(batch, "y", pr->io.y) < 0) ||
       ts_buffer_write(pr->io.lr, &lr, sizeof lr) < 0 || ts_buffer_write(pr->io.step, &step1, sizeof step1) < 0 ||
-      ts_buffer_write(pr->io.seed, &seed, sizeof seed) < 0 || program_run(pr) < 0 ||
-      ts_buffer_read(pr->io.result, loss, sizeof *loss) < 0)
+      ts_buffer_write(pr->io.seed, &seed, sizeof seed) < 0)
     return -1;
+  t->uploaded_ns = ts_metrics_now_ns();
+  if (program_run(pr) < 0) return -1;
+  t->executed_ns = ts_metrics_now_ns();
+  if (loss && ts_buffer_read(pr->io.result, loss, sizeof *loss) < 0) return -1;
+  t->read_ns = ts_metrics_now_ns();
   return 0;
 }
 
 /* The log contract: %.9g round-trips a float, so "exact" comparisons of logs
  * are exact. Opened at the first step, flushed per record (never ends
  * mid-record, even when the process is killed). */
-static int log_step(train_run *r, int64_t step, float loss, double step_ms) {
+static int log_step(train_run *r, const loop_state *st, int64_t step, float loss, double step_ms) {
   if (train_log_open(r) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
   if (!r->log) return CLI_EXIT_OK;
+  char amp[64] = ""; /* --amp f16: the scale after this step and the skipped updates so far */
+  if (r->o.amp == AMP_F16)
+    snprintf(amp, sizeof amp, ",\"loss_scale\":%.9g,\"skipped_steps\":%.0f", st->loss_scale, st->skipped);
   if (isfinite(loss))
-    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f}\n", (long long)step, loss, step_ms);
-  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f}\n", (long long)step, step_ms);
+    fprintf(r->log, "{\"step\":%lld,\"loss\":%.9g,\"step_ms\":%.3f%s}\n", (long long)step, loss, step_ms, amp);
+  else fprintf(r->log, "{\"step\":%lld,\"loss\":null,\"step_ms\":%.3f%s}\n", (long long)step, step_ms, amp);
   return train_log_flush(r);
 }
 
@@ -82,25 +112,33 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if (!batch) return train_lib_error();
     float loss = NAN;
     double step_t0 = train_now_s();
-    if (run_step(r, batch, st->step, &loss) < 0) return train_lib_error();
+    /* --log-every N: the loss of steps N, 2N, ... and of each epoch's last */
+    bool logged = !o->log_every || (st->step + 1) % o->log_every == 0;
+    bool read = logged || s + 1 == r->steps_per_epoch || st->step + 1 == r->total_steps;
+    train_step_times times = {.wait_t0_ns = wait_t0};
+    if (run_step(r, batch, st->step, read ? &loss : NULL, &times) < 0) return train_lib_error();
     st->step++;
     r->steps_done = st->step;
     if (r->ddp && o->check_replicas && st->step % o->check_replicas == 0 &&
         train_ddp_check_replicas(r->client, r->params, st->step) < 0)
       return train_lib_error();
-    if (log_step(r, st->step, loss, 1e3 * (train_now_s() - step_t0)) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    double step_ms = 1e3 * (train_now_s() - step_t0);
+    if (read_amp(r, st) < 0) return train_lib_error();
+    if (logged && log_step(r, st, st->step, loss, step_ms) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (train_ckpt_maybe_save(r, st->step) < 0) return train_lib_error();
-    st->window_loss += loss;
-    st->window_n++;
-    *epoch_loss += loss;
-    (*epoch_n)++;
-    if (!isfinite(loss)) {
+    if (read && isfinite(loss)) {
+      st->window_loss += loss;
+      st->window_n++;
+      *epoch_loss += loss;
+      (*epoch_n)++;
+    } else if (read && o->amp != AMP_F16) { /* --amp f16: the scaler skipped this update; the run goes on */
       cli_error(CMD, "loss is %g at step %lld; try a smaller --lr", loss, (long long)st->step);
       return CLI_EXIT_FAIL;
     }
-    char extra[48];
-    snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
+    char extra[48] = "";
+    if (st->window_n) snprintf(extra, sizeof extra, "loss %.4f", st->window_loss / (double)st->window_n);
     ts_progress_update(r->bar, (s + 1) * o->batch, extra);
+    if (o->profile) train_profile_step(&times, ts_metrics_now_ns());
     if (st->step % 100 == 0) { // the loss shown is the mean of the last 100 steps
       st->window_loss = 0;
       st->window_n = 0;
@@ -119,8 +157,8 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
     if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
   }
   st->train_time += train_now_s() - ts0;
-  char extra[48];
-  snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
+  char extra[48] = "";
+  if (*epoch_n) snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
   ts_progress_finish(r->bar, extra);
   r->bar = NULL;
   if (o->model == MODEL_GPT && !r->stop_signal && (st->step % o->eval_every == 0 || st->step == r->total_steps))
@@ -131,8 +169,10 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
 /* The test accuracy after an epoch: printed, and logged. */
 static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double epoch_loss, int64_t epoch_n) {
   double te = train_now_s();
-  if (train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc) < 0)
+  if ((r->test_src ? train_images_evaluate(r, &r->eval_pr, &st->acc)
+                   : train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc)) < 0)
     return train_lib_error();
+  train_images_report(r); /* --skip-bad-files: what this epoch skipped */
   double t = train_now_s();
   char e1[32], e2[32];
   double per_step = st->train_time / (double)(st->step - st->first_step);
@@ -171,17 +211,14 @@ int train_epochs(train_run *r) {
   const train_opts *o = &r->o;
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
    * augmented per sample) while a step runs. */
-  ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
-                             .augment = r->train_aug};
-  /* token data: r->train_src is the text or synthetic token source (train_text.c) */
-  if (!(r->train_src || (r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
-      !(r->loader = ts_loader_new(r->train_src, &lopts)))
-    return train_lib_error(); /* --model gpt: train_gpt_load made the token source */
+  int lrc = train_loader_new(r);
+  if (lrc != CLI_EXIT_OK) return lrc;
 
   loop_state st = {0};
   if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
   st.first_step = st.step;
   st.start = train_now_s();
+  if (o->profile) train_profile_begin(); /* tracing on, if it is not: the device parts of a step */
   train_stop_install(r->rank == 0 || o->all_ranks); /* from here on, Ctrl-C stops after a step */
   int64_t first_epoch = 1 + st.step / r->steps_per_epoch; /* a resumed run continues in its epoch */
   for (int64_t epoch = first_epoch; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
@@ -196,8 +233,12 @@ int train_epochs(train_run *r) {
       else r->stop_signal = sig;
     }
     if (rc != CLI_EXIT_OK) return rc;
-    if (r->stop_signal) return train_interrupted(r, &st);
+    if (r->stop_signal) {
+      train_images_report(r);
+      return train_interrupted(r, &st);
+    }
   }
+  train_images_report(r);
   if (st.step == st.first_step && st.step > 0) { /* resumed at the end of the run */
     printf("done: the checkpoint is at step %lld of %lld; nothing left to train\n", (long long)st.step,
            (long long)r->total_steps);
@@ -219,5 +260,21 @@ int train_epochs(train_run *r) {
          st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);
   printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
          st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
+  if (o->profile && train_profile_report(r) < 0) return CLI_EXIT_FAIL;
+  if (o->amp == AMP_F16)
+    printf("amp: f16 loss scale %g after %lld steps, %.0f updates skipped (inf/NaN gradients)\n", st.loss_scale,
+           (long long)st.step, st.skipped);
+  /* peak memory: the training step's memory plan (temporaries, largest device) and the process's RSS */
+  size_t plan = 0;
+  for (int d = 0; d < ts_executable_num_devices(r->step_pr.exe); d++) {
+    ts_device_program_info info;
+    if (ts_executable_device_program(r->step_pr.exe, d, &info) == 0 && info.arena_bytes > plan)
+      plan = info.arena_bytes;
+  }
+  struct rusage ru;
+  long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+  ts_metrics_add("PeakRSS", TS_METRIC_PEAK, (int64_t)rss_kb * 1024);
+  printf("memory: step plan %.1f MiB of temporaries per device, peak RSS %.1f MiB\n", (double)plan / (1 << 20),
+         (double)rss_kb / 1024);
   return CLI_EXIT_OK;
 }

@@ -40,7 +40,29 @@ static int mark(ts_graph *g, const ts_mesh *m, ts_tensor t, int n, const int *di
   return rc;
 }
 
-int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) {
+/* An optimizer state input (AdamW's exp_avg / exp_avg_sq, SGD's
+ * momentum_buffer: "<param>.<suffix>", src/nn/optim.c) of a weight (rank >= 2:
+ * biases weigh too little to be worth two collectives). */
+static bool is_update_state(ts_graph *g, ts_tensor t, const char *name) {
+  static const char *const suffix[] = {".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
+  size_t n = strlen(name);
+  for (int k = 0; k < 3; k++) {
+    size_t s = strlen(suffix[k]);
+    if (n > s && strcmp(name + n - s, suffix[k]) == 0) return ts_tensor_rank(g, t) >= 2;
+  }
+  return false;
+}
+
+/* The dim of an optimizer state the "data" axis splits: the first that
+ * divides evenly; -1 when none does or the axis has one device. */
+static int state_dim(ts_graph *g, const ts_mesh *m, ts_tensor t, int data) {
+  int64_t k = data >= 0 ? ts_mesh_axis_size(m, data) : 1;
+  for (int d = 0; k > 1 && d < ts_tensor_rank(g, t); d++)
+    if (ts_tensor_shape(g, t)[d] % k == 0) return d;
+  return -1;
+}
+
+static int mark_inputs(ts_graph *g, const ts_mesh *m, bool megatron, bool shard_update) {
   int data = axis_named(m, "data"), model = megatron ? axis_named(m, "model") : -1, fsdp = axis_named(m, "fsdp");
   for (int i = 0; i < ts_graph_num_inputs(g); i++) {
     ts_tensor t = ts_graph_input(g, i);
@@ -67,9 +89,19 @@ int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) {
           break;
         }
     }
+    if (shard_update && n == 0 && is_update_state(g, t, name)) { /* weight-update sharding on "data" (ZeRO-1) */
+      int d = state_dim(g, m, t, data);
+      if (d >= 0) dims[n] = d, axes[n++] = data;
+    }
     if (mark(g, m, t, n, dims, axes) < 0) return -1;
   }
   return 0;
+}
+
+int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) { return mark_inputs(g, m, megatron, true); }
+
+int train_mesh_mark_replicated_update(ts_graph *g, const ts_mesh *m, bool megatron) {
+  return mark_inputs(g, m, megatron, false);
 }
 
 int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool placed) {
@@ -125,7 +157,10 @@ int train_mesh_check_memory(const ts_mesh *m, int local_devices, int64_t params,
                             double *estimate) {
   int model = megatron ? axis_named(m, "model") : -1, fsdp = axis_named(m, "fsdp");
   double shards = (model >= 0 ? (double)ts_mesh_axis_size(m, model) : 1) * (fsdp >= 0 ? (double)ts_mesh_axis_size(m, fsdp) : 1);
-  double state = (double)params * 4 * (2 + states) / shards; /* f32 parameters, gradients, optimizer states */
+  /* weight-update sharding splits the optimizer state over "data" too (biases aside: still a lower bound) */
+  int data = axis_named(m, "data");
+  double zero1 = data >= 0 ? (double)ts_mesh_axis_size(m, data) : 1;
+  double state = (double)params * 4 * (2 + states / zero1) / shards; /* f32 parameters, gradients, optimizer states */
   double per_device = state + 6.0 * 1024 * 1024;
   *estimate = per_device * local_devices;
   const char *what;

@@ -17,6 +17,19 @@
  * so each device updates only its shard); every other input replicated.
  * Returns 0 or -1 (error set). */
 int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron);
+/* Weight-update sharding (ZeRO-1; XLA's cross-replica weight-update
+ * sharding), part of train_mesh_mark: the optimizer state of every weight
+ * (rank >= 2) that no other axis splits is split over "data" on its first
+ * dim that divides evenly, the parameter itself stays replicated. The
+ * partitioner then reduce-scatters the gradient instead of all-reducing it
+ * (the same sums, in the same order), each device updates its slice only,
+ * and the new weight is all-gathered: the same bytes as the all-reduce, but
+ * the update's work (AdamW: ~half of the MLP's step on one device) is divided
+ * over the devices instead of repeated on each, and so is the state's
+ * memory. Bit for bit the same values as the replicated update.
+ * train_mesh_mark_replicated_update: the same marks without it (the
+ * replicated update, every device updating every weight: bench A/B). */
+int train_mesh_mark_replicated_update(ts_graph *g, const ts_mesh *m, bool megatron);
 
 /* The mesh's axes are ones the shardings above use: "data", "model" (the
  * MLP only: with !megatron a note on stderr says it only replicates),
@@ -30,7 +43,7 @@ int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool
  * memory before anything is compiled for them: every device keeps its own
  * copy of each parameter, its gradient and `states` optimizer states
  * (AdamW 2, SGD with momentum 1), divided over the axes that shard them
- * ("model" with megatron, "fsdp"), plus about 6 MiB for its programs and
+ * ("model" with megatron, "fsdp"; the states over "data" too), plus about 6 MiB for its programs and
  * activations (the MLP measured 17.9 MB per device, 10.7 of them parameter
  * state). *estimate gets the total in bytes (a lower bound). Returns 0, or -1
  * (error set: the estimate, what it counts, and the memory available to this

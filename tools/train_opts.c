@@ -14,10 +14,12 @@
 #define CMD "train"
 
 const char *const train_model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
-const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", "text", NULL};
+const char *const train_dataset_names[] = {"fashion-mnist", "cifar10", "synthetic", "text", "imagefolder", NULL};
 const char *const train_optim_names[] = {"sgd", "adamw", NULL};
 const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
+const char *const train_load_names[] = {"auto", "global", "local", NULL};
+const char *const train_amp_names[] = {"none", "bf16", "f16", NULL};
 
 void cli_train_usage(FILE *f) {
   fprintf(f,
@@ -32,13 +34,16 @@ void cli_train_usage(FILE *f) {
           "                             CIFAR CNN), or a ResNet with torchvision's names and init\n"
           "                             (resnet20/18: the CIFAR layouts; resnet50: torchvision v1.5,\n"
           "                             inputs of at least 32x32) [mlp; cifar10: cnn]\n"
-          "  --dataset fashion-mnist|cifar10|synthetic|text\n"
+          "  --dataset fashion-mnist|cifar10|synthetic|text|imagefolder\n"
           "                             synthetic: random images in the model's natural shape (3x32x32,\n"
-          "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks\n"
+          "                             10 classes; resnet50 3x224x224, 1000 classes), for benchmarks;\n"
+          "                             imagefolder: JPEG/PNG files in DIR/train/<class>/ and\n"
+          "                             DIR/val/<class>/ (ImageNet's layout), resnets only\n"
           "                             [fashion-mnist]\n"
           "  --data-dir DIR             fashion-mnist: IDX files (train-*, t10k-*)\n"
           "                             [" TS_FASHION_MNIST_DIR "];\n"
-          "                             cifar10: data_batch_1..5.bin, test_batch.bin (required)\n"
+          "                             cifar10: data_batch_1..5.bin, test_batch.bin (required);\n"
+          "                             imagefolder: the folder holding train/ and val/ (required)\n"
           "  --dataset text             --model gpt: bytes of --data-file as tokens (vocab 256); the\n"
           "                             first 90%% trains (windows of --seq + 1 bytes in a seeded,\n"
           "                             resumable order), the last 10%% validates [gpt: text];\n"
@@ -49,6 +54,17 @@ void cli_train_usage(FILE *f) {
           "  --eval-every N             gpt: validation loss every N steps and at the end [100]\n"
           "  --eval-batches N           gpt: validation batches of --batch windows at fixed seeded\n"
           "                             positions of the last 10%% [20]\n"
+          "  --image-size S             imagefolder: train on random resized crops of SxS, evaluate on\n"
+          "                             center crops of SxS after resizing the shorter side to S*256/224\n"
+          "                             [224]\n"
+          "  --skip-bad-files           imagefolder: a file that does not decode is counted, reported\n"
+          "                             and replaced by the next readable one [an error naming it]\n"
+          "  --loader-workers N         threads that read, decode and augment batches [imagefolder 4,\n"
+          "                             else 1]\n"
+          "  --load auto|global|local   global: every process prepares the whole global batch; local:\n"
+          "                             each prepares only the rows of its own devices (per-host\n"
+          "                             loading); auto: local when data parallel over processes\n"
+          "                             [auto]\n"
           "  --epochs N                 passes over the training set [mlp 5, cnn 3, resnets 2]\n"
           "  --batch B                  training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32,\n"
           "                             resnet50 8]\n"
@@ -74,6 +90,12 @@ void cli_train_usage(FILE *f) {
           "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
           "                             parallel, one full replica per process, gradients averaged\n"
           "                             in buckets overlapped with the backward pass [spmd]\n"
+          "  --amp none|bf16|f16        mixed precision (PyTorch's CPU autocast policy): convolutions\n"
+          "                             and matmuls in bf16 or f16, f32 weights, accumulation, norms,\n"
+          "                             softmax and loss; f16 adds a dynamic loss scaler (GradScaler)\n"
+          "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
+          "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
+          "                             SyncBatchNorm); without it each replica uses its own [off]\n"
           "  --collective-timeout S     seconds a collective waits for a missing peer before the job\n"
           "                             ends with an error [$TESSEL_COLLECTIVE_TIMEOUT, else 120;\n"
           "                             20 over several processes]\n"
@@ -85,6 +107,15 @@ void cli_train_usage(FILE *f) {
           "  --metrics FILE             write the metrics (CompileTime, ExecuteTime, ...) as JSON\n"
           "                             at the end and print a short report\n"
           "  --trace FILE               write a Chrome/Perfetto trace (chrome://tracing) of the run\n"
+          "  --log-every N              read the loss back and write its step line every N steps\n"
+          "                             only (steps N, 2N, ...; the progress bar and epoch loss use\n"
+          "                             those steps and each epoch's last) [1]\n"
+          "  --profile                  at the end, where a step went, per device: compute,\n"
+          "                             communication (exposed / hidden behind compute), idle, and\n"
+          "                             the host's loader wait, upload, read-back (ms per step)\n"
+          "  --bind                     pin each device thread (and its kernel threads) to its own\n"
+          "                             cores of this process's CPU set; under mpirun bind the ranks\n"
+          "                             to disjoint cores too (--bind-to core --map-by slot:PE=N)\n"
           "  --save-dir D               write sharded checkpoints to D/step-NNNNNNNN (D/latest names the\n"
           "                             newest): parameters, optimizer state, step, loader position\n"
           "  --save-every N             a checkpoint every N steps and at the end [at the end only]\n"
@@ -239,6 +270,18 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       continue;
     }
     CHOICE_FLAG("--parallel", "mode", train_parallel_names, o->parallel)
+    CHOICE_FLAG("--load", "mode", train_load_names, o->load)
+    INT_FLAG("--image-size", 8, "an integer of at least 8", o->image_size)
+    INT_FLAG("--loader-workers", 1, "a positive integer", o->loader_workers)
+    if (strcmp(argv[i], "--skip-bad-files") == 0) {
+      o->skip_bad_files = true;
+      continue;
+    }
+    CHOICE_FLAG("--amp", "precision", train_amp_names, o->amp)
+    if (strcmp(argv[i], "--sync-bn") == 0) {
+      o->sync_bn = true;
+      continue;
+    }
     DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
     if (strcmp(argv[i], "--all-ranks") == 0) {
       o->all_ranks = true;
@@ -252,6 +295,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     if (FLAG("--log-json")) {
       if (r < 0) return -1;
       o->log_json = v;
+      continue;
+    }
+    INT_FLAG("--log-every", 1, "a positive integer", o->log_every)
+    if (strcmp(argv[i], "--profile") == 0 || strcmp(argv[i], "--bind") == 0) {
+      *(argv[i][2] == 'p' ? &o->profile : &o->bind) = true;
       continue;
     }
     INT_FLAG("--save-every", 1, "a positive integer", o->save_every)
@@ -325,8 +373,34 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       return -1;
     }
   }
+  if (o->dataset == DATA_IMAGEFOLDER) {
+    if (o->model >= 0 && o->model != MODEL_RESNET20 && o->model != MODEL_RESNET18 && o->model != MODEL_RESNET50) {
+      cli_error(CMD, "--dataset imagefolder trains a resnet (resnet20, resnet18 or resnet50), not --model %s",
+                train_model_names[o->model]);
+      return -1;
+    }
+    if (o->model < 0) o->model = MODEL_RESNET50;
+    if (!o->data_dir) {
+      cli_error(CMD, "--dataset imagefolder needs --data-dir DIR with DIR/train/<class>/<images> and "
+                     "DIR/val/<class>/<images>");
+      return -1;
+    }
+    if (o->image_size == 0) o->image_size = 224;
+    if (o->image_size > 4096) {
+      cli_error(CMD, "--image-size: %lld is larger than 4096", (long long)o->image_size);
+      return -1;
+    }
+  } else if (o->image_size || o->skip_bad_files) {
+    cli_error(CMD, "%s is for --dataset imagefolder", o->image_size ? "--image-size" : "--skip-bad-files");
+    return -1;
+  }
+  if (o->loader_workers == 0) o->loader_workers = o->dataset == DATA_IMAGEFOLDER ? 4 : 1;
   if (o->check_replicas && o->parallel != PARALLEL_DDP) {
     cli_error(CMD, "--check-replicas compares the replicas of --parallel ddp; an SPMD run has none to compare");
+    return -1;
+  }
+  if (o->sync_bn && o->parallel != PARALLEL_DDP) {
+    cli_error(CMD, "--sync-bn is for --parallel ddp (an SPMD run's batch norm already uses the global batch)");
     return -1;
   }
   if (o->parallel == PARALLEL_DDP && o->mesh) {
@@ -370,5 +444,12 @@ void train_opts_text(const train_opts *o, char *buf, size_t n) {
   if (o->model == MODEL_GPT && len < n)
     snprintf(buf + len, n - len, " layers=%lld d_model=%lld heads=%lld seq=%lld vocab=%lld", (long long)o->layers,
              (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab);
+  len = strlen(buf);
+  if (o->dataset == DATA_IMAGEFOLDER && len < n) /* the same images on every process */
+    snprintf(buf + len, n - len, " image_size=%lld skip_bad_files=%d", (long long)o->image_size, o->skip_bad_files);
+  len = strlen(buf); /* appended only when set: texts of older runs stay valid */
+  if (o->amp && len < n) snprintf(buf + len, n - len, " amp=%s", train_amp_names[o->amp]);
+  len = strlen(buf);
+  if (o->sync_bn && len < n) snprintf(buf + len, n - len, " sync_bn=1");
 }
 

@@ -11,12 +11,15 @@
 #include "train_fault.h" // train_fault (the --testing-fault hook)
 
 enum { MODEL_MLP, MODEL_CNN, MODEL_RESNET20, MODEL_RESNET18, MODEL_RESNET50, MODEL_GPT };
-enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC, DATA_TEXT };
+enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC, DATA_TEXT, DATA_IMAGEFOLDER };
+enum { LOAD_AUTO, LOAD_GLOBAL, LOAD_LOCAL }; /* --load */
 enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
 extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
-    *const train_sched_names[], *const train_parallel_names[];
+    *const train_sched_names[], *const train_parallel_names[], *const train_load_names[],
+    *const train_amp_names[];
+enum { AMP_NONE, AMP_BF16, AMP_F16 };
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -59,6 +62,15 @@ typedef struct {
   const char *data_file; /* --data-file F: the --dataset text corpus [TS_KJV_TEXT] */
   int64_t eval_every;   /* --eval-every N: validation loss every N steps (and at the end) [100] */
   int64_t eval_batches; /* --eval-batches N: validation batches of --batch windows [20] */
+  int64_t log_every;    /* --log-every N: the loss read back and logged every N steps; 0 = every step */
+  bool profile;         /* --profile: per-step breakdown (compute, communication, host, idle) at the end */
+  bool bind;            /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
+  int64_t image_size;   /* --image-size: imagefolder's (3, S, S) [224] */
+  int64_t loader_workers; /* --loader-workers: decode/augment threads; 0 = the default */
+  bool skip_bad_files;  /* --skip-bad-files: imagefolder files that do not decode are counted and skipped */
+  int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
+  int amp;              /* --amp none|bf16|f16: index into train_amp_names */
+  bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
 } train_opts;
 
 /* The run trains on tokens (x, y (B, T) i32), not images. */

@@ -94,8 +94,17 @@ static bool same_file(const path_id *a, const path_id *b) {
 
 /* The dataset file that an existing output is, or NULL: writing there would
  * destroy the training data. The candidates are every name the loaders read. */
-static const char *dataset_file(const train_opts *o, const path_id *id, char *buf, size_t n) {
+static const char *dataset_file(const train_opts *o, const path_id *id, const char *path, char *buf, size_t n) {
   if (!id->exists || !S_ISREG(id->st.st_mode)) return NULL;
+  if (o->dataset == DATA_IMAGEFOLDER) { /* any file under DIR/train or DIR/val */
+    char root[PATH_MAX], file[PATH_MAX];
+    if (!realpath(o->data_dir, root) || !realpath(path, file)) return NULL;
+    for (int v = 0; v < 2; v++) {
+      snprintf(buf, n, "%s/%s/", root, v ? "val" : "train");
+      if (strncmp(file, buf, strlen(buf)) == 0) return snprintf(buf, n, "%s", file), buf;
+    }
+    return NULL;
+  }
   static const char *const mnist[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                                       "t10k-labels-idx1-ubyte"};
   static const char *const cifar[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
@@ -131,7 +140,7 @@ int train_outputs_check(train_run *r) {
   for (int k = 0; k < OUT_COUNT; k++) {
     if (!r->out[k].path) continue;
     if (check_path(&r->out[k], k != OUT_LOG, &ids[k]) < 0) return CLI_EXIT_USAGE;
-    const char *data = dataset_file(o, &ids[k], buf, sizeof buf);
+    const char *data = dataset_file(o, &ids[k], r->out[k].path, buf, sizeof buf);
     if (data) {
       bool same = strcmp(data, r->out[k].path) == 0;
       cli_error(CMD, "%s: '%s' is a file of the dataset%s%s%s; writing it would destroy the training data",

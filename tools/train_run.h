@@ -60,6 +60,15 @@ typedef struct train_run {
   ts_source *val_src;         /* token data: the validation windows */
   ts_loader *val_loader;      /* over val_src, no shuffle, made at the first validation batch */
   int64_t val_next;           /* the validation batch val_loader hands out next */
+  /* --dataset imagefolder: the sources (train_src is the training one) and
+   * the evaluation loader (train.n / test.n hold the sizes, no pixels) */
+  ts_source *test_src;
+  ts_loader *eval_loader;
+  bool eval_local;            /* eval_loader decodes only this process's rows */
+  int64_t bad_reported[2];    /* --skip-bad-files: bad train / val files reported so far */
+  /* per-host loading (train_loader.c): DDP's mesh and batch sharding */
+  ts_mesh *load_mesh;
+  ts_sharding *load_sh[2];
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
   double val_loss;            /* --model gpt: the last validation loss (NAN before the first) */
@@ -108,11 +117,43 @@ int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t
 int train_gpt_evaluate(train_run *r, int64_t step);
 /* train_gpt.c: --sample N: N bytes generated after --prompt, printed. */
 int train_gpt_sample(train_run *r);
+/* train_images.c: --dataset imagefolder: the train and val sources (the
+ * same classes; listings checked equal over the processes) into
+ * r->train_src / r->test_src, sizes into r->train / r->test. */
+int train_images_open(train_run *r);
+/* train_images.c: test accuracy over r->test_src (full batches of r->eval_b
+ * through `full`, the last one padded; per host when training loads per host
+ * over an SPMD mesh and the evaluation batch divides alike). */
+int train_images_evaluate(train_run *r, program *full, double *acc);
+/* train_images.c: --skip-bad-files: prints the bad files found since the last call. */
+void train_images_report(train_run *r);
+
+/* train_loader.c: the training loader over r->train_src: --loader-workers,
+ * and per-host loading (--load) over the step program's input shardings. */
+int train_loader_new(train_run *r);
 
 /* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);
 /* train_ddp.c: the replicas' parameters are the same (a hash compared across processes). */
 int train_ddp_check_replicas(ts_client *c, ts_params *p, int64_t step);
+
+/* train_profile.c: --profile and --bind. The host's clock readings of one
+ * step (ts_metrics_now_ns): waiting for the batch from wait_t0, upload from
+ * t0, execute from uploaded, read-back from executed to read. */
+typedef struct {
+  int64_t wait_t0_ns, t0_ns, uploaded_ns, executed_ns, read_ns;
+} train_step_times;
+/* Before the first step: tracing on (unless it is already), the device
+ * side of --profile comes from the trace's kernel and collective events. */
+void train_profile_begin(void);
+/* After a step; end_ns: the end of its loop iteration (logs, progress). */
+void train_profile_step(const train_step_times *t, int64_t end_ns);
+/* After the run: prints the breakdown per step (host parts; per device
+ * compute, communication exposed and hidden, idle) and logs it as a
+ * {"profile":{...}} record. 0, or -1 after printing why. */
+int train_profile_report(train_run *r);
+/* --bind: says which CPUs each local device is pinned to. */
+void train_print_binding(ts_client *c);
 
 /* train_loop.c: monotonic seconds. */
 double train_now_s(void);

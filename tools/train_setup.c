@@ -9,6 +9,7 @@
 #include <sys/stat.h> // stat: is the dataset missing or damaged?
 
 #include "args.h"            // cli_error, exit codes
+#include "tessel/imagefolder.h" // TS_IMAGENET_MEAN
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
@@ -35,7 +36,8 @@ int train_join(train_run *r) {
   ts_client_options copts = {.num_threads = (int)o->threads,
                              .num_devices = r->ddp ? 1 : 0,
                              .total_devices = !r->ddp && r->mesh ? (int)ts_mesh_num_devices(r->mesh) : 0,
-                             .collective_timeout_ms = o->timeout_s > 0 ? (int)(o->timeout_s * 1000 + 0.5) : 0};
+                             .collective_timeout_ms = o->timeout_s > 0 ? (int)(o->timeout_s * 1000 + 0.5) : 0,
+                             .bind_cores = o->bind};
   if (!(r->client = ts_client_new(&copts))) {
     cli_error(CMD, "%s", ts_last_error());
     ts_mesh_free(r->mesh);
@@ -136,6 +138,7 @@ static int load_data(train_run *r) {
       return CLI_EXIT_FAIL;
     return 0;
   }
+  if (o->dataset == DATA_IMAGEFOLDER) return train_images_open(r); /* files decoded as the loader goes */
   bool cifar = o->dataset == DATA_CIFAR10;
   if (cifar) rc = ts_cifar10_load(o->data_dir, "train", &r->train) < 0 || ts_cifar10_load(o->data_dir, "test", &r->test) < 0;
   else rc = ts_mnist_load(o->data_dir, "train", &r->train) < 0 || ts_mnist_load(o->data_dir, "t10k", &r->test) < 0;
@@ -150,11 +153,11 @@ static int load_data(train_run *r) {
 int train_load(train_run *r) {
   train_opts *o = &r->o;
   if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
-  bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
+  bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC, folder = o->dataset == DATA_IMAGEFOLDER;
   int lrc = load_data(r);
   if (lrc) return lrc;
   const ts_dataset *train = &r->train, *test = &r->test;
-  int want_c = cifar || synth ? 3 : 1, want_hw = synth ? train->h : cifar ? 32 : 28;
+  int want_c = cifar || synth || folder ? 3 : 1, want_hw = synth ? train->h : folder ? (int)o->image_size : cifar ? 32 : 28;
   for (int k = 0; k < 2; k++) { /* each set's own shape in the message */
     const ts_dataset *d = k ? test : train;
     if (d->c != want_c || d->h != want_hw || d->w != want_hw) {
@@ -170,8 +173,10 @@ int train_load(train_run *r) {
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
   if (cifar) r->norm = (ts_augment){.mean = TS_CIFAR10_MEAN, .std = TS_CIFAR10_STD};
   if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
+  if (folder) r->norm = (ts_augment){.mean = TS_IMAGENET_MEAN, .std = TS_IMAGENET_STD};
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
+  if (folder) r->train_aug.hflip = true; /* after the random resized crop the source made */
   return train_load_steps(r, train->n);
 }
 
@@ -225,7 +230,9 @@ static model_graph_spec graph_spec(const train_opts *o) {
              : o->model == MODEL_RESNET18 ? MODEL_GRAPH_RESNET18 : MODEL_GRAPH_RESNET50,
       .batch = o->batch, .c = o->c, .h = o->h, .w = o->w, .classes = o->classes,
       .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
-                .momentum = o->momentum, .weight_decay = o->weight_decay}};
+                .momentum = o->momentum, .weight_decay = o->weight_decay},
+      .amp = o->amp == AMP_BF16 ? TS_BF16 : o->amp == AMP_F16 ? TS_F16 : TS_F32,
+      .sync_bn = o->sync_bn};
 }
 
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
@@ -250,6 +257,7 @@ int train_compile(train_run *r) {
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
+  co.autocast = r->gs.amp; /* --amp: the autocast pass, for training and evaluation */
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
   ts_graph *step = model_train_graph(&r->gs, r->params);
   if (step) r->program_hash = ts_graph_hash(step); /* before the mesh marks it: any mesh alike */
@@ -273,7 +281,7 @@ int train_compile(train_run *r) {
   if (o->model == MODEL_GPT) r->eval_b = o->batch; /* validation batches are --batch windows, no tail */
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
-  if (o->model != MODEL_GPT && r->test.n % r->eval_b &&
+  if (o->model != MODEL_GPT && r->test.n % r->eval_b && !r->test_src && /* imagefolder: the last batch is padded */
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
   /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
@@ -303,6 +311,12 @@ int train_compile(train_run *r) {
            "(tessel inspect shows them)\n",
            o->mesh, ts_client_num_devices(r->client), r->nproc, r->nproc > 1 ? "es" : "",
            ts_executable_num_collectives(r->step_pr.exe));
+  if (o->bind) train_print_binding(r->client); /* train_profile.c */
+  if (o->amp)
+    printf("AMP: %s autocast: convolutions and matmuls in %s%s, f32 weights, norms, softmax and loss%s\n",
+           train_amp_names[o->amp], train_amp_names[o->amp],
+           o->amp == AMP_F16 ? " (stored as f16, computed in f32: no f16 arithmetic on this CPU)" : "",
+           o->amp == AMP_F16 ? "; dynamic loss scaler (init 65536, x2 every 2000 clean steps, x0.5 on inf/NaN)" : "");
   if (r->ddp)
     printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", r->nproc,
            (long long)r->gs.batch, ts_executable_num_collectives(r->step_pr.exe) - 1);

@@ -77,6 +77,10 @@ struct ts_source {
   int seq;
   int vocab;
   int (*get_tokens)(const ts_source *s, int64_t i, uint64_t key, int32_t *tokens);
+  /* Optional: called instead of get by the loader, with the sample's
+   * augmentation key (ts_loader_augment_key(seed, epoch, i)), for sources
+   * that augment while decoding (ImageFolder's random resized crop). */
+  int (*get_keyed)(const ts_source *s, int64_t i, uint64_t key, uint8_t *pixels, int32_t *label);
 };
 
 /* Sources from these two are the caller's (ts_source_free, after every loader

@@ -77,6 +77,13 @@ typedef struct {
   int n_updates;
   ts_tensor update_param[512]; /* ResNet-50 has 53 batch norms, 2 statistics each */
   ts_tensor update_value[512];
+  /* DDP replica programs (ts_compile_options.replicas): training-mode batch
+   * norm takes its statistics over every replica's batch (PyTorch's
+   * SyncBatchNorm: mean, then the variance around it, each averaged with a
+   * ts_replica_all_reduce, equal replica batches assumed; the backward pass
+   * all-reduces too). false (ts_nn_init): each replica's own batch, like
+   * DDP without SyncBatchNorm. Set after ts_nn_init. */
+  bool sync_bn;
 } ts_nn;
 
 void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor seed);
@@ -184,6 +191,46 @@ int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor
 /* The global L2 norm of n gradients as a rank-0 f32 node (the norm of the
  * per-tensor norms, as PyTorch computes it): what clip_norm compares. */
 ts_tensor ts_global_norm(ts_graph *g, int n, const ts_tensor *grads);
+
+/* ---- mixed precision: dynamic loss scaling (f16) ----
+ * torch.cuda.amp.GradScaler inside the compiled step (no host round-trip):
+ * the loss is multiplied by the scale, the gradients divided by it; if any
+ * gradient holds an inf or NaN the update is skipped (every parameter and
+ * optimizer state, AdamW's step count included, keeps its value bit for bit)
+ * and the scale is multiplied by backoff_factor; after growth_interval clean
+ * steps in a row it is multiplied by growth_factor. The decision is one value
+ * for the whole program: the finiteness test reduces over the global
+ * gradients (SPMD: the partitioner all-reduces it; DDP: it reads the averaged
+ * gradients, identical on every replica). State (non-trainable parameters,
+ * saved with the model): "amp.loss_scale", "amp.growth_tracker",
+ * "amp.skipped_steps", "amp.optim_step" (rank-0 f32). Use it with
+ * ts_compile_options.autocast = TS_F16. */
+typedef struct {
+  double init_scale;       /* 0: 65536 */
+  double growth_factor;    /* 0: 2 */
+  double backoff_factor;   /* 0: 0.5 */
+  int64_t growth_interval; /* 0: 2000 */
+} ts_loss_scaler_config;
+
+typedef struct {
+  ts_loss_scaler_config cfg; /* defaults filled in */
+  ts_tensor scale;           /* rank-0 f32 state: the scale this step uses */
+  ts_tensor finite;          /* rank-0 bool: every gradient finite (set by ts_loss_scaler_unscale) */
+  ts_tensor optim_step;      /* rank-0 f32: 1-based count of applied updates including this one */
+} ts_loss_scaler;
+
+/* Declares the scaler state in m and returns loss * scale (differentiate
+ * that). cfg NULL: GradScaler's defaults. */
+ts_tensor ts_loss_scaler_scale(ts_nn *m, ts_loss_scaler *s, const ts_loss_scaler_config *cfg, ts_tensor loss);
+/* grads[i] <- grads[i] / scale (f32 gradients), s->finite <- all of them
+ * finite, and the scaler's state updates as aliased outputs (scale, growth
+ * tracker, skipped steps, optimizer step). Call after any gradient averaging. */
+int ts_loss_scaler_unscale(ts_nn *m, ts_loss_scaler *s, int n, ts_tensor *grads);
+/* ts_optim_apply where every new value is select(keep_if, new, old): with
+ * keep_if = s->finite and step = s->optim_step, a skipped step changes
+ * nothing. keep_if TS_NONE: ts_optim_apply. */
+int ts_optim_apply_masked(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
+                          const ts_tensor *params, const ts_tensor *grads, ts_tensor keep_if);
 
 /* ---- data parallel: DDP ----
  * For a replica program (ts_compile_options.replicas; one replica per

@@ -56,6 +56,14 @@ typedef struct {
   /* A client of this process alone even under an MPI launcher (e.g. work
    * one rank does by itself); its devices are numbered from 0. */
   bool process_local;
+  /* Pin each local device's thread (and the kernel and collective threads
+   * it starts) to cores of its own: device i of this process gets
+   * threads-per-device cores of the process's CPU set (sched_getaffinity),
+   * after those of the processes before it (mpirun --bind-to none: every
+   * rank sees the whole set). Device 0 runs on the caller's thread, pinned
+   * only during each execute. Fails (ts_client_new returns NULL, error set)
+   * when the set has fewer CPUs than devices x threads per device. */
+  bool bind_cores;
 } ts_client_options;
 
 /* opts may be NULL (defaults). Owned: ts_client_free, last (see above).
@@ -67,6 +75,9 @@ const char *ts_client_platform(const ts_client *c); /* "cpu" (a static string) *
 /* Number of devices (ids 0..N-1) and the compute threads each one uses. */
 int ts_client_num_devices(const ts_client *c);
 int ts_client_threads_per_device(const ts_client *c);
+/* With bind_cores: the CPUs local device `device` is pinned to, as a list
+ * ("2,3") into buf (n bytes); returns 1, or 0 when it is not bound. */
+int ts_client_device_cpus(const ts_client *c, int device, char *buf, size_t n);
 
 /* ---- several processes (one per host, launched by mpirun or srun) ----
  * Under an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the
@@ -97,7 +108,9 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text);
 int ts_client_max(ts_client *c, int64_t value, int64_t *max);
 /* Ends every process of the job with exit code `code` (MPI_Abort): after an
  * error in one process the others would wait in their next collective until
- * it times out. Alone: exit(code). Never returns. */
+ * it times out. When the abort has not ended this process within 5 s (the
+ * launcher cannot reach every host: a partition), it exits by itself with
+ * `code`, saying so on stderr. Alone: exit(code). Never returns. */
 void ts_client_abort(ts_client *c, int code);
 
 /* ---- buffers (device memory; on the CPU backend, aligned host memory) ----
@@ -169,6 +182,16 @@ typedef struct {
    * Bit-identical to uncombined. no_combine turns it off. */
   bool no_combine;
   size_t combine_bytes;
+  /* Mixed precision (PyTorch's CPU autocast policy as a compiler pass):
+   * TS_BF16 or TS_F16 run every f32 dot_general / conv2d (forward and both
+   * backward convolutions) in that type, operands converted, f32 accumulation
+   * inside the kernel, result converted back to f32; softmax, losses, norms,
+   * reductions, the optimizer and collectives stay f32, and so do the weights
+   * (each weight is converted once per step). TS_F16 is stored and rounded as
+   * f16 and computed in f32 (no f16 arithmetic on AVX-512 CPUs without
+   * AVX512_FP16); pair it with a loss scaler (tessel/nn.h ts_loss_scaler).
+   * TS_F32 (0): off. Other dtypes are an error. */
+  ts_dtype autocast;
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be

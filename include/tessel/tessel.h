@@ -22,6 +22,7 @@
 #include "tessel/nn.h"
 #include "tessel/data.h"
 #include "tessel/loader.h"
+#include "tessel/imagefolder.h"
 #include "tessel/metrics.h"
 #include "tessel/ckpt.h"
 

@@ -432,7 +432,28 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
    * result is piecewise constant, and collectives only appear after
    * partitioning (differentiate the 1-device program instead). */
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
-  case TS_OP_COMPARE: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER:
+  case TS_OP_ALL_REDUCE:
+    /* A replica all-reduce (ts_replica_all_reduce: one group, id -1 = every
+     * replica) of sum or mean is its own adjoint under DDP's convention:
+     * each replica differentiates its own loss and the replicas' gradients
+     * are then averaged, so d(mean_r L_r)/dx_r = mean over replicas of the
+     * cotangents (SyncBatchNorm's backward all-reduce). */
+    if (c.n.attr.coll && c.n.attr.coll->n == 1 && c.n.attr.coll->ids[0] < 0 &&
+        (c.n.attr.reduce == TS_REDUCE_SUM || c.n.attr.reduce == TS_REDUCE_MEAN)) {
+      if (!need[0]) break;
+      ts_attr a = c.n.attr;
+      a.coll = NULL, a.fused = NULL;
+      ts_tensor t = ir_append(g, TS_OP_ALL_REDUCE, c.n.dtype, c.n.rank, c.n.shape, 1, &c.dz, &a);
+      if (t == TS_NONE || ir_node_copy_owned(&g->nodes[t], &c.n) < 0) {
+        rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "autodiff: out of memory (all-reduce adjoint)");
+        break;
+      }
+      contrib[0] = t;
+      break;
+    }
+    rc = set_error("autodiff: node %%%d (all_reduce) has no adjoint (only replica all-reduces of sum or mean do)", z);
+    break;
+  case TS_OP_COMPARE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER:
   case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
     rc = set_error("autodiff: node %%%d (%s) has no adjoint", z, ir_op_name(op));
     break;

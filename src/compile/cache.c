@@ -81,9 +81,9 @@ int cache_key_make(const ts_graph *g, const ts_compile_options *opts, const char
   /* only options that change the compiled program (not verbose) */
   char head[256];
   snprintf(head, sizeof head,
-           "tessel %s cache %d serialize %d opts simplify=%d cse=%d fusion=%d combine=%d/%zu extra=%zu\n",
+           "tessel %s cache %d serialize %d opts simplify=%d cse=%d fusion=%d combine=%d/%zu autocast=%d extra=%zu\n",
            TS_VERSION_STRING, TS_CACHE_FORMAT_VERSION, TS_SERIALIZE_VERSION, !o.no_simplify, !o.no_cse,
-           !o.no_fusion, !o.no_combine, o.combine_bytes, extra ? strlen(extra) : (size_t)0);
+           !o.no_fusion, !o.no_combine, o.combine_bytes, (int)o.autocast, extra ? strlen(extra) : (size_t)0);
   size_t lh = strlen(head), le = extra ? strlen(extra) : 0, ls = strlen(st), lt = strlen(text);
   char *all = malloc(lh + le + ls + lt + 1);
   if (!all) {

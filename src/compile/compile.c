@@ -50,7 +50,21 @@ ts_graph *compile_graph(const ts_graph *g, const ts_compile_options *opts) {
     set_error("compile: the graph has no outputs (mark results with ts_graph_add_output)");
     return NULL;
   }
+  if (o.autocast != TS_F32 && o.autocast != TS_BF16 && o.autocast != TS_F16) {
+    set_error("compile: autocast dtype %s is not supported (bf16, f16, or f32 for off)",
+              (unsigned)o.autocast < TS_DTYPE_COUNT ? ts_dtype_name(o.autocast) : "invalid");
+    return NULL;
+  }
   ts_graph *w = opt_rebuild(g, NULL, NULL, NULL);
+  if (w && (o.autocast == TS_BF16 || o.autocast == TS_F16)) {
+    int changed = 0;
+    ts_graph *a = opt_autocast(w, o.autocast, &changed);
+    if (o.verbose && a)
+      fprintf(stderr, "tessel compile: %-8s %5d -> %5d nodes (%d ops in %s)\n", "autocast", w->n_nodes, a->n_nodes,
+              changed, ts_dtype_name(o.autocast));
+    ts_graph_free(w);
+    w = a;
+  }
   if (w && !o.no_simplify) w = run_pass(w, opt_simplify, "simplify", o.verbose);
   if (w && !o.no_cse) w = run_pass(w, opt_cse, "cse", o.verbose);
   if (w) w = run_pass(w, opt_dce, "dce", o.verbose);

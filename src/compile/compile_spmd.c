@@ -102,6 +102,7 @@ int ts_executable_device_program(const ts_executable *e, int device, ts_device_p
   if (!e || !out || device < 0 || device >= n)
     return set_error("executable_device_program: device %d is not one of the program's %d", device, n);
   const ts_executable *x = e->n_dev ? e->dev[device] : e;
+  if (!x) return set_error("executable_device_program: device %d runs in another process", device);
   *out = (ts_device_program_info){x->plan.arena_bytes, x->plan.const_bytes, x->g->n_nodes};
   return 0;
 }

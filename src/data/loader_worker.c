@@ -99,7 +99,8 @@ static int ld_fill(ts_loader *l, ts_loader_batch *b, const int64_t *order, uint8
     }
     int32_t label = -1;
     ts_clear_error(); /* a user source may fail without a message */
-    if (s->get(s, idx, pix, &label) < 0) {
+    uint64_t key = ld_sample_key(l->o.seed, b->epoch, idx);
+    if ((s->get_keyed ? s->get_keyed(s, idx, key, pix, &label) : s->get(s, idx, pix, &label)) < 0) {
       if (!*ts_last_error())
         set_error("%s: reading sample %lld failed", s->name ? s->name : "source", (long long)idx);
       return -1;
@@ -107,8 +108,7 @@ static int ld_fill(ts_loader *l, ts_loader_batch *b, const int64_t *order, uint8
     if (label < 0 || label >= s->num_classes)
       return set_error("%s: sample %lld has label %d, outside [0, %d)", s->name, (long long)idx, label,
                           s->num_classes);
-    aug_apply_lut(&l->o.augment, &l->lut, pix, s->c, s->h, s->w, ld_sample_key(l->o.seed, b->epoch, idx),
-                     x);
+    aug_apply_lut(&l->o.augment, &l->lut, pix, s->c, s->h, s->w, key, x);
     b->y[r] = label;
     b->mask[r] = 1.0f;
     b->local_valid++;

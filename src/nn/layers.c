@@ -9,6 +9,7 @@
 
 #include "util/error.h"
 #include "tessel/nn.h"
+#include "tessel/spmd.h" /* ts_replica_all_reduce: SyncBatchNorm */
 
 #define BN_MOMENTUM 0.1
 #define NORM_EPS 1e-5
@@ -131,6 +132,37 @@ static int nn_record_update(ts_nn *m, ts_tensor param, ts_tensor value) {
   return 0;
 }
 
+/* SyncBatchNorm's statistics in a DDP replica program: the mean over every
+ * replica's batch (the mean of the replicas' means: equal batches), then the
+ * biased variance around it the same way; *unbias = n / (n - 1) for the
+ * global count n = per_channel * replicas (the replica count is an
+ * all-reduce of 1, so the graph does not depend on it). */
+static ts_tensor nn_sync_batch_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, int64_t per_channel,
+                                    ts_tensor *mean, ts_tensor *var, ts_tensor *unbias) {
+  int r = ts_tensor_rank(g, x);
+  int64_t shape[TS_MAX_RANK], cshape[TS_MAX_RANK];
+  int dims[TS_MAX_RANK], n = 0;
+  for (int d = 0; d < r; d++) {
+    shape[d] = ts_tensor_shape(g, x)[d];
+    cshape[d] = d == 1 ? shape[d] : 1;
+    if (d != 1) dims[n++] = d;
+  }
+  ts_dtype dt = ts_tensor_dtype(g, x);
+  ts_tensor mu = ts_replica_all_reduce(g, ts_reduce(g, x, TS_REDUCE_MEAN, n, dims, false), TS_REDUCE_MEAN); // (C)
+  ts_tensor xc = ts_sub(g, x, ts_reshape(g, mu, r, cshape));
+  ts_tensor v = ts_replica_all_reduce(g, ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, n, dims, false),
+                                      TS_REDUCE_MEAN); // (C), biased
+  ts_tensor inv = ts_rsqrt(g, ts_add(g, v, ts_scalar(g, dt, NORM_EPS)));
+  ts_tensor y = ts_mul(g, xc, ts_reshape(g, inv, r, cshape));
+  y = ts_add(g, ts_mul(g, y, ts_reshape(g, gamma, r, cshape)), ts_reshape(g, beta, r, cshape));
+  ts_tensor total = ts_mul(g, ts_replica_all_reduce(g, ts_scalar(g, dt, 1.0), TS_REDUCE_SUM),
+                           ts_scalar(g, dt, (double)per_channel));
+  *unbias = ts_div(g, total, ts_sub(g, total, ts_scalar(g, dt, 1.0)));
+  *mean = mu;
+  *var = v;
+  return y;
+}
+
 ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   if (!nn_check(m, x, "batch_norm", name)) return TS_NONE;
   int r = ts_tensor_rank(m->g, x);
@@ -161,13 +193,15 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
     return TS_NONE;
   }
   ts_tensor mean = TS_NONE, var = TS_NONE; // (C), biased var
-  ts_tensor y = ts_batch_norm_train(m->g, x, gamma, beta, NORM_EPS, &mean, &var);
+  ts_tensor unbias = TS_NONE;
+  ts_graph *g = m->g;
+  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(g, x, gamma, beta, per_channel, &mean, &var, &unbias)
+                           : ts_batch_norm_train(m->g, x, gamma, beta, NORM_EPS, &mean, &var);
   if (y == TS_NONE) return TS_NONE;
   /* running = (1 - momentum) * running + momentum * batch statistic, with the
    * variance made unbiased (n / (n - 1)) as PyTorch does. */
-  ts_graph *g = m->g;
   ts_tensor keep = ts_scalar(g, dt, 1.0 - BN_MOMENTUM), mom = ts_scalar(g, dt, BN_MOMENTUM);
-  ts_tensor unbias = ts_scalar(g, dt, (double)per_channel / (double)(per_channel - 1));
+  if (unbias == TS_NONE) unbias = ts_scalar(g, dt, (double)per_channel / (double)(per_channel - 1));
   ts_tensor new_mean = ts_add(g, ts_mul(g, keep, rmean), ts_mul(g, mom, mean));
   ts_tensor new_var = ts_add(g, ts_mul(g, keep, rvar), ts_mul(g, mom, ts_mul(g, var, unbias)));
   if (nn_record_update(m, rmean, new_mean) != 0 || nn_record_update(m, rvar, new_var) != 0) return TS_NONE;

@@ -25,9 +25,11 @@ static ts_tensor optim_state(ts_nn *m, const char *param, const char *suffix, ts
                        (ts_init){TS_INIT_ZEROS, 0, 0}, false);
 }
 
-/* Adds value as an output written into input `into`. */
-static int optim_write(ts_graph *g, ts_tensor into, ts_tensor value) {
+/* Adds value as an output written into input `into`; with a mask `keep`
+ * (rank-0 bool, or TS_NONE) the output is select(keep, value, into). */
+static int optim_write(ts_graph *g, ts_tensor into, ts_tensor value, ts_tensor keep) {
   if (value == TS_NONE) return -1;
+  if (keep != TS_NONE && (value = ts_select(g, keep, value, into)) == TS_NONE) return -1;
   int o = ts_graph_add_output(g, value);
   if (o < 0) return -1;
   return ts_graph_alias_output(g, o, into);
@@ -99,7 +101,7 @@ static double optim_wd(ts_graph *g, const ts_optim_config *c, ts_tensor p) {
 }
 
 static int optim_sgd(ts_nn *m, const ts_optim_config *c, ts_tensor lr, const char *name, ts_tensor p,
-                     ts_tensor gr) {
+                     ts_tensor gr, ts_tensor keep) {
   ts_graph *g = m->g;
   ts_dtype dt = ts_tensor_dtype(g, p);
   ts_tensor d = gr;
@@ -111,10 +113,10 @@ static int optim_sgd(ts_nn *m, const ts_optim_config *c, ts_tensor lr, const cha
     ts_tensor mom = ts_scalar(g, dt, c->momentum);
     ts_tensor nbuf = ts_add(g, ts_mul(g, mom, buf), d);
     d = c->nesterov ? ts_add(g, d, ts_mul(g, mom, nbuf)) : nbuf;
-    if (optim_write(g, buf, nbuf) != 0) return -1;
+    if (optim_write(g, buf, nbuf, keep) != 0) return -1;
   }
   ts_tensor lr_p = ts_tensor_dtype(g, lr) == dt ? lr : ts_convert(g, lr, dt);
-  return optim_write(g, p, ts_sub(g, p, ts_mul(g, lr_p, d)));
+  return optim_write(g, p, ts_sub(g, p, ts_mul(g, lr_p, d)), keep);
 }
 
 /* torch.optim.AdamW (amsgrad off), t = step (1-based); lr and t are the
@@ -125,7 +127,7 @@ static int optim_sgd(ts_nn *m, const ts_optim_config *c, ts_tensor lr, const cha
  *   v = b2 * v + (1 - b2) * g^2
  *   p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
 static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tensor t, const char *name,
-                       ts_tensor p, ts_tensor gr) {
+                       ts_tensor p, ts_tensor gr, ts_tensor keep) {
   ts_graph *g = m->g;
   ts_dtype dt = ts_tensor_dtype(g, p);
   double b1 = c->beta1 != 0 ? c->beta1 : 0.9, b2 = c->beta2 != 0 ? c->beta2 : 0.999;
@@ -152,12 +154,17 @@ static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tens
   ts_tensor bc2_sqrt = ts_convert(g, ts_sqrt(g, bc2), dt);
   ts_tensor denom = ts_add(g, ts_div(g, ts_sqrt(g, nv), bc2_sqrt), ts_scalar(g, dt, eps));
   ts_tensor np = ts_sub(g, pd, ts_mul(g, step_size, ts_div(g, nm, denom)));
-  if (optim_write(g, ma, nm) != 0 || optim_write(g, va, nv) != 0) return -1;
-  return optim_write(g, p, np);
+  if (optim_write(g, ma, nm, keep) != 0 || optim_write(g, va, nv, keep) != 0) return -1;
+  return optim_write(g, p, np, keep);
 }
 
 int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
                    const ts_tensor *params, const ts_tensor *grads) {
+  return ts_optim_apply_masked(m, cfg, lr, step, n, params, grads, TS_NONE);
+}
+
+int ts_optim_apply_masked(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
+                          const ts_tensor *params, const ts_tensor *grads, ts_tensor keep) {
   if (!m || !m->g || !m->p || !cfg || (n > 0 && (!params || !grads)))
     return set_error("ts_optim_apply: NULL argument (context, config, params or grads)");
   if (cfg->kind != TS_OPTIM_SGD && cfg->kind != TS_OPTIM_ADAMW)
@@ -167,6 +174,9 @@ int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor
   ts_graph *g = m->g;
   if (!optim_scalar_ok(g, lr, "the learning rate `lr`")) return -1;
   if (cfg->kind == TS_OPTIM_ADAMW && !optim_scalar_ok(g, step, "the step number `step`")) return -1;
+  if (keep != TS_NONE && (keep < 0 || keep >= ts_graph_num_nodes(g) || ts_tensor_rank(g, keep) != 0 ||
+                          ts_tensor_dtype(g, keep) != TS_BOOL))
+    return set_error("optimizer: the update mask must be a rank-0 bool tensor (tensor %d)", keep);
   if (!(cfg->clip_norm >= 0)) return set_error("ts_optim_apply: clip_norm %g must be >= 0", cfg->clip_norm);
   for (int i = 0; i < n; i++)
     if (!optim_check(m, i, params[i], grads[i])) return -1;
@@ -184,8 +194,8 @@ int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor
       ts_dtype dt = ts_tensor_dtype(g, gr);
       gr = ts_mul(g, gr, dt == TS_F32 ? coef : ts_convert(g, coef, dt));
     }
-    int rc = cfg->kind == TS_OPTIM_SGD ? optim_sgd(m, cfg, lr, name, params[i], gr)
-                                       : optim_adamw(m, cfg, lr, step, name, params[i], gr);
+    int rc = cfg->kind == TS_OPTIM_SGD ? optim_sgd(m, cfg, lr, name, params[i], gr, keep)
+                                       : optim_adamw(m, cfg, lr, step, name, params[i], gr, keep);
     if (rc != 0) return -1;
   }
   return 0;

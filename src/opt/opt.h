@@ -52,6 +52,9 @@ ts_graph *opt_simplify(const ts_graph *g, int *changed);
 ts_graph *opt_cse(const ts_graph *g, int *changed);
 ts_graph *opt_dce(const ts_graph *g, int *changed);
 ts_graph *opt_fuse(const ts_graph *g, int *changed);
+/* Mixed precision (autocast.c): dot/conv nodes of f32 run in dt (TS_BF16, or
+ * TS_F16 stored as f16 and computed in f32) between converts; other dt: a copy. */
+ts_graph *opt_autocast(const ts_graph *g, ts_dtype dt, int *changed);
 /* All-reduce combining: all-reduces of one device group, dtype and reduction
  * packed into buckets of about bucket_bytes (combine.c). Bit-identical. */
 ts_graph *opt_combine(const ts_graph *g, size_t bucket_bytes, int *changed);

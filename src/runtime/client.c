@@ -5,9 +5,14 @@
  * the processes exchange their device counts and number every device
  * globally, process-major; each process sets up only its own devices. */
 #include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h> /* _exit, pause */
 
 #include "comm/comm.h"
 #include "comm/net.h"       /* processes: MPI */
@@ -141,7 +146,14 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
   if (c->comm) comm_set_timeout_ms(c->comm, c->timeout_ms);
-  if (ndev > 1 && !(c->pool = rt_pool_new(ndev - 1))) {
+  bool bind = opts && opts->bind_cores;
+  if ((ndev > 1 || bind) && !(c->pool = rt_pool_new(ndev - 1))) {
+    ts_client_free(c);
+    return NULL;
+  }
+  /* several processes sharing one CPU set (mpirun --bind-to none) take
+   * consecutive cores: this one starts after the devices of the ones before */
+  if (bind && rt_pool_bind(c->pool, c->threads_per_device, me * ndev * c->threads_per_device) < 0) {
     ts_client_free(c);
     return NULL;
   }
@@ -207,9 +219,58 @@ int ts_client_max(ts_client *c, int64_t value, int64_t *max) {
   return rc;
 }
 
+/* Seconds MPI_Abort may take before the process ends by itself: the abort
+ * travels through the launcher (the local daemon, mpirun, the other hosts'
+ * daemons), and a partition or a lost host can stop it on the way. */
+enum { ABORT_GRACE_S = 5 };
+
+typedef struct {
+  int code, rank;
+} abort_watch;
+
+static _Thread_local bool t_is_watchdog;
+static _Atomic int g_aborting;
+
+/* The watchdog of ts_client_abort: when MPI_Abort has not ended the process
+ * after ABORT_GRACE_S, it says so and calls ts_client_abort again, which on
+ * this thread ends the process at once. */
+static void *abort_watchdog(void *arg) {
+  abort_watch w = *(abort_watch *)arg;
+  nanosleep(&(struct timespec){ABORT_GRACE_S, 0}, NULL);
+  fprintf(stderr,
+          "tessel: process %d: MPI_Abort has not ended this process within %d s (the launcher cannot reach "
+          "every host: a network partition or a lost host?); exiting by itself with code %d\n",
+          w.rank, ABORT_GRACE_S, w.code);
+  t_is_watchdog = true;
+  ts_client_abort(NULL, w.code);
+  return NULL;
+}
+
 /* The only function of the library that ends the process (tests/no_exit.sh
- * checks that src/ calls exit and abort nowhere else). */
+ * checks that src/ calls exit and abort nowhere else). With several
+ * processes it asks MPI to end the job and, so that the process does not
+ * depend on that abort reaching it, starts a watchdog that ends it after
+ * ABORT_GRACE_S. */
 void ts_client_abort(ts_client *c, int code) {
+  if (t_is_watchdog) { /* the watchdog: MPI_Abort did not finish */
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code ? code : 1);
+  }
+  if (atomic_exchange(&g_aborting, 1)) /* another thread is ending the process (its watchdog, if MPI hangs) */
+    for (;;) pause();
+  if (c && c->net) {
+    static abort_watch w;
+    pthread_t th;
+    pthread_attr_t attr;
+    w = (abort_watch){code ? code : 1, c->process_index};
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (pthread_create(&th, &attr, abort_watchdog, &w) != 0)
+        fprintf(stderr, "tessel: process %d: could not start the abort watchdog\n", c->process_index);
+      pthread_attr_destroy(&attr);
+    }
+  }
   net_abort(c ? c->net : NULL, code); /* MPI_Abort: ends every process of the job */
   exit(code);                         /* alone */
 }
@@ -217,5 +278,10 @@ void ts_client_abort(ts_client *c, int code) {
 int ts_client_num_threads(const ts_client *c) { return c ? c->num_threads : 0; }
 int ts_client_num_devices(const ts_client *c) { return c ? c->num_devices : 0; }
 int ts_client_threads_per_device(const ts_client *c) { return c ? c->threads_per_device : 0; }
+
+int ts_client_device_cpus(const ts_client *c, int device, char *buf, size_t n) {
+  if (!c || !buf || n == 0 || !rt_is_local(c, device)) return 0;
+  return rt_pool_cpus(c->pool, device - c->first_local, buf, n);
+}
 
 const char *ts_client_platform(const ts_client *c) { return c ? c->dev.platform : "none"; }

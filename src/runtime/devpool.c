@@ -5,8 +5,20 @@
  * waits on a condition variable for the next run (a generation counter), runs
  * its device's program and reports back. Creating threads on every execute
  * would cost their start-up and, worse, a fresh OpenMP team per device on
- * every step (libgomp keeps a team per master thread, dropped on exit). */
+ * every step (libgomp keeps a team per master thread, dropped on exit).
+ *
+ * Binding (ts_client_options.bind_cores, rt_pool_bind): device i is pinned to
+ * its own cores of the process's CPU set — cpus_per_device of them, from
+ * position offset + i * cpus_per_device (offset: the devices of the
+ * processes before this one on a shared CPU set). Workers pin themselves
+ * when they start, so the threads they create later (their OpenMP team,
+ * their collective worker) inherit the same cores; device 0 runs on the
+ * caller's thread, which is pinned for the run and given its own mask back
+ * after it, so threads the caller creates later are not confined. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np, CPU_* (--bind) */
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "metrics/metrics_internal.h" /* DeviceThreadsCreated */
@@ -24,6 +36,7 @@ struct rt_pool {
   rt_pool_fn fn;
   void *arg;
   pthread_mutex_t run_lock;  /* one run at a time: runs from several threads queue here */
+  cpu_set_t *cpus;           /* (want + 1) per device when bound; NULL: not bound */
 };
 
 typedef struct {
@@ -35,6 +48,7 @@ static void *worker(void *arg) {
   worker_arg w = *(worker_arg *)arg;
   free(arg);
   rt_pool *p = w.p;
+  if (p->cpus) pthread_setaffinity_np(pthread_self(), sizeof p->cpus[w.index], &p->cpus[w.index]);
   uint64_t seen = 0;
   pthread_mutex_lock(&p->lock);
   for (;;) {
@@ -84,9 +98,52 @@ static int start_workers(rt_pool *p) {
   return 0;
 }
 
+int rt_pool_bind(rt_pool *p, int cpus_per_device, int offset) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+    return set_error("bind: cannot read this process's CPU set (sched_getaffinity failed)");
+  int list[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) list[n++] = c;
+  int devices = p->want + 1, need = devices * (cpus_per_device > 0 ? cpus_per_device : 1);
+  if (need > n)
+    return set_error("bind: %d device%s x %d thread%s need %d cores of their own but this process may run on "
+                     "%d CPU%s (its affinity mask); use fewer devices or threads, or do not bind",
+                     devices, devices == 1 ? "" : "s", need / devices, need / devices == 1 ? "" : "s", need, n,
+                     n == 1 ? "" : "s");
+  cpu_set_t *cpus = calloc((size_t)devices, sizeof *cpus);
+  if (!cpus) return set_error_code(TS_ERR_OUT_OF_MEMORY, "bind: out of memory");
+  for (int d = 0; d < devices; d++) {
+    CPU_ZERO(&cpus[d]);
+    for (int k = 0; k < need / devices; k++) CPU_SET(list[((offset > 0 ? offset : 0) + d * (need / devices) + k) % n], &cpus[d]);
+  }
+  free(p->cpus);
+  p->cpus = cpus;
+  return 0;
+}
+
+int rt_pool_cpus(const rt_pool *p, int device, char *buf, size_t n) {
+  if (!p || !p->cpus || device < 0 || device > p->want || n == 0) return 0;
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int c = 0; c < CPU_SETSIZE && used < n; c++)
+    if (CPU_ISSET(c, &p->cpus[device])) used += (size_t)snprintf(buf + used, n - used, used ? ",%d" : "%d", c);
+  return 1;
+}
+
+/* Device 0 on the calling thread: pinned to its cores for the run. */
+static void run_first(rt_pool *p, rt_pool_fn fn, void *arg) {
+  cpu_set_t old;
+  bool pinned = p && p->cpus && pthread_getaffinity_np(pthread_self(), sizeof old, &old) == 0 &&
+                pthread_setaffinity_np(pthread_self(), sizeof p->cpus[0], &p->cpus[0]) == 0;
+  fn(arg, 0);
+  if (pinned) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+}
+
 int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
   if (!p || p->want == 0) {
-    fn(arg, 0);
+    run_first(p, fn, arg);
     return 0;
   }
   pthread_mutex_lock(&p->run_lock);
@@ -101,7 +158,7 @@ int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
   p->gen++;
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->lock);
-  fn(arg, 0); /* device 0 on the calling thread, beside the workers */
+  run_first(p, fn, arg); /* device 0 on the calling thread, beside the workers */
   pthread_mutex_lock(&p->lock);
   while (p->pending > 0) pthread_cond_wait(&p->done, &p->lock);
   pthread_mutex_unlock(&p->lock);
@@ -121,5 +178,6 @@ void rt_pool_free(rt_pool *p) {
   pthread_mutex_destroy(&p->lock);
   pthread_mutex_destroy(&p->run_lock);
   free(p->th);
+  free(p->cpus);
   free(p);
 }

@@ -136,6 +136,27 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
   return ret;
 }
 
+/* A single-device program on a client with one local device and a pool
+ * (bind_cores): run through the pool, which pins the calling thread. */
+typedef struct {
+  ts_executable *e;
+  ts_buffer *const *inputs;
+  ts_buffer **bufs;
+  int rc;
+} one_run;
+
+static void run_one(void *arg, int i) {
+  one_run *o = arg;
+  (void)i;
+  o->rc = run_device(o->e, o->e->device, o->inputs, o->bufs);
+}
+
+static int run_single(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
+  if (!e->client->pool || e->client->num_local != 1) return run_device(e, e->device, inputs, bufs);
+  one_run o = {e, inputs, bufs, 0};
+  return rt_pool_run(e->client->pool, run_one, &o) < 0 ? -1 : o.rc;
+}
+
 int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) {
   if (!e) return set_error("execute: executable is NULL");
   const ts_graph *g = e->g;
@@ -161,7 +182,7 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;
-  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_device(e, e->device, inputs, bufs) < 0) goto done;
+  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_single(e, inputs, bufs) < 0) goto done;
   for (int k = 0; k < g->n_outputs; k++) outputs[k] = bufs[k];
   rc = 0;
 done:

@@ -20,6 +20,13 @@ typedef void (*rt_pool_fn)(void *arg, int i);
 rt_pool *rt_pool_new(int n_workers);
 int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg);
 void rt_pool_free(rt_pool *p);
+/* Pins device i of the pool (0..n_workers) to cpus_per_device cores of the
+ * process's CPU set of its own, from position offset + i * cpus_per_device
+ * (modulo the set). 0, or -1 (error set: the counts) when the set has fewer
+ * CPUs than devices x cpus_per_device or cannot be read. Before the first run. */
+int rt_pool_bind(rt_pool *p, int cpus_per_device, int offset);
+/* The CPUs device `device` is pinned to ("0,1") into buf: 1, or 0 when not bound. */
+int rt_pool_cpus(const rt_pool *p, int device, char *buf, size_t n);
 
 struct ts_client {
   ts_device dev;          /* the first local device (every single-device path uses it) */
@@ -34,7 +41,7 @@ struct ts_client {
   int *device_process;    /* (num_devices) the process of each device */
   struct ts_net *net;     /* NULL alone */
   int timeout_ms;         /* collectives and process exchanges; 0 = none */
-  rt_pool *pool;          /* threads of local devices 1..num_local-1; NULL with one */
+  rt_pool *pool;          /* threads of local devices 1..num_local-1; NULL with one (unless bound) */
 };
 
 static inline bool rt_is_local(const ts_client *c, int device) {

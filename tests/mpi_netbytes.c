@@ -1,0 +1,140 @@
+/* mpi_netbytes.c — what the collectives across processes cost in bytes on
+ * the network (src/comm/hier.c over net.c, counted by the metrics counters
+ * NetBytesSent / NetBytesReceived / NetMessages). Run under mpirun with 2 or
+ * more processes (ctest: -n 2, -n 3 and -n 4 --oversubscribe).
+ *
+ * One device per process (P devices), N = 2^20 floats:
+ *  - all-reduce sends at most 2(P-1)/P * N * 4 bytes per process (the
+ *    bandwidth term of a ring or of recursive halving/doubling: it does not
+ *    grow with P) and receives as much, in 2(P-1) messages (a direct
+ *    reduce-scatter then all-gather: one step each, so small messages pay one
+ *    latency, not P-1);
+ *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4;
+ *  - every result is checked against the known sum.
+ * With two devices per process it prints what the hierarchical all-reduce
+ * sends (each local device's raw contribution crosses, so that the sums are
+ * bit-identical to one process: (k+1)(P-1)/P * N * 4 with k local devices). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/net.h"
+#include "harness.h"
+#include "tessel/metrics.h"
+
+enum { N = 1 << 20, MAXP = 8 };
+
+typedef struct {
+  ts_comm *c;
+  int dev, n_dev;
+  float *buf;
+  int rc;
+  char err[256];
+} job;
+
+static void *all_reduce_main(void *arg) {
+  job *j = arg;
+  int group[2 * MAXP];
+  for (int i = 0; i < j->n_dev; i++) group[i] = i;
+  j->rc = comm_all_reduce(j->c, j->dev, group, j->n_dev, TS_F32, TS_REDUCE_SUM, j->buf, j->buf, N);
+  if (j->rc) snprintf(j->err, sizeof j->err, "%s", ts_last_error());
+  return NULL;
+}
+
+static int64_t sent(void) { return ts_counter_value("NetBytesSent"); }
+static int64_t received(void) { return ts_counter_value("NetBytesReceived"); }
+static int64_t messages(void) { return ts_counter_value("NetMessages"); }
+
+int main(void) {
+  ts_test_init("mpi_netbytes", 20261203);
+  bool failed = false;
+  ts_net *net = net_world(&failed);
+  CHECK(!failed && net && net_size(net) >= 2 && net_size(net) <= MAXP, "run under mpirun with 2..%d processes (%s)",
+        MAXP, failed ? ts_last_error() : "no MPI");
+  if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
+  int P = net_size(net), me = net_rank(net);
+  ts_metrics_set_enabled(true);
+  float *buf = malloc((size_t)N * sizeof *buf), *part = malloc((size_t)N * sizeof *part);
+  CHECK(buf && part, "out of memory");
+  if (!buf || !part) return ts_test_finish();
+  double ideal = 2.0 * (P - 1) / P * N * 4, slack = 2.0 * (P - 1) * 64; /* chunks are aligned to 64 bytes */
+
+  /* one device per process */
+  int proc_of[2 * MAXP];
+  for (int d = 0; d < P; d++) proc_of[d] = d;
+  ts_comm *c = comm_new_world(P, proc_of, me, 1, net);
+  CHECK(c != NULL, "%s", ts_last_error());
+  comm_set_timeout_ms(c, 30000);
+  int group[MAXP];
+  for (int d = 0; d < P; d++) group[d] = d;
+  for (int i = 0; i < N; i++) buf[i] = (float)(me + 1) + (float)(i % 7);
+  int64_t s0 = sent(), r0 = received(), m0 = messages();
+  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, buf, buf, N));
+  int64_t s = sent() - s0, r = received() - r0, m = messages() - m0;
+  int bad = 0;
+  for (int i = 0; i < N; i++)
+    bad += buf[i] != (float)(P * (P + 1) / 2) + (float)P * (float)(i % 7);
+  CHECK(bad == 0, "process %d: %d wrong sums", me, bad);
+  printf("P=%d all-reduce of %d bytes: process %d sent %lld, received %lld bytes (2(P-1)/P*N = %.0f) in %lld "
+         "messages\n", P, N * 4, me, (long long)s, (long long)r, ideal, (long long)m);
+  CHECK(s >= ideal - slack && s <= ideal + slack, "process %d sent %lld bytes, expected 2(P-1)/P*N = %.0f", me,
+        (long long)s, ideal);
+  CHECK(r >= ideal - slack && r <= ideal + slack, "process %d received %lld bytes, expected %.0f", me,
+        (long long)r, ideal);
+  CHECK(m == 4 * (P - 1), "process %d: %lld messages (expected 2 steps x (P-1) peers x send+receive = %d)", me,
+        (long long)m, 4 * (P - 1));
+
+  /* all-gather of N/P floats per member, reduce-scatter down to N/P */
+  int64_t per = N / P;
+  for (int i = 0; i < per; i++) part[i] = (float)(me * 1000 + i % 13);
+  s0 = sent();
+  CHECK_OK(comm_all_gather(c, me, group, P, part, buf, 1, (size_t)per * 4));
+  s = sent() - s0;
+  bad = 0;
+  for (int p = 0; p < P; p++)
+    for (int i = 0; i < per; i++) bad += buf[p * per + i] != (float)(p * 1000 + i % 13);
+  CHECK(bad == 0, "process %d: all-gather: %d wrong", me, bad);
+  CHECK(s == (int64_t)(P - 1) * per * 4, "all-gather: process %d sent %lld bytes, expected (P-1)/P*N = %lld", me,
+        (long long)s, (long long)(P - 1) * per * 4);
+  for (int i = 0; i < per * P; i++) buf[i] = (float)(i % 5);
+  s0 = sent();
+  CHECK_OK(comm_reduce_scatter(c, me, group, P, TS_F32, TS_REDUCE_SUM, buf, part, 1, per));
+  s = sent() - s0;
+  bad = 0;
+  for (int i = 0; i < per; i++) bad += part[i] != (float)P * (float)((me * per + i) % 5);
+  CHECK(bad == 0, "process %d: reduce-scatter: %d wrong", me, bad);
+  CHECK(s == (int64_t)(P - 1) * per * 4, "reduce-scatter: process %d sent %lld bytes, expected (P-1)/P*N = %lld",
+        me, (long long)s, (long long)(P - 1) * per * 4);
+  comm_free(c);
+
+  /* two devices per process: what the hierarchical all-reduce sends */
+  for (int d = 0; d < 2 * P; d++) proc_of[d] = d / 2;
+  c = comm_new_world(2 * P, proc_of, 2 * me, 2, net);
+  CHECK(c != NULL, "%s", ts_last_error());
+  comm_set_timeout_ms(c, 30000);
+  float *buf2 = malloc((size_t)N * sizeof *buf2);
+  CHECK(buf2 != NULL, "out of memory");
+  if (c && buf2) {
+    job j[2] = {{c, 2 * me, 2 * P, buf, 0, ""}, {c, 2 * me + 1, 2 * P, buf2, 0, ""}};
+    for (int i = 0; i < N; i++) buf[i] = 1.0f, buf2[i] = 2.0f;
+    pthread_t th;
+    s0 = sent();
+    pthread_create(&th, NULL, all_reduce_main, &j[1]);
+    all_reduce_main(&j[0]);
+    pthread_join(th, NULL);
+    s = sent() - s0;
+    CHECK(j[0].rc == 0 && j[1].rc == 0, "process %d: %s%s", me, j[0].err, j[1].err);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += buf[i] != 3.0f * (float)P || buf2[i] != 3.0f * (float)P;
+    CHECK(bad == 0, "process %d: 2 devices: %d wrong sums", me, bad);
+    printf("P=%d, 2 devices per process, all-reduce of %d bytes: process %d sent %lld bytes (%.2f x N; one device "
+           "per process: %.2f x N)\n", P, N * 4, me, (long long)s, (double)s / (N * 4.0), ideal / (N * 4.0));
+  }
+  free(buf2);
+  comm_free(c);
+  free(buf);
+  free(part);
+  return ts_test_finish();
+}

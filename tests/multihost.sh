@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# multihost.sh BUILD_DIR — tessel across several hosts for real: each host is
+# a network + UTS namespace of this machine (its own interface, address and
+# hostname), joined by a bridge on a private test subnet; mpirun starts the
+# ranks from a --hostfile through an rsh agent that enters a host's namespace,
+# over TCP only (btl self,tcp; btl/oob restricted to the test subnet).
+#  - SPMD --mesh data=2 (1 device per host), data=2,model=2
+#    (2 devices per host), fsdp=2, and --parallel ddp over 2 and 3 hosts follow
+#    the 1-device loss curve within 1e-4 relative;
+#  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
+#    (metrics NetBytesSent);
+#  - faults in the middle of a run (collective timeout 5 s), each ending every
+#    tessel process on every host within 60 s, non-zero, with a message naming
+#    the processes it lost:
+#      partition   host 1's link set down: each side names the other;
+#      lost host   every process of host 1 killed (its daemon too): host 0's
+#                  rank names process 1, or mpirun names the lost host;
+#      cut daemon  host 1's MPI daemon frozen, then its link down: MPI_Abort
+#                  cannot finish there, and host 1's rank exits by itself
+#                  (ts_client_abort's watchdog).
+# Needs root (ip netns, ip link): CI runs it as root. Without it the test FAILS
+# (it never passes silently). Everything it creates carries the prefix tsh<pid>
+# and is removed on exit, on failure too (trap). The hosts: tests/netns.bash.
+set -u
+build="${1:?usage: multihost.sh BUILD_DIR}"
+tessel="$(cd "$build" && pwd)/tessel"
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" # OpenMPI's allocations (tests/CMakeLists.txt)
+t_start=$(date +%s)
+
+. "$(dirname "${BASH_SOURCE[0]}")/netns.bash" # netns_up, netns_kill, netns_down
+mpiruns=()
+cleanup() {
+  local x
+  for x in "${mpiruns[@]:-}"; do [ -n "$x" ] && kill -9 "$x" 2>/dev/null; done
+  netns_down
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+if ! netns_up 3 "$tmp"; then
+  bad "cannot create the namespace hosts: $netns_error (this test needs root, ip netns and veth/bridge links; CI runs it as root)"
+  echo "$passed passed, $failed failed"
+  exit 1
+fi
+echo "hosts ${hosts[*]} on $net (bridge $br)"
+
+# each rank's stderr and exit code in files: a partitioned host's output cannot reach mpirun
+cat >"$tmp/rec" <<'EOF'
+#!/bin/sh
+out="$1"
+shift
+"$@" 2>"$out.err.$OMPI_COMM_WORLD_RANK"
+rc=$?
+echo "$rc" >"$out.rc.$OMPI_COMM_WORLD_RANK"
+exit "$rc"
+EOF
+chmod +x "$tmp/rec"
+mlp=(train --model mlp --epochs 1 --eval-batch 5000)
+
+run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads)
+  local name="$1" n="$2" rc=0
+  shift 2
+  if [ "$n" = 0 ]; then
+    TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
+      >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  else
+    TESSEL_NUM_THREADS=1 timeout -k 5 60 "${mpi[@]}" --hostfile "$tmp/hostfile$n" -n "$n" \
+      "$tmp/rec" "$tmp/$name" "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
+      >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then ok "$name: $* ($n hosts) exits 0"; else
+    bad "$name: exit $rc: $(tail -5 "$tmp/$name.err"; cat "$tmp/$name".err.* 2>/dev/null | head -5)"; fi
+}
+
+run one 0
+run one126 0 --batch 126
+run h_d2 2 --mesh data=2 --metrics "$tmp/h_d2.metrics"
+run h_d2m2 2 --mesh data=2,model=2 --metrics "$tmp/h_d2m2.metrics"
+run h_f2 2 --mesh fsdp=2
+run h_ddp2 2 --parallel ddp --check-replicas 10
+run h_ddp3 3 --parallel ddp --batch 126 --check-replicas 10
+echo "equivalence runs: $(($(date +%s) - t_start)) s"
+for n in h_d2 h_d2m2 h_f2 h_ddp2; do compare one "$n" 50; done
+compare one126 h_ddp3 50
+if grep -q "mesh data=2,model=2 on 4 virtual CPU devices in 2 processes" "$tmp/h_d2m2.out"; then
+  ok "data=2,model=2: 2 devices on each host"
+else bad "data=2,model=2 layout: $(grep SPMD "$tmp/h_d2m2.out")"; fi
+
+# bytes crossing hosts (metrics NetBytesSent, rank 0): data=2 all-reduces the 669706 float gradients once a
+# step, sending 2(P-1)/P = 1x their bytes per process (plus the loss and the start-up and evaluation exchanges)
+if /usr/bin/python3 - "$tmp/h_d2.metrics" "$tmp/h_d2m2.metrics" <<'PY'
+import json, sys
+grad = 669706 * 4
+for path in sys.argv[1:]:
+    c = json.load(open(path))["counters"]
+    per = c["NetBytesSent"] / 50
+    print(f"  {path.split('/')[-1].split('.')[0]}: {per / 1e6:.2f} MB sent per step by rank 0 ({per / grad:.3f} x the gradients)")
+per = json.load(open(sys.argv[1]))["counters"]["NetBytesSent"] / 50
+assert grad <= per <= 1.02 * grad, f"data=2 sends {per:.0f} bytes a step, expected about {grad}"
+PY
+then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent)"; else
+  bad "bytes crossing hosts per step (metrics NetBytesSent)"; fi
+
+tessels() { # tessels HOST: the tessel processes in that host
+  ip netns pids "$1" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null | grep -c '^tessel' || true
+}
+now() { date +%s.%N; }
+since() { /usr/bin/python3 -c "print(round($(now) - $1, 1))"; }
+
+# fault NAME ACTION: a long 2-host run; ACTION (shell code) once 5 steps are
+# logged; then every tessel process of both hosts must be gone within 60 s
+fault() {
+  local name="$1" action="$2" t0 secs left
+  rm -f "$tmp/$name".*
+  TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 "$tmp/rec" "$tmp/$name" \
+    "$tessel" "${mlp[@]}" --steps 100000 --epochs 100 --collective-timeout 5 --log-json "$tmp/$name.json" \
+    >"$tmp/$name.out" 2>"$tmp/$name.mpirun" &
+  local mp=$!
+  mpiruns+=("$mp")
+  for _ in $(seq 300); do
+    [ "$(grep -c loss "$tmp/$name.json" 2>/dev/null)" -ge 5 ] 2>/dev/null && break
+    sleep 0.1
+  done
+  t0=$(now)
+  eval "$action"
+  for _ in $(seq 600); do
+    left=$(($(tessels "${hosts[0]}") + $(tessels "${hosts[1]}")))
+    [ "$left" -eq 0 ] && break
+    [ "$(since "$t0" | cut -d. -f1)" -ge 60 ] && break
+    sleep 0.2
+  done
+  secs=$(since "$t0")
+  # mpirun itself may wait far longer for a host it cannot reach (README): not ours to end
+  kill -9 "$mp" 2>/dev/null
+  wait "$mp" 2>/dev/null
+  netns_kill
+  ip -n "${hosts[1]}" link set eth0 up
+  if [ "$left" -eq 0 ]; then ok "$name: every tessel process of both hosts gone ${secs}s after the fault"; else
+    bad "$name: $left tessel processes still alive ${secs}s after the fault"; fi
+  for r in 0 1; do
+    echo "  rank $r: exit $(cat "$tmp/$name.rc.$r" 2>/dev/null || echo "(killed by the launcher)"):" \
+      "$(grep -v '^$' "$tmp/$name.err.$r" 2>/dev/null | tail -2 | cut -c1-300)"
+  done
+}
+rc_of() { cat "$tmp/$1.rc.$2" 2>/dev/null || echo none; }
+names() { # names FAULT RANK PEER: RANK's stderr names PEER as the process it lost
+  grep -q "timed out after 5.0 s waiting for process(es) $3" "$tmp/$1.err.$2" 2>/dev/null
+}
+
+fault partition "ip -n ${hosts[1]} link set eth0 down"
+if names partition 0 1 && names partition 1 0; then ok "partition: each side names the other"; else
+  bad "partition: messages $(cat "$tmp"/partition.err.* 2>/dev/null | head -c 600)"; fi
+r1=$(rc_of partition 1)
+if [ "$r1" != none ] && [ "$r1" -ne 0 ]; then ok "partition: host 1's rank ended by itself, exit $r1"; else
+  bad "partition: host 1's rank: exit $r1"; fi
+
+fault lost "for x in \$(ip netns pids ${hosts[1]}); do kill -9 \$x; done"
+if names lost 0 1 || grep -q "${hosts[1]}" "$tmp/lost.mpirun"; then
+  ok "lost host: the survivors' messages name process 1 or host ${hosts[1]}"
+else bad "lost host: messages $(cat "$tmp"/lost.err.0 "$tmp/lost.mpirun" 2>/dev/null | head -c 600)"; fi
+r0=$(rc_of lost 0)
+if [ "$r0" != 0 ]; then ok "lost host: host 0's rank exit $r0"; else bad "lost host: host 0's rank exited 0"; fi
+
+fault cut "kill -STOP \$(ip netns pids ${hosts[1]} | xargs -r ps -o pid=,comm= -p | awk '/orted/ {print \$1}'); ip -n ${hosts[1]} link set eth0 down"
+r1=$(rc_of cut 1)
+if names cut 1 0 && grep -q "exiting by itself" "$tmp/cut.err.1" && [ "$r1" != none ] && [ "$r1" -ne 0 ]; then
+  ok "cut daemon: host 1's rank names process 0 and exits by itself (exit $r1) when MPI_Abort cannot finish"
+else bad "cut daemon: host 1's rank exit $r1: $(head -c 600 "$tmp/cut.err.1" 2>/dev/null)"; fi
+
+echo "multihost: $(($(date +%s) - t_start)) s"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
