@@ -11,9 +11,9 @@ schedule (tessel's ts_lr_at: linear warm-up from 0 over 100 steps, cosine to
 split (train = the first n*9//10 bytes, validation = the rest) and
 evaluation (mean cross-entropy in nats per byte over 20 batches of 16 windows
 at tessel's fixed positions, ts_text_valid_start with seed 0, every 100 steps
-and at the end). Training windows: uniform random starts in the training
-split (nanoGPT's get_batch), seeded; tessel's loader walks the same split in
-another order, so the curves agree in distribution, not step for step.
+and at the end). The batches are tessel's own, bit for bit (bench/text_data.py:
+the loader's shuffled training windows for --seed, the fixed validation
+windows), so the two runs differ only in arithmetic.
 
   usage: torch_gpt_kjv.py [--data-file F (/usr/local/share/tessel/kjv.txt)]
                           [--steps 600] [--threads 2] [--seed 0] [--sample N]
@@ -35,21 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from torch_gpt import GPT, lr_at, make_adamw  # noqa: E402
-
-M64 = (1 << 64) - 1
-
-
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    z = x
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def valid_start(seed, i, L, seq):
-    """tessel's ts_text_valid_start."""
-    return splitmix64(seed ^ ((i * 0xD1B54A32D192ED03) & M64)) % (L - seq)
+from text_data import TextData  # noqa: E402  (bench/, next to this file)
 
 
 def main():
@@ -65,32 +51,25 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    data = np.fromfile(a.data_file, dtype=np.uint8)
-    ntrain = len(data) * 9 // 10
-    train, valid = torch.from_numpy(data[:ntrain].astype(np.int64)), torch.from_numpy(data[ntrain:].astype(np.int64))
     B, T, V = a.batch, a.seq, 256
+    data = TextData(a.data_file, seq=T, batch=B, seed=a.seed, eval_batches=20)
     model = GPT(a.layers, a.d_model, a.heads, T, V)
     opt = make_adamw(model, 1e-3, (0.9, 0.95), 0.1)
     warmup = 100 if a.steps >= 200 else a.steps // 10
-    starts = [valid_start(0, i, len(valid), T) for i in range(20 * B)]
-    vx = torch.stack([valid[s:s + T] for s in starts]).view(20, B, T)
-    vy = torch.stack([valid[s + 1:s + T + 1] for s in starts]).view(20, B, T)
+    valid = [tuple(torch.from_numpy(np.asarray(v, dtype=np.int64)) for v in data.valid_batch(k)) for k in range(20)]
 
     def evaluate(step):
         model.eval()
         with torch.no_grad():
-            v = float(np.mean([model.loss(vx[k], vy[k]).item() for k in range(20)]))
+            v = float(np.mean([model.loss(vx, vy).item() for vx, vy in valid]))
         model.train()
         print(f"step {step} | val loss {v:.4f}")
         print(json.dumps({"step": step, "val_loss": v}), flush=True)
 
-    g = torch.Generator().manual_seed(a.seed)
     t_train = 0.0
     for step in range(a.steps):
+        x, y = (torch.from_numpy(np.asarray(v, dtype=np.int64)) for v in data.train_batch(step))
         t0 = time.perf_counter()
-        ix = torch.randint(len(train) - T - 1, (B,), generator=g)
-        x = torch.stack([train[i:i + T] for i in ix])
-        y = torch.stack([train[i + 1:i + T + 1] for i in ix])
         for group in opt.param_groups:
             group["lr"] = lr_at(step, 1e-3, warmup, a.steps, 1e-4)
         opt.zero_grad(set_to_none=True)
