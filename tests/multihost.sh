@@ -118,10 +118,18 @@ fault() {
     >"$tmp/$name.out" 2>"$tmp/$name.mpirun" &
   local mp=$!
   mpiruns+=("$mp")
-  for _ in $(seq 300); do
-    [ "$(grep -c loss "$tmp/$name.json" 2>/dev/null)" -ge 5 ] 2>/dev/null && break
+  # up to 120 s to reach step 5: a loaded CI machine once needed more than 30 s, and a
+  # fault injected while mpirun was still starting its daemons tested something else
+  local started=0 ts=$(now)
+  for _ in $(seq 1200); do
+    [ "$(grep -c loss "$tmp/$name.json" 2>/dev/null)" -ge 5 ] 2>/dev/null && started=1 && break
     sleep 0.1
   done
+  if [ "$started" -eq 0 ]; then
+    bad "$name: the 2-host run did not reach step 5 within 120 s; no fault injected: $(head -c 400 "$tmp/$name.mpirun")"
+  else
+    echo "  $name: step 5 reached $(since "$ts")s after the launch"
+  fi
   t0=$(now)
   eval "$action"
   for _ in $(seq 600); do
