@@ -14,6 +14,7 @@ pkgs=(
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
+  libglpk-dev                        # auto-sharding's ILP solver (GLPK MIP)
 )
 
 missing=()
