@@ -1,5 +1,5 @@
 /* test_autoshard.c — auto-sharding (ts_auto_shard, ts_compile_options.auto_shard):
- *  - equivalence: the MLP, the MNIST CNN and ResNet-20, trained 3 steps in f64
+ *  - equivalence: the MLP, the MNIST CNN and ResNet-20, trained 2 steps in f64
  *    with every sharding chosen by the solver on a 1-D mesh (4 devices) and a
  *    2-D mesh (2x2), equal the 1-device run (losses and every parameter and
  *    optimizer state, 1e-9 relative to each tensor's largest value);
@@ -17,7 +17,7 @@
 #include "harness.h"
 #include "tessel/tessel.h"
 
-enum { B = 8, STEPS = 3 };
+enum { B = 8, STEPS = 2 };
 enum { MLP, CNN, RESNET20, N_MODELS };
 static const char *const model_names[] = {"mlp", "cnn", "resnet20"};
 
@@ -218,7 +218,7 @@ static void quality(int kind, const char *mesh_text, double *worst_ratio) {
   }
   model md;
   ts_auto_shard_info ai, pi;
-  if (build(kind, &md) == 0 && ts_auto_shard(md.g, &(ts_auto_shard_options){.mesh = m}, &ai, NULL) == 0 &&
+  if (build(kind, &md) == 0 && ts_auto_shard(md.g, &(ts_auto_shard_options){.mesh = m, .time_limit_s = 2}, &ai, NULL) == 0 &&
       ts_shard_predict(md.g, &(ts_auto_shard_options){.mesh = m}, &pi) == 0) {
     double ratio = pi.step_s / best;
     printf("  %-9s %-10s %-14s step %9.4f ms  comm %12.0f B  peak %12.0f B  (ILP objective %.4f ms, %s, %d vars, "
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
     CHECK_OK(train(k, NULL, 0, xd, yd, &one));
     for (size_t q = 0; q < sizeof meshes / sizeof *meshes; q++) {
       run_out o = {0};
-      int ok = train(k, meshes[q], 0, xd, yd, &o) == 0 && o.n == one.n;
+      int ok = train(k, meshes[q], 2, xd, yd, &o) == 0 && o.n == one.n;
       double w = ok ? compare(&o, &one) : INFINITY;
       CHECK(ok && w <= 1e-9, "%s on %s: differs from 1 device by %.3g", model_names[k], meshes[q], w);
       printf("equal: %-9s %-8s auto-sharded, %d steps f64: worst relative difference %.3g\n", model_names[k],

@@ -7,6 +7,7 @@
 
 #define AS_MAX_IN 3   /* operands whose layouts a strategy names (the rest: replicated) */
 #define AS_MAX_AXES 3 /* mesh axes of size > 1 the strategies use (more: replicated) */
+#define AS_MAX_STRATS 8192 /* (2 * TS_MAX_RANK + 3) ^ AS_MAX_AXES bounds a node's strategies */
 
 typedef struct {
   uint8_t out[TS_MAX_RANK];           /* mesh-axis mask per output dim */

@@ -424,6 +424,7 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
   double *ar = NULL;
   size_t nz = 0, cap = 0;
   int rc = -1;
+  double const_obj = 0;
   if (!col0) goto oom;
 #define PUSH(i, j, v)                                                              \
   do {                                                                             \
@@ -456,23 +457,51 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
       PUSH(row, j0 + i, 1.0);
     }
   }
+  /* edges: strategies whose rows (columns) of the cost matrix are equal form
+   * one class; the edge variables are over class pairs, with sum_J e_IJ =
+   * sum_{i in I} x_i and sum_I e_IJ = sum_{j in J} y_j (exact for integral
+   * x, y, and far smaller: partial-sum variants, replicated operands) */
+  int *rc_ = malloc(((size_t)4 * AS_MAX_STRATS + 4) * sizeof *rc_);
+  if (!rc_) goto oom;
   for (int e = 0; e < c->n_edges; e++) {
     const as_edge *ed = &c->edges[e];
     int na = c->nodes[ed->u].ns, nb = c->nodes[ed->v].ns;
-    int j0 = glp_add_cols(lp, na * nb);
-    int r0 = glp_add_rows(lp, na + nb);
-    for (int i = 0; i < na + nb; i++) glp_set_row_bnds(lp, r0 + i, GLP_FX, 0, 0);
-    for (int i = 0; i < na; i++) PUSH(r0 + i, col0[ed->u] + i, -1.0);
-    for (int j = 0; j < nb; j++) PUSH(r0 + na + j, col0[ed->v] + j, -1.0);
-    for (int i = 0; i < na; i++)
-      for (int j = 0; j < nb; j++) {
-        int col = j0 + i * nb + j;
+    int *rcls = rc_, *ccls = rc_ + AS_MAX_STRATS + 1, nr = 0, ncl = 0;
+    int *rrep = rc_ + 2 * (AS_MAX_STRATS + 1), *crep = rc_ + 3 * (AS_MAX_STRATS + 1);
+    for (int i = 0; i < na; i++) {
+      rcls[i] = -1;
+      for (int q = 0; q < nr && rcls[i] < 0; q++)
+        if (memcmp(&ed->cost[i * nb], &ed->cost[rrep[q] * nb], (size_t)nb * sizeof(double)) == 0) rcls[i] = q;
+      if (rcls[i] < 0) rrep[nr] = i, rcls[i] = nr++;
+    }
+    for (int j = 0; j < nb; j++) {
+      ccls[j] = -1;
+      for (int q = 0; q < ncl && ccls[j] < 0; q++) {
+        bool same = true;
+        for (int i = 0; i < nr && same; i++) same = ed->cost[rrep[i] * nb + j] == ed->cost[rrep[i] * nb + crep[q]];
+        if (same) ccls[j] = q;
+      }
+      if (ccls[j] < 0) crep[ncl] = j, ccls[j] = ncl++;
+    }
+    if (nr == 1 && ncl == 1) { /* a constant: no choice depends on it */
+      const_obj += ed->cost[0];
+      continue;
+    }
+    int j0 = glp_add_cols(lp, nr * ncl);
+    int r0 = glp_add_rows(lp, nr + ncl);
+    for (int i = 0; i < nr + ncl; i++) glp_set_row_bnds(lp, r0 + i, GLP_FX, 0, 0);
+    for (int i = 0; i < na; i++) PUSH(r0 + rcls[i], col0[ed->u] + i, -1.0);
+    for (int j = 0; j < nb; j++) PUSH(r0 + nr + ccls[j], col0[ed->v] + j, -1.0);
+    for (int i = 0; i < nr; i++)
+      for (int j = 0; j < ncl; j++) {
+        int col = j0 + i * ncl + j;
         glp_set_col_bnds(lp, col, GLP_DB, 0, 1);
-        glp_set_obj_coef(lp, col, 1e3 * ed->cost[i * nb + j]);
+        glp_set_obj_coef(lp, col, 1e3 * ed->cost[rrep[i] * nb + crep[j]]);
         PUSH(r0 + i, col, 1.0);
-        PUSH(r0 + na + j, col, 1.0);
+        PUSH(r0 + nr + j, col, 1.0);
       }
   }
+  free(rc_);
   if (limit > 0) {
     int ncols = glp_get_num_cols(lp);
     double *coef = calloc((size_t)ncols + 1, sizeof *coef);
@@ -496,11 +525,13 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
     free(coef);
   }
 #undef PUSH
+  (void)const_obj;
   glp_load_matrix(lp, (int)nz, ia, ja, ar);
   *n_vars = glp_get_num_cols(lp);
   glp_iocp parm;
   glp_init_iocp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
+  parm.mip_gap = 1e-3; /* within 0.1% of the bound is optimal enough */
   parm.presolve = GLP_ON;
   parm.tm_lim = (int)fmax(1, time_limit_s * 1e3);
   int err = glp_intopt(lp, &parm);
@@ -736,6 +767,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
       goto done;
     }
   }
+  if (explain && !(*explain = explain_text(&p, &adj, choice, &inf, how))) goto done; /* before marking: says what the user marked */
   /* the annotations: inputs and the results of contractions */
   for (int v = 0; v < g->n_nodes; v++) {
     ts_node *nd = &g->nodes[v];
@@ -749,7 +781,6 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
     ts_sharding_free(sh);
     if (m < 0) goto done;
   }
-  if (explain && !(*explain = explain_text(&p, &adj, choice, &inf, how))) goto done;
   rc = 0;
 done:
   if (info) *info = inf;
