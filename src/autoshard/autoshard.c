@@ -670,8 +670,8 @@ static char *explain_text(const as_prob *p, const adjacency *a, const int *choic
   for (int k = 0; k < p->n_leaders; k++) {
     int L = p->leaders[k];
     if (c->nodes[L].ns < 2) continue;
+    if (nt == 5 && as_bytes(&g->nodes[L]) <= as_bytes(&g->nodes[top[4]])) continue; /* full: not bigger */
     int pos = nt < 5 ? nt++ : 4;
-    if (nt == 5 && pos == 4 && as_bytes(&g->nodes[L]) <= as_bytes(&g->nodes[top[4]])) continue;
     top[pos] = L;
     for (int q = pos; q > 0 && as_bytes(&g->nodes[top[q]]) > as_bytes(&g->nodes[top[q - 1]]); q--) {
       int t = top[q];

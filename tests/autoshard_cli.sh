@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# autoshard_cli.sh BUILD_DIR — auto-sharding from the CLI:
+#  - `tessel train --auto-shard` on a 2-D mesh (any axis names) follows the
+#    1-device loss curve within 1e-4 (20 MLP steps), in one process and as
+#    2 processes x 2 devices under mpirun (whose every process solves the
+#    same plan: the compile checks the programs are equal);
+#  - `tessel inspect --json` prints the prediction and the inputs'
+#    shardings, with and without --auto-shard;
+#  - `inspect --auto-shard` explains the plan; a tiny --time-limit gives
+#    the greedy plan and says so; an impossible --memory-limit is an error
+#    naming the smallest achievable peak.
+set -u
+build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
+tessel="$build/tessel"
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare, expect
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000)
+run() { # run NAME [mpirun NP] ARGS...
+  local name="$1" rc=0
+  shift
+  if [ "${1:-}" = mpirun ]; then
+    local np="$2"
+    shift 2
+    TESSEL_NUM_THREADS=1 timeout -k 5 180 mpirun -n "$np" --oversubscribe --bind-to none \
+      "$tessel" train "${steps[@]}" --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  else
+    TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" train "${steps[@]}" --log-json "$tmp/$name.json" "$@" \
+      >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then ok "$name: train $* exits 0"; else bad "$name: exit $rc: $(tail -3 "$tmp/$name.err")"; fi
+}
+run one
+run auto22 --mesh a=2,b=2 --auto-shard
+compare one auto22 20
+if command -v mpirun >/dev/null; then
+  run mpauto mpirun 2 --mesh a=2,b=2 --auto-shard
+  compare one mpauto 20
+else
+  bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
+fi
+
+json() { # json NAME ARGS...: inspect --json, checked for the contract's keys
+  local name="$1"
+  shift
+  if TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --json "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &&
+    /usr/bin/python3 - "$tmp/$name.out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["predicted"]
+assert p["step_ms"] > 0 and p["comm_bytes_per_device"] >= 0 and p["peak_bytes_per_device"] > 0, p
+assert "fc1.weight" in d["shardings"] or "conv1.weight" in d["shardings"], d["shardings"]
+PY
+  then ok "$name: inspect --json $*"; else bad "$name: inspect --json $*: $(head -c 300 "$tmp/$name.err")"; fi
+}
+json jauto --model mlp --mesh data=2,model=2 --auto-shard
+json jhand --model mlp --mesh data=2,model=2
+json jcnn --model cnn --batch 16 --mesh a=4 --auto-shard
+
+TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --model mlp --mesh a=2,b=2 --auto-shard --no-graph \
+  --no-program >"$tmp/explain.out" 2>&1
+if grep -q "ILP optimal" "$tmp/explain.out" && grep -q "runner-up" "$tmp/explain.out" &&
+  grep -q "fc1.weight " "$tmp/explain.out"; then ok "inspect --auto-shard explains the plan"
+else bad "inspect --auto-shard: $(head -c 400 "$tmp/explain.out")"; fi
+TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --model resnet20 --batch 8 --mesh a=2,b=2 --auto-shard \
+  --time-limit 0.000001 --no-graph --no-program >"$tmp/greedy.out" 2>&1
+if grep -q "greedy fallback" "$tmp/greedy.out"; then ok "a tiny --time-limit: the greedy plan, reported"
+else bad "--time-limit 0.000001: $(head -c 400 "$tmp/greedy.out")"; fi
+expect nomem 1 "smallest achievable modeled peak" inspect --model mlp --mesh a=4 --auto-shard --memory-limit 1000
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
