@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "tessel/tessel.h"
+#include "util/config.h" /* env_config_reload: TESSEL_AUTO_SPMD */
 
 enum { B = 8, STEPS = 2 };
 enum { MLP, CNN, RESNET20, N_MODELS };
@@ -313,5 +314,26 @@ int main(int argc, char **argv) {
   free(text);
   model_free(&md);
   ts_mesh_free(m);
+  /* TESSEL_AUTO_SPMD=1 TESSEL_AUTO_SPMD_MESH=2,2: a compile without options auto-shards on a 2x2 mesh */
+  setenv("TESSEL_AUTO_SPMD", "1", 1);
+  setenv("TESSEL_AUTO_SPMD_MESH", "2,2", 1);
+  env_config_reload();
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 4});
+  CHECK_OK(build(MLP, &md));
+  ts_executable *e = ts_compile(c, md.g, NULL);
+  CHECK(e != NULL, "TESSEL_AUTO_SPMD compile: %s", ts_last_error());
+  int sharded = 0;
+  for (int i = 0; e && i < ts_graph_num_inputs(md.g); i++) {
+    const ts_sharding *sh = ts_executable_input_sharding(e, i);
+    sharded += sh && !ts_sharding_is_replicated(sh);
+  }
+  CHECK(sharded > 0, "TESSEL_AUTO_SPMD: no input sharded");
+  printf("TESSEL_AUTO_SPMD=1 TESSEL_AUTO_SPMD_MESH=2,2: %d inputs sharded\n", sharded);
+  ts_executable_free(e);
+  model_free(&md);
+  ts_client_free(c);
+  unsetenv("TESSEL_AUTO_SPMD");
+  unsetenv("TESSEL_AUTO_SPMD_MESH");
+  env_config_reload();
   return ts_test_finish();
 }
