@@ -8,7 +8,9 @@
 #    shardings, with and without --auto-shard;
 #  - `inspect --auto-shard` explains the plan; a tiny --time-limit gives
 #    the greedy plan and says so; an impossible --memory-limit is an error
-#    naming the smallest achievable peak.
+#    naming the smallest achievable peak;
+#  - `tessel plan` predicts 512 devices (hand and --auto-shard) against
+#    devices/h100-sxm.txt without running; a bad device file is an error.
 set -u
 build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -67,6 +69,20 @@ TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --model resnet20 --batch
 if grep -q "greedy fallback" "$tmp/greedy.out"; then ok "a tiny --time-limit: the greedy plan, reported"
 else bad "--time-limit 0.000001: $(head -c 400 "$tmp/greedy.out")"; fi
 expect nomem 1 "smallest achievable modeled peak" inspect --model mlp --mesh a=4 --auto-shard --memory-limit 1000
+
+# tessel plan: 512 devices predicted without running (hand layout and solver), an H100 description
+for layout in "" --auto-shard; do
+  if timeout -k 5 120 "$tessel" plan --model mlp --mesh data=64,model=8 $layout --device "$(dirname "$0")/../devices/h100-sxm.txt" \
+    --json >"$tmp/plan.out" 2>"$tmp/plan.err" && /usr/bin/python3 - "$tmp/plan.out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["predicted"]
+assert d["devices"] == 512 and p["step_ms"] > 0 and p["peak_bytes_per_device"] > 0 and p["fits"], d
+PY
+  then ok "plan --mesh data=64,model=8 ${layout:-(hand)}: $(head -c 200 "$tmp/plan.out")"; else bad "plan $layout: $(head -c 300 "$tmp/plan.err")"; fi
+done
+printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
+expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

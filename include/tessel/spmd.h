@@ -199,6 +199,10 @@ typedef struct {
   double bytes_per_s;        /* memory bandwidth per device, elementwise ops (0: 1e10) */
   double link_bytes_per_s;   /* collective bandwidth per device and mesh axis (0: 5e9) */
   double link_latency_s;     /* per collective step (0: 5e-6) */
+  /* per mesh axis (major first), overriding the two above where > 0: a
+   * device description's links (an axis inside a host vs across hosts) */
+  double axis_bytes_per_s[TS_MESH_MAX_RANK];
+  double axis_latency_s[TS_MESH_MAX_RANK];
 } ts_auto_shard_options;
 
 typedef struct {

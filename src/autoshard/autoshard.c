@@ -88,8 +88,10 @@ static int build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) 
   c->m = o->mesh;
   c->flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10;
   c->mem_bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
-  c->link_bw = o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
-  c->latency = o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
+  for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
+    c->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
+    c->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
+  }
   int n = g->n_nodes;
   c->nodes = calloc((size_t)n + 1, sizeof *c->nodes);
   c->last_use = malloc(((size_t)n + 1) * sizeof *c->last_use);

@@ -183,13 +183,16 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
   }
 }
 
-/* Seconds of a ring all-reduce / all-gather over one axis of n devices moving
- * `bytes` per device (the size of the full result). */
-static double ring(const as_ctx *c, int n, double bytes, int passes, double *sent) {
+/* Seconds of an all-reduce (passes 2) / all-gather (1) over one mesh axis
+ * moving `bytes` per device (the size of the full result). */
+static double ring(const as_ctx *c, int axis, double bytes, int passes, double *sent) {
+  int n = (int)c->m->shape[axis];
   if (n <= 1) return 0;
   double b = passes * bytes * (n - 1) / n;
   if (sent) *sent += b;
-  return passes * (n - 1) * c->latency + b / c->link_bw;
+  /* latency: log2(n) steps per pass (recursive halving / doubling, as
+   * tuned libraries do at scale); bandwidth: the ring's (n-1)/n */
+  return passes * ceil(log2((double)n)) * c->latency[axis] + b / c->link_bw[axis];
 }
 
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
@@ -205,8 +208,8 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
       if (to[d] & (1u << a)) dt = d;
     }
     if (df < 0 || df == dt) continue; /* same, or a local slice */
-    if (dt < 0) t += ring(c, sz, local_to, 1, sent);           /* all-gather */
-    else t += ring(c, sz, local_from / sz, 1, sent);           /* all-to-all */
+    if (dt < 0) t += ring(c, a, local_to, 1, sent);           /* all-gather */
+    else t += ring(c, a, local_from / sz, 1, sent);           /* all-to-all */
   }
   /* a different axis order within one dim, same axes: a permutation of blocks */
   return t;
@@ -267,7 +270,7 @@ int as_node_strategies(as_ctx *c, int id) {
     double t = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
     double local_out = as_bytes(n) / (double)as_layout_tiles(c, s.out, n->rank);
     for (int a = 0; a < c->m->rank; a++)
-      if (s.partial & (1u << a)) t += ring(c, (int)c->m->shape[a], local_out, 2, &s.comm_bytes);
+      if (s.partial & (1u << a)) t += ring(c, a, local_out, 2, &s.comm_bytes);
     s.compute = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
     s.cost = t;
     s.mem = local_out;
