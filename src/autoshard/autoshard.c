@@ -412,6 +412,200 @@ static int greedy(const as_prob *p, const adjacency *a, const mem_rows *r, doubl
   return 0;
 }
 
+
+/* ---- exact variable elimination (no memory limit) ----
+ * A variable with one neighbour folds into it: the neighbour's cost of j
+ * gains min_i (own_i + edge_ij); one with two neighbours A, B becomes an edge
+ * A-B of cost min_i (own_i + edge1_ia + edge2_ib) (series reduction). Both
+ * are exact; chains (batch norm, optimizer updates, shape ops) vanish before
+ * the ILP, and the eliminated choices are recovered backwards. Memory rows
+ * couple every variable, so with a memory limit nothing is eliminated. */
+
+typedef struct {
+  int L, e[2];
+} elim_rec;
+
+typedef struct {
+  as_prob q;        /* the reduced problem: q.c shares p's nodes; edges, unary, leaders its own */
+  adjacency adj;
+  as_edge *E;       /* every edge: p's (shared cost arrays) then new ones (owned) */
+  int nE, capE, n_orig;
+  bool *dead;
+  elim_rec *rec;
+  int n_rec;
+} reduced;
+
+static double ecost(const as_ctx *c, const as_edge *e, int L, int i, int j) {
+  int nb = c->nodes[e->v].ns;
+  return e->u == L ? e->cost[i * nb + j] : e->cost[j * nb + i];
+}
+
+static void reduce_free(reduced *R, const as_prob *p) {
+  for (int e = R->n_orig; e < R->nE; e++) free(R->E[e].cost);
+  free(R->E);
+  free(R->dead);
+  free(R->rec);
+  free(R->adj.start);
+  free(R->adj.list);
+  if (R->q.unary)
+    for (int v = 0; v < p->c.g->n_nodes; v++) free(R->q.unary[v]);
+  free(R->q.unary);
+  free(R->q.leaders);
+  free(R->q.c.edges);
+}
+
+static int reduce(const as_prob *p, bool keep_all, reduced *R) {
+  const as_ctx *c = &p->c;
+  int n = c->g->n_nodes;
+  memset(R, 0, sizeof *R);
+  R->q.c = p->c;
+  R->q.c.edges = NULL;
+  R->capE = 2 * c->n_edges + 16;
+  R->E = malloc((size_t)R->capE * sizeof *R->E);
+  R->dead = calloc((size_t)R->capE, sizeof *R->dead);
+  R->rec = malloc(((size_t)n + 1) * sizeof *R->rec);
+  R->q.unary = calloc((size_t)n + 1, sizeof *R->q.unary);
+  R->q.leaders = malloc(((size_t)n + 1) * sizeof *R->q.leaders);
+  int *deg = calloc((size_t)n + 1, sizeof *deg), *stack = malloc(((size_t)n + 1) * sizeof *stack);
+  bool *gone = calloc((size_t)n + 1, sizeof *gone), *queued = calloc((size_t)n + 1, sizeof *queued);
+  int **inc = calloc((size_t)n + 1, sizeof *inc), *ninc = calloc((size_t)n + 1, sizeof *ninc),
+      *cinc = calloc((size_t)n + 1, sizeof *cinc);
+  int rc = -1;
+  if (!R->E || !R->dead || !R->rec || !R->q.unary || !R->q.leaders || !deg || !stack || !gone || !queued || !inc ||
+      !ninc || !cinc)
+    goto oom;
+  memcpy(R->E, c->edges, (size_t)c->n_edges * sizeof *R->E);
+  R->nE = R->n_orig = c->n_edges;
+  for (int k = 0; k < p->n_leaders; k++) {
+    int L = p->leaders[k];
+    if (!(R->q.unary[L] = malloc((size_t)c->nodes[L].ns * sizeof(double)))) goto oom;
+    memcpy(R->q.unary[L], p->unary[L], (size_t)c->nodes[L].ns * sizeof(double));
+  }
+#define INC_ADD(L, e)                                                              \
+  do {                                                                             \
+    if (ninc[L] == cinc[L]) {                                                      \
+      int nc = cinc[L] ? 2 * cinc[L] : 4;                                          \
+      int *nv = realloc(inc[L], (size_t)nc * sizeof *nv);                          \
+      if (!nv) goto oom;                                                           \
+      inc[L] = nv, cinc[L] = nc;                                                   \
+    }                                                                              \
+    inc[L][ninc[L]++] = (e);                                                       \
+  } while (0)
+  for (int e = 0; e < R->nE; e++) {
+    INC_ADD(R->E[e].u, e);
+    INC_ADD(R->E[e].v, e);
+  }
+  int top = 0;
+  for (int k = 0; !keep_all && k < p->n_leaders; k++) stack[top++] = p->leaders[k], queued[p->leaders[k]] = true;
+  while (top > 0) {
+    int L = stack[--top];
+    queued[L] = false;
+    if (gone[L]) continue;
+    int live[3], nl = 0;
+    for (int q = 0; q < ninc[L] && nl < 3; q++)
+      if (!R->dead[inc[L][q]]) live[nl++] = inc[L][q];
+    if (nl > 2) continue;
+    int ns = c->nodes[L].ns;
+    const double *u = R->q.unary[L];
+    elim_rec rr = {L, {-1, -1}};
+    int nb[2] = {-1, -1};
+    for (int k = 0; k < nl; k++) {
+      rr.e[k] = live[k];
+      nb[k] = R->E[live[k]].u == L ? R->E[live[k]].v : R->E[live[k]].u;
+    }
+    if (nl == 1 || (nl == 2 && nb[0] == nb[1])) { /* fold into the one neighbour */
+      int N = nb[0];
+      for (int j = 0; j < c->nodes[N].ns; j++) {
+        double best = INFINITY;
+        for (int i = 0; i < ns; i++) {
+          double t = u[i] + ecost(c, &R->E[live[0]], L, i, j) + (nl == 2 ? ecost(c, &R->E[live[1]], L, i, j) : 0);
+          if (t < best) best = t;
+        }
+        R->q.unary[N][j] += best;
+      }
+    } else if (nl == 2) { /* series: a new edge between the two neighbours */
+      int A = nb[0] < nb[1] ? nb[0] : nb[1], B = nb[0] < nb[1] ? nb[1] : nb[0];
+      int ea = nb[0] == A ? live[0] : live[1], eb = nb[0] == A ? live[1] : live[0];
+      int na = c->nodes[A].ns, nbs = c->nodes[B].ns;
+      double *m = malloc((size_t)na * (size_t)nbs * sizeof *m);
+      if (!m) goto oom;
+      for (int a = 0; a < na; a++)
+        for (int b = 0; b < nbs; b++) {
+          double best = INFINITY;
+          for (int i = 0; i < ns; i++) {
+            double t = u[i] + ecost(c, &R->E[ea], L, i, a) + ecost(c, &R->E[eb], L, i, b);
+            if (t < best) best = t;
+          }
+          m[a * nbs + b] = best;
+        }
+      if (R->nE == R->capE) {
+        int cap = 2 * R->capE;
+        as_edge *ne = realloc(R->E, (size_t)cap * sizeof *ne);
+        if (!ne) {
+          free(m);
+          goto oom;
+        }
+        R->E = ne;
+        bool *nd = realloc(R->dead, (size_t)cap * sizeof *nd);
+        if (!nd) {
+          free(m);
+          goto oom;
+        }
+        R->dead = nd;
+        memset(R->dead + R->capE, 0, (size_t)(cap - R->capE) * sizeof *nd);
+        R->capE = cap;
+      }
+      R->E[R->nE] = (as_edge){A, B, m};
+      R->dead[R->nE] = false;
+      INC_ADD(A, R->nE);
+      INC_ADD(B, R->nE);
+      R->nE++;
+    }
+    for (int k = 0; k < nl; k++) R->dead[live[k]] = true;
+    gone[L] = true;
+    R->rec[R->n_rec++] = rr;
+    for (int k = 0; k < nl; k++)
+      if (!queued[nb[k]] && !gone[nb[k]]) stack[top++] = nb[k], queued[nb[k]] = true;
+  }
+#undef INC_ADD
+  /* the reduced problem */
+  for (int k = 0; k < p->n_leaders; k++)
+    if (!gone[p->leaders[k]]) R->q.leaders[R->q.n_leaders++] = p->leaders[k];
+  if (!(R->q.c.edges = malloc(((size_t)R->nE + 1) * sizeof *R->q.c.edges))) goto oom;
+  R->q.c.n_edges = 0;
+  for (int e = 0; e < R->nE; e++)
+    if (!R->dead[e]) R->q.c.edges[R->q.c.n_edges++] = R->E[e];
+  if (adj_build(&R->q, &R->adj) < 0) goto done;
+  rc = 0;
+  goto done;
+oom:
+  set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+done:
+  for (int v = 0; inc && v < n; v++) free(inc[v]);
+  free(inc), free(ninc), free(cinc), free(deg), free(stack), free(gone), free(queued);
+  return rc;
+}
+
+/* The eliminated variables' choices, backwards from the reduced solution. */
+static void back_substitute(const reduced *R, const as_ctx *c, int *choice) {
+  for (int k = R->n_rec - 1; k >= 0; k--) {
+    const elim_rec *rr = &R->rec[k];
+    int L = rr->L, best = 0;
+    double bc = INFINITY;
+    for (int i = 0; i < c->nodes[L].ns; i++) {
+      double t = R->q.unary[L][i];
+      for (int q = 0; q < 2; q++)
+        if (rr->e[q] >= 0) {
+          const as_edge *e = &R->E[rr->e[q]];
+          int other = e->u == L ? e->v : e->u;
+          t += ecost(c, e, L, i, choice[other]);
+        }
+      if (t < bc) bc = t, best = i;
+    }
+    choice[L] = best;
+  }
+}
+
 /* ---- the ILP ---- */
 
 /* 1: solved (choice set; *optimal), 0: no solution in time, -1: error. */
@@ -651,8 +845,9 @@ static char *explain_text(const as_prob *p, const adjacency *a, const int *choic
   const as_ctx *c = &p->c;
   const ts_graph *g = c->g;
   spmd_str s = {0};
-  spmd_str_printf(&s, "auto-sharding on %lld devices: %s, %d nodes -> %d variables, %d edges, %d ILP columns, "
-                      "solved in %.3f s\n", (long long)c->m->ndevices, how, g->n_nodes, p->n_leaders, c->n_edges,
+  spmd_str_printf(&s, "auto-sharding on %lld devices: %s, %d nodes -> %d variables, %d edges (after "
+                      "elimination: %d variables, %d edges), %d ILP columns, solved in %.3f s\n",
+                  (long long)c->m->ndevices, how, g->n_nodes, p->n_leaders, c->n_edges, info->nodes, info->edges,
                   info->variables, info->solve_s);
   spmd_str_printf(&s, "predicted per device: step %.3f ms = compute %.3f ms + communication %.3f ms (%.0f bytes "
                       "sent), peak %.0f bytes\n", 1e3 * info->step_s, 1e3 * info->compute_s, 1e3 * info->comm_s,
@@ -715,6 +910,8 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   double t0 = now_s();
   as_prob p;
   adjacency adj = {0};
+  reduced R;
+  bool reduced_ok = false;
   int *choice = NULL, *alt = NULL, *pick = NULL;
   uint8_t(*lay)[TS_MAX_RANK] = NULL;
   int rc = -1;
@@ -738,13 +935,17 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
     }
   }
   const char *how;
-  if (greedy(&p, &adj, &rows, limit, choice) < 0) goto done;
+  reduced_ok = true; /* reduce_free undoes a partial reduce too */
+  if (reduce(&p, limit > 0, &R) < 0) goto done;
+  if (greedy(&R.q, &R.adj, &rows, limit, choice) < 0) goto done;
+  back_substitute(&R, &p.c, choice);
   inf.greedy = true;
   how = o.greedy_only ? "greedy (ILP skipped)" : "greedy fallback (the ILP found no plan within the time limit)";
   if (!o.greedy_only) {
     bool optimal = false;
-    int r = solve_ilp(&p, &rows, limit, o.time_limit_s, alt, &optimal, &inf.variables);
+    int r = solve_ilp(&R.q, &rows, limit, o.time_limit_s, alt, &optimal, &inf.variables);
     if (r < 0) goto done;
+    if (r == 1) back_substitute(&R, &p.c, alt);
     if (r == 1 && objective(&p, alt) <= objective(&p, choice) + 1e-12) {
       memcpy(choice, alt, (size_t)g->n_nodes * sizeof *choice);
       inf.greedy = false;
@@ -756,8 +957,8 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   }
   inf.solve_s = now_s() - t0;
   inf.objective_s = objective(&p, choice);
-  inf.nodes = p.n_leaders;
-  inf.edges = p.c.n_edges;
+  inf.nodes = R.q.n_leaders;
+  inf.edges = R.q.c.n_edges;
   if (expand(&p.c, choice, &lay, &pick) < 0) goto done;
   predict(&p.c, (const uint8_t(*)[TS_MAX_RANK])lay, pick, &inf);
   if (limit > 0) {
@@ -786,6 +987,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   rc = 0;
 done:
   if (info) *info = inf;
+  if (reduced_ok) reduce_free(&R, &p);
   free(adj.start);
   free(adj.list);
   free(choice);
