@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package tessel needs to build, test and train.
+# Installs every Debian package tessel needs to build, test and train, and
+# prepares the GPT's default text corpus (scripts/make-kjv.sh).
 # Idempotent: quiet and fast when everything is present. Needs root (or sudo)
 # only when something is missing.
 set -euo pipefail
@@ -15,17 +16,25 @@ pkgs=(
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
   libglpk-dev                        # auto-sharding's ILP solver (GLPK MIP)
+  bible-kjv                          # the GPT's default corpus (scripts/make-kjv.sh)
 )
 
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The King James Bible as plain text (tessel train --model gpt's default
+# --data-file, TS_KJV_TEXT in include/tessel/loader.h): a no-op when present.
+kjv=/usr/local/share/tessel/kjv.txt
+if [ ! -s "$kjv" ]; then
+  $SUDO "$(dirname "$0")/make-kjv.sh" "$kjv"
+fi

@@ -3,7 +3,8 @@
 #  - `tessel train --auto-shard` on a 2-D mesh (any axis names) follows the
 #    1-device loss curve within 1e-4 (20 MLP steps), in one process and as
 #    2 processes x 2 devices under mpirun (whose every process solves the
-#    same plan: the compile checks the programs are equal);
+#    same plan: the compile checks the programs are equal); the GPT (10
+#    steps) on 2x2 and 4 devices;
 #  - `tessel inspect --json` prints the prediction and the inputs'
 #    shardings, with and without --auto-shard;
 #  - `inspect --auto-shard` explains the plan; a tiny --time-limit gives
@@ -41,6 +42,16 @@ if command -v mpirun >/dev/null; then
 else
   bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
 fi
+
+# the GPT (2 layers, synthetic tokens): auto-sharded on 2x2 and 4 devices follows 1 device
+gpt=(--model gpt --layers 2 --d-model 32 --heads 4 --seq 16 --vocab 64 --dataset synthetic --batch 8 --steps 10
+  --eval-every 1000 --eval-batches 1 --seed 5)
+steps=("${gpt[@]}")
+run gpt1
+run gpt22 --mesh a=2,b=2 --auto-shard
+run gpt4 --mesh a=4 --auto-shard
+compare gpt1 gpt22 10
+compare gpt1 gpt4 10
 
 json() { # json NAME ARGS...: inspect --json, checked for the contract's keys
   local name="$1"

@@ -48,7 +48,7 @@ expect_usage_error "--batch: expected a positive integer, got 'abc'" train --bat
 expect_usage_error "--batch" train --batch 0
 expect_usage_error "--epochs" train --epochs -1
 expect_usage_error "--lr" train --lr nope
-expect_usage_error "unknown model 'resnet' (valid: mlp, cnn, resnet20, resnet18, resnet50)" train --model resnet
+expect_usage_error "unknown model 'resnet' (valid: mlp, cnn, resnet20, resnet18, resnet50, gpt)" train --model resnet
 expect_usage_error "--optimizer" train --optimizer lbfgs
 expect_usage_error "--dataset" train --dataset cifar10
 expect_usage_error "--seed: missing value" train --seed

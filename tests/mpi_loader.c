@@ -13,9 +13,12 @@
  * order must be the order of a one-process loader built in this process, and
  * a collective read of each buffer must give the whole global batch. Errors:
  * a minibatch batch not divisible by the process count, a minibatch upload
- * into a buffer of another sharding. */
+ * into a buffer of another sharding. Token batches of a text file: the
+ * gathered global batches equal one process's (run_text). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* mkdtemp, unlink, rmdir: the text file */
 
 #include "harness.h"
 #include "tessel/loader.h"
@@ -230,6 +233,62 @@ static void run_config(ts_client *c, const ts_source *src, const config *cf) {
   ts_mesh_free(m);
 }
 
+/* Token batches of a text file (the same bytes written by every process):
+ * on data=4 with x and y (B, T) sharded on the batch, in both load modes,
+ * the global batches gathered from every process's devices are the batches
+ * of a one-process loader, through the end of an epoch into the next. */
+static void run_text(ts_client *c, ts_load_mode mode) {
+  enum { TB = 12, TT = 8, TNB = 20 };
+  int P = ts_client_process_count(c), me = ts_client_process_index(c);
+  char dir[64] = "/tmp/tessel_mpi_text_XXXXXX", path[96];
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(path, sizeof path, "%s/corpus.txt", dir);
+  FILE *f = fopen(path, "wb");
+  for (int i = 0; f && i < 2000; i++) fputc((i * 131 + (i >> 3)) & 255, f);
+  CHECK(f && fclose(f) == 0, "writing %s", path);
+  ts_text_options to = {.path = path, .seq = TT, .split = TS_TEXT_TRAIN};
+  ts_source *src = ts_source_text(&to); /* 1800 bytes: 224 windows, 18 batches per epoch */
+  ts_mesh *m = ts_mesh_parse("4", "data", NULL);
+  ts_sharding *sx = m ? make_sharding(m, "data,None", 2) : NULL;
+  ts_input_sharding in[2] = {{"x", sx}, {"y", sx}};
+  ts_loader_options o = {.batch = TB, .seed = 77, .workers = 2}, r = o;
+  o.mesh = m, o.n_inputs = 2, o.inputs = in, o.process_index = me, o.process_count = P, o.mode = mode;
+  ts_loader *l = src && sx ? ts_loader_new(src, &o) : NULL, *ref = src ? ts_loader_new(src, &r) : NULL;
+  int64_t shape[2] = {TB, TT};
+  int32_t zero[TB * TT] = {0}, all[TB * TT];
+  ts_buffer *bx = sx ? ts_buffer_from_host_sharded(c, TS_I32, 2, shape, zero, sx) : NULL;
+  ts_buffer *by = sx ? ts_buffer_from_host_sharded(c, TS_I32, 2, shape, zero, sx) : NULL;
+  bool ok = l && ref && bx && by;
+  CHECK(ok, "process %d, text: %s", me, ts_last_error());
+  int same = ts_client_check_same(c, "text loader", ok ? "ready" : "failed");
+  int64_t bad = 0;
+  for (int i = 0; ok && same == 0 && i < TNB; i++) {
+    const ts_loader_batch *b = ts_loader_next(l), *rb = ts_loader_next(ref);
+    const int32_t *rx, *ry;
+    if (!b || !rb || ts_batch_local_tokens(rb, NULL, &rx, &ry, NULL) != TB) {
+      CHECK(false, "process %d, text batch %d: %s", me, i, ts_last_error());
+      break;
+    }
+    CHECK_OK(ts_batch_upload(b, "x", bx));
+    CHECK_OK(ts_batch_upload(b, "y", by));
+    CHECK_OK(ts_buffer_read(bx, all, sizeof all)); /* collective */
+    bad += memcmp(all, rx, sizeof all) != 0;
+    CHECK_OK(ts_buffer_read(by, all, sizeof all));
+    bad += memcmp(all, ry, sizeof all) != 0;
+  }
+  CHECK(bad == 0, "process %d, text (%s): %lld gathered x/y batches differ from the one-process loader's", me,
+        mode == TS_LOAD_MINIBATCH ? "minibatch" : "global", (long long)bad);
+  if (bx) ts_buffer_free(bx);
+  if (by) ts_buffer_free(by);
+  ts_loader_free(l);
+  ts_loader_free(ref);
+  ts_sharding_free(sx);
+  ts_mesh_free(m);
+  ts_source_free(src);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   ts_test_init("mpi_loader", 20261205);
   ts_client_options co = {.total_devices = G};
@@ -253,6 +312,8 @@ int main(void) {
       {"1-D mesh, global, batch 10 (uneven blocks)", false, TS_LOAD_GLOBAL, 10},
   };
   for (size_t i = 0; i < sizeof cfs / sizeof *cfs; i++) run_config(c, src, &cfs[i]);
+  run_text(c, TS_LOAD_GLOBAL);
+  run_text(c, TS_LOAD_MINIBATCH);
 
   /* Minibatch with a batch the processes do not divide: every process fails
    * with the same error. */

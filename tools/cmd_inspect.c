@@ -25,12 +25,13 @@
 #define MAX_SPECS 32
 
 /* Indexed like MODEL_GRAPH_* (model_graph.h). */
-static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
+static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 
 typedef struct {
   int model, optimizer;
   int64_t batch;
+  ts_gpt_config gpt; /* --model gpt: --layers --d-model --heads --seq --vocab [--sequence-parallel] */
   const char *mesh, *axis_names;
   const char *specs[MAX_SPECS]; /* "input=spec" */
   int n_specs;
@@ -50,7 +51,12 @@ static void usage(FILE *f) {
           "flags (defaults in brackets):\n"
           "  --model mlp|cnn|resnet20|resnet18|resnet50  (mlp, cnn, resnet20: 1x28x28; resnet18: 3x32x32;\n"
           "                           resnet50: 3x224x224, 1000 classes) [mlp]\n"
-          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8]\n"
+          "  --batch B                training batch size [mlp 128, cnn 64, resnet20 128, resnet18 32, resnet50 8,\n"
+          "                           gpt 16]\n"
+          "  --model gpt --layers N --d-model D --heads H --seq T --vocab V\n"
+          "                           the GPT of tessel train --model gpt [6, 256, 4, 128, 256]; on a\n"
+          "                           mesh axis 'model' Megatron-split (heads, MLP, vocabulary)\n"
+          "  --sequence-parallel      gpt: norms and residuals split on the sequence over 'model'\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        device mesh as in tessel train, e.g. data=4,model=2, with\n"
           "                           the same shardings: the batch on 'data', the MLP\n"
@@ -79,7 +85,8 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, inspect_opts *o) {
-  *o = (inspect_opts){.model = 0, .optimizer = 1};
+  *o = (inspect_opts){.model = 0, .optimizer = 1,
+                      .gpt = {.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256}};
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -106,6 +113,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       o->no_program = true;
       continue;
     }
+    if (strcmp(argv[i], "--sequence-parallel") == 0) {
+      o->gpt.sequence_parallel = true;
+      continue;
+    }
     if ((r = cli_flag(CMD, argc, argv, &i, "--model", &v)) != 0) {
       if (r < 0 || cli_parse_choice(CMD, "--model", v, "model", model_names, &o->model) < 0) return -1;
       continue;
@@ -118,6 +129,17 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       if (r < 0 || cli_parse_int(CMD, "--batch", v, 1, INT32_MAX, "a positive integer", &n) < 0) return -1;
       o->batch = n;
       continue;
+    }
+    {
+      const char *gf[] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
+      int64_t *gd[] = {&o->gpt.layers, &o->gpt.d_model, &o->gpt.heads, &o->gpt.seq, &o->gpt.vocab};
+      int hit = 0;
+      for (int k = 0; k < 5 && !hit; k++)
+        if ((hit = cli_flag(CMD, argc, argv, &i, gf[k], &v)) != 0) {
+          if (hit < 0 || cli_parse_int(CMD, gf[k], v, 1, 1 << 24, "an integer in [1, 16777216]", &n) < 0) return -1;
+          *gd[k] = n;
+        }
+      if (hit) continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--mesh", &v)) != 0) {
       if (r < 0) return -1;
@@ -142,8 +164,12 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
-  static const int64_t batch[] = {128, 64, 128, 32, 8}; /* tessel train's defaults */
+  static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
+  if (o->model == MODEL_GRAPH_GPT && !o->gpt.sequence_parallel && ts_gpt_config_check(&o->gpt) < 0) {
+    cli_error(CMD, "--model gpt: %s", ts_last_error());
+    return -1;
+  }
   return 0;
 }
 
@@ -204,27 +230,85 @@ static void print_text(char *t) {
   free(t);
 }
 
+/* The collectives grouped: how many of each (kind, mesh axes, bytes). */
+static void print_collective_summary(const ts_executable *e, const ts_mesh *m) {
+  int nc = ts_executable_num_collectives(e), *seen = calloc((size_t)nc + 1, sizeof *seen);
+  if (!seen) return;
+  printf("%6s  %-16s %-18s %6s %12s\n", "count", "kind", "mesh axes", "group", "bytes each");
+  for (int i = 0; i < nc; i++) {
+    ts_collective_info a, b;
+    if (seen[i] || ts_executable_collective(e, i, &a) < 0) continue;
+    int count = 0;
+    for (int j = i; j < nc; j++)
+      if (!seen[j] && ts_executable_collective(e, j, &b) == 0 && b.kind == a.kind && b.mesh_axes == a.mesh_axes &&
+          b.bytes == a.bytes)
+        seen[j] = 1, count++;
+    char axes[128] = "";
+    size_t len = 0;
+    for (int k = 0; m && k < ts_mesh_rank(m) && len < sizeof axes; k++)
+      if (a.mesh_axes & (1u << k)) {
+        const char *nm = ts_mesh_axis_name(m, k);
+        len += (size_t)snprintf(axes + len, sizeof axes - len, "%s%s", len ? "+" : "", nm ? nm : "?");
+      }
+    printf("%6d  %-16s %-18s %6d %12zu\n", count, ts_collective_kind_name(a.kind), axes, a.group_size, a.bytes);
+  }
+  free(seen);
+}
+
+/* Bytes of the parameters and their optimizer state (every input but the
+ * batch and the step scalars) that device 0 holds, and on one device. */
+static void print_param_bytes(const ts_executable *e, const ts_graph *g) {
+  size_t local = 0, whole = 0, replicated = 0;
+  for (int i = 0; i < ts_graph_num_inputs(g); i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    const char *name = ts_input_name(g, t);
+    static const char *const io[] = {"x", "y", "lr", "step", "seed"};
+    bool skip = false;
+    for (int k = 0; k < 5; k++) skip |= strcmp(name, io[k]) == 0;
+    if (skip) continue;
+    int rank = ts_tensor_rank(g, t);
+    size_t es = ts_dtype_size(ts_tensor_dtype(g, t)), n = (size_t)ts_tensor_numel(g, t) * es;
+    const ts_sharding *s = ts_executable_input_sharding(e, i);
+    int64_t ls[TS_MAX_RANK];
+    size_t l = n;
+    if (s && ts_sharding_shard_shape(s, ts_tensor_shape(g, t), ls) == 0) {
+      l = es;
+      for (int d = 0; d < rank; d++) l *= (size_t)ls[d];
+    }
+    whole += n;
+    local += l;
+    if (l == n) replicated += n;
+  }
+  printf("per device %zu (1 device: %zu; %zu of them in tensors every device holds whole)\n", local, whole,
+         replicated);
+}
+
 static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   int64_t ndev = mesh ? ts_mesh_num_devices(mesh) : 1;
   ts_client_options copts = {.num_threads = 1, .num_devices = (int)ndev};
   ts_client *c = ts_client_new(&copts);
   ts_params *p = ts_params_new(0);
-  bool natural = o->model >= MODEL_GRAPH_RESNET18; /* resnet18/50: their natural input, like --dataset synthetic */
+  bool natural = o->model == MODEL_GRAPH_RESNET18 || o->model == MODEL_GRAPH_RESNET50; /* resnet18/50: their natural input, like --dataset synthetic */
   int hw = o->model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;
   model_graph_spec gs = {.model = o->model, .batch = o->batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01}};
+  bool gpt = o->model == MODEL_GRAPH_GPT, megatron = o->model == MODEL_GRAPH_MLP || gpt;
+  if (gpt) /* tessel train --model gpt's step, on the mesh (checked there: heads, vocab, seq over 'model') */
+    gs.gpt = o->gpt, gs.gpt.mesh = mesh,
+    gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
+                                 .clip_norm = 1.0, .decay_matrices_only = true};
   ts_graph *g = c && p ? model_train_graph(&gs, p) : NULL;
   ts_executable *e = NULL;
   int rc = -1;
   if (!g) goto done;
   double need = 0;
   if (mesh && train_mesh_check_memory(mesh, (int)ndev, ts_params_trainable_numel(p), o->optimizer == 0 ? 1 : 2,
-                                      o->model == 0, &need) < 0)
+                                      megatron, &need) < 0)
     goto done;
   if (mesh) {
-    if (!o->auto_shard && train_mesh_mark(g, mesh, o->model == 0) < 0) goto done;
+    if (!o->auto_shard && train_mesh_mark(g, mesh, megatron) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
       char name[256];
       const char *eq = strchr(o->specs[i], '=');
@@ -257,7 +341,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   }
 
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
-         optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
+         gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
+  if (gpt && o->gpt.sequence_parallel) printf(", sequence parallel");
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
@@ -285,11 +370,15 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   snprintf(title, sizeof title, "collectives per step: %d, %zu bytes per device", nc, coll_bytes);
   section(title);
   print_text(ts_executable_collectives_to_string(e));
+  section("collectives by kind, mesh axes and bytes");
+  print_collective_summary(e, mesh);
   if (!o->no_program) {
     section(mesh ? "program of device 0 (with its memory plan)"
                  : "program (with its memory plan)");
     print_text(ts_executable_to_string(e));
   }
+  section("parameters + optimizer state per device (bytes)");
+  print_param_bytes(e, g);
   section("memory per device (bytes)");
   printf("%-8s %14s %14s %8s\n", "device", "peak arena", "constants", "nodes");
   for (int d = 0; d < ts_executable_num_devices(e); d++) {
@@ -323,7 +412,7 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (o.mesh && (!(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
                                                : ts_mesh_parse(o.mesh, o.axis_names, NULL)) ||
-                 train_mesh_check_axes(CMD, mesh, o.model == 0, o.n_specs > 0 || o.auto_shard) < 0)) {
+                 train_mesh_check_axes(CMD, mesh, o.model == 0 || o.model == MODEL_GRAPH_GPT, o.n_specs > 0 || o.auto_shard) < 0)) {
     cli_error(CMD, "--mesh: %s%s", ts_last_error(),
               mesh && !o.axis_names && !strchr(o.mesh, '=') ? " (name the axes with --axis-names, or place "
                                                              "tensors on them with --spec)" : "");

@@ -16,7 +16,7 @@
 
 #define CMD "plan"
 
-static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", NULL};
+static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 
 /* A device description (docs: devices/README.md). */
 typedef struct {
@@ -101,7 +101,7 @@ static void usage(FILE *f) {
           "the MLP Megatron-split on 'model', weights on 'fsdp') or the solver's (--auto-shard).\n"
           "\n"
           "flags (defaults in brackets):\n"
-          "  --model mlp|cnn|resnet20|resnet18|resnet50  [mlp]\n"
+          "  --model mlp|cnn|resnet20|resnet18|resnet50|gpt  [mlp] (gpt: 6 layers, d_model 256, seq 128)\n"
           "  --batch B                global batch [8 x devices]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        the mesh, e.g. data=64,model=8 (required)\n"
@@ -172,19 +172,23 @@ int ts_cmd_plan(int argc, char **argv) {
   device_default(&dd);
   if (device && device_read(device, &dd) < 0) return CLI_EXIT_USAGE;
   ts_mesh *m = ts_mesh_from_text(mesh_text);
-  if (!m || train_mesh_check_axes(CMD, m, model == 0, auto_shard) < 0) {
+  if (!m || train_mesh_check_axes(CMD, m, model == 0 || model == MODEL_GRAPH_GPT, auto_shard) < 0) {
     cli_error(CMD, "--mesh %s: %s", mesh_text, ts_last_error());
     ts_mesh_free(m);
     return CLI_EXIT_USAGE;
   }
   int64_t ndev = ts_mesh_num_devices(m);
   if (batch == 0) batch = 8 * ndev;
-  bool natural = model >= MODEL_GRAPH_RESNET18;
+  bool natural = model == MODEL_GRAPH_RESNET18 || model == MODEL_GRAPH_RESNET50;
   int hw = model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;
   model_graph_spec gs = {.model = model, .batch = batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = optimizer == 0 ? 0.0 : 0.01}};
+  if (model == MODEL_GRAPH_GPT) /* tessel train --model gpt's defaults: 6 layers, d_model 256, 4 heads, seq 128, vocab 256 */
+    gs.gpt = (ts_gpt_config){.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256, .mesh = auto_shard ? NULL : m},
+    gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
+                                 .clip_norm = 1.0, .decay_matrices_only = true};
   ts_params *p = ts_params_new(0);
   ts_graph *g = p ? model_train_graph(&gs, p) : NULL;
   int rc = -1;

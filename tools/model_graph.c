@@ -1,7 +1,9 @@
 /* model_graph.c — the programs `tessel train` runs and `tessel inspect`
  * shows: the training step (forward, loss, gradients, optimizer update) and
- * the evaluation forward, for the MLP, the MNIST CNN, the CIFAR CNN and the
- * ResNets (tessel/nn.h ts_model_resnet). */
+ * the evaluation forward, for the MLP, the MNIST CNN, the CIFAR CNN, the
+ * ResNets (tessel/nn.h ts_model_resnet) and the GPT (ts_model_gpt: token
+ * inputs x, y (B, T) i32; its evaluation program returns the mean loss, and
+ * a (1, T) logits program serves --sample). */
 #include "model_graph.h"
 
 #include <stdio.h>
@@ -38,18 +40,30 @@ static ts_tensor build_model(ts_nn *m, const model_graph_spec *o, ts_tensor x) {
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32,
  * y (B) i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is
  * the loss, the rest are the in-place updates. */
+/* x and y of the GPT: (batch, seq) i32 tokens. */
+static void gpt_inputs(ts_graph *g, const model_graph_spec *o, int64_t batch, ts_tensor *x, ts_tensor *y) {
+  int64_t ts[2] = {batch, o->gpt.seq};
+  *x = ts_input(g, "x", TS_I32, 2, ts);
+  if (y) *y = ts_input(g, "y", TS_I32, 2, ts);
+}
+
 ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_graph *g = ts_graph_new();
+  bool gpt = o->model == MODEL_GRAPH_GPT;
   int64_t xs[4] = {o->batch, o->c, o->h, o->w};
-  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);             // (B, C, H, W)
-  ts_tensor y = ts_input(g, "y", TS_I32, 1, &o->batch);      // (B)
+  ts_tensor x, y;
+  if (gpt) gpt_inputs(g, o, o->batch, &x, &y);               // (B, T), (B, T)
+  else {
+    x = ts_input(g, "x", TS_F32, 4, xs);                     // (B, C, H, W)
+    y = ts_input(g, "y", TS_I32, 1, &o->batch);              // (B)
+  }
   ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
   ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
-  ts_tensor logits = build_model(&m, o, x);                  // (B, classes)
-  ts_tensor loss = ts_cross_entropy(g, logits, y);
+  ts_tensor loss = gpt ? ts_gpt_loss(g, ts_model_gpt(&m, &o->gpt, x), y) // nats per token
+                       : ts_cross_entropy(g, build_model(&m, o, x), y); // logits (B, classes)
   /* DDP: every replica reports the mean loss of the global batch */
   ts_tensor shown = o->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss;
   if (shown == TS_NONE || ts_graph_add_output(g, shown) != 0) goto fail;
@@ -79,12 +93,38 @@ fail:
 /* Evaluation forward: x (E,C,H,W) -> logits (E,classes), training off. */
 ts_graph *model_eval_graph(const model_graph_spec *o, int64_t e, ts_params *p) {
   ts_graph *g = ts_graph_new();
+  if (o->model == MODEL_GRAPH_GPT) { /* x, y (E, T) -> the mean loss */
+    ts_tensor x, y;
+    gpt_inputs(g, o, e, &x, &y);
+    ts_nn m;
+    ts_nn_init(&m, g, p, false, TS_NONE);
+    ts_tensor loss = ts_gpt_loss(g, ts_model_gpt(&m, &o->gpt, x), y);
+    if (loss == TS_NONE || ts_graph_add_output(g, loss) != 0) {
+      ts_graph_free(g);
+      return NULL;
+    }
+    return g;
+  }
   int64_t xs[4] = {e, o->c, o->h, o->w};
   ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);
   ts_nn m;
   ts_nn_init(&m, g, p, false, TS_NONE);
   ts_tensor logits = build_model(&m, o, x);
   if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0 || ts_nn_finish(&m) != 0) {
+    ts_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+ts_graph *model_gpt_logits_graph(const model_graph_spec *o, ts_params *p) {
+  ts_graph *g = ts_graph_new();
+  ts_tensor x;
+  gpt_inputs(g, o, 1, &x, NULL);
+  ts_nn m;
+  ts_nn_init(&m, g, p, false, TS_NONE);
+  ts_tensor logits = ts_model_gpt(&m, &o->gpt, x); // (1, T, V)
+  if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0) {
     ts_graph_free(g);
     return NULL;
   }

@@ -5,13 +5,14 @@
 
 #include "tessel/tessel.h"
 
-enum { MODEL_GRAPH_MLP, MODEL_GRAPH_CNN, MODEL_GRAPH_RESNET20, MODEL_GRAPH_RESNET18, MODEL_GRAPH_RESNET50 };
+enum { MODEL_GRAPH_MLP, MODEL_GRAPH_CNN, MODEL_GRAPH_RESNET20, MODEL_GRAPH_RESNET18, MODEL_GRAPH_RESNET50, MODEL_GRAPH_GPT };
 
 typedef struct {
   int model;         /* MODEL_GRAPH_*; the CNN is the CIFAR one when c == 3 */
   int64_t batch;
   int c, h, w;       /* image shape */
   int classes;       /* logits per sample (0: 10) */
+  ts_gpt_config gpt; /* MODEL_GRAPH_GPT: the model; x, y are (batch, gpt.seq) i32 tokens */
   ts_optim_config optim;
   /* DDP replica step (compile with ts_compile_options.replicas): batch is
    * this replica's share; gradients are averaged over the replicas in buckets
@@ -21,11 +22,15 @@ typedef struct {
 } model_graph_spec;
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)
- * i32, lr, step (f32 scalars), seed (i64 scalar, dropout); output 0 is the
- * loss, the rest are the in-place updates. NULL on error (message set). */
+ * i32 (GPT: x, y (B,T) i32 tokens), lr, step (f32 scalars), seed (i64
+ * scalar, dropout); output 0 is the loss, the rest are the in-place updates.
+ * NULL on error (message set). */
 ts_graph *model_train_graph(const model_graph_spec *s, ts_params *p);
-/* The evaluation forward: x (batch,C,H,W) -> logits (batch,classes), training off. */
+/* The evaluation forward: x (batch,C,H,W) -> logits (batch,classes), training off.
+ * GPT: x, y (batch, seq) i32 -> output 0 the mean cross-entropy (val loss). */
 ts_graph *model_eval_graph(const model_graph_spec *s, int64_t batch, ts_params *p);
+/* GPT sampling: x (1, seq) i32 -> logits (1, seq, vocab), training off. */
+ts_graph *model_gpt_logits_graph(const model_graph_spec *s, ts_params *p);
 
 /* The buffers a compiled step or evaluation program runs with, bound by input
  * name: "x", "y", "lr", "step", "seed" get new buffers of the graph's types

@@ -24,6 +24,7 @@
 
 #include "args.h"            // cli_error, exit codes
 #include "train_run.h"
+#include "train_text.h"      // train_text_free
 
 int train_lib_error(void) {
   cli_error(CMD, "%s", ts_last_error());
@@ -53,6 +54,7 @@ static int train_finish(train_run *r, int exit_code) {
   if (r->bar) ts_progress_finish(r->bar, NULL);
   ts_loader_free(r->loader); // joins the workers before the dataset goes
   ts_source_free(r->train_src);
+  train_text_free(r);
   program_free(&r->step_pr);
   program_free(&r->eval_pr);
   program_free(&r->tail_pr);

@@ -7,6 +7,13 @@
 
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b) {
   int64_t start;
+  const int32_t *tx, *ty;
+  if (ts_buffer_dtype(pr->io.x) == TS_I32) { /* tokens: x, y (b, T) i32 */
+    if (ts_batch_local_tokens(batch, &start, &tx, &ty, NULL) < 0) return -1;
+    int64_t T = ts_buffer_shape(pr->io.x)[1], first = rank * b - start;
+    if (ts_buffer_write(pr->io.x, tx + first * T, (size_t)(b * T) * sizeof *tx) < 0) return -1;
+    return ts_buffer_write(pr->io.y, ty + first * T, (size_t)(b * T) * sizeof *ty);
+  }
   const float *x;
   const int32_t *y;
   ts_batch_local_rows(batch, &start, &x, &y, NULL);

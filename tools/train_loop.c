@@ -105,6 +105,15 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
       st->window_loss = 0;
       st->window_n = 0;
     }
+    /* the GPT's validation loss every --eval-every steps (within the epoch; at
+     * its end after the progress bar closes) */
+    if (o->model == MODEL_GPT && st->step % o->eval_every == 0 && st->step < r->total_steps &&
+        s + 1 < r->steps_per_epoch) {
+      ts_progress_finish(r->bar, extra); /* the val loss line goes between progress lines */
+      r->bar = ts_progress_new(stdout, TS_PROGRESS_AUTO, label, (s0 + epoch_steps) * o->batch, 10.0);
+      int erc = train_gpt_evaluate(r, st->step);
+      if (erc != CLI_EXIT_OK) return erc;
+    }
     int sig = train_stop_requested(r->client);
     if (sig < 0) return train_lib_error();
     if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
@@ -114,6 +123,8 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
   snprintf(extra, sizeof extra, "loss %.4f", *epoch_loss / (double)*epoch_n);
   ts_progress_finish(r->bar, extra);
   r->bar = NULL;
+  if (o->model == MODEL_GPT && !r->stop_signal && (st->step % o->eval_every == 0 || st->step == r->total_steps))
+    return train_gpt_evaluate(r, st->step);
   return CLI_EXIT_OK;
 }
 
@@ -162,9 +173,10 @@ int train_epochs(train_run *r) {
    * augmented per sample) while a step runs. */
   ts_loader_options lopts = {.batch = o->batch, .seed = o->seed, .prefetch = 3, .workers = 1,
                              .augment = r->train_aug};
-  if (!(r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset])) ||
+  /* token data: r->train_src is the text or synthetic token source (train_text.c) */
+  if (!(r->train_src || (r->train_src = ts_source_from_dataset(&r->train, train_dataset_names[o->dataset]))) ||
       !(r->loader = ts_loader_new(r->train_src, &lopts)))
-    return train_lib_error();
+    return train_lib_error(); /* --model gpt: train_gpt_load made the token source */
 
   loop_state st = {0};
   if ((o->resume || o->init_from) && train_ckpt_restore(r, &st.step) < 0) return train_lib_error();
@@ -176,7 +188,8 @@ int train_epochs(train_run *r) {
     double epoch_loss = 0;
     int64_t epoch_n = 0;
     int rc = train_one_epoch(r, &st, epoch, &epoch_loss, &epoch_n);
-    if (rc == CLI_EXIT_OK && !r->stop_signal) rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
+    if (rc == CLI_EXIT_OK && !r->stop_signal && o->model != MODEL_GPT) /* the GPT: val loss every --eval-every */
+      rc = evaluate_epoch(r, &st, epoch, epoch_loss, epoch_n);
     if (rc == CLI_EXIT_OK && !r->stop_signal && st.step < r->total_steps) { /* a signal during the evaluation */
       int sig = train_stop_requested(r->client);
       if (sig < 0) rc = train_lib_error();
@@ -194,6 +207,13 @@ int train_epochs(train_run *r) {
   ts_loader_stats ls;
   ts_loader_get_stats(r->loader, &ls);
   int64_t ran = st.step - st.first_step;
+  if (o->model == MODEL_GPT) {
+    printf("done: %lld steps in %s (%.0f tokens/s training), final val loss %.4f\n", (long long)st.step,
+           fmt_duration(train_now_s() - st.start, e1, sizeof e1),
+           st.train_time > 0 ? (double)(ran * o->batch * o->seq) / st.train_time : 0.0, r->val_loss);
+    fflush(stdout);
+    return train_gpt_sample(r);
+  }
   printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n", (long long)st.step,
          fmt_duration(train_now_s() - st.start, e1, sizeof e1),
          st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);

@@ -17,6 +17,25 @@ static bool is_param(const char *name, const char *param) {
   return strncmp(name, param, n) == 0 && (name[n] == '\0' || name[n] == '.');
 }
 
+/* The GPT's Megatron layout (names as nanoGPT's, optimizer state alike):
+ * the dim of parameter `name` split over "model", or -1. c_attn (3, C, C)
+ * and mlp.c_fc (4C, C) column-parallel (by heads / output features), both
+ * c_proj row-parallel (input features), wte on the vocabulary (the embedding
+ * lookup and the tied head's logits); norms, other biases and wpe whole. */
+static int gpt_model_dim(const char *name) {
+  static const struct {
+    const char *suffix;
+    int dim;
+  } rules[] = {{".attn.c_attn.weight", 1}, {".attn.c_attn.bias", 1}, {".attn.c_proj.weight", 1},
+               {".mlp.c_fc.weight", 0},    {".mlp.c_fc.bias", 0},    {".mlp.c_proj.weight", 1}};
+  if (is_param(name, "transformer.wte.weight")) return 0;
+  if (strncmp(name, "transformer.h.", 14) != 0) return -1;
+  const char *rest = strchr(name + 14, '.'); /* after the block number */
+  for (size_t k = 0; rest && k < sizeof rules / sizeof *rules; k++)
+    if (is_param(rest, rules[k].suffix)) return rules[k].dim;
+  return -1;
+}
+
 static int axis_named(const ts_mesh *m, const char *name) {
   for (int a = 0; a < ts_mesh_rank(m); a++) {
     const char *n = ts_mesh_axis_name(m, a);
@@ -56,6 +75,8 @@ int train_mesh_mark(ts_graph *g, const ts_mesh *m, bool megatron) {
         used = 0; /* column-parallel: output features */
       } else if (model >= 0 && is_param(name, "fc2.weight")) {
         used = 1; /* row-parallel: input features */
+      } else if (model >= 0) {
+        used = gpt_model_dim(name);
       }
       if (used >= 0) dims[n] = used, axes[n++] = model;
       /* FSDP: the first other dim that divides evenly over the fsdp axis;

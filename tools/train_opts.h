@@ -10,8 +10,8 @@
 
 #include "train_fault.h" // train_fault (the --testing-fault hook)
 
-enum { MODEL_MLP, MODEL_CNN, MODEL_RESNET20, MODEL_RESNET18, MODEL_RESNET50 };
-enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC };
+enum { MODEL_MLP, MODEL_CNN, MODEL_RESNET20, MODEL_RESNET18, MODEL_RESNET50, MODEL_GPT };
+enum { DATA_FASHION_MNIST, DATA_CIFAR10, DATA_SYNTHETIC, DATA_TEXT };
 enum { PARALLEL_SPMD, PARALLEL_DDP };
 /* The flags' valid values, NULL-terminated, indexed by the enums above (optimizer:
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
@@ -50,7 +50,22 @@ typedef struct {
   int64_t keep;         /* --keep K: the newest K checkpoints stay; 0 = all */
   const char *resume;   /* --resume D or D/step-NNNNNNNN: continue that run exactly */
   const char *init_from; /* --init-from F: model weights from a .safetensors file (or a checkpoint) */
+  /* Token data (--model gpt): --seq and --vocab are parsed with the model's
+   * flags (0 until set); the data flags below are parsed with the others. */
+  int64_t seq, vocab;   /* tokens per sample; vocabulary (256 for bytes) */
+  int64_t layers, d_model, heads; /* the GPT [6, 256, 4] */
+  int64_t sample;        /* --sample N: generate N bytes after training [0] */
+  const char *prompt;    /* --prompt TEXT: what the sample continues [a newline] */
+  double temperature;    /* [0.8] */
+  int64_t top_k;         /* 0 = all [200] */
+  const char *data_file; /* --data-file F: the --dataset text corpus [TS_KJV_TEXT] */
+  int64_t eval_every;   /* --eval-every N: validation loss every N steps (and at the end) [100] */
+  int64_t eval_batches; /* --eval-batches N: validation batches of --batch windows [20] */
+  bool sequence_parallel; /* --sequence-parallel: the GPT's norms and residuals split on the sequence over "model" */
 } train_opts;
+
+/* The run trains on tokens (x, y (B, T) i32), not images. */
+static inline bool train_opts_tokens(const train_opts *o) { return o->model == MODEL_GPT || o->dataset == DATA_TEXT; }
 
 /* Parses argv (argv[0] is "train") into *o and fills in the defaults; returns
  * 0, 1 for --help, or -1 after printing an error (a usage error). */

@@ -55,10 +55,14 @@ typedef struct train_run {
   model_graph_spec gs;        /* gs.batch: this replica's share under DDP */
   ts_graph *g;                /* a graph being compiled */
   program step_pr, eval_pr, tail_pr; /* tail_pr: the last partial evaluation batch, if any */
-  ts_source *train_src;
+  ts_source *train_src;       /* token data: made by train_text_load (train_text.h) */
   ts_loader *loader;
+  ts_source *val_src;         /* token data: the validation windows */
+  ts_loader *val_loader;      /* over val_src, no shuffle, made at the first validation batch */
+  int64_t val_next;           /* the validation batch val_loader hands out next */
   ts_progress *bar;           /* the current epoch's */
   uint64_t program_hash;      /* ts_graph_hash of the training step (saved in checkpoints) */
+  double val_loss;            /* --model gpt: the last validation loss (NAN before the first) */
 } train_run;
 
 /* Each phase returns CLI_EXIT_OK or the exit code after printing why. */
@@ -70,6 +74,10 @@ int train_join(train_run *r);
 /* train_setup.c: the datasets, augmentation, step counts and LR schedule; checks
  * that every process has the same configuration. */
 int train_load(train_run *r);
+/* train_setup.c: the rest of train_load once the training set's size is
+ * known (n_train samples): step counts, warm-up, the LR schedule, the DDP
+ * batch split and the check that every process has the same configuration. */
+int train_load_steps(train_run *r, int64_t n_train);
 /* train_setup.c: parameters and the compiled step, evaluation and tail
  * programs; prints the run's header. */
 int train_compile(train_run *r);
@@ -94,6 +102,12 @@ int train_ckpt_save(train_run *r, int64_t step);
  * rest with `tail`; pixels normalized by `norm` (no crop or flip). */
 int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
                    double *acc);
+
+/* train_gpt.c: the validation loss (mean over --eval-batches batches at fixed
+ * positions) into r->val_loss, printed and logged as {"step":N,"val_loss":X}. */
+int train_gpt_evaluate(train_run *r, int64_t step);
+/* train_gpt.c: --sample N: N bytes generated after --prompt, printed. */
+int train_gpt_sample(train_run *r);
 
 /* train_ddp.c: this replica's rows [rank*b, (rank+1)*b) of the global batch. */
 int train_ddp_upload_rows(const ts_loader_batch *batch, program *pr, int rank, int64_t b);

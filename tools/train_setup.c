@@ -2,6 +2,7 @@
  * (client, rank, who prints), the data and the step counts, and compiling the
  * training, evaluation and tail programs. */
 #include <errno.h>
+#include <math.h> // NAN
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
 #include "train_run.h"
+#include "train_text.h"      // train_text_load: token data
 #include "util/prng.h"   // ts_splitmix64: synthetic images
 #include "util/config.h"     // TESSEL_NUM_THREADS: a capped count is reported
 
@@ -21,7 +23,7 @@
 int train_join(train_run *r) {
   train_opts *o = &r->o;
   if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
-                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP, o->auto_shard) < 0)) {
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP || o->model == MODEL_GPT, o->auto_shard) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
@@ -147,6 +149,7 @@ static int load_data(train_run *r) {
 
 int train_load(train_run *r) {
   train_opts *o = &r->o;
+  if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
   bool cifar = o->dataset == DATA_CIFAR10, synth = o->dataset == DATA_SYNTHETIC;
   int lrc = load_data(r);
   if (lrc) return lrc;
@@ -161,6 +164,7 @@ int train_load(train_run *r) {
     }
   }
   o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
+  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
    * gets the standard augmentation (random crop with 4-pixel padding, flip). */
   r->norm = (ts_augment){.mean = {FMNIST_MEAN}, .std = {FMNIST_STD}};
@@ -168,10 +172,15 @@ int train_load(train_run *r) {
   if (synth) r->norm = (ts_augment){.mean = {0.5f, 0.5f, 0.5f}, .std = {0.29f, 0.29f, 0.29f}}; /* uniform bytes */
   r->train_aug = r->norm;
   if (cifar) r->train_aug.crop_pad = 4, r->train_aug.hflip = true;
-  r->steps_per_epoch = train->n / o->batch; // the last partial batch is dropped
+  return train_load_steps(r, train->n);
+}
+
+int train_load_steps(train_run *r, int64_t n_train) {
+  train_opts *o = &r->o;
+  r->steps_per_epoch = n_train / o->batch; // the last partial batch is dropped
   if (r->steps_per_epoch == 0) {
     cli_error(CMD, "--batch: %lld is larger than the training set (%lld samples)", (long long)o->batch,
-              (long long)train->n);
+              (long long)n_train);
     return CLI_EXIT_USAGE;
   }
   r->total_steps = r->steps_per_epoch * o->epochs;
@@ -182,16 +191,20 @@ int train_load(train_run *r) {
               (long long)r->total_steps);
     return CLI_EXIT_USAGE;
   }
-  r->warmup = o->warmup >= 0 ? o->warmup : (r->total_steps / 10 < 100 ? r->total_steps / 10 : 100);
+  bool gpt = o->model == MODEL_GPT; /* nanoGPT's schedule: 100 warm-up steps, cosine to 0.1x */
+  int64_t warm = r->total_steps / 10 < 100 ? r->total_steps / 10 : 100; /* short runs: 10% */
+  if (gpt && r->total_steps >= 200) warm = 100;
+  r->warmup = o->warmup >= 0 ? o->warmup : warm;
   r->sched = (ts_lr_schedule){.kind = o->schedule == 0 ? TS_LR_CONSTANT : TS_LR_COSINE, .base_lr = o->lr,
-                              .warmup_steps = r->warmup, .total_steps = r->total_steps, .min_lr = 0.0};
-  r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
+                              .warmup_steps = r->warmup, .total_steps = r->total_steps,
+                              .min_lr = gpt ? 0.1 * o->lr : 0.0};
+  r->val_loss = NAN;
   if (r->ddp && o->batch % r->nproc) {
     cli_error(CMD, "--parallel ddp: the global batch %lld does not divide over %d processes", (long long)o->batch,
               r->nproc);
     return CLI_EXIT_USAGE;
   }
-  char cfg[512];
+  char cfg[1024];
   train_opts_text(o, cfg, sizeof cfg); /* every process must train the same thing */
   if (ts_client_check_same(r->client, "the configuration", cfg) < 0) return train_lib_error();
   return CLI_EXIT_OK;
@@ -199,6 +212,12 @@ int train_load(train_run *r) {
 
 /* The shared model builders (model_graph.h) for this run's options. */
 static model_graph_spec graph_spec(const train_opts *o) {
+  if (o->model == MODEL_GPT) /* nanoGPT's recipe: AdamW (0.9, 0.95), decay on matrices, clipping at 1 */
+    return (model_graph_spec){
+        .model = MODEL_GRAPH_GPT, .batch = o->batch,
+        .gpt = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq, .vocab = o->vocab},
+        .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = o->weight_decay,
+                  .clip_norm = 1.0, .decay_matrices_only = true}};
   return (model_graph_spec){
       .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
              : o->model == MODEL_CNN ? MODEL_GRAPH_CNN
@@ -212,7 +231,7 @@ static model_graph_spec graph_spec(const train_opts *o) {
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
  * when building it failed) is freed on success, else by train.c. */
 static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compile_options *co) {
-  bool megatron = r->o.model == MODEL_MLP;
+  bool megatron = r->o.model == MODEL_MLP || r->o.model == MODEL_GPT;
   r->g = g;
   ts_compile_options opts = *co;
   if (r->mesh && r->o.auto_shard) /* --auto-shard: the solver marks it inside ts_compile */
@@ -231,6 +250,10 @@ int train_compile(train_run *r) {
   if (o->trace) ts_trace_start(); /* before compiling: the trace shows the compile too */
   double t0 = train_now_s();
   r->gs = graph_spec(o);
+  if (o->model == MODEL_GPT) { /* tensor (and sequence) parallelism on the mesh's "model" axis */
+    r->gs.gpt.mesh = r->mesh;
+    r->gs.gpt.sequence_parallel = o->sequence_parallel;
+  }
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
   ts_compile_options co = {.replicas = r->ddp};
@@ -241,7 +264,7 @@ int train_compile(train_run *r) {
     double need = 0;
     int states = o->optimizer == 1 ? 2 : o->momentum > 0 ? 1 : 0;
     if (train_mesh_check_memory(r->mesh, ts_client_num_local_devices(r->client), ts_params_trainable_numel(r->params),
-                                states, o->model == MODEL_MLP, &need) < 0) {
+                                states, o->model == MODEL_MLP || o->model == MODEL_GPT, &need) < 0) {
       r->g = step; /* freed by train.c */
       cli_error(CMD, "--mesh %s: %s", o->mesh, ts_last_error());
       return CLI_EXIT_FAIL;
@@ -254,9 +277,10 @@ int train_compile(train_run *r) {
   }
   if (compile_graph(r, step, &r->step_pr, &co) < 0) return train_lib_error();
   r->gs.ddp = false;
+  if (o->model == MODEL_GPT) r->eval_b = o->batch; /* validation batches are --batch windows, no tail */
   if (compile_graph(r, model_eval_graph(&r->gs, r->eval_b, r->params), &r->eval_pr, &co) < 0)
     return train_lib_error();
-  if (r->test.n % r->eval_b &&
+  if (o->model != MODEL_GPT && r->test.n % r->eval_b &&
       compile_graph(r, model_eval_graph(&r->gs, r->test.n % r->eval_b, r->params), &r->tail_pr, &co) < 0)
     return train_lib_error();
   /* more threads asked (--threads or TESSEL_NUM_THREADS) than cores: capped, and said so */
@@ -264,6 +288,16 @@ int train_compile(train_run *r) {
   char capped[64] = "";
   if (asked > ts_client_num_threads(r->client))
     snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
+  if (o->model == MODEL_GPT)
+    printf("tessel train: gpt (%lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld) on %s (%lld training "
+           "windows), %lld params, adamw lr %g (cosine to %g, warm-up %lld) weight decay %g, clip 1, batch %lld, "
+           "%lld steps, %d threads%s; compiled in %.2fs\n",
+           (long long)o->layers, (long long)o->d_model, (long long)o->heads, (long long)o->seq, (long long)o->vocab,
+           o->dataset == DATA_TEXT ? o->data_file : "synthetic tokens", (long long)r->train_src->n,
+           (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
+           o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
+           train_now_s() - t0);
+  else
   printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
          train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,

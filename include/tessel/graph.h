@@ -159,7 +159,10 @@ ts_tensor ts_relu(ts_graph *g, ts_tensor x);
 ts_tensor ts_gelu(ts_graph *g, ts_tensor x); /* exact, erf-based */
 ts_tensor ts_softmax(ts_graph *g, ts_tensor x, int dim);
 ts_tensor ts_log_softmax(ts_graph *g, ts_tensor x, int dim);
-/* Mean cross-entropy of logits (B, C) against integer labels (B). */
+/* Mean cross-entropy of logits (B, C) against integer labels (B). Logits
+ * split on C (a vocabulary-parallel LM head) are never gathered: the max,
+ * the sum of exponentials and the label's logit are three all-reduces of B
+ * values, and the gradient (softmax - onehot) needs none. */
 ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels);
 /* Normalizes over the last dim; gamma/beta (D) may be TS_NONE. */
 ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
@@ -170,6 +173,11 @@ ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tens
                               ts_tensor *mean, ts_tensor *var);
 ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta,
                              ts_tensor running_mean, ts_tensor running_var, double eps);
+/* Causal multi-head self-attention: q, k, v (B, H, T, Dh) of one float dtype
+ * -> (B, H, T, Dh): softmax(q k^T * scale, masked to keys j <= query i) v,
+ * the scores and the softmax in f32. Heads are a dim of their own, so a
+ * sharding on H splits attention with no communication. */
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale);
 /* Inverted dropout: keeps each element with probability 1-p, scales by 1/(1-p). */
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key);
 

@@ -4,7 +4,10 @@
  *
  * A ts_source is any dataset that can produce sample i (u8 pixels (c, h, w)
  * and a label) from any thread: an in-memory ts_dataset (IDX, CIFAR-10) or a
- * generated one (the synthetic ImageNet-shaped benchmark data).
+ * generated one (the synthetic ImageNet-shaped benchmark data). A token
+ * source (seq > 0) produces sample i as seq + 1 tokens instead: byte-level
+ * text from any file (ts_source_text) or seeded random tokens
+ * (ts_source_synthetic_tokens), for language models.
  *
  * A ts_loader walks a source in a deterministic order — the permutation of
  * (seed, epoch) — cutting it into global batches of `batch` samples; global
@@ -18,6 +21,12 @@
  *   "x"    (B, C, H, W) f32  normalized (and augmented) pixels
  *   "y"    (B)          i32  labels
  *   "mask" (B)          f32  1 for a real sample, 0 for padding
+ * Over a token source (seq T > 0) the inputs are instead
+ *   "x"    (B, T)       i32  tokens [0, T) of each sample
+ *   "y"    (B, T)       i32  tokens [1, T + 1): the next token of each x
+ *   "mask" (B)          f32  as above
+ * (no augmentation; the per-sample key may move a text window, see
+ * ts_source_text), and ts_batch_local_tokens reads them on the host.
  * With a mesh, each input has a sharding; the loader cuts, for every device of
  * this process, exactly the block ts_sharding_shard_range gives that device
  * (padded right: rows past the block's limit are zero, their mask 0).
@@ -59,6 +68,15 @@ struct ts_source {
   int (*get)(const ts_source *s, int64_t i, uint8_t *pixels, int32_t *label);
   void (*destroy)(ts_source *s); /* optional: frees ctx and s itself */
   void *ctx;
+  /* Token sources: seq > 0 (c, h, w, num_classes and get unused). Sample i
+   * is seq + 1 tokens in [0, vocab): the loader's x row is tokens [0, seq),
+   * its y row tokens [1, seq + 1). get_tokens writes them to tokens; key is
+   * the sample's random key ts_loader_augment_key(seed, epoch, i), which a
+   * source may use (a text window's offset) or ignore. Thread-safe like get.
+   * Image sources leave these zero. */
+  int seq;
+  int vocab;
+  int (*get_tokens)(const ts_source *s, int64_t i, uint64_t key, int32_t *tokens);
 };
 
 /* Sources from these two are the caller's (ts_source_free, after every loader
@@ -71,6 +89,60 @@ ts_source *ts_source_from_dataset(const ts_dataset *d, const char *name);
  * stripe pattern + uniform noise, so the labels are learnable. */
 ts_source *ts_source_synthetic(int64_t n, int c, int h, int w, int num_classes, uint64_t seed);
 void ts_source_free(ts_source *s);
+
+/* ---- text: byte-level token sources ----
+ * Any file is a corpus: its bytes are the tokens (vocab 256; not UTF-8
+ * aware: bytes are bytes). Its split: train = the first n * 9 / 10 bytes
+ * (integer division, n the file's size), validation = the last n - that.
+ *
+ * TS_TEXT_TRAIN: the split's L bytes are cut into slots of seq start
+ * positions, n = (L - 1) / seq samples; sample i is the window of seq + 1
+ * bytes starting at i * seq + (key mod m), m = min(seq, L - seq - i * seq)
+ * the slot's valid starts (key: the loader's per-sample key of (seed, epoch,
+ * i)). So every epoch sees each slot once in the loader's shuffled order,
+ * each time at a fresh offset, and every start in [0, L - seq) is
+ * reachable; a restored loader replays the same windows.
+ *
+ * TS_TEXT_VALID: `windows` samples at fixed positions of the split's L
+ * bytes: sample i starts at ts_text_valid_start(seed, i, L, seq) whatever
+ * the epoch or key (use a loader with no_shuffle: batch k then holds
+ * samples [k * batch, (k + 1) * batch), the same at every evaluation).
+ *
+ * Errors (before any sample is read; each names the file and its size):
+ * unreadable, empty, or a split shorter than seq + 1 bytes ("F: 1000 bytes
+ * is too short: its validation split (the last 10%, 100 bytes) is shorter
+ * than one sample of seq + 1 = 129 bytes; with seq 128 the file needs at
+ * least 1281 bytes"). */
+typedef enum { TS_TEXT_TRAIN = 0, TS_TEXT_VALID } ts_text_split;
+
+typedef struct {
+  const char *path;    /* any file */
+  int seq;             /* tokens per sample T (a window is T + 1 bytes), >= 1 */
+  ts_text_split split;
+  int64_t windows;     /* TS_TEXT_VALID: samples (eval batches x batch), >= 1 */
+  uint64_t seed;       /* TS_TEXT_VALID: the positions' seed */
+} ts_text_options;
+
+/* The corpus bytes are read once into the source (name: "F train" or
+ * "F valid"); the source is the caller's (ts_source_free). */
+ts_source *ts_source_text(const ts_text_options *o);
+/* The split point of an n-byte file: n * 9 / 10 (the training bytes). */
+int64_t ts_text_train_bytes(int64_t file_bytes);
+/* Where validation window i starts in a split of L bytes, so that the
+ * window [start, start + seq + 1) fits: x = seed ^ (i * 0xd1b54a32d192ed03),
+ * start = splitmix64(x) mod (L - seq) (splitmix64: x += 0x9e3779b97f4a7c15,
+ * then the usual two xor-shift-multiply rounds and a final xor-shift). */
+int64_t ts_text_valid_start(uint64_t seed, int64_t i, int64_t L, int seq);
+
+/* The King James Bible as one verse per line (4137850 bytes, ASCII), made
+ * from Debian's bible-kjv package by scripts/install-deps.sh:
+ *   bible -f "Genesis 1:1-Revelation 22:21" | sed 's/^[^ ]* //'
+ * (each line's verse reference, the text up to the first space, dropped). */
+#define TS_KJV_TEXT "/usr/local/share/tessel/kjv.txt"
+
+/* Seeded random tokens for benchmarks: n samples of seq + 1 tokens uniform
+ * in [0, vocab), sample i a function of (seed, i) only. */
+ts_source *ts_source_synthetic_tokens(int64_t n, int seq, int vocab, uint64_t seed);
 
 /* ---- CIFAR-10 (binary version) ----
  * Files data_batch_1.bin .. data_batch_5.bin (train, 50000) and test_batch.bin
@@ -158,7 +230,9 @@ typedef struct {
   /* Placement. mesh NULL: no sharding, one "device" (index 0) holds the whole
    * batch. Otherwise either n_inputs shardings by name — "x" and "y" are
    * required, "mask" defaults to y's — or n_inputs == 1 with name NULL: one
-   * spec for x whose batch-dim entry also shards y and mask. */
+   * spec for x whose batch-dim entry also shards y and mask. Over a token
+   * source, y (B, T) takes x's whole spec in the one-spec form, and a
+   * missing "mask" takes y's batch-dim entry. */
   const ts_mesh *mesh;
   int n_inputs;
   const ts_input_sharding *inputs;
@@ -206,6 +280,12 @@ int64_t ts_batch_sample_index(const ts_loader_batch *b, int64_t row);
 int64_t ts_batch_local_rows(const ts_loader_batch *b, int64_t *row_start, const float **x,
                             const int32_t **y, const float **mask);
 
+/* Over a token source: this process's rows of x (rows, T) and y (rows, T)
+ * tokens and mask (rows), as ts_batch_local_rows (which gives x NULL for a
+ * token source). Returns rows, or -1 (error set) for an image source. */
+int64_t ts_batch_local_tokens(const ts_loader_batch *b, int64_t *row_start, const int32_t **x,
+                              const int32_t **y, const float **mask);
+
 /* The host staging block of input `name` for mesh device `device` (must be
  * one of this process's devices; without a mesh, device 0): data is the
  * padded block (shape[] = ts_sharding_shard_shape), start/limit its global
@@ -225,7 +305,8 @@ int ts_batch_shard(const ts_loader_batch *b, const char *name, int device, ts_sh
 /* Copies input `name` of b into the device buffer dst (dtype and global
  * shape of the input: x (B, C, H, W) f32, y (B) i32, mask (B) f32), this
  * process's devices' blocks only: with several processes every process calls
- * it for the same buffer. When this process holds the whole global batch
+ * it for the same buffer (a token source: x and y (B, T) i32). When this
+ * process holds the whole global batch
  * (TS_LOAD_GLOBAL, or one process) dst may have any sharding (the runtime
  * cuts each local device's block). With TS_LOAD_MINIBATCH over several
  * processes dst must have the loader's sharding for `name` (the loader cannot

@@ -125,6 +125,46 @@ ts_tensor ts_model_mnist_cnn(ts_nn *m, ts_tensor x);
 typedef enum { TS_RESNET20, TS_RESNET18, TS_RESNET50 } ts_resnet_kind;
 ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t classes);
 
+/* ---- GPT (nanoGPT) ----
+ * A decoder-only transformer with nanoGPT's layout, parameter names and
+ * initialization (bias=True): transformer.wte.weight (vocab, d) and
+ * transformer.wpe.weight (seq, d) ~ N(0, 0.02); per block l
+ * transformer.h.<l>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+ * mlp.c_proj}.{weight, bias} (Linear weights (out, in) ~ N(0, 0.02), the two
+ * c_proj weights N(0, 0.02 / sqrt(2 * layers)), biases 0, layer norms weight
+ * 1, bias 0, eps 1e-5); transformer.ln_f; the LM head is wte (tied).
+ * Blocks are pre-LN: h += attn(ln_1(h)); h += mlp(ln_2(h)), the MLP
+ * d -> 4d -> d with exact GELU; attention is ts_causal_attention on
+ * (B, heads, T, d / heads). Dropout (embeddings, attention output, MLP
+ * output) applies only when training with a seed. */
+typedef struct {
+  int64_t layers, d_model, heads, seq, vocab; /* seq: the position table's length */
+  double dropout;
+  /* Tensor parallelism (optional): the mesh the step will be compiled for.
+   * With an axis "model" of size > 1, heads, vocab (and with
+   * sequence_parallel the sequence) must divide over it (checked). The
+   * parameters' Megatron layout is marked by the caller (tools/train_mesh.c:
+   * c_attn (3, C, C) and mlp.c_fc split on their output features, the two
+   * c_proj on their input features, wte on the vocabulary); with
+   * sequence_parallel the builder itself marks the residual stream split on
+   * the sequence over "model" and each layer norm's output whole on it (the
+   * batch over "data" and "fsdp" where the mesh has them), so the
+   * activation all-reduces become reduce-scatter + all-gather pairs. */
+  const struct ts_mesh *mesh;
+  bool sequence_parallel;
+} ts_gpt_config;
+/* 0, or -1 with an error naming the bad value (heads not dividing d_model, ...). */
+int ts_gpt_config_check(const ts_gpt_config *c);
+/* x (B, T) i32/i64 tokens, T <= seq -> logits (B, T, vocab) f32. A T longer
+ * than seq is an error naming both. */
+ts_tensor ts_model_gpt(ts_nn *m, const ts_gpt_config *c, ts_tensor x);
+/* Mean cross-entropy (nats per token) of logits (B, T, V) against targets
+ * (B, T) integers. */
+ts_tensor ts_gpt_loss(ts_graph *g, ts_tensor logits, ts_tensor y);
+/* nanoGPT's weight-decay rule: a parameter of rank >= 2 (matrices and the
+ * embeddings) decays, vectors (biases, norms) do not. */
+bool ts_gpt_param_decays(int rank);
+
 /* ---- optimizers ---- */
 typedef enum { TS_OPTIM_SGD, TS_OPTIM_ADAMW } ts_optim_kind;
 
@@ -134,6 +174,15 @@ typedef struct {
   bool nesterov;       /* SGD */
   double weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
   double beta1, beta2, eps; /* AdamW (0 = 0.9, 0.999, 1e-8) */
+  /* > 0: before the update every gradient is scaled by
+   * min(1, clip_norm / (total_norm + 1e-6)), total_norm the L2 norm of all
+   * the gradients together (torch.nn.utils.clip_grad_norm_). It is computed
+   * inside the program over the global gradients, so under SPMD it is the
+   * norm over every shard (the partitioner inserts the reduction). */
+  double clip_norm;
+  /* Weight decay only on parameters of rank >= 2 (matrices, embeddings;
+   * nanoGPT's rule), none on biases and norm weights. */
+  bool decay_matrices_only;
 } ts_optim_config;
 
 /* Appends to m->g the update of each trainable parameter params[i] given its
@@ -144,6 +193,9 @@ typedef struct {
  * parameter, so an execute updates everything in place. */
 int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor step, int n,
                    const ts_tensor *params, const ts_tensor *grads);
+/* The global L2 norm of n gradients as a rank-0 f32 node (the norm of the
+ * per-tensor norms, as PyTorch computes it): what clip_norm compares. */
+ts_tensor ts_global_norm(ts_graph *g, int n, const ts_tensor *grads);
 
 /* ---- data parallel: DDP ----
  * For a replica program (ts_compile_options.replicas; one replica per

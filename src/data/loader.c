@@ -25,8 +25,8 @@ static int ld_alloc_slots(ts_loader *l) {
     ts_loader_batch *b = &l->slots[s];
     b->l = l;
     b->index = calloc((size_t)l->B, sizeof *b->index);
-    b->x = ld_alloc((size_t)(l->rows * l->sample) * sizeof(float));
-    b->y = ld_alloc((size_t)l->rows * sizeof(int32_t));
+    b->x = ld_alloc((size_t)(l->rows * l->sample) * sizeof(float)); /* f32 or i32: 4 bytes */
+    b->y = ld_alloc((size_t)(l->rows * l->ylen) * sizeof(int32_t));
     b->mask = ld_alloc((size_t)l->rows * sizeof(float));
     if (!b->index || !b->x || !b->y || !b->mask)
       return set_error_code(TS_ERR_OUT_OF_MEMORY, "loader: out of memory for batches");
@@ -44,7 +44,7 @@ static int ld_alloc_slots(ts_loader *l) {
 }
 
 ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
-  if (!src || !opts || !src->get) {
+  if (!src || !opts || !(src->get || src->get_tokens)) {
     set_error("ts_loader_new: NULL source or options");
     return NULL;
   }
@@ -52,11 +52,17 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
     set_error("loader: batch %lld must be positive", (long long)opts->batch);
     return NULL;
   }
-  if (src->n <= 0 || src->c <= 0 || src->h <= 0 || src->w <= 0 || src->num_classes <= 0) {
+  bool tokens = src->seq > 0;
+  if (tokens && (src->n <= 0 || src->vocab <= 0 || !src->get_tokens)) {
+    set_error("loader: token source '%s' is empty, has vocab %d or no get_tokens", src->name ? src->name : "?",
+              src->vocab);
+    return NULL;
+  }
+  if (!tokens && (src->n <= 0 || src->c <= 0 || src->h <= 0 || src->w <= 0 || src->num_classes <= 0)) {
     set_error("loader: source '%s' is empty or has a bad shape", src->name ? src->name : "?");
     return NULL;
   }
-  if (src->c > TS_AUG_MAX_CHANNELS) {
+  if (!tokens && src->c > TS_AUG_MAX_CHANNELS) {
     set_error("loader: source '%s' has %d channels; at most %d are supported", src->name, src->c,
                  TS_AUG_MAX_CHANNELS);
     return NULL;
@@ -73,7 +79,9 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
   if (l->o.process_count <= 0) l->o.process_count = 1;
   l->B = opts->batch;
   l->n = src->n;
-  l->sample = (int64_t)src->c * src->h * src->w;
+  l->tokens = tokens;
+  l->sample = tokens ? src->seq : (int64_t)src->c * src->h * src->w;
+  l->ylen = tokens ? src->seq : 1;
   l->spe = opts->last_batch == TS_LAST_BATCH_PAD ? (l->n + l->B - 1) / l->B : l->n / l->B;
   l->held = -1;
   pthread_mutex_init(&l->mu, NULL);
@@ -84,12 +92,17 @@ ts_loader *ts_loader_new(const ts_source *src, const ts_loader_options *opts) {
                  "use a smaller batch or TS_LAST_BATCH_PAD", (long long)l->B, src->name, (long long)l->n);
     goto fail;
   }
-  int64_t xs[4] = {l->B, src->c, src->h, src->w};
-  l->in[IN_X] = (ld_input){.dt = TS_F32, .rank = 4};
-  memcpy(l->in[IN_X].shape, xs, sizeof xs);
-  l->in[IN_Y] = (ld_input){.dt = TS_I32, .rank = 1, .shape = {l->B}};
+  if (tokens) {
+    l->in[IN_X] = (ld_input){.dt = TS_I32, .rank = 2, .shape = {l->B, src->seq}};
+    l->in[IN_Y] = (ld_input){.dt = TS_I32, .rank = 2, .shape = {l->B, src->seq}};
+  } else {
+    int64_t xs[4] = {l->B, src->c, src->h, src->w};
+    l->in[IN_X] = (ld_input){.dt = TS_F32, .rank = 4};
+    memcpy(l->in[IN_X].shape, xs, sizeof xs);
+    l->in[IN_Y] = (ld_input){.dt = TS_I32, .rank = 1, .shape = {l->B}};
+    aug_lut_init(&l->o.augment, src->c, &l->lut);
+  }
   l->in[IN_MASK] = (ld_input){.dt = TS_F32, .rank = 1, .shape = {l->B}};
-  aug_lut_init(&l->o.augment, src->c, &l->lut);
   if (ld_setup_shardings(l) < 0 || ld_setup_placement(l) < 0) goto fail;
   l->nslots = l->o.prefetch + 1;
   if (ld_alloc_slots(l) < 0) goto fail;

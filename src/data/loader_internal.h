@@ -50,8 +50,8 @@ struct ts_loader_batch {
   int state;
   int64_t g, epoch, step, valid, local_valid;
   int64_t *index;          // (B) dataset index of each global row, -1 = padding
-  float *x;                // (rows, C, H, W)
-  int32_t *y;              // (rows)
+  void *x;                 // (rows, C, H, W) f32; a token source: (rows, T) i32
+  int32_t *y;              // (rows); a token source: (rows, T)
   float *mask;             // (rows)
   void **block[N_IN];      // [input][local device] padded staging blocks (or aliases)
   bool failed;
@@ -70,7 +70,9 @@ typedef struct {
 struct ts_loader {
   const ts_source *src;
   ts_loader_options o;
-  int64_t B, n, spe, sample; /* batch, samples, steps per epoch, pixels per sample */
+  int64_t B, n, spe, sample; /* batch, samples, steps per epoch, pixels (tokens) per sample */
+  bool tokens;               /* a token source: x, y (B, T) i32 */
+  int64_t ylen;              /* y elements per row: 1, or T for tokens */
   ld_input in[N_IN];
   int nlocal;
   int *local_ids;            /* (nlocal) */
@@ -114,6 +116,9 @@ const int64_t *ld_order_get(ts_loader *l, int64_t epoch, ld_order **ref);
  * block of every input on each and this process's rows. 0 or -1 (error set). */
 int ld_setup_shardings(ts_loader *l);
 int ld_setup_placement(ts_loader *l);
+
+/* loader_place.c: the shape of input k as text ("(B, C, H, W)", "(B, T)", "(B)"). */
+const char *ld_shape_text(const ts_loader *l, int k);
 
 /* loader_worker.c: the body of a worker thread (arg: the loader). */
 void *ld_worker(void *arg);

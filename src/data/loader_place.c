@@ -8,12 +8,17 @@
 #include "loader_internal.h"
 #include "util/error.h" /* set_error */
 
+const char *ld_shape_text(const ts_loader *l, int k) {
+  if (k == IN_MASK || (k == IN_Y && !l->tokens)) return "(B)";
+  return l->tokens ? "(B, T)" : "(B, C, H, W)";
+}
+
 static int ld_set_sharding(ts_loader *l, int k, const ts_sharding *sh) {
   ld_input *in = &l->in[k];
   if (in->sh) return set_error("loader: two shardings given for input '%s'", ld_in_names[k]);
   if (ts_sharding_rank(sh) != in->rank)
     return set_error("loader: the sharding for input '%s' has rank %d but %s %s is rank %d", ld_in_names[k],
-                        ts_sharding_rank(sh), ld_in_names[k], k == IN_X ? "(B, C, H, W)" : "(B)", in->rank);
+                        ts_sharding_rank(sh), ld_in_names[k], ld_shape_text(l, k), in->rank);
   if (ts_sharding_num_devices(sh) != ts_mesh_num_devices(l->o.mesh))
     return set_error("loader: the sharding for input '%s' is over %lld devices but the mesh has %lld",
                         ld_in_names[k], (long long)ts_sharding_num_devices(sh),
@@ -42,7 +47,8 @@ int ld_setup_shardings(ts_loader *l) {
   if (o->n_inputs == 1 && !o->inputs[0].name) {
     if (!o->inputs[0].sharding) return set_error("loader: input sharding 0 is NULL");
     if (ld_set_sharding(l, IN_X, o->inputs[0].sharding) < 0) return -1;
-    for (int k = IN_Y; k <= IN_MASK; k++) {
+    if (l->tokens) l->in[IN_Y].sh = o->inputs[0].sharding; /* y (B, T) is cut like x (B, T) */
+    for (int k = l->tokens ? IN_MASK : IN_Y; k <= IN_MASK; k++) {
       if (!(l->in[k].own = ld_batch_sharding(o->inputs[0].sharding))) return -1;
       l->in[k].sh = l->in[k].own;
     }
@@ -61,9 +67,13 @@ int ld_setup_shardings(ts_loader *l) {
   }
   for (int k = IN_X; k <= IN_Y; k++)
     if (!l->in[k].sh)
-      return set_error("loader: no sharding for input '%s' (the loader's inputs are x (B, C, H, W), "
-                          "y (B) and mask (B); give x and y, or one spec for x)", ld_in_names[k]);
-  if (!l->in[IN_MASK].sh) l->in[IN_MASK].sh = l->in[IN_Y].sh;
+      return set_error("loader: no sharding for input '%s' (the loader's inputs are x %s, y %s and mask (B); "
+                          "give x and y, or one spec for x)", ld_in_names[k], ld_shape_text(l, IN_X),
+                          ld_shape_text(l, IN_Y));
+  if (!l->in[IN_MASK].sh) { /* y's; over tokens, y (B, T)'s batch dim */
+    if (!l->tokens) l->in[IN_MASK].sh = l->in[IN_Y].sh;
+    else if (!(l->in[IN_MASK].sh = l->in[IN_MASK].own = ld_batch_sharding(l->in[IN_Y].sh))) return -1;
+  }
   return 0;
 }
 

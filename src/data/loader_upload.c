@@ -19,6 +19,18 @@ int64_t ts_batch_sample_index(const ts_loader_batch *b, int64_t row) {
 int64_t ts_batch_local_rows(const ts_loader_batch *b, int64_t *row_start, const float **x, const int32_t **y,
                             const float **mask) {
   if (row_start) *row_start = b->l->row_start;
+  if (x) *x = b->l->tokens ? NULL : b->x;
+  if (y) *y = b->y;
+  if (mask) *mask = b->mask;
+  return b->l->rows;
+}
+
+int64_t ts_batch_local_tokens(const ts_loader_batch *b, int64_t *row_start, const int32_t **x,
+                              const int32_t **y, const float **mask) {
+  if (!b->l->tokens)
+    return set_error("ts_batch_local_tokens: the loader's source '%s' is an image source (use ts_batch_local_rows)",
+                     b->l->src->name ? b->l->src->name : "?");
+  if (row_start) *row_start = b->l->row_start;
   if (x) *x = b->x;
   if (y) *y = b->y;
   if (mask) *mask = b->mask;
@@ -79,7 +91,7 @@ int ts_batch_upload(const ts_loader_batch *b, const char *name, ts_buffer *dst) 
   for (int j = 0; same && j < in->rank; j++) same = ts_buffer_shape(dst)[j] == in->shape[j];
   if (!same)
     return set_error("ts_batch_upload: the buffer for '%s' is not %s %s of the loader's batch %lld", name,
-                        ts_dtype_name(in->dt), k == IN_X ? "(B, C, H, W)" : "(B)", (long long)l->B);
+                        ts_dtype_name(in->dt), ld_shape_text(l, k), (long long)l->B);
   if (l->rows == l->B) { /* the whole global batch is here: the runtime cuts any sharding */
     const void *src = k == IN_X ? (const void *)b->x : k == IN_Y ? (const void *)b->y : (const void *)b->mask;
     return ts_buffer_write(dst, src, (size_t)ts_shape_numel(in->rank, in->shape) * ts_dtype_size(in->dt));

@@ -43,6 +43,35 @@ static void ld_copy_block(const ld_input *in, const void *src, int64_t row_start
   }
 }
 
+/* Row r of a token batch: sample idx's seq + 1 tokens (into tok), x = the
+ * first seq, y = the last seq; padding (idx < 0) is zeros with mask 0. */
+static int ld_fill_tokens(ts_loader *l, ts_loader_batch *b, int64_t r, int64_t idx, int32_t *tok) {
+  const ts_source *s = l->src;
+  int64_t T = s->seq;
+  int32_t *x = (int32_t *)b->x + r * T, *y = b->y + r * T; // (T) each
+  if (idx < 0) {
+    memset(x, 0, (size_t)T * sizeof *x);
+    memset(y, 0, (size_t)T * sizeof *y);
+    b->mask[r] = 0.0f;
+    return 0;
+  }
+  ts_clear_error(); /* a user source may fail without a message */
+  if (s->get_tokens(s, idx, ld_sample_key(l->o.seed, b->epoch, idx), tok) < 0) {
+    if (!*ts_last_error())
+      set_error("%s: reading sample %lld failed", s->name ? s->name : "source", (long long)idx);
+    return -1;
+  }
+  for (int64_t t = 0; t <= T; t++)
+    if (tok[t] < 0 || tok[t] >= s->vocab)
+      return set_error("%s: sample %lld has token %d at position %lld, outside the vocabulary [0, %d)",
+                       s->name ? s->name : "source", (long long)idx, tok[t], (long long)t, s->vocab);
+  memcpy(x, tok, (size_t)T * sizeof *x);
+  memcpy(y, tok + 1, (size_t)T * sizeof *y);
+  b->mask[r] = 1.0f;
+  b->local_valid++;
+  return 0;
+}
+
 /* Fills batch b (its g set): order, samples, blocks. Returns 0 or -1. */
 static int ld_fill(ts_loader *l, ts_loader_batch *b, const int64_t *order, uint8_t *pix) {
   b->epoch = b->g / l->spe;
@@ -57,7 +86,11 @@ static int ld_fill(ts_loader *l, ts_loader_batch *b, const int64_t *order, uint8
   b->local_valid = 0;
   for (int64_t r = 0; r < l->rows; r++) {
     int64_t idx = b->index[l->row_start + r];
-    float *x = b->x + r * l->sample; // (C, H, W)
+    if (l->tokens) {
+      if (ld_fill_tokens(l, b, r, idx, (int32_t *)pix) < 0) return -1;
+      continue;
+    }
+    float *x = (float *)b->x + r * l->sample; // (C, H, W)
     if (idx < 0) {
       memset(x, 0, (size_t)l->sample * sizeof *x);
       b->y[r] = 0;
@@ -96,7 +129,8 @@ static bool ld_can_claim(const ts_loader *l) {
 
 void *ld_worker(void *arg) {
   ts_loader *l = arg;
-  uint8_t *pix = malloc((size_t)l->sample);
+  /* one sample: u8 pixels, or seq + 1 i32 tokens */
+  uint8_t *pix = malloc(l->tokens ? (size_t)(l->sample + 1) * sizeof(int32_t) : (size_t)l->sample);
   pthread_mutex_lock(&l->mu);
   for (;;) {
     while (!l->stop && !ld_can_claim(l)) pthread_cond_wait(&l->cv_work, &l->mu);

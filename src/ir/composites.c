@@ -120,14 +120,27 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   }
   int64_t bc[2] = {nl->shape[0], nl->shape[1]}; // (B, C)
   ts_dtype fdt = nl->dtype, idt = ny->dtype;
-  ts_tensor ls = ts_log_softmax(g, logits, 1); // (B, C)
-  /* one-hot of the labels: iota over classes == label, as float */
+  bool red[2] = {false, true};
   int dim0 = 0, dim1 = 1;
+  /* loss_i = lse_i - x[i, y_i] with lse = m + log(sum exp(x - m)), written so
+   * that a class-sharded (vocab-parallel) x never has to be gathered: the
+   * three reductions over classes (max, sum of exponentials, the label's
+   * logit) become three all-reduces of B values, and the gradient,
+   * softmax(x) - onehot(y), is computed on each shard with no collective.
+   * The shift m is max(x) truncated to an integer through an integer
+   * conversion: lse is exact for any m, exp(x - m) stays <= e, and m
+   * carries no gradient (a float gradient path through the max would cost
+   * two more all-reduces in the backward pass and is zero anyway). */
+  ts_tensor mx = ts_reduce(g, logits, TS_REDUCE_MAX, 1, &dim1, false);                 // (B)
+  ts_tensor m = ts_convert(g, ts_convert(g, mx, TS_I64), fdt);                          // no gradient
+  ts_tensor e = ts_exp(g, ts_sub(g, logits, bcast_back(g, m, 2, bc, red)));             // (B, C)
+  ts_tensor lse = ts_add(g, m, ts_log(g, ts_reduce(g, e, TS_REDUCE_SUM, 1, &dim1, false))); // (B)
+  /* the label's logit: one-hot (iota over classes == label) times x */
   ts_tensor cls = ts_iota(g, idt, 2, bc, 1);
   ts_tensor lab = ts_broadcast_in_dim(g, labels, 2, bc, &dim0);
   ts_tensor onehot = ts_convert(g, ts_compare(g, cls, lab, TS_CMP_EQ), fdt);
-  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, ls), TS_REDUCE_SUM, 1, &dim1, false); // (B)
-  return ts_neg(g, ts_mean_all(g, picked));
+  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, logits), TS_REDUCE_SUM, 1, &dim1, false); // (B)
+  return ts_mean_all(g, ts_sub(g, lse, picked));
 }
 
 ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
@@ -223,4 +236,48 @@ ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_
   ts_tensor keep = ts_compare(g, u, scalar_like(g, x, p), TS_CMP_GE);
   ts_tensor scaled = ts_mul(g, x, scalar_like(g, x, 1.0 / (1.0 - p)));
   return ts_select(g, keep, scaled, scalar_like(g, x, 0.0));
+}
+
+/* Causal self-attention over q, k, v (B, H, T, Dh), heads a dim of their own
+ * so a sharding of H splits it with no communication:
+ *   s = (q k^T) * scale  (B, H, T, T), in f32 (the operands' dtype otherwise)
+ *   s[i, j] = -1e30 where j > i (a constant mask; exp underflows to exactly 0)
+ *   p = softmax(s) over the last dim, in f32
+ *   y = p v              (B, H, T, Dh), in the operands' dtype */
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  const char *who = "causal_attention";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, q, who, 4, &rank, shape) || !ir_check_tensor(g, k, who) || !ir_check_tensor(g, v, who))
+    return TS_NONE;
+  ts_dtype dt = ts_node_at(g, q)->dtype;
+  const ts_node *nk = ts_node_at(g, k), *nv = ts_node_at(g, v);
+  char s1[96], s2[96], s3[96];
+  if (rank != 4 || nk->rank != 4 || nv->rank != 4 || nk->dtype != dt || nv->dtype != dt ||
+      memcmp(nk->shape, shape, 4 * sizeof *shape) || memcmp(nv->shape, shape, 4 * sizeof *shape)) {
+    set_error("%s: q, k, v must be (B, H, T, Dh) of one shape and dtype, got %s, %s, %s", who,
+              ir_shape_str(ts_node_at(g, q), s1, sizeof s1), ir_shape_str(nk, s2, sizeof s2),
+              ir_shape_str(nv, s3, sizeof s3));
+    return TS_NONE;
+  }
+  if (!(scale > 0)) {
+    set_error("%s: scale %g must be positive", who, scale);
+    return TS_NONE;
+  }
+  int64_t B = shape[0], H = shape[1], T = shape[2];
+  ts_dot_dims qk = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
+                    .lhs_contract = {3}, .rhs_contract = {3}};
+  ts_tensor s = ts_dot_general(g, q, k, &qk); // (B, H, T, T)
+  if (dt != TS_F32) s = ts_convert(g, s, TS_F32);
+  s = ts_mul(g, s, ts_scalar(g, TS_F32, scale));
+  int64_t tt[2] = {T, T}, st[4] = {B, H, T, T};
+  int two[2] = {2, 3};
+  ts_tensor keep = ts_compare(g, ts_iota(g, TS_I32, 2, tt, 1), ts_iota(g, TS_I32, 2, tt, 0), TS_CMP_LE); // j <= i
+  ts_tensor mask = ts_broadcast_in_dim(g, keep, 4, st, two);
+  s = ts_select(g, mask, s, ts_scalar(g, TS_F32, -1e30));
+  ts_tensor p = ts_softmax(g, s, 3);
+  if (dt != TS_F32) p = ts_convert(g, p, dt);
+  ts_dot_dims pv = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
+                    .lhs_contract = {3}, .rhs_contract = {2}};
+  return ts_dot_general(g, p, v, &pv); // (B, H, T, Dh)
 }

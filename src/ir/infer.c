@@ -347,15 +347,19 @@ static int infer_fused(const ts_graph *g, const char *who, int n_in, const int32
   int64_t numel = ts_shape_numel(rank, shape);
   for (int i = 0; i < n_in; i++) {
     int64_t ni = ts_tensor_numel(g, in[i]);
-    if (ni != numel && ni != 1)
+    bool indexed = false; /* read by a BROADCAST instruction: any numel */
+    for (int j = 0; j < f->n && !indexed; j++) indexed = f->ins[j].op == TS_OP_BROADCAST && f->ins[j].a == -i - 1;
+    if (ni != numel && ni != 1 && !indexed)
       return ERR("%s: external input %d (%%%d) has %lld elements but the node has %lld (need equal or 1)", who, i,
                  in[i], (long long)ni, (long long)numel);
   }
   for (int j = 0; j < f->n; j++) {
     const ts_fused_instr *ins = &f->ins[j];
     /* an instruction is a fusible op or a splat CONSTANT (0 operands) */
-    if (ins->op != TS_OP_CONSTANT && !ir_op_has(ins->op, TS_OPF_FUSIBLE))
+    if (ins->op != TS_OP_CONSTANT && ins->op != TS_OP_BROADCAST && !ir_op_has(ins->op, TS_OPF_FUSIBLE))
       return ERR("%s: instruction %d has non-elementwise op %s", who, j, ir_op_name(ins->op));
+    if (ins->op == TS_OP_BROADCAST && (ins->a >= 0 || !(ins->value >= 1)))
+      return ERR("%s: instruction %d (broadcast) must read an external input with a stride >= 1", who, j);
     int nops = ir_op_arity(ins->op);
     if (!valid_dtype(ins->dtype)) return ERR("%s: instruction %d has an invalid dtype", who, j);
     int32_t ops[3] = {ins->a, ins->b, ins->c};

@@ -91,8 +91,10 @@ typedef struct {
  * Operand encoding: a value >= 0 is an earlier instruction; a value < 0 is
  * external input (-v - 1), i.e. node->in[-v - 1]. External inputs have the
  * node's numel or are scalars (numel 1, broadcast). Instructions use ops from
- * the elementwise set (unary, binary, COMPARE, SELECT, CONVERT) and CONSTANT
- * (splat of .value). The result is the last instruction. */
+ * the elementwise set (unary, binary, COMPARE, SELECT, CONVERT), CONSTANT
+ * (splat of .value) and BROADCAST (a = an external input of any numel m:
+ * element i reads its element (i / .value) % m). The result is the last
+ * instruction. */
 typedef struct {
   ts_op op;
   ts_cmp cmp;

@@ -96,6 +96,7 @@ static void print_fused(ts_strbuf *sb, const ts_fused *f) {
       sb_printf(sb, ")");
     }
     if (ins->op == TS_OP_CONSTANT) sb_printf(sb, " %.17g", ins->value);
+    if (ins->op == TS_OP_BROADCAST) sb_printf(sb, " inner=%.17g", ins->value);
     if (ins->op == TS_OP_COMPARE) sb_printf(sb, " cmp=%s", cmp_name(ins->cmp));
     sb_printf(sb, " : %s", ts_dtype_name(ins->dtype));
   }

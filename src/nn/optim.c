@@ -93,12 +93,18 @@ static const char *optim_check(ts_nn *m, int i, ts_tensor p, ts_tensor gr) {
  *   buf = momentum * buf + g'          (buf starts at 0, so step 1 gives buf = g')
  *   g' = nesterov ? g' + momentum * buf : buf
  *   p = p - lr * g' */
+/* The weight decay of parameter p under c (decay_matrices_only: 0 for vectors). */
+static double optim_wd(ts_graph *g, const ts_optim_config *c, ts_tensor p) {
+  return c->decay_matrices_only && ts_tensor_rank(g, p) < 2 ? 0.0 : c->weight_decay;
+}
+
 static int optim_sgd(ts_nn *m, const ts_optim_config *c, ts_tensor lr, const char *name, ts_tensor p,
                      ts_tensor gr) {
   ts_graph *g = m->g;
   ts_dtype dt = ts_tensor_dtype(g, p);
   ts_tensor d = gr;
-  if (c->weight_decay != 0) d = ts_add(g, d, ts_mul(g, ts_scalar(g, dt, c->weight_decay), p));
+  double wd = optim_wd(g, c, p);
+  if (wd != 0) d = ts_add(g, d, ts_mul(g, ts_scalar(g, dt, wd), p));
   if (c->momentum != 0) {
     ts_tensor buf = optim_state(m, name, "momentum_buffer", p);
     if (buf == TS_NONE) return -1;
@@ -132,8 +138,9 @@ static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tens
   ts_tensor lr64 = ts_convert(g, lr, TS_F64), t64 = ts_convert(g, t, TS_F64);
   ts_tensor one64 = ts_scalar(g, TS_F64, 1.0);
   ts_tensor pd = p;
-  if (c->weight_decay != 0) {
-    ts_tensor decay = ts_sub(g, one64, ts_mul(g, lr64, ts_scalar(g, TS_F64, c->weight_decay)));
+  double wd = optim_wd(g, c, p);
+  if (wd != 0) {
+    ts_tensor decay = ts_sub(g, one64, ts_mul(g, lr64, ts_scalar(g, TS_F64, wd)));
     pd = ts_mul(g, p, ts_convert(g, decay, dt));
   }
   ts_tensor nm = ts_add(g, ts_mul(g, ts_scalar(g, dt, b1), ma), ts_mul(g, ts_scalar(g, dt, 1.0 - b1), gr));
@@ -160,12 +167,43 @@ int ts_optim_apply(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts_tensor
   ts_graph *g = m->g;
   if (!optim_scalar_ok(g, lr, "the learning rate `lr`")) return -1;
   if (cfg->kind == TS_OPTIM_ADAMW && !optim_scalar_ok(g, step, "the step number `step`")) return -1;
+  if (!(cfg->clip_norm >= 0)) return set_error("ts_optim_apply: clip_norm %g must be >= 0", cfg->clip_norm);
+  for (int i = 0; i < n; i++)
+    if (!optim_check(m, i, params[i], grads[i])) return -1;
+  ts_tensor coef = TS_NONE; /* the clipping factor, rank-0 f32 */
+  if (cfg->clip_norm > 0 && n > 0) {
+    ts_tensor total = ts_global_norm(g, n, grads);
+    ts_tensor c = ts_div(g, ts_scalar(g, TS_F32, cfg->clip_norm), ts_add(g, total, ts_scalar(g, TS_F32, 1e-6)));
+    coef = ts_min(g, c, ts_scalar(g, TS_F32, 1.0));
+    if (coef == TS_NONE) return -1;
+  }
   for (int i = 0; i < n; i++) {
     const char *name = optim_check(m, i, params[i], grads[i]);
-    if (!name) return -1;
-    int rc = cfg->kind == TS_OPTIM_SGD ? optim_sgd(m, cfg, lr, name, params[i], grads[i])
-                                       : optim_adamw(m, cfg, lr, step, name, params[i], grads[i]);
+    ts_tensor gr = grads[i];
+    if (coef != TS_NONE) {
+      ts_dtype dt = ts_tensor_dtype(g, gr);
+      gr = ts_mul(g, gr, dt == TS_F32 ? coef : ts_convert(g, coef, dt));
+    }
+    int rc = cfg->kind == TS_OPTIM_SGD ? optim_sgd(m, cfg, lr, name, params[i], gr)
+                                       : optim_adamw(m, cfg, lr, step, name, params[i], gr);
     if (rc != 0) return -1;
   }
   return 0;
+}
+
+ts_tensor ts_global_norm(ts_graph *g, int n, const ts_tensor *grads) {
+  if (!g || n < 1 || !grads) {
+    set_error("ts_global_norm: no gradients (n = %d)", n);
+    return TS_NONE;
+  }
+  ts_tensor total = TS_NONE;
+  for (int i = 0; i < n; i++) {
+    ts_tensor gr = grads[i];
+    if (gr == TS_NONE) return TS_NONE;
+    if (ts_tensor_dtype(g, gr) != TS_F32) gr = ts_convert(g, gr, TS_F32);
+    ts_tensor norm = ts_sqrt(g, ts_sum_all(g, ts_mul(g, gr, gr)));
+    ts_tensor sq = ts_mul(g, norm, norm);
+    total = total == TS_NONE ? sq : ts_add(g, total, sq);
+  }
+  return ts_sqrt(g, total);
 }

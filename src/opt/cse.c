@@ -45,7 +45,7 @@ static bool same_fused(const ts_fused *a, const ts_fused *b) {
     const ts_fused_instr *x = &a->ins[i], *y = &b->ins[i];
     if (x->op != y->op || x->dtype != y->dtype || x->a != y->a || x->b != y->b || x->c != y->c) return false;
     if (x->op == TS_OP_COMPARE && x->cmp != y->cmp) return false;
-    if (x->op == TS_OP_CONSTANT && !same_double(x->value, y->value)) return false;
+    if ((x->op == TS_OP_CONSTANT || x->op == TS_OP_BROADCAST) && !same_double(x->value, y->value)) return false;
   }
   return true;
 }

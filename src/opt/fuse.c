@@ -10,8 +10,11 @@
  * users are already in the group (scanning ids downwards makes that decidable
  * in one pass, since users have larger ids). Splat constants become CONSTANT
  * instructions and broadcasts of one element become scalar external inputs,
- * whatever their other users (they cost nothing to duplicate). A group of one
- * op stays that op. */
+ * whatever their other users (they cost nothing to duplicate); a broadcast
+ * whose operand is a contiguous block of the result's dims (indexed_broadcast)
+ * becomes a BROADCAST instruction reading its operand by index, so it is never
+ * materialized. A group of one op stays that op, unless it reads such a
+ * broadcast. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,10 +37,47 @@ static bool scalar_broadcast(const ts_graph *g, ts_tensor t) {
   return n->op == TS_OP_BROADCAST && ts_shape_numel(g->nodes[n->in[0]].rank, g->nodes[n->in[0]].shape) == 1;
 }
 
+/* A broadcast t into a result of numel elements that a fused program can read
+ * from its operand by index: the operand's dims of size > 1 are consecutive
+ * result dims of the same sizes, so result element i is operand element
+ * (i / inner) % numel(operand) (inner: the product of the result dims after
+ * them). Bias vectors, layer-norm statistics, position tables and attention
+ * masks are all of this form. Operands of one element stay scalar externals. */
+static bool indexed_broadcast(const ts_graph *g, ts_tensor t, int64_t numel, int64_t *inner) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_BROADCAST || ts_shape_numel(n->rank, n->shape) != numel) return false;
+  const ts_node *src = &g->nodes[n->in[0]];
+  int64_t sn = ts_shape_numel(src->rank, src->shape);
+  if (sn <= 1 || sn >= numel || n->attr.n_dims != src->rank) return false;
+  int last = -1;
+  for (int i = 0; i < src->rank; i++) {
+    if (src->shape[i] == 1) continue;
+    int d = n->attr.dims[i];
+    if (src->shape[i] != n->shape[d] || (last >= 0 && d != last + 1)) return false;
+    last = d;
+  }
+  if (last < 0) return false;
+  *inner = 1;
+  for (int d = last + 1; d < n->rank; d++) *inner *= n->shape[d];
+  return true;
+}
+
+/* Whether elementwise node t reads an indexed broadcast or a broadcast scalar
+ * (then it is worth a fused node even alone: the broadcast is never
+ * materialized). */
+static bool reads_indexed_broadcast(const ts_graph *g, int t) {
+  const ts_node *n = &g->nodes[t];
+  int64_t numel = ts_shape_numel(n->rank, n->shape), inner;
+  for (int k = 0; k < n->n_in; k++)
+    if (indexed_broadcast(g, n->in[k], numel, &inner) || (numel > 1 && scalar_broadcast(g, n->in[k]))) return true;
+  return false;
+}
+
 /* Builds the program of the group rooted at root from members lo..root. */
 static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int32_t *slot, int32_t *stamp,
                          int32_t *cslot, int32_t *cstamp, int32_t *eslot, int32_t *estamp) {
   int cap = 16, n = 0, n_ext = 0, cap_ext = 8;
+  int64_t root_numel = ts_shape_numel(g->nodes[root].rank, g->nodes[root].shape), inner = 1;
   ts_fused_instr *ins = malloc((size_t)cap * sizeof *ins);
   int32_t *ext = malloc((size_t)cap_ext * sizeof *ext);
   if (!ins || !ext) goto oom;
@@ -64,6 +104,37 @@ static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int
           ins[n].op = TS_OP_CONSTANT;
           ins[n].dtype = g->nodes[o].dtype;
           ins[n].value = v;
+          cstamp[o] = root;
+          cslot[o] = n++;
+        }
+        ops[k] = cslot[o];
+        continue;
+      }
+      if (indexed_broadcast(g, o, root_numel, &inner)) { /* a BROADCAST load of its operand */
+        if (cstamp[o] != root) {
+          int src = g->nodes[o].in[0];
+          if (estamp[src] != root) {
+            if (n_ext == cap_ext) {
+              cap_ext *= 2;
+              int32_t *q = realloc(ext, (size_t)cap_ext * sizeof *ext);
+              if (!q) goto oom;
+              ext = q;
+            }
+            estamp[src] = root;
+            eslot[src] = n_ext;
+            ext[n_ext++] = src;
+          }
+          if (n + 2 > cap) {
+            cap *= 2;
+            ts_fused_instr *q = realloc(ins, (size_t)cap * sizeof *ins);
+            if (!q) goto oom;
+            ins = q;
+          }
+          memset(&ins[n], 0, sizeof ins[n]);
+          ins[n].op = TS_OP_BROADCAST;
+          ins[n].dtype = g->nodes[o].dtype;
+          ins[n].a = -eslot[src] - 1;
+          ins[n].value = (double)inner;
           cstamp[o] = root;
           cslot[o] = n++;
         }
@@ -155,7 +226,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
       lo = i;
       for (int k = 0; k < p->n_in; k++) want(g, wanted, &min_w, p->in[k], root);
     }
-    if (members < 2) {
+    if (members < 2 && !reads_indexed_broadcast(g, root)) {
       s->group[root] = -1;
       continue;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opt/opt.h" /* opt_splat_value */
 #include "spmd/part_internal.h"
 
 static void spec_clear(ts_partition_spec *s, int rank) {
@@ -116,14 +117,36 @@ static int32_t lower_dot(part *p, int id) {
   const ts_dot_dims *dd = &n->attr.dot;
   const ts_node *x = &g->nodes[n->in[0]], *y = &g->nodes[n->in[1]];
   const ts_partition_spec *xw = &p->W[n->in[0]], *yw = &p->W[n->in[1]];
+  /* axes the result wants on a dim whose operand dim already has them:
+   * splitting a contracting dim over them instead would move that operand
+   * (a weight gradient dW = dY^T h with dY split on the sequence and h on
+   * the features keeps h's features and gathers dY) */
+  uint32_t keep = 0;
+  {
+    const ts_partition_spec *Wd = &p->W[id];
+    int o = 0;
+    for (int b = 0; b < dd->n_batch; b++, o++)
+      keep |= dim_mask(Wd, o) & (dim_mask(xw, dd->lhs_batch[b]) | dim_mask(yw, dd->rhs_batch[b]));
+    for (int side = 0; side < 2; side++) {
+      const ts_node *t = side ? y : x;
+      const ts_partition_spec *tw = side ? yw : xw;
+      const int *bat = side ? dd->rhs_batch : dd->lhs_batch, *con = side ? dd->rhs_contract : dd->lhs_contract;
+      for (int i = 0; i < t->rank; i++) {
+        bool skip = false;
+        for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
+        for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
+        if (!skip) keep |= dim_mask(Wd, o++) & dim_mask(tw, i);
+      }
+    }
+  }
   ts_partition_spec ck; /* per contracting pair k: its axes (entry k) */
   spec_clear(&ck, dd->n_contract);
   uint32_t cmask = 0;
   for (int k = 0; k < dd->n_contract; k++) {
     int lc = dd->lhs_contract[k], rc = dd->rhs_contract[k];
     uint32_t lm = dim_mask(xw, lc), rm = dim_mask(yw, rc);
-    if (lm && !(lm & cmask)) copy_dim(&ck, k, xw, lc);
-    else if (rm && !(rm & cmask)) copy_dim(&ck, k, yw, rc);
+    if (lm && !(lm & (cmask | keep))) copy_dim(&ck, k, xw, lc);
+    else if (rm && !(rm & (cmask | keep))) copy_dim(&ck, k, yw, rc);
     cmask |= dim_mask(&ck, k);
   }
   ts_partition_spec O = p->W[id];
@@ -320,6 +343,36 @@ static int32_t lower_fallback(part *p, int id) {
   return part_reshard(p, v, n->dtype, n->rank, n->shape, rep, 0, TS_REDUCE_SUM, &p->W[id]);
 }
 
+/* This device's rows [lo, lo + rows) of a table split over K: local row
+ * index clamp(i - lo) of indices `idx` (local shape il) and whether i is
+ * one of ours. */
+static void local_rows(part *p, int32_t idx, ts_dtype idt, int rank, const int64_t *il, int64_t lo, int64_t rows,
+                       int32_t *li, int32_t *ok) {
+  ts_attr c = {0};
+  c.value = (double)lo;
+  int32_t klo = part_emit(p, TS_OP_CONSTANT, idt, rank, il, 0, NULL, &c);
+  c.value = (double)(lo + rows);
+  int32_t khi = part_emit(p, TS_OP_CONSTANT, idt, rank, il, 0, NULL, &c);
+  c.value = 0;
+  int32_t kzero = part_emit(p, TS_OP_CONSTANT, idt, rank, il, 0, NULL, &c);
+  c.value = (double)(rows - 1);
+  int32_t klast = part_emit(p, TS_OP_CONSTANT, idt, rank, il, 0, NULL, &c);
+  ts_attr ge = {0}, lt = {0};
+  ge.cmp = TS_CMP_GE;
+  lt.cmp = TS_CMP_LT;
+  int32_t a1[2] = {idx, klo}, a2[2] = {idx, khi};
+  int32_t in_lo = part_emit(p, TS_OP_COMPARE, TS_BOOL, rank, il, 2, a1, &ge);
+  int32_t in_hi = part_emit(p, TS_OP_COMPARE, TS_BOOL, rank, il, 2, a2, &lt);
+  int32_t rel = part_emit(p, TS_OP_SUB, idt, rank, il, 2, a1, NULL);
+  int32_t m1[2] = {rel, kzero}, m2[2] = {0, klast};
+  m2[0] = part_emit(p, TS_OP_MAX, idt, rank, il, 2, m1, NULL);
+  *li = part_emit(p, TS_OP_MIN, idt, rank, il, 2, m2, NULL);
+  int32_t s3[3] = {in_lo, in_hi, 0};
+  c.value = 0;
+  s3[2] = part_emit(p, TS_OP_CONSTANT, TS_BOOL, rank, il, 0, NULL, &c);
+  *ok = part_emit(p, TS_OP_SELECT, TS_BOOL, rank, il, 3, s3, NULL);
+}
+
 /* gather: rows of table (V, E..) picked by indices I -> (I.., E..). Index
  * dims and the table's other dims split as the result; a table split over V
  * (a vocabulary-sharded embedding) looks up the rows it holds, zeros for the
@@ -350,33 +403,12 @@ static int32_t lower_gather(part *p, int id) {
   }
   /* rows [lo, lo + V/k) live here: local index = clamp(i - lo), masked */
   int64_t lo = part_tile_index(p, K.axes[0], K.naxes[0]) * tl[0];
-  ts_dtype idt = ix->dtype;
-  ts_attr c = {0};
-  c.value = (double)lo;
-  int32_t klo = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
-  c.value = (double)(lo + tl[0]);
-  int32_t khi = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
-  c.value = 0;
-  int32_t kzero = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
-  c.value = (double)(tl[0] - 1);
-  int32_t klast = part_emit(p, TS_OP_CONSTANT, idt, ix->rank, il, 0, NULL, &c);
-  ts_attr ge = {0}, lt = {0};
-  ge.cmp = TS_CMP_GE;
-  lt.cmp = TS_CMP_LT;
-  int32_t a1[2] = {idx, klo}, a2[2] = {idx, khi};
-  int32_t in_lo = part_emit(p, TS_OP_COMPARE, TS_BOOL, ix->rank, il, 2, a1, &ge);
-  int32_t in_hi = part_emit(p, TS_OP_COMPARE, TS_BOOL, ix->rank, il, 2, a2, &lt);
-  int32_t rel = part_emit(p, TS_OP_SUB, idt, ix->rank, il, 2, a1, NULL);
-  int32_t m1[2] = {rel, kzero}, m2[2] = {0, klast};
-  m2[0] = part_emit(p, TS_OP_MAX, idt, ix->rank, il, 2, m1, NULL);
-  int32_t li = part_emit(p, TS_OP_MIN, idt, ix->rank, il, 2, m2, NULL);
+  int32_t li, ok;
+  local_rows(p, idx, ix->dtype, ix->rank, il, lo, tl[0], &li, &ok);
   int32_t in[2] = {tab, li};
   int32_t got = part_emit(p, TS_OP_GATHER, n->dtype, n->rank, ls, 2, in, NULL);
   /* mask (I..) -> (I.., E..): both bounds hold */
-  int32_t s3[3] = {in_lo, in_hi, 0};
-  c.value = 0;
-  s3[2] = part_emit(p, TS_OP_CONSTANT, TS_BOOL, ix->rank, il, 0, NULL, &c);
-  int32_t ok = part_emit(p, TS_OP_SELECT, TS_BOOL, ix->rank, il, 3, s3, NULL);
+  ts_attr c = {0};
   ts_attr bc = {0};
   bc.n_dims = ix->rank;
   for (int d = 0; d < ix->rank; d++) bc.dims[d] = d;
@@ -385,6 +417,61 @@ static int32_t lower_gather(part *p, int id) {
   int32_t sel[3] = {okb, got, zero};
   int32_t v = part_emit(p, TS_OP_SELECT, n->dtype, n->rank, ls, 3, sel, NULL);
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* scatter_add: base (V, E..) plus updates (I.., E..) at rows indices (I..).
+ * The result splits V and E like the node; updates keep the axes their
+ * index dims already have (those not splitting V or E), each device adds
+ * its updates into zeros and the partial sums over those axes are reduced
+ * before base is added (the gradient of an embedding lookup: no gather of
+ * the batch). A V split over axes K (a vocabulary-sharded table) adds only
+ * the updates of the rows this device holds. */
+static int32_t lower_scatter_add(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *ix = &p->g->nodes[n->in[1]], *up = &p->g->nodes[n->in[2]];
+  const ts_partition_spec *W = &p->W[id], *uw = &p->W[n->in[2]];
+  uint32_t used = spmd_spec_axes(W), J = 0;
+  ts_partition_spec is, us, O = *W;
+  spec_clear(&is, ix->rank);
+  spec_clear(&us, up->rank);
+  for (int d = 0; d < ix->rank; d++) {
+    uint32_t dm = dim_mask(uw, d);
+    if (!dm || (dm & (used | J))) continue;
+    copy_dim(&is, d, uw, d);
+    copy_dim(&us, d, uw, d);
+    J |= dm;
+  }
+  for (int d = 1; d < n->rank; d++) copy_dim(&us, ix->rank + d - 1, W, d);
+  int32_t idx = part_get(p, n->in[1], &is), upd = part_get(p, n->in[2], &us);
+  int64_t ls[TS_MAX_RANK], il[TS_MAX_RANK], ul[TS_MAX_RANK];
+  part_local_shape(p, W, n->rank, n->shape, ls);
+  part_local_shape(p, &is, ix->rank, ix->shape, il);
+  part_local_shape(p, &us, up->rank, up->shape, ul);
+  if (W->naxes[0]) { /* rows [lo, lo + ls[0]) live here: others' updates masked to 0 */
+    int64_t lo = part_tile_index(p, W->axes[0], W->naxes[0]) * ls[0];
+    int32_t ok;
+    local_rows(p, idx, ix->dtype, ix->rank, il, lo, ls[0], &idx, &ok);
+    ts_attr bc = {0}, z = {0};
+    bc.n_dims = ix->rank;
+    for (int d = 0; d < ix->rank; d++) bc.dims[d] = d;
+    int32_t okb = part_emit(p, TS_OP_BROADCAST, TS_BOOL, up->rank, ul, 1, &ok, &bc);
+    int32_t zero = part_emit(p, TS_OP_CONSTANT, up->dtype, up->rank, ul, 0, NULL, &z);
+    int32_t sel[3] = {okb, upd, zero};
+    upd = part_emit(p, TS_OP_SELECT, up->dtype, up->rank, ul, 3, sel, NULL);
+  }
+  double bv = 1;
+  bool zero_base = opt_splat_value(p->g, n->in[0], &bv) && bv == 0;
+  if (!J) { /* no partial sums: add into base's block directly */
+    int32_t in[3] = {part_get(p, n->in[0], W), idx, upd};
+    return part_emit(p, TS_OP_SCATTER_ADD, n->dtype, n->rank, ls, 3, in, NULL);
+  }
+  ts_attr z = {0};
+  int32_t in[3] = {part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &z), idx, upd};
+  int32_t v = part_emit(p, TS_OP_SCATTER_ADD, n->dtype, n->rank, ls, 3, in, NULL);
+  v = part_reshard(p, v, n->dtype, n->rank, n->shape, O, J, TS_REDUCE_SUM, W);
+  if (zero_base) return v;
+  int32_t sum[2] = {v, part_get(p, n->in[0], W)};
+  return part_emit(p, TS_OP_ADD, n->dtype, n->rank, ls, 2, sum, NULL);
 }
 
 /* A node of a manual region: copied as written (its shapes are already the
@@ -451,9 +538,10 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
     return lower_conv(p, id);
   case TS_OP_GATHER: return lower_gather(p, id);
+  case TS_OP_SCATTER_ADD: return lower_scatter_add(p, id);
   case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);
   /* replicated: gathered operands, the whole op on every device */
-  case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
   case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
     break;
   }

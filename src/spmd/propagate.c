@@ -126,6 +126,18 @@ static bool same_shape(const ts_node *a, const ts_node *b) {
   return a->rank == b->rank && memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
 }
 
+/* Whether node id's layout was annotated, directly or through ops that only
+ * rearrange it (a transposed or reshaped parameter). */
+static bool anchored(const prop *p, int id) {
+  for (int depth = 0; depth < 8; depth++) {
+    if (p->fixed[id]) return true;
+    const ts_node *n = &p->g->nodes[id];
+    if (n->op != TS_OP_TRANSPOSE && n->op != TS_OP_RESHAPE && n->op != TS_OP_CONVERT) return false;
+    id = n->in[0];
+  }
+  return false;
+}
+
 /* Forward: the sharding node id's operands imply. */
 static void forward(prop *p, int id) {
   const ts_graph *g = p->g;
@@ -166,9 +178,11 @@ static void forward(prop *p, int id) {
     const ts_node *y = &g->nodes[n->in[1]];
     const ts_partition_spec *ys = &p->spec[n->in[1]];
     int o = 0;
+    bool from_rhs[TS_MAX_RANK] = {false};
+    int src[TS_MAX_RANK] = {0}; /* the operand dim each output dim comes from */
     for (int b = 0; b < dd->n_batch; b++, o++) {
-      if (xs->naxes[dd->lhs_batch[b]]) copy_dim(&c, o, xs, dd->lhs_batch[b]);
-      else copy_dim(&c, o, ys, dd->rhs_batch[b]);
+      if (xs->naxes[dd->lhs_batch[b]]) copy_dim(&c, o, xs, dd->lhs_batch[b]), src[o] = dd->lhs_batch[b];
+      else copy_dim(&c, o, ys, dd->rhs_batch[b]), from_rhs[o] = true, src[o] = dd->rhs_batch[b];
     }
     for (int pass = 0; pass < 2; pass++) {
       const ts_node *t = pass ? y : x;
@@ -178,7 +192,28 @@ static void forward(prop *p, int id) {
         bool skip = false;
         for (int k = 0; k < dd->n_batch; k++) skip |= bat[k] == i;
         for (int k = 0; k < dd->n_contract; k++) skip |= con[k] == i;
-        if (!skip) copy_dim(&c, o++, ts, i);
+        if (!skip) from_rhs[o] = pass, src[o] = i, copy_dim(&c, o++, ts, i);
+      }
+    }
+    /* A mesh axis splitting a dim from each side (an activation split on
+     * the sequence, a weight on its features): the side whose layout was
+     * annotated keeps it and the other side is gathered (Megatron: the
+     * weights stay split, the activations move), unless the other side's
+     * dim is its leading (batch) dim (FSDP: the batch stays split, the
+     * weights are gathered); else the lhs keeps it. */
+    uint32_t on[2] = {0, 0}, lead = 0;
+    for (int d = 0; d < n->rank; d++)
+      for (int k = 0; k < c.naxes[d]; k++) {
+        on[from_rhs[d]] |= 1u << c.axes[d][k];
+        if (!from_rhs[d] && src[d] == 0) lead |= 1u << c.axes[d][k];
+      }
+    if (on[0] & on[1]) {
+      bool rhs_wins = anchored(p, n->in[1]) && !anchored(p, n->in[0]) && !(lead & on[0] & on[1]);
+      for (int d = 0; d < n->rank; d++) {
+        if (from_rhs[d] == rhs_wins) continue;
+        uint32_t dm = 0;
+        for (int k = 0; k < c.naxes[d]; k++) dm |= 1u << c.axes[d][k];
+        if (dm & on[rhs_wins]) c.naxes[d] = 0;
       }
     }
     break;
@@ -205,12 +240,15 @@ static void forward(prop *p, int id) {
     for (int i = 1; i < x->rank; i++) copy_dim(&c, ix->rank + i - 1, xs, i);
     break;
   }
+  case TS_OP_SCATTER_ADD: /* the result is laid out like base */
+    c = *xs;
+    break;
   /* no forward rule: leaves, elementwise (above, by class), fused and
    * collectives (made after propagation), and none written yet for
-   * conv2d_bwd_filter and scatter_add (they are partitioned as they come) */
+   * conv2d_bwd_filter (partitioned as it comes) */
   TS_OP_CASES_ELEMENTWISE
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
-  case TS_OP_CONV_BWD_FILTER: case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
+  case TS_OP_CONV_BWD_FILTER: case TS_OP_FUSED: case TS_OP_ALL_REDUCE:
   case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE:
   case TS_OP_COUNT:
     return;
@@ -284,6 +322,9 @@ static void backward(prop *p, int id) {
     copy_dim(&c, 1, ns, 1);
     offer(p, n->in[0], c);
     break;
+  case TS_OP_SCATTER_ADD: /* base is laid out like the result */
+    offer(p, n->in[0], *ns);
+    break;
   case TS_OP_DOT: {
     const ts_dot_dims *dd = &n->attr.dot;
     for (int side = 0; side < 2; side++) {
@@ -311,7 +352,7 @@ static void backward(prop *p, int id) {
   TS_OP_CASES_ELEMENTWISE
   case TS_OP_INPUT: case TS_OP_CONSTANT: case TS_OP_IOTA: case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL:
   case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL_GRAD: case TS_OP_GATHER:
-  case TS_OP_SCATTER_ADD: case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
+  case TS_OP_FUSED: case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER:
   case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL: case TS_OP_COLLECTIVE_PERMUTE: case TS_OP_COUNT:
     break;
   }
