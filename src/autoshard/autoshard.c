@@ -606,12 +606,47 @@ static void back_substitute(const reduced *R, const as_ctx *c, int *choice) {
   }
 }
 
+
+#define AS_PRUNE_COLUMNS 40000 /* above: prune (solve times of GLPK's simplex grow fast past it) */
+#define AS_KEEP 4
+
+/* keep[L][i] for the AS_KEEP strategies of each variable that cost least
+ * with its neighbours at the greedy plan's choices (always the greedy one). */
+static char **prune(const as_prob *p, const adjacency *a, const int *choice) {
+  int n = p->c.g->n_nodes;
+  char **keep = calloc((size_t)n + 1, sizeof *keep);
+  double *cost = malloc(AS_MAX_STRATS * sizeof *cost);
+  if (!keep || !cost) goto oom;
+  for (int k = 0; k < p->n_leaders; k++) {
+    int L = p->leaders[k], ns = p->c.nodes[L].ns;
+    if (!(keep[L] = calloc((size_t)ns, 1))) goto oom;
+    for (int i = 0; i < ns; i++) cost[i] = local_cost(p, a, L, i, choice, NULL);
+    keep[L][choice[L]] = 1;
+    for (int t = 1; t < AS_KEEP && t < ns; t++) {
+      int best = -1;
+      for (int i = 0; i < ns; i++)
+        if (!keep[L][i] && (best < 0 || cost[i] < cost[best])) best = i;
+      keep[L][best] = 1;
+    }
+  }
+  free(cost);
+  return keep;
+oom:
+  set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  for (int v = 0; keep && v < n; v++) free(keep[v]);
+  free(keep);
+  free(cost);
+  return NULL;
+}
+
 /* ---- the ILP ---- */
 
 /* 1: solved (choice set; *optimal), 0: no solution in time, -1: error. */
-static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double time_limit_s, int *choice,
-                     bool *optimal, int *n_vars) {
+/* keep (may be NULL: all): keep[L][i] says strategy i of variable L is in the ILP. */
+static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double time_limit_s, char *const *keep,
+                     int *choice, bool *optimal, int *n_vars) {
   const as_ctx *c = &p->c;
+#define KEPT(L, i) (!keep || keep[L][i])
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
   int n = c->g->n_nodes;
@@ -650,6 +685,7 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
     for (int i = 0; i < ns; i++) {
       glp_set_col_kind(lp, j0 + i, GLP_BV);
       glp_set_obj_coef(lp, j0 + i, 1e3 * p->unary[L][i]);
+      if (!KEPT(L, i)) glp_set_col_bnds(lp, j0 + i, GLP_FX, 0, 0);
       PUSH(row, j0 + i, 1.0);
     }
   }
@@ -666,12 +702,17 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
     int *rrep = rc_ + 2 * (AS_MAX_STRATS + 1), *crep = rc_ + 3 * (AS_MAX_STRATS + 1);
     for (int i = 0; i < na; i++) {
       rcls[i] = -1;
-      for (int q = 0; q < nr && rcls[i] < 0; q++)
-        if (memcmp(&ed->cost[i * nb], &ed->cost[rrep[q] * nb], (size_t)nb * sizeof(double)) == 0) rcls[i] = q;
+      if (!KEPT(ed->u, i)) continue;
+      for (int q = 0; q < nr && rcls[i] < 0; q++) {
+        bool same = true;
+        for (int j = 0; j < nb && same; j++) same = !KEPT(ed->v, j) || ed->cost[i * nb + j] == ed->cost[rrep[q] * nb + j];
+        if (same) rcls[i] = q;
+      }
       if (rcls[i] < 0) rrep[nr] = i, rcls[i] = nr++;
     }
     for (int j = 0; j < nb; j++) {
       ccls[j] = -1;
+      if (!KEPT(ed->v, j)) continue;
       for (int q = 0; q < ncl && ccls[j] < 0; q++) {
         bool same = true;
         for (int i = 0; i < nr && same; i++) same = ed->cost[rrep[i] * nb + j] == ed->cost[rrep[i] * nb + crep[q]];
@@ -679,15 +720,17 @@ static int solve_ilp(const as_prob *p, const mem_rows *r, double limit, double t
       }
       if (ccls[j] < 0) crep[ncl] = j, ccls[j] = ncl++;
     }
-    if (nr == 1 && ncl == 1) { /* a constant: no choice depends on it */
-      const_obj += ed->cost[0];
+    if (nr <= 1 && ncl <= 1) { /* a constant: no choice depends on it */
+      const_obj += nr && ncl ? ed->cost[rrep[0] * nb + crep[0]] : 0;
       continue;
     }
     int j0 = glp_add_cols(lp, nr * ncl);
     int r0 = glp_add_rows(lp, nr + ncl);
     for (int i = 0; i < nr + ncl; i++) glp_set_row_bnds(lp, r0 + i, GLP_FX, 0, 0);
-    for (int i = 0; i < na; i++) PUSH(r0 + rcls[i], col0[ed->u] + i, -1.0);
-    for (int j = 0; j < nb; j++) PUSH(r0 + nr + ccls[j], col0[ed->v] + j, -1.0);
+    for (int i = 0; i < na; i++)
+      if (rcls[i] >= 0) PUSH(r0 + rcls[i], col0[ed->u] + i, -1.0);
+    for (int j = 0; j < nb; j++)
+      if (ccls[j] >= 0) PUSH(r0 + nr + ccls[j], col0[ed->v] + j, -1.0);
     for (int i = 0; i < nr; i++)
       for (int j = 0; j < ncl; j++) {
         int col = j0 + i * ncl + j;
@@ -758,6 +801,7 @@ done:
   free(ja);
   free(ar);
   return rc;
+#undef KEPT
 }
 
 /* ---- prediction from per-node layouts and strategies ---- */
@@ -912,6 +956,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   adjacency adj = {0};
   reduced R;
   bool reduced_ok = false;
+  char **keep = NULL;
   int *choice = NULL, *alt = NULL, *pick = NULL;
   uint8_t(*lay)[TS_MAX_RANK] = NULL;
   int rc = -1;
@@ -943,14 +988,22 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   how = o.greedy_only ? "greedy (ILP skipped)" : "greedy fallback (the ILP found no plan within the time limit)";
   if (!o.greedy_only) {
     bool optimal = false;
-    int r = solve_ilp(&R.q, &rows, limit, o.time_limit_s, alt, &optimal, &inf.variables);
+    /* a big problem: the ILP over each variable's AS_KEEP best strategies against the greedy
+     * plan (the greedy choice among them), so the LP stays small; not proven optimal then */
+    double cols = 0;
+    for (int e = 0; e < R.q.c.n_edges; e++) cols += (double)p.c.nodes[R.q.c.edges[e].u].ns * p.c.nodes[R.q.c.edges[e].v].ns;
+    if (cols > AS_PRUNE_COLUMNS && !(keep = prune(&R.q, &R.adj, choice))) goto done;
+    int r = solve_ilp(&R.q, &rows, limit, o.time_limit_s, keep, alt, &optimal, &inf.variables);
+    if (keep) optimal = false;
     if (r < 0) goto done;
     if (r == 1) back_substitute(&R, &p.c, alt);
     if (r == 1 && objective(&p, alt) <= objective(&p, choice) + 1e-12) {
       memcpy(choice, alt, (size_t)g->n_nodes * sizeof *choice);
       inf.greedy = false;
       inf.optimal = optimal;
-      how = optimal ? "ILP optimal (GLPK)" : "ILP time limit: GLPK's best plan, not proven optimal";
+      how = optimal ? "ILP optimal (GLPK)"
+            : keep  ? "ILP over each variable's best strategies (pruned: a big problem), not proven optimal"
+                    : "ILP time limit: GLPK's best plan, not proven optimal";
     } else if (r == 1) {
       how = "ILP time limit: the greedy plan beat GLPK's incumbent";
     }
@@ -987,6 +1040,8 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   rc = 0;
 done:
   if (info) *info = inf;
+  for (int v = 0; keep && v < g->n_nodes; v++) free(keep[v]);
+  free(keep);
   if (reduced_ok) reduce_free(&R, &p);
   free(adj.start);
   free(adj.list);
