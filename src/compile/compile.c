@@ -248,7 +248,9 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
                    "ts_compile_options.replicas", i);
       return NULL;
     }
-  if ((opts && opts->auto_shard) || env_config()->auto_spmd) return compile_auto(c, g, m, opts);
+  bool one = c->num_devices == 1 && (!m || ts_mesh_num_devices(m) == 1) && !env_config()->auto_spmd_mesh;
+  if (((opts && opts->auto_shard) || env_config()->auto_spmd) && !one) /* one device: nothing to choose */
+    return compile_auto(c, g, m, opts);
   bool manual = false; /* manual regions always go through the partitioner */
   for (int i = 0; g && i < g->n_nodes; i++) manual |= g->nodes[i].manual;
   if (c->num_devices > 1 || (m && ts_mesh_num_devices(m) > 1) || manual) {
