@@ -10,6 +10,9 @@
 #  - `inspect --auto-shard` explains the plan; a tiny --time-limit gives
 #    the greedy plan and says so; an impossible --memory-limit is an error
 #    naming the smallest achievable peak;
+#  - quality from the CLI for the GPT and ResNet-20 (batch 16): the plan's
+#    predicted step <= the best hand layout's (data, model, data x model,
+#    fsdp x model) + 5% on 4 devices, 1-D and 2x2;
 #  - `tessel plan` predicts 512 devices (hand and --auto-shard) against
 #    devices/h100-sxm.txt without running; a bad device file is an error.
 set -u
@@ -69,6 +72,24 @@ PY
 json jauto --model mlp --mesh data=2,model=2 --auto-shard
 json jhand --model mlp --mesh data=2,model=2
 json jcnn --model cnn --batch 16 --mesh a=4 --auto-shard
+
+# quality through the CLI, the GPT too (its Megatron layout is the CLI's): the plan's predicted step is
+# at most the best of the hand layouts' + 5% on 4 devices (data, model, data x model, fsdp x model)
+pred() { "$tessel" inspect --json "$@" 2>/dev/null | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])'; }
+for mdl in gpt resnet20; do
+  best=""
+  for hm in data=4 model=4 data=2,model=2 fsdp=2,model=2; do
+    [ "$mdl" = resnet20 ] && [ "${hm#*model}" != "$hm" ] && continue # the CNNs have no model-parallel layout
+    v=$(pred --model "$mdl" --batch 16 --mesh "$hm") || continue
+    best=$(/usr/bin/python3 -c "print(min(float('$v'), float('${best:-inf}')))")
+  done
+  for am in a=4 a=2,b=2; do
+    v=$(pred --model "$mdl" --batch 16 --mesh "$am" --auto-shard)
+    if [ -n "$v" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if float('$v') <= 1.05 * float('$best') else 1)"; then
+      ok "$mdl on $am: auto $v ms <= best hand $best ms + 5%"
+    else bad "$mdl on $am: auto '$v' ms vs best hand $best ms"; fi
+  done
+done
 
 TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --model mlp --mesh a=2,b=2 --auto-shard --no-graph \
   --no-program >"$tmp/explain.out" 2>&1
