@@ -113,6 +113,11 @@ assert d["devices"] == 512 and p["step_ms"] > 0 and p["peak_bytes_per_device"] >
 PY
   then ok "plan --mesh data=64,model=8 ${layout:-(hand)}: $(head -c 200 "$tmp/plan.out")"; else bad "plan $layout: $(head -c 300 "$tmp/plan.err")"; fi
 done
+# --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked)
+if "$tessel" plan --calibrate "$tmp/cal.txt" >"$tmp/cal.out" 2>&1 &&
+  "$tessel" plan --model mlp --mesh data=4 --device "$tmp/cal.txt" --json >"$tmp/calplan.out" 2>&1; then
+  ok "plan --calibrate, then --device with it"
+else bad "plan --calibrate: $(head -c 300 "$tmp/cal.out") $(head -c 300 "$tmp/calplan.out")"; fi
 printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
 expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 

@@ -7,7 +7,10 @@
  * allocated per device and nothing runs. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "model_graph.h"
@@ -91,6 +94,110 @@ static int device_read(const char *path, device_desc *d) {
   return rc;
 }
 
+
+/* ---- --calibrate FILE: a device description measured here ---- */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The least time of `reps` runs of g (inputs zero-filled f32) on client c. */
+static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
+  ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
+  if (!e) return -1;
+  int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
+  ts_buffer *in[4] = {0}, *out[4] = {0};
+  double best = -1;
+  for (int i = 0; i < n_in && i < 4; i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    int r = ts_tensor_rank(g, t);
+    const int64_t *sh = ts_tensor_shape(g, t);
+    int64_t ne = 1;
+    for (int d = 0; d < r; d++) ne *= sh[d];
+    in[i] = ts_buffer_new(c, TS_F32, r, sh);
+    float *z = calloc((size_t)ne, sizeof *z);
+    if (!in[i] || !z || ts_buffer_write(in[i], z, (size_t)ne * sizeof *z) < 0) {
+      free(z);
+      goto done;
+    }
+    free(z);
+  }
+  for (int k = 0; k < reps + 2; k++) {
+    double t0 = now_s();
+    if (ts_execute(e, in, out) < 0) goto done;
+    double t = now_s() - t0;
+    for (int o = 0; o < n_out && o < 4; o++) ts_buffer_free(out[o]), out[o] = NULL;
+    if (k >= 2 && (best < 0 || t < best)) best = t; /* two warm-up runs */
+  }
+done:
+  for (int i = 0; i < 4; i++) ts_buffer_free(in[i]);
+  ts_executable_free(e);
+  return best;
+}
+
+static int calibrate(const char *path) {
+  const int64_t n = 1024, big = 4 << 20;
+  double tm = -1, te = -1, ts = -1, tb = -1;
+  ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
+  ts_graph *g = ts_graph_new();
+  if (c1 && g) {
+    int64_t sh[2] = {n, n};
+    ts_graph_add_output(g, ts_matmul(g, ts_input(g, "a", TS_F32, 2, sh), ts_input(g, "b", TS_F32, 2, sh)));
+    tm = time_graph(c1, g, false, 5);
+  }
+  ts_graph_free(g);
+  g = ts_graph_new();
+  if (c1 && g) {
+    ts_graph_add_output(g, ts_add(g, ts_input(g, "a", TS_F32, 1, &big), ts_input(g, "b", TS_F32, 1, &big)));
+    te = time_graph(c1, g, false, 5);
+  }
+  ts_graph_free(g);
+  ts_client_free(c1);
+  /* in-process all-reduce between 2 devices: a 1-element one (latency) and a 16 MiB one */
+  ts_client *c2 = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
+  for (int k = 0; k < 2 && c2; k++) {
+    int64_t len = k == 0 ? 1 : big;
+    g = ts_graph_new();
+    if (!g) break;
+    ts_graph_add_output(g, ts_replica_all_reduce(g, ts_input(g, "x", TS_F32, 1, &len), TS_REDUCE_SUM));
+    *(k == 0 ? &ts : &tb) = time_graph(c2, g, true, 10);
+    ts_graph_free(g);
+  }
+  ts_client_free(c2);
+  if (tm <= 0 || te <= 0 || ts <= 0 || tb <= 0) {
+    cli_error(CMD, "--calibrate: a measurement failed: %s", ts_last_error());
+    return -1;
+  }
+  /* the cost model's all-reduce on 2 devices: 2 * log2(2) latencies + 2 * bytes * (1/2) / bandwidth */
+  double alpha = ts / 2, bw = (double)big * 4 / fmax(tb - ts, 1e-9);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    cli_error(CMD, "--calibrate %s: cannot write it", path);
+    return -1;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  fprintf(f, "# tessel device description measured by `tessel plan --calibrate` (one virtual CPU device =\n"
+             "# one core; best of several runs; a busy machine gives low numbers: rerun when quiet)\n"
+             "name = CPU virtual device (calibrated here)\n"
+             "flops_per_s.f32 = %.4g   # 1024^3 f32 matmul on one core\n"
+             "flops_per_s.bf16 = %.4g\n"
+             "memory_bytes_per_s = %.4g   # f32 add of 4 Mi elements (3 x 16 MiB moved)\n"
+             "memory_bytes = %.4g\n"
+             "host_link_bytes_per_s = %.4g   # in-process all-reduce, 2 devices, 16 MiB\n"
+             "host_link_latency_s = %.4g   # in-process all-reduce of 1 element, / 2 steps\n"
+             "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
+             "net_link_latency_s = 2e-5   # not measured\n"
+             "devices_per_host = %ld\n",
+          2.0 * (double)(n * n * n) / tm, 2.0 * (double)(n * n * n) / tm, 3.0 * (double)big * 4 / te,
+          (double)pages * (double)psz, bw, alpha, sysconf(_SC_NPROCESSORS_ONLN));
+  fclose(f);
+  printf("calibrated: matmul %.3g FLOP/s, memory %.3g B/s, all-reduce latency %.3g s, bandwidth %.3g B/s -> %s\n",
+         2.0 * (double)(n * n * n) / tm, 3.0 * (double)big * 4 / te, alpha, bw, path);
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tessel plan --mesh AXIS=N,... [flags]\n"
@@ -111,6 +218,8 @@ static void usage(FILE *f) {
           "                           link bandwidth and latency inside a host and between\n"
           "                           hosts, devices per host) [the cost model's defaults]\n"
           "  --json                   one JSON object instead of text\n"
+          "  --calibrate FILE         measure this machine (matmul, memory bandwidth, in-process\n"
+          "                           all-reduce latency and bandwidth) into a device file; no plan\n"
           "  -h, --help               this text\n");
 }
 
@@ -155,6 +264,10 @@ int ts_cmd_plan(int argc, char **argv) {
       if (r < 0) return CLI_EXIT_USAGE;
       mesh_text = v;
       continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--calibrate", &v)) != 0) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      return calibrate(v) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--device", &v)) != 0) {
       if (r < 0) return CLI_EXIT_USAGE;
