@@ -16,6 +16,7 @@ pkgs=(
   libopenblas0-openmp                # PyTorch reference without BLAS oversubscription
   libcairo2-dev libfontconfig-dev    # tessel plot: PNG/SVG/PDF drawing, fonts
   fonts-dejavu-core                  # tessel plot: the labels' font
+  libglpk-dev                        # auto-sharding's ILP solver (GLPK MIP)
   bible-kjv                          # the GPT's default corpus (scripts/make-kjv.sh)
   libturbojpeg0-dev libpng-dev       # ImageFolder datasets: JPEG and PNG decoding
   python3-pil                        # tests: writing JPEG/PNG files, the reference decode

@@ -37,6 +37,8 @@ typedef struct {
   const char *specs[MAX_SPECS]; /* "input=spec" */
   int n_specs;
   bool no_graph, no_program;
+  bool auto_shard, json;       /* --auto-shard, --json */
+  double time_limit, memory_limit; /* --time-limit S, --memory-limit BYTES */
 } inspect_opts;
 
 static void usage(FILE *f) {
@@ -70,6 +72,16 @@ static void usage(FILE *f) {
           "                           repeatable; overrides the batch default for x and y\n"
           "  --amp none|bf16|f16      mixed precision as tessel train --amp: adds a table of the\n"
           "                           compiled ops by the dtype they run in (converts included) [none]\n"
+          "  --auto-shard             choose every sharding (but --spec's) with the cost model and\n"
+          "                           ILP (GLPK) and explain the choice: each input's sharding, the\n"
+          "                           predicted compute, communication and peak memory per device,\n"
+          "                           the runner-up of the largest tensors; any axis names\n"
+          "  --time-limit S           the solver's time limit; past it the greedy plan [10]\n"
+          "  --memory-limit BYTES     per-device peak the plan must fit [none]\n"
+          "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
+          "                           {\"predicted\":{\"step_ms\":..,\"comm_bytes_per_device\":..,\n"
+          "                           \"peak_bytes_per_device\":..},\"shardings\":{NAME:SPEC,..}}\n"
+          "                           (for the hand layout of --mesh without --auto-shard)\n"
           "  --no-graph               leave out the global graph\n"
           "  --no-program             leave out the per-device program\n"
           "  -h, --help               this text\n");
@@ -85,6 +97,19 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
     if (strcmp(argv[i], "--no-graph") == 0) {
       o->no_graph = true;
+      continue;
+    }
+    if (strcmp(argv[i], "--auto-shard") == 0 || strcmp(argv[i], "--json") == 0) {
+      *(argv[i][2] == 'a' ? &o->auto_shard : &o->json) = true;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--time-limit", &v)) != 0) {
+      if (r < 0 || cli_parse_double(CMD, "--time-limit", v, 1e-6, 3600, "seconds", &o->time_limit) < 0) return -1;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--memory-limit", &v)) != 0) {
+      if (r < 0 || cli_parse_double(CMD, "--memory-limit", v, 1, 1e18, "bytes per device", &o->memory_limit) < 0)
+        return -1;
       continue;
     }
     if (strcmp(argv[i], "--no-program") == 0) {
@@ -167,6 +192,41 @@ static int mark(ts_graph *g, const ts_mesh *m, const char *name, const char *spe
   int rc = ts_mark_sharding(g, t, s);
   ts_sharding_free(s);
   return rc;
+}
+
+/* SPEC in --spec's syntax: "data+model,None" ("" for rank 0). */
+static void print_spec(const ts_graph *g, ts_tensor t) {
+  const ts_sharding *sh = ts_tensor_sharding(g, t);
+  const ts_partition_spec *sp = sh ? ts_sharding_spec(sh) : NULL;
+  const ts_mesh *m = sh ? ts_sharding_mesh(sh) : NULL;
+  putchar('"');
+  for (int d = 0; d < ts_tensor_rank(g, t); d++) {
+    if (d) putchar(',');
+    if (!sp || sp->naxes[d] == 0) fputs("None", stdout);
+    for (int k = 0; sp && k < sp->naxes[d]; k++) {
+      const char *nm = ts_mesh_axis_name(m, sp->axes[d][k]);
+      if (nm) printf(k ? "+%s" : "%s", nm);
+      else printf(k ? "+%d" : "%d", sp->axes[d][k]);
+    }
+  }
+  putchar('"');
+}
+
+static void print_json(const ts_graph *g, const ts_auto_shard_info *in, bool solved) {
+  printf("{\"predicted\":{\"step_ms\":%.6g,\"compute_ms\":%.6g,\"comm_ms\":%.6g,\"comm_bytes_per_device\":%.0f,"
+         "\"peak_bytes_per_device\":%.0f}", 1e3 * in->step_s, 1e3 * in->compute_s, 1e3 * in->comm_s,
+         in->comm_bytes_per_device, in->peak_bytes_per_device);
+  if (solved)
+    printf(",\"solver\":{\"method\":\"%s\",\"optimal\":%s,\"solve_s\":%.4f,\"variables\":%d,\"columns\":%d,"
+           "\"objective_ms\":%.6g}", in->greedy ? "greedy" : "ilp", in->optimal ? "true" : "false", in->solve_s,
+           in->nodes, in->variables, 1e3 * in->objective_s);
+  printf(",\"shardings\":{");
+  for (int i = 0; i < ts_graph_num_inputs(g); i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    printf("%s\"%s\":", i ? "," : "", ts_input_name(g, t));
+    print_spec(g, t);
+  }
+  printf("}}\n");
 }
 
 static void section(const char *title) { printf("\n== %s ==\n", title); }
@@ -290,7 +350,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
                                       megatron, &need) < 0)
     goto done;
   if (mesh) {
-    if (train_mesh_mark(g, mesh, megatron) < 0) goto done;
+    if (!o->auto_shard && train_mesh_mark(g, mesh, megatron) < 0) goto done;
     for (int i = 0; i < o->n_specs; i++) {
       char name[256];
       const char *eq = strchr(o->specs[i], '=');
@@ -298,8 +358,29 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
       if (mark(g, mesh, name, eq + 1) < 0) goto done;
     }
   }
+  /* the cost model's prediction: of the solver's plan (--auto-shard), else of the hand layout */
+  char *explain = NULL;
+  ts_auto_shard_info info = {0};
+  ts_mesh *one = NULL;
+  const ts_mesh *pm = mesh;
+  if (!pm) {
+    int64_t n1 = 1;
+    pm = one = ts_mesh_new(1, &n1, NULL, 0, NULL);
+  }
+  ts_auto_shard_options ao = {.mesh = pm, .time_limit_s = o->time_limit, .memory_limit_bytes = o->memory_limit};
+  int prc = !pm ? -1 : o->auto_shard ? ts_auto_shard(g, &ao, &info, o->json ? NULL : &explain) : ts_shard_predict(g, &ao, &info);
+  ts_mesh_free(one);
+  if (prc < 0) goto done;
+  if (o->json) {
+    print_json(g, &info, o->auto_shard);
+    rc = 0;
+    goto done;
+  }
   ts_compile_options opts = {.mesh = mesh, .autocast = gs.amp};
-  if (!(e = ts_compile(c, g, &opts))) goto done;
+  if (!(e = ts_compile(c, g, &opts))) {
+    free(explain);
+    goto done;
+  }
 
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
          gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
@@ -307,6 +388,13 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
+  section(o->auto_shard ? "auto-sharding" : "predicted by the cost model (this layout)");
+  if (explain) fputs(explain, stdout);
+  else
+    printf("per device: step %.3f ms = compute %.3f ms + communication %.3f ms (%.0f bytes sent), peak %.0f bytes\n",
+           1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
+           info.peak_bytes_per_device);
+  free(explain);
   if (!o->no_graph) {
     section("global graph");
     print_text(ts_graph_to_string(g));
@@ -372,7 +460,7 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (o.mesh && (!(mesh = strchr(o.mesh, '=') ? ts_mesh_from_text(o.mesh)
                                                : ts_mesh_parse(o.mesh, o.axis_names, NULL)) ||
-                 train_mesh_check_axes(CMD, mesh, o.model == 0 || o.model == MODEL_GRAPH_GPT, o.n_specs > 0) < 0)) {
+                 train_mesh_check_axes(CMD, mesh, o.model == 0 || o.model == MODEL_GRAPH_GPT, o.n_specs > 0 || o.auto_shard) < 0)) {
     cli_error(CMD, "--mesh: %s%s", ts_last_error(),
               mesh && !o.axis_names && !strchr(o.mesh, '=') ? " (name the axes with --axis-names, or place "
                                                              "tensors on them with --spec)" : "");

@@ -9,6 +9,7 @@
 
 int ts_cmd_sharding(int argc, char **argv); // cmd_sharding.c
 int ts_cmd_inspect(int argc, char **argv);  // cmd_inspect.c
+int ts_cmd_plan(int argc, char **argv);     // cmd_plan.c
 int ts_cmd_plot(int argc, char **argv);     // cmd_plot.c
 int ts_cmd_ckpt(int argc, char **argv);     // cmd_ckpt.c
 
@@ -20,6 +21,7 @@ static void usage(FILE *f) {
           "  train     train a model (mlp, cnn) on Fashion-MNIST\n"
           "  sharding  print the OpSharding of a partition spec on a device mesh\n"
           "  inspect   show the compiled training step: shardings, collectives, memory\n"
+          "  plan      predict a step on a mesh of any size (cost model, no execution)\n"
           "  plot      draw training curves from --log-json logs (PNG, SVG, PDF)\n"
           "  ckpt      inspect a checkpoint, export it as safetensors\n"
           "  version   print the version\n"
@@ -44,9 +46,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
   if (strcmp(cmd, "sharding") == 0) return ts_cmd_sharding(argc - 1, argv + 1);
   if (strcmp(cmd, "inspect") == 0) return ts_cmd_inspect(argc - 1, argv + 1);
+  if (strcmp(cmd, "plan") == 0) return ts_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "plot") == 0) return ts_cmd_plot(argc - 1, argv + 1);
   if (strcmp(cmd, "ckpt") == 0) return ts_cmd_ckpt(argc - 1, argv + 1);
-  cli_error(NULL, "unknown command '%s' (valid: train, sharding, inspect, plot, ckpt, version)", cmd);
+  cli_error(NULL, "unknown command '%s' (valid: train, sharding, inspect, plan, plot, ckpt, version)", cmd);
   usage(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -87,6 +87,9 @@ void cli_train_usage(FILE *f) {
           "                             other axis names are errors; at most 4096 devices in all;\n"
           "                             under mpirun the devices are shared out over the processes\n"
           "                             [one device; under mpirun: data=<processes>]\n"
+          "  --auto-shard               the shardings on --mesh chosen by the cost model and ILP\n"
+          "                             (tessel inspect --auto-shard explains them); any axis names\n"
+          "  --memory-limit BYTES       per-device peak the --auto-shard plan must fit [none]\n"
           "  --parallel spmd|ddp        spmd: the sharded program of --mesh; ddp: classic data\n"
           "                             parallel, one full replica per process, gradients averaged\n"
           "                             in buckets overlapped with the backward pass [spmd]\n"
@@ -295,6 +298,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       o->all_ranks = true;
       continue;
     }
+    if (strcmp(argv[i], "--auto-shard") == 0) {
+      o->auto_shard = true;
+      continue;
+    }
+    DOUBLE_FLAG("--memory-limit", 1, 1e18, "bytes per device", o->memory_limit)
     if (FLAG("--mesh")) {
       if (r < 0) return -1;
       o->mesh = v;

@@ -41,6 +41,8 @@ typedef struct {
   const char *metrics;  /* --metrics FILE: JSON at the end, short report on stdout */
   const char *trace;    /* --trace FILE: Chrome trace of the run */
   const char *mesh;     /* --mesh "data=4,model=2": SPMD on virtual devices; NULL = one device */
+  bool auto_shard;      /* --auto-shard: the solver chooses the shardings on --mesh (any axis names) */
+  double memory_limit;  /* --memory-limit BYTES per device for --auto-shard; 0 = none */
   int parallel;         /* index into train_parallel_names */
   bool all_ranks;       /* every process prints, not only rank 0 */
   double timeout_s;     /* --collective-timeout; 0 = the default */

@@ -24,7 +24,7 @@
 int train_join(train_run *r) {
   train_opts *o = &r->o;
   if (o->mesh && (!(r->mesh = ts_mesh_from_text(o->mesh)) ||
-                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP || o->model == MODEL_GPT, false) < 0)) {
+                  train_mesh_check_axes(CMD, r->mesh, o->model == MODEL_MLP || o->model == MODEL_GPT, o->auto_shard) < 0)) {
     cli_error(CMD, "--mesh: %s", ts_last_error());
     ts_mesh_free(r->mesh);
     r->mesh = NULL;
@@ -240,8 +240,11 @@ static model_graph_spec graph_spec(const train_opts *o) {
 static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compile_options *co) {
   bool megatron = r->o.model == MODEL_MLP || r->o.model == MODEL_GPT;
   r->g = g;
-  if (!g || (r->mesh && train_mesh_mark(g, r->mesh, megatron) < 0) ||
-      program_init(pr, r->client, r->params, g, co) < 0)
+  ts_compile_options opts = *co;
+  if (r->mesh && r->o.auto_shard) /* --auto-shard: the solver marks it inside ts_compile */
+    opts.auto_shard = true, opts.auto_shard_memory_limit = r->o.memory_limit, opts.mesh = r->mesh;
+  if (!g || (r->mesh && !r->o.auto_shard && train_mesh_mark(g, r->mesh, megatron) < 0) ||
+      program_init(pr, r->client, r->params, g, &opts) < 0)
     return -1;
   ts_graph_free(g);
   r->g = NULL;

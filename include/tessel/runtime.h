@@ -192,6 +192,14 @@ typedef struct {
    * AVX512_FP16); pair it with a loss scaler (tessel/nn.h ts_loss_scaler).
    * TS_F32 (0): off. Other dtypes are an error. */
   ts_dtype autocast;
+  /* Auto-sharding (tessel/spmd.h ts_auto_shard): every sharding the graph
+   * does not mark is chosen by the cost model and ILP, on `mesh` (else the
+   * shape in TESSEL_AUTO_SPMD_MESH, else every device on one axis), then
+   * propagated and partitioned as usual. TESSEL_AUTO_SPMD=1 turns it on for
+   * every compile that is not a replica program. */
+  bool auto_shard;
+  double auto_shard_time_limit_s;   /* 0: 10 s; past it, the greedy plan */
+  double auto_shard_memory_limit;   /* per-device bytes the plan must fit; 0: none */
 } ts_compile_options;
 
 /* Compiles g (which is not modified and may be freed afterwards). opts may be

@@ -177,6 +177,56 @@ int32_t ts_manual_reduce_scatter(struct ts_graph *g, int32_t x, int dim, const t
 /* A copy of s (the caller's: ts_sharding_free). */
 ts_sharding *ts_sharding_clone(const ts_sharding *s);
 
+/* ---- auto-sharding (PyTorch/XLA's XLA_AUTO_SPMD; XLA's auto_sharding pass) ----
+ * Chooses the shardings of a whole training step on a mesh: per node a list
+ * of strategies (dot_general: batch / row / column / contracting splits on
+ * each mesh axis and pairs, the contracting ones with an all-reduce;
+ * elementwise ops follow their operand; convolutions: batch / output
+ * channel; reductions; gather: rows or vocabulary), resharding costs on the
+ * edges (all-gather / all-to-all bytes, an alpha-beta model per mesh axis),
+ * compute cost from FLOPs and bytes divided by the devices that split the
+ * work, and per-device bytes; an integer linear program over one-hot choices
+ * (GLPK's MIP) picks the cheapest plan whose modeled per-device peak fits
+ * memory_limit_bytes. Nodes the user marked keep their sharding. The cost
+ * model's constants are the options' (defaults documented below; an
+ * estimate for one CPU core per virtual device, not a measurement). */
+typedef struct {
+  const ts_mesh *mesh;       /* required */
+  double time_limit_s;       /* the MIP's time limit (0: 10 s); past it the greedy plan is used (info.greedy) */
+  double memory_limit_bytes; /* per-device peak the plan must fit (0: none) */
+  bool greedy_only;          /* skip the ILP */
+  double flops_per_s;        /* per device (0: 2e10) */
+  double bytes_per_s;        /* memory bandwidth per device, elementwise ops (0: 1e10) */
+  double link_bytes_per_s;   /* collective bandwidth per device and mesh axis (0: 5e9) */
+  double link_latency_s;     /* per collective step (0: 5e-6) */
+  /* per mesh axis (major first), overriding the two above where > 0: a
+   * device description's links (an axis inside a host vs across hosts) */
+  double axis_bytes_per_s[TS_MESH_MAX_RANK];
+  double axis_latency_s[TS_MESH_MAX_RANK];
+} ts_auto_shard_options;
+
+typedef struct {
+  double step_s;                /* predicted step time: compute + communication (no overlap) */
+  double compute_s, comm_s;     /* per device */
+  double comm_bytes_per_device; /* bytes each device sends per step */
+  double peak_bytes_per_device; /* modeled peak: inputs + live activations (full liveness sweep) */
+  double objective_s;           /* the solver's objective (what the ILP minimized) */
+  double solve_s;               /* wall time of the solve */
+  bool greedy;                  /* the greedy plan was used (time limit, or greedy_only) */
+  bool optimal;                 /* GLPK proved the plan optimal */
+  int nodes, variables, edges;  /* the ILP's size after graph shrinking */
+} ts_auto_shard_info;
+
+/* Marks g's inputs and key activations with the chosen shardings (in place;
+ * user marks stay) and fills info (may be NULL). explain (may be NULL) gets
+ * a malloc'd text: each parameter's sharding, the prediction, and for the
+ * largest tensors the runner-up's cost. A memory limit nothing can meet is
+ * an error giving the smallest achievable modeled peak. Returns 0 or -1. */
+int ts_auto_shard(struct ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info, char **explain);
+/* The same prediction for the shardings g already has (propagated from its
+ * annotations, as ts_compile would): info filled, g unchanged. */
+int ts_shard_predict(const struct ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

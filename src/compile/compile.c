@@ -7,6 +7,7 @@
 
 #include "compile/compile.h"
 #include "spmd/spmd_internal.h" /* replica_is_all */
+#include "autoshard/autoshard.h" /* auto-sharding */
 #include "compile/cache.h"             /* the compile cache */
 #include "metrics/metrics_internal.h" /* compile metrics and trace */
 #include "opt/opt.h"
@@ -218,6 +219,35 @@ static int same_program(ts_client *c, const ts_graph *g, const ts_mesh *m) {
   return ts_client_check_same(c, "compile: the program", text);
 }
 
+/* Auto-sharding: a copy of g annotated by autoshard/, compiled on its mesh. */
+static ts_executable *compile_auto(ts_client *c, const ts_graph *g, const ts_mesh *m, const ts_compile_options *opts) {
+  if (!g) {
+    set_error("compile: graph is NULL");
+    return NULL;
+  }
+  ts_mesh *own = NULL;
+  if (!m && env_config()->auto_spmd_mesh) {
+    if (!(own = ts_mesh_parse(env_config()->auto_spmd_mesh, NULL, NULL))) {
+      set_error_context("compile: TESSEL_AUTO_SPMD_MESH=%s", env_config()->auto_spmd_mesh);
+      return NULL;
+    }
+  } else if (!m) {
+    int64_t n = c->num_devices;
+    if (!(own = ts_mesh_new(1, &n, NULL, 0, NULL))) return NULL;
+  }
+  ts_executable *e = NULL;
+  ts_graph *copy = opt_rebuild(g, NULL, NULL, NULL);
+  ts_auto_shard_options ao = {.mesh = own ? own : m};
+  if (opts) ao.time_limit_s = opts->auto_shard_time_limit_s, ao.memory_limit_bytes = opts->auto_shard_memory_limit;
+  if (copy && autoshard_annotate(copy, &ao, NULL, NULL) == 0 &&
+      /* a solve cut by its time limit may differ between processes: never run unequal programs */
+      (c->process_count <= 1 || same_program(c, copy, ao.mesh) == 0))
+    e = compile_spmd(c, copy, ao.mesh, opts);
+  ts_graph_free(copy);
+  ts_mesh_free(own);
+  return e;
+}
+
 ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_options *opts) {
   if (!c) {
     set_error("compile: client is NULL");
@@ -232,6 +262,9 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
                    "ts_compile_options.replicas", i);
       return NULL;
     }
+  bool one = c->num_devices == 1 && (!m || ts_mesh_num_devices(m) == 1) && !env_config()->auto_spmd_mesh;
+  if (((opts && opts->auto_shard) || env_config()->auto_spmd) && !one) /* one device: nothing to choose */
+    return compile_auto(c, g, m, opts);
   bool manual = false; /* manual regions always go through the partitioner */
   for (int i = 0; g && i < g->n_nodes; i++) manual |= g->nodes[i].manual;
   if (c->num_devices > 1 || (m && ts_mesh_num_devices(m) > 1) || manual) {

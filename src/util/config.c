@@ -79,6 +79,10 @@ static void env_read(void) {
   const char *p = getenv("TESSEL_NET_PIECE_BYTES");
   long long v = p ? atoll(p) : 0;
   c->net_piece_bytes = v > 0 && v <= (1ll << 30) ? (size_t)v : (size_t)1 << 30;
+
+  const char *as = getenv("TESSEL_AUTO_SPMD");
+  c->auto_spmd = as && strcmp(as, "1") == 0;
+  c->auto_spmd_mesh = env_text("TESSEL_AUTO_SPMD_MESH", false);
 }
 
 const ts_env_config *env_config(void) {

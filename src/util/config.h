@@ -66,6 +66,13 @@ typedef struct {
    * transfers are split (tests set a small value to exercise the splitting).
    * A count in [1, 2^30]; unset or anything else: 2^30 (1 GiB). */
   size_t net_piece_bytes;
+
+  /* TESSEL_AUTO_SPMD: "1" auto-shards every compile that is not a replica
+   * program (PyTorch/XLA's XLA_AUTO_SPMD; ts_compile_options.auto_shard).
+   * TESSEL_AUTO_SPMD_MESH: the mesh shape it uses when the options give no
+   * mesh, "4,4" (XLA_AUTO_SPMD_MESH); unset: every device on one axis. */
+  bool auto_spmd;
+  const char *auto_spmd_mesh; /* NULL: unset */
 } ts_env_config;
 
 /* The environment as read on the first call; never NULL. */

@@ -1,0 +1,280 @@
+/* strategy.c — the cost model of auto-sharding: per node, its "loops" (the
+ * splittable dims of its iteration space, each mapped to an output dim and to
+ * operand dims, or contracted), the strategies (each mesh axis of size > 1
+ * assigned to one loop or to none), their compute / communication cost and
+ * per-device bytes; and the resharding cost between two layouts.
+ *
+ * A layout is one mesh-axis bit mask per tensor dim (axes major to minor in
+ * ascending axis order). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autoshard/as_internal.h"
+
+typedef struct {
+  int64_t size;
+  int out;               /* output dim, or -1 (contracted: a partial result) */
+  int in[AS_MAX_IN];     /* per operand: its dim, or -1 (the operand is replicated over it) */
+} loop;
+
+static int64_t numel(const ts_node *n) {
+  int64_t e = 1;
+  for (int d = 0; d < n->rank; d++) e *= n->shape[d];
+  return e;
+}
+
+double as_bytes(const ts_node *n) { return (double)numel(n) * (double)ts_dtype_size(n->dtype); }
+
+/* Devices a layout splits the tensor over. */
+int64_t as_layout_tiles(const as_ctx *c, const uint8_t *lay, int rank) {
+  int64_t t = 1;
+  for (int d = 0; d < rank; d++)
+    for (int a = 0; a < c->m->rank; a++)
+      if (lay[d] & (1u << a)) t *= c->m->shape[a];
+  return t;
+}
+
+static void add_loop(loop *L, int *n, int64_t size, int out) {
+  loop *l = &L[(*n)++];
+  l->size = size;
+  l->out = out;
+  for (int k = 0; k < AS_MAX_IN; k++) l->in[k] = -1;
+}
+
+/* Loops of node n; *can_partial: contracted loops may be split (a sum). */
+static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_partial) {
+  int nl = 0;
+  *can_partial = false;
+  int nin = n->n_in < AS_MAX_IN ? n->n_in : AS_MAX_IN;
+  switch (n->op) {
+  case TS_OP_DOT: {
+    const ts_dot_dims *dd = &n->attr.dot;
+    const ts_node *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+    bool used_a[TS_MAX_RANK] = {0}, used_b[TS_MAX_RANK] = {0};
+    int o = 0;
+    for (int k = 0; k < dd->n_batch; k++) {
+      add_loop(L, &nl, a->shape[dd->lhs_batch[k]], o++);
+      L[nl - 1].in[0] = dd->lhs_batch[k], L[nl - 1].in[1] = dd->rhs_batch[k];
+      used_a[dd->lhs_batch[k]] = used_b[dd->rhs_batch[k]] = true;
+    }
+    for (int k = 0; k < dd->n_contract; k++) used_a[dd->lhs_contract[k]] = used_b[dd->rhs_contract[k]] = true;
+    for (int d = 0; d < a->rank; d++)
+      if (!used_a[d]) add_loop(L, &nl, a->shape[d], o++), L[nl - 1].in[0] = d;
+    for (int d = 0; d < b->rank; d++)
+      if (!used_b[d]) add_loop(L, &nl, b->shape[d], o++), L[nl - 1].in[1] = d;
+    for (int k = 0; k < dd->n_contract; k++) {
+      add_loop(L, &nl, a->shape[dd->lhs_contract[k]], -1);
+      L[nl - 1].in[0] = dd->lhs_contract[k], L[nl - 1].in[1] = dd->rhs_contract[k];
+    }
+    *can_partial = true;
+    return nl;
+  }
+  case TS_OP_CONV: /* x (N,C,H,W), w (O,C/g,KH,KW) -> (N,O,OH,OW) */
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
+    add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[1] = 0;
+    if (n->attr.conv.groups <= 1) {
+      add_loop(L, &nl, g->nodes[n->in[0]].shape[1], -1), L[nl - 1].in[0] = 1, L[nl - 1].in[1] = 1;
+      *can_partial = true;
+    }
+    return nl;
+  case TS_OP_CONV_BWD_DATA: /* dy (N,O,..), w (O,C,..) -> (N,C,H,W) */
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
+    if (n->attr.conv.groups <= 1) {
+      add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[1] = 1;
+      add_loop(L, &nl, g->nodes[n->in[0]].shape[1], -1), L[nl - 1].in[0] = 1, L[nl - 1].in[1] = 0;
+      *can_partial = true;
+    }
+    return nl;
+  case TS_OP_CONV_BWD_FILTER: /* x (N,C,..), dy (N,O,..) -> (O,C,KH,KW) */
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[1] = 1;
+    if (n->attr.conv.groups <= 1) add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[0] = 1;
+    add_loop(L, &nl, g->nodes[n->in[0]].shape[0], -1), L[nl - 1].in[0] = 0, L[nl - 1].in[1] = 0;
+    *can_partial = true;
+    return nl;
+  case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
+    for (int d = 0; d < 2; d++) {
+      add_loop(L, &nl, n->shape[d], d);
+      for (int k = 0; k < nin; k++) L[nl - 1].in[k] = d;
+    }
+    return nl;
+  case TS_OP_REDUCE: {
+    const ts_node *x = &g->nodes[n->in[0]];
+    int o = 0;
+    for (int d = 0; d < x->rank; d++) {
+      bool red = false;
+      for (int k = 0; k < n->attr.n_dims; k++) red = red || n->attr.dims[k] == d;
+      add_loop(L, &nl, x->shape[d], red ? -1 : (o < n->rank ? o++ : -1));
+      L[nl - 1].in[0] = d;
+    }
+    *can_partial = true;
+    return nl;
+  }
+  case TS_OP_GATHER: { /* table (V, D..), indices (I..) -> (I.., D..) */
+    const ts_node *t = &g->nodes[n->in[0]], *ix = &g->nodes[n->in[1]];
+    for (int d = 0; d < ix->rank; d++) add_loop(L, &nl, ix->shape[d], d), L[nl - 1].in[1] = d;
+    for (int d = 1; d < t->rank; d++) add_loop(L, &nl, t->shape[d], ix->rank + d - 1), L[nl - 1].in[0] = d;
+    add_loop(L, &nl, t->shape[0], -1), L[nl - 1].in[0] = 0; /* vocabulary split: masked rows, summed */
+    *can_partial = true;
+    return nl;
+  }
+  case TS_OP_SCATTER_ADD: { /* base (V, D..), indices (I..), updates (I.., D..) */
+    const ts_node *ix = &g->nodes[n->in[1]];
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
+    for (int d = 1; d < n->rank; d++)
+      add_loop(L, &nl, n->shape[d], d), L[nl - 1].in[0] = d, L[nl - 1].in[2] = ix->rank + d - 1;
+    for (int d = 0; d < ix->rank; d++) add_loop(L, &nl, ix->shape[d], -1), L[nl - 1].in[1] = d, L[nl - 1].in[2] = d;
+    *can_partial = true;
+    return nl;
+  }
+  case TS_OP_BROADCAST: {
+    const ts_node *x = &g->nodes[n->in[0]];
+    for (int d = 0; d < n->rank; d++) add_loop(L, &nl, n->shape[d], d);
+    for (int i = 0; i < x->rank && i < n->attr.n_dims; i++)
+      if (x->shape[i] == n->shape[n->attr.dims[i]]) L[n->attr.dims[i]].in[0] = i;
+    return nl;
+  }
+  case TS_OP_TRANSPOSE:
+    for (int d = 0; d < n->rank; d++) add_loop(L, &nl, n->shape[d], d), L[nl - 1].in[0] = n->attr.dims[d];
+    return nl;
+  case TS_OP_RESHAPE: {
+    const ts_node *x = &g->nodes[n->in[0]];
+    for (int d = 0; d < n->rank; d++) add_loop(L, &nl, n->shape[d], d);
+    for (int d = 0; d < n->rank && d < x->rank && n->shape[d] == x->shape[d]; d++) L[d].in[0] = d; /* equal prefix */
+    return nl;
+  }
+  default: /* elementwise, slice, pad, concatenate, leaves, anything else: dims of equal size map */
+    for (int d = 0; d < n->rank; d++) {
+      add_loop(L, &nl, n->shape[d], d);
+      for (int k = 0; k < nin; k++) {
+        const ts_node *x = &g->nodes[n->in[k]];
+        if (x->rank == n->rank && x->shape[d] == n->shape[d] &&
+            !(n->op == TS_OP_CONCAT && d == n->attr.axis))
+          L[nl - 1].in[k] = d;
+      }
+    }
+    return nl;
+  }
+}
+
+/* FLOPs of the whole (global) node. */
+static double node_flops(const ts_graph *g, const ts_node *n) {
+  double out = (double)numel(n);
+  switch (n->op) {
+  case TS_OP_DOT: {
+    double k = 1;
+    for (int i = 0; i < n->attr.dot.n_contract; i++) k *= (double)g->nodes[n->in[0]].shape[n->attr.dot.lhs_contract[i]];
+    return 2 * out * k;
+  }
+  case TS_OP_CONV: { /* 2 * out * C/g * KH * KW */
+    const ts_node *w = &g->nodes[n->in[1]];
+    return 2 * out * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+  }
+  case TS_OP_CONV_BWD_DATA: {
+    const ts_node *w = &g->nodes[n->in[1]];
+    return 2 * out * (double)(w->shape[0] * w->shape[2] * w->shape[3]) / (n->attr.conv.groups > 1 ? n->attr.conv.groups : 1);
+  }
+  case TS_OP_CONV_BWD_FILTER: {
+    const ts_node *dy = &g->nodes[n->in[1]];
+    return 2 * out * (double)(dy->shape[0] * dy->shape[2] * dy->shape[3]);
+  }
+  default:
+    return 0;
+  }
+}
+
+/* Seconds of an all-reduce (passes 2) / all-gather (1) over one mesh axis
+ * moving `bytes` per device (the size of the full result). */
+static double ring(const as_ctx *c, int axis, double bytes, int passes, double *sent) {
+  int n = (int)c->m->shape[axis];
+  if (n <= 1) return 0;
+  double b = passes * bytes * (n - 1) / n;
+  if (sent) *sent += b;
+  /* latency: log2(n) steps per pass (recursive halving / doubling, as
+   * tuned libraries do at scale); bandwidth: the ring's (n-1)/n */
+  return passes * ceil(log2((double)n)) * c->latency[axis] + b / c->link_bw[axis];
+}
+
+double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
+  double full = as_bytes(n), t = 0;
+  double local_to = full / (double)as_layout_tiles(c, to, n->rank);
+  double local_from = full / (double)as_layout_tiles(c, from, n->rank);
+  for (int a = 0; a < c->m->rank; a++) {
+    int sz = (int)c->m->shape[a];
+    if (sz <= 1) continue;
+    int df = -1, dt = -1;
+    for (int d = 0; d < n->rank; d++) {
+      if (from[d] & (1u << a)) df = d;
+      if (to[d] & (1u << a)) dt = d;
+    }
+    if (df < 0 || df == dt) continue; /* same, or a local slice */
+    if (dt < 0) t += ring(c, a, local_to, 1, sent);           /* all-gather */
+    else t += ring(c, a, local_from / sz, 1, sent);           /* all-to-all */
+  }
+  /* a different axis order within one dim, same axes: a permutation of blocks */
+  return t;
+}
+
+/* Appends strategy s to the node's list (grows it). */
+static int push(as_node *an, const as_strat *s) {
+  if (an->ns == an->cap) {
+    int cap = an->cap ? 2 * an->cap : 8;
+    as_strat *v = realloc(an->s, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    an->s = v, an->cap = cap;
+  }
+  an->s[an->ns++] = *s;
+  return 0;
+}
+
+int as_node_strategies(as_ctx *c, int id) {
+  const ts_graph *g = c->g;
+  const ts_node *n = &g->nodes[id];
+  as_node *an = &c->nodes[id];
+  loop L[2 * TS_MAX_RANK + 2];
+  bool can_partial;
+  int nl = node_loops(g, n, L, &can_partial);
+  int nin = n->n_in < AS_MAX_IN ? n->n_in : AS_MAX_IN;
+  /* the mesh axes that matter */
+  int ax[TS_MESH_MAX_RANK], na = 0;
+  for (int a = 0; a < c->m->rank && na < AS_MAX_AXES; a++)
+    if (c->m->shape[a] > 1) ax[na++] = a;
+  int combos = 1;
+  for (int k = 0; k < na; k++) combos *= nl + 1;
+  double flops = node_flops(g, n), bytes = as_bytes(n);
+  for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
+  for (int code = 0; code < combos; code++) {
+    int pick[AS_MAX_AXES], x = code;
+    for (int k = 0; k < na; k++) pick[k] = x % (nl + 1) - 1, x /= nl + 1; /* -1: axis unused */
+    as_strat s;
+    memset(&s, 0, sizeof s);
+    bool ok = true;
+    int64_t split[2 * TS_MAX_RANK + 2];
+    for (int l = 0; l < nl; l++) split[l] = 1;
+    int64_t par = 1;
+    for (int k = 0; k < na && ok; k++) {
+      int l = pick[k];
+      if (l < 0) continue;
+      int a = ax[k];
+      split[l] *= c->m->shape[a];
+      if (L[l].size % split[l] != 0) ok = false;
+      if (L[l].out < 0 && !can_partial) ok = false;
+      par *= c->m->shape[a];
+      if (L[l].out >= 0) s.out[L[l].out] |= (uint8_t)(1u << a);
+      else s.partial |= (uint8_t)(1u << a);
+      for (int i = 0; i < nin; i++)
+        if (L[l].in[i] >= 0) s.in[i][L[l].in[i]] |= (uint8_t)(1u << a);
+    }
+    if (!ok) continue;
+    /* operands whose dims the loops do not name (scalars) stay replicated: s.in zero */
+    double t = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
+    double local_out = as_bytes(n) / (double)as_layout_tiles(c, s.out, n->rank);
+    for (int a = 0; a < c->m->rank; a++)
+      if (s.partial & (1u << a)) t += ring(c, a, local_out, 2, &s.comm_bytes);
+    s.compute = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
+    s.cost = t;
+    s.mem = local_out;
+    if (push(an, &s) < 0) return -1;
+  }
+  return 0;
+}
