@@ -15,5 +15,10 @@ echo "== tests =="
 echo "== build (ASan + UBSan) =="
 scripts/build.sh build-asan -DTESSEL_WERROR=ON -DTESSEL_TESTING=ON -DTESSEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== tests under sanitizers =="
+# Trimmed to keep CI near 15 minutes on 2 cores: the sanitizer pass leaves out
+#  - multihost: namespace hosts, launchers and fault handling (process behaviour, not memory);
+#    3 minutes under ASan, and the same tessel code paths run under ASan in mpi_train;
+#  - test_resnet_reference: PyTorch comparisons (90 s plain); the same ResNet kernels, batch norm
+#    and autocast run under ASan in test_resnet_spmd, test_amp and resnet_train.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j1)
+   ctest --output-on-failure -j1 -E '^(multihost|test_resnet_reference)$')
