@@ -220,7 +220,7 @@ static int build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) 
       }
   }
   /* merge the edges of one pair of variables */
-  qsort(c->edges, (size_t)c->n_edges, sizeof *c->edges, edge_cmp);
+  if (c->n_edges > 1) qsort(c->edges, (size_t)c->n_edges, sizeof *c->edges, edge_cmp); /* edges may be NULL */
   int w = 0;
   for (int e = 0; e < c->n_edges; e++) {
     if (w > 0 && c->edges[w - 1].u == c->edges[e].u && c->edges[w - 1].v == c->edges[e].v) {
@@ -474,7 +474,7 @@ static int reduce(const as_prob *p, bool keep_all, reduced *R) {
   if (!R->E || !R->dead || !R->rec || !R->q.unary || !R->q.leaders || !deg || !stack || !gone || !queued || !inc ||
       !ninc || !cinc)
     goto oom;
-  memcpy(R->E, c->edges, (size_t)c->n_edges * sizeof *R->E);
+  if (c->n_edges > 0) memcpy(R->E, c->edges, (size_t)c->n_edges * sizeof *R->E); /* edges may be NULL */
   R->nE = R->n_orig = c->n_edges;
   for (int k = 0; k < p->n_leaders; k++) {
     int L = p->leaders[k];
