@@ -1,0 +1,312 @@
+/* problem.c — the auto-sharding problem: each node's strategies
+ * (strategy.c), graph shrinking (a unary elementwise node of its operand's
+ * shape shares the operand's variable), resharding edges merged per pair of
+ * variables, the memory rows and the objective. */
+#include <glpk.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autoshard/as_solve.h"
+#include "spmd/partition.h" /* spmd_propagate */
+
+
+double as_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void as_spec_to_mask(const ts_partition_spec *s, uint8_t *lay) {
+  memset(lay, 0, TS_MAX_RANK);
+  for (int d = 0; d < s->rank; d++)
+    for (int k = 0; k < s->naxes[d]; k++) lay[d] |= (uint8_t)(1u << s->axes[d][k]);
+}
+
+void as_mask_to_spec(const as_ctx *c, const uint8_t *lay, int rank, ts_partition_spec *s) {
+  ts_partition_spec_init(s, rank);
+  for (int d = 0; d < rank; d++)
+    for (int a = 0; a < c->m->rank; a++)
+      if (lay[d] & (1u << a)) ts_partition_spec_add_axis(s, d, a);
+}
+
+bool as_lay_eq(const uint8_t *a, const uint8_t *b, int rank) { return memcmp(a, b, (size_t)rank) == 0; }
+
+static void ctx_free(as_ctx *c) {
+  if (c->nodes)
+    for (int i = 0; i < c->g->n_nodes; i++) free(c->nodes[i].s);
+  free(c->nodes);
+  for (int e = 0; e < c->n_edges; e++) free(c->edges[e].cost);
+  free(c->edges);
+  free(c->last_use);
+}
+
+static const uint8_t zero_lay[TS_MAX_RANK];
+
+/* The layout strategy s of node v needs of its operand k. */
+const uint8_t *as_need(const as_strat *s, int k) { return k < AS_MAX_IN ? s->in[k] : zero_lay; }
+
+static int add_edge(as_ctx *c, int a, int b, double *cost) {
+  if (c->n_edges == c->cap_edges) {
+    int cap = c->cap_edges ? 2 * c->cap_edges : 64;
+    as_edge *v = realloc(c->edges, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    c->edges = v, c->cap_edges = cap;
+  }
+  c->edges[c->n_edges++] = (as_edge){a, b, cost};
+  return 0;
+}
+
+static int edge_cmp(const void *x, const void *y) {
+  const as_edge *a = x, *b = y;
+  return a->u != b->u ? (a->u < b->u ? -1 : 1) : a->v != b->v ? (a->v < b->v ? -1 : 1) : 0;
+}
+
+
+/* Resharding cost of the edge u -> (v, operand k) for strategies i of u, j of v. */
+static double edge_cost(as_ctx *c, int u, int i, int v, int j, int k) {
+  return as_reshard_cost(c, c->nodes[u].s[i].out, as_need(&c->nodes[v].s[j], k), &c->g->nodes[u], NULL);
+}
+
+/* An edge between the variables of u and v: the cost of u's strategy i
+ * feeding v's strategy j as operand k (k < 0: into v's own output layout, a
+ * donated update and its parameter). */
+static int pair_edge(as_ctx *c, int u, int v, int k) {
+  const as_node *au = &c->nodes[u], *av = &c->nodes[v];
+  int Lu = au->leader, Lv = av->leader, a = Lu < Lv ? Lu : Lv, b = Lu < Lv ? Lv : Lu;
+  int nb = c->nodes[b].ns;
+  double *m = malloc((size_t)c->nodes[a].ns * (size_t)nb * sizeof *m);
+  if (!m || add_edge(c, a, b, m) < 0) {
+    free(m);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  }
+  for (int i = 0; i < au->ns; i++)
+    for (int j = 0; j < av->ns; j++) {
+      const uint8_t *to = k < 0 ? av->s[j].out : as_need(&av->s[j], k);
+      double t = as_reshard_cost(c, au->s[i].out, to, &c->g->nodes[u], NULL);
+      if (Lu == a) m[i * nb + j] = t;
+      else m[j * nb + i] = t;
+    }
+  return 0;
+}
+
+int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
+  as_ctx *c = &p->c;
+  memset(p, 0, sizeof *p);
+  c->g = g;
+  c->m = o->mesh;
+  c->flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10;
+  c->mem_bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
+  for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
+    c->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
+    c->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
+  }
+  int n = g->n_nodes;
+  c->nodes = calloc((size_t)n + 1, sizeof *c->nodes);
+  c->last_use = malloc(((size_t)n + 1) * sizeof *c->last_use);
+  p->unary = calloc((size_t)n + 1, sizeof *p->unary);
+  p->leaders = malloc(((size_t)n + 1) * sizeof *p->leaders);
+  if (!c->nodes || !c->last_use || !p->unary || !p->leaders) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  for (int v = 0; v < n; v++) c->last_use[v] = v;
+  for (int v = 0; v < n; v++)
+    for (int k = 0; k < g->nodes[v].n_in; k++) c->last_use[g->nodes[v].in[k]] = v;
+  for (int k = 0; k < g->n_outputs; k++) c->last_use[g->outputs[k]] = n;
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    as_node *an = &c->nodes[v];
+    an->leader = v;
+    an->var = -1;
+    /* graph shrinking: an elementwise node shares the variable of an operand
+     * of its shape (one that is not a broadcast or constant, if any) */
+    int fk = -1;
+    for (int k = 0; !nd->sharding && ir_op_is_elementwise(nd->op) && k < nd->n_in; k++) {
+      const ts_node *x = &g->nodes[nd->in[k]];
+      if (x->rank != nd->rank || memcmp(x->shape, nd->shape, (size_t)nd->rank * sizeof nd->shape[0]) != 0) continue;
+      bool weak = x->op == TS_OP_BROADCAST || x->op == TS_OP_CONSTANT;
+      if (fk < 0 || (!weak && (g->nodes[nd->in[fk]].op == TS_OP_BROADCAST || g->nodes[nd->in[fk]].op == TS_OP_CONSTANT)))
+        fk = k;
+    }
+    if (fk >= 0 && nd->rank > 0) {
+      const as_node *u = &c->nodes[nd->in[fk]];
+      an->leader = u->leader;
+      an->s = calloc((size_t)u->ns, sizeof *an->s);
+      if (!an->s) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+      an->ns = an->cap = u->ns;
+      for (int i = 0; i < u->ns; i++) {
+        as_strat *s = &an->s[i];
+        memcpy(s->out, u->s[i].out, sizeof s->out);
+        for (int k = 0; k < nd->n_in && k < AS_MAX_IN; k++)
+          if (g->nodes[nd->in[k]].rank == nd->rank) memcpy(s->in[k], u->s[i].out, sizeof s->out);
+        double par = (double)as_layout_tiles(c, s->out, nd->rank);
+        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->mem_bw / par;
+        s->mem = as_bytes(nd) / par;
+      }
+      continue;
+    }
+    if (as_node_strategies(c, v) < 0) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+    if (nd->sharding) { /* user-marked: only strategies with its layout */
+      uint8_t want[TS_MAX_RANK] = {0};
+      as_spec_to_mask(ts_sharding_spec(nd->sharding), want);
+      int k = 0;
+      for (int i = 0; i < an->ns; i++)
+        if (as_lay_eq(an->s[i].out, want, nd->rank)) an->s[k++] = an->s[i];
+      if (k == 0) { /* the marked layout is none of ours: keep it, operands as they come */
+        as_strat s;
+        memset(&s, 0, sizeof s);
+        memcpy(s.out, want, sizeof s.out);
+        s.compute = s.cost = an->ns ? an->s[0].cost : 0;
+        s.mem = as_bytes(nd) / (double)as_layout_tiles(c, want, nd->rank);
+        an->s[0] = s;
+        k = 1;
+      }
+      an->ns = k;
+    }
+    if (an->ns == 0) return set_error_code(TS_ERR_INTERNAL, "auto_shard: node %%%d (%s) has no strategy", v, ir_op_name(nd->op));
+  }
+  /* unary costs per leader, and the edges */
+  for (int v = 0; v < n; v++) {
+    int L = c->nodes[v].leader;
+    if (!p->unary[L] && !(p->unary[L] = calloc((size_t)c->nodes[L].ns, sizeof(double))))
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  }
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    as_node *an = &c->nodes[v];
+    int Lv = an->leader;
+    for (int i = 0; i < an->ns; i++) p->unary[Lv][i] += an->s[i].cost;
+    for (int k = 0; k < nd->n_in; k++) {
+      int u = nd->in[k], Lu = c->nodes[u].leader;
+      as_node *au = &c->nodes[u];
+      if (Lu == Lv) {
+        for (int i = 0; i < an->ns; i++) p->unary[Lv][i] += edge_cost(c, u, i, v, i, k);
+        continue;
+      }
+      if (au->ns == 1 || an->ns == 1) {
+        if (au->ns == 1)
+          for (int j = 0; j < an->ns; j++) p->unary[Lv][j] += edge_cost(c, u, 0, v, j, k);
+        else
+          for (int i = 0; i < au->ns; i++) p->unary[Lu][i] += edge_cost(c, u, i, v, 0, k);
+        continue;
+      }
+      if (pair_edge(c, u, v, k) < 0) return -1;
+    }
+  }
+  /* donated pairs: the update is written into its parameter's layout */
+  for (int k = 0; k < g->n_outputs; k++) {
+    int ai = g->alias ? g->alias[k] : -1;
+    if (ai < 0) continue;
+    int u = g->outputs[k], v = g->inputs[ai], Lu = c->nodes[u].leader, Lv = c->nodes[v].leader;
+    as_node *au = &c->nodes[u], *av = &c->nodes[v];
+    const ts_node *nu = &g->nodes[u];
+    if (Lu == Lv) {
+      for (int i = 0; i < au->ns; i++) p->unary[Lu][i] += as_reshard_cost(c, au->s[i].out, av->s[i].out, nu, NULL);
+      continue;
+    }
+    if (pair_edge(c, u, v, -1) < 0) return -1;
+  }
+  /* merge the edges of one pair of variables */
+  if (c->n_edges > 1) qsort(c->edges, (size_t)c->n_edges, sizeof *c->edges, edge_cmp); /* edges may be NULL */
+  int w = 0;
+  for (int e = 0; e < c->n_edges; e++) {
+    if (w > 0 && c->edges[w - 1].u == c->edges[e].u && c->edges[w - 1].v == c->edges[e].v) {
+      size_t cnt = (size_t)c->nodes[c->edges[e].u].ns * (size_t)c->nodes[c->edges[e].v].ns;
+      for (size_t q = 0; q < cnt; q++) c->edges[w - 1].cost[q] += c->edges[e].cost[q];
+      free(c->edges[e].cost);
+    } else {
+      c->edges[w++] = c->edges[e];
+    }
+  }
+  c->n_edges = w;
+  for (int v = 0; v < n; v++)
+    if (c->nodes[v].leader == v) p->leaders[p->n_leaders++] = v;
+  return 0;
+}
+
+void as_prob_free(as_prob *p) {
+  if (p->unary)
+    for (int v = 0; v < p->c.g->n_nodes; v++) free(p->unary[v]);
+  free(p->unary);
+  free(p->leaders);
+  ctx_free(&p->c);
+}
+
+/* ---- memory rows ---- */
+
+
+bool as_live_at(const as_ctx *c, int v, int t) {
+  return c->g->nodes[v].op == TS_OP_INPUT || (v <= t && c->last_use[v] >= t);
+}
+
+/* The AS_MEM_ROWS points of the 1-device schedule with the most live bytes. */
+void as_pick_mem_rows(const as_ctx *c, mem_rows *r) {
+  int n = c->g->n_nodes;
+  double *live = calloc((size_t)n + 1, sizeof *live);
+  r->n = 0;
+  if (!live) { /* degrade: the last node only */
+    r->n = n > 0, r->t[0] = n - 1;
+    return;
+  }
+  for (int v = 0; v < n; v++) {
+    if (c->g->nodes[v].op == TS_OP_INPUT) continue;
+    int end = c->last_use[v] < n ? c->last_use[v] : n - 1;
+    for (int t = v; t <= end; t++) live[t] += as_bytes(&c->g->nodes[v]);
+  }
+  for (int k = 0; k < AS_MEM_ROWS && k < n; k++) {
+    int best = -1;
+    for (int t = 0; t < n; t++) {
+      bool taken = false;
+      for (int q = 0; q < r->n; q++) taken = taken || r->t[q] == t;
+      if (!taken && (best < 0 || live[t] > live[best])) best = t;
+    }
+    r->t[r->n++] = best;
+  }
+  free(live);
+}
+
+/* Per-device bytes at row point t with choice[] per leader. */
+double as_row_mem(const as_prob *p, int t, const int *choice) {
+  const as_ctx *c = &p->c;
+  double s = 0;
+  for (int v = 0; v < c->g->n_nodes; v++)
+    if (as_live_at(c, v, t)) s += c->nodes[v].s[choice[c->nodes[v].leader]].mem;
+  return s;
+}
+
+/* The smallest modeled peak any plan reaches: memory has no cross-node
+ * constraint, so each node's least-bytes strategy minimizes every row. */
+double as_min_peak(const as_prob *p, const mem_rows *r, int *choice) {
+  const as_ctx *c = &p->c;
+  for (int k = 0; k < p->n_leaders; k++) {
+    int L = p->leaders[k], best = 0;
+    double bm = INFINITY;
+    for (int i = 0; i < c->nodes[L].ns; i++) {
+      double m = 0;
+      for (int v = L; v < c->g->n_nodes; v++)
+        if (c->nodes[v].leader == L) m += c->nodes[v].s[i].mem;
+      if (m < bm) bm = m, best = i;
+    }
+    choice[L] = best;
+  }
+  double worst = 0;
+  for (int q = 0; q < r->n; q++) {
+    double m = as_row_mem(p, r->t[q], choice);
+    if (m > worst) worst = m;
+  }
+  return worst;
+}
+
+/* ---- objective ---- */
+
+double as_objective(const as_prob *p, const int *choice) {
+  const as_ctx *c = &p->c;
+  double t = 0;
+  for (int k = 0; k < p->n_leaders; k++) t += p->unary[p->leaders[k]][choice[p->leaders[k]]];
+  for (int e = 0; e < c->n_edges; e++) {
+    const as_edge *ed = &c->edges[e];
+    t += ed->cost[choice[ed->u] * c->nodes[ed->v].ns + choice[ed->v]];
+  }
+  return t;
+}
+
