@@ -1,3 +1,4 @@
+
 /* cmd_plan.c — `tessel plan`: a pod-scale what-if without the pod. Builds the
  * training step of a model for a mesh of any size (up to 4096 devices here,
  * TS_MAX_DEVICES), marks the hand layout of `tessel train --mesh` (or lets
@@ -16,6 +17,7 @@
 #include "model_graph.h"
 #include "train_mesh.h"
 #include "tessel/tessel.h"
+#include "util/clock.h" /* util_now_s */
 
 #define CMD "plan"
 
@@ -97,12 +99,6 @@ static int device_read(const char *path, device_desc *d) {
 
 /* ---- --calibrate FILE: a device description measured here ---- */
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The least time of `reps` runs of g (inputs zero-filled f32) on client c. */
 static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
@@ -125,9 +121,9 @@ static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
     free(z);
   }
   for (int k = 0; k < reps + 2; k++) {
-    double t0 = now_s();
+    double t0 = util_now_s();
     if (ts_execute(e, in, out) < 0) goto done;
-    double t = now_s() - t0;
+    double t = util_now_s() - t0;
     for (int o = 0; o < n_out && o < 4; o++) ts_buffer_free(out[o]), out[o] = NULL;
     if (k >= 2 && (best < 0 || t < best)) best = t; /* two warm-up runs */
   }

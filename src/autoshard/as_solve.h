@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "autoshard/as_internal.h"
+#include "util/clock.h" /* util_now_s */
 
 #define AS_MEM_ROWS 8 /* liveness points the ILP's memory constraint checks */
 
@@ -50,7 +51,6 @@ typedef struct {
 bool as_live_at(const as_ctx *c, int v, int t);
 double as_row_mem(const as_prob *p, int t, const int *choice);
 double as_objective(const as_prob *p, const int *choice);
-double as_now_s(void);
 void as_spec_to_mask(const ts_partition_spec *s, uint8_t *lay);
 void as_mask_to_spec(const as_ctx *c, const uint8_t *lay, int rank, ts_partition_spec *s);
 bool as_lay_eq(const uint8_t *a, const uint8_t *b, int rank);

@@ -157,7 +157,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   if (check_opts(g, o_in) < 0) return -1;
   ts_auto_shard_options o;
   opts_check_defaults(o_in, &o);
-  double t0 = as_now_s();
+  double t0 = util_now_s();
   as_prob p;
   adjacency adj = {0};
   reduced R;
@@ -214,7 +214,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
       how = "ILP time limit: the greedy plan beat GLPK's incumbent";
     }
   }
-  inf.solve_s = as_now_s() - t0;
+  inf.solve_s = util_now_s() - t0;
   inf.objective_s = as_objective(&p, choice);
   inf.nodes = R.q.n_leaders;
   inf.edges = R.q.c.n_edges;

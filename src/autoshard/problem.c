@@ -13,12 +13,6 @@
 #include "spmd/partition.h" /* spmd_propagate */
 
 
-double as_now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void as_spec_to_mask(const ts_partition_spec *s, uint8_t *lay) {
   memset(lay, 0, TS_MAX_RANK);
   for (int d = 0; d < s->rank; d++)

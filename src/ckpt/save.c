@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "util/clock.h"
 #include "tessel/metrics.h" /* ts_metrics_add: CkptSnapshotTime, ... */
 #include "util/error.h"
 #include "util/hash.h" /* util_hash64: format 1 */
@@ -52,12 +53,6 @@
 
 void (*ckpt_test_hook)(const char *stage); /* ckpt_internal.h: NULL unless a test sets it */
 int ckpt_write_version = CKPT_FORMAT_VERSION; /* ckpt_internal.h: tests set 1 */
-
-static double save_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 void ckpt_test_stage(const char *stage) {
   if (ckpt_test_hook) ckpt_test_hook(stage);
@@ -520,11 +515,11 @@ static int save_prepare(const save_job *j) {
 static void *save_writer(void *arg) {
   ts_ckpt_saver *s = arg;
   save_job *j = s->job;
-  double t0 = save_now();
+  double t0 = util_now_s();
   int rc = j->np == 1 ? save_prepare(j) : 0;
   if (rc == 0) rc = save_write(j, s->snap);
   if (rc == 0) ckpt_test_stage("files");
-  j->write_s = save_now() - t0;
+  j->write_s = util_now_s() - t0;
   if (rc == 0 && j->np == 1)
     rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
   if (rc != 0) {
@@ -575,7 +570,7 @@ static int saver_finish(ts_ckpt_saver *s) {
     st->snapshot_s = j->snapshot_s;
     st->blocked_s = j->blocked_s;
     st->write_s = j->write_s;
-    double now = save_now(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
+    double now = util_now_s(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
     st->total_s = (j->rank == 0 ? pub : now) - j->t_start;
     st->prune_s = j->rank == 0 ? now - pub : 0;
     ts_metrics_add("CkptWriteTime", TS_METRIC_TIME, (int64_t)(1e9 * st->write_s));
@@ -641,7 +636,7 @@ int64_t ts_ckpt_saver_pending_step(const ts_ckpt_saver *s) { return s && s->job 
 static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t,
                        int keep, bool background, int pre_rc) {
   if (!s) return set_error("ts_ckpt_save: NULL saver");
-  double t0 = save_now();
+  double t0 = util_now_s();
   ts_client *c = s->c;
   char err[1024];
   if (s->job) { /* at most one in flight: the previous save completes first */
@@ -649,7 +644,7 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
     if (saver_finish(s) < 0) return -1; /* its error: reported now, this save not started */
     if (pre_rc < 0) set_error("%s", err);
   }
-  double blocked = save_now() - t0;
+  double blocked = util_now_s() - t0;
   int rc = pre_rc < 0 ? -1 : save_check_args(c, root, meta, n, t);
   save_job *j = calloc(1, sizeof *j);
   if (rc == 0 && !j) rc = set_error("checkpoint: out of memory");
@@ -672,7 +667,7 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   rc = save_snapshot(s, j, t);
   /* Barrier: every process holds its blocks (or the save fails everywhere now). */
   if (ckpt_agree(c, "snapshot", rc) < 0) goto fail;
-  j->snapshot_s = save_now() - t0;
+  j->snapshot_s = util_now_s() - t0;
   ts_metrics_add("CkptSnapshotTime", TS_METRIC_TIME, (int64_t)(1e9 * j->snapshot_s));
   if (blocked > 0) ts_metrics_add("CkptBlockedTime", TS_METRIC_TIME, (int64_t)(1e9 * blocked));
   s->job = j;
