@@ -18,21 +18,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
-bin="$build/bench_convnet_step"
-if [ ! -x "$bin" ]; then
-  echo "run_convnets.sh: no $bin (build first: scripts/build.sh build)" >&2
-  exit 2
-fi
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "run_convnets.sh: /usr/bin/python3 cannot import torch: run scripts/install-deps.sh" >&2
-  exit 2
-fi
-load="$(cut -d' ' -f1 /proc/loadavg)"
-if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
-  echo "run_convnets.sh: warning: load average $load — other processes share the cores; timings will be noisy" >&2
-fi
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+. "$here/prologue.bash"
+bench_prologue run_convnets.sh bench_convnet_step torch
 rounds="${ROUNDS:-2}"
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: tessel ..." >&2

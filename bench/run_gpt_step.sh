@@ -15,15 +15,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
-bin="$build/bench_gpt_step"
-[ -x "$bin" ] || { echo "run_gpt_step.sh: no $bin (build first: scripts/build.sh build)" >&2; exit 2; }
-/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "run_gpt_step.sh: /usr/bin/python3 cannot import torch" >&2; exit 2; }
-load="$(cut -d' ' -f1 /proc/loadavg)"
-if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
-  echo "run_gpt_step.sh: warning: load average $load — other processes share the cores; timings will be noisy" >&2
-fi
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+. "$here/prologue.bash"
+bench_prologue run_gpt_step.sh bench_gpt_step torch
 rounds="${ROUNDS:-3}"
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: tessel ..." >&2

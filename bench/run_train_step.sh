@@ -12,23 +12,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
-bin="$build/bench_train_step"
-if [ ! -x "$bin" ]; then
-  echo "run_train_step.sh: no $bin (build first: cmake -S . -B build && make -C build)" >&2
-  exit 2
-fi
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "run_train_step.sh: /usr/bin/python3 cannot import torch: run scripts/install-deps.sh" >&2
-  exit 2
-fi
-
-load="$(cut -d' ' -f1 /proc/loadavg)"
-if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
-  echo "run_train_step.sh: warning: load average $load — other processes share the cores; timings will be noisy" >&2
-fi
-
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+. "$here/prologue.bash"
+bench_prologue run_train_step.sh bench_train_step torch
 rounds="${ROUNDS:-3}"
 warmup=(--warmup "${WARMUP:-20}") # the same warm-up on both sides
 for r in $(seq 1 "$rounds"); do
