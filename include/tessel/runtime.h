@@ -174,6 +174,14 @@ typedef struct {
   /* The graph is one replica's program (tessel/spmd.h ts_replica_all_reduce):
    * every device runs it on its own data; no sharding, no mesh. */
   bool replicas;
+  /* With replicas, on several devices: the weights' update sharded over the
+   * replicas (PyTorch's ZeroRedundancyOptimizer on DDP): replica r updates
+   * block r of each weight (rank >= 2, the first dim the replica count
+   * divides) with its block of the optimizer state ("<weight>.exp_avg",
+   * ".exp_avg_sq", ".momentum_buffer"; their buffers become sharded over the
+   * replicas), then the new weight is all-gathered. Bit-identical to every
+   * replica updating everything; 1/N of the update's work and state each. */
+  bool shard_update;
   /* All-reduce combining (XLA's AllReduceCombiner, DDP's buckets): the
    * all-reduces of one device group, dtype and reduction in a device's
    * program are packed into buckets of about combine_bytes (0: 1 MiB), one
