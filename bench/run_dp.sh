@@ -10,15 +10,29 @@
 #   data2-bind   data2 with the device threads pinned to a core each (--bind)
 #   fsdp2        1 process, mesh fsdp=2: 2 devices x 1 thread
 #   mpi-spmd     2 processes x 1 device x 1 thread, mesh data=2   (mpirun)
-#   mpi-ddp      2 processes, one replica each, bucketed gradient all-reduce
+#   mpi-ddp      2 processes, one replica each, bucketed gradient all-reduce,
+#                the weights' update sharded over the replicas (ZeRO-1 on DDP:
+#                ts_compile_options.shard_update), new weights all-gathered
+#   mpi-ddp-rep  mpi-ddp with every replica updating every weight (PyTorch's
+#                DDP), for the A/B
 #   mpi-fsdp     2 processes, mesh fsdp=2
-# for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28).
+# for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28;
+# 3 warm-up and 8 timed steps unless WARMUP / STEPS say otherwise: ~0.5 s a
+# step). DDP runs batch norm over the global batch (sync-bn), so every row
+# computes the same step as 1dev.
 # Rounds alternate the configurations ($ROUNDS, default 3); per configuration
 # the round with the lowest median is kept. Printed per row: median step ms,
-# throughput ratio to 1dev, and the modeled bound: compute at the 1-device
-# rate (the 1dev median) plus the gradient all-reduce at the in-process
-# all-reduce bandwidth measured in the same invocation (bench_collectives,
-# 2 devices), if none of it were hidden; "hidden" is the 1dev median alone.
+# throughput ratio to 1dev, and the modeled lower bound: compute at the
+# 1-device rate (the 1dev median) plus the communication the configuration
+# needs at the collective bandwidth measured in the same run by the same
+# devices (bench_train_step's ar_ms: one all-reduce of the gradients' bytes;
+# in shared memory for one process, through MPI for two), in all-reduce
+# units: 1 for data=2 / SPMD (reduce-scatter + all-gather), the replicated
+# rows and DDP's all-reduce; 1.5 for DDP with the sharded update (+ the
+# weights' all-gather, half an all-reduce) and FSDP (all-gather forward and
+# backward, reduce-scatter). "bound ms": none of it hidden; "hidden": only
+# what cannot overlap the backward pass exposed (the final all-gather of the
+# sharded updates, 0.5; none for the others).
 # Correctness: every row's loss after one update (check_loss, the second
 # step) must equal 1dev's within 1e-4 relative (the same steps on the same
 # data), except DDP with dropout (the CNN: each replica draws its own masks);
@@ -41,8 +55,6 @@ if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-common=(--warmup "${WARMUP:-20}")
-[ -n "${STEPS:-}" ] && common+=(--steps "$STEPS")
 mpi=(mpirun -n 2 --bind-to none -x TESSEL_NUM_THREADS=1)
 [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 models="${MODELS:-mlp cnn resnet20}"
@@ -59,6 +71,9 @@ run() { # run LABEL CMD...: appends "LABEL <RESULT fields>" lines
 
 for round in $(seq "${ROUNDS:-3}"); do
   for m in $models; do
+    common=(--warmup "${WARMUP:-20}")
+    [ "$m" = resnet20 ] && common=(--warmup "${WARMUP:-3}" --steps "${STEPS:-8}")
+    [ -n "${STEPS:-}" ] && common+=(--steps "$STEPS")
     run 1dev "$bin" --model "$m" --threads 2 "${common[@]}"
     run data2 "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 "${common[@]}"
     run data2-rep "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 --replicated-update "${common[@]}"
@@ -67,32 +82,27 @@ for round in $(seq "${ROUNDS:-3}"); do
     if command -v mpirun >/dev/null; then
       run mpi-spmd "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel spmd "${common[@]}"
       run mpi-ddp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel ddp "${common[@]}"
+      run mpi-ddp-rep "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel ddp --replicated-update "${common[@]}"
       run mpi-fsdp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel fsdp "${common[@]}"
     fi
   done
   echo "run_dp.sh: round $round done" >&2
 done
-# in-process all-reduce bandwidth of each model's gradient size, 2 devices
-for m in $models; do
-  bytes=$(grep "^1dev $m " "$tmp/results" | head -1 | sed 's/.*grad_bytes=\([0-9]*\).*/\1/')
-  [ -n "$bytes" ] && "$build/bench_collectives" -m "$bytes" -M "$bytes" -d 2 2>/dev/null |
-    awk -v m="$m" '/MiB|KiB|GiB/ && NF > 4 {print m, $4}' | head -1 >>"$tmp/bw"
-done
-/usr/bin/python3 - "$tmp/results" "$tmp/bw" <<'PY'
+/usr/bin/python3 - "$tmp/results" <<'PY'
 import sys
-best, bw = {}, {}
+best = {}
 for line in open(sys.argv[1]):
     f = line.split()
     r = dict(kv.split("=", 1) for kv in f[2:] if "=" in kv)
     key = (f[0], f[1])
     if key not in best or float(r["median_ms"]) < float(best[key]["median_ms"]):
         best[key] = r
-for line in open(sys.argv[2]):
-    m, ms = line.split()
-    bw[m] = float(ms)  # ms for one all-reduce of the model's gradients
-order = ["1dev", "data2", "data2-rep", "data2-bind", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-fsdp"]
+order = ["1dev", "data2", "data2-rep", "data2-bind", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-ddp-rep", "mpi-fsdp"]
+# communication per step in all-reduces of the gradients (total, exposed at best); see the header
+comm = {"1dev": (0, 0), "fsdp2": (1.5, 0), "mpi-fsdp": (1.5, 0), "mpi-ddp": (1.5, 0.5), "data2": (1, 0.5),
+        "data2-bind": (1, 0.5), "mpi-spmd": (1, 0.5)}
 bad = []
-print(f"{'model':9} {'config':10} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'cpu ms':>8}  loss step 2 / final")
+print(f"{'model':9} {'config':11} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):
     ref = best.get(("1dev", m))
     for c in order:
@@ -100,13 +110,13 @@ for m in dict.fromkeys(k[1] for k in best):
         if not r or not ref:
             continue
         t, t1 = float(r["median_ms"]), float(ref["median_ms"])
-        bound = t1 + (bw.get(m, 0.0) if c != "1dev" else 0.0)
-        print(f"{m:9} {c:10} {t:10.2f} {t1 / t:7.2f}x {bound:9.2f} {t1:9.2f} {float(r.get('cpu_ms', 'nan')):8.2f}  {r['check_loss']} / {r['final_loss']}")
+        ar = float(r.get("ar_ms", "0"))
+        total, exposed = comm.get(c, (1, 0))
+        print(f"{m:9} {c:11} {t:10.2f} {t1 / t:7.2f}x {t1 + total * ar:9.2f} {t1 + exposed * ar:9.2f} {ar:7.3f} "
+              f"{float(r.get('cpu_ms', 'nan')):8.2f}  {r['check_loss']} / {r['final_loss']}")
         a, b = float(r["check_loss"]), float(ref["check_loss"])
-        if c != "1dev" and not (c == "mpi-ddp" and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
+        if c != "1dev" and not (c.startswith("mpi-ddp") and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
             bad.append(f"{c} {m}: loss after one update {a} vs 1dev {b}")
-print("all-reduce of the gradients, 2 devices in one process (bench_collectives): " +
-      ", ".join(f"{m} {ms:.3f} ms" for m, ms in bw.items()))
 if bad:
     print("FAILED (computed something else than 1 device): " + "; ".join(bad))
     sys.exit(1)

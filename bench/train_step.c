@@ -14,7 +14,9 @@
  * each) on the same global batch: spmd = the sharded program on mesh
  * data=P; fsdp = mesh fsdp=P (weights and optimizer state sharded too);
  * ddp = one replica per process, gradients averaged in buckets
- * (overlapped). Rank 0 prints "RESULT tessel-spmd|-fsdp|-ddp <model> batch=B
+ * (overlapped), the weights' update sharded over the replicas
+ * (ts_compile_options.shard_update; --replicated-update: every replica
+ * updates everything, as PyTorch's DDP). Rank 0 prints "RESULT tessel-spmd|-fsdp|-ddp <model> batch=B
  * procs=P ..." (B the global batch). bench/run_ddp.sh compares them with one
  * process and with PyTorch DDP.
  *
@@ -24,7 +26,7 @@
  * sides of a comparison warm up equally; the run scripts pass --warmup to
  * both). Prints one line per model:
  *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C
+ *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C ar_ms=A
  * (samples/s from the median; L the loss of the last step, %.9g: every
  * configuration runs the same steps on the same data; L2 the loss of the
  * second step, after one update: the scripts check every configuration's L2
@@ -35,7 +37,11 @@
  * C: this process's CPU time per timed step, all threads (rank 0's under
  * mpirun): the work a step costs, much less disturbed by other jobs than the
  * wall time, but inflated by spinning waits (OpenMP's, the collectives').
- * bench/run_train_step.sh compares it with bench/torch_train_step.py. */
+ * bench/run_train_step.sh compares it with bench/torch_train_step.py.
+ * A: the median time of one all-reduce of G bytes over the same devices
+ * (0 on one device), measured after the steps: the collective bandwidth of
+ * bench/run_dp.sh's modeled bound. DDP runs batch norm over the global
+ * batch (sync_bn), so every configuration computes the same step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +69,32 @@ static double cpu_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static bool replicated_update; /* --replicated-update: every device updates every weight (A/B) */
+/* Median ms of one f32 all-reduce (sum) of numel elements over every device
+ * of c (a replica program: in shared memory between the devices of a
+ * process, through MPI between processes): the collective bandwidth the
+ * run scripts' modeled bound uses. Collective under mpirun. */
+static double all_reduce_ms(ts_client *c, int64_t numel) {
+  enum { REPS = 12 };
+  ts_graph *g = ts_graph_new();
+  ts_tensor v = ts_input(g, "v", TS_F32, 1, &numel);
+  if (ts_graph_add_output(g, ts_replica_all_reduce(g, v, TS_REDUCE_SUM)) < 0) die("all-reduce graph");
+  ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = true});
+  ts_buffer *in = ts_buffer_new(c, TS_F32, 1, &numel), *out = ts_buffer_new(c, TS_F32, 1, &numel);
+  if (!e || !in || !out) die("all-reduce program");
+  double ms[REPS];
+  for (int r = -3; r < REPS; r++) {
+    double t0 = now_s();
+    if (ts_execute(e, &in, &out) < 0) die("all-reduce");
+    if (r >= 0) ms[r] = 1e3 * (now_s() - t0);
+  }
+  qsort(ms, REPS, sizeof *ms, cmp_double);
+  ts_buffer_free(in), ts_buffer_free(out);
+  ts_executable_free(e);
+  ts_graph_free(g);
+  return ms[REPS / 2];
+}
+
+static bool replicated_update; /* --replicated-update: every device (replica) updates every weight (A/B) */
 static bool bind_cores;        /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
 
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
@@ -83,7 +114,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
                                                             : MODEL_GRAPH_RESNET20,
                            .batch = Bl, .c = 1, .h = 28, .w = 28,
                            .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
-                           .ddp = par == PAR_DDP};
+                           .ddp = par == PAR_DDP,
+                           /* batch norm over the global batch, as one device and SPMD (ResNet-20) */
+                           .sync_bn = par == PAR_DDP};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
   ts_mesh *mesh = NULL;
@@ -92,7 +125,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   if ((par == PAR_SPMD || par == PAR_FSDP) && (!(mesh = ts_mesh_from_text(mesh_text)) ||
        (replicated_update ? train_mesh_mark_replicated_update(g, mesh, false) : train_mesh_mark(g, mesh, false)) < 0))
     die("sharding the step");
-  ts_compile_options co = {.replicas = par == PAR_DDP, .mesh = mesh};
+  /* DDP: the update sharded over the replicas (ZeroRedundancyOptimizer) unless --replicated-update */
+  ts_compile_options co = {.replicas = par == PAR_DDP, .shard_update = par == PAR_DDP && !replicated_update,
+                           .mesh = mesh};
   double tc = now_s();
   ts_executable *exe = ts_compile(c, g, &co);
   if (!exe) die("compile");
@@ -139,6 +174,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   }
   double cpu_ms = 1e3 * (cpu_s() - cpu0) / (steps > 0 ? steps : 1);
   double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
+  double ar_ms = D > 1 ? all_reduce_ms(c, ts_params_trainable_numel(p)) : 0;
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
   static const char *const label[] = {"tessel", "tessel-spmd", "tessel-ddp", "tessel-fsdp"};
@@ -146,9 +182,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     fprintf(stderr, "%s %s: compile %.2fs, %d params, %d threads x %d processes\n", label[par], model, tc,
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f\n",
+           "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f "
+           "ar_ms=%.3f\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
-           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms);
+           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms, ar_ms);
     fflush(stdout);
   }
   ts_mesh_free(mesh);
