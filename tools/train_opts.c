@@ -99,6 +99,9 @@ void cli_train_usage(FILE *f) {
           "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
           "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
           "                             SyncBatchNorm); without it each replica uses its own [off]\n"
+          "  --shard-update             ddp: each replica updates 1/N of every weight with 1/N of the\n"
+          "                             optimizer state, new weights all-gathered (PyTorch's\n"
+          "                             ZeroRedundancyOptimizer); the same values as without [off]\n"
           "  --collective-timeout S     seconds a collective waits for a missing peer before the job\n"
           "                             ends with an error [$TESSEL_COLLECTIVE_TIMEOUT, else 120;\n"
           "                             20 over several processes]\n"
@@ -293,6 +296,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       o->sync_bn = true;
       continue;
     }
+    if (strcmp(argv[i], "--shard-update") == 0) {
+      o->shard_update = true;
+      continue;
+    }
     DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
     if (strcmp(argv[i], "--all-ranks") == 0) {
       o->all_ranks = true;
@@ -413,6 +420,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   if (o->loader_workers == 0) o->loader_workers = o->dataset == DATA_IMAGEFOLDER ? 4 : 1;
   if (o->check_replicas && o->parallel != PARALLEL_DDP) {
     cli_error(CMD, "--check-replicas compares the replicas of --parallel ddp; an SPMD run has none to compare");
+    return -1;
+  }
+  if (o->shard_update && o->parallel != PARALLEL_DDP) {
+    cli_error(CMD, "--shard-update is for --parallel ddp (SPMD's --mesh data=N already shards the update)");
     return -1;
   }
   if (o->sync_bn && o->parallel != PARALLEL_DDP) {
