@@ -12,8 +12,9 @@
  * clipping: a rank-0 coefficient from every gradient) and the MLP with SGD
  * (momentum, Nesterov, weight decay). Checked: the 30 losses are identical,
  * every parameter and optimizer state after the last step is identical
- * (bytes), the sharded program has all-gathers (the update really was split)
- * and, across processes, every process holds the same parameters. */
+ * (bytes), the sharded program has all-gathers (the update really was split;
+ * every weight, shard_update_min_bytes = 1; the default 512 KiB splits the
+ * MLP's two large weights only) and, across processes, every process holds the same parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +59,10 @@ static void batch(int s, float *x, int32_t *y) {
 
 /* STEPS steps of g on client c (R replicas: device d takes rows d*b..);
  * losses[s]; *gathers: the all-gathers in the program. */
+static size_t min_bytes = 1; /* every weight split (the default, 512 KiB, would leave the convolutions whole) */
+
 static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int64_t b, float *losses, int *gathers) {
-  ts_compile_options co = {.replicas = true, .shard_update = shard};
+  ts_compile_options co = {.replicas = true, .shard_update = shard, .shard_update_min_bytes = min_bytes};
   ts_executable *e = ts_compile(c, g, &co);
   if (!e) return -1;
   *gathers = 0;
@@ -159,6 +162,19 @@ int main(void) {
   }
   int np = ts_client_process_count(c);
   CHECK(np >= 2 && GB % np == 0, "run under mpirun with 2 or 3 processes (%d)", np);
+  /* the default threshold: the MLP's fc1 (1.6 MB) and fc2 (1 MB) split, fc3 (20 KB) not */
+  min_bytes = 0;
+  {
+    ts_params *p = ts_params_new(7);
+    ts_graph *g = step_graph(p, GB / np, false);
+    float l[STEPS];
+    int gathers = 0;
+    CHECK(train(c, g, p, true, GB / np, l, &gathers) == 0, "default threshold: %s", ts_last_error());
+    CHECK(gathers == (np == 2 ? 2 : 0), "default threshold: %d all-gathers over %d replicas", gathers, np);
+    ts_graph_free(g);
+    ts_params_free(p);
+  }
+  min_bytes = 1;
   compare(c, "one replica per process", true);
   compare(c, "one replica per process", false);
   if (ts_client_process_index(c) == 0) { /* the in-process setup once (rank 0) */

@@ -180,8 +180,11 @@ typedef struct {
    * divides) with its block of the optimizer state ("<weight>.exp_avg",
    * ".exp_avg_sq", ".momentum_buffer"; their buffers become sharded over the
    * replicas), then the new weight is all-gathered. Bit-identical to every
-   * replica updating everything; 1/N of the update's work and state each. */
+   * replica updating everything; 1/N of the update's work and state each.
+   * Weights under shard_update_min_bytes (0: 512 KiB) stay replicated: their
+   * update costs less than an all-gather's latency. */
   bool shard_update;
+  size_t shard_update_min_bytes;
   /* All-reduce combining (XLA's AllReduceCombiner, DDP's buckets): the
    * all-reduces of one device group, dtype and reduction in a device's
    * program are packed into buckets of about combine_bytes (0: 1 MiB), one

@@ -82,17 +82,19 @@ static bool only_elementwise_users(const ts_graph *g, ts_tensor t) {
   return true;
 }
 
-/* Which inputs the update splits: weights (rank >= 2, updated in place, a dim
- * that n divides) and their optimizer state ("<weight>.exp_avg",
+/* Which inputs the update splits: weights (rank >= 2, min_bytes or more,
+ * updated in place, a dim that n divides) and their optimizer state ("<weight>.exp_avg",
  * ".exp_avg_sq", ".momentum_buffer": src/nn/optim.c's names), when the state
  * is read by elementwise ops only. Returns the number of weights split. */
-static int zero_plan_make(const ts_graph *g, int n, zero_plan *z) {
+static int zero_plan_make(const ts_graph *g, int n, size_t min_bytes, zero_plan *z) {
   static const char *const suffix[] = {".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
   int count = 0;
   for (int i = 0; i < g->n_inputs; i++) z->dim[i] = -1, z->state[i] = false, z->weight[i] = -1;
   for (int i = 0; i < g->n_inputs; i++) {
     const ts_node *w = &g->nodes[g->inputs[i]];
-    if (!w->name || w->rank < 2 || !aliased(g, i)) continue;
+    if (!w->name || w->rank < 2 || !aliased(g, i) ||
+        (size_t)ts_shape_numel(w->rank, w->shape) * ts_dtype_size(w->dtype) < min_bytes)
+      continue;
     bool is_state = false;
     size_t len = strlen(w->name);
     for (int k = 0; k < 3; k++) {
@@ -302,7 +304,7 @@ ts_executable *compile_replicas(ts_client *c, const ts_graph *g, const ts_compil
       set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
       return NULL;
     }
-    zero = zero_plan_make(g, n, &z) > 0;
+    zero = zero_plan_make(g, n, opts->shard_update_min_bytes ? opts->shard_update_min_bytes : (size_t)512 << 10, &z) > 0;
   }
   ts_graph *opt = zero ? NULL : cache_compile_graph(g, opts);
   ts_executable *e = NULL;
