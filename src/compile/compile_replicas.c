@@ -143,6 +143,11 @@ static void block_shape(const blk_ctx *b, int64_t *shape) {
 /* Static slice of block r of node t (full shape). */
 static ts_tensor blk_slice(blk_ctx *b, ts_tensor t) {
   const ts_node *x = &b->g->nodes[t];
+  if (x->rank != b->rank || memcmp(x->shape, b->full, (size_t)x->rank * sizeof *x->shape) != 0) {
+    set_error_code(TS_ERR_INTERNAL, "compile: sharded update: node %d (%s) is not shaped like its weight", t,
+                   ir_op_name(x->op));
+    return TS_NONE;
+  }
   ts_attr a = {0};
   for (int k = 0; k < x->rank; k++) a.start[k] = 0, a.limit[k] = x->shape[k], a.stride[k] = 1;
   int64_t k = x->shape[b->d] / b->n;
