@@ -3,7 +3,7 @@
  * replicated update bit for bit (under mpirun -n 2 and -n 3).
  *
  * Two replica setups, each trained twice from the same initial values (30
- * steps, every replica on its rows of a global batch of 12), once with every
+ * steps, every replica on its rows of a global batch of 6), once with every
  * replica updating every weight, once with the update sharded:
  *  - one replica per process (the job's client);
  *  - two replicas in one process (a process-local client of 2 devices, each
@@ -23,7 +23,7 @@
 #include "harness.h"
 #include "tessel/tessel.h"
 
-enum { GB = 12, STEPS = 30, PIX = 28 * 28 };
+enum { GB = 6, STEPS = 30, PIX = 28 * 28 };
 
 static ts_graph *step_graph(ts_params *p, int64_t b, bool cnn) {
   ts_graph *g = ts_graph_new();
@@ -61,7 +61,8 @@ static void batch(int s, float *x, int32_t *y) {
  * losses[s]; *gathers: the all-gathers in the program. */
 static size_t min_bytes = 1; /* every weight split (the default, 512 KiB, would leave the convolutions whole) */
 
-static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int64_t b, float *losses, int *gathers) {
+static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int64_t b, int steps, float *losses,
+                 int *gathers) {
   ts_compile_options co = {.replicas = true, .shard_update = shard, .shard_update_min_bytes = min_bytes};
   ts_executable *e = ts_compile(c, g, &co);
   if (!e) return -1;
@@ -86,7 +87,7 @@ static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int6
   }
   ts_buffer *bloss = ts_buffer_new(c, TS_F32, 0, NULL);
   int first = ts_client_first_local_device(c), nl = ts_client_num_local_devices(c);
-  for (int s = 0; s < STEPS && rc == 0; s++) {
+  for (int s = 0; s < steps && rc == 0; s++) {
     batch(s, x, y);
     float lr = 0.01f, step = (float)(s + 1);
     for (int d = first; d < first + nl && rc == 0; d++) /* each replica its own rows */
@@ -115,8 +116,8 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
   ts_graph *gr = step_graph(pr, b, cnn), *gs = step_graph(ps, b, cnn);
   float lr_[STEPS] = {0}, ls[STEPS] = {0};
   int g_rep = 0, g_sh = 0;
-  CHECK(train(c, gr, pr, false, b, lr_, &g_rep) == 0, "%s rank %d: replicated: %s", setup, rank, ts_last_error());
-  CHECK(train(c, gs, ps, true, b, ls, &g_sh) == 0, "%s rank %d: sharded: %s", setup, rank, ts_last_error());
+  CHECK(train(c, gr, pr, false, b, STEPS, lr_, &g_rep) == 0, "%s rank %d: replicated: %s", setup, rank, ts_last_error());
+  CHECK(train(c, gs, ps, true, b, STEPS, ls, &g_sh) == 0, "%s rank %d: sharded: %s", setup, rank, ts_last_error());
   CHECK(g_rep == 0, "%s: the replicated update has %d all-gathers", setup, g_rep);
   /* MLP (784-512-512-10) over 3 replicas: no dim of a weight divides by 3, nothing to split */
   bool splits = cnn || R % 2 == 0;
@@ -169,7 +170,7 @@ int main(void) {
     ts_graph *g = step_graph(p, GB / np, false);
     float l[STEPS];
     int gathers = 0;
-    CHECK(train(c, g, p, true, GB / np, l, &gathers) == 0, "default threshold: %s", ts_last_error());
+    CHECK(train(c, g, p, true, GB / np, 1, l, &gathers) == 0, "default threshold: %s", ts_last_error());
     CHECK(gathers == (np == 2 ? 2 : 0), "default threshold: %d all-gathers over %d replicas", gathers, np);
     ts_graph_free(g);
     ts_params_free(p);
