@@ -99,13 +99,17 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
 
 /* ---- saving in the background ----
  * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
- * returns once every block of this process is copied to host memory (the
- * snapshot, kept by the saver and reused by the next save); a thread of the
- * saver then writes the block file (checksums, fsync) and, alone or once
- * every process is done, the checkpoint is committed exactly as by
- * ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes, the
- * same atomicity. The device buffers may change (the next steps) or be freed
- * as soon as ts_ckpt_saver_save returns.
+ * returns once every buffer is held (ts_buffer_hold, tessel/runtime.h: no
+ * copy; the caller waits only for the plan of the blocks and the holds); a
+ * thread of the saver then copies this process's blocks from the held memory
+ * into host memory (the snapshot, kept by the saver and reused by the next
+ * save), releases the holds, writes the block file (checksums, fsync) and,
+ * alone or once every process is done, the checkpoint is committed exactly as
+ * by ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes,
+ * the same atomicity. The device buffers may change (the next steps) or be
+ * freed as soon as ts_ckpt_saver_save returns: a step that updates a held
+ * buffer in place computes into other memory instead (the buffer's spare,
+ * see ts_buffer_hold); a ts_buffer_write of a held buffer waits for the copy.
  *
  * At most one save is in flight: ts_ckpt_saver_save first waits for the
  * previous one and finishes it (every requested checkpoint is written; the
@@ -119,7 +123,8 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  * several processes the commit (process 0: index.json and the renames, a few
  * small files) runs inside the poll or wait that finds every process's files
  * written; alone it runs on the saver's thread. Memory: the snapshot holds
- * this process's blocks (replicas once), the size of its share of the state. */
+ * this process's blocks (replicas once), the size of its share of the state;
+ * a buffer a step updated while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the snapshot until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
@@ -143,15 +148,16 @@ typedef struct {
   int64_t step;       /* the step of the last completed save (-1: none yet) */
   int saves;          /* saves completed */
   uint64_t bytes;     /* bytes of this process's block file (header + data) */
-  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: device -> host copy and the prepare barrier */
+  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
   double write_s;     /* the saver's thread: block file written, hashed, fsync'ed */
   double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
+  double copy_s;      /* the saver's thread, before write_s: held device blocks -> snapshot (then released) */
 } ts_ckpt_save_stats;
 /* The statistics of the last completed save (metrics: CkptSnapshotTime,
- * CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */
+ * CkptCopyTime, CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */
 int ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *out);
 /* The step of the save in flight, -1 if none. */
 int64_t ts_ckpt_saver_pending_step(const ts_ckpt_saver *s);

@@ -187,12 +187,15 @@ typedef struct {
   char *hdr;           /* the 8-byte length prefix and the JSON header */
   size_t hlen;         /* bytes of the JSON header */
   uint64_t data_bytes; /* bytes of the data part */
+  ts_buffer_hold **holds; /* (n) each tensor's buffer held (tessel/runtime.h) until the writer copied it; NULL
+                           * where an earlier entry holds the same buffer (same[i]) */
+  int *same;           /* (n) the entry whose hold tensor i reads */
   double t_start, snapshot_s, blocked_s;
   /* written by the writer: */
   char *side;          /* the description of what this process wrote (JSON) */
   int rc;
   char err[1024];
-  double write_s;
+  double copy_s, write_s;
   struct timespec published; /* when `latest` named it (ckpt_commit) */
 } save_job;
 
@@ -207,8 +210,20 @@ struct ts_ckpt_saver {
   ts_ckpt_save_stats stats;
 };
 
+/* Releases the holds not released yet (the copy is done, or the save failed). */
+static void job_release(save_job *j) {
+  for (int i = 0; j->holds && i < j->n; i++)
+    if (j->holds[i]) {
+      ts_buffer_hold_release(j->holds[i]);
+      j->holds[i] = NULL;
+    }
+}
+
 static void job_free(save_job *j) {
   if (!j) return;
+  job_release(j);
+  free(j->holds);
+  free(j->same);
   for (int i = 0; j->t && i < j->n; i++) {
     free(j->t[i].name);
     free(j->t[i].sharding);
@@ -260,7 +275,6 @@ static int snap_reserve(ts_ckpt_saver *s, size_t bytes) {
 /* Blocks [k0, k1) of a snapshot, copied by one thread. */
 typedef struct {
   const save_job *j;
-  const ts_ckpt_entry *t;
   char *data;
   int k0, k1, rc;
   char err[512];
@@ -272,7 +286,7 @@ static void *snap_copy(void *arg) {
   for (int k = p->k0; k < p->k1 && p->rc == 0; k++) {
     const save_block *b = &j->bl[k];
     size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
-    if (ts_buffer_read_shard(p->t[b->t].buf, b->device, p->data + j->se[k].begin, bytes) < 0) {
+    if (ts_buffer_hold_read_shard(j->holds[j->same[b->t]], b->device, p->data + j->se[k].begin, bytes) < 0) {
       snprintf(p->err, sizeof p->err, "checkpoint: reading %s from device %d: %s", j->se[k].name, b->device,
                ts_last_error());
       p->rc = -1;
@@ -281,12 +295,17 @@ static void *snap_copy(void *arg) {
   return NULL;
 }
 
-/* The snapshot: plans this process's blocks, builds the header, describes
- * the tensors for the index and copies every block from its device. */
+/* The snapshot, on the caller's thread: plans this process's blocks, builds
+ * the header, describes the tensors for the index and holds every buffer
+ * (ts_buffer_hold: the next steps compute their new values into other
+ * memory, the blocks stay as they are now) for save_copy to read on the
+ * writer's thread. No block is copied here. */
 static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) {
   ts_client *c = s->c;
   int cap = 0, rc = 0;
-  if (!(j->t = calloc((size_t)j->n + 1, sizeof *j->t))) return set_error("checkpoint: out of memory");
+  if (!(j->t = calloc((size_t)j->n + 1, sizeof *j->t)) || !(j->holds = calloc((size_t)j->n + 1, sizeof *j->holds)) ||
+      !(j->same = calloc((size_t)j->n + 1, sizeof *j->same)))
+    return set_error("checkpoint: out of memory");
   for (int i = 0; i < j->n && rc == 0; i++) {
     ck_tensor *ct = &j->t[i];
     ct->name = strdup(t[i].name);
@@ -327,11 +346,26 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
   /* The snapshot is the file's image: header, then every block in order. */
   if (rc == 0) rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
   if (rc == 0) memcpy(s->snap, j->hdr, 8 + j->hlen);
-  if (rc != 0) return rc;
-  /* The copy, on up to SNAP_THREADS threads (the client's compute threads,
-   * idle between steps) over contiguous runs of blocks of about equal bytes:
-   * one core's copy bandwidth is well below the memory's. */
-  int nt = ts_client_num_threads(c);
+  for (int i = 0; i < j->n && rc == 0; i++) { /* a buffer listed twice is held once */
+    j->same[i] = i;
+    for (int k = 0; k < i && j->same[i] == i; k++)
+      if (t[k].buf == t[i].buf) j->same[i] = k;
+    if (j->same[i] == i && !(j->holds[i] = ts_buffer_hold_new((ts_buffer *)t[i].buf))) {
+      char e[900];
+      snprintf(e, sizeof e, "%s", ts_last_error());
+      rc = set_error("checkpoint: %s: %s", t[i].name, e);
+    }
+  }
+  return rc;
+}
+
+/* The copy of every held block into the snapshot (the file's image), on the
+ * writer's thread, then the holds are released: on up to SNAP_THREADS threads
+ * over contiguous runs of blocks of about equal bytes (one core's copy
+ * bandwidth is well below the memory's). */
+static int save_copy(ts_ckpt_saver *s, save_job *j) {
+  int rc = 0;
+  int nt = ts_client_num_threads(s->c);
   if (nt > SNAP_THREADS) nt = SNAP_THREADS;
   if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
   if (nt < 1) nt = 1;
@@ -341,7 +375,7 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
   int k = 0;
   for (int p = 0; p < nt; p++) {
     uint64_t stop = j->data_bytes / (uint64_t)nt * (uint64_t)(p + 1);
-    part[p] = (snap_part){.j = j, .t = t, .data = s->snap + 8 + j->hlen, .k0 = k};
+    part[p] = (snap_part){.j = j, .data = s->snap + 8 + j->hlen, .k0 = k};
     while (k < j->nb && (p == nt - 1 || j->se[k].begin < stop)) k++;
     part[p].k1 = k;
     if (p > 0) started[p] = pthread_create(&th[p], NULL, snap_copy, &part[p]) == 0;
@@ -352,6 +386,7 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
     if (started[p]) pthread_join(th[p], NULL);
     if (part[p].rc != 0 && rc == 0) rc = set_error("%s", part[p].err);
   }
+  job_release(j); /* the buffers' memory is theirs again (or freed, when they are gone) */
   return rc;
 }
 
@@ -515,11 +550,15 @@ static int save_prepare(const save_job *j) {
 static void *save_writer(void *arg) {
   ts_ckpt_saver *s = arg;
   save_job *j = s->job;
+  ckpt_test_stage("copy");
   double t0 = util_now_s();
-  int rc = j->np == 1 ? save_prepare(j) : 0;
+  int rc = save_copy(s, j);
+  double t1 = util_now_s();
+  j->copy_s = t1 - t0;
+  if (rc == 0 && j->np == 1) rc = save_prepare(j);
   if (rc == 0) rc = save_write(j, s->snap);
   if (rc == 0) ckpt_test_stage("files");
-  j->write_s = util_now_s() - t0;
+  j->write_s = util_now_s() - t1;
   if (rc == 0 && j->np == 1)
     rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
   if (rc != 0) {
@@ -570,9 +609,11 @@ static int saver_finish(ts_ckpt_saver *s) {
     st->snapshot_s = j->snapshot_s;
     st->blocked_s = j->blocked_s;
     st->write_s = j->write_s;
+    st->copy_s = j->copy_s;
     double now = util_now_s(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
     st->total_s = (j->rank == 0 ? pub : now) - j->t_start;
     st->prune_s = j->rank == 0 ? now - pub : 0;
+    ts_metrics_add("CkptCopyTime", TS_METRIC_TIME, (int64_t)(1e9 * st->copy_s));
     ts_metrics_add("CkptWriteTime", TS_METRIC_TIME, (int64_t)(1e9 * st->write_s));
     ts_metrics_add("CkptSaveTime", TS_METRIC_TIME, (int64_t)(1e9 * st->total_s));
     ts_metrics_add("CkptBytes", TS_METRIC_BYTES, (int64_t)st->bytes);
