@@ -343,9 +343,6 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
     memcpy(j->hdr + 8, json, j->hlen);
   }
   free(json);
-  /* The snapshot is the file's image: header, then every block in order. */
-  if (rc == 0) rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
-  if (rc == 0) memcpy(s->snap, j->hdr, 8 + j->hlen);
   for (int i = 0; i < j->n && rc == 0; i++) { /* a buffer listed twice is held once */
     j->same[i] = i;
     for (int k = 0; k < i && j->same[i] == i; k++)
@@ -364,7 +361,14 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
  * over contiguous runs of blocks of about equal bytes (one core's copy
  * bandwidth is well below the memory's). */
 static int save_copy(ts_ckpt_saver *s, save_job *j) {
-  int rc = 0;
+  /* The snapshot is the file's image: header, then every block in order
+   * (its memory is kept for the next saves: the first one maps it here). */
+  int rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
+  if (rc != 0) {
+    job_release(j);
+    return rc;
+  }
+  memcpy(s->snap, j->hdr, 8 + j->hlen);
   int nt = ts_client_num_threads(s->c);
   if (nt > SNAP_THREADS) nt = SNAP_THREADS;
   if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
