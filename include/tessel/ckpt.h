@@ -214,6 +214,13 @@ int ts_ckpt_verify(ts_ckpt *ck);
 /* Writes one plain safetensors file `out` with every tensor whole (kinds
  * param and buffer; optimizer state too with with_optimizer), in the
  * checkpoint's order; atomic (temporary file + rename). */
+/* Layouts are PyTorch's; the GPT's attention input projection, held by
+ * tessel as (3, C, C) weight and (3, C) bias, is written as nanoGPT's
+ * c_attn (3C, C) and (3C) (the same bytes), and reading a plain file's
+ * tensor into a buffer whose first two dims it merges takes the buffer's
+ * shape (ts_ckpt_read, ts_ckpt_load_params: --init-from an export). The
+ * tied LM head is transformer.wte.weight (nanoGPT's lm_head.weight is not
+ * written). */
 int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer);
 
 #pragma GCC visibility pop
