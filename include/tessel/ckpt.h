@@ -120,9 +120,14 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  *
  * Collective under MPI: every process calls save, poll and wait at the same
  * points with the same arguments (poll: after every training step). With
- * several processes the commit (process 0: index.json and the renames, a few
- * small files) runs inside the poll or wait that finds every process's files
- * written; alone it runs on the saver's thread. Memory: the snapshot holds
+ * several processes the poll that finds every process's file written (one
+ * 8-byte all-gather per poll tells) runs the "files" barrier and process 0
+ * starts the commit (index.json, the renames, `latest`, pruning) on a thread
+ * of its own; a later poll (when process 0's commit is done) runs the last
+ * barrier and completes the save. The checkpoint is thus committed at most
+ * one step after the last process's file is written (every step polls), and
+ * no step waits for the commit's disk writes; a wait commits inline. Alone,
+ * the commit runs on the saver's thread right after the file. Memory: the snapshot holds
  * this process's blocks (replicas once), the size of its share of the state;
  * a buffer a step updated while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
@@ -155,6 +160,11 @@ typedef struct {
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
   double copy_s;      /* the saver's thread, before write_s: held device blocks -> snapshot (then released) */
+  /* Several processes (0 alone): */
+  double commit_lag_s;  /* from the last process's block file written to the poll (or wait) that found every
+                         * file written: at most the step it happened in, as every step polls */
+  double commit_wait_s; /* the caller's time in the polls (or wait) that ran this save's barriers (and, in a
+                         * wait, process 0's commit; a poll leaves it to a thread) */
 } ts_ckpt_save_stats;
 /* The statistics of the last completed save (metrics: CkptSnapshotTime,
  * CkptCopyTime, CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */

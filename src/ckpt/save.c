@@ -196,8 +196,20 @@ typedef struct {
   int rc;
   char err[1024];
   double copy_s, write_s;
+  double written_at;   /* util_now_s when this process's block file was done */
   struct timespec published; /* when `latest` named it (ckpt_commit) */
+  double committed_at; /* util_now_s after ckpt_commit (pruning included) */
+  /* Several processes, on the caller's thread: */
+  int phase;           /* PHASE_FILES: files being written; PHASE_COMMIT: every file agreed written,
+                        * process 0 commits on the saver's commit thread */
+  double found_at;     /* the poll that found every process's file written */
+  double lag_s;        /* from the last process's file written to found_at */
+  double commit_wait_s; /* the caller's time in the polls/wait that ran the barriers and the commit */
+  int commit_rc;       /* the commit thread's verdict (process 0) */
+  char commit_err[1024];
 } save_job;
+
+enum { PHASE_FILES = 0, PHASE_COMMIT = 1, PHASE_FAILED = 2 /* the "files" barrier failed in a poll (err) */ };
 
 struct ts_ckpt_saver {
   ts_client *c;
@@ -205,6 +217,9 @@ struct ts_ckpt_saver {
   pthread_t th;
   bool threaded;       /* job's writer runs on th (else it ran inline) */
   atomic_int done;     /* the writer finished (its verdict is in job->rc) */
+  pthread_t cth;       /* several processes, process 0: the commit (PHASE_COMMIT) */
+  bool cthreaded;
+  atomic_int cdone;    /* the commit finished (job->commit_rc) */
   char *snap;          /* the snapshot: this process's blocks, as in the file's data part */
   size_t snap_cap;
   ts_ckpt_save_stats stats;
@@ -562,9 +577,12 @@ static void *save_writer(void *arg) {
   if (rc == 0 && j->np == 1) rc = save_prepare(j);
   if (rc == 0) rc = save_write(j, s->snap);
   if (rc == 0) ckpt_test_stage("files");
-  j->write_s = util_now_s() - t1;
-  if (rc == 0 && j->np == 1)
+  j->written_at = util_now_s();
+  j->write_s = j->written_at - t1;
+  if (rc == 0 && j->np == 1) {
     rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
+    j->committed_at = util_now_s();
+  }
   if (rc != 0) {
     snprintf(j->err, sizeof j->err, "%s", ts_last_error());
     if (j->np == 1) ckpt_remove_dir(j->tmp); /* best effort: the previous checkpoint is untouched */
@@ -574,31 +592,80 @@ static void *save_writer(void *arg) {
   return NULL;
 }
 
-/* After the writer finished (joined): the barriers and the commit of several
- * processes, the statistics; the job is gone afterwards. 0 or -1 (on every
- * process alike). */
-static int saver_finish(ts_ckpt_saver *s) {
+/* Several processes, every process's file written (the writer joined, rc
+ * its verdict): the "files" barrier (every block file is on disk before
+ * process 0 indexes them), and the commit lag: the last process's file
+ * written -> found_at (CLOCK_MONOTONIC of each process: comparable on one
+ * host; across hosts only as far as their clocks agree). 0 or -1 on every
+ * process alike. Collective. */
+static int finish_files(ts_ckpt_saver *s, int rc) {
   save_job *j = s->job;
+  if (ckpt_agree(s->c, "files", rc) < 0) return -1;
+  int64_t last = 0;
+  if (ts_client_max(s->c, (int64_t)(1e9 * j->written_at), &last) < 0) return -1;
+  j->lag_s = j->found_at - 1e-9 * (double)last;
+  if (j->lag_s < 0) j->lag_s = 0;
+  return 0;
+}
+
+/* Process 0's commit, on the commit thread (or inline). */
+static void *save_committer(void *arg) {
+  ts_ckpt_saver *s = arg;
+  save_job *j = s->job;
+  int rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, j->np, j->side, j->keep, &j->published);
+  j->committed_at = util_now_s();
+  if (rc != 0) snprintf(j->commit_err, sizeof j->commit_err, "%s", ts_last_error());
+  j->commit_rc = rc;
+  atomic_store(&s->cdone, 1);
+  return NULL;
+}
+
+/* Joins the writer: its verdict (the error set when it failed). */
+static int join_writer(ts_ckpt_saver *s) {
   if (s->threaded) pthread_join(s->th, NULL);
   s->threaded = false;
-  int rc = j->rc;
-  if (rc != 0) set_error("%s", j->err);
-  if (j->np > 1) {
-    /* Barrier: every block file is on disk before process 0 indexes them. */
-    if (ckpt_agree(s->c, "files", rc) < 0) {
-      rc = -1;
-    } else {
-      if (j->rank == 0)
-        rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, j->np, j->side, j->keep, &j->published);
-      /* Barrier: nobody goes on (and, say, loads or saves again) before the checkpoint is in place. */
-      if (ckpt_agree(s->c, "commit", rc) < 0) rc = -1;
+  if (s->job->rc != 0) set_error("%s", s->job->err);
+  return s->job->rc;
+}
+
+/* Completes the save in flight: the barriers and the commit of several
+ * processes (whatever a poll has not done yet), the statistics; the job is
+ * gone afterwards. 0 or -1 (on every process alike). */
+static int saver_finish(ts_ckpt_saver *s) {
+  save_job *j = s->job;
+  double t0 = util_now_s();
+  int rc = 0;
+  bool files_ok = j->phase == PHASE_COMMIT; /* a poll agreed on the files and started the commit */
+  if (j->phase == PHASE_FAILED) {
+    rc = set_error("%s", j->err);
+  } else if (!files_ok) {
+    rc = join_writer(s);
+    if (j->np > 1) {
+      if (j->found_at == 0) j->found_at = t0;
+      rc = finish_files(s, rc);
+      files_ok = rc == 0;
+      if (rc == 0 && j->rank == 0) { /* inline: the caller waits for this save anyway */
+        save_committer(s);
+        rc = j->commit_rc;
+        if (rc != 0) set_error("%s", j->commit_err);
+      }
     }
+  } else if (j->rank == 0) {
+    if (s->cthreaded) pthread_join(s->cth, NULL);
+    s->cthreaded = false;
+    rc = j->commit_rc;
+    if (rc != 0) set_error("%s", j->commit_err);
+  }
+  if (j->np > 1) {
+    /* Barrier: nobody goes on (and, say, loads or saves again) before the checkpoint is in place. */
+    if (files_ok && ckpt_agree(s->c, "commit", rc) < 0) rc = -1;
     if (rc != 0 && j->rank == 0) {
       char err[1024];
       snprintf(err, sizeof err, "%s", ts_last_error());
       ckpt_remove_dir(j->tmp);
       set_error("%s", err);
     }
+    j->commit_wait_s += util_now_s() - t0;
   }
   if (rc != 0 && j->background) { /* reported steps later: say which save */
     char err[1024];
@@ -614,13 +681,16 @@ static int saver_finish(ts_ckpt_saver *s) {
     st->blocked_s = j->blocked_s;
     st->write_s = j->write_s;
     st->copy_s = j->copy_s;
+    st->commit_lag_s = j->np > 1 ? j->lag_s : 0;
+    st->commit_wait_s = j->np > 1 ? j->commit_wait_s : 0;
     double now = util_now_s(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
     st->total_s = (j->rank == 0 ? pub : now) - j->t_start;
-    st->prune_s = j->rank == 0 ? now - pub : 0;
+    st->prune_s = j->rank == 0 ? j->committed_at - pub : 0;
     ts_metrics_add("CkptCopyTime", TS_METRIC_TIME, (int64_t)(1e9 * st->copy_s));
     ts_metrics_add("CkptWriteTime", TS_METRIC_TIME, (int64_t)(1e9 * st->write_s));
     ts_metrics_add("CkptSaveTime", TS_METRIC_TIME, (int64_t)(1e9 * st->total_s));
     ts_metrics_add("CkptBytes", TS_METRIC_BYTES, (int64_t)st->bytes);
+    if (j->np > 1) ts_metrics_add("CkptCommitWaitTime", TS_METRIC_TIME, (int64_t)(1e9 * st->commit_wait_s));
   }
   job_free(j);
   s->job = NULL;
@@ -658,11 +728,33 @@ int ts_ckpt_saver_wait(ts_ckpt_saver *s) {
 int ts_ckpt_saver_poll(ts_ckpt_saver *s) {
   if (!s) return set_error("ts_ckpt_saver_poll: NULL saver");
   if (!s->job) return 0;
-  int64_t busy = atomic_load(&s->done) ? 0 : 1;
-  /* Several processes: finish only when all are done (the barriers after
-   * `files` must not wait for a slow disk inside a training step). */
-  if (s->job->np > 1 && ts_client_max(s->c, busy, &busy) < 0) return -1;
+  save_job *j = s->job;
+  int64_t busy = !atomic_load(&s->done) || (j->phase == PHASE_COMMIT && s->cthreaded && !atomic_load(&s->cdone));
+  /* Several processes: go on only when all are done (the barriers must not
+   * wait for a slow disk inside a training step). */
+  if (j->np > 1 && ts_client_max(s->c, busy, &busy) < 0) return -1;
   if (busy) return 1;
+  if (j->np > 1 && j->phase == PHASE_FILES) {
+    /* Every file is written: the "files" barrier now, then process 0
+     * commits on a thread of its own (index.json, renames, fsyncs, pruning:
+     * not inside a training step); a later poll completes the save. */
+    double t0 = util_now_s();
+    j->found_at = t0;
+    if (finish_files(s, join_writer(s)) < 0) {
+      snprintf(j->err, sizeof j->err, "%s", ts_last_error());
+      j->phase = PHASE_FAILED;
+      saver_finish(s);
+      return -1;
+    }
+    j->phase = PHASE_COMMIT;
+    if (j->rank == 0) {
+      atomic_store(&s->cdone, 0);
+      s->cthreaded = pthread_create(&s->cth, NULL, save_committer, s) == 0;
+      if (!s->cthreaded) save_committer(s);
+    }
+    j->commit_wait_s += util_now_s() - t0;
+    return 1;
+  }
   return saver_finish(s) < 0 ? -1 : 0;
 }
 
