@@ -44,6 +44,7 @@ static int prepare_outputs(ts_client *c, const ts_graph *g, ts_sharding *const *
       continue;
     }
     if (outputs[k]) {
+      rt_hold_wait(outputs[k], false); /* written in place: not while a reader holds it (hold.c) */
       if (!same_type(outputs[k], n)) {
         char want[128], got[128];
         return set_error("execute: output %d expects %s but got %s", k, ir_shape_str(n, want, sizeof want),
