@@ -156,12 +156,17 @@ void ts_buffer_hold_release(ts_buffer_hold *h) {
   if (last) hold_destroy(h);
 }
 
-/* True while b's live memory is held (ts_execute must not update it in place). */
-bool rt_hold_active(const ts_buffer *b) {
+/* True while b's live memory is held (ts_execute must not update it in
+ * place); a released hold is dropped here. */
+bool rt_hold_active(ts_buffer *b) {
   if (!b->hold) return false;
   pthread_mutex_lock(&b->hold->mu);
   bool held = b->hold->holder;
   pthread_mutex_unlock(&b->hold->mu);
+  if (!held) {
+    hold_unlink(b->hold, true);
+    b->hold = NULL;
+  }
   return held;
 }
 

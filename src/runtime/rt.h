@@ -74,7 +74,7 @@ ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int6
 bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s);
 
 /* hold.c (ts_buffer_hold): see there. */
-bool rt_hold_active(const ts_buffer *b);
+bool rt_hold_active(ts_buffer *b);
 void rt_hold_wait(ts_buffer *b, bool drop_spare);
 void rt_hold_buffer_gone(ts_buffer *b);
 void **rt_hold_out_memory(ts_buffer *b);
