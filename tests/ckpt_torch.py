@@ -18,6 +18,16 @@ DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I32": np.int
           "U8": np.uint8, "BOOL": np.bool_}
 
 
+def read_safetensors_header(path):
+    """The JSON header of a safetensors file (its length checked)."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        (n,) = struct.unpack("<Q", raw)
+        header = f.read(n)
+    assert len(header) == n, f"{path}: header length {n} runs past the end"
+    return json.loads(header)
+
+
 def read_safetensors(path):
     """{name: np.ndarray} of a safetensors file, every offset checked."""
     with open(path, "rb") as f:

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_internal.h" /* ckpt_test_hook */
 #include "ckpt_common.h"
 
 /* 4-device layouts: the data=2,model=2 one from ckpt_common.h plus these. */
@@ -17,6 +18,16 @@ static const ck_layout L_DATA4 = {
 static const ck_layout L_REPL4 = {"replicated on 4", "data=4", {0}};
 
 static ts_client *world;
+static char fail_dir[700]; /* the commit's temporary directory the hook removes */
+
+/* Process 0's commit (on the saver's commit thread) fails: its temporary
+ * directory vanishes after index.json is written, so the rename fails. */
+static void fail_commit_hook(const char *stage) {
+  if (strcmp(stage, "index") != 0 || !fail_dir[0]) return;
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", fail_dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", fail_dir);
+}
 static int rank, nproc;
 
 /* Loads root into layout l on client c and compares every tensor with version v. */
@@ -112,6 +123,20 @@ int main(void) {
     CHECK(r == 0, "poll (rank %d): %s", rank, ts_last_error());
     ts_ckpt_saver_free(s);
     for (int k = 0; k < 3; k++) check_load(world, p, layouts[k], 4, "background save: the snapshot");
+    /* a commit that fails on process 0 (on its commit thread): every
+     * process's poll returns -1; `latest` still names step 20 */
+    ts_ckpt_meta m2 = ck_meta(21);
+    s = ts_ckpt_saver_new(world);
+    snprintf(fail_dir, sizeof fail_dir, "%s/.tmp-step-00000021", p);
+    if (rank == 0) ckpt_test_hook = fail_commit_hook;
+    CHECK(ts_ckpt_saver_save(s, p, &m2, CK_N, e, 0) == 0, "background save 21 (rank %d): %s", rank, ts_last_error());
+    while ((r = ts_ckpt_saver_poll(s)) == 1) usleep(1000);
+    CHECK(r == -1 && strstr(ts_last_error(), "step 21") &&
+              (rank == 0 || strstr(ts_last_error(), "another process")),
+          "a failed commit (rank %d): poll %d: %s", rank, r, ts_last_error());
+    ckpt_test_hook = NULL;
+    ts_ckpt_saver_free(s);
+    for (int k = 0; k < 3; k++) check_load(world, p, layouts[k], 4, "after the failed commit: step 20");
     ck_free_buffers(b);
   }
 

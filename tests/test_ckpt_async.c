@@ -220,9 +220,10 @@ static void test_params_big(void) {
 static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
 static int parked, released;
+static const char *park_stage = "files";
 
 static void park_hook(const char *stage) {
-  if (strcmp(stage, "files") != 0) return;
+  if (strcmp(stage, park_stage) != 0) return;
   pthread_mutex_lock(&park_mu);
   parked = 1;
   pthread_cond_broadcast(&park_cv);
@@ -287,6 +288,149 @@ static int poll_done(ts_ckpt_saver *s) {
 
 /* A failed background save: reported (poll, wait or the next save), the
  * previous checkpoint and `latest` untouched, the saver usable after. */
+/* The f32 tensors of CK_TENSORS, updated by a "step" in place: x <- 2x + 1
+ * (outputs aliased to their inputs, as a training step's parameters). */
+static const int STEP_T[] = {0, 1, 2, 7};
+#define STEP_N 4
+
+static ts_executable *step_exe(ts_client *c, const ck_layout *l) {
+  ts_mesh *m = ts_mesh_from_text(l->mesh);
+  ts_graph *g = ts_graph_new();
+  for (int k = 0; k < STEP_N; k++) {
+    const ck_spec *sp = &CK_TENSORS[STEP_T[k]];
+    ts_tensor x = ts_input(g, sp->name, TS_F32, sp->rank, sp->shape);
+    ts_sharding *sh = ck_sharding(l, m, STEP_T[k]);
+    if (sh) ts_mark_sharding(g, x, sh);
+    ts_sharding_free(sh);
+    ts_tensor two = ts_broadcast_to(g, ts_scalar(g, TS_F32, 2), sp->rank, sp->shape);
+    ts_tensor one = ts_broadcast_to(g, ts_scalar(g, TS_F32, 1), sp->rank, sp->shape);
+    ts_graph_alias_output(g, ts_graph_add_output(g, ts_add(g, ts_mul(g, x, two), one)), x);
+  }
+  ts_compile_options o = {.mesh = m};
+  ts_executable *e = ts_compile(c, g, &o);
+  CHECK(e != NULL, "compile the step: %s", ts_last_error());
+  ts_graph_free(g);
+  ts_mesh_free(m);
+  return e;
+}
+
+static void step_run(ts_executable *e, ts_buffer **b) {
+  ts_buffer *in[STEP_N], *out[STEP_N] = {0};
+  for (int k = 0; k < STEP_N; k++) in[k] = b[STEP_T[k]];
+  CHECK(ts_execute(e, in, out) == 0, "step: %s", ts_last_error());
+  for (int k = 0; k < STEP_N; k++) CHECK(out[k] == in[k], "step: output %d is not its input buffer", k);
+}
+
+/* want[i]: tensor i's expected bytes after `steps` steps from version 1 (malloc'd). */
+static void step_expect(int steps, void **want) {
+  for (int i = 0; i < CK_N; i++) {
+    want[i] = ck_values(i, 1);
+    bool upd = false;
+    for (int k = 0; k < STEP_N; k++) upd = upd || STEP_T[k] == i;
+    for (size_t q = 0; upd && q < ck_bytes(i) / 4; q++)
+      for (int s = 0; s < steps; s++) ((float *)want[i])[q] = ((float *)want[i])[q] * 2.0f + 1.0f;
+  }
+}
+
+/* The checkpoint at root holds want[i] for every tensor (loaded on layout l). */
+static void check_ckpt_values(const char *root, const ck_layout *l, void **want, const char *what) {
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_buffer *b[CK_N] = {0};
+  CHECK_OK(ck_make_buffers(c, l, 0, true, b));
+  ts_ckpt *ck = ts_ckpt_open(root);
+  CHECK(ck != NULL, "%s: open: %s", what, ts_last_error());
+  for (int i = 0; ck && i < CK_N; i++) {
+    void *got = malloc(ck_bytes(i) + 1);
+    CHECK(ts_ckpt_read(ck, c, CK_TENSORS[i].name, b[i]) == 0 && ts_buffer_read(b[i], got, ck_bytes(i)) == 0 &&
+              memcmp(got, want[i], ck_bytes(i)) == 0,
+          "%s: tensor %s differs", what, CK_TENSORS[i].name);
+    free(got);
+  }
+  ts_ckpt_close(ck);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+static void park_until(const char *stage) {
+  parked = released = 0;
+  park_stage = stage;
+  ckpt_test_hook = park_hook;
+  (void)stage;
+}
+static void park_wait(void) {
+  pthread_mutex_lock(&park_mu);
+  while (!parked) pthread_cond_wait(&park_cv, &park_mu);
+  pthread_mutex_unlock(&park_mu);
+}
+static void park_release(void) {
+  pthread_mutex_lock(&park_mu);
+  released = 1;
+  pthread_cond_broadcast(&park_cv);
+  pthread_mutex_unlock(&park_mu);
+}
+
+/* ts_ckpt_saver_save copies nothing: it holds the buffers (ts_buffer_hold)
+ * and its writer copies them. Steps that run before the copy (the writer is
+ * parked at "copy") update the held parameters in place: they compute into
+ * other memory instead, and the checkpoint holds the values of the save's
+ * step; a buffer freed meanwhile is still saved. The second save reuses the
+ * memory the first one left (the spare). Padded blocks (data=2, uneven). */
+static void test_steps_during_copy(void) {
+  const ck_layout *l = &CK_LAYOUTS[1]; /* data=2 */
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_executable *e = step_exe(c, l);
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry en[CK_N];
+  CHECK_OK(ck_make_buffers(c, l, 1, false, b));
+  ck_entries(b, en);
+  char root[512];
+  snprintf(root, sizeof root, "%s/during_copy", tmp_root);
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  void *want[CK_N];
+  for (int round = 0; round < 2 && e; round++) {
+    ts_ckpt_meta m = ck_meta(10 + round);
+    park_until("copy");
+    CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, en, 0));
+    park_wait();
+    step_run(e, b); /* out of place: the held memory stays */
+    step_run(e, b); /* in place, on the new memory */
+    ts_buffer_free(b[4]); /* freed while held: saved all the same */
+    b[4] = NULL;
+    park_release();
+    CHECK_OK(ts_ckpt_saver_wait(s));
+    ckpt_test_hook = NULL;
+    step_expect(2 * round, want);
+    check_ckpt_values(root, &CK_LAYOUTS[2], want, round ? "second save (the spare reused)" : "first save");
+    for (int i = 0; i < CK_N; i++) free(want[i]);
+    step_expect(2 * round + 2, want);
+    for (int i = 0; i < CK_N; i++) {
+      if (i == 4) continue;
+      void *got = malloc(ck_bytes(i) + 1);
+      CHECK(ts_buffer_read(b[i], got, ck_bytes(i)) == 0 && memcmp(got, want[i], ck_bytes(i)) == 0,
+            "round %d: buffer %s after the steps", round, CK_TENSORS[i].name);
+      free(got);
+    }
+    for (int i = 0; i < CK_N; i++) free(want[i]);
+    ts_buffer *nb[CK_N] = {0}; /* "table" again, version 1 */
+    CHECK_OK(ck_make_buffers(c, l, 1, false, nb));
+    b[4] = nb[4], nb[4] = NULL;
+    ck_free_buffers(nb);
+    ck_entries(b, en);
+  }
+  /* a write to a held buffer waits for the copy; a step after the save ran in place */
+  ts_ckpt_meta m = ck_meta(20);
+  CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, en, 0));
+  void *v3 = ck_values(0, 3);
+  CHECK_OK(ts_buffer_write(b[0], v3, ck_bytes(0)));
+  CHECK_OK(ts_ckpt_saver_wait(s));
+  CHECK(ck_check_buffer(b[0], 0, 3) == 0, "the write after the save");
+  free(v3);
+  ts_ckpt_saver_free(s);
+  ts_executable_free(e);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
 static void test_errors(void) {
   ts_client *c = client_for(1);
   ts_buffer *b[CK_N] = {0};
@@ -379,6 +523,7 @@ int main(void) {
   test_big();
   test_params_big();
   test_continues();
+  test_steps_during_copy();
   test_errors();
   test_formats();
   char cmd[300];

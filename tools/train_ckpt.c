@@ -107,11 +107,15 @@ static void ckpt_report(const train_run *r) {
   ts_ckpt_save_stats st;
   if (!saver || ts_ckpt_saver_stats(saver, &st) < 0 || st.saves == reported) return;
   reported = st.saves;
+  char mp[160] = ""; /* several processes: the commit (tessel/ckpt.h) */
+  if (ts_client_process_count(r->client) > 1)
+    snprintf(mp, sizeof mp, "; committed %.3fs after the last process's file, the steps waited %.3fs for its barriers",
+             st.commit_lag_s, st.commit_wait_s);
   if (r->rank == 0)
     printf("checkpoint: step %lld saved to %s/step-%08lld in %.2fs (training waited %.3fs for the snapshot; "
-           "%.1f MB written in the background in %.2fs)\n",
+           "%.1f MB written in the background in %.2fs%s)\n",
            (long long)st.step, r->o.save_dir, (long long)st.step, st.total_s, st.snapshot_s, (double)st.bytes / 1e6,
-           st.write_s);
+           st.write_s, mp);
   fflush(stdout);
 }
 

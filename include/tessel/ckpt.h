@@ -99,13 +99,17 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
 
 /* ---- saving in the background ----
  * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
- * returns once every block of this process is copied to host memory (the
- * snapshot, kept by the saver and reused by the next save); a thread of the
- * saver then writes the block file (checksums, fsync) and, alone or once
- * every process is done, the checkpoint is committed exactly as by
- * ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes, the
- * same atomicity. The device buffers may change (the next steps) or be freed
- * as soon as ts_ckpt_saver_save returns.
+ * returns once every buffer is held (ts_buffer_hold, tessel/runtime.h: no
+ * copy; the caller waits only for the plan of the blocks and the holds); a
+ * thread of the saver then copies this process's blocks from the held memory
+ * into host memory (the snapshot, kept by the saver and reused by the next
+ * save), releases the holds, writes the block file (checksums, fsync) and,
+ * alone or once every process is done, the checkpoint is committed exactly as
+ * by ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes,
+ * the same atomicity. The device buffers may change (the next steps) or be
+ * freed as soon as ts_ckpt_saver_save returns: a step that updates a held
+ * buffer in place computes into other memory instead (the buffer's spare,
+ * see ts_buffer_hold); a ts_buffer_write of a held buffer waits for the copy.
  *
  * At most one save is in flight: ts_ckpt_saver_save first waits for the
  * previous one and finishes it (every requested checkpoint is written; the
@@ -116,10 +120,16 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  *
  * Collective under MPI: every process calls save, poll and wait at the same
  * points with the same arguments (poll: after every training step). With
- * several processes the commit (process 0: index.json and the renames, a few
- * small files) runs inside the poll or wait that finds every process's files
- * written; alone it runs on the saver's thread. Memory: the snapshot holds
- * this process's blocks (replicas once), the size of its share of the state. */
+ * several processes the poll that finds every process's file written (one
+ * 8-byte all-gather per poll tells) runs the "files" barrier and process 0
+ * starts the commit (index.json, the renames, `latest`, pruning) on a thread
+ * of its own; a later poll (when process 0's commit is done) runs the last
+ * barrier and completes the save. The checkpoint is thus committed at most
+ * one step after the last process's file is written (every step polls), and
+ * no step waits for the commit's disk writes; a wait commits inline. Alone,
+ * the commit runs on the saver's thread right after the file. Memory: the snapshot holds
+ * this process's blocks (replicas once), the size of its share of the state;
+ * a buffer a step updated while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the snapshot until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
@@ -143,15 +153,21 @@ typedef struct {
   int64_t step;       /* the step of the last completed save (-1: none yet) */
   int saves;          /* saves completed */
   uint64_t bytes;     /* bytes of this process's block file (header + data) */
-  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: device -> host copy and the prepare barrier */
+  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
   double write_s;     /* the saver's thread: block file written, hashed, fsync'ed */
   double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
+  double copy_s;      /* the saver's thread, before write_s: held device blocks -> snapshot (then released) */
+  /* Several processes (0 alone): */
+  double commit_lag_s;  /* from the last process's block file written to the poll (or wait) that found every
+                         * file written: at most the step it happened in, as every step polls */
+  double commit_wait_s; /* the caller's time in the polls (or wait) that ran this save's barriers (and, in a
+                         * wait, process 0's commit; a poll leaves it to a thread) */
 } ts_ckpt_save_stats;
 /* The statistics of the last completed save (metrics: CkptSnapshotTime,
- * CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */
+ * CkptCopyTime, CkptWriteTime, CkptSaveTime, CkptBlockedTime, CkptBytes). */
 int ts_ckpt_saver_stats(const ts_ckpt_saver *s, ts_ckpt_save_stats *out);
 /* The step of the save in flight, -1 if none. */
 int64_t ts_ckpt_saver_pending_step(const ts_ckpt_saver *s);
@@ -208,6 +224,13 @@ int ts_ckpt_verify(ts_ckpt *ck);
 /* Writes one plain safetensors file `out` with every tensor whole (kinds
  * param and buffer; optimizer state too with with_optimizer), in the
  * checkpoint's order; atomic (temporary file + rename). */
+/* Layouts are PyTorch's; the GPT's attention input projection, held by
+ * tessel as (3, C, C) weight and (3, C) bias, is written as nanoGPT's
+ * c_attn (3C, C) and (3C) (the same bytes), and reading a plain file's
+ * tensor into a buffer whose first two dims it merges takes the buffer's
+ * shape (ts_ckpt_read, ts_ckpt_load_params: --init-from an export). The
+ * tied LM head is transformer.wte.weight (nanoGPT's lm_head.weight is not
+ * written). */
 int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer);
 
 #pragma GCC visibility pop

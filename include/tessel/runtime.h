@@ -163,6 +163,26 @@ int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t byte
  * value is unchanged. Collective when its read is (blocks in other processes). */
 int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s);
 
+/* ---- holds: a buffer's contents kept, without a copy, while it changes ----
+ * (a checkpoint's writer reads the state of step N while step N+1 runs)
+ * ts_buffer_hold_new keeps the current contents of b's blocks readable until
+ * ts_buffer_hold_release, while b stays in use:
+ * - a ts_execute that would update b in place (b passed as a donated input)
+ *   computes the new values into other memory and moves b there, leaving the
+ *   held memory as it was. The memory left behind becomes b's spare once
+ *   released, and the next such move reuses it: one extra copy of b's memory
+ *   for the rest of b's life, no allocation in steady state;
+ * - ts_buffer_write, ts_buffer_write_shard and ts_buffer_reshard of b wait
+ *   for the release;
+ * - ts_buffer_free(b) is allowed: the held memory is freed at the release.
+ * One hold per buffer at a time. ts_buffer_hold_new on the thread using b;
+ * read and release from any thread. */
+typedef struct ts_buffer_hold ts_buffer_hold;
+ts_buffer_hold *ts_buffer_hold_new(ts_buffer *b);
+/* As ts_buffer_read_shard, from the held contents (device must be local). */
+int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, size_t bytes);
+void ts_buffer_hold_release(ts_buffer_hold *h);
+
 /* ---- compile ---- */
 typedef struct {
   bool no_simplify, no_cse, no_fusion; /* passes are on by default */

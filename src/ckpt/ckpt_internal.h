@@ -76,6 +76,9 @@ char *ckpt_read_small(const char *path, size_t max, size_t *n);
 int ckpt_remove_dir(const char *dir);
 /* Checksum of a whole file in format `version` (2: XXH64 of its bytes; 1:
  * util_hash64 chained over CKPT_HASH_PIECE pieces); *size its size. */
+/* load.c: a plain file's tensor k stored with dst's first two dims merged
+ * (nanoGPT's c_attn) takes dst's shape (same bytes); else nothing changes. */
+void ckpt_plain_view(ts_ckpt *ck, int k, const ts_buffer *dst);
 int ckpt_file_hash(const char *path, int version, uint64_t *hash, uint64_t *size);
 /* The format version a save writes: CKPT_FORMAT_VERSION; tests set 1 to
  * write a format-1 checkpoint (util_hash64 checksums) and check that it

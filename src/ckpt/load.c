@@ -106,6 +106,8 @@ static int load_file(ts_ckpt *ck, int fi) {
       }
       bool same = e->dt == t->dt && e->rank == t->rank;
       for (int d = 0; same && d < t->rank; d++) same = e->shape[d] == b->limit[d] - b->start[d];
+      if (!same && ck->plain && t->nb == 1) /* a view (ckpt_plain_view): the same elements */
+        same = e->dt == t->dt && ts_shape_numel(e->rank, e->shape) == ts_shape_numel(t->rank, t->shape);
       if (!same) {
         rc = set_error("%s: tensor %s: the file has '%s' as %s rank %d, the index as %s rank %d", path, t->name,
                           bn, ts_dtype_name(e->dt), e->rank, ts_dtype_name(t->dt), t->rank);
@@ -248,8 +250,27 @@ static void shape_text(ts_dtype dt, int rank, const int64_t *shape, char *buf, s
   if (o > 0 && (size_t)o < n) snprintf(buf + o, n - (size_t)o, "]");
 }
 
+/* A plain safetensors file's tensor k stored with dst's first two dims merged
+ * (PyTorch's layout of the GPT's c_attn: nanoGPT's (3C, C) weight and (3C)
+ * bias for tessel's (3, C, C) and (3, C); the same bytes) is read as dst's
+ * shape: the tensor's shape becomes dst's. Anything else is left alone. */
+void ckpt_plain_view(ts_ckpt *ck, int k, const ts_buffer *dst) {
+  ck_tensor *t = &ck->t[k];
+  int r = ts_buffer_rank(dst);
+  const int64_t *s = ts_buffer_shape(dst);
+  if (!ck->plain || t->nb != 1 || r < 2 || t->rank != r - 1 || t->dt != ts_buffer_dtype(dst) || t->shape[0] != s[0] * s[1])
+    return;
+  for (int d = 1; d < t->rank; d++)
+    if (t->shape[d] != s[d + 1]) return;
+  t->rank = r;
+  memcpy(t->shape, s, (size_t)r * sizeof *s);
+  memcpy(t->b[0].limit, s, (size_t)r * sizeof *s);
+}
+
 int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
   if (!ck || !c || !dst) return set_error("ts_ckpt_read: NULL checkpoint, client or buffer");
+  int k = name ? ts_ckpt_find(ck, name) : -1;
+  if (k >= 0) ckpt_plain_view(ck, k, dst);
   const ck_tensor *t = load_tensor(ck, name);
   if (!t) return -1;
   int r = ts_buffer_rank(dst);

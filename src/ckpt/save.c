@@ -187,14 +187,29 @@ typedef struct {
   char *hdr;           /* the 8-byte length prefix and the JSON header */
   size_t hlen;         /* bytes of the JSON header */
   uint64_t data_bytes; /* bytes of the data part */
+  ts_buffer_hold **holds; /* (n) each tensor's buffer held (tessel/runtime.h) until the writer copied it; NULL
+                           * where an earlier entry holds the same buffer (same[i]) */
+  int *same;           /* (n) the entry whose hold tensor i reads */
   double t_start, snapshot_s, blocked_s;
   /* written by the writer: */
   char *side;          /* the description of what this process wrote (JSON) */
   int rc;
   char err[1024];
-  double write_s;
+  double copy_s, write_s;
+  double written_at;   /* util_now_s when this process's block file was done */
   struct timespec published; /* when `latest` named it (ckpt_commit) */
+  double committed_at; /* util_now_s after ckpt_commit (pruning included) */
+  /* Several processes, on the caller's thread: */
+  int phase;           /* PHASE_FILES: files being written; PHASE_COMMIT: every file agreed written,
+                        * process 0 commits on the saver's commit thread */
+  double found_at;     /* the poll that found every process's file written */
+  double lag_s;        /* from the last process's file written to found_at */
+  double commit_wait_s; /* the caller's time in the polls/wait that ran the barriers and the commit */
+  int commit_rc;       /* the commit thread's verdict (process 0) */
+  char commit_err[1024];
 } save_job;
+
+enum { PHASE_FILES = 0, PHASE_COMMIT = 1, PHASE_FAILED = 2 /* the "files" barrier failed in a poll (err) */ };
 
 struct ts_ckpt_saver {
   ts_client *c;
@@ -202,13 +217,28 @@ struct ts_ckpt_saver {
   pthread_t th;
   bool threaded;       /* job's writer runs on th (else it ran inline) */
   atomic_int done;     /* the writer finished (its verdict is in job->rc) */
+  pthread_t cth;       /* several processes, process 0: the commit (PHASE_COMMIT) */
+  bool cthreaded;
+  atomic_int cdone;    /* the commit finished (job->commit_rc) */
   char *snap;          /* the snapshot: this process's blocks, as in the file's data part */
   size_t snap_cap;
   ts_ckpt_save_stats stats;
 };
 
+/* Releases the holds not released yet (the copy is done, or the save failed). */
+static void job_release(save_job *j) {
+  for (int i = 0; j->holds && i < j->n; i++)
+    if (j->holds[i]) {
+      ts_buffer_hold_release(j->holds[i]);
+      j->holds[i] = NULL;
+    }
+}
+
 static void job_free(save_job *j) {
   if (!j) return;
+  job_release(j);
+  free(j->holds);
+  free(j->same);
   for (int i = 0; j->t && i < j->n; i++) {
     free(j->t[i].name);
     free(j->t[i].sharding);
@@ -260,7 +290,6 @@ static int snap_reserve(ts_ckpt_saver *s, size_t bytes) {
 /* Blocks [k0, k1) of a snapshot, copied by one thread. */
 typedef struct {
   const save_job *j;
-  const ts_ckpt_entry *t;
   char *data;
   int k0, k1, rc;
   char err[512];
@@ -272,7 +301,7 @@ static void *snap_copy(void *arg) {
   for (int k = p->k0; k < p->k1 && p->rc == 0; k++) {
     const save_block *b = &j->bl[k];
     size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
-    if (ts_buffer_read_shard(p->t[b->t].buf, b->device, p->data + j->se[k].begin, bytes) < 0) {
+    if (ts_buffer_hold_read_shard(j->holds[j->same[b->t]], b->device, p->data + j->se[k].begin, bytes) < 0) {
       snprintf(p->err, sizeof p->err, "checkpoint: reading %s from device %d: %s", j->se[k].name, b->device,
                ts_last_error());
       p->rc = -1;
@@ -281,12 +310,17 @@ static void *snap_copy(void *arg) {
   return NULL;
 }
 
-/* The snapshot: plans this process's blocks, builds the header, describes
- * the tensors for the index and copies every block from its device. */
+/* The snapshot, on the caller's thread: plans this process's blocks, builds
+ * the header, describes the tensors for the index and holds every buffer
+ * (ts_buffer_hold: the next steps compute their new values into other
+ * memory, the blocks stay as they are now) for save_copy to read on the
+ * writer's thread. No block is copied here. */
 static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) {
   ts_client *c = s->c;
   int cap = 0, rc = 0;
-  if (!(j->t = calloc((size_t)j->n + 1, sizeof *j->t))) return set_error("checkpoint: out of memory");
+  if (!(j->t = calloc((size_t)j->n + 1, sizeof *j->t)) || !(j->holds = calloc((size_t)j->n + 1, sizeof *j->holds)) ||
+      !(j->same = calloc((size_t)j->n + 1, sizeof *j->same)))
+    return set_error("checkpoint: out of memory");
   for (int i = 0; i < j->n && rc == 0; i++) {
     ck_tensor *ct = &j->t[i];
     ct->name = strdup(t[i].name);
@@ -324,14 +358,33 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
     memcpy(j->hdr + 8, json, j->hlen);
   }
   free(json);
-  /* The snapshot is the file's image: header, then every block in order. */
-  if (rc == 0) rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
-  if (rc == 0) memcpy(s->snap, j->hdr, 8 + j->hlen);
-  if (rc != 0) return rc;
-  /* The copy, on up to SNAP_THREADS threads (the client's compute threads,
-   * idle between steps) over contiguous runs of blocks of about equal bytes:
-   * one core's copy bandwidth is well below the memory's. */
-  int nt = ts_client_num_threads(c);
+  for (int i = 0; i < j->n && rc == 0; i++) { /* a buffer listed twice is held once */
+    j->same[i] = i;
+    for (int k = 0; k < i && j->same[i] == i; k++)
+      if (t[k].buf == t[i].buf) j->same[i] = k;
+    if (j->same[i] == i && !(j->holds[i] = ts_buffer_hold_new((ts_buffer *)t[i].buf))) {
+      char e[900];
+      snprintf(e, sizeof e, "%s", ts_last_error());
+      rc = set_error("checkpoint: %s: %s", t[i].name, e);
+    }
+  }
+  return rc;
+}
+
+/* The copy of every held block into the snapshot (the file's image), on the
+ * writer's thread, then the holds are released: on up to SNAP_THREADS threads
+ * over contiguous runs of blocks of about equal bytes (one core's copy
+ * bandwidth is well below the memory's). */
+static int save_copy(ts_ckpt_saver *s, save_job *j) {
+  /* The snapshot is the file's image: header, then every block in order
+   * (its memory is kept for the next saves: the first one maps it here). */
+  int rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
+  if (rc != 0) {
+    job_release(j);
+    return rc;
+  }
+  memcpy(s->snap, j->hdr, 8 + j->hlen);
+  int nt = ts_client_num_threads(s->c);
   if (nt > SNAP_THREADS) nt = SNAP_THREADS;
   if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
   if (nt < 1) nt = 1;
@@ -341,7 +394,7 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
   int k = 0;
   for (int p = 0; p < nt; p++) {
     uint64_t stop = j->data_bytes / (uint64_t)nt * (uint64_t)(p + 1);
-    part[p] = (snap_part){.j = j, .t = t, .data = s->snap + 8 + j->hlen, .k0 = k};
+    part[p] = (snap_part){.j = j, .data = s->snap + 8 + j->hlen, .k0 = k};
     while (k < j->nb && (p == nt - 1 || j->se[k].begin < stop)) k++;
     part[p].k1 = k;
     if (p > 0) started[p] = pthread_create(&th[p], NULL, snap_copy, &part[p]) == 0;
@@ -352,6 +405,7 @@ static int save_snapshot(ts_ckpt_saver *s, save_job *j, const ts_ckpt_entry *t) 
     if (started[p]) pthread_join(th[p], NULL);
     if (part[p].rc != 0 && rc == 0) rc = set_error("%s", part[p].err);
   }
+  job_release(j); /* the buffers' memory is theirs again (or freed, when they are gone) */
   return rc;
 }
 
@@ -515,13 +569,20 @@ static int save_prepare(const save_job *j) {
 static void *save_writer(void *arg) {
   ts_ckpt_saver *s = arg;
   save_job *j = s->job;
+  ckpt_test_stage("copy");
   double t0 = util_now_s();
-  int rc = j->np == 1 ? save_prepare(j) : 0;
+  int rc = save_copy(s, j);
+  double t1 = util_now_s();
+  j->copy_s = t1 - t0;
+  if (rc == 0 && j->np == 1) rc = save_prepare(j);
   if (rc == 0) rc = save_write(j, s->snap);
   if (rc == 0) ckpt_test_stage("files");
-  j->write_s = util_now_s() - t0;
-  if (rc == 0 && j->np == 1)
+  j->written_at = util_now_s();
+  j->write_s = j->written_at - t1;
+  if (rc == 0 && j->np == 1) {
     rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
+    j->committed_at = util_now_s();
+  }
   if (rc != 0) {
     snprintf(j->err, sizeof j->err, "%s", ts_last_error());
     if (j->np == 1) ckpt_remove_dir(j->tmp); /* best effort: the previous checkpoint is untouched */
@@ -531,31 +592,80 @@ static void *save_writer(void *arg) {
   return NULL;
 }
 
-/* After the writer finished (joined): the barriers and the commit of several
- * processes, the statistics; the job is gone afterwards. 0 or -1 (on every
- * process alike). */
-static int saver_finish(ts_ckpt_saver *s) {
+/* Several processes, every process's file written (the writer joined, rc
+ * its verdict): the "files" barrier (every block file is on disk before
+ * process 0 indexes them), and the commit lag: the last process's file
+ * written -> found_at (CLOCK_MONOTONIC of each process: comparable on one
+ * host; across hosts only as far as their clocks agree). 0 or -1 on every
+ * process alike. Collective. */
+static int finish_files(ts_ckpt_saver *s, int rc) {
   save_job *j = s->job;
+  if (ckpt_agree(s->c, "files", rc) < 0) return -1;
+  int64_t last = 0;
+  if (ts_client_max(s->c, (int64_t)(1e9 * j->written_at), &last) < 0) return -1;
+  j->lag_s = j->found_at - 1e-9 * (double)last;
+  if (j->lag_s < 0) j->lag_s = 0;
+  return 0;
+}
+
+/* Process 0's commit, on the commit thread (or inline). */
+static void *save_committer(void *arg) {
+  ts_ckpt_saver *s = arg;
+  save_job *j = s->job;
+  int rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, j->np, j->side, j->keep, &j->published);
+  j->committed_at = util_now_s();
+  if (rc != 0) snprintf(j->commit_err, sizeof j->commit_err, "%s", ts_last_error());
+  j->commit_rc = rc;
+  atomic_store(&s->cdone, 1);
+  return NULL;
+}
+
+/* Joins the writer: its verdict (the error set when it failed). */
+static int join_writer(ts_ckpt_saver *s) {
   if (s->threaded) pthread_join(s->th, NULL);
   s->threaded = false;
-  int rc = j->rc;
-  if (rc != 0) set_error("%s", j->err);
-  if (j->np > 1) {
-    /* Barrier: every block file is on disk before process 0 indexes them. */
-    if (ckpt_agree(s->c, "files", rc) < 0) {
-      rc = -1;
-    } else {
-      if (j->rank == 0)
-        rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, j->np, j->side, j->keep, &j->published);
-      /* Barrier: nobody goes on (and, say, loads or saves again) before the checkpoint is in place. */
-      if (ckpt_agree(s->c, "commit", rc) < 0) rc = -1;
+  if (s->job->rc != 0) set_error("%s", s->job->err);
+  return s->job->rc;
+}
+
+/* Completes the save in flight: the barriers and the commit of several
+ * processes (whatever a poll has not done yet), the statistics; the job is
+ * gone afterwards. 0 or -1 (on every process alike). */
+static int saver_finish(ts_ckpt_saver *s) {
+  save_job *j = s->job;
+  double t0 = util_now_s();
+  int rc = 0;
+  bool files_ok = j->phase == PHASE_COMMIT; /* a poll agreed on the files and started the commit */
+  if (j->phase == PHASE_FAILED) {
+    rc = set_error("%s", j->err);
+  } else if (!files_ok) {
+    rc = join_writer(s);
+    if (j->np > 1) {
+      if (j->found_at == 0) j->found_at = t0;
+      rc = finish_files(s, rc);
+      files_ok = rc == 0;
+      if (rc == 0 && j->rank == 0) { /* inline: the caller waits for this save anyway */
+        save_committer(s);
+        rc = j->commit_rc;
+        if (rc != 0) set_error("%s", j->commit_err);
+      }
     }
+  } else if (j->rank == 0) {
+    if (s->cthreaded) pthread_join(s->cth, NULL);
+    s->cthreaded = false;
+    rc = j->commit_rc;
+    if (rc != 0) set_error("%s", j->commit_err);
+  }
+  if (j->np > 1) {
+    /* Barrier: nobody goes on (and, say, loads or saves again) before the checkpoint is in place. */
+    if (files_ok && ckpt_agree(s->c, "commit", rc) < 0) rc = -1;
     if (rc != 0 && j->rank == 0) {
       char err[1024];
       snprintf(err, sizeof err, "%s", ts_last_error());
       ckpt_remove_dir(j->tmp);
       set_error("%s", err);
     }
+    j->commit_wait_s += util_now_s() - t0;
   }
   if (rc != 0 && j->background) { /* reported steps later: say which save */
     char err[1024];
@@ -570,12 +680,17 @@ static int saver_finish(ts_ckpt_saver *s) {
     st->snapshot_s = j->snapshot_s;
     st->blocked_s = j->blocked_s;
     st->write_s = j->write_s;
+    st->copy_s = j->copy_s;
+    st->commit_lag_s = j->np > 1 ? j->lag_s : 0;
+    st->commit_wait_s = j->np > 1 ? j->commit_wait_s : 0;
     double now = util_now_s(), pub = (double)j->published.tv_sec + 1e-9 * (double)j->published.tv_nsec;
     st->total_s = (j->rank == 0 ? pub : now) - j->t_start;
-    st->prune_s = j->rank == 0 ? now - pub : 0;
+    st->prune_s = j->rank == 0 ? j->committed_at - pub : 0;
+    ts_metrics_add("CkptCopyTime", TS_METRIC_TIME, (int64_t)(1e9 * st->copy_s));
     ts_metrics_add("CkptWriteTime", TS_METRIC_TIME, (int64_t)(1e9 * st->write_s));
     ts_metrics_add("CkptSaveTime", TS_METRIC_TIME, (int64_t)(1e9 * st->total_s));
     ts_metrics_add("CkptBytes", TS_METRIC_BYTES, (int64_t)st->bytes);
+    if (j->np > 1) ts_metrics_add("CkptCommitWaitTime", TS_METRIC_TIME, (int64_t)(1e9 * st->commit_wait_s));
   }
   job_free(j);
   s->job = NULL;
@@ -613,11 +728,33 @@ int ts_ckpt_saver_wait(ts_ckpt_saver *s) {
 int ts_ckpt_saver_poll(ts_ckpt_saver *s) {
   if (!s) return set_error("ts_ckpt_saver_poll: NULL saver");
   if (!s->job) return 0;
-  int64_t busy = atomic_load(&s->done) ? 0 : 1;
-  /* Several processes: finish only when all are done (the barriers after
-   * `files` must not wait for a slow disk inside a training step). */
-  if (s->job->np > 1 && ts_client_max(s->c, busy, &busy) < 0) return -1;
+  save_job *j = s->job;
+  int64_t busy = !atomic_load(&s->done) || (j->phase == PHASE_COMMIT && s->cthreaded && !atomic_load(&s->cdone));
+  /* Several processes: go on only when all are done (the barriers must not
+   * wait for a slow disk inside a training step). */
+  if (j->np > 1 && ts_client_max(s->c, busy, &busy) < 0) return -1;
   if (busy) return 1;
+  if (j->np > 1 && j->phase == PHASE_FILES) {
+    /* Every file is written: the "files" barrier now, then process 0
+     * commits on a thread of its own (index.json, renames, fsyncs, pruning:
+     * not inside a training step); a later poll completes the save. */
+    double t0 = util_now_s();
+    j->found_at = t0;
+    if (finish_files(s, join_writer(s)) < 0) {
+      snprintf(j->err, sizeof j->err, "%s", ts_last_error());
+      j->phase = PHASE_FAILED;
+      saver_finish(s);
+      return -1;
+    }
+    j->phase = PHASE_COMMIT;
+    if (j->rank == 0) {
+      atomic_store(&s->cdone, 0);
+      s->cthreaded = pthread_create(&s->cth, NULL, save_committer, s) == 0;
+      if (!s->cthreaded) save_committer(s);
+    }
+    j->commit_wait_s += util_now_s() - t0;
+    return 1;
+  }
   return saver_finish(s) < 0 ? -1 : 0;
 }
 

@@ -134,6 +134,7 @@ int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only
       continue;
     }
     used[k] = true;
+    ckpt_plain_view(ck, k, b); /* nanoGPT's merged c_attn */
     const ck_tensor *t = &ck->t[k];
     bool same = t->dt == ts_buffer_dtype(b) && t->rank == ts_buffer_rank(b);
     for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == ts_buffer_shape(b)[d];
@@ -230,6 +231,16 @@ int ts_ckpt_verify(ts_ckpt *ck) {
   return 0;
 }
 
+/* The GPT's c_attn (tessel/nn.h ts_model_gpt): tessel holds nanoGPT's (3C, C)
+ * weight as (3, C, C) and its (3C) bias as (3, C); the export writes
+ * nanoGPT's shapes (ckpt_plain_view reads them back). */
+static bool export_merged(const ck_tensor *t) {
+  size_t n = strlen(t->name);
+  bool w = n > 19 && strcmp(t->name + n - 19, ".attn.c_attn.weight") == 0 && t->rank == 3;
+  bool b = n > 17 && strcmp(t->name + n - 17, ".attn.c_attn.bias") == 0 && t->rank == 2;
+  return (w || b) && t->shape[0] == 3;
+}
+
 int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer) {
   if (!ck || !out || !out[0]) return set_error("ts_ckpt_export: NULL checkpoint or output path");
   st_entry *e = calloc((size_t)ck->nt + 1, sizeof *e);
@@ -245,6 +256,11 @@ int ts_ckpt_export(ts_ckpt *ck, const char *out, bool with_optimizer) {
     s->dt = t->dt;
     s->rank = t->rank;
     memcpy(s->shape, t->shape, sizeof s->shape);
+    if (export_merged(t)) { /* PyTorch's layout: nanoGPT's c_attn (3C, C) / (3C), the same bytes */
+      s->rank = t->rank - 1;
+      s->shape[0] = t->shape[0] * t->shape[1];
+      for (int d = 1; d < s->rank; d++) s->shape[d] = t->shape[d + 1];
+    }
     s->begin = off;
     off += (uint64_t)ts_shape_numel(t->rank, t->shape) * ts_dtype_size(t->dt);
     s->end = off;

@@ -170,6 +170,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   if (!b) return set_error("buffer_write: buffer is NULL");
   if (bytes != b->bytes) return set_error("buffer_write: got %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !src) return set_error("buffer_write: source is NULL");
+  rt_hold_wait(b, false); /* a held buffer: after the holder is done */
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
   ts_client *c = b->client;
   if (!b->sharding) {
@@ -364,6 +365,7 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
 int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes) {
   int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
   if (check_block(b, device, src, bytes, "buffer_write_shard", ext) < 0) return -1;
+  rt_hold_wait(b, false); /* a held buffer: after the holder is done */
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
   if (bytes == b->shard_bytes) /* an unpadded block: written as it is */
@@ -380,6 +382,7 @@ int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
   if (!b) return set_error("buffer_reshard: buffer is NULL");
   if (check_sharding(b->client, s, b->rank) < 0) return -1;
   if (rt_buffer_has_sharding(b, s)) return 0;
+  rt_hold_wait(b, true); /* a held buffer: after the holder is done; new block sizes, no spare */
   /* through the host: rare (only when a caller passes a buffer laid out
    * differently from what a program expects) */
   void *host = malloc(b->bytes + 1);
@@ -400,6 +403,7 @@ int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
 
 void ts_buffer_free(ts_buffer *b) {
   if (!b) return;
+  rt_hold_buffer_gone(b); /* held memory: the hold's from now on */
   free_shards(b);
   ts_sharding_free(b->sharding);
   free(b);

@@ -44,6 +44,7 @@ static int prepare_outputs(ts_client *c, const ts_graph *g, ts_sharding *const *
       continue;
     }
     if (outputs[k]) {
+      rt_hold_wait(outputs[k], false); /* written in place: not while a reader holds it (hold.c) */
       if (!same_type(outputs[k], n)) {
         char want[128], got[128];
         return set_error("execute: output %d expects %s but got %s", k, ir_shape_str(n, want, sizeof want),
@@ -60,15 +61,44 @@ static int prepare_outputs(ts_client *c, const ts_graph *g, ts_sharding *const *
   return 0;
 }
 
+/* Donated inputs held by a reader (ts_buffer_hold) are not updated in
+ * place: their outputs are computed into other memory (hold.c), described
+ * by shadow[a], a copy of input a's buffer with that memory, and wr[a] =
+ * &shadow[a] tells run_device. *wr stays NULL when no donated input is held. */
+static int held_outputs(const ts_graph *g, ts_buffer *const *inputs, ts_buffer **bufs, ts_buffer ***wr,
+                        ts_buffer **shadow) {
+  for (int k = 0; k < g->n_outputs; k++) {
+    int a = g->alias ? g->alias[k] : -1;
+    if (a < 0 || !rt_hold_active(inputs[a])) continue;
+    if (!*wr) {
+      *wr = calloc((size_t)g->n_inputs + 1, sizeof **wr);
+      *shadow = calloc((size_t)g->n_inputs + 1, sizeof **shadow);
+      if (!*wr || !*shadow) return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory");
+    }
+    ts_buffer *s = &(*shadow)[a];
+    *s = *inputs[a];
+    s->hold = s->spare = NULL;
+    if (!(s->shards = rt_hold_out_memory(inputs[a]))) return -1;
+    s->data = s->shards[s->client->first_local];
+    (*wr)[a] = s;
+    bufs[k] = s;
+  }
+  return 0;
+}
+
 /* Runs one device's program (e: a single-device executable on client device
- * `dev`) with block `dev` of every buffer. */
-static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_buffer **bufs) {
+ * `dev`) with block `dev` of every buffer. wr (NULL: none): per input, the
+ * buffer its in-place updates go to instead (a held input, hold.c). */
+static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_buffer **bufs, ts_buffer *const *wr) {
   const ts_plan *p = &e->plan;
   for (int i = 0; i < p->n; i++) {
     const plan_value *v = &p->values[i];
     void *ptr = NULL;
     switch (v->kind) {
-    case PLAN_INPUT: ptr = inputs[v->index]->shards[dev]; break;
+    case PLAN_INPUT: /* the input itself, or an output computed in place of it */
+      ptr = wr && wr[v->index] && i != e->g->inputs[v->index] ? wr[v->index]->shards[dev]
+                                                              : inputs[v->index]->shards[dev];
+      break;
     case PLAN_CONST: ptr = (char *)e->pool + v->offset; break;
     case PLAN_ARENA: ptr = (char *)e->arena + v->offset; break;
     case PLAN_OUTPUT: ptr = bufs[v->index]->shards[dev]; break;
@@ -96,6 +126,7 @@ typedef struct {
   int first;                /* first local device */
   ts_buffer *const *inputs;
   ts_buffer **bufs;
+  ts_buffer *const *wr;
   int *rc;                  /* (num_local) */
   char (*msg)[512];         /* (num_local) */
   ts_status *code;          /* (num_local) of msg: carried to the calling thread */
@@ -105,7 +136,7 @@ typedef struct {
 static void run_local(void *arg, int i) {
   spmd_run *r = arg;
   int dev = r->first + i;
-  r->rc[i] = run_device(r->e->dev[dev], dev, r->inputs, r->bufs);
+  r->rc[i] = run_device(r->e->dev[dev], dev, r->inputs, r->bufs, r->wr);
   if (r->rc[i]) {
     snprintf(r->msg[i], sizeof r->msg[i], "device %d: %s", dev, ts_last_error());
     r->code[i] = ts_last_error_code();
@@ -115,7 +146,7 @@ static void run_local(void *arg, int i) {
 /* Every device of this process at once, each on its device thread (the
  * client's, kept across runs); collectives inside the programs synchronize
  * them, and the devices of other processes. */
-static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
+static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs, ts_buffer *const *wr) {
   int n = e->client->num_local;
   int *rc = calloc((size_t)n, sizeof *rc);
   char (*msg)[512] = calloc((size_t)n, sizeof *msg);
@@ -126,7 +157,7 @@ static int run_spmd(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs
     free(code);
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory running %d devices", n);
   }
-  spmd_run r = {e, e->client->first_local, inputs, bufs, rc, msg, code};
+  spmd_run r = {e, e->client->first_local, inputs, bufs, wr, rc, msg, code};
   int ret = rt_pool_run(e->client->pool, run_local, &r);
   for (int i = 0; i < n && !ret; i++)
     if (rc[i]) ret = set_error_code(code[i], "%s", msg[i]);
@@ -142,18 +173,19 @@ typedef struct {
   ts_executable *e;
   ts_buffer *const *inputs;
   ts_buffer **bufs;
+  ts_buffer *const *wr;
   int rc;
 } one_run;
 
 static void run_one(void *arg, int i) {
   one_run *o = arg;
   (void)i;
-  o->rc = run_device(o->e, o->e->device, o->inputs, o->bufs);
+  o->rc = run_device(o->e, o->e->device, o->inputs, o->bufs, o->wr);
 }
 
-static int run_single(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs) {
-  if (!e->client->pool || e->client->num_local != 1) return run_device(e, e->device, inputs, bufs);
-  one_run o = {e, inputs, bufs, 0};
+static int run_single(ts_executable *e, ts_buffer *const *inputs, ts_buffer **bufs, ts_buffer *const *wr) {
+  if (!e->client->pool || e->client->num_local != 1) return run_device(e, e->device, inputs, bufs, wr);
+  one_run o = {e, inputs, bufs, wr, 0};
   return rt_pool_run(e->client->pool, run_one, &o) < 0 ? -1 : o.rc;
 }
 
@@ -175,6 +207,7 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
       return set_error("execute: the buffer of input %d is also passed as another input that needs a different "
                           "sharding; pass a copy", i);
   ts_buffer **bufs = calloc((size_t)g->n_outputs + 1, sizeof *bufs);
+  ts_buffer **wr = NULL, *shadow = NULL;
   bool *fresh = calloc((size_t)g->n_outputs + 1, sizeof *fresh);
   int rc = -1;
   if (!bufs || !fresh) {
@@ -182,10 +215,23 @@ int ts_execute(ts_executable *e, ts_buffer *const *inputs, ts_buffer **outputs) 
     goto done;
   }
   if (prepare_outputs(e->client, g, e->out_sh, inputs, outputs, bufs, fresh) < 0) goto done;
-  if (e->n_dev ? run_spmd(e, inputs, bufs) < 0 : run_single(e, inputs, bufs) < 0) goto done;
-  for (int k = 0; k < g->n_outputs; k++) outputs[k] = bufs[k];
+  if (held_outputs(g, inputs, bufs, &wr, &shadow) < 0) goto done;
+  if (e->n_dev ? run_spmd(e, inputs, bufs, wr) < 0 : run_single(e, inputs, bufs, wr) < 0) goto done;
+  for (int k = 0; k < g->n_outputs; k++) {
+    int a = g->alias ? g->alias[k] : -1;
+    if (wr && a >= 0 && wr[a]) { /* the held input moves to its new values */
+      rt_hold_move(inputs[a], shadow[a].shards);
+      shadow[a].shards = NULL;
+      bufs[k] = inputs[a];
+    }
+    outputs[k] = bufs[k];
+  }
   rc = 0;
 done:
+  for (int i = 0; wr && shadow && i < g->n_inputs; i++)
+    if (wr[i] && shadow[i].shards) rt_hold_free_memory(inputs[i], shadow[i].shards);
+  free(wr);
+  free(shadow);
   if (rc < 0 && bufs)
     for (int k = 0; k < g->n_outputs; k++)
       if (fresh[k]) ts_buffer_free(bufs[k]);

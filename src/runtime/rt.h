@@ -60,6 +60,8 @@ struct ts_buffer {
   int64_t local_shape[TS_MAX_RANK]; /* padded block shape (== shape when replicated) */
   size_t shard_bytes;
   ts_sharding *sharding;            /* owned; NULL = replicated */
+  ts_buffer_hold *hold;             /* hold.c: the hold on the live memory (NULL: none) */
+  ts_buffer_hold *spare;            /* hold.c: memory left behind by a move, reused once released */
 };
 
 /* "f32[512,784]" into buf. */
@@ -70,5 +72,13 @@ const char *rt_shape_str(ts_dtype dt, int rank, const int64_t *shape, char *buf,
 ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const ts_sharding *s);
 /* True when b is laid out as s says (NULL = replicated). */
 bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s);
+
+/* hold.c (ts_buffer_hold): see there. */
+bool rt_hold_active(ts_buffer *b);
+void rt_hold_wait(ts_buffer *b, bool drop_spare);
+void rt_hold_buffer_gone(ts_buffer *b);
+void **rt_hold_out_memory(ts_buffer *b);
+void rt_hold_free_memory(ts_buffer *b, void **mem);
+void rt_hold_move(ts_buffer *b, void **mem);
 
 #endif
