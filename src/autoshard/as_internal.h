@@ -35,8 +35,7 @@ typedef struct {
 typedef struct {
   const ts_graph *g;
   const ts_mesh *m;
-  double flops, mem_bw;
-  double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
+  autoshard_costs k;
   as_node *nodes;
   as_edge *edges;
   int n_edges, cap_edges;

@@ -91,12 +91,7 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
   memset(p, 0, sizeof *p);
   c->g = g;
   c->m = o->mesh;
-  c->flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10;
-  c->mem_bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
-  for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
-    c->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
-    c->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
-  }
+  autoshard_costs_from(o, &c->k);
   int n = g->n_nodes;
   c->nodes = calloc((size_t)n + 1, sizeof *c->nodes);
   c->last_use = malloc(((size_t)n + 1) * sizeof *c->last_use);
@@ -134,7 +129,7 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
         for (int k = 0; k < nd->n_in && k < AS_MAX_IN; k++)
           if (g->nodes[nd->in[k]].rank == nd->rank) memcpy(s->in[k], u->s[i].out, sizeof s->out);
         double par = (double)as_layout_tiles(c, s->out, nd->rank);
-        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->mem_bw / par;
+        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->k.rate[TS_KERNEL_ELEMENTWISE] / par;
         s->mem = as_bytes(nd) / par;
       }
       continue;
