@@ -39,6 +39,7 @@ typedef struct {
   int n_specs;
   bool no_graph, no_program;
   bool auto_shard, json;       /* --auto-shard, --json */
+  bool analytic;               /* --analytic: the solver's global-graph model only */
   double time_limit, memory_limit; /* --time-limit S, --memory-limit BYTES */
   const char *device;              /* --device FILE: the prediction's costs */
 } inspect_opts;
@@ -83,6 +84,8 @@ static void usage(FILE *f) {
           "  --device FILE            the prediction's device description or calibration file [the\n"
           "                           calibration cache when it is this machine's, else the defaults;\n"
           "                           tessel plan --help]\n"
+          "  --analytic               predict with the solver's model of the global graph (default\n"
+          "                           costs) instead of device 0's compiled program\n"
           "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
           "                           {\"predicted\":{\"step_ms\":..,\"comm_bytes_per_device\":..,\n"
           "                           \"peak_bytes_per_device\":..},\"shardings\":{NAME:SPEC,..}}\n"
@@ -110,6 +113,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--time-limit", &v)) != 0) {
       if (r < 0 || cli_parse_double(CMD, "--time-limit", v, 1e-6, 3600, "seconds", &o->time_limit) < 0) return -1;
+      continue;
+    }
+    if (strcmp(argv[i], "--analytic") == 0) {
+      o->analytic = true;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--device", &v)) != 0) {
@@ -392,7 +399,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   } else {
     device_auto(&dd, note, sizeof note);
   }
-  if (prc == 0) {
+  if (prc == 0 && !o->analytic) {
     ts_auto_shard_info solver = info;
     device_options(&dd, pm, &ao, NULL);
     prc = ts_predict_program(g, &ao, &(ts_compile_options){.autocast = gs.amp}, &info);
@@ -405,7 +412,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     goto done;
   }
   if (o->json) {
-    print_json(g, &info, o->auto_shard, note);
+    print_json(g, &info, o->auto_shard, o->analytic ? "the cost model's defaults (analytic)" : note);
     rc = 0;
     goto done;
   }
@@ -423,7 +430,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
   section(o->auto_shard ? "auto-sharding" : "predicted by the cost model (this layout)");
   if (explain) fputs(explain, stdout);
-  printf("device 0's compiled program (costs: %s):\n", note);
+  if (o->analytic) printf("the solver's model of the global graph (the cost model's defaults):\n");
+  else printf("device 0's compiled program (costs: %s):\n", note);
   printf("per device: step %.3f ms = compute %.3f ms + exposed communication %.3f ms (%.0f bytes sent), peak %.0f "
          "bytes (memory plan: %.0f bytes of temporaries + %.0f bytes of inputs)\n",
          1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
