@@ -436,6 +436,15 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
          "bytes (memory plan: %.0f bytes of temporaries + %.0f bytes of inputs)\n",
          1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
          info.peak_bytes_per_device, info.arena_bytes, info.input_bytes);
+  if (!o->analytic) {
+    static const char *const cls[TS_KERNEL_CLASSES] = {"matmul_small", "matmul", "conv", "conv_bwd_data",
+                                                       "conv_bwd_filter", "elementwise", "reduce", "gather",
+                                                       "optimizer", "broadcast", "pool"};
+    printf("compute by kernel class (%d kernels):", info.kernels);
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+      if (info.class_s[k] > 0) printf(" %s %.3f ms", cls[k], 1e3 * info.class_s[k]);
+    printf("\n");
+  }
   free(explain);
   if (!o->no_graph) {
     section("global graph");

@@ -197,10 +197,12 @@ typedef enum {
   TS_KERNEL_CONV,             /* convolution forward */
   TS_KERNEL_CONV_BWD_DATA,
   TS_KERNEL_CONV_BWD_FILTER,
-  TS_KERNEL_ELEMENTWISE,      /* elementwise, fused chains, layout ops, pooling: bytes */
+  TS_KERNEL_ELEMENTWISE,      /* elementwise, fused chains, layout ops: bytes */
   TS_KERNEL_REDUCE,           /* reductions: bytes */
   TS_KERNEL_GATHER,           /* gather / scatter-add: bytes */
   TS_KERNEL_OPTIMIZER,        /* the (fused) parameter update: bytes */
+  TS_KERNEL_BROADCAST,        /* elementwise kernels reading a broadcast operand (bias, scale): bytes */
+  TS_KERNEL_POOL,             /* pooling and its gradient: bytes */
   TS_KERNEL_CLASSES
 } ts_kernel_class;
 
@@ -238,6 +240,8 @@ typedef struct {
   int nodes, variables, edges;  /* the ILP's size after graph shrinking */
   double arena_bytes;           /* ts_predict_program: the memory plan's temporaries (0 otherwise) */
   double input_bytes;           /* ts_predict_program: per-device inputs (parameters, state, batch) */
+  double class_s[TS_KERNEL_CLASSES]; /* ts_predict_program: compute seconds per kernel class (overheads included) */
+  int kernels;                  /* ts_predict_program: kernels device 0 runs per step (collectives apart) */
 } ts_auto_shard_info;
 
 /* Marks g's inputs and key activations with the chosen shardings (in place;

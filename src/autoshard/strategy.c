@@ -216,6 +216,13 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   case TS_OP_CONV_BWD_FILTER: *units = f; return TS_KERNEL_CONV_BWD_FILTER;
   case TS_OP_REDUCE: return TS_KERNEL_REDUCE;
   case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return TS_KERNEL_GATHER;
+  case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: return TS_KERNEL_POOL;
+  case TS_OP_BROADCAST: return TS_KERNEL_BROADCAST;
+  case TS_OP_FUSED:
+    if (update) return TS_KERNEL_OPTIMIZER;
+    for (int i = 0; n->attr.fused && i < n->attr.fused->n; i++)
+      if (n->attr.fused->ins[i].op == TS_OP_BROADCAST) return TS_KERNEL_BROADCAST;
+    return TS_KERNEL_ELEMENTWISE;
   default: return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_ELEMENTWISE;
   }
 }

@@ -127,6 +127,8 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
     double t = units / k->rate[kc] + k->overhead;
+    info->class_s[kc] += t;
+    info->kernels++;
     comp += t;
     now += t;
   }
