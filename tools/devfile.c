@@ -170,7 +170,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
     int threads = d->threads > 0 ? d->threads : d->cores;
     double t_dev = threads / host > 1 ? (double)(threads / host) : 1;
     share = fmin(t_dev, (double)d->cores / (double)host);
-    if (share > 1) share = 1 + (share - 1) * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1);
+    if (share > 1) share = fmax(1, share * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1));
     over = share < 1 ? 1 / share : 1;
   }
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
@@ -446,7 +446,7 @@ int calibrate(const char *cmd, const char *path) {
       "bytes/s, bias add + ReLU of (16,64,32,32)", "bytes/s, 2x2 max pooling of (16,32,32,32) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
-             "parallel_efficiency = %.3g   # 512^3 matmul on %d threads / (%d x 1 thread)\n",
+             "parallel_efficiency = %.3g   # 384^3 matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\n", ar_devices[q], arb[q],
