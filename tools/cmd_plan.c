@@ -36,10 +36,13 @@ static void usage(FILE *f) {
           "flags (defaults in brackets):\n"
           "  --model mlp|cnn|resnet20|resnet18|resnet50|gpt  [mlp] (gpt: 6 layers, d_model 256, seq 128)\n"
           "  --batch B                global batch [8 x devices]\n"
+          "  --layers N               the GPT's transformer blocks [6]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
           "  --mesh AXIS=N,...        the mesh, e.g. data=64,model=8 (required)\n"
           "  --auto-shard             the solver chooses the shardings (any axis names)\n"
           "  --time-limit S           the solver's time limit [10]\n"
+          "  --untie                  solve every repeated block (transformer layer) on its own\n"
+          "                           instead of once for all its copies (slower; to compare)\n"
           "  --device FILE            device description (devices/*.txt: FLOP/s per dtype, memory,\n"
           "                           link bandwidth and latency inside a host and between\n"
           "                           hosts, devices per host; or a calibration file)\n"
@@ -61,6 +64,8 @@ int ts_cmd_plan(int argc, char **argv) {
   int64_t batch = 0;
   const char *mesh_text = NULL, *device = NULL;
   bool auto_shard = false, json = false, analytic = false;
+  int layers = 6;
+  bool untie = false;
   double time_limit = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
@@ -88,6 +93,11 @@ int ts_cmd_plan(int argc, char **argv) {
       batch = n;
       continue;
     }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--layers", &v)) != 0) {
+      if (r < 0 || cli_parse_int(CMD, "--layers", v, 1, 1024, "a positive integer", &n) < 0) return CLI_EXIT_USAGE;
+      layers = (int)n;
+      continue;
+    }
     if ((r = cli_flag(CMD, argc, argv, &i, "--time-limit", &v)) != 0) {
       if (r < 0 || cli_parse_double(CMD, "--time-limit", v, 1e-6, 3600, "seconds", &time_limit) < 0)
         return CLI_EXIT_USAGE;
@@ -107,8 +117,8 @@ int ts_cmd_plan(int argc, char **argv) {
       }
       return calibrate(CMD, path) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     }
-    if (strcmp(argv[i], "--analytic") == 0) {
-      analytic = true;
+    if (strcmp(argv[i], "--analytic") == 0 || strcmp(argv[i], "--untie") == 0) {
+      *(argv[i][2] == 'a' ? &analytic : &untie) = true;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--device", &v)) != 0) {
@@ -147,14 +157,14 @@ int ts_cmd_plan(int argc, char **argv) {
                          .optim = {.kind = optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = optimizer == 0 ? 0.0 : 0.01}};
   if (model == MODEL_GRAPH_GPT) /* tessel train --model gpt's defaults: 6 layers, d_model 256, 4 heads, seq 128, vocab 256 */
-    gs.gpt = (ts_gpt_config){.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256, .mesh = auto_shard ? NULL : m},
+    gs.gpt = (ts_gpt_config){.layers = layers, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256, .mesh = auto_shard ? NULL : m},
     gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
                                  .clip_norm = 1.0, .decay_matrices_only = true};
   ts_params *p = ts_params_new(0);
   ts_graph *g = p ? model_train_graph(&gs, p) : NULL;
   int rc = -1;
   ts_auto_shard_info info = {0};
-  ts_auto_shard_options ao = {.mesh = m, .time_limit_s = time_limit};
+  ts_auto_shard_options ao = {.mesh = m, .time_limit_s = time_limit, .untie_repeated = untie};
   bool in_host[TS_MESH_MAX_RANK] = {0};
   device_options(&dd, m, &ao, in_host);
   if (!g) goto done;

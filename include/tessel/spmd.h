@@ -226,6 +226,12 @@ typedef struct {
    * (tessel plan --calibrate; docs/ARCHITECTURE.md "Calibration"). */
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
+  /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
+   * op, dtypes, operand and result shapes and attributes as an earlier one
+   * shares its variable (an input: when its first user does, at the same
+   * operand), so the solver chooses one block and every copy takes that
+   * choice. true: solve every node on its own (slower; for comparison). */
+  bool untie_repeated;
 } ts_auto_shard_options;
 
 typedef struct {

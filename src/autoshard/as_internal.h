@@ -40,6 +40,8 @@ typedef struct {
   as_edge *edges;
   int n_edges, cap_edges;
   int *last_use; /* per node: the last node that reads it (n_nodes: an output) */
+  int n_tied;    /* nodes that took a repeated block's variable */
+  int *tie;      /* per node: the earlier node of a repeated block it copies, or -1 (NULL: untied) */
 } as_ctx;
 
 double as_bytes(const ts_node *n);
