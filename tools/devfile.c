@@ -77,17 +77,21 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
+      char so[64];
+      snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
       if (strcmp(key, b) == 0) d->ar_bw[k] = x, found = true;
       else if (strcmp(key, l) == 0) d->ar_lat[k] = x, found = true;
+      else if (strcmp(key, so) == 0) d->step_over[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
+    if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
     if (!found && strcmp(key, "calibration.threads") == 0) d->threads = (int)x, found = true;
     if (!found && strcmp(key, "cores") == 0) d->cores = (int)x, d->per_core = true, found = true;
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, "
-                     "parallel_efficiency, allreduce.N.bytes_per_s, allreduce.N.latency_s, cores, "
+                     "parallel_efficiency, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -184,6 +188,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   for (int k = DEV_AR_SIZES - 1; k >= 0 && q < 0; k--)
     if (d->ar_bw[k] > 0) q = k;
   double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
+  ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
   int64_t span = 1;
   for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
     span *= ts_mesh_axis_size(m, a);
@@ -345,6 +350,18 @@ static double measure_class(ts_client *c, int cls, double *units) {
   return t;
 }
 
+/* A step's fixed cost: one 1-element add run on every device of c. */
+static double trivial_step(ts_client *c, bool replicas) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return -1;
+  int64_t one = 1;
+  ts_tensor x = in_f32(g, "x", 1, &one);
+  ts_graph_add_output(g, ts_add(g, x, x));
+  double t = time_graph(c, g, replicas, 20);
+  ts_graph_free(g);
+  return t;
+}
+
 /* Per-kernel overhead: a chain of 200 tiny matmuls. */
 static double measure_overhead(ts_client *c) {
   ts_graph *g = ts_graph_new();
@@ -365,16 +382,17 @@ int calibrate(const char *cmd, const char *path) {
   calibration_key(cpu, sizeof cpu, &threads);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1;
-  double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0};
+  double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES];
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     if ((tk[k] = measure_class(c1, k, &uk[k])) <= 0) goto fail;
   overhead = measure_overhead(c1);
+  step1 = trivial_step(c1, false);
   ts_client_free(c1);
   c1 = NULL;
-  if (overhead <= 0) goto fail;
+  if (overhead <= 0 || step1 <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
   if (threads > 1) { /* the parallel efficiency of the large matmul on every thread */
@@ -390,6 +408,7 @@ int calibrate(const char *cmd, const char *path) {
     int D = ar_devices[q];
     ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
     double ts = -1, tb = -1;
+    if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
     const int64_t big = 1 << 20;
     for (int k = 0; k < 2 && c; k++) {
       int64_t len = k == 0 ? 1 : big;
@@ -448,9 +467,10 @@ int calibrate(const char *cmd, const char *path) {
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
              "parallel_efficiency = %.3g   # 384^3 matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
+  fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\n", ar_devices[q], arb[q],
-            ar_devices[q], arl[q]);
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q]);
   fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
              "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
              "net_link_latency_s = 2e-5   # not measured\n"

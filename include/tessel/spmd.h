@@ -226,6 +226,7 @@ typedef struct {
    * (tessel plan --calibrate; docs/ARCHITECTURE.md "Calibration"). */
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
+  double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same

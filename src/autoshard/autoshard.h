@@ -23,6 +23,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o, ts_auto_shar
 typedef struct {
   double rate[TS_KERNEL_CLASSES]; /* FLOP/s (contractions) or bytes/s */
   double overhead;                /* seconds per kernel run */
+  double step_overhead;           /* seconds per step */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
 

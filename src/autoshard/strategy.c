@@ -192,6 +192,7 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
     k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : contraction ? flops : bw;
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
+  k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
     k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;

@@ -105,7 +105,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
   /* the parameter update: kernels whose result is a donated output */
   for (int o = 0; o < opt->n_outputs; o++)
     if (opt->alias && opt->alias[o] >= 0) update[base[opt->outputs[o]]] = true;
-  double now = 0, worker = 0, comp = 0, comm = 0, exposed = 0, sent = 0;
+  double now = k->step_overhead, worker = 0, comp = 0, comm = 0, exposed = 0, sent = 0;
   for (int i = 0; i < n; i++) {
     const ts_node *nd = &opt->nodes[i];
     for (int q = 0; q < nd->n_in; q++) { /* wait for asynchronous collectives it reads */
