@@ -21,6 +21,7 @@ tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare, expect
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export TESSEL_CALIBRATION=none # deterministic: the cost model's defaults, never this machine's cache
 steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000)
 run() { # run NAME [mpirun NP] ARGS...
   local name="$1" rc=0
@@ -73,9 +74,10 @@ json jauto --model mlp --mesh data=2,model=2 --auto-shard
 json jhand --model mlp --mesh data=2,model=2
 json jcnn --model cnn --batch 16 --mesh a=4 --auto-shard
 
-# quality through the CLI, the GPT too (its Megatron layout is the CLI's): the plan's predicted step is
+# quality through the CLI, the GPT too (its Megatron layout is the CLI's): the plan's modeled step (the
+# solver's model of the global graph, --analytic) is
 # at most the best of the hand layouts' + 5% on 4 devices (data, model, data x model, fsdp x model)
-pred() { "$tessel" inspect --json "$@" 2>/dev/null | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])'; }
+pred() { "$tessel" inspect --json --analytic "$@" 2>/dev/null | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])'; }
 for mdl in gpt resnet20; do
   best=""
   for hm in data=4 model=4 data=2,model=2 fsdp=2,model=2; do
@@ -120,6 +122,21 @@ if "$tessel" plan --calibrate "$tmp/cal.txt" >"$tmp/cal.out" 2>&1 &&
 else bad "plan --calibrate: $(head -c 300 "$tmp/cal.out") $(head -c 300 "$tmp/calplan.out")"; fi
 printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
 expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
+
+# the calibration: written by an explicit --calibrate FILE, read back as a
+# device file and as the cache when its key (CPU model, threads) is this machine's
+if TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
+  grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt"; then
+  ok "plan --calibrate writes every kernel class and the all-reduce alpha/beta"
+else
+  bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
+fi
+expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt"
+if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" "$tessel" plan --model mlp --mesh data=4 --json |
+  grep -q '"costs":"calibration '; then ok "the calibration cache is used when its key matches"; else bad "cache not used"; fi
+sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibration.txt" >"$tmp/other.txt"
+if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/other.txt" "$tessel" plan --model mlp --mesh data=4 --json |
+  grep -q "is for 'another CPU'"; then ok "another machine's calibration is not used"; else bad "foreign calibration used"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "devfile.h"
 #include "model_graph.h"  /* the same training graph as tessel train */
 #include "train_mesh.h"
 #include "util/error.h" /* set_error: errors of the --spec helper */   /* the same shardings as tessel train --mesh */
@@ -38,7 +39,9 @@ typedef struct {
   int n_specs;
   bool no_graph, no_program;
   bool auto_shard, json;       /* --auto-shard, --json */
+  bool analytic;               /* --analytic: the solver's global-graph model only */
   double time_limit, memory_limit; /* --time-limit S, --memory-limit BYTES */
+  const char *device;              /* --device FILE: the prediction's costs */
 } inspect_opts;
 
 static void usage(FILE *f) {
@@ -78,6 +81,11 @@ static void usage(FILE *f) {
           "                           the runner-up of the largest tensors; any axis names\n"
           "  --time-limit S           the solver's time limit; past it the greedy plan [10]\n"
           "  --memory-limit BYTES     per-device peak the plan must fit [none]\n"
+          "  --device FILE            the prediction's device description or calibration file [the\n"
+          "                           calibration cache when it is this machine's, else the defaults;\n"
+          "                           tessel plan --help]\n"
+          "  --analytic               predict with the solver's model of the global graph (default\n"
+          "                           costs) instead of device 0's compiled program\n"
           "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
           "                           {\"predicted\":{\"step_ms\":..,\"comm_bytes_per_device\":..,\n"
           "                           \"peak_bytes_per_device\":..},\"shardings\":{NAME:SPEC,..}}\n"
@@ -105,6 +113,15 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--time-limit", &v)) != 0) {
       if (r < 0 || cli_parse_double(CMD, "--time-limit", v, 1e-6, 3600, "seconds", &o->time_limit) < 0) return -1;
+      continue;
+    }
+    if (strcmp(argv[i], "--analytic") == 0) {
+      o->analytic = true;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--device", &v)) != 0) {
+      if (r < 0) return -1;
+      o->device = v;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--memory-limit", &v)) != 0) {
@@ -212,10 +229,11 @@ static void print_spec(const ts_graph *g, ts_tensor t) {
   putchar('"');
 }
 
-static void print_json(const ts_graph *g, const ts_auto_shard_info *in, bool solved) {
+static void print_json(const ts_graph *g, const ts_auto_shard_info *in, bool solved, const char *costs) {
   printf("{\"predicted\":{\"step_ms\":%.6g,\"compute_ms\":%.6g,\"comm_ms\":%.6g,\"comm_bytes_per_device\":%.0f,"
-         "\"peak_bytes_per_device\":%.0f}", 1e3 * in->step_s, 1e3 * in->compute_s, 1e3 * in->comm_s,
-         in->comm_bytes_per_device, in->peak_bytes_per_device);
+         "\"peak_bytes_per_device\":%.0f,\"arena_bytes\":%.0f,\"input_bytes\":%.0f},\"costs\":\"%s\"",
+         1e3 * in->step_s, 1e3 * in->compute_s, 1e3 * in->comm_s, in->comm_bytes_per_device,
+         in->peak_bytes_per_device, in->arena_bytes, in->input_bytes, costs);
   if (solved)
     printf(",\"solver\":{\"method\":\"%s\",\"optimal\":%s,\"solve_s\":%.4f,\"variables\":%d,\"columns\":%d,"
            "\"objective_ms\":%.6g}", in->greedy ? "greedy" : "ilp", in->optimal ? "true" : "false", in->solve_s,
@@ -367,12 +385,34 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     int64_t n1 = 1;
     pm = one = ts_mesh_new(1, &n1, NULL, 0, NULL);
   }
+  /* the solver uses the cost model's defaults, as ts_compile's auto-sharding
+   * (tessel train --auto-shard) does, so this is the plan train runs; the
+   * prediction uses the calibration (or --device) and device 0's compiled program */
   ts_auto_shard_options ao = {.mesh = pm, .time_limit_s = o->time_limit, .memory_limit_bytes = o->memory_limit};
   int prc = !pm ? -1 : o->auto_shard ? ts_auto_shard(g, &ao, &info, o->json ? NULL : &explain) : ts_shard_predict(g, &ao, &info);
+  device_desc dd;
+  char note[1400];
+  if (o->device) {
+    device_default(&dd);
+    snprintf(note, sizeof note, "device file %s", o->device);
+    if (device_read(CMD, o->device, &dd) < 0) prc = -1;
+  } else {
+    device_auto(&dd, note, sizeof note);
+  }
+  if (prc == 0 && !o->analytic) {
+    ts_auto_shard_info solver = info;
+    device_options(&dd, pm, &ao, NULL);
+    prc = ts_predict_program(g, &ao, &(ts_compile_options){.autocast = gs.amp}, &info);
+    info.greedy = solver.greedy, info.optimal = solver.optimal, info.solve_s = solver.solve_s;
+    info.nodes = solver.nodes, info.variables = solver.variables, info.objective_s = solver.objective_s;
+  }
   ts_mesh_free(one);
-  if (prc < 0) goto done;
+  if (prc < 0) {
+    free(explain);
+    goto done;
+  }
   if (o->json) {
-    print_json(g, &info, o->auto_shard);
+    print_json(g, &info, o->auto_shard, o->analytic ? "the cost model's defaults (analytic)" : note);
     rc = 0;
     goto done;
   }
@@ -390,10 +430,21 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
   section(o->auto_shard ? "auto-sharding" : "predicted by the cost model (this layout)");
   if (explain) fputs(explain, stdout);
-  else
-    printf("per device: step %.3f ms = compute %.3f ms + communication %.3f ms (%.0f bytes sent), peak %.0f bytes\n",
-           1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
-           info.peak_bytes_per_device);
+  if (o->analytic) printf("the solver's model of the global graph (the cost model's defaults):\n");
+  else printf("device 0's compiled program (costs: %s):\n", note);
+  printf("per device: step %.3f ms = compute %.3f ms + exposed communication %.3f ms (%.0f bytes sent), peak %.0f "
+         "bytes (memory plan: %.0f bytes of temporaries + %.0f bytes of inputs)\n",
+         1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
+         info.peak_bytes_per_device, info.arena_bytes, info.input_bytes);
+  if (!o->analytic) {
+    static const char *const cls[TS_KERNEL_CLASSES] = {"matmul_small", "matmul", "conv", "conv_bwd_data",
+                                                       "conv_bwd_filter", "elementwise", "reduce", "gather",
+                                                       "optimizer", "broadcast", "pool"};
+    printf("compute by kernel class (%d kernels):", info.kernels);
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+      if (info.class_s[k] > 0) printf(" %s %.3f ms", cls[k], 1e3 * info.class_s[k]);
+    printf("\n");
+  }
   free(explain);
   if (!o->no_graph) {
     section("global graph");

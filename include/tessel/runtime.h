@@ -233,6 +233,19 @@ typedef struct {
   double auto_shard_memory_limit;   /* per-device bytes the plan must fit; 0: none */
 } ts_compile_options;
 
+/* The prediction from device 0's compiled program: g's shardings propagated,
+ * device 0's program partitioned and optimized by ts_compile's passes (copts:
+ * autocast, fusion flags; may be NULL) and memory-planned, without a client
+ * or any device memory, so for any mesh size (every device's program has the
+ * same shape). step_s: the program's kernels by class (o's throughput, one
+ * op_overhead_s each) and its collectives by the alpha-beta model of their
+ * mesh axis, all-reduces the compiler runs asynchronously overlapped with the
+ * compute up to their first user; arena_bytes: the memory plan's peak of
+ * temporaries (what ts_executable_device_program reports); input_bytes: the
+ * per-device inputs; peak_bytes_per_device: inputs + arena + outputs. */
+int ts_predict_program(const struct ts_graph *g, const ts_auto_shard_options *o, const ts_compile_options *copts,
+                       ts_auto_shard_info *info);
+
 /* Compiles g (which is not modified and may be freed afterwards). opts may be
  * NULL; it and opts->mesh are only read during the call. The executable is
  * the caller's: ts_executable_free before the client. On a client of several

@@ -190,6 +190,22 @@ ts_sharding *ts_sharding_clone(const ts_sharding *s);
  * memory_limit_bytes. Nodes the user marked keep their sharding. The cost
  * model's constants are the options' (defaults documented below; an
  * estimate for one CPU core per virtual device, not a measurement). */
+/* Kernel classes of the cost model (each its own calibrated throughput). */
+typedef enum {
+  TS_KERNEL_MATMUL_SMALL,     /* dot_general of < 2^24 FLOPs per device */
+  TS_KERNEL_MATMUL,           /* larger dot_general */
+  TS_KERNEL_CONV,             /* convolution forward */
+  TS_KERNEL_CONV_BWD_DATA,
+  TS_KERNEL_CONV_BWD_FILTER,
+  TS_KERNEL_ELEMENTWISE,      /* elementwise, fused chains, layout ops: bytes */
+  TS_KERNEL_REDUCE,           /* reductions: bytes */
+  TS_KERNEL_GATHER,           /* gather / scatter-add: bytes */
+  TS_KERNEL_OPTIMIZER,        /* the (fused) parameter update: bytes */
+  TS_KERNEL_BROADCAST,        /* elementwise kernels reading a broadcast operand (bias, scale): bytes */
+  TS_KERNEL_POOL,             /* pooling and its gradient: bytes */
+  TS_KERNEL_CLASSES
+} ts_kernel_class;
+
 typedef struct {
   const ts_mesh *mesh;       /* required */
   double time_limit_s;       /* the MIP's time limit (0: 10 s); past it the greedy plan is used (info.greedy) */
@@ -203,6 +219,20 @@ typedef struct {
    * device description's links (an axis inside a host vs across hosts) */
   double axis_bytes_per_s[TS_MESH_MAX_RANK];
   double axis_latency_s[TS_MESH_MAX_RANK];
+  /* calibrated throughput per kernel class (ts_kernel_class; contractions in
+   * FLOP/s, the others in bytes read + written per second), per device, where
+   * > 0; else flops_per_s / bytes_per_s. op_overhead_s: a fixed cost per
+   * kernel run (0: none). Filled from a calibration or device file by the CLI
+   * (tessel plan --calibrate; docs/ARCHITECTURE.md "Calibration"). */
+  double kernel_per_s[TS_KERNEL_CLASSES];
+  double op_overhead_s;
+  double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
+  /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
+   * op, dtypes, operand and result shapes and attributes as an earlier one
+   * shares its variable (an input: when its first user does, at the same
+   * operand), so the solver chooses one block and every copy takes that
+   * choice. true: solve every node on its own (slower; for comparison). */
+  bool untie_repeated;
 } ts_auto_shard_options;
 
 typedef struct {
@@ -215,6 +245,10 @@ typedef struct {
   bool greedy;                  /* the greedy plan was used (time limit, or greedy_only) */
   bool optimal;                 /* GLPK proved the plan optimal */
   int nodes, variables, edges;  /* the ILP's size after graph shrinking */
+  double arena_bytes;           /* ts_predict_program: the memory plan's temporaries (0 otherwise) */
+  double input_bytes;           /* ts_predict_program: per-device inputs (parameters, state, batch) */
+  double class_s[TS_KERNEL_CLASSES]; /* ts_predict_program: compute seconds per kernel class (overheads included) */
+  int kernels;                  /* ts_predict_program: kernels device 0 runs per step (collectives apart) */
 } ts_auto_shard_info;
 
 /* Marks g's inputs and key activations with the chosen shardings (in place;

@@ -35,12 +35,13 @@ typedef struct {
 typedef struct {
   const ts_graph *g;
   const ts_mesh *m;
-  double flops, mem_bw;
-  double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
+  autoshard_costs k;
   as_node *nodes;
   as_edge *edges;
   int n_edges, cap_edges;
   int *last_use; /* per node: the last node that reads it (n_nodes: an output) */
+  int n_tied;    /* nodes that took a repeated block's variable */
+  int *tie;      /* per node: the earlier node of a repeated block it copies, or -1 (NULL: untied) */
 } as_ctx;
 
 double as_bytes(const ts_node *n);

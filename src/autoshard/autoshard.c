@@ -95,10 +95,11 @@ static char *explain_text(const as_prob *p, const adjacency *a, const int *choic
   const as_ctx *c = &p->c;
   const ts_graph *g = c->g;
   spmd_str s = {0};
-  spmd_str_printf(&s, "auto-sharding on %lld devices: %s, %d nodes -> %d variables, %d edges (after "
-                      "elimination: %d variables, %d edges), %d ILP columns, solved in %.3f s\n",
-                  (long long)c->m->ndevices, how, g->n_nodes, p->n_leaders, c->n_edges, info->nodes, info->edges,
-                  info->variables, info->solve_s);
+  spmd_str_printf(&s, "auto-sharding on %lld devices: %s, %d nodes -> %d variables (%d nodes share a repeated "
+                      "block's), %d edges (after elimination: %d variables, %d edges), %d ILP columns, solved in "
+                      "%.3f s\n",
+                  (long long)c->m->ndevices, how, g->n_nodes, p->n_leaders, c->n_tied, c->n_edges, info->nodes,
+                  info->edges, info->variables, info->solve_s);
   spmd_str_printf(&s, "predicted per device: step %.3f ms = compute %.3f ms + communication %.3f ms (%.0f bytes "
                       "sent), peak %.0f bytes\n", 1e3 * info->step_s, 1e3 * info->compute_s, 1e3 * info->comm_s,
                   info->comm_bytes_per_device, info->peak_bytes_per_device);

@@ -18,4 +18,23 @@
  * info and explain (malloc'd text, may be NULL) as ts_auto_shard. */
 int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info, char **explain);
 
+/* The cost model's constants, defaults filled in (shared with
+ * compile/predict.c, which costs a compiled per-device program with them). */
+typedef struct {
+  double rate[TS_KERNEL_CLASSES]; /* FLOP/s (contractions) or bytes/s */
+  double overhead;                /* seconds per kernel run */
+  double step_overhead;           /* seconds per step */
+  double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
+} autoshard_costs;
+
+void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k);
+/* Node n of g: whether it runs a kernel (not an input, constant or reshape),
+ * its class and its work (FLOPs or bytes read + written) over `par` devices.
+ * update: n computes a donated parameter update (the optimizer class). */
+bool autoshard_node_runs(const ts_node *n);
+ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units);
+/* Seconds of a ring collective over `n` devices with the links of bw/latency
+ * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter). */
+double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent);
+
 #endif

@@ -35,6 +35,7 @@ static void ctx_free(as_ctx *c) {
   for (int e = 0; e < c->n_edges; e++) free(c->edges[e].cost);
   free(c->edges);
   free(c->last_use);
+  free(c->tie);
 }
 
 static const uint8_t zero_lay[TS_MAX_RANK];
@@ -86,23 +87,140 @@ static int pair_edge(as_ctx *c, int u, int v, int k) {
   return 0;
 }
 
+/* ---- repeated blocks ---- */
+
+static uint64_t mix64(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+static uint64_t kind_hash(const ts_graph *g, const ts_node *n) {
+  uint64_t h = mix64((uint64_t)n->op, (uint64_t)n->dtype);
+  h = mix64(h, (uint64_t)n->rank);
+  for (int d = 0; d < n->rank; d++) h = mix64(h, (uint64_t)n->shape[d]);
+  h = mix64(h, (uint64_t)n->n_in);
+  for (int k = 0; k < n->n_in; k++) {
+    const ts_node *x = &g->nodes[n->in[k]];
+    h = mix64(h, (uint64_t)x->rank * 131 + (uint64_t)x->dtype);
+    for (int d = 0; d < x->rank; d++) h = mix64(h, (uint64_t)x->shape[d]);
+  }
+  switch (ir_op_attr_kind(n->op)) { /* what same_kind compares */
+  case TS_ATTRS_AXIS: return mix64(h, (uint64_t)n->attr.axis);
+  case TS_ATTRS_CMP: return mix64(h, (uint64_t)n->attr.cmp);
+  case TS_ATTRS_DIMS: case TS_ATTRS_PERM: case TS_ATTRS_REDUCE:
+    for (int k = 0; k < n->attr.n_dims; k++) h = mix64(h, (uint64_t)n->attr.dims[k]);
+    return mix64(h, (uint64_t)n->attr.n_dims);
+  case TS_ATTRS_SLICE: case TS_ATTRS_PAD:
+    for (int k = 0; k < (n->n_in ? g->nodes[n->in[0]].rank : 0); k++)
+      h = mix64(mix64(h, (uint64_t)n->attr.start[k]), (uint64_t)n->attr.limit[k]);
+    return h;
+  default: return h;
+  }
+}
+
+/* Same op, dtypes, shapes and the attributes that shape strategies. */
+static bool same_kind(const ts_graph *g, const ts_node *a, const ts_node *b) {
+  if (a->op != b->op || a->dtype != b->dtype || a->rank != b->rank || a->n_in != b->n_in ||
+      memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) != 0)
+    return false;
+  for (int k = 0; k < a->n_in; k++) {
+    const ts_node *x = &g->nodes[a->in[k]], *y = &g->nodes[b->in[k]];
+    if (x->dtype != y->dtype || x->rank != y->rank || memcmp(x->shape, y->shape, (size_t)x->rank * sizeof x->shape[0]) != 0)
+      return false;
+  }
+  const ts_attr *x = &a->attr, *y = &b->attr;
+  int r_in = a->n_in ? g->nodes[a->in[0]].rank : 0;
+  switch (ir_op_attr_kind(a->op)) {
+  case TS_ATTRS_AXIS: return x->axis == y->axis;
+  case TS_ATTRS_CMP: return x->cmp == y->cmp;
+  case TS_ATTRS_DIMS: case TS_ATTRS_PERM: case TS_ATTRS_REDUCE:
+    return x->n_dims == y->n_dims && memcmp(x->dims, y->dims, (size_t)x->n_dims * sizeof x->dims[0]) == 0;
+  case TS_ATTRS_SLICE: case TS_ATTRS_PAD:
+    return memcmp(x->start, y->start, (size_t)r_in * sizeof x->start[0]) == 0 &&
+           memcmp(x->limit, y->limit, (size_t)r_in * sizeof x->limit[0]) == 0;
+  case TS_ATTRS_DOT:
+    return x->dot.n_batch == y->dot.n_batch && x->dot.n_contract == y->dot.n_contract &&
+           memcmp(x->dot.lhs_batch, y->dot.lhs_batch, (size_t)x->dot.n_batch * sizeof(int)) == 0 &&
+           memcmp(x->dot.rhs_batch, y->dot.rhs_batch, (size_t)x->dot.n_batch * sizeof(int)) == 0 &&
+           memcmp(x->dot.lhs_contract, y->dot.lhs_contract, (size_t)x->dot.n_contract * sizeof(int)) == 0 &&
+           memcmp(x->dot.rhs_contract, y->dot.rhs_contract, (size_t)x->dot.n_contract * sizeof(int)) == 0;
+  case TS_ATTRS_CONV: return x->conv.groups == y->conv.groups;
+  default: return true; /* constants, RNG keys, pooling windows: the strategies do not depend on them */
+  }
+}
+
+/* tie[v]: the latest earlier node of v's kind (op, dtypes, shapes, operand
+ * shapes, the attributes strategies depend on), else -1: copies of a block
+ * (and identical nodes inside one) share a variable. Inputs: below. */
+static int find_ties(const ts_graph *g, int *tie) {
+  int n = g->n_nodes, cap = 1;
+  while (cap < 2 * n + 2) cap <<= 1;
+  uint64_t *key = calloc((size_t)cap, sizeof *key);
+  int *val = malloc((size_t)cap * sizeof *val);
+  if (!key || !val) {
+    free(key), free(val);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  }
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    tie[v] = -1;
+    if (nd->op == TS_OP_INPUT || nd->sharding) continue;
+    uint64_t h = kind_hash(g, nd) | 1; /* 0: an empty slot */
+    size_t q = (size_t)(h & (uint64_t)(cap - 1));
+    while (key[q] && key[q] != h) q = (q + 1) & (size_t)(cap - 1);
+    int u = key[q] ? val[q] : -1;
+    key[q] = h, val[q] = v;
+    if (u < 0 || !same_kind(g, &g->nodes[u], nd)) continue;
+    tie[v] = u;
+  }
+  /* inputs (a block's parameters and optimizer state): tied when their first
+   * users are copies of one node, read at the same operand position */
+  int *first = malloc(((size_t)n + 1) * sizeof *first), *pos = malloc(((size_t)n + 1) * sizeof *pos);
+  if (!first || !pos) {
+    free(key), free(val), free(first), free(pos);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  }
+  for (int v = 0; v < n; v++) first[v] = -1;
+  for (int v = 0; v < n; v++)
+    for (int k = 0; k < g->nodes[v].n_in; k++)
+      if (first[g->nodes[v].in[k]] < 0) first[g->nodes[v].in[k]] = v, pos[g->nodes[v].in[k]] = k;
+  memset(key, 0, (size_t)cap * sizeof *key);
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    if (nd->op != TS_OP_INPUT || nd->sharding || first[v] < 0) continue;
+    int r = first[v];
+    while (tie[r] >= 0) r = tie[r];
+    if (r == first[v]) continue; /* its user is no copy */
+    uint64_t h = mix64(mix64(kind_hash(g, nd), (uint64_t)r), (uint64_t)pos[v]) | 1;
+    size_t q = (size_t)(h & (uint64_t)(cap - 1));
+    while (key[q] && key[q] != h) q = (q + 1) & (size_t)(cap - 1);
+    int u = key[q] ? val[q] : -1;
+    key[q] = h, val[q] = v;
+    if (u >= 0 && same_kind(g, &g->nodes[u], nd)) tie[v] = u;
+  }
+  free(first), free(pos);
+  free(key), free(val);
+  return 0;
+}
+
 int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
   as_ctx *c = &p->c;
   memset(p, 0, sizeof *p);
   c->g = g;
   c->m = o->mesh;
-  c->flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10;
-  c->mem_bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
-  for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
-    c->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
-    c->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
-  }
+  autoshard_costs_from(o, &c->k);
   int n = g->n_nodes;
   c->nodes = calloc((size_t)n + 1, sizeof *c->nodes);
   c->last_use = malloc(((size_t)n + 1) * sizeof *c->last_use);
   p->unary = calloc((size_t)n + 1, sizeof *p->unary);
   p->leaders = malloc(((size_t)n + 1) * sizeof *p->leaders);
   if (!c->nodes || !c->last_use || !p->unary || !p->leaders) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  int *tie = NULL;
+  if (!o->untie_repeated) {
+    if (!(tie = c->tie = malloc(((size_t)n + 1) * sizeof *tie)))
+      return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+    if (find_ties(g, tie) < 0) return -1;
+  }
   for (int v = 0; v < n; v++) c->last_use[v] = v;
   for (int v = 0; v < n; v++)
     for (int k = 0; k < g->nodes[v].n_in; k++) c->last_use[g->nodes[v].in[k]] = v;
@@ -134,12 +252,17 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
         for (int k = 0; k < nd->n_in && k < AS_MAX_IN; k++)
           if (g->nodes[nd->in[k]].rank == nd->rank) memcpy(s->in[k], u->s[i].out, sizeof s->out);
         double par = (double)as_layout_tiles(c, s->out, nd->rank);
-        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->mem_bw / par;
+        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->k.rate[TS_KERNEL_ELEMENTWISE] / par;
         s->mem = as_bytes(nd) / par;
       }
       continue;
     }
     if (as_node_strategies(c, v) < 0) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+    if (tie && tie[v] >= 0 && c->nodes[c->nodes[tie[v]].leader].ns == an->ns) { /* a repeated block's copy */
+      an->leader = c->nodes[tie[v]].leader;
+      c->n_tied++;
+      continue;
+    }
     if (nd->sharding) { /* user-marked: only strategies with its layout */
       uint8_t want[TS_MAX_RANK] = {0};
       as_spec_to_mask(ts_sharding_spec(nd->sharding), want);

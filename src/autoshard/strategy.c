@@ -183,16 +183,64 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
   }
 }
 
-/* Seconds of an all-reduce (passes 2) / all-gather (1) over one mesh axis
- * moving `bytes` per device (the size of the full result). */
-static double ring(const as_ctx *c, int axis, double bytes, int passes, double *sent) {
-  int n = (int)c->m->shape[axis];
+/* ---- the constants and the per-node work (shared with compile/predict.c) ---- */
+
+void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
+  double flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10, bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
+  for (int c = 0; c < TS_KERNEL_CLASSES; c++) {
+    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER;
+    k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : contraction ? flops : bw;
+  }
+  k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
+  k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
+  for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
+    k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
+    k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
+  }
+}
+
+bool autoshard_node_runs(const ts_node *n) {
+  return n->op != TS_OP_INPUT && n->op != TS_OP_CONSTANT && n->op != TS_OP_RESHAPE;
+}
+
+ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
+  double bytes = as_bytes(n);
+  for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
+  double f = node_flops(g, n) / par;
+  *units = bytes / par;
+  switch (n->op) {
+  case TS_OP_DOT:
+    *units = f;
+    return f < (double)(1 << 24) ? TS_KERNEL_MATMUL_SMALL : TS_KERNEL_MATMUL;
+  case TS_OP_CONV: *units = f; return TS_KERNEL_CONV;
+  case TS_OP_CONV_BWD_DATA: *units = f; return TS_KERNEL_CONV_BWD_DATA;
+  case TS_OP_CONV_BWD_FILTER: *units = f; return TS_KERNEL_CONV_BWD_FILTER;
+  case TS_OP_REDUCE: return TS_KERNEL_REDUCE;
+  case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return TS_KERNEL_GATHER;
+  case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: return TS_KERNEL_POOL;
+  case TS_OP_BROADCAST: return TS_KERNEL_BROADCAST;
+  case TS_OP_FUSED:
+    if (update) return TS_KERNEL_OPTIMIZER;
+    for (int i = 0; n->attr.fused && i < n->attr.fused->n; i++)
+      if (n->attr.fused->ins[i].op == TS_OP_BROADCAST) return TS_KERNEL_BROADCAST;
+    return TS_KERNEL_ELEMENTWISE;
+  default: return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_ELEMENTWISE;
+  }
+}
+
+double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent) {
   if (n <= 1) return 0;
   double b = passes * bytes * (n - 1) / n;
   if (sent) *sent += b;
   /* latency: log2(n) steps per pass (recursive halving / doubling, as
    * tuned libraries do at scale); bandwidth: the ring's (n-1)/n */
-  return passes * ceil(log2((double)n)) * c->latency[axis] + b / c->link_bw[axis];
+  return passes * ceil(log2((double)n)) * latency + b / bw;
+}
+
+/* Seconds of an all-reduce (passes 2) / all-gather (1) over one mesh axis
+ * moving `bytes` per device (the size of the full result). */
+static double ring(const as_ctx *c, int axis, double bytes, int passes, double *sent) {
+  return autoshard_ring_s(c->k.link_bw[axis], c->k.latency[axis], (int)c->m->shape[axis], bytes, passes, sent);
 }
 
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
@@ -241,8 +289,6 @@ int as_node_strategies(as_ctx *c, int id) {
     if (c->m->shape[a] > 1) ax[na++] = a;
   int combos = 1;
   for (int k = 0; k < na; k++) combos *= nl + 1;
-  double flops = node_flops(g, n), bytes = as_bytes(n);
-  for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
   for (int code = 0; code < combos; code++) {
     int pick[AS_MAX_AXES], x = code;
     for (int k = 0; k < na; k++) pick[k] = x % (nl + 1) - 1, x /= nl + 1; /* -1: axis unused */
@@ -267,11 +313,13 @@ int as_node_strategies(as_ctx *c, int id) {
     }
     if (!ok) continue;
     /* operands whose dims the loops do not name (scalars) stay replicated: s.in zero */
-    double t = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
+    double units;
+    ts_kernel_class kc = autoshard_node_class(g, n, (double)par, false, &units);
+    s.compute = units / c->k.rate[kc] + (autoshard_node_runs(n) ? c->k.overhead : 0);
+    double t = s.compute;
     double local_out = as_bytes(n) / (double)as_layout_tiles(c, s.out, n->rank);
     for (int a = 0; a < c->m->rank; a++)
       if (s.partial & (1u << a)) t += ring(c, a, local_out, 2, &s.comm_bytes);
-    s.compute = flops / c->flops / (double)par + bytes / c->mem_bw / (double)par;
     s.cost = t;
     s.mem = local_out;
     if (push(an, &s) < 0) return -1;

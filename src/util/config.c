@@ -13,7 +13,7 @@
 static ts_env_config g_config;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The copies of variable texts that g_config points at (freed on reload). */
-static char *g_texts[8];
+static char *g_texts[16];
 static int g_ntexts;
 
 /* A copy of $name, NULL when unset or (unless keep_empty) empty. */
@@ -67,6 +67,9 @@ static void env_read(void) {
   const char *a = getenv("TESSEL_ASYNC_COLLECTIVES");
   c->async_collectives = !(a && strcmp(a, "0") == 0);
   c->cache_dir = env_text("TESSEL_CACHE_DIR", false);
+  c->calibration = env_text("TESSEL_CALIBRATION", false);
+  c->xdg_cache_home = env_text("XDG_CACHE_HOME", false);
+  c->home = env_text("HOME", false);
   c->debug_spmd = getenv("TESSEL_DEBUG_SPMD") != NULL;
 
   const char *mpi = getenv("TESSEL_MPI");

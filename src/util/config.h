@@ -51,6 +51,14 @@ typedef struct {
    * persistent cache (the in-memory one always works). */
   const char *cache_dir; /* NULL: unset */
 
+  /* TESSEL_CALIBRATION: the cost model's calibration file that tessel plan /
+   * inspect read when present (and plan --calibrate writes without a FILE);
+   * "none": use no calibration (the defaults; tests). Unset: the cache,
+   * $XDG_CACHE_HOME/tessel/calibration.txt, else ~/.cache/tessel/calibration.txt
+   * (xdg_cache_home, home below). */
+  const char *calibration; /* NULL: unset */
+  const char *xdg_cache_home, *home;
+
   /* TESSEL_DEBUG_SPMD: set (any value): when a partitioned per-device program
    * fails to compile, print it to stderr (partitioner debugging). Unset: off. */
   bool debug_spmd;

@@ -1,0 +1,196 @@
+/* predict.c — ts_predict_program: the cost model applied to the program a
+ * device really runs. The graph's shardings are propagated and device 0's
+ * program is partitioned, optimized and memory-planned by the same functions
+ * ts_compile uses (spmd_propagate, spmd_partition, compile_graph,
+ * plan_build), without a client or device memory, so any mesh size works
+ * (the per-device programs of a mesh have one shape). Time: each kernel of
+ * that program by its class (autoshard/'s calibrated throughput and per-op
+ * overhead) and each collective by the alpha-beta model of the mesh axes its
+ * group spans; all-reduces the compiler would start asynchronously
+ * (compile.c mark_async's rule) run on a collective worker beside the
+ * compute until their first user waits for them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autoshard/autoshard.h"
+#include "compile/compile.h"
+#include "mesh/mesh.h"
+#include "plan/plan.h"
+#include "spmd/partition.h"
+#include "util/error.h"
+
+static double node_bytes(const ts_node *n) {
+  double e = (double)ts_dtype_size(n->dtype);
+  for (int d = 0; d < n->rank; d++) e *= (double)n->shape[d];
+  return e;
+}
+
+/* The slowest link and largest latency over the mesh axes a device group spans. */
+static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_collective *cl, bool pairs, double *bw,
+                        double *lat) {
+  uint32_t axes = 0;
+  int64_t c0[TS_MESH_MAX_RANK], ci[TS_MESH_MAX_RANK];
+  int cnt = pairs ? 2 * cl->n : cl->n;
+  for (int i = 0; i < cnt; i++) {
+    int pos = -1;
+    for (int64_t q = 0; q < m->ndevices && pos < 0; q++)
+      if (m->device_ids[q] == cl->ids[i]) pos = (int)q;
+    if (pos < 0) continue;
+    int64_t r = pos;
+    int64_t *c = i == 0 ? c0 : ci;
+    for (int a = m->rank - 1; a >= 0; a--) c[a] = r % m->shape[a], r /= m->shape[a];
+    if (i > 0)
+      for (int a = 0; a < m->rank; a++)
+        if (ci[a] != c0[a]) axes |= 1u << a;
+  }
+  *bw = INFINITY, *lat = 0;
+  for (int a = 0; a < m->rank; a++)
+    if (axes & (1u << a)) *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]);
+  if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0];
+}
+
+/* Seconds and bytes sent of collective node n (operand x) of the local program. */
+static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
+                           double *sent) {
+  if (!n->attr.coll || !m) return 0;
+  int gs = n->attr.coll->n;
+  double bw, lat;
+  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
+  switch (n->op) {
+  case TS_OP_ALL_REDUCE: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 2, sent);
+  case TS_OP_ALL_GATHER: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 1, sent);
+  case TS_OP_REDUCE_SCATTER: return autoshard_ring_s(bw, lat, gs, node_bytes(x), 1, sent);
+  case TS_OP_ALL_TO_ALL: {
+    if (gs <= 1) return 0;
+    double b = node_bytes(n) * (gs - 1) / gs;
+    *sent += b;
+    return lat * (gs - 1) + b / bw;
+  }
+  case TS_OP_COLLECTIVE_PERMUTE:
+    *sent += node_bytes(n);
+    return lat + node_bytes(n) / bw;
+  default: return 0;
+  }
+}
+
+/* compile.c's mark_async rule: an all-reduce of a group of 2 or more whose
+ * first user is not the next node run. first_use: per node (reshapes seen through). */
+static bool is_async(const ts_graph *g, int i, const int *first_use, bool several) {
+  const ts_node *n = &g->nodes[i];
+  if (!several || n->op != TS_OP_ALL_REDUCE || !n->attr.coll || n->attr.coll->n < 2) return false;
+  for (int j = i + 1; j < g->n_nodes && j < first_use[i]; j++)
+    if (autoshard_node_runs(&g->nodes[j])) return true;
+  return false;
+}
+
+static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, int ndev,
+                         ts_auto_shard_info *info) {
+  int n = opt->n_nodes;
+  int *base = malloc(((size_t)n + 1) * sizeof *base), *first_use = malloc(((size_t)n + 1) * sizeof *first_use);
+  bool *update = calloc((size_t)n + 1, sizeof *update);
+  double *done = calloc((size_t)n + 1, sizeof *done);
+  if (!base || !first_use || !update || !done) {
+    free(base), free(first_use), free(update), free(done);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "predict: out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    const ts_node *nd = &opt->nodes[i];
+    base[i] = nd->op == TS_OP_RESHAPE ? base[nd->in[0]] : i;
+    first_use[i] = n;
+    if (nd->op == TS_OP_RESHAPE) continue;
+    for (int q = 0; q < nd->n_in; q++)
+      if (first_use[base[nd->in[q]]] == n) first_use[base[nd->in[q]]] = i;
+  }
+  /* the parameter update: kernels whose result is a donated output */
+  for (int o = 0; o < opt->n_outputs; o++)
+    if (opt->alias && opt->alias[o] >= 0) update[base[opt->outputs[o]]] = true;
+  double now = k->step_overhead, worker = 0, comp = 0, comm = 0, exposed = 0, sent = 0;
+  for (int i = 0; i < n; i++) {
+    const ts_node *nd = &opt->nodes[i];
+    for (int q = 0; q < nd->n_in; q++) { /* wait for asynchronous collectives it reads */
+      double d = done[base[nd->in[q]]];
+      if (d > now) exposed += d - now, now = d;
+    }
+    if (!autoshard_node_runs(nd)) continue;
+    if (ir_op_is_collective(nd->op)) {
+      double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, &sent);
+      comm += t;
+      if (is_async(opt, i, first_use, ndev > 1)) {
+        double start = fmax(now, worker);
+        worker = done[i] = start + t;
+      } else {
+        now += t, exposed += t;
+      }
+      continue;
+    }
+    double units;
+    ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
+    double t = units / k->rate[kc] + k->overhead;
+    info->class_s[kc] += t;
+    info->kernels++;
+    comp += t;
+    now += t;
+  }
+  if (worker > now) exposed += worker - now, now = worker; /* the step ends when its collectives do */
+  info->compute_s = comp;
+  info->comm_s = exposed;
+  info->step_s = now;
+  info->comm_bytes_per_device = sent;
+  (void)comm;
+  free(base), free(first_use), free(update), free(done);
+  return 0;
+}
+
+int ts_predict_program(const ts_graph *g, const ts_auto_shard_options *o, const ts_compile_options *copts,
+                       ts_auto_shard_info *info) {
+  if (!g || !o || !o->mesh || !info) return set_error("predict_program: graph, options.mesh and info are required");
+  memset(info, 0, sizeof *info);
+  const ts_mesh *m = o->mesh;
+  int n = g->n_nodes, rc = -1;
+  ts_compile_options co = {0};
+  if (copts) co = *copts;
+  co.mesh = NULL, co.auto_shard = false;
+  autoshard_costs k;
+  autoshard_costs_from(o, &k);
+  ts_partition_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+  ts_partition_spec *in_specs = calloc((size_t)g->n_inputs + 1, sizeof *in_specs);
+  ts_partition_spec *out_specs = calloc((size_t)g->n_outputs + 1, sizeof *out_specs);
+  ts_graph *local = NULL, *opt = NULL;
+  ts_plan plan;
+  bool planned = false;
+  if (!specs || !in_specs || !out_specs) {
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "predict_program: out of memory");
+    goto done;
+  }
+  if (m->ndevices > 1) { /* compile_spmd's steps for device 0 */
+    if (ts_graph_verify(g) < 0 || spmd_propagate(g, m, specs, NULL) < 0) goto done;
+    for (int i = 0; i < g->n_inputs; i++) in_specs[i] = specs[g->inputs[i]];
+    for (int q = 0; q < g->n_outputs; q++) {
+      int a = g->alias ? g->alias[q] : -1;
+      out_specs[q] = a >= 0 ? in_specs[a] : specs[g->outputs[q]];
+    }
+    if (!(local = spmd_partition(g, m, specs, in_specs, out_specs, 0, NULL))) goto done;
+  }
+  if (!(opt = compile_graph(local ? local : g, &co))) goto done;
+  if (plan_build(opt, &plan) < 0) goto done;
+  planned = true;
+  if (predict_local(opt, m->ndevices > 1 ? m : NULL, &k, (int)m->ndevices, info) < 0) goto done;
+  double in_bytes = 0, out_bytes = 0;
+  for (int i = 0; i < opt->n_inputs; i++) in_bytes += node_bytes(&opt->nodes[opt->inputs[i]]);
+  for (int q = 0; q < opt->n_outputs; q++)
+    if (!opt->alias || opt->alias[q] < 0) out_bytes += node_bytes(&opt->nodes[opt->outputs[q]]);
+  info->arena_bytes = (double)plan.arena_bytes;
+  info->input_bytes = in_bytes;
+  info->peak_bytes_per_device = in_bytes + out_bytes + (double)plan.arena_bytes;
+  info->objective_s = info->step_s;
+  rc = 0;
+done:
+  if (planned) plan_free(&plan);
+  ts_graph_free(opt);
+  ts_graph_free(local);
+  free(specs);
+  free(in_specs);
+  free(out_specs);
+  return rc;
+}

@@ -1,0 +1,489 @@
+/* devfile.c — device descriptions, the calibration cache and its measurement
+ * (devfile.h; the format is documented in devices/README.md). */
+#include "devfile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "util/clock.h"  /* util_now_s */
+#include "util/config.h" /* TESSEL_CALIBRATION, XDG_CACHE_HOME, HOME, TESSEL_NUM_THREADS */
+
+static const char *const kernel_keys[TS_KERNEL_CLASSES] = {
+    "kernel.matmul_small", "kernel.matmul", "kernel.conv", "kernel.conv_bwd_data", "kernel.conv_bwd_filter",
+    "kernel.elementwise", "kernel.reduce", "kernel.gather", "kernel.optimizer", "kernel.broadcast", "kernel.pool"};
+static const int ar_devices[DEV_AR_SIZES] = {2, 4, 8};
+
+void device_default(device_desc *d) {
+  *d = (device_desc){.flops_f32 = 2e10, .flops_bf16 = 2e10, .bytes_per_s = 1e10, .memory_bytes = 8e9,
+                     .host_bytes_per_s = 5e9, .host_latency_s = 5e-6, .net_bytes_per_s = 1.25e9,
+                     .net_latency_s = 2e-5, .devices_per_host = 4096};
+  snprintf(d->name, sizeof d->name, "the cost model's defaults (an estimate for a CPU core, not calibrated)");
+}
+
+/* "key = value" lines, '#' comments; unknown keys are errors naming them. */
+int device_read(const char *cmd, const char *path, device_desc *d) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    cli_error(cmd, "device file %s: cannot open it: %s", path, strerror(errno));
+    return -1;
+  }
+  char line[512];
+  int ln = 0, rc = 0;
+  while (rc == 0 && fgets(line, sizeof line, f)) {
+    ln++;
+    char *h = strchr(line, '#');
+    if (h) *h = '\0';
+    char key[64], val[256];
+    if (sscanf(line, " %63[^= \t] = %255[^\n]", key, val) != 2) {
+      for (char *p = line; *p; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+          cli_error(cmd, "device file %s:%d: not 'key = value': %s", path, ln, line);
+          rc = -1;
+          break;
+        }
+      continue;
+    }
+    for (size_t k = strlen(val); k > 0 && (val[k - 1] == ' ' || val[k - 1] == '\t' || val[k - 1] == '\r'); k--)
+      val[k - 1] = '\0';
+    if (strcmp(key, "name") == 0 || strcmp(key, "calibration.cpu") == 0) {
+      snprintf(key[0] == 'n' ? d->name : d->cpu, sizeof d->name, "%s", val);
+      continue;
+    }
+    char *end;
+    double x = strtod(val, &end);
+    if (*end || !(x > 0)) {
+      cli_error(cmd, "device file %s:%d: %s = '%s' is not a positive number", path, ln, key, val);
+      rc = -1;
+      break;
+    }
+    struct { const char *k; double *v; } keys[] = {
+        {"flops_per_s.f32", &d->flops_f32},       {"flops_per_s.bf16", &d->flops_bf16},
+        {"memory_bytes_per_s", &d->bytes_per_s},   {"memory_bytes", &d->memory_bytes},
+        {"host_link_bytes_per_s", &d->host_bytes_per_s}, {"host_link_latency_s", &d->host_latency_s},
+        {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
+        {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency}};
+    bool found = false;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
+      if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
+    for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++)
+      if (strcmp(key, kernel_keys[k]) == 0) d->kernel[k] = x, found = true;
+    for (int k = 0; k < DEV_AR_SIZES && !found; k++) {
+      char b[64], l[64];
+      snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
+      snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
+      char so[64];
+      snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
+      if (strcmp(key, b) == 0) d->ar_bw[k] = x, found = true;
+      else if (strcmp(key, l) == 0) d->ar_lat[k] = x, found = true;
+      else if (strcmp(key, so) == 0) d->step_over[k] = x, found = true;
+    }
+    if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
+    if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
+    if (!found && strcmp(key, "calibration.threads") == 0) d->threads = (int)x, found = true;
+    if (!found && strcmp(key, "cores") == 0) d->cores = (int)x, d->per_core = true, found = true;
+    if (!found) {
+      cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
+                     "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, "
+                     "parallel_efficiency, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
+                     "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
+      rc = -1;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+const char *calibration_path(char *buf, size_t len) {
+  const ts_env_config *e = env_config();
+  if (e->calibration) {
+    if (strcmp(e->calibration, "none") == 0) return NULL;
+    snprintf(buf, len, "%s", e->calibration);
+    return buf;
+  }
+  if (e->xdg_cache_home) snprintf(buf, len, "%s/tessel/calibration.txt", e->xdg_cache_home);
+  else if (e->home) snprintf(buf, len, "%s/.cache/tessel/calibration.txt", e->home);
+  else return NULL;
+  return buf;
+}
+
+void calibration_key(char *cpu, size_t len, int *threads) {
+  snprintf(cpu, len, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *c = strchr(line, ':');
+    if (strncmp(line, "model name", 10) == 0 && c) {
+      c++;
+      while (*c == ' ' || *c == '\t') c++;
+      c[strcspn(c, "\n")] = '\0';
+      snprintf(cpu, len, "%s", c);
+      break;
+    }
+  }
+  if (f) fclose(f);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int t = env_config()->num_threads;
+  *threads = t > 0 && t < cores ? t : (int)(cores > 0 ? cores : 1);
+}
+
+void device_auto(device_desc *d, char *note, size_t len) {
+  device_default(d);
+  char path[1024];
+  if (!calibration_path(path, sizeof path)) {
+    snprintf(note, len, "no calibration (TESSEL_CALIBRATION=none)");
+    return;
+  }
+  if (access(path, R_OK) != 0) {
+    snprintf(note, len, "no calibration at %s (tessel plan --calibrate writes it)", path);
+    return;
+  }
+  device_desc c;
+  device_default(&c);
+  if (device_read("calibration", path, &c) < 0) {
+    snprintf(note, len, "calibration %s unreadable: the defaults", path);
+    return;
+  }
+  char cpu[128];
+  int threads;
+  calibration_key(cpu, sizeof cpu, &threads);
+  if (strcmp(c.cpu, cpu) != 0 || c.threads != threads) {
+    snprintf(note, len, "calibration %s is for '%s', %d threads; this is '%s', %d threads: the defaults (rerun "
+                        "tessel plan --calibrate)", path, c.cpu, c.threads, cpu, threads);
+    return;
+  }
+  *d = c;
+  snprintf(note, len, "calibration %s", path);
+}
+
+/* ---- options for a mesh ---- */
+
+void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_options *ao, bool *in_host) {
+  int64_t ndev = ts_mesh_num_devices(m);
+  int64_t host = ndev < d->devices_per_host ? ndev : d->devices_per_host;
+  /* a calibrated CPU: devices of a host share its cores (threads / devices each,
+   * at most their share of the cores), kernels measured on one core */
+  double share = 1, over = 1;
+  if (d->per_core && d->cores > 0) {
+    int threads = d->threads > 0 ? d->threads : d->cores;
+    double t_dev = threads / host > 1 ? (double)(threads / host) : 1;
+    share = fmin(t_dev, (double)d->cores / (double)host);
+    if (share > 1) share = fmax(1, share * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1));
+    over = share < 1 ? 1 / share : 1;
+  }
+  ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
+  ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * share;
+  ao->op_overhead_s = d->op_overhead_s * over;
+  /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
+  int q = -1;
+  for (int k = 0; k < DEV_AR_SIZES && q < 0; k++)
+    if (d->ar_bw[k] > 0 && ar_devices[k] >= host) q = k;
+  for (int k = DEV_AR_SIZES - 1; k >= 0 && q < 0; k--)
+    if (d->ar_bw[k] > 0) q = k;
+  double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
+  ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
+  int64_t span = 1;
+  for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
+    span *= ts_mesh_axis_size(m, a);
+    bool inside = span <= d->devices_per_host;
+    if (in_host) in_host[a] = inside;
+    ao->axis_bytes_per_s[a] = inside ? hbw : d->net_bytes_per_s;
+    ao->axis_latency_s[a] = inside ? hlat : d->net_latency_s;
+  }
+}
+
+/* ---- the measurement ---- */
+
+/* The least time of `reps` runs of g (inputs zero-filled, i32 inputs too) on client c. */
+static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
+  ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
+  if (!e) return -1;
+  int n_in = ts_graph_num_inputs(g);
+  ts_buffer *in[8] = {0}, *out[8] = {0};
+  double best = -1;
+  for (int i = 0; i < n_in && i < 8; i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    int r = ts_tensor_rank(g, t);
+    const int64_t *sh = ts_tensor_shape(g, t);
+    ts_dtype dt = ts_tensor_dtype(g, t);
+    size_t nb = (size_t)ts_tensor_numel(g, t) * ts_dtype_size(dt);
+    in[i] = ts_buffer_new(c, dt, r, sh);
+    void *z = calloc(nb ? nb : 1, 1);
+    if (!in[i] || !z || ts_buffer_write(in[i], z, nb) < 0) {
+      free(z);
+      goto done;
+    }
+    free(z);
+  }
+  /* the warm-up run allocates the outputs; the others write into them; the
+   * least of at least `reps` runs and 0.15 s (a shared machine's quiet moments) */
+  double t_end = util_now_s() + 0.15;
+  for (int k = 0; k < reps + 1 || (util_now_s() < t_end && k < 400); k++) {
+    double t0 = util_now_s();
+    if (ts_execute(e, in, out) < 0) goto done;
+    double t = util_now_s() - t0;
+    if (k >= 1 && (best < 0 || t < best)) best = t;
+  }
+done:
+  for (int o = 0; o < 8; o++) { /* an aliased output's slot is its input's buffer */
+    bool alias = false;
+    for (int i = 0; i < 8 && out[o]; i++) alias |= out[o] == in[i];
+    if (!alias) ts_buffer_free(out[o]);
+  }
+  for (int i = 0; i < 8; i++) ts_buffer_free(in[i]);
+  ts_executable_free(e);
+  return best;
+}
+
+static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *shape) {
+  return ts_input(g, name, TS_F32, rank, shape);
+}
+
+/* Seconds of one kernel class's graph (1 device); *units its work. */
+static double measure_class(ts_client *c, int cls, double *units) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return -1;
+  ts_params *pp = NULL;
+  double t = -1;
+  int reps = 5;
+  switch (cls) {
+  case TS_KERNEL_MATMUL_SMALL:
+  case TS_KERNEL_MATMUL: {
+    /* a layer's three products as training runs them: y = a b, da = dy b^T, db = a^T dy */
+    int64_t n = cls == TS_KERNEL_MATMUL ? 384 : 96, sh[2] = {n, n};
+    ts_tensor a = in_f32(g, "a", 2, sh), b = in_f32(g, "b", 2, sh), dy = in_f32(g, "dy", 2, sh);
+    ts_tensor y = ts_matmul(g, a, b), wrt[2] = {a, b}, gr[2] = {TS_NONE, TS_NONE};
+    if (ts_vjp(g, 1, &y, &dy, 2, wrt, gr) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gr[0]), ts_graph_add_output(g, gr[1]);
+    *units = 6.0 * (double)(n * n * n);
+    reps = cls == TS_KERNEL_MATMUL ? 5 : 30;
+    break;
+  }
+  case TS_KERNEL_CONV:
+  case TS_KERNEL_CONV_BWD_DATA:
+  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (16,16,32,32) * (16,16,3,3), pad 1 */
+    int64_t xs[4] = {16, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
+    ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
+    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
+    ts_tensor y = ts_conv2d(g, x, w, &p);
+    *units = 2.0 * 16 * 16 * 32 * 32 * 16 * 9;
+    if (cls == TS_KERNEL_CONV) {
+      ts_graph_add_output(g, y);
+    } else {
+      ts_tensor wrt = cls == TS_KERNEL_CONV_BWD_DATA ? x : w, grad = TS_NONE;
+      if (ts_vjp(g, 1, &y, &dy, 1, &wrt, &grad) < 0) break;
+      ts_graph_add_output(g, grad);
+    }
+    break;
+  }
+  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select */
+    int64_t sh[2] = {1024, 1024};
+    ts_tensor x = in_f32(g, "x", 2, sh), r = in_f32(g, "r", 2, sh), dy = in_f32(g, "dy", 2, sh);
+    ts_tensor y = ts_relu(g, ts_add(g, x, r)), gx = TS_NONE;
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
+    break;
+  }
+  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (16,64,32,32) + bias (64) */
+    int64_t sh[4] = {16, 64, 32, 32}, bn = 64;
+    int dim = 1;
+    ts_tensor x = in_f32(g, "x", 4, sh), b = in_f32(g, "b", 1, &bn);
+    ts_graph_add_output(g, ts_relu(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 4, sh, &dim))));
+    *units = 2.0 * 4 * (double)(16 * 64 * 32 * 32);
+    break;
+  }
+  case TS_KERNEL_POOL: { /* 2x2 max pooling of (16,32,32,32) and its gradient */
+    int64_t sh[4] = {16, 32, 32, 32}, ys[4] = {16, 32, 16, 16};
+    ts_tensor x = in_f32(g, "x", 4, sh), dy = in_f32(g, "dy", 4, ys), gx = TS_NONE;
+    ts_tensor y = ts_max_pool2d(g, x, &(ts_pool_params){.kernel = {2, 2}});
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 4.0 * (2 * 16 * 32 * 32 * 32 + 2 * 16 * 32 * 16 * 16);
+    break;
+  }
+  case TS_KERNEL_REDUCE: {
+    int64_t sh[2] = {1024, 1024};
+    int dim = 1;
+    ts_graph_add_output(g, ts_reduce(g, in_f32(g, "a", 2, sh), TS_REDUCE_SUM, 1, &dim, false));
+    *units = 4.0 * (1024 * 1024 + 1024);
+    break;
+  }
+  case TS_KERNEL_GATHER: { /* GPT-like embedding rows */
+    int64_t ts[2] = {4096, 256}, is = 8192;
+    ts_graph_add_output(g, ts_gather(g, in_f32(g, "table", 2, ts), ts_input(g, "ix", TS_I32, 1, &is)));
+    *units = 4.0 * (4096 * 256 + 8192 + 8192 * 256);
+    break;
+  }
+  case TS_KERNEL_OPTIMIZER: { /* the library's AdamW update of a 1024x1024 weight (ts_optim_apply) */
+    int64_t sh[2] = {1024, 1024};
+    pp = ts_params_new(1);
+    ts_tensor w = pp ? ts_params_use(pp, g, "w", TS_F32, 2, sh, (ts_init){0}, true) : TS_NONE, gr = in_f32(g, "g", 2, sh);
+    ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
+    ts_nn m;
+    ts_nn_init(&m, g, pp, true, TS_NONE);
+    if (w == TS_NONE ||
+        ts_optim_apply(&m, &(ts_optim_config){.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01}, lr, step, 1, &w, &gr) < 0)
+      break;
+    *units = 7.0 * 4 * (double)(sh[0] * sh[1]);
+    break;
+  }
+  }
+  if (ts_graph_num_outputs(g) > 0) t = time_graph(c, g, false, reps);
+  /* the work in the cost model's own units: its prediction of the compiled
+   * program with every rate 1 and no overhead (fusion as compiled) */
+  int64_t one = 1;
+  ts_mesh *m1 = ts_mesh_new(1, &one, NULL, 0, NULL);
+  ts_auto_shard_options o = {.mesh = m1, .flops_per_s = 1, .bytes_per_s = 1};
+  ts_auto_shard_info info;
+  if (t > 0 && m1 && ts_predict_program(g, &o, NULL, &info) == 0 && info.compute_s > 0) *units = info.compute_s;
+  ts_mesh_free(m1);
+  ts_graph_free(g);
+  ts_params_free(pp);
+  return t;
+}
+
+/* A step's fixed cost: one 1-element add run on every device of c. */
+static double trivial_step(ts_client *c, bool replicas) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return -1;
+  int64_t one = 1;
+  ts_tensor x = in_f32(g, "x", 1, &one);
+  ts_graph_add_output(g, ts_add(g, x, x));
+  double t = time_graph(c, g, replicas, 20);
+  ts_graph_free(g);
+  return t;
+}
+
+/* Per-kernel overhead: a chain of 200 tiny matmuls. */
+static double measure_overhead(ts_client *c) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return -1;
+  int64_t sh[2] = {2, 2};
+  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
+  for (int k = 0; k < 200; k++) x = ts_matmul(g, x, w);
+  ts_graph_add_output(g, x);
+  double t = time_graph(c, g, false, 20);
+  ts_graph_free(g);
+  return t / 200;
+}
+
+int calibrate(const char *cmd, const char *path) {
+  double t0 = util_now_s();
+  char cpu[128];
+  int threads;
+  calibration_key(cpu, sizeof cpu, &threads);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1;
+  double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
+  ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
+  if (!c1) goto fail;
+  double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES];
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+    if ((tk[k] = measure_class(c1, k, &uk[k])) <= 0) goto fail;
+  overhead = measure_overhead(c1);
+  step1 = trivial_step(c1, false);
+  ts_client_free(c1);
+  c1 = NULL;
+  if (overhead <= 0 || step1 <= 0) goto fail;
+  /* each time above includes one kernel's overhead: the rate is of the work alone */
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
+  if (threads > 1) { /* the parallel efficiency of the large matmul on every thread */
+    ts_client *ct = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = 1});
+    double units = 0, t = ct ? measure_class(ct, TS_KERNEL_MATMUL, &units) : -1;
+    ts_client_free(ct);
+    if (t <= 0) goto fail;
+    eff = fmin(1, fmax(0.05, units / t / rate[TS_KERNEL_MATMUL] / threads));
+  }
+  /* in-process all-reduce on D devices: 1 element (latency) and 1 Mi f32 (bandwidth);
+   * the ring model: t = 2 log2(D) alpha + 2 B (D-1)/D / beta */
+  for (int q = 0; q < DEV_AR_SIZES; q++) {
+    int D = ar_devices[q];
+    ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
+    double ts = -1, tb = -1;
+    if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
+    const int64_t big = 1 << 20;
+    for (int k = 0; k < 2 && c; k++) {
+      int64_t len = k == 0 ? 1 : big;
+      ts_graph *g = ts_graph_new();
+      if (!g) break;
+      ts_graph_add_output(g, ts_replica_all_reduce(g, ts_input(g, "x", TS_F32, 1, &len), TS_REDUCE_SUM));
+      *(k == 0 ? &ts : &tb) = time_graph(c, g, true, k == 0 ? 20 : 5);
+      ts_graph_free(g);
+    }
+    ts_client_free(c);
+    if (ts <= 0 || tb <= 0) goto fail;
+    arl[q] = ts / (2 * log2((double)D));
+    arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
+  }
+  /* directories of the path */
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *s = dir + 1; *s; s++)
+    if (*s == '/') {
+      *s = '\0';
+      mkdir(dir, 0755);
+      *s = '/';
+    }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    cli_error(cmd, "--calibrate %s: cannot write it: %s", path, strerror(errno));
+    return -1;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  double loadavg[1] = {0};
+  FILE *la = fopen("/proc/loadavg", "r");
+  if (la) {
+    if (fscanf(la, "%lf", &loadavg[0]) != 1) loadavg[0] = 0;
+    fclose(la);
+  }
+  fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
+             "# Kernel throughput of one core (1 thread, best of several runs), the per-kernel\n"
+             "# overhead, in-process all-reduce alpha/beta; load average %.2f when measured%s.\n"
+             "name = CPU virtual devices (calibrated: %s)\n"
+             "calibration.cpu = %s\n"
+             "calibration.threads = %d\n"
+             "cores = %ld\n"
+             "flops_per_s.f32 = %.4g\n"
+             "flops_per_s.bf16 = %.4g\n"
+             "memory_bytes_per_s = %.4g\n"
+             "memory_bytes = %.4g\n",
+          loadavg[0], loadavg[0] > 0.5 * (double)cores ? " (a loaded machine: rerun when quiet)" : "", cpu, cpu,
+          threads, cores, rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_ELEMENTWISE],
+          (double)pages * (double)psz);
+  static const char *const what[TS_KERNEL_CLASSES] = {
+      "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, 384^3 matmul and its two gradients", "FLOP/s, 3x3 conv (16,16,32,32)", "FLOP/s, its data gradient",
+      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 1024x1024 and its gradient", "bytes/s, row sum of 1024x1024",
+      "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
+      "bytes/s, bias add + ReLU of (16,64,32,32)", "bytes/s, 2x2 max pooling of (16,32,32,32) and its gradient"};
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
+  fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
+             "parallel_efficiency = %.3g   # 384^3 matmul + gradients on %d threads / (%d x 1 thread)\n",
+          overhead, eff, threads, threads);
+  fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device\n", step1);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q]);
+  fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
+             "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
+             "net_link_latency_s = 2e-5   # not measured\n"
+             "devices_per_host = 4096   # virtual devices: every one in this process\n",
+          arb[0], arl[0]);
+  fclose(f);
+  printf("calibrated in %.1f s (%s, %d threads): matmul %.3g FLOP/s, conv %.3g FLOP/s, elementwise %.3g B/s, "
+         "overhead %.3g s, all-reduce (2 devices) %.3g s + %.3g B/s -> %s\n",
+         util_now_s() - t0, cpu, threads, rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_CONV], rate[TS_KERNEL_ELEMENTWISE],
+         overhead, arl[0], arb[0], path);
+  return 0;
+fail:
+  ts_client_free(c1);
+  cli_error(cmd, "--calibrate: a measurement failed: %s", ts_last_error());
+  return -1;
+}

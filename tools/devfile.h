@@ -1,0 +1,56 @@
+/* devfile.h — device descriptions and the cost model's calibration for
+ * `tessel plan` and `tessel inspect`: the file format (devices/README.md),
+ * the calibration cache (TESSEL_CALIBRATION, else
+ * $XDG_CACHE_HOME/tessel/calibration.txt), the measurement that writes it
+ * (`tessel plan --calibrate`) and the cost-model options a mesh gets from it. */
+#ifndef TS_TOOLS_DEVFILE_H
+#define TS_TOOLS_DEVFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tessel/tessel.h"
+
+#define DEV_AR_SIZES 3 /* in-process all-reduce measured on 2, 4 and 8 devices */
+
+typedef struct {
+  char name[128];
+  double flops_f32, flops_bf16, bytes_per_s, memory_bytes;
+  double host_bytes_per_s, host_latency_s; /* links between devices of one host */
+  double net_bytes_per_s, net_latency_s;   /* links between hosts */
+  int devices_per_host;
+  /* calibration (0: not given): one core's throughput per kernel class, the
+   * per-kernel overhead, the parallel efficiency of a kernel on all threads,
+   * in-process all-reduce alpha/beta with 2, 4, 8 devices sharing the host */
+  double kernel[TS_KERNEL_CLASSES];
+  double op_overhead_s, parallel_efficiency;
+  double ar_bw[DEV_AR_SIZES], ar_lat[DEV_AR_SIZES];
+  double step1;                  /* step overhead of 1 device (a trivial program's execute) */
+  double step_over[DEV_AR_SIZES]; /* the same with 2, 4, 8 devices */
+  char cpu[128];     /* calibration key: the CPU model */
+  int threads;       /* calibration key: the threads (TESSEL_NUM_THREADS or the cores) */
+  int cores;         /* per_core: the host's cores the devices share */
+  bool per_core;     /* kernel[] is one core's: a device's share of the host's cores scales it */
+} device_desc;
+
+/* The cost model's own defaults (an estimate for one CPU core). */
+void device_default(device_desc *d);
+/* Reads a device or calibration file over d (keys it names replace d's).
+ * Errors (printed with cmd) name the file, line and key. */
+int device_read(const char *cmd, const char *path, device_desc *d);
+/* The calibration cache's path (TESSEL_CALIBRATION, else the XDG cache);
+ * NULL for TESSEL_CALIBRATION=none or without HOME. */
+const char *calibration_path(char *buf, size_t len);
+/* This machine's key: CPU model and threads. */
+void calibration_key(char *cpu, size_t len, int *threads);
+/* d = the defaults, then the calibration cache when it exists and its key is
+ * this machine's. *note: what was used (for printing; static text or buf). */
+void device_auto(device_desc *d, char *note, size_t len);
+/* Measures this machine (a few seconds) into path (directories created). */
+int calibrate(const char *cmd, const char *path);
+/* The cost model's options for mesh m (per-axis links: inside a host when the
+ * axis and the axes minor to it span at most devices_per_host); in_host per
+ * axis may be NULL. */
+void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_options *ao, bool *in_host);
+
+#endif
