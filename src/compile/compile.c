@@ -115,9 +115,13 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-/* The all-reduces worth starting asynchronously: those whose first user is
- * not the next node the device runs (the nodes in between overlap with the
- * communication). Reshapes only rename memory: their users count as users
+/* The collectives worth starting asynchronously (all-reduces, all-gathers,
+ * reduce-scatters): those whose first user is not the next node the device
+ * runs (the nodes in between overlap with the communication; the schedule
+ * pass put each collective right after its last operand, so a gradient's
+ * reduction starts as soon as its bucket is ready in the backward pass and
+ * FSDP's weight all-gathers at the start of the program, ahead of their
+ * layers). Reshapes only rename memory: their users count as users
  * of what they reshape. */
 static int mark_async(ts_executable *e) {
   const ts_graph *g = e->g;
@@ -140,7 +144,8 @@ static int mark_async(ts_executable *e) {
   int rc = 0;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const ts_node *n = &g->nodes[i];
-    if (n->op != TS_OP_ALL_REDUCE || !n->attr.coll || n->attr.coll->n < 2) continue;
+    bool startable = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_ALL_GATHER || n->op == TS_OP_REDUCE_SCATTER;
+    if (!startable || !n->attr.coll || n->attr.coll->n < 2) continue;
     /* a result nobody reads has memory only at its own node: the worker
      * would write it after it was reused */
     bool is_output = false;

@@ -1,8 +1,8 @@
 /* cpu_device.c — the CPU backend behind device.h: aligned host memory,
  * memcpy transfers, and a run loop calling kernel_run node by node; the
- * all-reduces the compiler marked async are started on the communicator's
- * worker and awaited by their first user, so they overlap with the nodes in
- * between. */
+ * collectives the compiler marked async (all-reduces, all-gathers,
+ * reduce-scatters) are started on the communicator's worker and awaited by
+ * their first user, so they overlap with the nodes in between. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,12 +63,10 @@ static int await_all(pending *p, const ts_program *prog) {
   return comm_wait_all(prog->comm, prog->device);
 }
 
-/* Starts the all-reduce of node id on the communicator's worker, in place
- * on its output (a copy of the operand first: the operand's memory may be
- * reused as soon as this returns). */
+/* Starts the collective of node id on the communicator's worker
+ * (cpu_collective_start copies the operand first: its memory may be reused
+ * as soon as this returns). */
 static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
-  const ts_node *n = &prog->g->nodes[id];
-  size_t bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype);
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 16;
     int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
@@ -78,9 +76,7 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
     p->ticket = tickets;
     p->cap = cap;
   }
-  if (in != out && bytes) memcpy(out, in, bytes);
-  int64_t t = comm_all_reduce_start(prog->comm, prog->device, n->attr.coll->ids, n->attr.coll->n, n->dtype,
-                                       n->attr.reduce, out, ts_shape_numel(n->rank, n->shape));
+  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id]);
   if (t < 0) return -1;
   p->node[p->n] = id;
   p->ticket[p->n++] = t;
@@ -113,7 +109,11 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     if (async) {
       int64_t t0 = obs_now();
       rc = start(&p, prog, id, in[0], values[id]);
-      if (t0) obs_kernel("all_reduce (start)", prog->device, t0);
+      if (t0)
+        obs_kernel(n->op == TS_OP_ALL_REDUCE   ? "all_reduce (start)"
+                   : n->op == TS_OP_ALL_GATHER ? "all_gather (start)"
+                                               : "reduce_scatter (start)",
+                   prog->device, t0);
     } else {
       int64_t obs_t0 = obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
       rc = ir_op_is_collective(n->op)
