@@ -183,3 +183,12 @@ int comm_wait_all(ts_comm *c, int device) {
   pthread_mutex_unlock(&w->mu);
   return comm_wait_ticket(c, device, last);
 }
+
+int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
+  comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
+  if (!w) return 1;
+  pthread_mutex_lock(&w->mu);
+  int done = w->done > ticket || w->done == w->started;
+  pthread_mutex_unlock(&w->mu);
+  return done;
+}

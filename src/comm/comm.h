@@ -99,6 +99,9 @@ int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, c
 int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                   const void *in, void *out, int64_t outer, int64_t chunk);
 int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
+/* 1 when the started collective `ticket` has ended (its wait would not
+ * block; an error still comes back from the wait), 0 while it runs. */
+int comm_ticket_done(ts_comm *c, int device, int64_t ticket);
 int comm_wait_all(ts_comm *c, int device);
 
 #endif
