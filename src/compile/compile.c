@@ -142,6 +142,7 @@ static int mark_async(ts_executable *e) {
       if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
   }
   int rc = 0;
+  plan_kind kind;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const ts_node *n = &g->nodes[i];
     bool startable = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_ALL_GATHER || n->op == TS_OP_REDUCE_SCATTER;
@@ -161,6 +162,18 @@ static int mark_async(ts_executable *e) {
       rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     else
       e->async[i] = true;
+    /* one that writes straight into the caller's buffer (no end-of-run copy
+     * reads it) may still be in flight when the run returns: the next run
+     * overlaps it (runtime/carry.c) */
+    kind = e->plan.values[i].kind;
+    bool copied = false;
+    for (int k = 0; k < e->plan.n_copies; k++) copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
+    if (rc == 0 && (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied) {
+      if (!e->defer && !(e->defer = calloc((size_t)g->n_nodes + 1, sizeof *e->defer)))
+        rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+      else
+        e->defer[i] = true;
+    }
   }
   free(base);
   free(first_use);
@@ -310,6 +323,7 @@ void ts_executable_free(ts_executable *e) {
   free(e->state);
   free(e->values);
   free(e->async);
+  free(e->defer);
   plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);

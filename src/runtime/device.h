@@ -28,6 +28,12 @@ typedef struct {
    * its first user runs (or before the next synchronous collective, or at
    * the end of the run). */
   const bool *async;
+  /* Per node (NULL: none): an async collective that writes only the
+   * caller's buffers and may be left in flight at the end of the run, in
+   * `carry` (the device's; runtime/rt.h), where later runs and buffer
+   * accesses wait for it. */
+  const bool *defer;
+  struct rt_carry *carry;
 } ts_program;
 
 typedef struct ts_device {
