@@ -305,6 +305,9 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
 
 void ts_executable_free(ts_executable *e) {
   if (!e) return;
+  /* collectives a run left in flight read the nodes' staging buffers
+   * (runtime/carry.c): they end before the state goes */
+  if (e->client && e->defer) rt_client_settle(e->client, NULL);
   for (int i = 0; e->dev && i < e->n_dev; i++) ts_executable_free(e->dev[i]);
   free(e->dev);
   for (int i = 0; e->node_sh && e->g && i < e->g->n_nodes; i++) ts_sharding_free(e->node_sh[i]);
