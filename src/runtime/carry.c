@@ -8,6 +8,7 @@
  * (buffer.c). Waits are by ticket: the worker ends collectives in start
  * order, so waiting for one also ends every entry started before it. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -25,7 +26,8 @@ struct rt_carry {
   struct ts_comm *comm;
   int device;
   carry_entry *v;
-  int n, cap;
+  _Atomic int n; /* entries; read without the lock to skip an empty carry */
+  int cap;
 };
 
 rt_carry *rt_carry_new(struct ts_comm *comm, int device) {
@@ -74,7 +76,7 @@ static void drop_upto(rt_carry *k, int64_t t) {
 }
 
 int rt_carry_wait_range(rt_carry *k, const void *p, size_t bytes) {
-  if (!k || !k->n) return 0; /* read without the lock: only this device's runs and the host add or drop */
+  if (!k || !atomic_load_explicit(&k->n, memory_order_relaxed)) return 0;
   uintptr_t lo = (uintptr_t)p, hi = lo + (bytes ? bytes : 1);
   pthread_mutex_lock(&k->mu);
   int64_t t = -1;
@@ -90,7 +92,7 @@ int rt_carry_wait_range(rt_carry *k, const void *p, size_t bytes) {
 }
 
 int rt_carry_wait_all(rt_carry *k) {
-  if (!k || !k->n) return 0;
+  if (!rt_carry_pending(k)) return 0;
   pthread_mutex_lock(&k->mu);
   int64_t t = -1;
   for (int i = 0; i < k->n; i++)
@@ -101,10 +103,10 @@ int rt_carry_wait_all(rt_carry *k) {
   return rc;
 }
 
-bool rt_carry_pending(const rt_carry *k) { return k && k->n; }
+bool rt_carry_pending(const rt_carry *k) { return k && atomic_load_explicit(&k->n, memory_order_relaxed); }
 
 void rt_carry_ended(rt_carry *k) {
-  if (!k || !k->n) return;
+  if (!rt_carry_pending(k)) return;
   pthread_mutex_lock(&k->mu);
   k->n = 0;
   pthread_mutex_unlock(&k->mu);
@@ -114,7 +116,7 @@ int rt_client_settle(ts_client *c, const ts_buffer *b) {
   int rc = 0;
   for (int d = c->first_local; c->carry && d < c->first_local + c->num_local; d++) {
     rt_carry *k = c->carry[d - c->first_local];
-    if (!k || !k->n) continue;
+    if (!rt_carry_pending(k)) continue;
     if (b) {
       if (d < b->n_shards && rt_carry_wait_range(k, b->shards[d], b->shard_bytes) < 0) rc = -1;
     } else if (rt_carry_wait_all(k) < 0) {
