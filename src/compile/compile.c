@@ -167,7 +167,8 @@ static int mark_async(ts_executable *e) {
      * overlaps it (runtime/carry.c) */
     kind = e->plan.values[i].kind;
     bool copied = false;
-    for (int k = 0; k < e->plan.n_copies; k++) copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
+    for (int k = 0; k < e->plan.n_copies; k++)
+      copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
     if (rc == 0 && (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied) {
       if (!e->defer && !(e->defer = calloc((size_t)g->n_nodes + 1, sizeof *e->defer)))
         rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
