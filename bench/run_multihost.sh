@@ -21,8 +21,12 @@
 #
 # Environment: RATES ("10gbit 1gbit 100mbit", tc's units), MODELS ("cnn
 # resnet20"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
-# TIMEOUT seconds per run (600). Run it on a quiet machine: each host gets one
-# core, so 2 free cores at least.
+# TIMEOUT seconds per run (600). PROFILE=1 adds, per rate and configuration,
+# a `tessel train --profile` run of the CNN (Fashion-MNIST, STEPS steps) and
+# prints rank 0's device line: compute, communication exposed and hidden
+# behind compute (from the trace: the collectives' time under kernels), a
+# measure that does not depend on the modeled compute. Run it on a quiet
+# machine: each host gets one core, so 2 free cores at least.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -86,6 +90,25 @@ for m in "${models[@]}"; do
     done
   done
 done
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  tessel="$build/tessel"
+  for r in "${rates[@]}"; do
+    set_rate "$r" || { failed=1; continue; }
+    for par in ddp spmd fsdp; do
+      case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
+      if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
+        -x TESSEL_NUM_THREADS "$tessel" train --model cnn --threads 1 --steps "${STEPS:-30}" --eval-batch 5000 \
+        "${pa[@]}" --profile >"$tmp/prof" 2>&1; then
+        echo "profile cnn $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
+      else
+        echo "profile cnn $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
+        failed=1
+      fi
+      netns_kill
+    done
+  done
+fi
 
 /usr/bin/python3 - "$tmp/results" <<'PY' || failed=1
 import re, sys

@@ -1,7 +1,10 @@
-/* async.c — started all-reduces (comm.h comm_all_reduce_start): one
- * worker thread per device, created at the first start, runs the device's
- * started collectives in order while the device thread computes; waits hand
- * back the results and errors. */
+/* async.c — started collectives (comm.h comm_all_reduce_start,
+ * comm_all_gather_start, comm_reduce_scatter_start): one worker thread per
+ * device, created at the first start, runs the device's started collectives
+ * in start order while the device thread computes (with several processes it
+ * is the thread that makes the MPI calls of those collectives, so their
+ * messages progress while the device computes); waits hand back the results
+ * and errors. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +16,44 @@
 
 enum { QUEUE = 64 }; /* started and not yet awaited, per device */
 
+enum { JOB_ALL_REDUCE, JOB_ALL_GATHER, JOB_REDUCE_SCATTER };
+
 typedef struct {
+  int kind;
   const int *group;
   int n;
   ts_dtype dt;
   ts_reduce_kind op;
-  void *buf;
-  int64_t count;
+  const void *in;
+  void *out;
+  int64_t count;      /* all-reduce: elements; all-gather, reduce-scatter: outer */
+  int64_t chunk;      /* reduce-scatter: elements per block row */
+  size_t chunk_bytes; /* all-gather */
+  int64_t bytes;      /* the operand's bytes (metrics) */
 } job;
+
+/* Runs one job on the worker (the calls the device thread would make). */
+static int run_job(ts_comm *c, int device, const job *j) {
+  int64_t t0 = obs_now();
+  int rc;
+  const char *kind;
+  switch (j->kind) {
+  case JOB_ALL_GATHER:
+    kind = "AllGather";
+    rc = comm_all_gather(c, device, j->group, j->n, j->in, j->out, j->count, j->chunk_bytes);
+    break;
+  case JOB_REDUCE_SCATTER:
+    kind = "ReduceScatter";
+    rc = comm_reduce_scatter(c, device, j->group, j->n, j->dt, j->op, j->in, j->out, j->count, j->chunk);
+    break;
+  default:
+    kind = "AllReduce";
+    rc = comm_all_reduce(c, device, j->group, j->n, j->dt, j->op, j->in, j->out, j->count);
+    break;
+  }
+  if (rc == 0 && t0) obs_collective(kind, device, j->bytes, t0);
+  return rc;
+}
 
 typedef struct comm_worker {
   ts_comm *c;
@@ -44,13 +77,7 @@ static void *worker_main(void *arg) {
     job j = w->q[w->done % QUEUE];
     bool skip = w->failed; /* after a failure the communicator is unusable */
     pthread_mutex_unlock(&w->mu);
-    int rc = -1;
-    if (!skip) {
-      int64_t t0 = obs_now();
-      rc = comm_all_reduce(w->c, w->device, j.group, j.n, j.dt, j.op, j.buf, j.buf, j.count);
-      if (rc == 0 && t0)
-        obs_collective("AllReduce", w->device, j.count * (int64_t)ts_dtype_size(j.dt), t0);
-    }
+    int rc = skip ? -1 : run_job(w->c, w->device, &j);
     pthread_mutex_lock(&w->mu);
     if (rc < 0 && !w->failed) {
       w->failed = true;
@@ -83,7 +110,7 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   if (d->worker) return d->worker;
   comm_worker *w = calloc(1, sizeof *w);
   if (!w) {
-    set_error_code(TS_ERR_OUT_OF_MEMORY, "all_reduce_start: out of memory");
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "collective start: out of memory");
     return NULL;
   }
   w->c = c;
@@ -94,27 +121,46 @@ static comm_worker *worker_of(ts_comm *c, int device) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
-    set_error("all_reduce_start: could not start the collective thread of device %d", device);
+    set_error("collective start: could not start the collective thread of device %d", device);
     return NULL;
   }
   return d->worker = w;
 }
 
-int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
-                                 void *buf, int64_t count) {
+static int64_t start(ts_comm *c, int device, const job *j) {
   if (!c || device < c->first || device >= c->first + c->n_local) {
-    set_error("all_reduce_start: device %d is not a device of this process", device);
+    set_error("collective start: device %d is not a device of this process", device);
     return -1;
   }
   comm_worker *w = worker_of(c, device);
   if (!w) return -1;
   pthread_mutex_lock(&w->mu);
   while (w->started - w->done >= QUEUE) pthread_cond_wait(&w->cv, &w->mu);
-  w->q[w->started % QUEUE] = (job){group, n, dt, op, buf, count};
+  w->q[w->started % QUEUE] = *j;
   int64_t ticket = w->started++;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return ticket;
+}
+
+int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+                                 void *buf, int64_t count) {
+  job j = {JOB_ALL_REDUCE, group, n, dt, op, buf, buf, count, 0, 0, count * (int64_t)ts_dtype_size(dt)};
+  return start(c, device, &j);
+}
+
+int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                              int64_t outer, size_t chunk_bytes) {
+  job j = {JOB_ALL_GATHER, group, n, TS_F32, TS_REDUCE_SUM, in, out, outer, 0, chunk_bytes,
+           outer * (int64_t)chunk_bytes};
+  return start(c, device, &j);
+}
+
+int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+                                  const void *in, void *out, int64_t outer, int64_t chunk) {
+  job j = {JOB_REDUCE_SCATTER, group, n, dt, op, in, out, outer, chunk, 0,
+           outer * n * chunk * (int64_t)ts_dtype_size(dt)};
+  return start(c, device, &j);
 }
 
 int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
@@ -136,4 +182,13 @@ int comm_wait_all(ts_comm *c, int device) {
   int64_t last = w->started - 1;
   pthread_mutex_unlock(&w->mu);
   return comm_wait_ticket(c, device, last);
+}
+
+int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
+  comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
+  if (!w) return 1;
+  pthread_mutex_lock(&w->mu);
+  int done = w->done > ticket || w->done == w->started;
+  pthread_mutex_unlock(&w->mu);
+  return done;
 }

@@ -79,7 +79,7 @@ int comm_all_to_all(ts_comm *c, int device, const int *group, int n, const void 
 int comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const void *in, void *out,
                     size_t bytes);
 
-/* ---- asynchronous all-reduce (overlap with computation) ----
+/* ---- asynchronous collectives (overlap with computation) ----
  * Starts an in-place all-reduce of buf (count elements of dt) over group on
  * a worker thread that acts as `device` in the communicator, and returns a
  * ticket (>= 0) at once; -1 on error. The device thread may go on computing
@@ -90,7 +90,18 @@ int comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const vo
  * the wait. Errors (timeouts) come back from the wait. */
 int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                  void *buf, int64_t count);
+/* The same for an all-gather and a reduce-scatter (arguments as in
+ * comm_all_gather / comm_reduce_scatter): neither in nor out may be touched
+ * by the device before the wait (in is read by the worker, and by peers,
+ * until the collective ends there). */
+int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                              int64_t outer, size_t chunk_bytes);
+int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
+                                  const void *in, void *out, int64_t outer, int64_t chunk);
 int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
+/* 1 when the started collective `ticket` has ended (its wait would not
+ * block; an error still comes back from the wait), 0 while it runs. */
+int comm_ticket_done(ts_comm *c, int device, int64_t ticket);
 int comm_wait_all(ts_comm *c, int device);
 
 #endif

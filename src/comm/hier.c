@@ -18,13 +18,25 @@
  * every member's input and sends the result to the other leaders. Per
  * process and call that sends (P-1)/P of the vector per local member, plus
  * (P-1)/P of the result: with one device per process it is the
- * bandwidth-optimal 2(P-1)/P of a ring, in one step instead of P-1. */
+ * bandwidth-optimal 2(P-1)/P of a ring, in one step instead of P-1.
+ *
+ * With TESSEL_HIER_ALLREDUCE=1 and k > 1 devices of the group in every
+ * process, all-reduce is two-level instead (all_reduce_2level): a
+ * reduce-scatter inside each process (local member s sums chunk s of the k
+ * local inputs), an all-reduce of each 1/k chunk across processes by the
+ * members of sub-index s (the same direct reduce-scatter + all-gather), and
+ * an all-gather inside the process. A process then sends 2(P-1)/P of the
+ * vector instead of (k+1)(P-1)/P, but each element is summed per process
+ * first, then over processes: a different order than one process's member
+ * order, so results differ from it by rounding (every member still gets the
+ * same bits, and a run is repeatable). Off by default for that reason. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_internal.h"
 #include "comm/net.h"
 #include "comm/reduce.h"
+#include "util/config.h" /* TESSEL_HIER_ALLREDUCE */
 #include "util/error.h"
 
 int comm_tag(const ts_comm *c, int device, int id) {
@@ -119,6 +131,94 @@ int hier_barrier(ts_comm *c, int device, const int *group, int n) {
   return rc;
 }
 
+/* [lo, hi) of part i of `count` elements cut into `parts` parts whose starts
+ * are multiples of 64 bytes. */
+static void part_of(int64_t count, int parts, int i, size_t es, int64_t *lo, int64_t *hi) {
+  int64_t align = (int64_t)(64 / es), per = ((count + parts - 1) / parts + align - 1) / align * align;
+  *lo = (int64_t)i * per < count ? (int64_t)i * per : count;
+  *hi = *lo + per < count ? *lo + per : count;
+}
+
+/* The two-level all-reduce (TESSEL_HIER_ALLREDUCE=1; the file comment):
+ * phases 1 = buffers published, 2 = every local member holds its chunk's
+ * result, 3 = every local member copied the others' chunks. */
+static int all_reduce_2level(ts_comm *c, int device, const int *group, const hgroup *h, ts_dtype dt,
+                             ts_reduce_kind op, const void *src, void *out, int64_t count) {
+  const char *what = "all_reduce";
+  comm_dev *d = &c->dev[device];
+  size_t es = ts_dtype_size(dt);
+  int k = h->nl, s = 0;
+  while (h->loc[s] != device) s++;
+  atomic_store_explicit(&d->src, src, memory_order_relaxed);
+  atomic_store_explicit(&d->dst, out, memory_order_relaxed);
+  if (comm_sync(c, device, what, h->loc, k, 1)) return -1;
+  /* 1. chunk s summed over the local members (group order) into our out */
+  int64_t lo, hi;
+  part_of(count, k, s, es, &lo, &hi);
+  for (int m = 0; m < k; m++) d->srcs[m] = src_of(c, h->loc[m]) + (size_t)lo * es;
+  void *mine = (char *)out + (size_t)lo * es;
+  if (hi > lo) comm_reduce(dt, op, k, d->srcs, 1, &mine, hi - lo, false);
+  /* 2. that chunk all-reduced over the processes by their sub-index-s
+   * members: process j sums part j of it (process order) and sends it to
+   * the others. An op that is not a plain sum (MEAN) divides by the local
+   * count first: comm_reduce's MEAN of k then of P is the mean of k*P. */
+  int64_t len = hi - lo, plo, phi;
+  part_of(len, h->np, h->me, es, &plo, &phi);
+  size_t pb = (size_t)(phi - plo) * es;
+  char *slots = grow(d, (size_t)(h->np > 1 ? h->np - 1 : 1) * (pb ? pb : 1), what);
+  net_msg *m = malloc((size_t)2 * (size_t)h->np * sizeof *m);
+  int rc = -1;
+  if (!slots || !m) {
+    if (!m) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    goto done;
+  }
+  int tag = comm_tag(c, device, group[s]), n_msg = 0, slot = 0;
+  for (int j = 0; j < h->np; j++) {
+    if (j == h->me) continue;
+    int64_t jlo, jhi;
+    part_of(len, h->np, j, es, &jlo, &jhi);
+    m[n_msg++] = (net_msg){h->proc[j], tag, true, (char *)mine + (size_t)jlo * es, (size_t)(jhi - jlo) * es};
+    m[n_msg++] = (net_msg){h->proc[j], tag, false, slots + (size_t)slot++ * pb, pb};
+  }
+  if (net_exchange(c->net, m, n_msg, timeout_of(c), what) < 0) goto done;
+  slot = 0;
+  for (int j = 0; j < h->np; j++)
+    d->srcs[j] = j == h->me ? (const char *)mine + (size_t)plo * es : slots + (size_t)slot++ * pb;
+  void *part = (char *)mine + (size_t)plo * es;
+  if (phi > plo) comm_reduce(dt, op, h->np, d->srcs, 1, &part, phi - plo, false);
+  n_msg = 0;
+  for (int j = 0; j < h->np; j++) {
+    if (j == h->me) continue;
+    int64_t jlo, jhi;
+    part_of(len, h->np, j, es, &jlo, &jhi);
+    m[n_msg++] = (net_msg){h->proc[j], tag, true, part, pb};
+    m[n_msg++] = (net_msg){h->proc[j], tag, false, (char *)mine + (size_t)jlo * es, (size_t)(jhi - jlo) * es};
+  }
+  if (net_exchange(c->net, m, n_msg, timeout_of(c), what) < 0) goto done;
+  /* 3. the other local members' chunks */
+  if (comm_sync(c, device, what, h->loc, k, 2)) goto done;
+  for (int t = 0; t < k; t++) {
+    if (t == s) continue;
+    int64_t tlo, thi;
+    part_of(count, k, t, es, &tlo, &thi);
+    const char *peer = atomic_load_explicit(&c->dev[h->loc[t]].dst, memory_order_relaxed);
+    if (thi > tlo) memcpy((char *)out + (size_t)tlo * es, peer + (size_t)tlo * es, (size_t)(thi - tlo) * es);
+  }
+  rc = comm_sync(c, device, what, h->loc, k, 3);
+done:
+  free(m);
+  return rc;
+}
+
+/* The two-level all-reduce applies: asked for, several local members here
+ * and the same number in every process of the group. */
+static bool use_2level(const hgroup *h) {
+  if (!env_config()->hier_allreduce || h->nl < 2 || h->np < 2) return false;
+  for (int j = 0; j < h->np; j++)
+    if (h->cnt[j] != h->nl) return false;
+  return true;
+}
+
 int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
                     const void *in, void *out, int64_t count) {
   (void)r;
@@ -128,6 +228,16 @@ int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_d
   d->seq++;
   hgroup h;
   if (hgroup_make(c, group, n, &h, what) < 0) return -1;
+  if (use_2level(&h)) {
+    const void *src2 = in;
+    int rc2 = -1;
+    if (in != out && comm_overlaps(in, bytes, out, bytes) && !(src2 = comm_stage(c, device, what, in, bytes)))
+      rc2 = -1;
+    else
+      rc2 = all_reduce_2level(c, device, group, &h, dt, op, src2, out, count);
+    free(h.mem);
+    return rc2;
+  }
   int rc = -1;
   net_msg *m = NULL;
   const void *src = in;

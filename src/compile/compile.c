@@ -115,9 +115,13 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-/* The all-reduces worth starting asynchronously: those whose first user is
- * not the next node the device runs (the nodes in between overlap with the
- * communication). Reshapes only rename memory: their users count as users
+/* The collectives worth starting asynchronously (all-reduces, all-gathers,
+ * reduce-scatters): those whose first user is not the next node the device
+ * runs (the nodes in between overlap with the communication; the schedule
+ * pass put each collective right after its last operand, so a gradient's
+ * reduction starts as soon as its bucket is ready in the backward pass and
+ * FSDP's weight all-gathers at the start of the program, ahead of their
+ * layers). Reshapes only rename memory: their users count as users
  * of what they reshape. */
 static int mark_async(ts_executable *e) {
   const ts_graph *g = e->g;
@@ -138,9 +142,11 @@ static int mark_async(ts_executable *e) {
       if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
   }
   int rc = 0;
+  plan_kind kind;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const ts_node *n = &g->nodes[i];
-    if (n->op != TS_OP_ALL_REDUCE || !n->attr.coll || n->attr.coll->n < 2) continue;
+    bool startable = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_ALL_GATHER || n->op == TS_OP_REDUCE_SCATTER;
+    if (!startable || !n->attr.coll || n->attr.coll->n < 2) continue;
     /* a result nobody reads has memory only at its own node: the worker
      * would write it after it was reused */
     bool is_output = false;
@@ -156,6 +162,19 @@ static int mark_async(ts_executable *e) {
       rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
     else
       e->async[i] = true;
+    /* one that writes straight into the caller's buffer (no end-of-run copy
+     * reads it) may still be in flight when the run returns: the next run
+     * overlaps it (runtime/carry.c) */
+    kind = e->plan.values[i].kind;
+    bool copied = false;
+    for (int k = 0; k < e->plan.n_copies; k++)
+      copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
+    if (rc == 0 && (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied) {
+      if (!e->defer && !(e->defer = calloc((size_t)g->n_nodes + 1, sizeof *e->defer)))
+        rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+      else
+        e->defer[i] = true;
+    }
   }
   free(base);
   free(first_use);
@@ -287,6 +306,9 @@ ts_executable *ts_compile(ts_client *c, const ts_graph *g, const ts_compile_opti
 
 void ts_executable_free(ts_executable *e) {
   if (!e) return;
+  /* collectives a run left in flight read the nodes' staging buffers
+   * (runtime/carry.c): they end before the state goes */
+  if (e->client && e->defer) rt_client_settle(e->client, NULL);
   for (int i = 0; e->dev && i < e->n_dev; i++) ts_executable_free(e->dev[i]);
   free(e->dev);
   for (int i = 0; e->node_sh && e->g && i < e->g->n_nodes; i++) ts_sharding_free(e->node_sh[i]);
@@ -305,6 +327,7 @@ void ts_executable_free(ts_executable *e) {
   free(e->state);
   free(e->values);
   free(e->async);
+  free(e->defer);
   plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);

@@ -1,7 +1,15 @@
 /* schedule.c — the schedule pass (opt.h opt_schedule): collectives as early
- * as their operands allow. The executor runs nodes in order and overlaps an
- * all-reduce with the nodes between it and its first user (runtime/), so
- * the earlier it starts the more work hides it. */
+ * as their operands allow. The executor runs nodes in order and overlaps a
+ * started collective with the nodes between it and its first user
+ * (runtime/), so the earlier it starts the more work hides it.
+ *
+ * Weight gathers (an all-gather of a program input: FSDP's parameters) are
+ * prefetched one layer ahead instead: the first at the start of the
+ * program, each next one right before the first user of the one before it
+ * runs, so gathering layer k+1's weight overlaps layer k's compute while at
+ * most two gathered weights wait for their layers (the input nodes, which
+ * compute nothing, move along with them). The schedule depends only on the
+ * program, so every device makes its collective calls in the same order. */
 #include <stdlib.h>
 
 #include "opt/opt.h"
@@ -53,9 +61,40 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
       for (int k = u.off[i]; k < u.off[i + 1] && eager[i]; k++) eager[i] = eager[u.users[k]];
     }
   }
+  /* the weight gathers in node order (pf), each with the node before which
+   * it is pulled (anchor): the first user of the gather before it (0: the
+   * start; INT32_MAX: never pulled, it stays where its input is) */
+  int32_t *pf = malloc(((size_t)n + 1) * sizeof *pf), *anchor = malloc(((size_t)n + 1) * sizeof *anchor);
+  if (!pf || !anchor) {
+    free(pf);
+    free(anchor);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  int n_pf = 0;
+  int32_t prev_first = 0; /* the first user of the gather before */
+  for (int i = 0; i < n; i++) {
+    const ts_node *nd = &g->nodes[i];
+    if (nd->op != TS_OP_ALL_GATHER || nd->n_in != 1 || g->nodes[nd->in[0]].op != TS_OP_INPUT) continue;
+    pf[n_pf] = i;
+    anchor[n_pf++] = prev_first;
+    prev_first = INT32_MAX;
+    for (int k = u.off[i]; k < u.off[i + 1]; k++)
+      if (u.users[k] < prev_first) prev_first = u.users[k];
+  }
   sched s = {g, &u, eager, done, order, 0};
-  for (int i = 0; i < n; i++)
+  int next = 0, cursor = 0; /* inputs before `cursor` are emitted */
+  for (int i = 0; i < n; i++) {
+    for (; next < n_pf && anchor[next] <= i; next++) { /* pull the gathers due before node i */
+      /* inputs are numbered in node order: the ones before the gather's go first */
+      for (int in = g->nodes[pf[next]].in[0]; cursor <= in; cursor++)
+        if (g->nodes[cursor].op == TS_OP_INPUT && !done[cursor]) emit(&s, cursor); /* the gather too (eager) */
+      if (!done[pf[next]] && ready(&s, pf[next])) emit(&s, pf[next]);
+    }
     if (!done[i]) emit(&s, i);
+  }
+  free(pf);
+  free(anchor);
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;

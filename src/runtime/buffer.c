@@ -170,6 +170,7 @@ int ts_buffer_write(ts_buffer *b, const void *src, size_t bytes) {
   if (!b) return set_error("buffer_write: buffer is NULL");
   if (bytes != b->bytes) return set_error("buffer_write: got %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !src) return set_error("buffer_write: source is NULL");
+  if (rt_client_settle(b->client, b) < 0) return -1; /* collectives still writing it (carry.c) */
   rt_hold_wait(b, false); /* a held buffer: after the holder is done */
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", -1, bytes);
   ts_client *c = b->client;
@@ -291,6 +292,7 @@ int ts_buffer_read(const ts_buffer *b, void *dst, size_t bytes) {
   if (!b) return set_error("buffer_read: buffer is NULL");
   if (bytes != b->bytes) return set_error("buffer_read: asked for %zu bytes but the buffer holds %zu", bytes, b->bytes);
   if (bytes && !dst) return set_error("buffer_read: destination is NULL");
+  if (rt_client_settle(b->client, b) < 0) return -1; /* collectives still writing it (carry.c) */
   TS_OBS_SCOPE("TransferFromDeviceTime", "from device", "transfer", -1, bytes);
   const ts_client *c = b->client;
   int first = c->first_local, n = b->n_shards;
@@ -350,6 +352,7 @@ static int check_block(const ts_buffer *b, int device, const void *host, size_t 
 int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes) {
   int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
   if (check_block(b, device, dst, bytes, "buffer_read_shard", ext) < 0) return -1;
+  if (rt_client_settle(b->client, b) < 0) return -1; /* collectives still writing it (carry.c) */
   const ts_device *d = &b->client->devs[device];
   if (bytes == b->shard_bytes) /* an unpadded block: the device's memory is the block (checkpoints: one copy) */
     return d->to_host(d->ctx, dst, b->shards[device], bytes);
@@ -365,6 +368,7 @@ int ts_buffer_read_shard(const ts_buffer *b, int device, void *dst, size_t bytes
 int ts_buffer_write_shard(ts_buffer *b, int device, const void *src, size_t bytes) {
   int64_t ext[TS_MAX_RANK], zero[TS_MAX_RANK] = {0};
   if (check_block(b, device, src, bytes, "buffer_write_shard", ext) < 0) return -1;
+  if (rt_client_settle(b->client, b) < 0) return -1; /* collectives still writing it (carry.c) */
   rt_hold_wait(b, false); /* a held buffer: after the holder is done */
   TS_OBS_SCOPE("TransferToDeviceTime", "to device", "transfer", device, bytes);
   const ts_device *d = &b->client->devs[device];
@@ -382,6 +386,7 @@ int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
   if (!b) return set_error("buffer_reshard: buffer is NULL");
   if (check_sharding(b->client, s, b->rank) < 0) return -1;
   if (rt_buffer_has_sharding(b, s)) return 0;
+  if (rt_client_settle(b->client, b) < 0) return -1; /* collectives still writing it (carry.c) */
   rt_hold_wait(b, true); /* a held buffer: after the holder is done; new block sizes, no spare */
   /* through the host: rare (only when a caller passes a buffer laid out
    * differently from what a program expects) */
@@ -403,6 +408,7 @@ int ts_buffer_reshard(ts_buffer *b, const ts_sharding *s) {
 
 void ts_buffer_free(ts_buffer *b) {
   if (!b) return;
+  rt_client_settle(b->client, b); /* no collective may write freed memory; its error surfaces elsewhere */
   rt_hold_buffer_gone(b); /* held memory: the hold's from now on */
   free_shards(b);
   ts_sharding_free(b->sharding);

@@ -146,6 +146,18 @@ ts_client *ts_client_new(const ts_client_options *opts) {
   /* a device that failed (a kernel error) or a dead process never reaches
    * the next collective: its peers give up with an error instead of hanging */
   if (c->comm) comm_set_timeout_ms(c->comm, c->timeout_ms);
+  if (c->comm) {
+    if (!(c->carry = calloc((size_t)ndev, sizeof *c->carry))) {
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "client: out of memory");
+      ts_client_free(c);
+      return NULL;
+    }
+    for (int i = 0; i < ndev; i++)
+      if (!(c->carry[i] = rt_carry_new(c->comm, c->first_local + i))) {
+        ts_client_free(c);
+        return NULL;
+      }
+  }
   bool bind = opts && opts->bind_cores;
   if ((ndev > 1 || bind) && !(c->pool = rt_pool_new(ndev - 1))) {
     ts_client_free(c);
@@ -164,6 +176,8 @@ ts_client *ts_client_new(const ts_client_options *opts) {
 void ts_client_free(ts_client *c) {
   if (!c) return;
   rt_pool_free(c->pool); /* no device runs any more: the communicator can go */
+  for (int i = 0; c->carry && i < c->num_local; i++) rt_carry_free(c->carry[i]); /* what runs left in flight */
+  free(c->carry);
   if (c->comm) comm_free(c->comm);
   for (int i = 0; c->devs && i < c->num_devices; i++)
     if (c->devs[i].destroy) c->devs[i].destroy(c->devs[i].ctx);

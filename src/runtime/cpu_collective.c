@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"        /* the communicator between device threads and processes */
+#include "kernels/kernels.h"  /* ts_kstate: a started collective's staging buffer */
 #include "runtime/device.h"   /* cpu_collective */
 
 static int64_t numel(const ts_node *n) { return ts_shape_numel(n->rank, n->shape); }
@@ -89,5 +90,91 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
     return comm_permute(comm, device, k->ids, k->n, in[0], out, (size_t)numel(n) * es);
   default:
     return set_error("collective: %s is not a collective", ir_op_name(n->op));
+  }
+}
+
+/* A node's staging buffer, kept across runs in the node's state (released
+ * with the executable): what a started collective reads, so the operand's
+ * memory may be reused as soon as the start returns. */
+typedef struct {
+  ts_kstate base;
+  void *buf;
+  size_t cap;
+} stage_state;
+
+static void stage_free(ts_kstate *s) {
+  free(((stage_state *)s)->buf);
+  free(s);
+}
+
+static void *stage(void **state, const void *in, size_t bytes) {
+  stage_state *s = *state;
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s))) return NULL;
+    s->base.free = stage_free;
+    *state = s;
+  }
+  if (bytes > s->cap) {
+    void *p = malloc(bytes);
+    if (!p) return NULL;
+    free(s->buf);
+    s->buf = p;
+    s->cap = bytes;
+  }
+  if (bytes) memcpy(s->buf, in, bytes);
+  return s->buf ? s->buf : (void *)s;
+}
+
+static int rank_in(const ts_collective *k, int device) {
+  for (int i = 0; i < k->n; i++)
+    if (k->ids[i] == device) return i;
+  return -1;
+}
+
+int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, ts_comm *comm,
+                             void **state) {
+  const ts_node *n = &g->nodes[id];
+  const ts_collective *k = n->attr.coll;
+  const ts_node *x = &g->nodes[n->in[0]];
+  size_t es = ts_dtype_size(n->dtype);
+  int d = n->attr.axis;
+  if (!k || !comm) {
+    set_error("%s: an asynchronous collective needs a device group and a communicator", ir_op_name(n->op));
+    return -1;
+  }
+  switch (n->op) {
+  case TS_OP_ALL_REDUCE: { /* in place on out: a copy of the operand first */
+    size_t bytes = (size_t)numel(n) * es;
+    if (in != out && bytes) memmove(out, in, bytes);
+    return comm_all_reduce_start(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, out, numel(n));
+  }
+  case TS_OP_ALL_GATHER: {
+    int64_t outer = span(x->shape, 0, d);
+    size_t chunk = (size_t)span(x->shape, d, x->rank) * es;
+    int r = rank_in(k, device);
+    const void *src;
+    if (outer == 1 && r >= 0) { /* in place: the operand at its own slot of out */
+      char *slot = (char *)out + (size_t)r * chunk;
+      if (slot != in && chunk) memmove(slot, in, chunk);
+      src = slot;
+    } else if (!(src = stage(state, in, (size_t)outer * chunk))) {
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "all_gather: out of memory staging %zu bytes", (size_t)outer * chunk);
+      return -1;
+    }
+    return comm_all_gather_start(comm, device, k->ids, k->n, src, out, outer, chunk);
+  }
+  case TS_OP_REDUCE_SCATTER: {
+    size_t bytes = (size_t)numel(x) * es;
+    const void *src = stage(state, in, bytes);
+    if (!src) {
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce_scatter: out of memory staging %zu bytes", bytes);
+      return -1;
+    }
+    return comm_reduce_scatter_start(comm, device, k->ids, k->n, n->dtype, n->attr.reduce, src, out,
+                                     span(n->shape, 0, d), span(n->shape, d, n->rank));
+  }
+  default:
+    set_error("%s: cannot be started asynchronously", ir_op_name(n->op));
+    return -1;
   }
 }

@@ -1,14 +1,15 @@
 /* cpu_device.c — the CPU backend behind device.h: aligned host memory,
  * memcpy transfers, and a run loop calling kernel_run node by node; the
- * all-reduces the compiler marked async are started on the communicator's
- * worker and awaited by their first user, so they overlap with the nodes in
- * between. */
+ * collectives the compiler marked async (all-reduces, all-gathers,
+ * reduce-scatters) are started on the communicator's worker and awaited by
+ * their first user, so they overlap with the nodes in between. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"      /* started all-reduces */
 #include "kernels/kernels.h" /* kernel_run, ts_kstate */
 #include "runtime/device.h"
+#include "runtime/rt.h"       /* rt_carry: collectives left in flight by earlier runs */
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
@@ -58,17 +59,49 @@ static int await_node(pending *p, const ts_program *prog, int32_t id) {
 }
 
 static int await_all(pending *p, const ts_program *prog) {
-  if (!p->n) return 0;
+  if (!p->n && !rt_carry_pending(prog->carry)) return 0;
   p->n = 0;
-  return comm_wait_all(prog->comm, prog->device);
+  int rc = comm_wait_all(prog->comm, prog->device);
+  rt_carry_ended(prog->carry); /* the whole queue ended */
+  return rc;
 }
 
-/* Starts the all-reduce of node id on the communicator's worker, in place
- * on its output (a copy of the operand first: the operand's memory may be
- * reused as soon as this returns). */
-static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
+static size_t node_bytes(const ts_node *n) {
+  return (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype);
+}
+
+/* Waits for the collectives earlier runs left in flight that write memory
+ * node id reads or writes. */
+static int await_carried(const ts_program *prog, void *const *values, int32_t id) {
   const ts_node *n = &prog->g->nodes[id];
-  size_t bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype);
+  for (int k = 0; k < n->n_in; k++)
+    if (rt_carry_wait_range(prog->carry, values[n->in[k]], node_bytes(&prog->g->nodes[n->in[k]])) < 0) return -1;
+  return rt_carry_wait_range(prog->carry, values[id], node_bytes(n));
+}
+
+/* The end of a run: waits for its started collectives, except the trailing
+ * ones that may end later (prog->defer), which go to the device's carry. */
+static int finish(pending *p, const ts_program *prog, void *const *values, bool ok) {
+  if (!p->n) return 0; /* what earlier runs left stays in flight */
+  int last = p->n - 1;   /* the last one to wait for */
+  while (ok && prog->defer && prog->carry && last >= 0 && prog->defer[p->node[last]]) last--;
+  if (last == p->n - 1) return await_all(p, prog);
+  int rc = last >= 0 ? comm_wait_ticket(prog->comm, prog->device, p->ticket[last]) : 0;
+  const ts_graph *g = prog->g;
+  for (int i = last + 1; i < p->n && rc == 0; i++)
+    rc = rt_carry_add(prog->carry, values[p->node[i]], node_bytes(&g->nodes[p->node[i]]), p->ticket[i]);
+  if (rc) {
+    rt_carry_wait_all(prog->carry);
+    comm_wait_all(prog->comm, prog->device);
+  }
+  p->n = 0;
+  return rc;
+}
+
+/* Starts the collective of node id on the communicator's worker
+ * (cpu_collective_start copies the operand first: its memory may be reused
+ * as soon as this returns). */
+static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 16;
     int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
@@ -78,9 +111,7 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
     p->ticket = tickets;
     p->cap = cap;
   }
-  if (in != out && bytes) memcpy(out, in, bytes);
-  int64_t t = comm_all_reduce_start(prog->comm, prog->device, n->attr.coll->ids, n->attr.coll->n, n->dtype,
-                                       n->attr.reduce, out, ts_shape_numel(n->rank, n->shape));
+  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id]);
   if (t < 0) return -1;
   p->node[p->n] = id;
   p->ticket[p->n++] = t;
@@ -100,7 +131,10 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     /* a started all-reduce must be done before a user reads it and before
      * the device makes its next collective call */
     bool async = prog->async && prog->async[id];
-    if (p.n && ir_op_is_collective(n->op) && !async) rc = await_all(&p, prog); /* started ones queue in order */
+    /* the worker runs the device's collectives: none may be in flight when
+     * the device makes a call itself (started ones queue in order) */
+    if (ir_op_is_collective(n->op) && !async) rc = await_all(&p, prog);
+    if (rc == 0 && rt_carry_pending(prog->carry)) rc = await_carried(prog, values, id);
     for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, base_of(g, n->in[k]));
     if (rc) break;
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
@@ -113,7 +147,11 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     if (async) {
       int64_t t0 = obs_now();
       rc = start(&p, prog, id, in[0], values[id]);
-      if (t0) obs_kernel("all_reduce (start)", prog->device, t0);
+      if (t0)
+        obs_kernel(n->op == TS_OP_ALL_REDUCE   ? "all_reduce (start)"
+                   : n->op == TS_OP_ALL_GATHER ? "all_gather (start)"
+                                               : "reduce_scatter (start)",
+                   prog->device, t0);
     } else {
       int64_t obs_t0 = obs_node_begin(n->op); /* 0 unless tracing (or a collective with metrics) */
       rc = ir_op_is_collective(n->op)
@@ -123,7 +161,7 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     }
     if (in != in_small) free(in);
   }
-  int wait_rc = await_all(&p, prog); /* also after an error: no worker may outlive the run's memory */
+  int wait_rc = finish(&p, prog, values, rc == 0); /* also after an error: no worker may outlive the run's memory */
   free(p.node);
   free(p.ticket);
   return rc ? -1 : wait_rc;

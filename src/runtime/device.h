@@ -23,10 +23,17 @@ typedef struct {
   int num_threads;
   int device;            /* the device's id (collectives name it) */
   struct ts_comm *comm;  /* collectives between device threads and processes; NULL on one device */
-  /* Per node (NULL: none): an all-reduce to start on the communicator's
-   * worker and await before its first user runs (or before the next
-   * collective, or at the end of the run). */
+  /* Per node (NULL: none): a collective (all-reduce, all-gather,
+   * reduce-scatter) to start on the communicator's worker and await before
+   * its first user runs (or before the next synchronous collective, or at
+   * the end of the run). */
   const bool *async;
+  /* Per node (NULL: none): an async collective that writes only the
+   * caller's buffers and may be left in flight at the end of the run, in
+   * `carry` (the device's; runtime/rt.h), where later runs and buffer
+   * accesses wait for it. */
+  const bool *defer;
+  struct rt_carry *carry;
 } ts_program;
 
 typedef struct ts_device {
@@ -56,5 +63,12 @@ struct ts_comm;
 /* cpu_collective.c: runs collective node `id` of g on this device (its
  * group's every member makes the same call). comm NULL: groups of one only. */
 int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, int device, struct ts_comm *comm);
+/* Starts collective node `id` (an all-reduce, all-gather or reduce-scatter)
+ * on the communicator's worker and returns its ticket (comm_wait_ticket), or
+ * -1. The operand is copied first (into out, or a staging buffer kept in
+ * *state, a ts_kstate), so its memory is free when this returns; out is
+ * written until the wait. */
+int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, struct ts_comm *comm,
+                             void **state);
 
 #endif

@@ -23,7 +23,8 @@ struct ts_executable {
   void *pool;         /* device memory, plan.const_bytes, filled at compile time */
   void **state;       /* per node: the device's cached state; released with the executable */
   void **values;      /* per node, resolved at every execute */
-  bool *async;        /* per node: an all-reduce started asynchronously (NULL: none) */
+  bool *async;        /* per node: a collective started asynchronously (NULL: none) */
+  bool *defer;        /* per node: an async one that may end after the run (NULL: none) */
   /* ---- SPMD top level only (n_dev > 0) ---- */
   int n_dev;
   struct ts_executable **dev; /* (n_dev) per-device programs */

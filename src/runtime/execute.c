@@ -109,13 +109,15 @@ static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_bu
   }
   ts_client *c = e->client;
   const ts_device *d = &c->devs[dev];
-  ts_program prog = {e->g, e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm,
-                     e->async};
+  rt_carry *carry = c->carry ? c->carry[dev - c->first_local] : NULL;
+  ts_program prog = {e->g,     e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm,
+                     e->async, e->defer, carry};
   if (d->run(d->ctx, &prog, e->values) < 0) return -1;
   for (int k = 0; k < e->plan.n_copies; k++) {
     const plan_copy *x = &e->plan.copies[k];
     const void *src = x->src_node >= 0 ? e->values[x->src_node] : (char *)e->arena + x->src_offset;
     void *dst = x->dst_output >= 0 ? bufs[x->dst_output]->shards[dev] : (char *)e->arena + x->dst_offset;
+    if (rt_carry_wait_range(carry, src, x->bytes) < 0 || rt_carry_wait_range(carry, dst, x->bytes) < 0) return -1;
     if (d->copy(d->ctx, dst, src, x->bytes) < 0) return -1;
   }
   return 0;

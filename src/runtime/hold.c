@@ -75,6 +75,9 @@ ts_buffer_hold *ts_buffer_hold_new(ts_buffer *b) {
     set_error("buffer_hold: buffer is NULL");
     return NULL;
   }
+  /* collectives left in flight by the last execute may still be writing
+   * the blocks (carry.c): the hold must see their final contents */
+  if (rt_client_settle(b->client, b) < 0) return NULL;
   if (b->hold) {
     pthread_mutex_lock(&b->hold->mu);
     bool held = b->hold->holder;

@@ -9,6 +9,23 @@
 
 struct ts_comm;
 
+/* carry.c: a local device's started collectives that a run left in flight
+ * (they write only into the caller's buffers); the memory they write is
+ * waited for by whatever touches it first. Thread-safe. */
+typedef struct rt_carry rt_carry;
+rt_carry *rt_carry_new(struct ts_comm *comm, int device);
+void rt_carry_free(rt_carry *k); /* waits for what is left */
+/* Leaves started collective `ticket` (writing [p, p + bytes)) in flight. */
+int rt_carry_add(rt_carry *k, const void *p, size_t bytes, int64_t ticket);
+/* Waits for the entries that write memory overlapping [p, p + bytes) (and,
+ * the worker being in order, every one started before them); 0 or -1 with
+ * the collective's error. */
+int rt_carry_wait_range(rt_carry *k, const void *p, size_t bytes);
+int rt_carry_wait_all(rt_carry *k);
+bool rt_carry_pending(const rt_carry *k); /* entries left (k may be NULL) */
+/* Forgets every entry: the caller waited for the device's whole queue. */
+void rt_carry_ended(rt_carry *k);
+
 /* devpool.c: the client's device threads, started once at the first run
  * and kept for the client's life. rt_pool_run calls fn(arg, i) for
  * i = 0..n_workers at once, i = 0 on the calling thread, and returns when
@@ -42,6 +59,7 @@ struct ts_client {
   struct ts_net *net;     /* NULL alone */
   int timeout_ms;         /* collectives and process exchanges; 0 = none */
   rt_pool *pool;          /* threads of local devices 1..num_local-1; NULL with one (unless bound) */
+  rt_carry **carry;       /* (num_local) collectives left in flight by a run; NULL without a communicator */
 };
 
 static inline bool rt_is_local(const ts_client *c, int device) {
@@ -72,6 +90,9 @@ const char *rt_shape_str(ts_dtype dt, int rank, const int64_t *shape, char *buf,
 ts_buffer *rt_buffer_new_sharded(ts_client *c, ts_dtype dt, int rank, const int64_t *shape, const ts_sharding *s);
 /* True when b is laid out as s says (NULL = replicated). */
 bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s);
+/* carry.c: waits for the collectives left in flight that write b's blocks
+ * (b NULL: all of them); 0 or -1 with their error. */
+int rt_client_settle(ts_client *c, const ts_buffer *b);
 
 /* hold.c (ts_buffer_hold): see there. */
 bool rt_hold_active(ts_buffer *b);

@@ -66,6 +66,8 @@ static void env_read(void) {
   c->metrics_enabled = !(m && strcmp(m, "0") == 0);
   const char *a = getenv("TESSEL_ASYNC_COLLECTIVES");
   c->async_collectives = !(a && strcmp(a, "0") == 0);
+  const char *h2 = getenv("TESSEL_HIER_ALLREDUCE");
+  c->hier_allreduce = h2 && strcmp(h2, "1") == 0;
   c->cache_dir = env_text("TESSEL_CACHE_DIR", false);
   c->calibration = env_text("TESSEL_CALIBRATION", false);
   c->xdg_cache_home = env_text("XDG_CACHE_HOME", false);

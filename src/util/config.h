@@ -41,10 +41,18 @@ typedef struct {
    * branch per report point). Any other value or unset: on. */
   bool metrics_enabled;
 
-  /* TESSEL_ASYNC_COLLECTIVES: "0" runs every all-reduce in line on its
-   * device thread instead of on a per-device worker overlapping later nodes
-   * (for debugging and measuring the overlap). Any other value or unset: on. */
+  /* TESSEL_ASYNC_COLLECTIVES: "0" runs every all-reduce, all-gather and
+   * reduce-scatter in line on its device thread instead of on a per-device
+   * worker overlapping later nodes (for debugging and measuring the
+   * overlap). Any other value or unset: on. */
   bool async_collectives;
+
+  /* TESSEL_HIER_ALLREDUCE: "1" makes all-reduces over several processes
+   * with several devices in each two-level (comm/hier.c: reduce-scatter in
+   * the process, all-reduce of 1/k across processes, all-gather): fewer
+   * bytes between hosts, but a different summation order than one process
+   * (results differ by rounding). Unset or any other value: off. */
+  bool hier_allreduce;
 
   /* TESSEL_CACHE_DIR: the persistent compile cache's directory (created if
    * missing) unless ts_compile_cache_set_dir chose one. Unset or empty: no
