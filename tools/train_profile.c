@@ -180,7 +180,8 @@ static int read_trace(const char *path, spans *win, spans *exec, dev_prof *d, in
       dev_prof *p = &d[tid];
       p->seen = true;
       if (strcmp(cat, "kernel") == 0) {
-        if (strcmp(name, "all_reduce (start)") != 0) p->compute += dur;
+        size_t nl = strlen(name); /* starting a collective (its staging copy) is not compute */
+        if (nl < 8 || strcmp(name + nl - 8, " (start)") != 0) p->compute += dur;
         if (spans_add(&p->kernels, ts, ts + dur) < 0) rc = -1;
       } else if (strcmp(cat, "collective") == 0 && spans_add(&p->colls, ts, ts + dur) < 0) rc = -1;
     }
