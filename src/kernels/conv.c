@@ -113,8 +113,11 @@ typedef struct {
   conv_arg args[3]; /* in[0], in[1], out */
 } conv_state;
 
+static uint64_t g_free_gen;
+
 static void conv_state_free(ts_kstate *s) {
   conv_state *c = (conv_state *)s;
+  __atomic_add_fetch(&g_free_gen, 1, __ATOMIC_ACQ_REL); /* shared reorders (below) may point here */
   for (int i = 0; i < 3; i++) {
     if (c->args[i].reorder) dnnl_primitive_destroy(c->args[i].reorder);
     if (c->args[i].prim && c->args[i].prim != c->args[i].user) dnnl_memory_destroy(c->args[i].prim);
@@ -228,17 +231,75 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to, dnn
   return dnnl_primitive_execute(r, stream, 2, args) == dnnl_success ? 0 : -1;
 }
 
-static int conv_run(conv_state *s, tk_in in, void *out) {
+/* ---- reorders shared between the convolutions of one run ----
+ * A training step reorders the same tensor into the same blocked layout
+ * several times: the forward conv's input again for the backward-filter conv,
+ * the incoming gradient dy for both backward convs. The first reorder of a
+ * tensor (graph node) in a run is remembered here, per thread, and a later
+ * conv of the same run that needs that tensor in that layout reads the blocked
+ * copy (owned by the first conv's state, left untouched until that conv runs
+ * again) instead of reordering it again: the same bits, less memory traffic.
+ * A run is the sequence of kernel calls with increasing node ids on one
+ * thread: a conv whose id is not above the previous one's (or of another
+ * graph) starts a new epoch. Any conv state freed anywhere invalidates every
+ * entry (g_free_gen), so an entry never points into freed memory. */
+typedef struct {
+  const ts_graph *g;
+  int32_t src;     /* node id of the tensor */
+  const void *user; /* its buffer */
+  dnnl_memory_t prim; /* its blocked copy (owned by another conv's state) */
+  uint64_t epoch, free_gen;
+} rc_entry;
+
+#define RC_SLOTS 1024
+static _Thread_local rc_entry rc_tab[RC_SLOTS];
+static _Thread_local const ts_graph *rc_last_g;
+static _Thread_local int32_t rc_last_id = -1;
+static _Thread_local uint64_t rc_epoch;
+
+static void rc_begin(const ts_graph *g, int32_t id) {
+  if (g != rc_last_g || id <= rc_last_id) rc_epoch++;
+  rc_last_g = g, rc_last_id = id;
+}
+
+static rc_entry *rc_find(const ts_graph *g, int32_t src, const void *user, dnnl_memory_t want_layout) {
+  rc_entry *e = &rc_tab[(uint32_t)src % RC_SLOTS];
+  if (e->g != g || e->src != src || e->user != user || e->epoch != rc_epoch || !e->prim ||
+      e->free_gen != __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE))
+    return NULL;
+  const dnnl_memory_desc_t *a, *b;
+  if (dnnl_memory_get_memory_desc(e->prim, &a) != dnnl_success ||
+      dnnl_memory_get_memory_desc(want_layout, &b) != dnnl_success || !dnnl_memory_desc_equal(a, b))
+    return NULL;
+  return e;
+}
+
+static void rc_put(const ts_graph *g, int32_t src, const void *user, dnnl_memory_t prim) {
+  rc_entry *e = &rc_tab[(uint32_t)src % RC_SLOTS];
+  *e = (rc_entry){g, src, user, prim, rc_epoch, __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE)};
+}
+
+static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
+  rc_begin(g, (int32_t)(n - g->nodes));
   dnnl_exec_arg_t args[4];
   int na = 0;
   for (int i = 0; i < 3; i++) {
     conv_arg *a = &s->args[i];
+    dnnl_memory_t use = a->prim;
     dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
-    if (!a->is_output && a->reorder && reorder(a->reorder, a->user, a->prim, stream)) return -1;
-    args[na++] = (dnnl_exec_arg_t){a->arg, a->prim};
+    if (!a->is_output && a->reorder) {
+      rc_entry *e = rc_find(g, n->in[i], in[i], a->prim);
+      if (e) {
+        use = e->prim;
+      } else {
+        if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+        rc_put(g, n->in[i], in[i], a->prim);
+      }
+    }
+    args[na++] = (dnnl_exec_arg_t){a->arg, use};
   }
   if (s->scratch_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch_mem};
   if (dnnl_primitive_execute(s->prim, stream, na, args) != dnnl_success) return -1;
@@ -266,7 +327,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       *st = s ? &s->base : NULL;
     }
     if (s) {
-      if (conv_run(s, in, out))
+      if (conv_run(s, g, n, in, out))
         return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
                                  ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
                                  (long long)q.O);
