@@ -259,10 +259,77 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   return t;
 }
 
-ts_graph *opt_fuse(const ts_graph *g, int *changed) {
+/* ---- ReLU's backward mask reads the ReLU's output ----
+ * y > 0 (COMPARE GT against a splat 0, or 0 < y) is true exactly when
+ * max(y, 0) > 0 (NaN: false either way; -0: false either way), so when the
+ * graph also computes r = max(y, 0), the mask reads r instead of y. Then y's
+ * only user is the ReLU and y (batch norm's scale-shift output) fuses into it
+ * instead of being written, read back and kept alive for the backward pass:
+ * one pass and one activation fewer per BN+ReLU, the same bits. */
+static bool splat_zero(const ts_graph *g, ts_tensor t) {
+  double v;
+  return opt_splat_value(g, t, &v) && v == 0;
+}
+
+typedef struct {
+  int32_t *relu_of; /* per node y: the first max(y, 0) node, or -1 */
+  int rewritten;
+} relu_mask_state;
+
+static ts_tensor relu_mask_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  relu_mask_state *s = user;
+  const ts_node *n = &src->nodes[id];
+  if (n->op != TS_OP_COMPARE || n->n_in != 2) return OPT_KEEP;
+  int yk = n->attr.cmp == TS_CMP_GT ? 0 : n->attr.cmp == TS_CMP_LT ? 1 : -1;
+  if (yk < 0 || !splat_zero(src, n->in[1 - yk])) return OPT_KEEP;
+  int32_t y = n->in[yk], r = s->relu_of[y];
+  if (r < 0 || r >= id || map[r] < 0 || map[n->in[1 - yk]] < 0) return OPT_KEEP;
+  int32_t ins[2];
+  ins[yk] = map[r], ins[1 - yk] = map[n->in[1 - yk]];
+  s->rewritten++;
+  return ir_append(dst, TS_OP_COMPARE, n->dtype, n->rank, n->shape, 2, ins, &n->attr);
+}
+
+/* *out: the rewritten graph, or NULL when there is nothing to rewrite. */
+static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
+  relu_mask_state s = {0};
+  *rewritten = 0;
+  *out = NULL;
+  s.relu_of = malloc(((size_t)g->n_nodes + 1) * sizeof *s.relu_of);
+  if (!s.relu_of) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+  for (int i = 0; i < g->n_nodes; i++) s.relu_of[i] = -1;
+  bool any = false;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op != TS_OP_MAX || n->n_in != 2) continue;
+    for (int k = 0; k < 2; k++) {
+      int32_t y = n->in[k];
+      const ts_node *yn = &g->nodes[y];
+      if (s.relu_of[y] < 0 && splat_zero(g, n->in[1 - k]) && !splat_zero(g, y) && yn->dtype == n->dtype &&
+          yn->rank == n->rank && !memcmp(yn->shape, n->shape, (size_t)n->rank * sizeof *n->shape))
+        s.relu_of[y] = i, any = true;
+    }
+  }
+  if (any && !(*out = opt_rebuild(g, relu_mask_node, &s, NULL))) {
+    free(s.relu_of);
+    return -1;
+  }
+  free(s.relu_of);
+  *rewritten = s.rewritten;
+  return 0;
+}
+
+ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
+  int masks = 0;
+  ts_graph *rw;
+  if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
+  const ts_graph *g = rw ? rw : g0;
   int nn = g->n_nodes;
   opt_users u;
-  if (opt_users_build(g, &u) < 0) return NULL;
+  if (opt_users_build(g, &u) < 0) {
+    ts_graph_free(rw);
+    return NULL;
+  }
   fuse_state s = {0};
   s.group = malloc(((size_t)nn + 1) * sizeof *s.group);
   s.prog = calloc((size_t)nn + 1, sizeof *s.prog);
@@ -275,7 +342,7 @@ ts_graph *opt_fuse(const ts_graph *g, int *changed) {
   }
   for (int i = 0; i < nn; i++) s.group[i] = -1;
   if (find_groups(g, &u, &s) == 0) out = opt_rebuild(g, fuse_node, &s, NULL);
-  if (changed) *changed = s.fused_nodes;
+  if (changed) *changed = s.fused_nodes + masks;
 done:
   for (int i = 0; i < nn && s.prog; i++) {
     if (s.prog[i]) {
@@ -289,5 +356,6 @@ done:
   free(s.ext);
   free(s.n_ext);
   opt_users_free(&u);
+  ts_graph_free(rw);
   return out;
 }
