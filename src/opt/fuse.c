@@ -259,13 +259,15 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   return t;
 }
 
-/* ---- ReLU's backward mask reads the ReLU's output ----
+/* ---- rewrites before grouping (the same bits, fewer full-size passes) ----
+ * 1. ReLU's backward mask reads the ReLU's output.
  * y > 0 (COMPARE GT against a splat 0, or 0 < y) is true exactly when
  * max(y, 0) > 0 (NaN: false either way; -0: false either way), so when the
  * graph also computes r = max(y, 0), the mask reads r instead of y. Then y's
  * only user is the ReLU and y (batch norm's scale-shift output) fuses into it
  * instead of being written, read back and kept alive for the backward pass:
- * one pass and one activation fewer per BN+ReLU, the same bits. */
+ * one pass and one activation fewer per BN+ReLU, the same bits.
+ * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node. */
 static bool splat_zero(const ts_graph *g, ts_tensor t) {
   double v;
   return opt_splat_value(g, t, &v) && v == 0;
@@ -279,6 +281,17 @@ typedef struct {
 static ts_tensor relu_mask_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   relu_mask_state *s = user;
   const ts_node *n = &src->nodes[id];
+  if (n->op == TS_OP_REDUCE && n->n_in == 1 && (n->attr.reduce == TS_REDUCE_SUM || n->attr.reduce == TS_REDUCE_MEAN) &&
+      ts_dtype_is_float(n->dtype) && src->nodes[n->in[0]].op == TS_OP_NEG && map[src->nodes[n->in[0]].in[0]] >= 0) {
+    /* sum(-x) = -sum(x) bit for bit (round to nearest is symmetric): the
+     * negation moves to the few outputs and the NEG pass (batch norm's mean
+     * gradient) is left without users for DCE */
+    int32_t x = map[src->nodes[n->in[0]].in[0]];
+    ts_tensor r = ir_append(dst, TS_OP_REDUCE, n->dtype, n->rank, n->shape, 1, &x, &n->attr);
+    if (r < 0) return TS_NONE;
+    s->rewritten++;
+    return ir_append(dst, TS_OP_NEG, n->dtype, n->rank, n->shape, 1, &r, NULL);
+  }
   if (n->op != TS_OP_COMPARE || n->n_in != 2) return OPT_KEEP;
   int yk = n->attr.cmp == TS_CMP_GT ? 0 : n->attr.cmp == TS_CMP_LT ? 1 : -1;
   if (yk < 0 || !splat_zero(src, n->in[1 - yk])) return OPT_KEEP;
@@ -310,6 +323,8 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
         s.relu_of[y] = i, any = true;
     }
   }
+  for (int i = 0; i < g->n_nodes && !any; i++)
+    any = g->nodes[i].op == TS_OP_REDUCE && g->nodes[i].n_in == 1 && g->nodes[g->nodes[i].in[0]].op == TS_OP_NEG;
   if (any && !(*out = opt_rebuild(g, relu_mask_node, &s, NULL))) {
     free(s.relu_of);
     return -1;
