@@ -5,6 +5,7 @@
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW. The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. f64 and other types use direct loops in double. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <oneapi/dnnl/dnnl.h> /* convolution, reorder primitives */
@@ -108,10 +109,53 @@ typedef struct {
 typedef struct {
   ts_kstate base;
   dnnl_primitive_t prim;
-  dnnl_memory_t scratch_mem;
-  void *scratch;
+  dnnl_memory_t scratch_mem; /* oneDNN's scratchpad, in the thread's conv scratch */
+  size_t out_bytes, pad_bytes; /* blocked output and scratchpad, in the thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
 } conv_state;
+
+/* The blocked output and the scratchpad live only inside one conv call, so
+ * every conv of a thread shares one growing buffer for them (a ResNet-50
+ * step has ~160 conv nodes: a blocked output and a scratchpad of its own per
+ * node held ~2 activations per node for nothing). Blocked inputs stay per
+ * node: later convs of the run may read them (shared reorders below). */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static int g_scratch_ok = -1;
+typedef struct {
+  void *p;
+  size_t cap;
+} conv_scratch;
+
+static void scratch_destroy(void *v) {
+  conv_scratch *c = v;
+  free(c->p);
+  free(c);
+}
+
+static void scratch_init(void) { g_scratch_ok = pthread_key_create(&g_scratch_key, scratch_destroy); }
+
+static void *thread_scratch(size_t bytes) {
+  pthread_once(&g_scratch_once, scratch_init);
+  if (g_scratch_ok) return NULL;
+  conv_scratch *c = pthread_getspecific(g_scratch_key);
+  if (!c) {
+    if (!(c = calloc(1, sizeof *c))) return NULL;
+    if (pthread_setspecific(g_scratch_key, c)) {
+      free(c);
+      return NULL;
+    }
+  }
+  if (c->cap < bytes) {
+    free(c->p);
+    c->cap = 0;
+    if (!(c->p = aligned_alloc(64, bytes))) return NULL;
+    c->cap = bytes;
+  }
+  return c->p;
+}
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
 
 static uint64_t g_free_gen;
 
@@ -125,7 +169,6 @@ static void conv_state_free(ts_kstate *s) {
   }
   if (c->prim) dnnl_primitive_destroy(c->prim);
   if (c->scratch_mem) dnnl_memory_destroy(c->scratch_mem);
-  free(c->scratch);
   free(c);
 }
 
@@ -156,7 +199,10 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     a->prim = a->user;
     return 0;
   }
-  if (dnnl_memory_create(&a->prim, pmd, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) return -1;
+  /* an output's blocked copy lives in the thread's scratch (set per call) */
+  if (dnnl_memory_create(&a->prim, pmd, eng, is_output ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
+    return -1;
+  if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
   if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
@@ -203,8 +249,8 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
   if (sb) {
-    if (!(s->scratch = aligned_alloc(64, (sb + 63) / 64 * 64))) goto done;
-    if (dnnl_memory_create(&s->scratch_mem, smd, eng, s->scratch) != dnnl_success) goto done;
+    s->pad_bytes = sb;
+    if (dnnl_memory_create(&s->scratch_mem, smd, eng, DNNL_MEMORY_NONE) != dnnl_success) goto done;
   }
   if (n->op == TS_OP_CONV)
     rc = bind_arg(s, 0, eng, pd, dnnl_query_src_md, &xu, DNNL_ARG_SRC, false) ||
@@ -284,6 +330,12 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
   rc_begin(g, (int32_t)(n - g->nodes));
+  if (s->out_bytes || s->pad_bytes) {
+    char *buf = thread_scratch(up64(s->out_bytes) + up64(s->pad_bytes));
+    if (!buf) return -2;
+    if (s->out_bytes) dnnl_memory_set_data_handle(s->args[2].prim, buf);
+    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + up64(s->out_bytes));
+  }
   dnnl_exec_arg_t args[4];
   int na = 0;
   for (int i = 0; i < 3; i++) {
@@ -327,7 +379,11 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       *st = s ? &s->base : NULL;
     }
     if (s) {
-      if (conv_run(s, g, n, in, out))
+      int rc = conv_run(s, g, n, in, out);
+      if (rc == -2)
+        return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of conv scratch",
+                              ir_op_name(n->op), up64(s->out_bytes) + up64(s->pad_bytes));
+      if (rc)
         return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
                                  ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
                                  (long long)q.O);
