@@ -275,6 +275,7 @@ static bool splat_zero(const ts_graph *g, ts_tensor t) {
 
 typedef struct {
   int32_t *relu_of; /* per node y: the first max(y, 0) node, or -1 */
+  int32_t *bf16_of; /* per f32 node r: the first convert(r, bf16), or -1 */
   int rewritten;
 } relu_mask_state;
 
@@ -299,6 +300,17 @@ static ts_tensor relu_mask_node(ts_graph *dst, const ts_graph *src, int id, cons
   if (r < 0 || r >= id || map[r] < 0 || map[n->in[1 - yk]] < 0) return OPT_KEEP;
   int32_t ins[2];
   ins[yk] = map[r], ins[1 - yk] = map[n->in[1 - yk]];
+  int32_t c = s->bf16_of[r];
+  if (c >= 0 && c < id && map[c] >= 0) {
+    /* mixed precision: the mask reads the bf16 copy of the ReLU output that
+     * the next conv consumes, so the f32 ReLU output need not be written nor
+     * kept (it differs from y > 0 only for 0 < y <= 2^-134, which round to
+     * 0 in bf16 -- PyTorch's autocast takes its mask from bf16 too) */
+    const ts_node *cn = &src->nodes[c];
+    ts_tensor z = ts_full(dst, TS_BF16, cn->rank, cn->shape, 0.0);
+    if (z < 0) return TS_NONE;
+    ins[yk] = map[c], ins[1 - yk] = z;
+  }
   s->rewritten++;
   return ir_append(dst, TS_OP_COMPARE, n->dtype, n->rank, n->shape, 2, ins, &n->attr);
 }
@@ -309,8 +321,17 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
   *rewritten = 0;
   *out = NULL;
   s.relu_of = malloc(((size_t)g->n_nodes + 1) * sizeof *s.relu_of);
-  if (!s.relu_of) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
-  for (int i = 0; i < g->n_nodes; i++) s.relu_of[i] = -1;
+  s.bf16_of = malloc(((size_t)g->n_nodes + 1) * sizeof *s.bf16_of);
+  if (!s.relu_of || !s.bf16_of) {
+    free(s.relu_of), free(s.bf16_of);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+  }
+  for (int i = 0; i < g->n_nodes; i++) s.relu_of[i] = s.bf16_of[i] = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_CONVERT && n->dtype == TS_BF16 && g->nodes[n->in[0]].dtype == TS_F32 && s.bf16_of[n->in[0]] < 0)
+      s.bf16_of[n->in[0]] = i;
+  }
   bool any = false;
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
@@ -326,10 +347,10 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
   for (int i = 0; i < g->n_nodes && !any; i++)
     any = g->nodes[i].op == TS_OP_REDUCE && g->nodes[i].n_in == 1 && g->nodes[g->nodes[i].in[0]].op == TS_OP_NEG;
   if (any && !(*out = opt_rebuild(g, relu_mask_node, &s, NULL))) {
-    free(s.relu_of);
+    free(s.relu_of), free(s.bf16_of);
     return -1;
   }
-  free(s.relu_of);
+  free(s.relu_of), free(s.bf16_of);
   *rewritten = s.rewritten;
   return 0;
 }
