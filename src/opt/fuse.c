@@ -267,7 +267,8 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
  * only user is the ReLU and y (batch norm's scale-shift output) fuses into it
  * instead of being written, read back and kept alive for the backward pass:
  * one pass and one activation fewer per BN+ReLU, the same bits.
- * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node. */
+ * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node.
+ * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node. */
 static bool splat_zero(const ts_graph *g, ts_tensor t) {
   double v;
   return opt_splat_value(g, t, &v) && v == 0;
@@ -292,6 +293,31 @@ static ts_tensor relu_mask_node(ts_graph *dst, const ts_graph *src, int id, cons
     if (r < 0) return TS_NONE;
     s->rewritten++;
     return ir_append(dst, TS_OP_NEG, n->dtype, n->rank, n->shape, 1, &r, NULL);
+  }
+  if ((n->op == TS_OP_DIV || n->op == TS_OP_MUL || n->op == TS_OP_ADD || n->op == TS_OP_SUB) && n->n_in == 2) {
+    /* op(broadcast(v), splat c) -> broadcast(op(v, c)) (either operand
+     * order): batch norm's gradient divides a broadcast per-channel sum by
+     * N*H*W; it is done once per channel instead of once per element */
+    for (int k = 0; k < 2; k++) {
+      const ts_node *b = &src->nodes[n->in[k]];
+      if (b->op != TS_OP_BROADCAST || b->n_in != 1) continue;
+      const ts_node *v = &src->nodes[b->in[0]];
+      double c;
+      if (v->dtype != n->dtype || b->dtype != n->dtype ||
+          ts_shape_numel(v->rank, v->shape) <= 1 ||
+          ts_shape_numel(v->rank, v->shape) >= ts_shape_numel(n->rank, n->shape) ||
+          !opt_splat_value(src, n->in[1 - k], &c) || map[b->in[0]] < 0)
+        continue;
+      int32_t ins[2];
+      ins[k] = map[b->in[0]];
+      ins[1 - k] = ts_full(dst, n->dtype, v->rank, v->shape, c);
+      if (ins[1 - k] < 0) return TS_NONE;
+      ts_tensor t = ir_append(dst, n->op, n->dtype, v->rank, v->shape, 2, ins, NULL);
+      if (t < 0) return TS_NONE;
+      s->rewritten++;
+      return ir_append(dst, TS_OP_BROADCAST, n->dtype, n->rank, n->shape, 1, &t, &b->attr);
+    }
+    return OPT_KEEP;
   }
   if (n->op != TS_OP_COMPARE || n->n_in != 2) return OPT_KEEP;
   int yk = n->attr.cmp == TS_CMP_GT ? 0 : n->attr.cmp == TS_CMP_LT ? 1 : -1;
@@ -344,8 +370,12 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
         s.relu_of[y] = i, any = true;
     }
   }
-  for (int i = 0; i < g->n_nodes && !any; i++)
-    any = g->nodes[i].op == TS_OP_REDUCE && g->nodes[i].n_in == 1 && g->nodes[g->nodes[i].in[0]].op == TS_OP_NEG;
+  for (int i = 0; i < g->n_nodes && !any; i++) {
+    const ts_node *n = &g->nodes[i];
+    any = (n->op == TS_OP_REDUCE && n->n_in == 1 && g->nodes[n->in[0]].op == TS_OP_NEG) ||
+          ((n->op == TS_OP_DIV || n->op == TS_OP_MUL || n->op == TS_OP_ADD || n->op == TS_OP_SUB) && n->n_in == 2 &&
+           (g->nodes[n->in[0]].op == TS_OP_BROADCAST || g->nodes[n->in[1]].op == TS_OP_BROADCAST));
+  }
   if (any && !(*out = opt_rebuild(g, relu_mask_node, &s, NULL))) {
     free(s.relu_of), free(s.bf16_of);
     return -1;
