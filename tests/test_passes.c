@@ -1,7 +1,8 @@
 /* test_passes.c — compiler passes and the memory plan: CSE merges duplicates,
  * DCE drops dead nodes, simplify removes identity ops, fusion turns an
  * elementwise chain into one FUSED node, every pass preserves the computed
- * values (random graphs, all passes on vs. off), and the plan reuses memory. */
+ * values (random graphs, all passes on vs. off), fusion's ReLU-mask and
+ * sum(neg) rewrites keep the bits, and the plan reuses memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,60 @@ static void test_fusion(void) {
   CHECK(o && count_op(o, TS_OP_EXP) == 1 && count_op(o, TS_OP_FUSED) == 1, "exp with two users kept apart");
   ts_graph_free(o);
   ts_graph_free(g2);
+  ts_graph_free(g);
+}
+
+/* Fusion's rewrites before grouping (fuse.c): ReLU's backward mask y > 0
+ * reads r = max(y, 0) and sum(neg(d)) becomes neg(sum(d)); both give the same
+ * bits as the unfused graph, NaN, -0 and subnormals included, and y no longer
+ * needs a node of its own. */
+static void test_relu_mask_rewrite(ts_client *c) {
+  enum { R = 4, C = 8 };
+  int64_t s[2] = {R, C};
+  ts_graph *g = ts_graph_new();
+  ts_tensor x = ts_input(g, "x", TS_F32, 2, s), w = ts_input(g, "w", TS_F32, 2, s);
+  ts_tensor dy = ts_input(g, "dy", TS_F32, 2, s);
+  ts_tensor y = ts_mul(g, x, w); /* w = 1 at run time: y = x bit for bit */
+  ts_tensor r = ts_relu(g, y);
+  ts_tensor d = ts_select(g, ts_compare(g, y, ts_full(g, TS_F32, 2, s, 0.0), TS_CMP_GT), dy,
+                          ts_full(g, TS_F32, 2, s, 0.0));
+  int dim0 = 0;
+  ts_graph_add_output(g, r);
+  ts_graph_add_output(g, d);
+  ts_graph_add_output(g, ts_reduce(g, ts_neg(g, d), TS_REDUCE_SUM, 1, &dim0, false));
+  ts_executable *on = ts_compile(c, g, NULL);
+  ts_executable *off = ts_compile(c, g, &(ts_compile_options){.no_simplify = true, .no_cse = true, .no_fusion = true});
+  CHECK(on && off, "%s", ts_last_error());
+  if (on && off) {
+    int full_neg = 0;
+    for (int i = 0; i < on->g->n_nodes; i++)
+      full_neg += on->g->nodes[i].op == TS_OP_NEG && ts_shape_numel(on->g->nodes[i].rank, on->g->nodes[i].shape) == R * C;
+    CHECK(full_neg == 0, "sum(neg(d)): %d full-size NEG nodes left", full_neg);
+    float xv[R * C], wv[R * C], dv[R * C];
+    const float special[] = {NAN, -0.0f, 0.0f, 1e-45f, -1e-45f, 1e-40f, 3.0f, -2.5f};
+    for (int i = 0; i < R * C; i++) {
+      xv[i] = i < 8 ? special[i] : (float)((i * 37 % 17) - 8) / 4.0f;
+      wv[i] = 1.0f;
+      dv[i] = (float)(i % 5) + 0.5f;
+    }
+    float out[2][3][R * C];
+    for (int k = 0; k < 2; k++) {
+      ts_buffer *in[3] = {ts_buffer_from_host(c, TS_F32, 2, s, xv), ts_buffer_from_host(c, TS_F32, 2, s, wv),
+                          ts_buffer_from_host(c, TS_F32, 2, s, dv)};
+      ts_buffer *o[3] = {0};
+      CHECK_OK(ts_execute(k ? off : on, in, o));
+      for (int j = 0; j < 3; j++) {
+        memset(out[k][j], 0, sizeof out[k][j]);
+        if (o[j]) ts_buffer_read(o[j], out[k][j], j < 2 ? sizeof out[k][j] : C * sizeof(float));
+        ts_buffer_free(o[j]);
+      }
+      for (int j = 0; j < 3; j++) ts_buffer_free(in[j]);
+    }
+    for (int j = 0; j < 3; j++)
+      CHECK(!memcmp(out[0][j], out[1][j], sizeof out[0][j]), "output %d differs from the unfused graph", j);
+  }
+  ts_executable_free(on);
+  ts_executable_free(off);
   ts_graph_free(g);
 }
 
@@ -274,6 +329,7 @@ int main(void) {
   CHECK(c != NULL, "%s", ts_last_error());
   if (c) {
     test_plan_reuse(c);
+    test_relu_mask_rewrite(c);
     test_random_equivalence(c);
   }
   ts_client_free(c);

@@ -5,6 +5,7 @@
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW. The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. f64 and other types use direct loops in double. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <oneapi/dnnl/dnnl.h> /* convolution, reorder primitives */
@@ -108,13 +109,59 @@ typedef struct {
 typedef struct {
   ts_kstate base;
   dnnl_primitive_t prim;
-  dnnl_memory_t scratch_mem;
-  void *scratch;
+  dnnl_memory_t scratch_mem; /* oneDNN's scratchpad, in the thread's conv scratch */
+  size_t out_bytes, pad_bytes; /* blocked output and scratchpad, in the thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
 } conv_state;
 
+/* The blocked output and the scratchpad live only inside one conv call, so
+ * every conv of a thread shares one growing buffer for them (a ResNet-50
+ * step has ~160 conv nodes: a blocked output and a scratchpad of its own per
+ * node held ~2 activations per node for nothing). Blocked inputs stay per
+ * node: later convs of the run may read them (shared reorders below). */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static int g_scratch_ok = -1;
+typedef struct {
+  void *p;
+  size_t cap;
+} conv_scratch;
+
+static void scratch_destroy(void *v) {
+  conv_scratch *c = v;
+  free(c->p);
+  free(c);
+}
+
+static void scratch_init(void) { g_scratch_ok = pthread_key_create(&g_scratch_key, scratch_destroy); }
+
+static void *thread_scratch(size_t bytes) {
+  pthread_once(&g_scratch_once, scratch_init);
+  if (g_scratch_ok) return NULL;
+  conv_scratch *c = pthread_getspecific(g_scratch_key);
+  if (!c) {
+    if (!(c = calloc(1, sizeof *c))) return NULL;
+    if (pthread_setspecific(g_scratch_key, c)) {
+      free(c);
+      return NULL;
+    }
+  }
+  if (c->cap < bytes) {
+    free(c->p);
+    c->cap = 0;
+    if (!(c->p = aligned_alloc(64, bytes))) return NULL;
+    c->cap = bytes;
+  }
+  return c->p;
+}
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
+
+static uint64_t g_free_gen;
+
 static void conv_state_free(ts_kstate *s) {
   conv_state *c = (conv_state *)s;
+  __atomic_add_fetch(&g_free_gen, 1, __ATOMIC_ACQ_REL); /* shared reorders (below) may point here */
   for (int i = 0; i < 3; i++) {
     if (c->args[i].reorder) dnnl_primitive_destroy(c->args[i].reorder);
     if (c->args[i].prim && c->args[i].prim != c->args[i].user) dnnl_memory_destroy(c->args[i].prim);
@@ -122,7 +169,6 @@ static void conv_state_free(ts_kstate *s) {
   }
   if (c->prim) dnnl_primitive_destroy(c->prim);
   if (c->scratch_mem) dnnl_memory_destroy(c->scratch_mem);
-  free(c->scratch);
   free(c);
 }
 
@@ -153,7 +199,10 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     a->prim = a->user;
     return 0;
   }
-  if (dnnl_memory_create(&a->prim, pmd, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) return -1;
+  /* an output's blocked copy lives in the thread's scratch (set per call) */
+  if (dnnl_memory_create(&a->prim, pmd, eng, is_output ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
+    return -1;
+  if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
   if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
@@ -200,8 +249,8 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
   if (sb) {
-    if (!(s->scratch = aligned_alloc(64, (sb + 63) / 64 * 64))) goto done;
-    if (dnnl_memory_create(&s->scratch_mem, smd, eng, s->scratch) != dnnl_success) goto done;
+    s->pad_bytes = sb;
+    if (dnnl_memory_create(&s->scratch_mem, smd, eng, DNNL_MEMORY_NONE) != dnnl_success) goto done;
   }
   if (n->op == TS_OP_CONV)
     rc = bind_arg(s, 0, eng, pd, dnnl_query_src_md, &xu, DNNL_ARG_SRC, false) ||
@@ -228,17 +277,81 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to, dnn
   return dnnl_primitive_execute(r, stream, 2, args) == dnnl_success ? 0 : -1;
 }
 
-static int conv_run(conv_state *s, tk_in in, void *out) {
+/* ---- reorders shared between the convolutions of one run ----
+ * A training step reorders the same tensor into the same blocked layout
+ * several times: the forward conv's input again for the backward-filter conv,
+ * the incoming gradient dy for both backward convs. The first reorder of a
+ * tensor (graph node) in a run is remembered here, per thread, and a later
+ * conv of the same run that needs that tensor in that layout reads the blocked
+ * copy (owned by the first conv's state, left untouched until that conv runs
+ * again) instead of reordering it again: the same bits, less memory traffic.
+ * A run is the sequence of kernel calls with increasing node ids on one
+ * thread: a conv whose id is not above the previous one's (or of another
+ * graph) starts a new epoch. Any conv state freed anywhere invalidates every
+ * entry (g_free_gen), so an entry never points into freed memory. */
+typedef struct {
+  const ts_graph *g;
+  int32_t src;     /* node id of the tensor */
+  const void *user; /* its buffer */
+  dnnl_memory_t prim; /* its blocked copy (owned by another conv's state) */
+  uint64_t epoch, free_gen;
+} rc_entry;
+
+#define RC_SLOTS 1024
+static _Thread_local rc_entry rc_tab[RC_SLOTS];
+static _Thread_local const ts_graph *rc_last_g;
+static _Thread_local int32_t rc_last_id = -1;
+static _Thread_local uint64_t rc_epoch;
+
+static void rc_begin(const ts_graph *g, int32_t id) {
+  if (g != rc_last_g || id <= rc_last_id) rc_epoch++;
+  rc_last_g = g, rc_last_id = id;
+}
+
+static rc_entry *rc_find(const ts_graph *g, int32_t src, const void *user, dnnl_memory_t want_layout) {
+  rc_entry *e = &rc_tab[(uint32_t)src % RC_SLOTS];
+  if (e->g != g || e->src != src || e->user != user || e->epoch != rc_epoch || !e->prim ||
+      e->free_gen != __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE))
+    return NULL;
+  const dnnl_memory_desc_t *a, *b;
+  if (dnnl_memory_get_memory_desc(e->prim, &a) != dnnl_success ||
+      dnnl_memory_get_memory_desc(want_layout, &b) != dnnl_success || !dnnl_memory_desc_equal(a, b))
+    return NULL;
+  return e;
+}
+
+static void rc_put(const ts_graph *g, int32_t src, const void *user, dnnl_memory_t prim) {
+  rc_entry *e = &rc_tab[(uint32_t)src % RC_SLOTS];
+  *e = (rc_entry){g, src, user, prim, rc_epoch, __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE)};
+}
+
+static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
+  rc_begin(g, (int32_t)(n - g->nodes));
+  if (s->out_bytes || s->pad_bytes) {
+    char *buf = thread_scratch(up64(s->out_bytes) + up64(s->pad_bytes));
+    if (!buf) return -2;
+    if (s->out_bytes) dnnl_memory_set_data_handle(s->args[2].prim, buf);
+    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + up64(s->out_bytes));
+  }
   dnnl_exec_arg_t args[4];
   int na = 0;
   for (int i = 0; i < 3; i++) {
     conv_arg *a = &s->args[i];
+    dnnl_memory_t use = a->prim;
     dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
-    if (!a->is_output && a->reorder && reorder(a->reorder, a->user, a->prim, stream)) return -1;
-    args[na++] = (dnnl_exec_arg_t){a->arg, a->prim};
+    if (!a->is_output && a->reorder) {
+      rc_entry *e = rc_find(g, n->in[i], in[i], a->prim);
+      if (e) {
+        use = e->prim;
+      } else {
+        if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+        rc_put(g, n->in[i], in[i], a->prim);
+      }
+    }
+    args[na++] = (dnnl_exec_arg_t){a->arg, use};
   }
   if (s->scratch_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch_mem};
   if (dnnl_primitive_execute(s->prim, stream, na, args) != dnnl_success) return -1;
@@ -266,7 +379,11 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       *st = s ? &s->base : NULL;
     }
     if (s) {
-      if (conv_run(s, in, out))
+      int rc = conv_run(s, g, n, in, out);
+      if (rc == -2)
+        return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of conv scratch",
+                              ir_op_name(n->op), up64(s->out_bytes) + up64(s->pad_bytes));
+      if (rc)
         return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
                                  ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
                                  (long long)q.O);

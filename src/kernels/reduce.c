@@ -5,6 +5,7 @@
  * (B, T, C) -> (B, T) becomes [K, R]. Every innermost run is contiguous: a
  * reduced run is folded into one accumulator, a kept run is added into a row
  * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
+#include <omp.h>
 #include <stdlib.h>
 
 #include "kernels/kernels_internal.h"
@@ -68,6 +69,29 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
     if (G->ng == 2 && !G->red[0]) { /* [K, R]: independent rows */                           \
       _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                \
       for (int64_t o = 0; o < G->size[0]; o++) acc[o] = run_##SUF(x + o * inner, inner, k, init); \
+      return;                                                                                \
+    }                                                                                        \
+    /* [R, K, R] (batch norm's sum over N, H, W of NCHW) and [R, K] (a bias                 \
+     * gradient's sum over the batch): threads split the kept dim; each output                \
+     * folds its runs in the same order as the serial loop below (same bits). */             \
+    if (nt > 1 && G->ng <= 3 && G->red[0] && !G->red[1] && (G->ng == 2 || G->red[2])) {       \
+      int64_t R = G->size[0], K = G->size[1], in3 = G->ng == 3 ? inner : 1;                    \
+      if (G->ng == 3) {                                                                      \
+        _Pragma("omp parallel for num_threads(nt) schedule(static)")                         \
+        for (int64_t o = 0; o < K; o++) {                                                    \
+          double a = init;                                                                   \
+          for (int64_t r = 0; r < R; r++) a = run_##SUF(x + (r * K + o) * in3, in3, k, a);   \
+          acc[o] = a;                                                                        \
+        }                                                                                    \
+      } else {                                                                               \
+        _Pragma("omp parallel num_threads(nt)")                                              \
+        {                                                                                    \
+          int nth = omp_get_num_threads(), me = omp_get_thread_num();                        \
+          int64_t per = (K + nth - 1) / nth, k0 = me * per, k1 = k0 + per < K ? k0 + per : K; \
+          for (int64_t o = k0; o < k1; o++) acc[o] = init;                                   \
+          for (int64_t r = 0; r < R && k0 < k1; r++) row_##SUF(x + r * K + k0, k1 - k0, k, acc + k0); \
+        }                                                                                    \
+      }                                                                                      \
       return;                                                                                \
     }                                                                                        \
     for (int64_t o = 0; o < out_n; o++) acc[o] = init;                                       \

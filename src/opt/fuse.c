@@ -259,10 +259,143 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   return t;
 }
 
-ts_graph *opt_fuse(const ts_graph *g, int *changed) {
+/* ---- rewrites before grouping (the same bits, fewer full-size passes) ----
+ * 1. ReLU's backward mask reads the ReLU's output.
+ * y > 0 (COMPARE GT against a splat 0, or 0 < y) is true exactly when
+ * max(y, 0) > 0 (NaN: false either way; -0: false either way), so when the
+ * graph also computes r = max(y, 0), the mask reads r instead of y. Then y's
+ * only user is the ReLU and y (batch norm's scale-shift output) fuses into it
+ * instead of being written, read back and kept alive for the backward pass:
+ * one pass and one activation fewer per BN+ReLU, the same bits.
+ * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node.
+ * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node. */
+static bool splat_zero(const ts_graph *g, ts_tensor t) {
+  double v;
+  return opt_splat_value(g, t, &v) && v == 0;
+}
+
+typedef struct {
+  int32_t *relu_of; /* per node y: the first max(y, 0) node, or -1 */
+  int32_t *bf16_of; /* per f32 node r: the first convert(r, bf16), or -1 */
+  int rewritten;
+} relu_mask_state;
+
+static ts_tensor relu_mask_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  relu_mask_state *s = user;
+  const ts_node *n = &src->nodes[id];
+  if (n->op == TS_OP_REDUCE && n->n_in == 1 && (n->attr.reduce == TS_REDUCE_SUM || n->attr.reduce == TS_REDUCE_MEAN) &&
+      ts_dtype_is_float(n->dtype) && src->nodes[n->in[0]].op == TS_OP_NEG && map[src->nodes[n->in[0]].in[0]] >= 0) {
+    /* sum(-x) = -sum(x) bit for bit (round to nearest is symmetric): the
+     * negation moves to the few outputs and the NEG pass (batch norm's mean
+     * gradient) is left without users for DCE */
+    int32_t x = map[src->nodes[n->in[0]].in[0]];
+    ts_tensor r = ir_append(dst, TS_OP_REDUCE, n->dtype, n->rank, n->shape, 1, &x, &n->attr);
+    if (r < 0) return TS_NONE;
+    s->rewritten++;
+    return ir_append(dst, TS_OP_NEG, n->dtype, n->rank, n->shape, 1, &r, NULL);
+  }
+  if ((n->op == TS_OP_DIV || n->op == TS_OP_MUL || n->op == TS_OP_ADD || n->op == TS_OP_SUB) && n->n_in == 2) {
+    /* op(broadcast(v), splat c) -> broadcast(op(v, c)) (either operand
+     * order): batch norm's gradient divides a broadcast per-channel sum by
+     * N*H*W; it is done once per channel instead of once per element */
+    for (int k = 0; k < 2; k++) {
+      const ts_node *b = &src->nodes[n->in[k]];
+      if (b->op != TS_OP_BROADCAST || b->n_in != 1) continue;
+      const ts_node *v = &src->nodes[b->in[0]];
+      double c;
+      if (v->dtype != n->dtype || b->dtype != n->dtype ||
+          ts_shape_numel(v->rank, v->shape) <= 1 ||
+          ts_shape_numel(v->rank, v->shape) >= ts_shape_numel(n->rank, n->shape) ||
+          !opt_splat_value(src, n->in[1 - k], &c) || map[b->in[0]] < 0)
+        continue;
+      int32_t ins[2];
+      ins[k] = map[b->in[0]];
+      ins[1 - k] = ts_full(dst, n->dtype, v->rank, v->shape, c);
+      if (ins[1 - k] < 0) return TS_NONE;
+      ts_tensor t = ir_append(dst, n->op, n->dtype, v->rank, v->shape, 2, ins, NULL);
+      if (t < 0) return TS_NONE;
+      s->rewritten++;
+      return ir_append(dst, TS_OP_BROADCAST, n->dtype, n->rank, n->shape, 1, &t, &b->attr);
+    }
+    return OPT_KEEP;
+  }
+  if (n->op != TS_OP_COMPARE || n->n_in != 2) return OPT_KEEP;
+  int yk = n->attr.cmp == TS_CMP_GT ? 0 : n->attr.cmp == TS_CMP_LT ? 1 : -1;
+  if (yk < 0 || !splat_zero(src, n->in[1 - yk])) return OPT_KEEP;
+  int32_t y = n->in[yk], r = s->relu_of[y];
+  if (r < 0 || r >= id || map[r] < 0 || map[n->in[1 - yk]] < 0) return OPT_KEEP;
+  int32_t ins[2];
+  ins[yk] = map[r], ins[1 - yk] = map[n->in[1 - yk]];
+  int32_t c = s->bf16_of[r];
+  if (c >= 0 && c < id && map[c] >= 0) {
+    /* mixed precision: the mask reads the bf16 copy of the ReLU output that
+     * the next conv consumes, so the f32 ReLU output need not be written nor
+     * kept (it differs from y > 0 only for 0 < y <= 2^-134, which round to
+     * 0 in bf16 -- PyTorch's autocast takes its mask from bf16 too) */
+    const ts_node *cn = &src->nodes[c];
+    ts_tensor z = ts_full(dst, TS_BF16, cn->rank, cn->shape, 0.0);
+    if (z < 0) return TS_NONE;
+    ins[yk] = map[c], ins[1 - yk] = z;
+  }
+  s->rewritten++;
+  return ir_append(dst, TS_OP_COMPARE, n->dtype, n->rank, n->shape, 2, ins, &n->attr);
+}
+
+/* *out: the rewritten graph, or NULL when there is nothing to rewrite. */
+static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
+  relu_mask_state s = {0};
+  *rewritten = 0;
+  *out = NULL;
+  s.relu_of = malloc(((size_t)g->n_nodes + 1) * sizeof *s.relu_of);
+  s.bf16_of = malloc(((size_t)g->n_nodes + 1) * sizeof *s.bf16_of);
+  if (!s.relu_of || !s.bf16_of) {
+    free(s.relu_of), free(s.bf16_of);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+  }
+  for (int i = 0; i < g->n_nodes; i++) s.relu_of[i] = s.bf16_of[i] = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_CONVERT && n->dtype == TS_BF16 && g->nodes[n->in[0]].dtype == TS_F32 && s.bf16_of[n->in[0]] < 0)
+      s.bf16_of[n->in[0]] = i;
+  }
+  bool any = false;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op != TS_OP_MAX || n->n_in != 2) continue;
+    for (int k = 0; k < 2; k++) {
+      int32_t y = n->in[k];
+      const ts_node *yn = &g->nodes[y];
+      if (s.relu_of[y] < 0 && splat_zero(g, n->in[1 - k]) && !splat_zero(g, y) && yn->dtype == n->dtype &&
+          yn->rank == n->rank && !memcmp(yn->shape, n->shape, (size_t)n->rank * sizeof *n->shape))
+        s.relu_of[y] = i, any = true;
+    }
+  }
+  for (int i = 0; i < g->n_nodes && !any; i++) {
+    const ts_node *n = &g->nodes[i];
+    any = (n->op == TS_OP_REDUCE && n->n_in == 1 && g->nodes[n->in[0]].op == TS_OP_NEG) ||
+          ((n->op == TS_OP_DIV || n->op == TS_OP_MUL || n->op == TS_OP_ADD || n->op == TS_OP_SUB) && n->n_in == 2 &&
+           (g->nodes[n->in[0]].op == TS_OP_BROADCAST || g->nodes[n->in[1]].op == TS_OP_BROADCAST));
+  }
+  if (any && !(*out = opt_rebuild(g, relu_mask_node, &s, NULL))) {
+    free(s.relu_of), free(s.bf16_of);
+    return -1;
+  }
+  free(s.relu_of), free(s.bf16_of);
+  *rewritten = s.rewritten;
+  return 0;
+}
+
+ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
+  int masks = 0;
+  ts_graph *rw;
+  if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
+  const ts_graph *g = rw ? rw : g0;
   int nn = g->n_nodes;
   opt_users u;
-  if (opt_users_build(g, &u) < 0) return NULL;
+  if (opt_users_build(g, &u) < 0) {
+    ts_graph_free(rw);
+    return NULL;
+  }
   fuse_state s = {0};
   s.group = malloc(((size_t)nn + 1) * sizeof *s.group);
   s.prog = calloc((size_t)nn + 1, sizeof *s.prog);
@@ -275,7 +408,7 @@ ts_graph *opt_fuse(const ts_graph *g, int *changed) {
   }
   for (int i = 0; i < nn; i++) s.group[i] = -1;
   if (find_groups(g, &u, &s) == 0) out = opt_rebuild(g, fuse_node, &s, NULL);
-  if (changed) *changed = s.fused_nodes;
+  if (changed) *changed = s.fused_nodes + masks;
 done:
   for (int i = 0; i < nn && s.prog; i++) {
     if (s.prog[i]) {
@@ -289,5 +422,6 @@ done:
   free(s.ext);
   free(s.n_ext);
   opt_users_free(&u);
+  ts_graph_free(rw);
   return out;
 }
