@@ -244,7 +244,7 @@ ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_
  *   s[i, j] = -1e30 where j > i (a constant mask; exp underflows to exactly 0)
  *   p = softmax(s) over the last dim, in f32
  *   y = p v              (B, H, T, Dh), in the operands' dtype */
-ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+static ts_tensor causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale, bool fused) {
   const char *who = "causal_attention";
   int rank;
   int64_t shape[TS_MAX_RANK];
@@ -264,6 +264,10 @@ ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v
     set_error("%s: scale %g must be positive", who, scale);
     return TS_NONE;
   }
+  /* f32: one fused op (kernels/attention.c: scores per block of query rows
+   * in a scratch, softmax in f32, never the whole (B, H, T, T) in memory);
+   * its adjoint is one op too (scores recomputed per block). */
+  if (fused && dt == TS_F32) return ir_attention(g, q, k, v, scale);
   int64_t B = shape[0], H = shape[1], T = shape[2];
   ts_dot_dims qk = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
                     .lhs_contract = {3}, .rhs_contract = {3}};
@@ -280,4 +284,12 @@ ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v
   ts_dot_dims pv = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
                     .lhs_contract = {3}, .rhs_contract = {2}};
   return ts_dot_general(g, p, v, &pv); // (B, H, T, Dh)
+}
+
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  return causal_attention(g, q, k, v, scale, true);
+}
+
+ts_tensor ts_causal_attention_decomposed(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  return causal_attention(g, q, k, v, scale, false);
 }

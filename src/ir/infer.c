@@ -262,6 +262,32 @@ static int check_dims_equal(const char *who, const char *what, const int64_t *go
   return 0;
 }
 
+/* causal_attention(_grad): operands f32 (B, H, T, Dh) of one shape, scale > 0. */
+static int infer_attention(const ts_graph *g, const char *who, int n_in, const int32_t *in, const ts_attr *at,
+                           ts_dtype *dt, int *rank, int64_t *shape) {
+  const ts_node *q = ts_node_at(g, in[0]);
+  char s0[96], s1[96];
+  if (q->rank != 4 || q->dtype != TS_F32)
+    return ERR("%s: q must be f32 (B, H, T, Dh) but is %s", who, node_str(q, s0, sizeof s0));
+  for (int i = 1; i < n_in; i++) {
+    const ts_node *o = ts_node_at(g, in[i]);
+    if (!same_shape(o, q) || o->dtype != q->dtype)
+      return ERR("%s: operand %d is %s but q is %s (they must match)", who, i, node_str(o, s0, sizeof s0),
+                 node_str(q, s1, sizeof s1));
+  }
+  if (!(at->value > 0)) return ERR("%s: scale %g must be positive", who, at->value);
+  *dt = q->dtype;
+  if (n_in == 3) {
+    *rank = 4;
+    memcpy(shape, q->shape, 4 * sizeof *shape);
+  } else {
+    *rank = 5;
+    shape[0] = 3;
+    memcpy(shape + 1, q->shape, 4 * sizeof *shape);
+  }
+  return 0;
+}
+
 static int pool_out(const char *who, const ts_node *x, const int64_t *xs, const ts_pool_params *p, int64_t *out) {
   char sx[96];
   if (!ts_dtype_is_float(x->dtype))
@@ -512,6 +538,8 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
     if (pool_out(who, x, shape, &at->pool, o)) return -1;
     return check_dims_equal(who, "dy", x->shape, o);
   }
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD:
+    return infer_attention(g, who, n_in, in, at, dt, rank, shape);
   case TS_OP_REDUCE:
     return infer_reduce(who, x, at, dt, rank, shape);
   case TS_OP_GATHER:

@@ -51,6 +51,7 @@ typedef enum {
   TS_ATTRS_REDUCE,     /* reduce, dims[n_dims] */
   TS_ATTRS_FUSED,      /* fused program */
   TS_ATTRS_COLLECTIVE, /* coll (or mesh axes in dims), reduce, axis, dims[0] */
+  TS_ATTRS_VALUE,      /* value (a scale) */
 } ts_op_attrs;
 
 /* Op flags (ops.def). */

@@ -289,6 +289,26 @@ static int32_t lower_conv(part *p, int id) {
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
 }
 
+/* Fused causal attention and its gradient: split on (B, H) only (every
+ * operand and the result alike); T and Dh are gathered. */
+static int32_t lower_attention(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  int o = n->op == TS_OP_ATTENTION_GRAD; /* the grad's result is (3, B, H, T, Dh) */
+  ts_partition_spec O, a;
+  spec_clear(&O, n->rank);
+  spec_clear(&a, 4);
+  copy_dim(&O, o, &p->W[id], o);
+  copy_dim(&O, o + 1, &p->W[id], o + 1);
+  copy_dim(&a, 0, &O, o);
+  copy_dim(&a, 1, &O, o + 1);
+  int32_t in[4];
+  for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], &a);
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, 0, TS_REDUCE_SUM, &p->W[id]);
+}
+
 /* slice, pad, concatenate: dims the op leaves alone (full range with stride
  * 1, no padding, not the concatenation dim) keep their axes; the others are
  * computed whole and then cut to the node's layout. */
@@ -537,6 +557,7 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   case TS_OP_CONV: case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL:
   case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
     return lower_conv(p, id);
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return lower_attention(p, id);
   case TS_OP_GATHER: return lower_gather(p, id);
   case TS_OP_SCATTER_ADD: return lower_scatter_add(p, id);
   case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);
