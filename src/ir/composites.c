@@ -135,11 +135,16 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   ts_tensor m = ts_convert(g, ts_convert(g, mx, TS_I64), fdt);                          // no gradient
   ts_tensor e = ts_exp(g, ts_sub(g, logits, bcast_back(g, m, 2, bc, red)));             // (B, C)
   ts_tensor lse = ts_add(g, m, ts_log(g, ts_reduce(g, e, TS_REDUCE_SUM, 1, &dim1, false))); // (B)
-  /* the label's logit: one-hot (iota over classes == label) times x */
-  ts_tensor cls = ts_iota(g, idt, 2, bc, 1);
+  /* the label's logit: x where the class index equals the label, else 0,
+   * summed over classes. The class index is a (C) iota broadcast (fused
+   * into the compare: no (B, C) index tensor is ever written), and a select
+   * instead of a one-hot product: no f32 one-hot, no separate multiply pass;
+   * the gradient is select(hit, -g, 0), fused into softmax's. */
+  ts_tensor cls = ts_broadcast_in_dim(g, ts_iota(g, idt, 1, &bc[1], 0), 2, bc, &dim1);
   ts_tensor lab = ts_broadcast_in_dim(g, labels, 2, bc, &dim0);
-  ts_tensor onehot = ts_convert(g, ts_compare(g, cls, lab, TS_CMP_EQ), fdt);
-  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, logits), TS_REDUCE_SUM, 1, &dim1, false); // (B)
+  ts_tensor hit = ts_compare(g, cls, lab, TS_CMP_EQ);
+  ts_tensor picked = ts_reduce(g, ts_select(g, hit, logits, scalar_like(g, logits, 0.0)), TS_REDUCE_SUM, 1, &dim1,
+                               false); // (B)
   return ts_mean_all(g, ts_sub(g, lse, picked));
 }
 
