@@ -1,6 +1,9 @@
 /* test_attention.c — the fused causal-attention op (kernels/attention.c)
  * against the decomposed composite (ts_causal_attention_decomposed: dot,
  * mask, softmax, dot), forward and the three gradients dq, dk, dv, in f32.
+ * ts_causal_attention packs q, k, v into the (B, T, 3, H, Dh) the fused op
+ * reads (ts_causal_attention_qkv), so this covers the op's strided reads
+ * and writes too.
  *
  * Each case builds L = sum(attention(q, k, v) * c) with seeded random q, k,
  * v in (-2, 2) and cotangent c, outputs y and ts_grad(L, {q, k, v}) for both

@@ -48,8 +48,7 @@ static void test_classes(void) {
     if (info->cls == TS_OPC_BINARY) CHECK(info->arity == 2, "binary %s has arity %d", name, info->arity);
     if (info->cls == TS_OPC_COLLECTIVE)
       CHECK(ir_op_has(op, TS_OPF_NO_CSE) && info->attrs == TS_ATTRS_COLLECTIVE, "collective %s", name);
-    /* at most 4 operands (causal_attention_grad: q, k, v, dy) */
-    CHECK(info->arity >= TS_ARITY_VARIADIC && info->arity <= 4, "%s has arity %d", name, info->arity);
+    CHECK(info->arity >= TS_ARITY_VARIADIC && info->arity <= 3, "%s has arity %d", name, info->arity);
   }
 }
 

@@ -411,18 +411,7 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
     break;
   }
   case TS_OP_AVGPOOL_GRAD: contrib[0] = ts_avg_pool2d(g, dz, &c.n.attr.pool); break;
-  case TS_OP_ATTENTION: { /* one op computes dq, dk, dv (3, B, H, T, Dh); each a slice of it */
-    if (!need[0] && !need[1] && !need[2]) break;
-    int64_t s4[TS_MAX_RANK];
-    shape_of(&c, in_(&c, 0), s4);
-    ts_tensor G = ir_attention_grad(g, in_(&c, 0), in_(&c, 1), in_(&c, 2), dz, c.n.attr.value);
-    for (int i = 0; i < 3 && G != TS_NONE; i++) {
-      if (!need[i]) continue;
-      int64_t lo[5] = {i, 0, 0, 0, 0}, hi[5] = {i + 1, s4[0], s4[1], s4[2], s4[3]};
-      contrib[i] = ts_reshape(g, ts_slice(g, G, lo, hi, NULL), 4, s4);
-    }
-    break;
-  }
+  case TS_OP_ATTENTION: contrib[0] = ir_attention_grad(g, in_(&c, 0), dz, c.n.attr.value); break;
   case TS_OP_ATTENTION_GRAD:
     rc = set_error("autodiff: node %%%d (causal_attention_grad) has no adjoint (second derivatives through the "
                    "fused attention are not supported; use ts_causal_attention_decomposed)",

@@ -5,7 +5,7 @@
 #include "autoshard/autoshard.h"
 #include "mesh/mesh.h"
 
-#define AS_MAX_IN 4   /* operands whose layouts a strategy names (the rest: replicated) */
+#define AS_MAX_IN 3   /* operands whose layouts a strategy names (the rest: replicated) */
 #define AS_MAX_AXES 3 /* mesh axes of size > 1 the strategies use (more: replicated) */
 #define AS_MAX_STRATS 8192 /* (2 * TS_MAX_RANK + 3) ^ AS_MAX_AXES bounds a node's strategies */
 

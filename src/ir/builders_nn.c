@@ -130,18 +130,17 @@ ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, co
 
 /* ---- fused causal attention ---- */
 
-ts_tensor ir_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+ts_tensor ir_attention(ts_graph *g, ts_tensor qkv, double scale) {
   ts_attr a = {0};
   a.value = scale;
-  ts_tensor in[3] = {q, k, v};
-  return ir_build(g, TS_OP_ATTENTION, 3, in, &a, TS_F32, 0, NULL);
+  return ir_build(g, TS_OP_ATTENTION, 1, &qkv, &a, TS_F32, 0, NULL);
 }
 
-ts_tensor ir_attention_grad(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, ts_tensor dy, double scale) {
+ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double scale) {
   ts_attr a = {0};
   a.value = scale;
-  ts_tensor in[4] = {q, k, v, dy};
-  return ir_build(g, TS_OP_ATTENTION_GRAD, 4, in, &a, TS_F32, 0, NULL);
+  ts_tensor in[2] = {qkv, dy};
+  return ir_build(g, TS_OP_ATTENTION_GRAD, 2, in, &a, TS_F32, 0, NULL);
 }
 
 /* ---- reductions ---- */

@@ -269,10 +269,13 @@ static ts_tensor causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tens
     set_error("%s: scale %g must be positive", who, scale);
     return TS_NONE;
   }
-  /* f32: one fused op (kernels/attention.c: scores per block of query rows
-   * in a scratch, softmax in f32, never the whole (B, H, T, T) in memory);
-   * its adjoint is one op too (scores recomputed per block). */
-  if (fused && dt == TS_F32) return ir_attention(g, q, k, v, scale);
+  if (fused && dt == TS_F32) { /* packed (B, T, 3, H, Dh) for the fused op, and back */
+    int perm[4] = {0, 2, 1, 3};
+    int64_t s5[5] = {shape[0], shape[2], 1, shape[1], shape[3]};
+    ts_tensor parts[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) parts[i] = ts_reshape(g, ts_transpose(g, parts[i], perm), 5, s5);
+    return ts_transpose(g, ts_causal_attention_qkv(g, ts_concatenate(g, 3, parts, 2), scale), perm);
+  }
   int64_t B = shape[0], H = shape[1], T = shape[2];
   ts_dot_dims qk = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
                     .lhs_contract = {3}, .rhs_contract = {3}};
@@ -297,4 +300,33 @@ ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v
 
 ts_tensor ts_causal_attention_decomposed(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
   return causal_attention(g, q, k, v, scale, false);
+}
+
+ts_tensor ts_causal_attention_qkv(ts_graph *g, ts_tensor qkv, double scale) {
+  const char *who = "causal_attention_qkv";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, qkv, who, 5, &rank, shape)) return TS_NONE;
+  char s1[96];
+  if (rank != 5 || shape[2] != 3) {
+    set_error("%s: qkv must be (B, T, 3, H, Dh) but is %s", who, ir_shape_str(ts_node_at(g, qkv), s1, sizeof s1));
+    return TS_NONE;
+  }
+  if (!(scale > 0)) {
+    set_error("%s: scale %g must be positive", who, scale);
+    return TS_NONE;
+  }
+  /* f32: one fused op (kernels/attention.c: scores per block of query rows
+   * in a scratch, softmax in f32, never the whole (B, H, T, T) in memory,
+   * q, k, v read in place from the packed projection); its adjoint is one
+   * op too (scores recomputed per block, dqkv written in place). */
+  if (ts_node_at(g, qkv)->dtype == TS_F32) return ir_attention(g, qkv, scale);
+  ts_tensor part[3];
+  int perm[4] = {0, 2, 1, 3};
+  int64_t s4[4] = {shape[0], shape[1], shape[3], shape[4]};
+  for (int i = 0; i < 3; i++) { /* (B, T, 1, H, Dh) -> (B, H, T, Dh) */
+    int64_t lo[5] = {0, 0, i, 0, 0}, hi[5] = {shape[0], shape[1], i + 1, shape[3], shape[4]};
+    part[i] = ts_transpose(g, ts_reshape(g, ts_slice(g, qkv, lo, hi, NULL), 4, s4), perm);
+  }
+  return ts_transpose(g, causal_attention(g, part[0], part[1], part[2], scale, false), perm);
 }

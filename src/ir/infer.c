@@ -262,29 +262,26 @@ static int check_dims_equal(const char *who, const char *what, const int64_t *go
   return 0;
 }
 
-/* causal_attention(_grad): operands f32 (B, H, T, Dh) of one shape, scale > 0. */
+/* causal_attention(_grad): qkv f32 (B, T, 3, H, Dh) (and dy (B, T, H, Dh)), scale > 0. */
 static int infer_attention(const ts_graph *g, const char *who, int n_in, const int32_t *in, const ts_attr *at,
                            ts_dtype *dt, int *rank, int64_t *shape) {
-  const ts_node *q = ts_node_at(g, in[0]);
-  char s0[96], s1[96];
-  if (q->rank != 4 || q->dtype != TS_F32)
-    return ERR("%s: q must be f32 (B, H, T, Dh) but is %s", who, node_str(q, s0, sizeof s0));
-  for (int i = 1; i < n_in; i++) {
-    const ts_node *o = ts_node_at(g, in[i]);
-    if (!same_shape(o, q) || o->dtype != q->dtype)
-      return ERR("%s: operand %d is %s but q is %s (they must match)", who, i, node_str(o, s0, sizeof s0),
-                 node_str(q, s1, sizeof s1));
-  }
+  const ts_node *x = ts_node_at(g, in[0]);
+  char s0[96], s1[96], s2[96];
+  if (x->rank != 5 || x->shape[2] != 3 || x->dtype != TS_F32)
+    return ERR("%s: qkv must be f32 (B, T, 3, H, Dh) but is %s", who, node_str(x, s0, sizeof s0));
   if (!(at->value > 0)) return ERR("%s: scale %g must be positive", who, at->value);
-  *dt = q->dtype;
-  if (n_in == 3) {
-    *rank = 4;
-    memcpy(shape, q->shape, 4 * sizeof *shape);
-  } else {
-    *rank = 5;
-    shape[0] = 3;
-    memcpy(shape + 1, q->shape, 4 * sizeof *shape);
+  int64_t ys[4] = {x->shape[0], x->shape[1], x->shape[3], x->shape[4]};
+  if (n_in == 2) {
+    const ts_node *dy = ts_node_at(g, in[1]);
+    if (dy->rank != 4 || dy->dtype != x->dtype || memcmp(dy->shape, ys, sizeof ys))
+      return ERR("%s: dy is %s but qkv %s implies (B, T, H, Dh) = %s", who, node_str(dy, s0, sizeof s0),
+                 node_str(x, s1, sizeof s1), dims_str(4, ys, s2, sizeof s2));
+    set_like(x, dt, rank, shape);
+    return 0;
   }
+  *dt = x->dtype;
+  *rank = 4;
+  memcpy(shape, ys, sizeof ys);
   return 0;
 }
 

@@ -318,20 +318,23 @@ static int32_t lower_conv(part *p, int id) {
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
 }
 
-/* Fused causal attention and its gradient: split on (B, H) only (every
- * operand and the result alike); T and Dh are gathered. */
+/* Fused causal attention and its gradient: split on B and H only (qkv and
+ * dqkv (B, T, 3, H, Dh): dims 0 and 3; y and dy (B, T, H, Dh): 0 and 2);
+ * T and Dh are gathered. */
 static int32_t lower_attention(part *p, int id) {
   const ts_node *n = &p->g->nodes[id];
-  int o = n->op == TS_OP_ATTENTION_GRAD; /* the grad's result is (3, B, H, T, Dh) */
-  ts_partition_spec O, a;
+  int h = n->op == TS_OP_ATTENTION ? 2 : 3; /* the result's H dim */
+  ts_partition_spec O, a, d;
   spec_clear(&O, n->rank);
-  spec_clear(&a, 4);
-  copy_dim(&O, o, &p->W[id], o);
-  copy_dim(&O, o + 1, &p->W[id], o + 1);
-  copy_dim(&a, 0, &O, o);
-  copy_dim(&a, 1, &O, o + 1);
-  int32_t in[4];
-  for (int k = 0; k < n->n_in; k++) in[k] = part_get(p, n->in[k], &a);
+  copy_dim(&O, 0, &p->W[id], 0);
+  copy_dim(&O, h, &p->W[id], h);
+  spec_clear(&a, 5);
+  copy_dim(&a, 0, &O, 0);
+  copy_dim(&a, 3, &O, h);
+  spec_clear(&d, 4);
+  copy_dim(&d, 0, &O, 0);
+  copy_dim(&d, 2, &O, h);
+  int32_t in[2] = {part_get(p, n->in[0], &a), n->n_in > 1 ? part_get(p, n->in[1], &d) : TS_NONE};
   int64_t ls[TS_MAX_RANK];
   part_local_shape(p, &O, n->rank, n->shape, ls);
   int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);

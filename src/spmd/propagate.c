@@ -234,17 +234,10 @@ static void forward(prop *p, int id) {
     copy_dim(&c, 0, xs, 0);
     copy_dim(&c, 1, xs, 1);
     break;
-  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* (B, H) of the first operand split on them */
-    int o = n->op == TS_OP_ATTENTION_GRAD; /* the grad's (3, B, H, T, Dh) */
-    for (int k = 0; k < n->n_in; k++) {
-      const ts_partition_spec *ks = &p->spec[n->in[k]];
-      if (!ks->naxes[0] && !ks->naxes[1]) continue;
-      copy_dim(&c, o, ks, 0);
-      copy_dim(&c, o + 1, ks, 1);
-      break;
-    }
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: /* qkv (B, T, 3, H, Dh): B and H; y (B, T, H, Dh) */
+    copy_dim(&c, 0, xs, 0);
+    copy_dim(&c, n->op == TS_OP_ATTENTION ? 2 : 3, xs, 3);
     break;
-  }
   case TS_OP_GATHER: { // out = indices dims ++ table dims 1..
     const ts_node *ix = &g->nodes[n->in[1]];
     for (int i = 0; i < ix->rank; i++) copy_dim(&c, i, &p->spec[n->in[1]], i);
@@ -336,11 +329,18 @@ static void backward(prop *p, int id) {
   case TS_OP_SCATTER_ADD: /* base is laid out like the result */
     offer(p, n->in[0], *ns);
     break;
-  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* every operand split like the result's (B, H) */
-    int o = n->op == TS_OP_ATTENTION_GRAD;
-    copy_dim(&c, 0, ns, o);
-    copy_dim(&c, 1, ns, o + 1);
-    for (int k = 0; k < n->n_in; k++) offer(p, n->in[k], c);
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* qkv and dy split on the result's B and H */
+    int h = n->op == TS_OP_ATTENTION ? 2 : 3;
+    spec_clear(&c, 5);
+    copy_dim(&c, 0, ns, 0);
+    copy_dim(&c, 3, ns, h);
+    offer(p, n->in[0], c);
+    if (n->op == TS_OP_ATTENTION_GRAD) {
+      spec_clear(&c, 4);
+      copy_dim(&c, 0, ns, 0);
+      copy_dim(&c, 2, ns, h);
+      offer(p, n->in[1], c);
+    }
     break;
   }
   case TS_OP_DOT: {
