@@ -61,7 +61,7 @@ static ts_graph *build_forward(void) {
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_tensor acc = x;
   ts_tensor (*un[])(ts_graph *, ts_tensor) = {ts_neg, ts_abs, ts_exp, ts_log, ts_log1p, ts_tanh,
-                                              ts_sqrt, ts_rsqrt, ts_sigmoid, ts_erf};
+                                              ts_sqrt, ts_rsqrt, ts_sigmoid, ts_erf, ts_gelu};
   for (size_t k = 0; k < sizeof un / sizeof *un; k++) acc = ts_add(g, acc, un[k](g, y));
   ts_tensor (*bin[])(ts_graph *, ts_tensor, ts_tensor) = {ts_sub, ts_mul, ts_div, ts_max, ts_min, ts_pow};
   for (size_t k = 0; k < sizeof bin / sizeof *bin; k++) acc = bin[k](g, acc, y);

@@ -424,7 +424,7 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
    * the build (-Werror=switch) until its shape rule is written here. */
   switch (op) {
   case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:
-  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF:
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_GELU:
     return infer_unary(who, op, x, dt, rank, shape);
   case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:
     return infer_binary(who, op, x, y, dt, rank, shape);

@@ -110,6 +110,8 @@ static inline float verff(float x) {
       case TS_OP_SQRT: LOOP(d[j] = SQRT(a[j]))               \
       case TS_OP_RSQRT: LOOP(d[j] = (T)1 / SQRT(a[j]))       \
       case TS_OP_ERF: LOOP(d[j] = ERF(a[j]))                 \
+      case TS_OP_GELU: /* (x/2)(erf(x/sqrt 2) + 1), as the erf composite was */               \
+        LOOP(d[j] = a[j] * (T)0.5 * (ERF(a[j] * (T)0.70710678118654752440) + (T)1))        \
       case TS_OP_SIGMOID: /* exp of -|x| only: no overflow for large |x| */                \
         LOOP(T x = a[j]; T e = EXP(x < 0 ? x : -x); T r = (T)1 / ((T)1 + e);               \
              d[j] = x >= 0 ? r : e * r)                                                    \
