@@ -213,7 +213,15 @@ static void load_tile(ts_dtype dt, const void *src, int64_t off, int n, int c, v
     memcpy(dst, (const double *)src + off, (size_t)n * 8);
   } else {
     int64_t *d = dst;
-    for (int j = 0; j < n; j++) d[j] = tk_load_i64(dt, src, off + j);
+    if (dt == TS_BOOL) { /* masks (a compare kept for a select and its gradient): a vector loop */
+      const uint8_t *s = (const uint8_t *)src + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j] != 0;
+    } else if (dt == TS_I32) {
+      const int32_t *s = (const int32_t *)src + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j];
+    } else {
+      for (int j = 0; j < n; j++) d[j] = tk_load_i64(dt, src, off + j);
+    }
   }
 }
 
@@ -234,7 +242,12 @@ static void store_tile(ts_dtype dt, const void *src, int n, void *out, int64_t o
     memcpy((double *)out + off, src, (size_t)n * 8);
   } else {
     const int64_t *s = src;
-    for (int j = 0; j < n; j++) tk_store_i64(dt, out, off + j, s[j]);
+    if (dt == TS_BOOL) {
+      uint8_t *d = (uint8_t *)out + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j] != 0;
+    } else {
+      for (int j = 0; j < n; j++) tk_store_i64(dt, out, off + j, s[j]);
+    }
   }
 }
 
