@@ -161,7 +161,9 @@ ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor bet
   int last = rank - 1;
   for (int d = 0; d < rank; d++) red[d] = d == last;
   ts_tensor mean = ts_reduce(g, x, TS_REDUCE_MEAN, 1, &last, false);
-  ts_tensor xc = ts_sub(g, x, bcast_back(g, mean, rank, shape, red));
+  /* x + (-mean), bit for bit x - mean: the gradient's negation is then on
+   * the (rows) mean, not a full pass over dxc before its reduction */
+  ts_tensor xc = ts_add(g, x, bcast_back(g, ts_neg(g, mean), rank, shape, red));
   ts_tensor var = ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, 1, &last, false); // biased
   ts_tensor inv = ts_rsqrt(g, ts_add(g, var, scalar_like(g, x, eps)));
   ts_tensor y = ts_mul(g, xc, bcast_back(g, inv, rank, shape, red));
