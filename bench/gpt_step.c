@@ -6,13 +6,16 @@
  *   usage: bench_gpt_step [--layers N (6)] [--d-model D (256)] [--heads H (4)]
  *                         [--seq T (128)] [--vocab V (8192)] [--batch B (8)]
  *                         [--steps N (20)] [--warmup N (3)] [--threads N (2)]
- *                         [--dump DIR]
+ *                         [--amp none|bf16 (none)] [--dump DIR]
  *
+ * --amp bf16 compiles the step with ts_compile_options.autocast = TS_BF16
+ * (PyTorch's CPU autocast policy: the matmuls in bf16, the rest f32; the
+ * fused causal attention stays f32).
  * --dump DIR writes what bench/torch_gpt_step.py needs to run the same steps
  * from the same start: config.json (the model and every parameter's name and
  * size in order), params.bin (initial values, f32) and x.bin / y.bin (the 4
  * batches, (4, B, T) i32). Prints
- *   RESULT tessel gpt batch=B seq=T steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+ *   RESULT tessel gpt amp=none|bf16 batch=B seq=T steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
  *          tokens_per_s=.. first_loss=L
  * (L: the first step's loss, %.9g, before any update: equal to PyTorch's on
  * the same weights and batch). */
@@ -73,7 +76,7 @@ int main(int argc, char **argv) {
                         .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,
                                   .clip_norm = 1.0, .decay_matrices_only = true}};
   int steps = 20, warmup = 3, threads = 2;
-  const char *dir = NULL;
+  const char *dir = NULL, *amp = "none";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t *dst = !strcmp(a, "--layers") ? &s.gpt.layers : !strcmp(a, "--d-model") ? &s.gpt.d_model
@@ -81,13 +84,14 @@ int main(int argc, char **argv) {
                    : !strcmp(a, "--vocab") ? &s.gpt.vocab : !strcmp(a, "--batch") ? &s.batch : NULL;
     int *idst = !strcmp(a, "--steps") ? &steps : !strcmp(a, "--warmup") ? &warmup : !strcmp(a, "--threads") ? &threads
                 : NULL;
-    if ((dst || idst || !strcmp(a, "--dump")) && !v) {
+    if ((dst || idst || !strcmp(a, "--dump") || !strcmp(a, "--amp")) && !v) {
       fprintf(stderr, "bench_gpt_step: %s needs a value\n", a);
       return 2;
     }
     if (dst) *dst = atoll(v), i++;
     else if (idst) *idst = atoi(v), i++;
     else if (!strcmp(a, "--dump")) dir = v, i++;
+    else if (!strcmp(a, "--amp")) amp = v, i++;
     else {
       fprintf(stderr, "bench_gpt_step: unknown argument '%s' (see the top of bench/gpt_step.c)\n", a);
       return 2;
@@ -97,10 +101,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_gpt_step: %s\n", ts_gpt_config_check(&s.gpt) < 0 ? ts_last_error() : "bad --batch/--steps/--warmup");
     return 2;
   }
+  if (strcmp(amp, "none") && strcmp(amp, "bf16")) {
+    fprintf(stderr, "bench_gpt_step: --amp %s (none or bf16)\n", amp);
+    return 2;
+  }
+  s.amp = strcmp(amp, "bf16") ? TS_F32 : TS_BF16;
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads});
   ts_params *p = ts_params_new(0);
   ts_graph *g = c && p ? model_train_graph(&s, p) : NULL;
-  ts_executable *e = g ? ts_compile(c, g, NULL) : NULL;
+  ts_executable *e = g ? ts_compile(c, g, &(ts_compile_options){.autocast = s.amp == TS_BF16 ? TS_BF16 : TS_F32})
+                       : NULL;
   model_io io = {0};
   if (!e || model_io_bind(&io, g, p, c) < 0) {
     fprintf(stderr, "bench_gpt_step: %s\n", ts_last_error());
@@ -146,9 +156,9 @@ int main(int argc, char **argv) {
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
   }
   double med = median(ms, steps), p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4 < steps ? (3 * steps) / 4 : steps - 1];
-  printf("RESULT tessel gpt batch=%lld seq=%lld steps=%d warmup=%d median_ms=%.2f p25_ms=%.2f p75_ms=%.2f "
+  printf("RESULT tessel gpt amp=%s batch=%lld seq=%lld steps=%d warmup=%d median_ms=%.2f p25_ms=%.2f p75_ms=%.2f "
          "tokens_per_s=%.0f first_loss=%.9g\n",
-         (long long)s.batch, (long long)s.gpt.seq, steps, warmup, med, p25, p75, (double)per / (med / 1e3), first);
+         amp, (long long)s.batch, (long long)s.gpt.seq, steps, warmup, med, p25, p75, (double)per / (med / 1e3), first);
   free(x), free(y), free(out), free(ms);
   model_io_free(&io);
   ts_executable_free(e);

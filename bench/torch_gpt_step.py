@@ -7,12 +7,15 @@ tied head, explicit causal attention, bias=True).
 
   usage: torch_gpt_step.py [--init DIR] [--layers 6] [--d-model 256] [--heads 4]
                            [--seq 128] [--vocab 8192] [--batch 8] [--steps 20]
-                           [--warmup 3] [--threads 2]
+                           [--warmup 3] [--threads 2] [--amp none|bf16]
+
+--amp bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)
+(backward, clipping and AdamW outside it, as the autocast recipe says).
 
 --init DIR: the model config, initial weights and the 4 batches that
 bench_gpt_step --dump DIR wrote (then the first loss equals tessel's);
 without it, its own initialization and random tokens. Prints
-  RESULT torch gpt batch=B seq=T steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+  RESULT torch gpt amp=none|bf16 batch=B seq=T steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
          tokens_per_s=.. first_loss=L
 Run it with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (as
 run_gpt_step.sh does; ../shared/peer-baselines.md: the default pthread
@@ -37,6 +40,7 @@ def main():
     for k, v in (("layers", 6), ("d-model", 256), ("heads", 4), ("seq", 128), ("vocab", 8192), ("batch", 8),
                  ("steps", 20), ("warmup", 3), ("threads", 2)):
         ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--amp", choices=("none", "bf16"), default="none")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = {"layers": a.layers, "d_model": a.d_model, "heads": a.heads, "seq": a.seq, "vocab": a.vocab,
@@ -66,7 +70,11 @@ def main():
         t0 = time.perf_counter()
         k = t % nb
         opt.zero_grad(set_to_none=True)
-        loss = model.loss(x[k], y[k])
+        if a.amp == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model.loss(x[k], y[k])
+        else:
+            loss = model.loss(x[k], y[k])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -77,7 +85,7 @@ def main():
             ms.append(1e3 * (time.perf_counter() - t0))
     ms = np.array(ms)
     med = float(np.median(ms))
-    print(f"RESULT torch gpt batch={B} seq={T} steps={a.steps} warmup={a.warmup} median_ms={med:.2f} "
+    print(f"RESULT torch gpt amp={a.amp} batch={B} seq={T} steps={a.steps} warmup={a.warmup} median_ms={med:.2f} "
           f"p25_ms={np.percentile(ms, 25):.2f} p75_ms={np.percentile(ms, 75):.2f} "
           f"tokens_per_s={B * T / (med / 1e3):.0f} first_loss={first:.9g}")
 

@@ -134,13 +134,14 @@ static double ref_unary(ts_op op, double x) {
     case TS_OP_RSQRT: return 1 / sqrt(fabs(x) + 0.1);
     case TS_OP_SIGMOID: return 1 / (1 + exp(-x));
     case TS_OP_ERF: return erf(x);
+    case TS_OP_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
     default: return 0;
   }
 }
 
 static void test_elementwise(void) {
   ts_op un[] = {TS_OP_NEG, TS_OP_ABS, TS_OP_EXP, TS_OP_LOG, TS_OP_LOG1P, TS_OP_TANH,
-                TS_OP_SQRT, TS_OP_RSQRT, TS_OP_SIGMOID, TS_OP_ERF};
+                TS_OP_SQRT, TS_OP_RSQRT, TS_OP_SIGMOID, TS_OP_ERF, TS_OP_GELU};
   ts_dtype dts[] = {TS_F64, TS_F32};
   int64_t sh[2] = {7, 13};
   for (int di = 0; di < 2; di++) {

@@ -61,7 +61,7 @@ static ts_graph *build_forward(void) {
   ts_tensor seed = ts_input(g, "seed", TS_I64, 0, NULL);
   ts_tensor acc = x;
   ts_tensor (*un[])(ts_graph *, ts_tensor) = {ts_neg, ts_abs, ts_exp, ts_log, ts_log1p, ts_tanh,
-                                              ts_sqrt, ts_rsqrt, ts_sigmoid, ts_erf};
+                                              ts_sqrt, ts_rsqrt, ts_sigmoid, ts_erf, ts_gelu};
   for (size_t k = 0; k < sizeof un / sizeof *un; k++) acc = ts_add(g, acc, un[k](g, y));
   ts_tensor (*bin[])(ts_graph *, ts_tensor, ts_tensor) = {ts_sub, ts_mul, ts_div, ts_max, ts_min, ts_pow};
   for (size_t k = 0; k < sizeof bin / sizeof *bin; k++) acc = bin[k](g, acc, y);
@@ -101,7 +101,7 @@ static ts_graph *build_forward(void) {
   return g;
 }
 
-/* conv, pools and their backward ops (autodiff). */
+/* conv, pools, the fused causal attention and their backward ops (autodiff). */
 static ts_graph *build_backward(void) {
   ts_graph *g = ts_graph_new();
   ts_tensor x = ts_input(g, "x", TS_F32, 4, (int64_t[]){2, 3, 8, 8});
@@ -111,7 +111,8 @@ static ts_graph *build_backward(void) {
   ts_pool_params pp = {.kernel = {2, 2}, .stride = {2, 1}, .pad = {0, 1}};
   ts_tensor m = ts_max_pool2d(g, c, &pp);
   ts_tensor a = ts_avg_pool2d(g, m, &(ts_pool_params){.kernel = {2, 2}});
-  ts_tensor loss = ts_sum_all(g, a);
+  ts_tensor att = ts_causal_attention(g, x, x, x, 0.5); /* x as (B, H, T, Dh) */
+  ts_tensor loss = ts_add(g, ts_sum_all(g, a), ts_sum_all(g, att));
   ts_tensor wrt[2] = {x, w}, grads[2];
   CHECK_OK(ts_grad(g, loss, 2, wrt, grads));
   ts_graph_add_output(g, loss);

@@ -368,13 +368,13 @@ int main(void) {
     CHECK(e != NULL, "%s: %s", what, ts_last_error());
     if (e) {
       size_t a = act / (size_t)dp, r = rows / (size_t)dp;
-      /* over "data": each parameter's gradient block once (wte twice: the
-       * head's and the lookup's), and the loss */
+      /* over "data": each parameter's gradient block once (wte's too: the
+       * head's and the lookup's partial sums are added before it), and the
+       * loss */
       size_t grad_bytes = 8;
       for (int i = 0; i < NP; i++)
         grad_bytes += (size_t)ts_tensor_numel(m.g, m.p[i]) * 8 / (strstr(m.spec[i], "model") ? (size_t)mp : 1);
-      grad_bytes += (size_t)V * D * 8 / (size_t)mp;
-      want dw = {TS_COLLECTIVE_ALL_REDUCE, DA, 0, DA ? NP + 2 : 0, DA ? grad_bytes : 0};
+      want dw = {TS_COLLECTIVE_ALL_REDUCE, DA, 0, DA ? NP + 1 : 0, DA ? grad_bytes : 0};
       if (strstr(cases[ci].mesh, "fsdp")) {
         /* FSDP gathers weights and scatters gradients on top: numbers only */
         if (getenv("SHOW")) {
@@ -402,7 +402,7 @@ int main(void) {
          * sequence blocks too (over data+model), and the position
          * embedding's gradient is gathered from them */
         size_t nb = 6 * L + 2, dbytes = (size_t)D * 8;
-        want ds = {TS_COLLECTIVE_ALL_REDUCE, DA, 0, DA ? NP + 2 - (int)nb : 0,
+        want ds = {TS_COLLECTIVE_ALL_REDUCE, DA, 0, DA ? NP + 1 - (int)nb : 0,
                    DA ? grad_bytes - nb * dbytes - (size_t)T * D * 8 / (size_t)mp : 0};
         want w[] = {
             ds,

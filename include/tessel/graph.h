@@ -178,6 +178,17 @@ ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tenso
  * the scores and the softmax in f32. Heads are a dim of their own, so a
  * sharding on H splits attention with no communication. */
 ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale);
+/* The same attention as primitive ops (dot_general, select, softmax): what
+ * ts_causal_attention builds for non-f32 operands. For f32 it builds one
+ * fused op instead (a kernel that never stores the (B, H, T, T) scores, on
+ * q, k, v packed as ts_causal_attention_qkv takes them); this form stays
+ * for comparisons. */
+ts_tensor ts_causal_attention_decomposed(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale);
+/* The same attention on a packed projection qkv (B, T, 3, H, Dh) (q, k, v
+ * along dim 2) -> (B, T, H, Dh): what a fused QKV linear gives and its
+ * output projection takes, with no slices or transposes around the fused
+ * f32 op (a sharding on H (dim 3) splits it by heads). */
+ts_tensor ts_causal_attention_qkv(ts_graph *g, ts_tensor qkv, double scale);
 /* Inverted dropout: keeps each element with probability 1-p, scales by 1/(1-p). */
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key);
 

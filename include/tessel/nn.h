@@ -141,8 +141,8 @@ ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t cl
  * c_proj weights N(0, 0.02 / sqrt(2 * layers)), biases 0, layer norms weight
  * 1, bias 0, eps 1e-5); transformer.ln_f; the LM head is wte (tied).
  * Blocks are pre-LN: h += attn(ln_1(h)); h += mlp(ln_2(h)), the MLP
- * d -> 4d -> d with exact GELU; attention is ts_causal_attention on
- * (B, heads, T, d / heads). Dropout (embeddings, attention output, MLP
+ * d -> 4d -> d with exact GELU; attention is ts_causal_attention_qkv on
+ * c_attn's packed (B, T, 3, heads, d / heads). Dropout (embeddings, attention output, MLP
  * output) applies only when training with a seed. */
 typedef struct {
   int64_t layers, d_model, heads, seq, vocab; /* seq: the position table's length */

@@ -75,6 +75,14 @@ static int unary(const adj *c, ts_tensor *out) {
   case TS_OP_ERF: /* 2/sqrt(pi) exp(-x^2) */
     out[0] = ts_mul(g, dz, ts_mul(g, ts_exp(g, ts_neg(g, ts_mul(g, x, x))), scal(c, 1.1283791670955126 /* 2/sqrt(pi) */)));
     break;
+  case TS_OP_GELU: /* Phi(x) + x phi(x) = (1 + erf(x/sqrt(2)))/2 + x exp(-x^2/2)/sqrt(2 pi): from x
+                     alone, one fused pass over x and dz */
+    out[0] = ts_mul(g, dz,
+                    ts_add(g, ts_mul(g, ts_add(g, ts_erf(g, ts_mul(g, x, scal(c, 0.70710678118654752440))), scal(c, 1)),
+                                     scal(c, 0.5)),
+                           ts_mul(g, x, ts_mul(g, ts_exp(g, ts_mul(g, ts_mul(g, x, x), scal(c, -0.5))),
+                                               scal(c, 0.39894228040143267794 /* 1/sqrt(2 pi) */)))));
+    break;
   case TS_OP_CONVERT: out[0] = ts_convert(g, dz, node(c, x)->dtype); break;
   default: return set_error("autodiff: no unary rule for %s", ir_op_name(c->n.op));
   }
@@ -363,7 +371,7 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
    * the build (-Werror=switch) until it has a rule here or says why not. */
   switch (op) {
   case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:
-  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_CONVERT:
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_GELU: case TS_OP_CONVERT:
     rc = unary(&c, contrib);
     break;
   case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:
@@ -411,6 +419,12 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
     break;
   }
   case TS_OP_AVGPOOL_GRAD: contrib[0] = ts_avg_pool2d(g, dz, &c.n.attr.pool); break;
+  case TS_OP_ATTENTION: contrib[0] = ir_attention_grad(g, in_(&c, 0), dz, c.n.attr.value); break;
+  case TS_OP_ATTENTION_GRAD:
+    rc = set_error("autodiff: node %%%d (causal_attention_grad) has no adjoint (second derivatives through the "
+                   "fused attention are not supported; use ts_causal_attention_decomposed)",
+                   z);
+    break;
   case TS_OP_REDUCE: contrib[0] = reduce_adjoint(&c); break;
   case TS_OP_GATHER: { /* rows of dz added back into a zero table */
     int64_t ts[TS_MAX_RANK];

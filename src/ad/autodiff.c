@@ -20,13 +20,40 @@ static bool same_type(const ts_node *a, const ts_node *b) {
   return true;
 }
 
-/* cot[t] += c (the first contribution is stored as is). */
+/* t is scatter_add(0, idx, upd) (a gather's adjoint: rows added into a
+ * zero table). */
+static bool zero_scatter(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t], *b = n->op == TS_OP_SCATTER_ADD ? &g->nodes[n->in[0]] : NULL;
+  return b && b->op == TS_OP_CONSTANT && !b->data && b->attr.value == 0;
+}
+
+/* No node and no output uses t. */
+static bool unused(const ts_graph *g, ts_tensor t) {
+  for (int i = t + 1; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == t) return false;
+  for (int k = 0; k < g->n_outputs; k++)
+    if (g->outputs[k] == t) return false;
+  return true;
+}
+
+/* cot[t] += c (the first contribution is stored as is). A gather's
+ * contribution c = scatter_add(0, idx, upd) that nothing uses yet becomes scatter_add(cot[t], idx, upd) in place (cot[t] is older, so
+ * the order stays topological): one pass less, and under SPMD the two
+ * partial sums over the batch (a tied embedding's lookup and head) are added
+ * before their one all-reduce (spmd/partition.c lower_scatter_add). */
 static int accumulate(ts_graph *g, ts_tensor *cot, ts_tensor t, ts_tensor c) {
   if (cot[t] == TS_NONE) {
     cot[t] = c;
     return 0;
   }
-  ts_tensor s = ts_add(g, cot[t], c);
+  ts_tensor s;
+  if (c > cot[t] && zero_scatter(g, c) && same_type(&g->nodes[cot[t]], &g->nodes[c]) && unused(g, c)) {
+    g->nodes[c].in[0] = cot[t];
+    cot[t] = c;
+    return 0;
+  }
+  s = ts_add(g, cot[t], c);
   if (s == TS_NONE) return -1;
   cot[t] = s;
   return 0;

@@ -98,6 +98,14 @@ static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_pa
       for (int k = 0; k < nin; k++) L[nl - 1].in[k] = d;
     }
     return nl;
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* B and H split; T, Dh whole */
+    int h = n->op == TS_OP_ATTENTION ? 2 : 3; /* qkv/dqkv (B, T, 3, H, Dh), y/dy (B, T, H, Dh) */
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
+    if (nin > 1) L[nl - 1].in[1] = 0;
+    add_loop(L, &nl, n->shape[h], h), L[nl - 1].in[0] = 3;
+    if (nin > 1) L[nl - 1].in[1] = 2;
+    return nl;
+  }
   case TS_OP_REDUCE: {
     const ts_node *x = &g->nodes[n->in[0]];
     int o = 0;
@@ -177,6 +185,12 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
   case TS_OP_CONV_BWD_FILTER: {
     const ts_node *dy = &g->nodes[n->in[1]];
     return 2 * out * (double)(dy->shape[0] * dy->shape[2] * dy->shape[3]);
+  }
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* causal: half of 2 (fwd) or 5 (bwd) T x T x Dh matmuls */
+    const ts_node *x = &g->nodes[n->in[0]]; /* (B, T, 3, H, Dh) */
+    double per = (double)x->shape[0] * (double)x->shape[3] * (double)x->shape[1] * (double)x->shape[1] *
+                 (double)x->shape[4];
+    return (n->op == TS_OP_ATTENTION ? 2.0 : 5.0) * per;
   }
   default:
     return 0;

@@ -23,6 +23,10 @@ ts_tensor ir_conv_bwd_filter(ts_graph *g, ts_tensor x, ts_tensor dy, const ts_co
 ts_tensor ir_maxpool_grad(ts_graph *g, ts_tensor x, ts_tensor dy, const ts_pool_params *p);
 /* Gradient of avg_pool2d: dy (N, C, OH, OW) -> dx with shape x_shape (rank 4). */
 ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, const int64_t *x_shape);
+/* Fused causal attention (composites.c uses it for f32): qkv (B, T, 3, H, Dh)
+ * -> y (B, T, H, Dh); and its gradient for cotangent dy: dqkv (qkv's shape). */
+ts_tensor ir_attention(ts_graph *g, ts_tensor qkv, double scale);
+ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double scale);
 
 /* Checks a node with ir_infer and appends it. For ops whose result is not
  * implied by the operands (see infer.h) dt/rank/shape give the result;

@@ -128,6 +128,21 @@ ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, co
   return ir_build(g, TS_OP_AVGPOOL_GRAD, 1, &dy, &a, ts_node_at(g, dy)->dtype, 4, x_shape);
 }
 
+/* ---- fused causal attention ---- */
+
+ts_tensor ir_attention(ts_graph *g, ts_tensor qkv, double scale) {
+  ts_attr a = {0};
+  a.value = scale;
+  return ir_build(g, TS_OP_ATTENTION, 1, &qkv, &a, TS_F32, 0, NULL);
+}
+
+ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double scale) {
+  ts_attr a = {0};
+  a.value = scale;
+  ts_tensor in[2] = {qkv, dy};
+  return ir_build(g, TS_OP_ATTENTION_GRAD, 2, in, &a, TS_F32, 0, NULL);
+}
+
 /* ---- reductions ---- */
 
 ts_tensor ts_reduce(ts_graph *g, ts_tensor x, ts_reduce_kind kind, int n, const int *dims, bool keepdims) {

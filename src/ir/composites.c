@@ -59,10 +59,10 @@ ts_tensor ts_gelu(ts_graph *g, ts_tensor x) {
   int rank;
   int64_t shape[TS_MAX_RANK];
   if (!check_float(g, x, "gelu", 0, &rank, shape)) return TS_NONE;
-  /* 0.5 * x * (1 + erf(x / sqrt(2))) */
-  ts_tensor e = ts_erf(g, ts_mul(g, x, scalar_like(g, x, 0.70710678118654752440)));
-  ts_tensor h = ts_add(g, e, scalar_like(g, x, 1.0));
-  return ts_mul(g, ts_mul(g, x, scalar_like(g, x, 0.5)), h);
+  /* 0.5 * x * (1 + erf(x / sqrt(2))) as one elementwise op (fused.c), so
+   * its gradient needs only x (one fused pass) instead of the erf chain's
+   * saved intermediates (four extra passes forward in a GPT's MLP) */
+  return ir_build(g, TS_OP_GELU, 1, &x, NULL, TS_F32, 0, NULL);
 }
 
 static int norm_dim(const char *who, int dim, int rank) {
@@ -135,11 +135,16 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   ts_tensor m = ts_convert(g, ts_convert(g, mx, TS_I64), fdt);                          // no gradient
   ts_tensor e = ts_exp(g, ts_sub(g, logits, bcast_back(g, m, 2, bc, red)));             // (B, C)
   ts_tensor lse = ts_add(g, m, ts_log(g, ts_reduce(g, e, TS_REDUCE_SUM, 1, &dim1, false))); // (B)
-  /* the label's logit: one-hot (iota over classes == label) times x */
-  ts_tensor cls = ts_iota(g, idt, 2, bc, 1);
+  /* the label's logit: x where the class index equals the label, else 0,
+   * summed over classes. The class index is a (C) iota broadcast (fused
+   * into the compare: no (B, C) index tensor is ever written), and a select
+   * instead of a one-hot product: no f32 one-hot, no separate multiply pass;
+   * the gradient is select(hit, -g, 0), fused into softmax's. */
+  ts_tensor cls = ts_broadcast_in_dim(g, ts_iota(g, idt, 1, &bc[1], 0), 2, bc, &dim1);
   ts_tensor lab = ts_broadcast_in_dim(g, labels, 2, bc, &dim0);
-  ts_tensor onehot = ts_convert(g, ts_compare(g, cls, lab, TS_CMP_EQ), fdt);
-  ts_tensor picked = ts_reduce(g, ts_mul(g, onehot, logits), TS_REDUCE_SUM, 1, &dim1, false); // (B)
+  ts_tensor hit = ts_compare(g, cls, lab, TS_CMP_EQ);
+  ts_tensor picked = ts_reduce(g, ts_select(g, hit, logits, scalar_like(g, logits, 0.0)), TS_REDUCE_SUM, 1, &dim1,
+                               false); // (B)
   return ts_mean_all(g, ts_sub(g, lse, picked));
 }
 
@@ -156,7 +161,9 @@ ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor bet
   int last = rank - 1;
   for (int d = 0; d < rank; d++) red[d] = d == last;
   ts_tensor mean = ts_reduce(g, x, TS_REDUCE_MEAN, 1, &last, false);
-  ts_tensor xc = ts_sub(g, x, bcast_back(g, mean, rank, shape, red));
+  /* x + (-mean), bit for bit x - mean: the gradient's negation is then on
+   * the (rows) mean, not a full pass over dxc before its reduction */
+  ts_tensor xc = ts_add(g, x, bcast_back(g, ts_neg(g, mean), rank, shape, red));
   ts_tensor var = ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, 1, &last, false); // biased
   ts_tensor inv = ts_rsqrt(g, ts_add(g, var, scalar_like(g, x, eps)));
   ts_tensor y = ts_mul(g, xc, bcast_back(g, inv, rank, shape, red));
@@ -244,7 +251,7 @@ ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_
  *   s[i, j] = -1e30 where j > i (a constant mask; exp underflows to exactly 0)
  *   p = softmax(s) over the last dim, in f32
  *   y = p v              (B, H, T, Dh), in the operands' dtype */
-ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+static ts_tensor causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale, bool fused) {
   const char *who = "causal_attention";
   int rank;
   int64_t shape[TS_MAX_RANK];
@@ -264,6 +271,13 @@ ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v
     set_error("%s: scale %g must be positive", who, scale);
     return TS_NONE;
   }
+  if (fused && dt == TS_F32) { /* packed (B, T, 3, H, Dh) for the fused op, and back */
+    int perm[4] = {0, 2, 1, 3};
+    int64_t s5[5] = {shape[0], shape[2], 1, shape[1], shape[3]};
+    ts_tensor parts[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) parts[i] = ts_reshape(g, ts_transpose(g, parts[i], perm), 5, s5);
+    return ts_transpose(g, ts_causal_attention_qkv(g, ts_concatenate(g, 3, parts, 2), scale), perm);
+  }
   int64_t B = shape[0], H = shape[1], T = shape[2];
   ts_dot_dims qk = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
                     .lhs_contract = {3}, .rhs_contract = {3}};
@@ -280,4 +294,41 @@ ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v
   ts_dot_dims pv = {.n_batch = 2, .n_contract = 1, .lhs_batch = {0, 1}, .rhs_batch = {0, 1},
                     .lhs_contract = {3}, .rhs_contract = {2}};
   return ts_dot_general(g, p, v, &pv); // (B, H, T, Dh)
+}
+
+ts_tensor ts_causal_attention(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  return causal_attention(g, q, k, v, scale, true);
+}
+
+ts_tensor ts_causal_attention_decomposed(ts_graph *g, ts_tensor q, ts_tensor k, ts_tensor v, double scale) {
+  return causal_attention(g, q, k, v, scale, false);
+}
+
+ts_tensor ts_causal_attention_qkv(ts_graph *g, ts_tensor qkv, double scale) {
+  const char *who = "causal_attention_qkv";
+  int rank;
+  int64_t shape[TS_MAX_RANK];
+  if (!check_float(g, qkv, who, 5, &rank, shape)) return TS_NONE;
+  char s1[96];
+  if (rank != 5 || shape[2] != 3) {
+    set_error("%s: qkv must be (B, T, 3, H, Dh) but is %s", who, ir_shape_str(ts_node_at(g, qkv), s1, sizeof s1));
+    return TS_NONE;
+  }
+  if (!(scale > 0)) {
+    set_error("%s: scale %g must be positive", who, scale);
+    return TS_NONE;
+  }
+  /* f32: one fused op (kernels/attention.c: scores per block of query rows
+   * in a scratch, softmax in f32, never the whole (B, H, T, T) in memory,
+   * q, k, v read in place from the packed projection); its adjoint is one
+   * op too (scores recomputed per block, dqkv written in place). */
+  if (ts_node_at(g, qkv)->dtype == TS_F32) return ir_attention(g, qkv, scale);
+  ts_tensor part[3];
+  int perm[4] = {0, 2, 1, 3};
+  int64_t s4[4] = {shape[0], shape[1], shape[3], shape[4]};
+  for (int i = 0; i < 3; i++) { /* (B, T, 1, H, Dh) -> (B, H, T, Dh) */
+    int64_t lo[5] = {0, 0, i, 0, 0}, hi[5] = {shape[0], shape[1], i + 1, shape[3], shape[4]};
+    part[i] = ts_transpose(g, ts_reshape(g, ts_slice(g, qkv, lo, hi, NULL), 4, s4), perm);
+  }
+  return ts_transpose(g, causal_attention(g, part[0], part[1], part[2], scale, false), perm);
 }

@@ -262,6 +262,29 @@ static int check_dims_equal(const char *who, const char *what, const int64_t *go
   return 0;
 }
 
+/* causal_attention(_grad): qkv f32 (B, T, 3, H, Dh) (and dy (B, T, H, Dh)), scale > 0. */
+static int infer_attention(const ts_graph *g, const char *who, int n_in, const int32_t *in, const ts_attr *at,
+                           ts_dtype *dt, int *rank, int64_t *shape) {
+  const ts_node *x = ts_node_at(g, in[0]);
+  char s0[96], s1[96], s2[96];
+  if (x->rank != 5 || x->shape[2] != 3 || x->dtype != TS_F32)
+    return ERR("%s: qkv must be f32 (B, T, 3, H, Dh) but is %s", who, node_str(x, s0, sizeof s0));
+  if (!(at->value > 0)) return ERR("%s: scale %g must be positive", who, at->value);
+  int64_t ys[4] = {x->shape[0], x->shape[1], x->shape[3], x->shape[4]};
+  if (n_in == 2) {
+    const ts_node *dy = ts_node_at(g, in[1]);
+    if (dy->rank != 4 || dy->dtype != x->dtype || memcmp(dy->shape, ys, sizeof ys))
+      return ERR("%s: dy is %s but qkv %s implies (B, T, H, Dh) = %s", who, node_str(dy, s0, sizeof s0),
+                 node_str(x, s1, sizeof s1), dims_str(4, ys, s2, sizeof s2));
+    set_like(x, dt, rank, shape);
+    return 0;
+  }
+  *dt = x->dtype;
+  *rank = 4;
+  memcpy(shape, ys, sizeof ys);
+  return 0;
+}
+
 static int pool_out(const char *who, const ts_node *x, const int64_t *xs, const ts_pool_params *p, int64_t *out) {
   char sx[96];
   if (!ts_dtype_is_float(x->dtype))
@@ -401,7 +424,7 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
    * the build (-Werror=switch) until its shape rule is written here. */
   switch (op) {
   case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:
-  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF:
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_GELU:
     return infer_unary(who, op, x, dt, rank, shape);
   case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:
     return infer_binary(who, op, x, y, dt, rank, shape);
@@ -512,6 +535,8 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
     if (pool_out(who, x, shape, &at->pool, o)) return -1;
     return check_dims_equal(who, "dy", x->shape, o);
   }
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD:
+    return infer_attention(g, who, n_in, in, at, dt, rank, shape);
   case TS_OP_REDUCE:
     return infer_reduce(who, x, at, dt, rank, shape);
   case TS_OP_GATHER:

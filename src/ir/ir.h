@@ -51,6 +51,7 @@ typedef enum {
   TS_ATTRS_REDUCE,     /* reduce, dims[n_dims] */
   TS_ATTRS_FUSED,      /* fused program */
   TS_ATTRS_COLLECTIVE, /* coll (or mesh axes in dims), reduce, axis, dims[0] */
+  TS_ATTRS_VALUE,      /* value (a scale) */
 } ts_op_attrs;
 
 /* Op flags (ops.def). */
@@ -74,7 +75,8 @@ enum {
  * against the table. */
 #define TS_OP_CASES_ELEMENTWISE                                                                              \
   case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:         \
-  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_CONVERT: case TS_OP_ADD: \
+  case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_GELU: case TS_OP_CONVERT:     \
+  case TS_OP_ADD:                                                                                            \
   case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN: case TS_OP_POW:            \
   case TS_OP_COMPARE: case TS_OP_SELECT:
 

@@ -151,6 +151,7 @@ static void print_attrs(ts_strbuf *sb, const ts_node *n, int r) {
     }
     break;
   case TS_ATTRS_CMP: sb_printf(sb, " cmp=%s", cmp_name(a->cmp)); break;
+  case TS_ATTRS_VALUE: sb_printf(sb, " value=%.17g", a->value); break;
   case TS_ATTRS_DIMS: print_ints(sb, "dims", a->n_dims, a->dims); break;
   case TS_ATTRS_PERM: print_ints(sb, "perm", a->n_dims, a->dims); break;
   case TS_ATTRS_SLICE:

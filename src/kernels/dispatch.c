@@ -51,7 +51,7 @@ int kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_k
    * the build (-Werror=switch) until it has a kernel here. */
   switch (n->op) {
     case TS_OP_NEG: case TS_OP_ABS: case TS_OP_EXP: case TS_OP_LOG: case TS_OP_LOG1P: case TS_OP_TANH:
-    case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_CONVERT:
+    case TS_OP_SQRT: case TS_OP_RSQRT: case TS_OP_SIGMOID: case TS_OP_ERF: case TS_OP_GELU: case TS_OP_CONVERT:
     case TS_OP_ADD: case TS_OP_SUB: case TS_OP_MUL: case TS_OP_DIV: case TS_OP_MAX: case TS_OP_MIN:
     case TS_OP_POW: case TS_OP_COMPARE: case TS_OP_SELECT:
       return tk_elementwise(g, n, in, out, &local); /* fused.c: one-instruction program */
@@ -65,6 +65,7 @@ int kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_k
       return tk_conv(g, n, in, out, state, &local);
     case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
       return tk_pool(g, n, in, out, &local);
+    case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return tk_attention(g, n, in, out, &local);
     case TS_OP_REDUCE: return tk_reduce(g, n, in, out, &local);
     case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return tk_index(g, n, in, out, &local);
     case TS_OP_FUSED: return tk_fused(g, n, in, out, &local);

@@ -126,6 +126,8 @@ static inline float verff(float x) {
       case TS_OP_SQRT: LOOP(d[j] = SQRT(a[j]))               \
       case TS_OP_RSQRT: LOOP(d[j] = (T)1 / SQRT(a[j]))       \
       case TS_OP_ERF: LOOP(d[j] = ERF(a[j]))                 \
+      case TS_OP_GELU: /* (x/2)(erf(x/sqrt 2) + 1), as the erf composite was */               \
+        LOOP(d[j] = a[j] * (T)0.5 * (ERF(a[j] * (T)0.70710678118654752440) + (T)1))        \
       case TS_OP_SIGMOID: /* exp of -|x| only: no overflow for large |x| */                \
         LOOP(T x = a[j]; T e = EXP(x < 0 ? x : -x); T r = (T)1 / ((T)1 + e);               \
              d[j] = x >= 0 ? r : e * r)                                                    \
@@ -227,7 +229,15 @@ static void load_tile(ts_dtype dt, const void *src, int64_t off, int n, int c, v
     memcpy(dst, (const double *)src + off, (size_t)n * 8);
   } else {
     int64_t *d = dst;
-    for (int j = 0; j < n; j++) d[j] = tk_load_i64(dt, src, off + j);
+    if (dt == TS_BOOL) { /* masks (a compare kept for a select and its gradient): a vector loop */
+      const uint8_t *s = (const uint8_t *)src + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j] != 0;
+    } else if (dt == TS_I32) {
+      const int32_t *s = (const int32_t *)src + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j];
+    } else {
+      for (int j = 0; j < n; j++) d[j] = tk_load_i64(dt, src, off + j);
+    }
   }
 }
 
@@ -248,7 +258,12 @@ static void store_tile(ts_dtype dt, const void *src, int n, void *out, int64_t o
     memcpy((double *)out + off, src, (size_t)n * 8);
   } else {
     const int64_t *s = src;
-    for (int j = 0; j < n; j++) tk_store_i64(dt, out, off + j, s[j]);
+    if (dt == TS_BOOL) {
+      uint8_t *d = (uint8_t *)out + off;
+      SIMD for (int j = 0; j < n; j++) d[j] = s[j] != 0;
+    } else {
+      for (int j = 0; j < n; j++) tk_store_i64(dt, out, off + j, s[j]);
+    }
   }
 }
 

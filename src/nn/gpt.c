@@ -130,16 +130,11 @@ static ts_tensor gpt_attn(gpt *G, const char *prefix, ts_tensor x, int64_t B, in
   ts_tensor qkv = ts_add(g, ts_dot_general(g, x, w, &cd), b); // (B, T, 3, C)
   int64_t s5[5] = {B, T, 3, H, Dh};
   qkv = ts_reshape(g, qkv, 5, s5);
-  ts_tensor part[3];
-  for (int i = 0; i < 3; i++) { /* q, k, v: (B, T, 1, H, Dh) -> (B, H, T, Dh) */
-    int64_t lo[5] = {0, 0, i, 0, 0}, hi[5] = {B, T, i + 1, H, Dh}, s4[4] = {B, T, H, Dh};
-    int perm[4] = {0, 2, 1, 3};
-    part[i] = ts_transpose(g, ts_reshape(g, ts_slice(g, qkv, lo, hi, NULL), 4, s4), perm);
-  }
-  ts_tensor y = ts_causal_attention(g, part[0], part[1], part[2], 1.0 / sqrt((double)Dh)); // (B, H, T, Dh)
-  int perm[4] = {0, 2, 1, 3};
+  /* q, k, v read in place from the packed projection (B, T, 3, H, Dh); the
+   * heads come back as (B, T, H, Dh), c_proj's input with no transpose */
+  ts_tensor y = ts_causal_attention_qkv(g, qkv, 1.0 / sqrt((double)Dh)); // (B, T, H, Dh)
   int64_t s3[3] = {B, T, C};
-  y = ts_reshape(g, ts_transpose(g, y, perm), 3, s3);
+  y = ts_reshape(g, y, 3, s3);
   y = gpt_linear(G, gpt_name(pn, sizeof pn, prefix, "c_proj"), y, C, C, proj_std);
   return gpt_dropout(G, y);
 }

@@ -127,7 +127,7 @@ static int optim_sgd(ts_nn *m, const ts_optim_config *c, ts_tensor lr, const cha
  *   v = b2 * v + (1 - b2) * g^2
  *   p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
 static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tensor t, const char *name,
-                       ts_tensor p, ts_tensor gr, ts_tensor keep) {
+                       ts_tensor p, ts_tensor gr, ts_tensor coef, ts_tensor keep) {
   ts_graph *g = m->g;
   ts_dtype dt = ts_tensor_dtype(g, p);
   double b1 = c->beta1 != 0 ? c->beta1 : 0.9, b2 = c->beta2 != 0 ? c->beta2 : 0.999;
@@ -145,9 +145,18 @@ static int optim_adamw(ts_nn *m, const ts_optim_config *c, ts_tensor lr, ts_tens
     ts_tensor decay = ts_sub(g, one64, ts_mul(g, lr64, ts_scalar(g, TS_F64, wd)));
     pd = ts_mul(g, p, ts_convert(g, decay, dt));
   }
-  ts_tensor nm = ts_add(g, ts_mul(g, ts_scalar(g, dt, b1), ma), ts_mul(g, ts_scalar(g, dt, 1.0 - b1), gr));
-  ts_tensor nv =
-      ts_add(g, ts_mul(g, ts_scalar(g, dt, b2), va), ts_mul(g, ts_scalar(g, dt, 1.0 - b2), ts_mul(g, gr, gr)));
+  /* the clipping factor coef (rank 0, or TS_NONE) goes into the scalar
+   * coefficients, (1 - b1) coef and (1 - b2) coef^2: no clipped copy of the
+   * gradient is shared by (so materialized for) the two moment updates,
+   * each reads g itself inside its fused kernel */
+  ts_tensor c1 = ts_scalar(g, dt, 1.0 - b1), c2 = ts_scalar(g, dt, 1.0 - b2);
+  if (coef != TS_NONE) {
+    ts_tensor cf = dt == TS_F32 ? coef : ts_convert(g, coef, dt);
+    c1 = ts_mul(g, c1, cf);
+    c2 = ts_mul(g, c2, ts_mul(g, cf, cf));
+  }
+  ts_tensor nm = ts_add(g, ts_mul(g, ts_scalar(g, dt, b1), ma), ts_mul(g, c1, gr));
+  ts_tensor nv = ts_add(g, ts_mul(g, ts_scalar(g, dt, b2), va), ts_mul(g, c2, ts_mul(g, gr, gr)));
   ts_tensor bc1 = ts_sub(g, one64, ts_pow(g, ts_scalar(g, TS_F64, b1), t64));
   ts_tensor bc2 = ts_sub(g, one64, ts_pow(g, ts_scalar(g, TS_F64, b2), t64));
   ts_tensor step_size = ts_convert(g, ts_div(g, lr64, bc1), dt);
@@ -190,12 +199,12 @@ int ts_optim_apply_masked(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts
   for (int i = 0; i < n; i++) {
     const char *name = optim_check(m, i, params[i], grads[i]);
     ts_tensor gr = grads[i];
-    if (coef != TS_NONE) {
+    if (coef != TS_NONE && cfg->kind == TS_OPTIM_SGD) {
       ts_dtype dt = ts_tensor_dtype(g, gr);
       gr = ts_mul(g, gr, dt == TS_F32 ? coef : ts_convert(g, coef, dt));
     }
     int rc = cfg->kind == TS_OPTIM_SGD ? optim_sgd(m, cfg, lr, name, params[i], gr, keep)
-                                       : optim_adamw(m, cfg, lr, step, name, params[i], gr, keep);
+                                       : optim_adamw(m, cfg, lr, step, name, params[i], gr, coef, keep);
     if (rc != 0) return -1;
   }
   return 0;

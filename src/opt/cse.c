@@ -67,6 +67,8 @@ static bool same_attrs(const ts_graph *g, const ts_node *a, const ts_node *b) {
            (!x->global || (same_i64(x->goffset, y->goffset, a->rank) && same_i64(x->gshape, y->gshape, a->rank)));
   case TS_ATTRS_CMP:
     return x->cmp == y->cmp;
+  case TS_ATTRS_VALUE:
+    return same_double(x->value, y->value);
   case TS_ATTRS_DIMS:
   case TS_ATTRS_PERM:
     return x->n_dims == y->n_dims && same_ints(x->dims, y->dims, x->n_dims);

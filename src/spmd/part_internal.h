@@ -20,6 +20,8 @@ typedef struct {
   ts_graph *L;                   /* the per-device program being built */
   int32_t *val;                  /* per global node: local value laid out as W */
   part_memo **memo;              /* per global node: other layouts already made */
+  uint32_t *partial;             /* per global node: mesh axes of a sum left pending for its one user
+                                    (a dot that is a scatter_add's base: lower_dot), else 0 */
   spmd_coll_list *colls;         /* NULL: do not record */
   int cause;                     /* global node being lowered */
 } part;

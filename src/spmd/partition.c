@@ -111,6 +111,22 @@ static int32_t lower_leaf(part *p, int id, const ts_partition_spec *in_spec) {
 
 /* dot_general: output dims keep the node's axes unless those axes split a
  * contracting dim (then the result is a partial sum over them). */
+/* The one user of node id (one operand slot, not a program output), or -1. */
+static int sole_user(const ts_graph *g, int id) {
+  int user = -1;
+  for (int i = id + 1; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == id) {
+        if (user >= 0) return -1;
+        user = i;
+      }
+  for (int k = 0; k < g->n_outputs; k++)
+    if (g->outputs[k] == id) return -1;
+  return user;
+}
+
+static uint32_t scatter_partial_axes(const part *p, int id, ts_partition_spec *is, ts_partition_spec *us);
+
 static int32_t lower_dot(part *p, int id) {
   const ts_graph *g = p->g;
   const ts_node *n = &g->nodes[id];
@@ -171,6 +187,19 @@ static int32_t lower_dot(part *p, int id) {
   int64_t ls[TS_MAX_RANK];
   part_local_shape(p, &O, n->rank, n->shape, ls);
   int32_t v = part_emit(p, TS_OP_DOT, n->dtype, n->rank, ls, 2, in, &n->attr);
+  /* A partial sum whose one user is a scatter_add that adds rows into it
+   * and reduces over the same axes in the same layout (a tied embedding's
+   * gradient: the head's dW plus the lookup's rows, both summed over the
+   * batch) stays partial: the scatter_add reduces both at once. */
+  int u = cmask ? sole_user(g, id) : -1;
+  if (u >= 0 && g->nodes[u].op == TS_OP_SCATTER_ADD && g->nodes[u].in[0] == id && g->nodes[u].in[1] != id &&
+      g->nodes[u].in[2] != id && spmd_spec_equal(&O, &p->W[u])) {
+    ts_partition_spec is, us;
+    if (scatter_partial_axes(p, u, &is, &us) == cmask) {
+      p->partial[id] = cmask;
+      return v;
+    }
+  }
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
 }
 
@@ -287,6 +316,29 @@ static int32_t lower_conv(part *p, int id) {
   part_local_shape(p, &O, n->rank, n->shape, ls);
   int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
+/* Fused causal attention and its gradient: split on B and H only (qkv and
+ * dqkv (B, T, 3, H, Dh): dims 0 and 3; y and dy (B, T, H, Dh): 0 and 2);
+ * T and Dh are gathered. */
+static int32_t lower_attention(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  int h = n->op == TS_OP_ATTENTION ? 2 : 3; /* the result's H dim */
+  ts_partition_spec O, a, d;
+  spec_clear(&O, n->rank);
+  copy_dim(&O, 0, &p->W[id], 0);
+  copy_dim(&O, h, &p->W[id], h);
+  spec_clear(&a, 5);
+  copy_dim(&a, 0, &O, 0);
+  copy_dim(&a, 3, &O, h);
+  spec_clear(&d, 4);
+  copy_dim(&d, 0, &O, 0);
+  copy_dim(&d, 2, &O, h);
+  int32_t in[2] = {part_get(p, n->in[0], &a), n->n_in > 1 ? part_get(p, n->in[1], &d) : TS_NONE};
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, 0, TS_REDUCE_SUM, &p->W[id]);
 }
 
 /* slice, pad, concatenate: dims the op leaves alone (full range with stride
@@ -426,22 +478,33 @@ static int32_t lower_gather(part *p, int id) {
  * before base is added (the gradient of an embedding lookup: no gather of
  * the batch). A V split over axes K (a vocabulary-sharded table) adds only
  * the updates of the rows this device holds. */
-static int32_t lower_scatter_add(part *p, int id) {
+/* The mesh axes J over which scatter_add id's updates are partial sums (the
+ * axes its index dims keep, none of them splitting the result), and the
+ * layouts of its indices and updates. */
+static uint32_t scatter_partial_axes(const part *p, int id, ts_partition_spec *is, ts_partition_spec *us) {
   const ts_node *n = &p->g->nodes[id];
   const ts_node *ix = &p->g->nodes[n->in[1]], *up = &p->g->nodes[n->in[2]];
   const ts_partition_spec *W = &p->W[id], *uw = &p->W[n->in[2]];
   uint32_t used = spmd_spec_axes(W), J = 0;
-  ts_partition_spec is, us, O = *W;
-  spec_clear(&is, ix->rank);
-  spec_clear(&us, up->rank);
+  spec_clear(is, ix->rank);
+  spec_clear(us, up->rank);
   for (int d = 0; d < ix->rank; d++) {
     uint32_t dm = dim_mask(uw, d);
     if (!dm || (dm & (used | J))) continue;
-    copy_dim(&is, d, uw, d);
-    copy_dim(&us, d, uw, d);
+    copy_dim(is, d, uw, d);
+    copy_dim(us, d, uw, d);
     J |= dm;
   }
-  for (int d = 1; d < n->rank; d++) copy_dim(&us, ix->rank + d - 1, W, d);
+  for (int d = 1; d < n->rank; d++) copy_dim(us, ix->rank + d - 1, W, d);
+  return J;
+}
+
+static int32_t lower_scatter_add(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *ix = &p->g->nodes[n->in[1]], *up = &p->g->nodes[n->in[2]];
+  const ts_partition_spec *W = &p->W[id];
+  ts_partition_spec is, us, O = *W;
+  uint32_t J = scatter_partial_axes(p, id, &is, &us);
   int32_t idx = part_get(p, n->in[1], &is), upd = part_get(p, n->in[2], &us);
   int64_t ls[TS_MAX_RANK], il[TS_MAX_RANK], ul[TS_MAX_RANK];
   part_local_shape(p, W, n->rank, n->shape, ls);
@@ -464,6 +527,11 @@ static int32_t lower_scatter_add(part *p, int id) {
   if (!J) { /* no partial sums: add into base's block directly */
     int32_t in[3] = {part_get(p, n->in[0], W), idx, upd};
     return part_emit(p, TS_OP_SCATTER_ADD, n->dtype, n->rank, ls, 3, in, NULL);
+  }
+  if (p->partial[n->in[0]] == J) { /* base is a partial sum over J too (lower_dot): one reduction of both */
+    int32_t in[3] = {p->val[n->in[0]], idx, upd};
+    int32_t v = part_emit(p, TS_OP_SCATTER_ADD, n->dtype, n->rank, ls, 3, in, NULL);
+    return part_reshard(p, v, n->dtype, n->rank, n->shape, O, J, TS_REDUCE_SUM, W);
   }
   ts_attr z = {0};
   int32_t in[3] = {part_emit(p, TS_OP_CONSTANT, n->dtype, n->rank, ls, 0, NULL, &z), idx, upd};
@@ -537,6 +605,7 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   case TS_OP_CONV: case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER: case TS_OP_MAXPOOL:
   case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
     return lower_conv(p, id);
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return lower_attention(p, id);
   case TS_OP_GATHER: return lower_gather(p, id);
   case TS_OP_SCATTER_ADD: return lower_scatter_add(p, id);
   case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);
@@ -581,8 +650,9 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
   ts_partition_spec *W = malloc(((size_t)g->n_nodes + 1) * sizeof *W);
   p.val = malloc(((size_t)g->n_nodes + 1) * sizeof *p.val);
   p.memo = calloc((size_t)g->n_nodes + 1, sizeof *p.memo);
+  p.partial = calloc((size_t)g->n_nodes + 1, sizeof *p.partial);
   p.L = ts_graph_new();
-  if (!W || !p.val || !p.memo || !p.L) {
+  if (!W || !p.val || !p.memo || !p.partial || !p.L) {
     error_oom("partition: per-node state", ((size_t)g->n_nodes + 1) * (sizeof *W + sizeof *p.val + sizeof *p.memo));
     goto fail;
   }
@@ -605,11 +675,13 @@ ts_graph *spmd_partition(const ts_graph *g, const ts_mesh *m, const ts_partition
     if (a >= 0 && ts_graph_alias_output(p.L, k, p.L->inputs[a]) < 0) goto fail;
   }
   memo_free(p.memo, g->n_nodes);
+  free(p.partial);
   free(p.val);
   free(W);
   return p.L;
 fail:
   memo_free(p.memo, g->n_nodes);
+  free(p.partial);
   free(p.val);
   free(W);
   ts_graph_free(p.L);

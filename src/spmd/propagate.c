@@ -234,6 +234,10 @@ static void forward(prop *p, int id) {
     copy_dim(&c, 0, xs, 0);
     copy_dim(&c, 1, xs, 1);
     break;
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: /* qkv (B, T, 3, H, Dh): B and H; y (B, T, H, Dh) */
+    copy_dim(&c, 0, xs, 0);
+    copy_dim(&c, n->op == TS_OP_ATTENTION ? 2 : 3, xs, 3);
+    break;
   case TS_OP_GATHER: { // out = indices dims ++ table dims 1..
     const ts_node *ix = &g->nodes[n->in[1]];
     for (int i = 0; i < ix->rank; i++) copy_dim(&c, i, &p->spec[n->in[1]], i);
@@ -325,6 +329,20 @@ static void backward(prop *p, int id) {
   case TS_OP_SCATTER_ADD: /* base is laid out like the result */
     offer(p, n->in[0], *ns);
     break;
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* qkv and dy split on the result's B and H */
+    int h = n->op == TS_OP_ATTENTION ? 2 : 3;
+    spec_clear(&c, 5);
+    copy_dim(&c, 0, ns, 0);
+    copy_dim(&c, 3, ns, h);
+    offer(p, n->in[0], c);
+    if (n->op == TS_OP_ATTENTION_GRAD) {
+      spec_clear(&c, 4);
+      copy_dim(&c, 0, ns, 0);
+      copy_dim(&c, 2, ns, h);
+      offer(p, n->in[1], c);
+    }
+    break;
+  }
   case TS_OP_DOT: {
     const ts_dot_dims *dd = &n->attr.dot;
     for (int side = 0; side < 2; side++) {
