@@ -58,6 +58,19 @@ typedef struct {
               T v1 = r[1], v2 = r[p->W], v3 = r[p->W + 1];                                  \
               m = v1 > m ? v1 : m, m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                \
               nan = (r[0] != r[0]) | (v1 != v1) | (v2 != v2) | (v3 != v3);                  \
+            } else if (p->kh == 3 && p->kw == 3) { /* ResNet's stem pool, unrolled */       \
+              int64_t W_ = p->W;                                                            \
+              T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                      \
+                        r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                           \
+              _Pragma("GCC unroll 9") for (int k = 1; k < 9; k++) m = v[k] > m ? v[k] : m;  \
+              _Pragma("GCC unroll 9") for (int k = 0; k < 9; k++) nan |= v[k] != v[k];      \
+              if (grad) {                                                                   \
+                int64_t a = 2 * W_ + 2;                                                     \
+                _Pragma("GCC unroll 9") for (int k = 7; k >= 0; k--)                        \
+                  a = (nan ? v[k] != v[k] : v[k] == m) ? (k / 3) * W_ + k % 3 : a;          \
+                op_[h0 * W_ + w0 + a] += dp[oh * p->OW + ow];                               \
+                continue;                                                                   \
+              }                                                                             \
             } else {                                                                        \
               for (int i = 0; i < p->kh; i++)                                               \
                 for (int j = 0; j < p->kw; j++) {                                           \
