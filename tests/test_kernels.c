@@ -646,8 +646,9 @@ static void test_conv(void) {
 
 /* ================= pooling ================= */
 static void test_pool(void) {
-  ts_pool_params cfgs[2] = {{{3, 2}, {2, 2}, {1, 1}}, {{2, 2}, {2, 2}, {0, 0}}};
-  for (int ci = 0; ci < 2; ci++)
+  /* the third: ResNet's stem pool (3x3, stride 2, pad 1), which has its own unrolled path */
+  ts_pool_params cfgs[3] = {{{3, 2}, {2, 2}, {1, 1}}, {{2, 2}, {2, 2}, {0, 0}}, {{3, 3}, {2, 2}, {1, 1}}};
+  for (int ci = 0; ci < 3; ci++)
     for (int di = 0; di < 2; di++) {
       ts_pool_params pp = cfgs[ci];
       int KH = pp.kernel[0], KW = pp.kernel[1], PH = pp.pad[0], PW = pp.pad[1];

@@ -16,7 +16,7 @@ typedef struct {
     bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
     bool isavg = op == TS_OP_AVGPOOL || op == TS_OP_AVGPOOL_GRAD;                           \
     double inv = 1.0 / ((double)p->kh * p->kw);                                             \
-    bool fast22 = !isavg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&          \
+    bool fast22 = !isavg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&         \
                   p->ph == 0 && p->pw == 0;                                                 \
     _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                 \
     for (int64_t pl = 0; pl < p->planes; pl++) {                                            \
@@ -45,12 +45,60 @@ typedef struct {
           }                                                                                 \
         continue;                                                                           \
       }                                                                                     \
+      /* 3x3 max: the run [olo, ohi) of windows inside the row goes in one batch: */        \
+      /* the argmaxes first (a loop the compiler can vectorize), then the scatter */        \
+      bool max33 = !isavg && p->kh == 3 && p->kw == 3;                                      \
+      int64_t olo = (p->pw + p->sw - 1) / p->sw;                                            \
+      int64_t ohi = p->W + p->pw - 3 >= 0 ? (p->W + p->pw - 3) / p->sw + 1 : 0;             \
+      ohi = ohi < p->OW ? ohi : p->OW;                                                      \
       for (int64_t oh = 0; oh < p->OH; oh++)                                                \
         for (int64_t ow = 0; ow < p->OW; ow++) {                                            \
           int64_t h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;                         \
-          if (!isavg && h0 >= 0 && w0 >= 0 && h0 + p->kh <= p->H && w0 + p->kw <= p->W) {  \
+          if (max33 && ow == olo && olo < ohi && h0 >= 0 && h0 + 3 <= p->H) {               \
+            int64_t W_ = p->W, sw = p->sw;                                                  \
+            for (int64_t c0 = olo; c0 < ohi; c0 += 64) {                                    \
+              int64_t cn = ohi - c0 < 64 ? ohi - c0 : 64;                                   \
+              int32_t aa[64];                                                               \
+              const T *rb = xp + h0 * W_ + c0 * sw - p->pw;                                 \
+              T *yo = op_ + oh * p->OW + c0;                                                \
+              if (!grad) {                                                                  \
+                _Pragma("omp simd")                                                         \
+                for (int64_t k = 0; k < cn; k++) {                                          \
+                  const T *r = rb + k * sw;                                                 \
+                  T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                  \
+                            r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                       \
+                  T m = v[0];                                                               \
+                  bool nan = false;                                                         \
+                  _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;\
+                  _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q];  \
+                  yo[k] = nan ? (T)NAN : m;                                                 \
+                }                                                                           \
+                continue;                                                                   \
+              }                                                                             \
+              _Pragma("omp simd")                                                           \
+              for (int64_t k = 0; k < cn; k++) {                                            \
+                const T *r = rb + k * sw;                                                   \
+                T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                    \
+                          r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                         \
+                T m = v[0];                                                                 \
+                bool nan = false;                                                           \
+                _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;\
+                _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q];    \
+                int32_t a = (int32_t)(2 * W_ + 2);                                          \
+                _Pragma("GCC unroll 9") for (int q = 7; q >= 0; q--)                        \
+                  a = (nan ? v[q] != v[q] : v[q] == m) ? (int32_t)((q / 3) * W_ + q % 3) : a;\
+                aa[k] = a;                                                                  \
+              }                                                                             \
+              T *gb = op_ + h0 * W_ + c0 * sw - p->pw; /* in ow order, as before */         \
+              const T *db = dp + oh * p->OW + c0;                                           \
+              for (int64_t k = 0; k < cn; k++) gb[k * sw + aa[k]] += db[k];                 \
+            }                                                                               \
+            ow = ohi - 1;                                                                   \
+            continue;                                                                       \
+          }                                                                                 \
+          if (!isavg && h0 >= 0 && w0 >= 0 && h0 + p->kh <= p->H && w0 + p->kw <= p->W) {   \
             /* window inside the plane: no bounds checks, branch-free max in T, */          \
-            /* then the first position holding it (or the first NaN) */                    \
+            /* then the first position holding it (or the first NaN) */                     \
             const T *r = xp + h0 * p->W + w0;                                               \
             T m = r[0];                                                                     \
             bool nan = false;                                                               \
@@ -58,6 +106,19 @@ typedef struct {
               T v1 = r[1], v2 = r[p->W], v3 = r[p->W + 1];                                  \
               m = v1 > m ? v1 : m, m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                \
               nan = (r[0] != r[0]) | (v1 != v1) | (v2 != v2) | (v3 != v3);                  \
+            } else if (p->kh == 3 && p->kw == 3) { /* ResNet's stem pool, unrolled */       \
+              int64_t W_ = p->W;                                                            \
+              T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                      \
+                        r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                           \
+              _Pragma("GCC unroll 9") for (int k = 1; k < 9; k++) m = v[k] > m ? v[k] : m;  \
+              _Pragma("GCC unroll 9") for (int k = 0; k < 9; k++) nan |= v[k] != v[k];      \
+              if (grad) {                                                                   \
+                int64_t a = 2 * W_ + 2;                                                     \
+                _Pragma("GCC unroll 9") for (int k = 7; k >= 0; k--)                        \
+                  a = (nan ? v[k] != v[k] : v[k] == m) ? (k / 3) * W_ + k % 3 : a;          \
+                op_[h0 * W_ + w0 + a] += dp[oh * p->OW + ow];                               \
+                continue;                                                                   \
+              }                                                                             \
             } else {                                                                        \
               for (int i = 0; i < p->kh; i++)                                               \
                 for (int j = 0; j < p->kw; j++) {                                           \
