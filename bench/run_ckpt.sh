@@ -13,7 +13,8 @@
 # in `tessel train --save-dir`.
 #   MODELS="resnet50 gpt" (default) | resnet20 | mlp ...; ROUNDS=N (5: the median leaves out the
 #   first round, whose save maps the snapshot memory and whose step allocates the spare);
-#   GPT=L,D,H,T,V another GPT (e.g. GPT=2,64,2,16,256 for a quick run).
+#   GPT=L,D,H,T,V another GPT (e.g. GPT=2,64,2,16,256 for a quick run);
+#   TESSEL_CKPT_PRIORITY=low (default: the saver's threads at nice 19) | idle | normal.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
@@ -38,7 +39,7 @@ for model in ${MODELS:-${MODEL:-resnet50 gpt}}; do
   echo "dd write (conv=fsync): $w"
   echo "dd read: $r"
   /usr/bin/python3 - "$out" "$w" "$r" "$bytes" <<'PY' || status=1
-import re, sys
+import os, re, sys
 out, w, r, b = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 f = dict(kv.split("=") for kv in out.split()[3:])
 def secs(line):
@@ -51,7 +52,10 @@ print(f"load {float(f['load_GBps']):.3f} GB/s vs dd read {dr:.3f} GB/s: {float(f
       + ("" if f["cold_load"] == "1" else " (tessel's load read the page cache: not root)"))
 print(f"step wait {float(f['step_wait_median_s']):.4f} s (in the save call {float(f['snapshot_median_s']):.4f} s; "
       f"step {float(f['step_median_s']):.3f} s, during the save {float(f['step_during_save_median_s']):.3f} s) = "
-      f"{float(f['step_wait_fraction']):.3f} of a background save ({float(f['save_median_s']):.3f} s; target <= 0.10)")
+      f"{float(f['step_wait_fraction']):.3f} of a background save ({float(f['save_median_s']):.3f} s; target <= 0.10: "
+      f"{'met' if float(f['step_wait_fraction']) <= 0.10 else 'MISSED'})")
+print(f"save under a busy step loop: {float(f['busy_save_s']):.3f} s over {f['busy_steps']} steps "
+      f"(mean step {float(f['busy_step_s']):.3f} s; saver priority {os.environ.get('TESSEL_CKPT_PRIORITY', 'low')})")
 PY
 done
 exit $status

@@ -133,6 +133,20 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the snapshot until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
+/* The CPU priority of the saver's threads (the copy of the held blocks, the
+ * checksums, the writes, the commit; Linux applies it per thread). LOW (the
+ * default; nice 19) and IDLE (SCHED_IDLE) let the training threads win every
+ * core they want: a step run during a save is barely slowed (memory
+ * bandwidth aside), and the save takes the CPU the steps leave, so it takes
+ * longer while training runs; it never starves (the kernel still gives it a
+ * small share). NORMAL: the caller's priority (fastest save, the step slowed
+ * by about the save's CPU work). The default comes from TESSEL_CKPT_PRIORITY
+ * (low|idle|normal; README); ts_ckpt_saver_new fails on another value.
+ * ts_ckpt_save (the caller waits) always runs at the caller's priority. */
+typedef enum { TS_CKPT_PRIORITY_LOW = 0, TS_CKPT_PRIORITY_IDLE = 1, TS_CKPT_PRIORITY_NORMAL = 2 } ts_ckpt_priority;
+/* Sets the priority of the next saves (not of one in flight). 0, or -1 for a
+ * value out of the enum. */
+int ts_ckpt_saver_set_priority(ts_ckpt_saver *s, ts_ckpt_priority p);
 /* Waits for the in-flight save (its error is dropped: call ts_ckpt_saver_wait
  * first to see it) and frees the saver. Collective when a save is in flight. */
 void ts_ckpt_saver_free(ts_ckpt_saver *s);

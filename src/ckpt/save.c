@@ -33,13 +33,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h> /* SCHED_IDLE */
 #include <sys/mman.h>
+#include <sys/resource.h> /* setpriority */
 #include <sys/stat.h>
+#include <sys/syscall.h> /* SYS_gettid */
 #include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "util/clock.h"
+#include "util/config.h" /* TESSEL_CKPT_PRIORITY */
 #include "tessel/metrics.h" /* ts_metrics_add: CkptSnapshotTime, ... */
 #include "util/error.h"
 #include "util/hash.h" /* util_hash64: format 1 */
@@ -222,6 +226,7 @@ struct ts_ckpt_saver {
   atomic_int cdone;    /* the commit finished (job->commit_rc) */
   char *snap;          /* the snapshot: this process's blocks, as in the file's data part */
   size_t snap_cap;
+  ts_ckpt_priority prio; /* of the writer and commit threads (and the copy and hash threads they start) */
   ts_ckpt_save_stats stats;
 };
 
@@ -592,6 +597,27 @@ static void *save_writer(void *arg) {
   return NULL;
 }
 
+/* The calling thread (a saver's own thread, never the caller's) at the
+ * saver's priority: nice 19 or SCHED_IDLE. Linux keeps both per thread and
+ * threads inherit them, so the copy and hash threads the writer starts run
+ * at it too. Best effort: a refusal leaves the thread as it was. */
+static void saver_thread_priority(ts_ckpt_priority p) {
+  if (p == TS_CKPT_PRIORITY_NORMAL) return;
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  if (p == TS_CKPT_PRIORITY_IDLE) {
+    struct sched_param sp = {.sched_priority = 0};
+    if (sched_setscheduler(tid, SCHED_IDLE, &sp) == 0) return;
+  }
+  (void)setpriority(PRIO_PROCESS, (id_t)tid, 19);
+}
+
+/* save_writer on the saver's own thread. */
+static void *save_writer_thread(void *arg) {
+  ts_ckpt_saver *s = arg;
+  saver_thread_priority(s->prio);
+  return save_writer(arg);
+}
+
 /* Several processes, every process's file written (the writer joined, rc
  * its verdict): the "files" barrier (every block file is on disk before
  * process 0 indexes them), and the commit lag: the last process's file
@@ -618,6 +644,13 @@ static void *save_committer(void *arg) {
   j->commit_rc = rc;
   atomic_store(&s->cdone, 1);
   return NULL;
+}
+
+/* save_committer on a thread of its own. */
+static void *save_committer_thread(void *arg) {
+  ts_ckpt_saver *s = arg;
+  saver_thread_priority(s->prio);
+  return save_committer(arg);
 }
 
 /* Joins the writer: its verdict (the error set when it failed). */
@@ -710,7 +743,24 @@ ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
   s->c = c;
   s->stats.step = -1;
   atomic_init(&s->done, 0);
+  const char *pr = env_config()->ckpt_priority;
+  if (!pr || strcmp(pr, "low") == 0) s->prio = TS_CKPT_PRIORITY_LOW;
+  else if (strcmp(pr, "idle") == 0) s->prio = TS_CKPT_PRIORITY_IDLE;
+  else if (strcmp(pr, "normal") == 0) s->prio = TS_CKPT_PRIORITY_NORMAL;
+  else {
+    set_error("TESSEL_CKPT_PRIORITY=%s: expected low, idle or normal", pr);
+    free(s);
+    return NULL;
+  }
   return s;
+}
+
+int ts_ckpt_saver_set_priority(ts_ckpt_saver *s, ts_ckpt_priority p) {
+  if (!s) return set_error("ts_ckpt_saver_set_priority: NULL saver");
+  if (p != TS_CKPT_PRIORITY_LOW && p != TS_CKPT_PRIORITY_IDLE && p != TS_CKPT_PRIORITY_NORMAL)
+    return set_error("ts_ckpt_saver_set_priority: %d is not a ts_ckpt_priority", (int)p);
+  s->prio = p;
+  return 0;
 }
 
 void ts_ckpt_saver_free(ts_ckpt_saver *s) {
@@ -749,7 +799,7 @@ int ts_ckpt_saver_poll(ts_ckpt_saver *s) {
     j->phase = PHASE_COMMIT;
     if (j->rank == 0) {
       atomic_store(&s->cdone, 0);
-      s->cthreaded = pthread_create(&s->cth, NULL, save_committer, s) == 0;
+      s->cthreaded = pthread_create(&s->cth, NULL, save_committer_thread, s) == 0;
       if (!s->cthreaded) save_committer(s);
     }
     j->commit_wait_s += util_now_s() - t0;
@@ -809,7 +859,7 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   if (blocked > 0) ts_metrics_add("CkptBlockedTime", TS_METRIC_TIME, (int64_t)(1e9 * blocked));
   s->job = j;
   atomic_store(&s->done, 0);
-  s->threaded = background && pthread_create(&s->th, NULL, save_writer, s) == 0;
+  s->threaded = background && pthread_create(&s->th, NULL, save_writer_thread, s) == 0;
   if (!s->threaded) { /* ts_ckpt_save, or no thread to be had: write now */
     save_writer(s);
     if (!background) return saver_finish(s);

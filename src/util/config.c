@@ -88,6 +88,7 @@ static void env_read(void) {
   const char *as = getenv("TESSEL_AUTO_SPMD");
   c->auto_spmd = as && strcmp(as, "1") == 0;
   c->auto_spmd_mesh = env_text("TESSEL_AUTO_SPMD_MESH", false);
+  c->ckpt_priority = env_text("TESSEL_CKPT_PRIORITY", false);
 }
 
 const ts_env_config *env_config(void) {

@@ -89,6 +89,14 @@ typedef struct {
    * mesh, "4,4" (XLA_AUTO_SPMD_MESH); unset: every device on one axis. */
   bool auto_spmd;
   const char *auto_spmd_mesh; /* NULL: unset */
+
+  /* TESSEL_CKPT_PRIORITY: the CPU priority of a background checkpoint
+   * saver's threads (copy, checksums, writes, commit; ts_ckpt_saver):
+   * "low" (nice 19, the default), "idle" (SCHED_IDLE) or "normal" (the
+   * caller's). Low/idle: training threads always win the cores; the save
+   * then takes longer while steps run. ts_ckpt_saver_new fails on any other
+   * value. */
+  const char *ckpt_priority; /* NULL: unset (low) */
 } ts_env_config;
 
 /* The environment as read on the first call; never NULL. */
