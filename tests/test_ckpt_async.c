@@ -6,17 +6,23 @@
  * and leaves the previous checkpoint in place; XXH64 matches the reference
  * values and a file's index hash is the XXH64 of its bytes; format-1
  * checkpoints (util_hash64) still load; a filesystem without O_DIRECT
- * (tmpfs) gets the buffered path. */
+ * (tmpfs) gets the buffered path; the saver's threads run at its priority
+ * (TESSEL_CKPT_PRIORITY), the caller's never changes. */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h" /* ckpt_test_hook, ckpt_write_version, ckpt_xxh64 */
 #include "ckpt_common.h"
+#include "util/config.h" /* env_config_reload */
 
 static char tmp_root[256];
 
@@ -120,6 +126,86 @@ static void test_identical(void) {
   ts_ckpt_close(ck);
   check_load(rb, &CK_LAYOUTS[0], 1, "background save onto 1 device");
   ts_ckpt_saver_free(s);
+  ck_free_buffers(b);
+  ts_client_free(c);
+}
+
+/* The saver's priority: the writer thread runs at nice 19 (low, the
+ * default), SCHED_IDLE (idle) or the caller's priority (normal); the caller's
+ * thread is never changed; the bytes are the same at every priority;
+ * TESSEL_CKPT_PRIORITY names the default and a bad value fails
+ * ts_ckpt_saver_new, naming it. */
+static int seen_nice, seen_policy;
+static void priority_hook(const char *stage) {
+  if (strcmp(stage, "copy") == 0) {
+    errno = 0;
+    seen_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    seen_policy = sched_getscheduler(0);
+  }
+}
+
+static void test_priority(void) {
+  const ck_layout *l = &CK_LAYOUTS[1];
+  ts_client *c = client_for(ck_layout_devices(l));
+  ts_buffer *b[CK_N] = {0};
+  ts_ckpt_entry e[CK_N];
+  CHECK_OK(ck_make_buffers(c, l, 3, false, b));
+  ck_entries(b, e);
+  ts_ckpt_meta m = ck_meta(9);
+  char ra[512], rb[512], pa[600], pb[600];
+  snprintf(ra, sizeof ra, "%s/prio_sync", tmp_root);
+  int caller_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), caller_policy = sched_getscheduler(0);
+  seen_nice = 99;
+  ckpt_test_hook = priority_hook;
+  CHECK_OK(ts_ckpt_save(c, ra, &m, CK_N, e, 0));
+  CHECK(seen_nice == caller_nice, "ts_ckpt_save ran at nice %d, not the caller's %d", seen_nice, caller_nice);
+  const ts_ckpt_priority pr[] = {TS_CKPT_PRIORITY_LOW, TS_CKPT_PRIORITY_IDLE, TS_CKPT_PRIORITY_NORMAL};
+  for (int k = 0; k < 3; k++) {
+    ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+    CHECK(s != NULL, "saver: %s", ts_last_error());
+    if (!s) break;
+    if (k > 0) CHECK_OK(ts_ckpt_saver_set_priority(s, pr[k])); /* k == 0: the default */
+    snprintf(rb, sizeof rb, "%s/prio_%d", tmp_root, k);
+    seen_nice = 99, seen_policy = -2;
+    CHECK_OK(ts_ckpt_saver_save(s, rb, &m, CK_N, e, 0));
+    CHECK_OK(ts_ckpt_saver_wait(s));
+    if (pr[k] == TS_CKPT_PRIORITY_LOW) CHECK(seen_nice == 19, "low priority: the writer ran at nice %d", seen_nice);
+    if (pr[k] == TS_CKPT_PRIORITY_IDLE)
+      CHECK(seen_policy == SCHED_IDLE || seen_nice == 19, "idle priority: policy %d nice %d", seen_policy, seen_nice);
+    if (pr[k] == TS_CKPT_PRIORITY_NORMAL)
+      CHECK(seen_nice == caller_nice && seen_policy == caller_policy, "normal priority: nice %d policy %d", seen_nice,
+            seen_policy);
+    CHECK(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)) == caller_nice && sched_getscheduler(0) == caller_policy,
+          "the caller's priority changed");
+    const char *files[] = {"index.json", "shard-00000-of-00001.safetensors"};
+    for (int f = 0; f < 2; f++) {
+      snprintf(pa, sizeof pa, "%s/step-00000009/%s", ra, files[f]);
+      snprintf(pb, sizeof pb, "%s/step-00000009/%s", rb, files[f]);
+      CHECK(same_file(pa, pb) == 0, "priority %d: %s differs from the synchronous save", k, files[f]);
+    }
+    CHECK(ts_ckpt_saver_set_priority(s, (ts_ckpt_priority)7) == -1, "priority 7 accepted");
+    ts_ckpt_saver_free(s);
+  }
+  ckpt_test_hook = NULL;
+  setenv("TESSEL_CKPT_PRIORITY", "lowest", 1);
+  env_config_reload();
+  ts_ckpt_saver *bad = ts_ckpt_saver_new(c);
+  CHECK(bad == NULL && strstr(ts_last_error(), "TESSEL_CKPT_PRIORITY=lowest"), "TESSEL_CKPT_PRIORITY=lowest: %s",
+        bad ? "accepted" : ts_last_error());
+  ts_ckpt_saver_free(bad);
+  setenv("TESSEL_CKPT_PRIORITY", "normal", 1);
+  env_config_reload();
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  seen_nice = 99;
+  ckpt_test_hook = priority_hook;
+  snprintf(rb, sizeof rb, "%s/prio_env", tmp_root);
+  CHECK(s && ts_ckpt_saver_save(s, rb, &m, CK_N, e, 0) == 0 && ts_ckpt_saver_wait(s) == 0, "env normal: %s",
+        ts_last_error());
+  CHECK(seen_nice == caller_nice, "TESSEL_CKPT_PRIORITY=normal: the writer ran at nice %d", seen_nice);
+  ckpt_test_hook = NULL;
+  ts_ckpt_saver_free(s);
+  unsetenv("TESSEL_CKPT_PRIORITY");
+  env_config_reload();
   ck_free_buffers(b);
   ts_client_free(c);
 }
@@ -520,6 +606,7 @@ int main(void) {
   mkdir(tmp_root, 0755);
   test_xxh64();
   test_identical();
+  test_priority();
   test_big();
   test_params_big();
   test_continues();
