@@ -193,6 +193,8 @@ static void test_priority(void) {
   CHECK(bad == NULL && strstr(ts_last_error(), "TESSEL_CKPT_PRIORITY=lowest"), "TESSEL_CKPT_PRIORITY=lowest: %s",
         bad ? "accepted" : ts_last_error());
   ts_ckpt_saver_free(bad);
+  snprintf(rb, sizeof rb, "%s/prio_badenv", tmp_root); /* ts_ckpt_save does not use it */
+  CHECK(ts_ckpt_save(c, rb, &m, CK_N, e, 0) == 0, "ts_ckpt_save with TESSEL_CKPT_PRIORITY=lowest: %s", ts_last_error());
   setenv("TESSEL_CKPT_PRIORITY", "normal", 1);
   env_config_reload();
   ts_ckpt_saver *s = ts_ckpt_saver_new(c);

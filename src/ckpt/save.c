@@ -730,7 +730,8 @@ static int saver_finish(ts_ckpt_saver *s) {
   return rc;
 }
 
-ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
+/* A saver without a priority read (ts_ckpt_save: the caller's thread writes). */
+static ts_ckpt_saver *saver_alloc(ts_client *c) {
   if (!c) {
     set_error("ts_ckpt_saver_new: NULL client");
     return NULL;
@@ -742,7 +743,14 @@ ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
   }
   s->c = c;
   s->stats.step = -1;
+  s->prio = TS_CKPT_PRIORITY_NORMAL;
   atomic_init(&s->done, 0);
+  return s;
+}
+
+ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
+  ts_ckpt_saver *s = saver_alloc(c);
+  if (!s) return NULL;
   const char *pr = env_config()->ckpt_priority;
   if (!pr || strcmp(pr, "low") == 0) s->prio = TS_CKPT_PRIORITY_LOW;
   else if (strcmp(pr, "idle") == 0) s->prio = TS_CKPT_PRIORITY_IDLE;
@@ -915,7 +923,7 @@ int ts_ckpt_saver_save_params(ts_ckpt_saver *s, const char *root, ts_params *p, 
 
 int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n, const ts_ckpt_entry *t, int keep) {
   if (!c) return set_error("ts_ckpt_save: NULL client");
-  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  ts_ckpt_saver *s = saver_alloc(c);
   if (!s) return ckpt_agree(c, "prepare", -1);
   int rc = saver_start(s, root, meta, n, t, keep, false, 0);
   ts_ckpt_saver_free(s);
@@ -924,7 +932,7 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
 
 int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep) {
   if (!c) return set_error("ts_ckpt_save_params: NULL client");
-  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  ts_ckpt_saver *s = saver_alloc(c);
   if (!s) return ckpt_agree(c, "prepare", -1);
   int n = 0;
   ts_ckpt_entry *t = save_entries(c, p, &n);
