@@ -101,7 +101,8 @@ static ts_graph *build_forward(void) {
   return g;
 }
 
-/* conv, pools, the fused causal attention and their backward ops (autodiff). */
+/* conv, pools, the fused causal attention, the fused layer norm and their
+ * backward ops (autodiff). */
 static ts_graph *build_backward(void) {
   ts_graph *g = ts_graph_new();
   ts_tensor x = ts_input(g, "x", TS_F32, 4, (int64_t[]){2, 3, 8, 8});
@@ -112,12 +113,15 @@ static ts_graph *build_backward(void) {
   ts_tensor m = ts_max_pool2d(g, c, &pp);
   ts_tensor a = ts_avg_pool2d(g, m, &(ts_pool_params){.kernel = {2, 2}});
   ts_tensor att = ts_causal_attention(g, x, x, x, 0.5); /* x as (B, H, T, Dh) */
-  ts_tensor loss = ts_add(g, ts_sum_all(g, a), ts_sum_all(g, att));
-  ts_tensor wrt[2] = {x, w}, grads[2];
-  CHECK_OK(ts_grad(g, loss, 2, wrt, grads));
+  ts_tensor lg = ts_input(g, "lg", TS_F32, 1, (int64_t[]){8});
+  ts_tensor ln = ts_layer_norm(g, x, lg, lg, 1e-5);
+  ts_tensor loss = ts_add(g, ts_add(g, ts_sum_all(g, a), ts_sum_all(g, att)), ts_sum_all(g, ts_mul(g, ln, x)));
+  ts_tensor wrt[3] = {x, w, lg}, grads[3];
+  CHECK_OK(ts_grad(g, loss, 3, wrt, grads));
   ts_graph_add_output(g, loss);
   ts_graph_add_output(g, grads[0]);
   ts_graph_add_output(g, grads[1]);
+  ts_graph_add_output(g, grads[2]);
   return g;
 }
 

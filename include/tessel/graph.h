@@ -166,6 +166,11 @@ ts_tensor ts_log_softmax(ts_graph *g, ts_tensor x, int dim);
 ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels);
 /* Normalizes over the last dim; gamma/beta (D) may be TS_NONE. */
 ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
+/* The same layer norm as primitive ops (reduce, add, mul, rsqrt): what
+ * ts_layer_norm builds unless x is f32 with both gamma and beta; for those
+ * it builds one fused op (one pass per row, kernels/layernorm.c). This form
+ * stays for comparisons. */
+ts_tensor ts_layer_norm_decomposed(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
 /* Batch norm over (N, C, ...) per channel C. Training mode uses batch
  * statistics and returns them in *mean / *var (biased var; may be NULL);
  * eval mode uses the given running statistics. */

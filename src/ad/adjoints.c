@@ -419,6 +419,22 @@ int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tens
     break;
   }
   case TS_OP_AVGPOOL_GRAD: contrib[0] = ts_avg_pool2d(g, dz, &c.n.attr.pool); break;
+  case TS_OP_LAYERNORM: { /* dx and dgamma by the fused grad ops; dbeta: dz summed over the rows */
+    double eps = c.n.attr.value;
+    if (need[0]) contrib[0] = ir_layernorm_grad(g, in_(&c, 0), in_(&c, 1), dz, eps);
+    if (need[1]) contrib[1] = ir_layernorm_dgamma(g, in_(&c, 0), dz, eps);
+    if (need[2]) {
+      int r = node(&c, dz)->rank, dims[TS_MAX_RANK];
+      for (int d = 0; d < r - 1; d++) dims[d] = d;
+      contrib[2] = ts_reduce(g, dz, TS_REDUCE_SUM, r - 1, dims, false);
+    }
+    break;
+  }
+  case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA:
+    rc = set_error("autodiff: node %%%d (%s) has no adjoint (second derivatives through the fused layer norm are "
+                   "not supported; use ts_layer_norm_decomposed)",
+                   z, ir_op_name(c.n.op));
+    break;
   case TS_OP_ATTENTION: contrib[0] = ir_attention_grad(g, in_(&c, 0), dz, c.n.attr.value); break;
   case TS_OP_ATTENTION_GRAD:
     rc = set_error("autodiff: node %%%d (causal_attention_grad) has no adjoint (second derivatives through the "

@@ -98,6 +98,18 @@ static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_pa
       for (int k = 0; k < nin; k++) L[nl - 1].in[k] = d;
     }
     return nl;
+  case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA: { /* rows split, D whole */
+    const ts_node *x = &g->nodes[n->in[0]];
+    bool dg = n->op == TS_OP_LAYERNORM_DGAMMA;
+    int dy = n->op == TS_OP_LAYERNORM_GRAD ? 2 : 1; /* dy's operand index (layer_norm: none) */
+    for (int d = 0; d + 1 < x->rank; d++) {
+      add_loop(L, &nl, x->shape[d], dg ? -1 : d);
+      L[nl - 1].in[0] = d;
+      if (n->op != TS_OP_LAYERNORM) L[nl - 1].in[dy] = d;
+    }
+    *can_partial = dg;
+    return nl;
+  }
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* B and H split; T, Dh whole */
     int h = n->op == TS_OP_ATTENTION ? 2 : 3; /* qkv/dqkv (B, T, 3, H, Dh), y/dy (B, T, H, Dh) */
     add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;

@@ -25,6 +25,13 @@ ts_tensor ir_maxpool_grad(ts_graph *g, ts_tensor x, ts_tensor dy, const ts_pool_
 ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, const int64_t *x_shape);
 /* Fused causal attention (composites.c uses it for f32): qkv (B, T, 3, H, Dh)
  * -> y (B, T, H, Dh); and its gradient for cotangent dy: dqkv (qkv's shape). */
+/* Fused layer norm over the last dim (composites.c picks it for f32 with
+ * gamma and beta): x (.., D), gamma, beta (D) -> (.., D); its gradients
+ * dx = layer_norm_grad(x, gamma, dy) and dgamma = sum over rows of
+ * dy * xhat (D). */
+ts_tensor ir_layernorm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
+ts_tensor ir_layernorm_grad(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor dy, double eps);
+ts_tensor ir_layernorm_dgamma(ts_graph *g, ts_tensor x, ts_tensor dy, double eps);
 ts_tensor ir_attention(ts_graph *g, ts_tensor qkv, double scale);
 ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double scale);
 

@@ -143,6 +143,29 @@ ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double sca
   return ir_build(g, TS_OP_ATTENTION_GRAD, 2, in, &a, TS_F32, 0, NULL);
 }
 
+/* ---- fused layer norm ---- */
+
+ts_tensor ir_layernorm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
+  ts_attr a = {0};
+  a.value = eps;
+  ts_tensor in[3] = {x, gamma, beta};
+  return ir_build(g, TS_OP_LAYERNORM, 3, in, &a, TS_F32, 0, NULL);
+}
+
+ts_tensor ir_layernorm_grad(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor dy, double eps) {
+  ts_attr a = {0};
+  a.value = eps;
+  ts_tensor in[3] = {x, gamma, dy};
+  return ir_build(g, TS_OP_LAYERNORM_GRAD, 3, in, &a, TS_F32, 0, NULL);
+}
+
+ts_tensor ir_layernorm_dgamma(ts_graph *g, ts_tensor x, ts_tensor dy, double eps) {
+  ts_attr a = {0};
+  a.value = eps;
+  ts_tensor in[2] = {x, dy};
+  return ir_build(g, TS_OP_LAYERNORM_DGAMMA, 2, in, &a, TS_F32, 0, NULL);
+}
+
 /* ---- reductions ---- */
 
 ts_tensor ts_reduce(ts_graph *g, ts_tensor x, ts_reduce_kind kind, int n, const int *dims, bool keepdims) {

@@ -148,7 +148,7 @@ ts_tensor ts_cross_entropy(ts_graph *g, ts_tensor logits, ts_tensor labels) {
   return ts_mean_all(g, ts_sub(g, lse, picked));
 }
 
-ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
+static ts_tensor layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, bool fused) {
   const char *who = "layer_norm";
   int rank;
   int64_t shape[TS_MAX_RANK];
@@ -158,6 +158,15 @@ ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor bet
   int64_t D = shape[rank - 1];
   if (!check_vec(g, gamma, who, "gamma", dt, D, true) || !check_vec(g, beta, who, "beta", dt, D, true))
     return TS_NONE;
+  /* f32 with gamma and beta: one fused op (kernels/layernorm.c: one pass per
+   * row); its adjoint is the fused dx and dgamma ops and a reduce for dbeta. */
+  if (fused && dt == TS_F32 && gamma != TS_NONE && beta != TS_NONE) {
+    if (!(eps >= 0)) {
+      set_error("%s: eps %g must be >= 0", who, eps);
+      return TS_NONE;
+    }
+    return ir_layernorm(g, x, gamma, beta, eps);
+  }
   int last = rank - 1;
   for (int d = 0; d < rank; d++) red[d] = d == last;
   ts_tensor mean = ts_reduce(g, x, TS_REDUCE_MEAN, 1, &last, false);
@@ -170,6 +179,14 @@ ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor bet
   if (gamma != TS_NONE) y = ts_mul(g, y, gamma); /* (D) broadcasts over the last dim */
   if (beta != TS_NONE) y = ts_add(g, y, beta);
   return y;
+}
+
+ts_tensor ts_layer_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
+  return layer_norm(g, x, gamma, beta, eps, true);
+}
+
+ts_tensor ts_layer_norm_decomposed(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps) {
+  return layer_norm(g, x, gamma, beta, eps, false);
 }
 
 /* v (C) broadcast along dim 1 of shape (N, C, ...). */

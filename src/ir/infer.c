@@ -285,6 +285,34 @@ static int infer_attention(const ts_graph *g, const char *who, int n_in, const i
   return 0;
 }
 
+/* layer_norm(_grad, _dgamma): x f32 (.., D) of rank >= 1; gamma, beta (D);
+ * dy like x; eps >= 0. */
+static int infer_layernorm(const ts_graph *g, ts_op op, const char *who, const int32_t *in, const ts_attr *at,
+                           ts_dtype *dt, int *rank, int64_t *shape) {
+  const ts_node *x = ts_node_at(g, in[0]);
+  char s0[96], s1[96];
+  if (x->rank < 1 || x->dtype != TS_F32)
+    return ERR("%s: x must be f32 of rank >= 1 but is %s", who, node_str(x, s0, sizeof s0));
+  int64_t D = x->shape[x->rank - 1];
+  if (!(at->value >= 0)) return ERR("%s: eps %g must be >= 0", who, at->value);
+  for (int k = 1; k < (op == TS_OP_LAYERNORM_DGAMMA ? 2 : 3); k++) {
+    const ts_node *o = ts_node_at(g, in[k]);
+    bool is_dy = op == TS_OP_LAYERNORM_DGAMMA || (op == TS_OP_LAYERNORM_GRAD && k == 2);
+    if (is_dy ? !same_shape(o, x) || o->dtype != x->dtype
+              : o->rank != 1 || o->shape[0] != D || o->dtype != x->dtype)
+      return ERR("%s: operand %d is %s but x is %s (%s)", who, k, node_str(o, s0, sizeof s0),
+                 node_str(x, s1, sizeof s1), is_dy ? "dy must match x" : "gamma and beta must be f32 (D)");
+  }
+  *dt = x->dtype;
+  if (op == TS_OP_LAYERNORM_DGAMMA) {
+    *rank = 1;
+    shape[0] = D;
+    return 0;
+  }
+  set_like(x, dt, rank, shape);
+  return 0;
+}
+
 static int pool_out(const char *who, const ts_node *x, const int64_t *xs, const ts_pool_params *p, int64_t *out) {
   char sx[96];
   if (!ts_dtype_is_float(x->dtype))
@@ -535,6 +563,8 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
     if (pool_out(who, x, shape, &at->pool, o)) return -1;
     return check_dims_equal(who, "dy", x->shape, o);
   }
+  case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA:
+    return infer_layernorm(g, op, who, in, at, dt, rank, shape);
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD:
     return infer_attention(g, who, n_in, in, at, dt, rank, shape);
   case TS_OP_REDUCE:

@@ -65,6 +65,8 @@ int kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_k
       return tk_conv(g, n, in, out, state, &local);
     case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
       return tk_pool(g, n, in, out, &local);
+    case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA:
+      return tk_layernorm(g, n, in, out, &local);
     case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return tk_attention(g, n, in, out, &local);
     case TS_OP_REDUCE: return tk_reduce(g, n, in, out, &local);
     case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return tk_index(g, n, in, out, &local);

@@ -118,6 +118,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
 int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_index(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+int tk_layernorm(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_attention(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 
 /* Evaluates an elementwise program (see ts_fused in ir/ir.h) over numel

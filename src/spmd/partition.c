@@ -341,6 +341,42 @@ static int32_t lower_attention(part *p, int id) {
   return part_reshard(p, v, n->dtype, n->rank, n->shape, O, 0, TS_REDUCE_SUM, &p->W[id]);
 }
 
+/* Fused layer norm: split on the leading (row) dims only; the last dim is
+ * gathered, gamma and beta replicated. The rows are split like the result
+ * or like x, whichever splits them over more devices: a sequence-parallel
+ * norm whose output is wanted gathered (the input of a column-parallel
+ * linear) still runs on its sequence shard and gathers y, as the
+ * decomposed form does. layer_norm_dgamma sums over the rows of x and dy
+ * laid out like x: a partial sum over the axes splitting them. */
+static int32_t lower_layernorm(part *p, int id) {
+  const ts_node *n = &p->g->nodes[id];
+  const ts_node *x = &p->g->nodes[n->in[0]];
+  ts_partition_spec O, a, r;
+  uint32_t cmask = 0;
+  spec_clear(&a, x->rank);
+  spec_clear(&r, 1);
+  if (n->op == TS_OP_LAYERNORM_DGAMMA) {
+    for (int d = 0; d + 1 < x->rank; d++) copy_dim(&a, d, &p->W[n->in[0]], d), cmask |= dim_mask(&a, d);
+    spec_clear(&O, 1);
+  } else {
+    ts_partition_spec X;
+    spec_clear(&O, n->rank);
+    spec_clear(&X, n->rank);
+    for (int d = 0; d + 1 < n->rank; d++) copy_dim(&O, d, &p->W[id], d), copy_dim(&X, d, &p->W[n->in[0]], d);
+    if (spmd_total_tiles(p->m, &X) > spmd_total_tiles(p->m, &O)) O = X;
+    for (int d = 0; d + 1 < n->rank; d++) copy_dim(&a, d, &O, d);
+  }
+  int32_t in[3];
+  for (int k = 0; k < n->n_in; k++) {
+    bool vec = n->op != TS_OP_LAYERNORM_DGAMMA && (k == 1 || (k == 2 && n->op == TS_OP_LAYERNORM));
+    in[k] = part_get(p, n->in[k], vec ? &r : &a);
+  }
+  int64_t ls[TS_MAX_RANK];
+  part_local_shape(p, &O, n->rank, n->shape, ls);
+  int32_t v = part_emit(p, n->op, n->dtype, n->rank, ls, n->n_in, in, &n->attr);
+  return part_reshard(p, v, n->dtype, n->rank, n->shape, O, cmask, TS_REDUCE_SUM, &p->W[id]);
+}
+
 /* slice, pad, concatenate: dims the op leaves alone (full range with stride
  * 1, no padding, not the concatenation dim) keep their axes; the others are
  * computed whole and then cut to the node's layout. */
@@ -606,6 +642,7 @@ static int32_t lower(part *p, int id, const ts_partition_spec *in_spec) {
   case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
     return lower_conv(p, id);
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return lower_attention(p, id);
+  case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA: return lower_layernorm(p, id);
   case TS_OP_GATHER: return lower_gather(p, id);
   case TS_OP_SCATTER_ADD: return lower_scatter_add(p, id);
   case TS_OP_SLICE: case TS_OP_PAD: case TS_OP_CONCAT: return lower_window(p, id);

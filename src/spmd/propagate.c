@@ -234,6 +234,13 @@ static void forward(prop *p, int id) {
     copy_dim(&c, 0, xs, 0);
     copy_dim(&c, 1, xs, 1);
     break;
+  case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: /* rows split like x's (or dy's); the last dim whole */
+    for (int d = 0; d + 1 < n->rank; d++) copy_dim(&c, d, xs, d);
+    if (n->op == TS_OP_LAYERNORM_GRAD && spmd_total_tiles(p->m, &c) == 1)
+      for (int d = 0; d + 1 < n->rank; d++) copy_dim(&c, d, &p->spec[n->in[2]], d);
+    break;
+  case TS_OP_LAYERNORM_DGAMMA: /* (D): a sum over the rows, replicated */
+    break;
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: /* qkv (B, T, 3, H, Dh): B and H; y (B, T, H, Dh) */
     copy_dim(&c, 0, xs, 0);
     copy_dim(&c, n->op == TS_OP_ATTENTION ? 2 : 3, xs, 3);
@@ -328,6 +335,20 @@ static void backward(prop *p, int id) {
     break;
   case TS_OP_SCATTER_ADD: /* base is laid out like the result */
     offer(p, n->in[0], *ns);
+    break;
+  case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: /* x (and dy) split on the result's rows */
+    spec_clear(&c, n->rank);
+    for (int d = 0; d + 1 < n->rank; d++) copy_dim(&c, d, ns, d);
+    offer(p, n->in[0], c);
+    if (n->op == TS_OP_LAYERNORM_GRAD) offer(p, n->in[2], c);
+    break;
+  case TS_OP_LAYERNORM_DGAMMA: /* x and dy alike on their rows */
+    spec_clear(&c, x->rank);
+    for (int d = 0; d + 1 < x->rank; d++) copy_dim(&c, d, &p->spec[n->in[0]], d);
+    offer(p, n->in[1], c);
+    spec_clear(&c, x->rank);
+    for (int d = 0; d + 1 < x->rank; d++) copy_dim(&c, d, &p->spec[n->in[1]], d);
+    offer(p, n->in[0], c);
     break;
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* qkv and dy split on the result's B and H */
     int h = n->op == TS_OP_ATTENTION ? 2 : 3;
