@@ -44,9 +44,11 @@ for s in range(int(sys.argv[3]), int(sys.argv[4]) + 1):
 PY
 }
 run rep --steps 12 --replicated-update --metrics "$tmp/rep.metrics"
-run zero --steps 12 --check-replicas 4 --save-dir "$tmp/Z" --save-every 6 --metrics "$tmp/zero.metrics"
+run zero --steps 12 --check-replicas 4 --save-dir "$tmp/Z" --save-every 6
+run zb --steps 12 --metrics "$tmp/zero.metrics" # as rep: no checkpoint (it gathers the sharded state)
 if same rep zero 1 12; then ok "the default (sharded) update logs the replicated update's 12 losses exactly"
 else bad "the sharded update differs from --replicated-update"; fi
+if same rep zb 1 12; then ok "... also without checkpoints"; else bad "zb differs from rep"; fi
 # bytes between the processes: the sharded update must not send more
 if /usr/bin/python3 - "$tmp/rep.metrics" "$tmp/zero.metrics" >"$tmp/bytes.out" 2>&1 <<'PY'
 import json, sys
