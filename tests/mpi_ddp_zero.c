@@ -78,7 +78,7 @@ static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int6
     if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_ALL_GATHER) ++*gathers;
     if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_ALL_REDUCE) coll_reduced += ci.bytes;
     if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_REDUCE_SCATTER)
-      coll_reduced += ci.bytes * (size_t)ci.group_size, coll_scatters++; /* bytes: one member's block */
+      coll_reduced += ci.bytes, coll_scatters++; /* bytes: of the operand, the whole gradient */
   }
   int ni = ts_graph_num_inputs(g), no = ts_graph_num_outputs(g), rc = 0;
   ts_buffer **in = calloc((size_t)ni, sizeof *in), **out = calloc((size_t)no, sizeof *out);

@@ -28,6 +28,8 @@ static int record(ts_executable *e, const ts_graph *opt) {
   for (int i = 0; i < opt->n_nodes; i++) {
     const ts_node *n = &opt->nodes[i];
     if (!ir_op_is_collective(n->op)) continue;
+    /* bytes (ts_collective_info): of the operand; an all-gather's of its result */
+    const ts_node *b = n->op == TS_OP_REDUCE_SCATTER ? &opt->nodes[n->in[0]] : n;
     if (e->colls.n == e->colls.cap) {
       int cap = e->colls.cap ? 2 * e->colls.cap : 8;
       ts_collective_info *v = realloc(e->colls.v, (size_t)cap * sizeof *v);
@@ -41,7 +43,7 @@ static int record(ts_executable *e, const ts_graph *opt) {
                                                 : TS_COLLECTIVE_ALL_REDUCE,
         .mesh_axes = 0,
         .group_size = e->client->num_devices,
-        .bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype), .cause = i,
+        .bytes = (size_t)ts_shape_numel(b->rank, b->shape) * ts_dtype_size(b->dtype), .cause = i,
         .cause_op = ir_op_name(n->op)};
   }
   return 0;
@@ -323,7 +325,10 @@ static int rs_finish(ts_graph *w, struct rs_fix *fix, int n_fix) {
     for (int k = 0; live[i] && k < w->nodes[i].n_in; k++) live[w->nodes[i].in[k]] = true;
   int rc = 0;
   for (int f = 0; f < n_fix; f++) {
-    if (!live[fix[f].rs]) continue;
+    if (!live[fix[f].rs]) { /* unread: a dead slice, not a collective DCE would keep */
+      rs_to_slice(w, &fix[f]);
+      continue;
+    }
     if (live[fix[f].full]) { rs_to_slice(w, &fix[f]); continue; }
     if (fix[f].cat == -1) { /* a lone all-reduce: read no more */
       if (w->nodes[fix[f].ar].op == TS_OP_ALL_REDUCE) drop_collective(w, fix[f].ar);
