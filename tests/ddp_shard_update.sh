@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# ddp_shard_update.sh BUILD_DIR — `tessel train --parallel ddp --shard-update`
-# (the weights' update sharded over the replicas, ZeroRedundancyOptimizer)
-# under mpirun -n 2 logs exactly (bit for bit) the losses of --parallel ddp
-# with the replicated update (MLP, AdamW, 12 steps); saved at step 6 and
-# resumed with --shard-update, steps 7..12 are again the same (the sharded
-# optimizer state goes through the checkpoint whole); --check-replicas holds;
-# --shard-update without ddp is refused. (tests/mpi_ddp_zero.c checks the
-# library's numbers on the CNN and MLP, 2 and 3 processes, 30 steps.)
+# ddp_shard_update.sh BUILD_DIR — `tessel train --parallel ddp` (the
+# weights' update sharded over the replicas by default: gradients
+# reduce-scattered, ZeroRedundancyOptimizer) under mpirun -n 2 logs exactly
+# (bit for bit) the losses of --parallel ddp --replicated-update (MLP, AdamW,
+# 12 steps) and sends fewer bytes between the processes (NetBytesSent: a
+# reduce-scatter instead of an all-reduce for the sharded weights' gradients,
+# so no more than the replicated update's all-reduces); saved at step 6 and
+# resumed (with --shard-update, still accepted), steps 7..12 are again the same
+# (the sharded optimizer state goes through the checkpoint whole), and a
+# sharded checkpoint resumes under --replicated-update too; --check-replicas
+# holds; --shard-update / --replicated-update without ddp, or together, are
+# refused. (tests/mpi_ddp_zero.c checks the library's numbers on the CNN and
+# MLP, 2 and 3 processes, 30 steps.)
 set -u
 build="${1:?usage: ddp_shard_update.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -38,18 +43,51 @@ for s in range(int(sys.argv[3]), int(sys.argv[4]) + 1):
         sys.exit(f"step {s}: {a.get(s)!r} vs {b.get(s)!r}")
 PY
 }
-run rep --steps 12
-run zero --steps 12 --shard-update --check-replicas 4 --save-dir "$tmp/Z" --save-every 6
-if same rep zero 1 12; then ok "--shard-update logs the replicated update's 12 losses exactly"
-else bad "--shard-update differs from the replicated update"; fi
+run rep --steps 12 --replicated-update --metrics "$tmp/rep.metrics"
+run zero --steps 12 --check-replicas 4 --save-dir "$tmp/Z" --save-every 6
+run zb --steps 12 --metrics "$tmp/zero.metrics" # as rep: no checkpoint (it gathers the sharded state)
+if same rep zero 1 12; then ok "the default (sharded) update logs the replicated update's 12 losses exactly"
+else bad "the sharded update differs from --replicated-update"; fi
+if same rep zb 1 12; then ok "... also without checkpoints"; else bad "zb differs from rep"; fi
+# bytes between the processes: the sharded update must not send more
+if /usr/bin/python3 - "$tmp/rep.metrics" "$tmp/zero.metrics" >"$tmp/bytes.out" 2>&1 <<'PY'
+import json, sys
+def sent(p):
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "NetBytesSent":
+                    return x if isinstance(x, (int, float)) else x.get("value", x.get("sum", x.get("total")))
+                r = walk(x)
+                if r is not None: return r
+        elif isinstance(v, list):
+            for x in v:
+                r = walk(x)
+                if r is not None: return r
+    return walk(json.load(open(p)))
+a, b = sent(sys.argv[1]), sent(sys.argv[2])
+print(f"NetBytesSent replicated {a}, sharded {b}")
+sys.exit(0 if a and b and b <= a * 1.02 else 1)
+PY
+then ok "$(cat "$tmp/bytes.out"): no more than the replicated update"
+else bad "bytes: $(cat "$tmp/bytes.out")"; fi
 run resumed --steps 12 --shard-update --resume "$tmp/Z/step-00000006"
 if grep -q "resume: step 6 of 12" "$tmp/resumed.out" && same rep resumed 7 12; then
   ok "--shard-update resumed from step 6 logs steps 7..12 exactly"
 else bad "resume with --shard-update: $(grep -i resume "$tmp/resumed.out" | head -2)"; fi
+run resumed_rep --steps 12 --replicated-update --resume "$tmp/Z/step-00000006"
+if same rep resumed_rep 7 12; then ok "the sharded checkpoint resumed with --replicated-update logs steps 7..12 exactly"
+else bad "sharded checkpoint resumed with --replicated-update differs"; fi
+for flag in --shard-update --replicated-update; do
+  rc=0
+  "$tessel" train --steps 2 $flag >"$tmp/bad.out" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && grep -q -- "$flag is for --parallel ddp" "$tmp/bad.out"; then
+    ok "$flag without --parallel ddp is refused"
+  else bad "$flag without ddp: exit $rc: $(head -2 "$tmp/bad.out")"; fi
+done
 rc=0
-"$tessel" train --steps 2 --shard-update >"$tmp/bad.out" 2>&1 || rc=$?
-if [ "$rc" -ne 0 ] && grep -q -- "--shard-update is for --parallel ddp" "$tmp/bad.out"; then
-  ok "--shard-update without --parallel ddp is refused"
-else bad "--shard-update without ddp: exit $rc: $(head -2 "$tmp/bad.out")"; fi
+"$tessel" train --steps 2 --parallel ddp --shard-update --no-shard-update >"$tmp/bad.out" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ] && grep -q -- "exclude each other" "$tmp/bad.out"; then ok "--shard-update with --no-shard-update is refused"
+else bad "--shard-update --no-shard-update: exit $rc: $(head -2 "$tmp/bad.out")"; fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

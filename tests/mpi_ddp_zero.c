@@ -61,15 +61,24 @@ static void batch(int s, float *x, int32_t *y) {
  * losses[s]; *gathers: the all-gathers in the program. */
 static size_t min_bytes = 1; /* every weight split (the default, 512 KiB, would leave the convolutions whole) */
 
+/* Of the last program train() compiled: the gradient bytes reduced (all-reduced
+ * or reduce-scattered) and the reduce-scatters. */
+static size_t coll_reduced;
+static int coll_scatters;
+
 static int train(ts_client *c, const ts_graph *g, ts_params *p, bool shard, int64_t b, int steps, float *losses,
                  int *gathers) {
   ts_compile_options co = {.replicas = true, .shard_update = shard, .shard_update_min_bytes = min_bytes};
   ts_executable *e = ts_compile(c, g, &co);
   if (!e) return -1;
   *gathers = 0;
+  coll_reduced = coll_scatters = 0;
   for (int i = 0; i < ts_executable_num_collectives(e); i++) {
     ts_collective_info ci;
     if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_ALL_GATHER) ++*gathers;
+    if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_ALL_REDUCE) coll_reduced += ci.bytes;
+    if (ts_executable_collective(e, i, &ci) == 0 && ci.kind == TS_COLLECTIVE_REDUCE_SCATTER)
+      coll_reduced += ci.bytes, coll_scatters++; /* bytes: of the operand, the whole gradient */
   }
   int ni = ts_graph_num_inputs(g), no = ts_graph_num_outputs(g), rc = 0;
   ts_buffer **in = calloc((size_t)ni, sizeof *in), **out = calloc((size_t)no, sizeof *out);
@@ -117,7 +126,15 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
   float lr_[STEPS] = {0}, ls[STEPS] = {0};
   int g_rep = 0, g_sh = 0;
   CHECK(train(c, gr, pr, false, b, STEPS, lr_, &g_rep) == 0, "%s rank %d: replicated: %s", setup, rank, ts_last_error());
+  size_t red_rep = coll_reduced;
   CHECK(train(c, gs, ps, true, b, STEPS, ls, &g_sh) == 0, "%s rank %d: sharded: %s", setup, rank, ts_last_error());
+  /* the sharded update reduces each gradient once: a reduce-scatter where
+   * the full average is not needed (the MLP with SGD), else the all-reduce
+   * (the CNN's clipping reads every gradient whole) */
+  CHECK(coll_reduced == red_rep, "%s: %zu gradient bytes reduced by the sharded update, %zu by the replicated", setup,
+        coll_reduced, red_rep);
+  CHECK(cnn || R % 2 || coll_scatters >= 1, "%s: the MLP's sharded update has no reduce-scatter", setup);
+  int scatters = coll_scatters;
   CHECK(g_rep == 0, "%s: the replicated update has %d all-gathers", setup, g_rep);
   /* MLP (784-512-512-10) over 3 replicas: no dim of a weight divides by 3, nothing to split */
   bool splits = cnn || R % 2 == 0;
@@ -145,8 +162,9 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
     CHECK(ts_client_check_same(c, "sharded-update replicas' parameters", text) == 0, "%s", ts_last_error());
   }
   if (rank == 0)
-    printf("%s, %s: %d replicas, %d all-gathers, losses %.9g .. %.9g identical, %d parameter/state tensors identical\n",
-           setup, cnn ? "CNN AdamW" : "MLP SGD", R, g_sh, ls[0], ls[STEPS - 1], ts_params_count(pr));
+    printf("%s, %s: %d replicas, %d all-gathers, %d reduce-scatters, losses %.9g .. %.9g identical, %d parameter/state "
+           "tensors identical\n",
+           setup, cnn ? "CNN AdamW" : "MLP SGD", R, g_sh, scatters, ls[0], ls[STEPS - 1], ts_params_count(pr));
   ts_graph_free(gr);
   ts_graph_free(gs);
   ts_params_free(pr);

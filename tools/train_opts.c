@@ -99,9 +99,12 @@ void cli_train_usage(FILE *f) {
           "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
           "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
           "                             SyncBatchNorm); without it each replica uses its own [off]\n"
-          "  --shard-update             ddp: each replica updates 1/N of every weight with 1/N of the\n"
-          "                             optimizer state, new weights all-gathered (PyTorch's\n"
-          "                             ZeroRedundancyOptimizer); the same values as without [off]\n"
+          "  --shard-update             ddp: gradients reduce-scattered, each replica updates 1/N of\n"
+          "                             every weight with 1/N of the optimizer state, new weights\n"
+          "                             all-gathered (ZeRO-1, PyTorch's ZeroRedundancyOptimizer);\n"
+          "                             the same values as the replicated update [on]\n"
+          "  --replicated-update        ddp: every replica updates every weight with all of the\n"
+          "                             optimizer state (PyTorch's DDP); alias --no-shard-update [off]\n"
           "  --collective-timeout S     seconds a collective waits for a missing peer before the job\n"
           "                             ends with an error [$TESSEL_COLLECTIVE_TIMEOUT, else 120;\n"
           "                             20 over several processes]\n"
@@ -300,6 +303,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       o->shard_update = true;
       continue;
     }
+    if (strcmp(argv[i], "--replicated-update") == 0 || strcmp(argv[i], "--no-shard-update") == 0) {
+      o->replicated_update = true;
+      continue;
+    }
     DOUBLE_FLAG("--collective-timeout", 0.001, 86400, "seconds in (0, 86400]", o->timeout_s)
     if (strcmp(argv[i], "--all-ranks") == 0) {
       o->all_ranks = true;
@@ -424,6 +431,14 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
   }
   if (o->shard_update && o->parallel != PARALLEL_DDP) {
     cli_error(CMD, "--shard-update is for --parallel ddp (SPMD's --mesh data=N already shards the update)");
+    return -1;
+  }
+  if (o->replicated_update && o->parallel != PARALLEL_DDP) {
+    cli_error(CMD, "--replicated-update is for --parallel ddp (the update of an SPMD run follows its mesh)");
+    return -1;
+  }
+  if (o->replicated_update && o->shard_update) {
+    cli_error(CMD, "--shard-update and --replicated-update exclude each other (ddp shards the update by default)");
     return -1;
   }
   if (o->sync_bn && o->parallel != PARALLEL_DDP) {

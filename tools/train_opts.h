@@ -73,7 +73,8 @@ typedef struct {
   int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
   int amp;              /* --amp none|bf16|f16: index into train_amp_names */
   bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
-  bool shard_update;    /* --shard-update: DDP's weight update sharded over the replicas */
+  bool shard_update;    /* --shard-update: DDP's weight update sharded over the replicas (the default) */
+  bool replicated_update; /* --replicated-update / --no-shard-update: DDP's every replica updates everything */
   bool sequence_parallel; /* --sequence-parallel: the GPT's norms and residuals split on the sequence over "model" */
 } train_opts;
 

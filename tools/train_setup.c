@@ -263,7 +263,7 @@ int train_compile(train_run *r) {
   }
   /* DDP: each process's replica trains on its rows of the global batch and
    * evaluates alone (the replicas are identical) */
-  ts_compile_options co = {.replicas = r->ddp, .shard_update = r->ddp && o->shard_update};
+  ts_compile_options co = {.replicas = r->ddp, .shard_update = r->ddp && !o->replicated_update};
   co.autocast = r->gs.amp; /* --amp: the autocast pass, for training and evaluation */
   if (r->ddp) r->gs.ddp = true, r->gs.batch = o->batch / r->nproc;
   ts_graph *step = model_train_graph(&r->gs, r->params);

@@ -28,6 +28,8 @@ static int record(ts_executable *e, const ts_graph *opt) {
   for (int i = 0; i < opt->n_nodes; i++) {
     const ts_node *n = &opt->nodes[i];
     if (!ir_op_is_collective(n->op)) continue;
+    /* bytes (ts_collective_info): of the operand; an all-gather's of its result */
+    const ts_node *b = n->op == TS_OP_REDUCE_SCATTER ? &opt->nodes[n->in[0]] : n;
     if (e->colls.n == e->colls.cap) {
       int cap = e->colls.cap ? 2 * e->colls.cap : 8;
       ts_collective_info *v = realloc(e->colls.v, (size_t)cap * sizeof *v);
@@ -36,9 +38,12 @@ static int record(ts_executable *e, const ts_graph *opt) {
       e->colls.cap = cap;
     }
     e->colls.v[e->colls.n++] = (ts_collective_info){
-        .kind = n->op == TS_OP_ALL_GATHER ? TS_COLLECTIVE_ALL_GATHER : TS_COLLECTIVE_ALL_REDUCE, .mesh_axes = 0,
+        .kind = n->op == TS_OP_ALL_GATHER       ? TS_COLLECTIVE_ALL_GATHER
+                : n->op == TS_OP_REDUCE_SCATTER ? TS_COLLECTIVE_REDUCE_SCATTER
+                                                : TS_COLLECTIVE_ALL_REDUCE,
+        .mesh_axes = 0,
         .group_size = e->client->num_devices,
-        .bytes = (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype), .cause = i,
+        .bytes = (size_t)ts_shape_numel(b->rank, b->shape) * ts_dtype_size(b->dtype), .cause = i,
         .cause_op = ir_op_name(n->op)};
   }
   return 0;
@@ -133,7 +138,18 @@ typedef struct {
   int rank;
   int32_t *memo;       /* (g->n_nodes at the start) block id per node, or -1 */
   int n_memo;
+  struct rs_fix *fix;  /* the reduce-scatters emitted, for rs_finish */
+  int *n_fix, cap_fix;
 } blk_ctx;
+
+/* A gradient's reduce-scatter that replaced all-reduce + slice: `full` is
+ * the averaged full gradient it stands for (the replica all-reduce itself, or
+ * a member of a packed bucket: reshape(slice(all_reduce(concat(..))))); for
+ * a member, `cat`/`piece` name its operand of the bucket's concat. */
+struct rs_fix {
+  int32_t rs, full, ar, cat, piece;
+  int d, r, n;
+};
 
 static void block_shape(const blk_ctx *b, int64_t *shape) {
   memcpy(shape, b->full, (size_t)b->rank * sizeof *shape);
@@ -156,6 +172,68 @@ static ts_tensor blk_slice(blk_ctx *b, ts_tensor t) {
   int64_t shape[TS_MAX_RANK];
   block_shape(b, shape);
   return ir_append(b->g, TS_OP_SLICE, x->dtype, x->rank, shape, 1, &t, &a);
+}
+
+static ts_collective *all_members(int n) {
+  ts_collective *c = malloc(sizeof *c);
+  if (c && !(c->ids = malloc((size_t)n * sizeof *c->ids))) free(c), c = NULL;
+  if (!c) {
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    return NULL;
+  }
+  c->n = n;
+  for (int m = 0; m < n; m++) c->ids[m] = m;
+  return c;
+}
+
+/* Block r of the averaged gradient t, when t is a replica all-reduce of a
+ * full-shaped value or a member of a packed bucket (src/nn/ddp.c): a
+ * reduce-scatter of the unreduced gradient over the replicas (each element
+ * reduced over the same members in the same order as by the all-reduce:
+ * comm.c), recorded for rs_finish. TS_NONE without error: not a gradient. */
+static ts_tensor blk_grad(blk_ctx *b, ts_tensor t) {
+  const ts_graph *g = b->g;
+  const ts_node *x = &g->nodes[t];
+  int32_t src = -1, ar = -1, cat = -1, piece = -1;
+  if (replica_is_all(x)) {
+    src = x->in[0], ar = t;
+  } else if (x->op == TS_OP_RESHAPE) {
+    const ts_node *sl = &g->nodes[x->in[0]];
+    if (sl->op != TS_OP_SLICE || sl->rank != 1 || sl->attr.stride[0] != 1) return TS_NONE;
+    const ts_node *a = &g->nodes[sl->in[0]];
+    if (!replica_is_all(a) || a->rank != 1) return TS_NONE;
+    const ts_node *c = &g->nodes[a->in[0]];
+    if (c->op != TS_OP_CONCAT || c->rank != 1) return TS_NONE;
+    int64_t off = 0;
+    for (int k = 0; k < c->n_in && piece < 0; k++) {
+      const ts_node *p = &g->nodes[c->in[k]];
+      if (off == sl->attr.start[0] && p->shape[0] == sl->shape[0] && p->op == TS_OP_RESHAPE) piece = k;
+      else off += p->shape[0];
+    }
+    if (piece < 0) return TS_NONE;
+    src = g->nodes[c->in[piece]].in[0], ar = sl->in[0], cat = a->in[0];
+  } else {
+    return TS_NONE;
+  }
+  const ts_node *s = &g->nodes[src];
+  if (s->rank != b->rank || memcmp(s->shape, b->full, (size_t)s->rank * sizeof *s->shape) != 0 ||
+      s->dtype != x->dtype)
+    return TS_NONE;
+  if (*b->n_fix == b->cap_fix) {
+    set_error_code(TS_ERR_INTERNAL, "compile: sharded update: too many gradient reduce-scatters");
+    return -2;
+  }
+  ts_attr at = {0};
+  at.axis = b->d;
+  at.reduce = g->nodes[ar].attr.reduce;
+  if (!(at.coll = all_members(b->n))) return -2;
+  int64_t shape[TS_MAX_RANK];
+  block_shape(b, shape);
+  ts_dtype dt = x->dtype;
+  ts_tensor r = ir_append(b->g, TS_OP_REDUCE_SCATTER, dt, b->rank, shape, 1, &src, &at);
+  if (r == TS_NONE) return -2;
+  b->fix[(*b->n_fix)++] = (struct rs_fix){r, t, ar, cat, piece, b->d, b->r, b->n};
+  return r;
 }
 
 /* Block r of node t: elementwise ops rebuilt on blocks of their operands,
@@ -186,6 +264,8 @@ static ts_tensor blk(blk_ctx *b, ts_tensor t) {
   } else if (full && x->op == TS_OP_CONSTANT && !x->data) {
     ts_attr a = x->attr;
     r = ir_append(b->g, TS_OP_CONSTANT, x->dtype, b->rank, shape, 0, NULL, &a);
+  } else if (full && (r = blk_grad(b, t)) != TS_NONE) {
+    if (r == -2) return TS_NONE;
   } else {
     r = blk_slice(b, t);
   }
@@ -202,14 +282,133 @@ static ts_tensor drop_state_slices(ts_graph *dst, const ts_graph *src, int id, c
   return OPT_KEEP;
 }
 
+/* Turns reduce-scatter f back into block r of its full gradient (the
+ * gradient is read elsewhere too, so it is all-reduced anyway). */
+static void rs_to_slice(ts_graph *w, const struct rs_fix *f) {
+  ts_node *x = &w->nodes[f->rs];
+  free(x->attr.coll->ids);
+  free(x->attr.coll);
+  x->attr = (ts_attr){0};
+  for (int k = 0; k < x->rank; k++) x->attr.start[k] = 0, x->attr.limit[k] = x->shape[k], x->attr.stride[k] = 1;
+  int64_t blk = x->shape[f->d];
+  x->attr.start[f->d] = blk * f->r;
+  x->attr.limit[f->d] = blk * (f->r + 1);
+  x->op = TS_OP_SLICE;
+  x->in[0] = f->full;
+}
+
+/* A collective no longer read (a gradient's all-reduce that its
+ * reduce-scatter replaced) as a plain reshape, so that DCE drops it (it
+ * keeps every collective: peers wait for them; every replica drops the same). */
+static void drop_collective(ts_graph *w, int id) {
+  ts_node *x = &w->nodes[id];
+  if (x->attr.coll) free(x->attr.coll->ids);
+  free(x->attr.coll);
+  x->attr = (ts_attr){0};
+  x->op = TS_OP_RESHAPE;
+}
+
+/* After the outputs were rewritten: a gradient whose full average is no
+ * longer read leaves its bucket (the bucket's concat, all-reduce and its
+ * members' slices shrink: a bucket is reduced elementwise, so the other
+ * members' values do not change); one still read keeps the all-reduce and
+ * its reduce-scatter becomes a slice of it (never more bytes than before). */
+static int rs_finish(ts_graph *w, struct rs_fix *fix, int n_fix) {
+  if (!n_fix) return 0;
+  int nn = w->n_nodes;
+  bool *live = calloc((size_t)nn + 1, sizeof *live);
+  int64_t *off = NULL;
+  bool *gone = NULL;
+  if (!live) return error_oom("compile: sharding the update", (size_t)nn);
+  for (int k = 0; k < w->n_outputs; k++) live[w->outputs[k]] = true;
+  for (int i = nn - 1; i >= 0; i--)
+    for (int k = 0; live[i] && k < w->nodes[i].n_in; k++) live[w->nodes[i].in[k]] = true;
+  int rc = 0;
+  for (int f = 0; f < n_fix; f++) {
+    if (!live[fix[f].rs]) { /* unread: a dead slice, not a collective DCE would keep */
+      rs_to_slice(w, &fix[f]);
+      continue;
+    }
+    if (live[fix[f].full]) { rs_to_slice(w, &fix[f]); continue; }
+    if (fix[f].cat == -1) { /* a lone all-reduce: read no more */
+      if (w->nodes[fix[f].ar].op == TS_OP_ALL_REDUCE) drop_collective(w, fix[f].ar);
+      continue;
+    }
+    int cat = fix[f].cat, ar = fix[f].ar;
+    if (cat == -2) continue; /* this bucket is done */
+    /* every removal from this bucket at once */
+    ts_node *c = &w->nodes[cat];
+    free(off), free(gone);
+    off = malloc(((size_t)c->n_in + 1) * sizeof *off);
+    gone = calloc((size_t)c->n_in + 1, sizeof *gone);
+    if (!off || !gone) {
+      rc = error_oom("compile: sharding the update", (size_t)c->n_in);
+      break;
+    }
+    int n_gone = 0;
+    for (int g = f; g < n_fix; g++)
+      if (fix[g].cat == cat && live[fix[g].rs] && !live[fix[g].full] && !gone[fix[g].piece])
+        gone[fix[g].piece] = true, n_gone++;
+    for (int g = f; g < n_fix; g++)
+      if (fix[g].cat == cat) fix[g].cat = -2;
+    /* the live slices of the all-reduce must each be one kept member */
+    int64_t o = 0;
+    for (int k = 0; k < c->n_in; k++) off[k] = o, o += w->nodes[c->in[k]].shape[0];
+    off[c->n_in] = o;
+    bool ok = true;
+    for (int i = ar + 1; ok && i < nn; i++) {
+      const ts_node *u = &w->nodes[i];
+      for (int k = 0; ok && k < u->n_in; k++) {
+        if (u->in[k] != ar || !live[i]) continue;
+        int p = -1;
+        if (u->op == TS_OP_SLICE)
+          for (int q = 0; q < c->n_in && p < 0; q++)
+            if (off[q] == u->attr.start[0] && off[q + 1] == u->attr.limit[0]) p = q;
+        ok = p >= 0 && !gone[p];
+      }
+    }
+    if (!ok) { /* keep the bucket whole: slices of it instead */
+      for (int g = 0; g < n_fix; g++)
+        if (fix[g].ar == ar && live[fix[g].rs] && !live[fix[g].full]) rs_to_slice(w, &fix[g]);
+      continue;
+    }
+    if (n_gone == c->n_in) { /* every member left: the bucket is gone */
+      drop_collective(w, ar);
+      continue;
+    }
+    /* the new layout: off[q] - what was removed before member q */
+    int n_old = c->n_in, kept = 0;
+    int64_t removed = 0;
+    for (int q = 0; q < n_old; q++) {
+      int64_t len = off[q + 1] - off[q];
+      for (int i = ar + 1; i < nn; i++) { /* this member's slice moves */
+        ts_node *u = &w->nodes[i];
+        if (!gone[q] && live[i] && u->op == TS_OP_SLICE && u->in[0] == ar && u->attr.start[0] == off[q]) {
+          u->attr.start[0] = off[q] - removed;
+          u->attr.limit[0] = off[q] - removed + len;
+        }
+      }
+      if (gone[q]) removed += len;
+      else c->in[kept++] = c->in[q];
+    }
+    c->n_in = kept;
+    c->shape[0] = off[n_old] - removed;
+    w->nodes[ar].shape[0] = off[n_old] - removed;
+  }
+  free(live), free(off), free(gone);
+  return rc;
+}
+
 /* The program of replica r of n with the sharded update (plan z), or NULL. */
 static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int n) {
   ts_graph *w = opt_rebuild(g, NULL, NULL, NULL), *w2 = NULL, *out = NULL;
   int32_t *memo = NULL;
   bool *shrunk = NULL;
+  struct rs_fix *fix = NULL;
+  int n_fix = 0;
   if (!w) return NULL;
   int n0 = w->n_nodes;
-  if (!(memo = malloc((size_t)n0 * sizeof *memo))) {
+  if (!(memo = malloc((size_t)n0 * sizeof *memo)) || !(fix = malloc(((size_t)n0 + 1) * sizeof *fix))) {
     error_oom("compile: sharding the update", (size_t)n0 * sizeof *memo);
     goto done;
   }
@@ -218,7 +417,7 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
     const ts_node *wn = &w->nodes[w->inputs[i]];
     int64_t full[TS_MAX_RANK];
     memcpy(full, wn->shape, sizeof full);
-    blk_ctx b = {w, z->dim[i], r, n, full, wn->rank, memo, n0};
+    blk_ctx b = {w, z->dim[i], r, n, full, wn->rank, memo, n0, fix, &n_fix, n0 + 1};
     for (int k = 0; k < n0; k++) memo[k] = -1;
     for (int k = 0; k < w->n_outputs; k++) {
       int a = w->alias[k];
@@ -241,6 +440,7 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
       w->outputs[k] = v;
     }
   }
+  if (rs_finish(w, fix, n_fix) < 0) goto done;
   /* the replicated update is dead now: drop it, then shrink the state inputs
    * to their blocks (only this replica's block is ever read or written) */
   if (!(w2 = opt_dce(w, NULL))) goto done;
@@ -257,6 +457,7 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
   out = opt_rebuild(w2, drop_state_slices, shrunk, NULL);
 done:
   free(memo);
+  free(fix);
   free(shrunk);
   ts_graph_free(w);
   ts_graph_free(w2);
