@@ -74,6 +74,9 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
     for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++)
       if (strcmp(key, kernel_keys[k]) == 0) d->kernel[k] = x, found = true;
+    for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++) /* parallel_efficiency.CLASS */
+      if (strncmp(key, "parallel_efficiency.", 20) == 0 && strcmp(key + 20, kernel_keys[k] + 7) == 0)
+        d->kernel_eff[k] = x, found = true;
     for (int k = 0; k < DEV_AR_SIZES && !found; k++) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
@@ -92,7 +95,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, "
-                     "parallel_efficiency, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -170,17 +173,23 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   int64_t host = ndev < d->devices_per_host ? ndev : d->devices_per_host;
   /* a calibrated CPU: devices of a host share its cores (threads / devices each,
    * at most their share of the cores), kernels measured on one core */
-  double share = 1, over = 1;
+  double share = 1, over = 1, cls_share[TS_KERNEL_CLASSES];
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) cls_share[k] = 1;
   if (d->per_core && d->cores > 0) {
     int threads = d->threads > 0 ? d->threads : d->cores;
     double t_dev = threads / host > 1 ? (double)(threads / host) : 1;
     share = fmin(t_dev, (double)d->cores / (double)host);
+    /* above one core, each class at its own measured parallel efficiency */
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+      double e = d->kernel_eff[k] > 0 ? d->kernel_eff[k] : d->parallel_efficiency > 0 ? d->parallel_efficiency : 1;
+      cls_share[k] = share > 1 ? fmax(1, share * e) : share;
+    }
     if (share > 1) share = fmax(1, share * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1));
     over = share < 1 ? 1 / share : 1;
   }
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
-  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * share;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;
   /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
   int q = -1;
@@ -426,12 +435,20 @@ int calibrate(const char *cmd, const char *path) {
   if (overhead <= 0 || step1 <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
-  if (threads > 1) { /* the parallel efficiency of the large matmul on every thread */
+  double ceff[TS_KERNEL_CLASSES] = {0};
+  if (threads > 1) { /* each class's parallel efficiency on every thread (one device): kernels
+                      * do not all split as well as a large matmul */
     ts_client *ct = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = 1});
-    double units = 0, t = ct ? measure_class(ct, TS_KERNEL_MATMUL, &units) : -1;
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+      double units = 0, t = ct ? measure_class(ct, k, &units) : -1;
+      if (t <= 0) {
+        ts_client_free(ct);
+        goto fail;
+      }
+      ceff[k] = fmin(1, fmax(0.05, tk[k] / t / threads));
+    }
     ts_client_free(ct);
-    if (t <= 0) goto fail;
-    eff = fmin(1, fmax(0.05, units / t / rate[TS_KERNEL_MATMUL] / threads));
+    eff = ceff[TS_KERNEL_MATMUL];
   }
   /* in-process all-reduce on D devices: 1 element (latency) and 1 Mi f32 (bandwidth);
    * the ring model: t = 2 log2(D) alpha + 2 B (D-1)/D / beta */
@@ -500,6 +517,8 @@ int calibrate(const char *cmd, const char *path) {
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
              "parallel_efficiency = %.3g   # the large matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
+  for (int k = 0; k < TS_KERNEL_CLASSES && threads > 1; k++)
+    fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
