@@ -322,13 +322,12 @@ static double measure_class(ts_client *c, int cls, double *units) {
     break;
   }
   case TS_KERNEL_ATTENTION: { /* a GPT layer's attention (batch 16, 4 heads, seq 128, head 64) and gradient */
-    int64_t sh[4] = {16, 4, 128, 64};
-    ts_tensor q = in_f32(g, "q", 4, sh), kk = in_f32(g, "k", 4, sh), v = in_f32(g, "v", 4, sh);
-    ts_tensor dy = in_f32(g, "dy", 4, sh), wrt[3] = {q, kk, v}, gr[3] = {TS_NONE, TS_NONE, TS_NONE};
-    ts_tensor y = ts_causal_attention(g, q, kk, v, 0.125);
-    if (ts_vjp(g, 1, &y, &dy, 3, wrt, gr) < 0) break;
-    ts_graph_add_output(g, y);
-    for (int i = 0; i < 3; i++) ts_graph_add_output(g, gr[i]);
+    /* on the packed projection (B, T, 3, H, Dh), as the GPT runs it: the fused kernels alone */
+    int64_t sh[5] = {16, 128, 3, 4, 64}, ys[4] = {16, 128, 4, 64};
+    ts_tensor qkv = in_f32(g, "qkv", 5, sh), dy = in_f32(g, "dy", 4, ys), gr = TS_NONE;
+    ts_tensor y = ts_causal_attention_qkv(g, qkv, 0.125);
+    if (ts_vjp(g, 1, &y, &dy, 1, &qkv, &gr) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gr);
     *units = 7.0 * 16 * 4 * 128 * 128 * 64;
     break;
   }
@@ -511,7 +510,7 @@ int calibrate(const char *cmd, const char *path) {
       "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum of 1024x1024",
       "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
       "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
-      "FLOP/s, causal attention (16,4,128,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
+      "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
       "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"

@@ -217,6 +217,11 @@ bool autoshard_node_runs(const ts_node *n) {
   return n->op != TS_OP_INPUT && n->op != TS_OP_CONSTANT && n->op != TS_OP_RESHAPE;
 }
 
+/* Elementwise ops computed by a polynomial or libm call per element, not streamed. */
+static bool transcendental(ts_op op) {
+  return op == TS_OP_EXP || op == TS_OP_LOG || op == TS_OP_TANH || op == TS_OP_ERF || op == TS_OP_GELU;
+}
+
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
   double bytes = as_bytes(n);
   for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
@@ -231,6 +236,8 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   case TS_OP_CONV_BWD_FILTER: *units = f; return TS_KERNEL_CONV_BWD_FILTER;
   case TS_OP_REDUCE: return TS_KERNEL_REDUCE;
   case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL: return TS_KERNEL_TRANSCENDENTAL; /* computed per element */
+  case TS_OP_EXP: case TS_OP_LOG: case TS_OP_TANH: case TS_OP_ERF: case TS_OP_GELU:
+    return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_TRANSCENDENTAL;
   case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return TS_KERNEL_GATHER;
   case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: return TS_KERNEL_POOL;
   case TS_OP_BROADCAST: return TS_KERNEL_BROADCAST;
@@ -243,7 +250,7 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
     bool trans = false, rows = false, bcast = false;
     for (int i = 0; n->attr.fused && i < n->attr.fused->n; i++) {
       const ts_fused_instr *I = &n->attr.fused->ins[i];
-      trans |= I->op == TS_OP_EXP || I->op == TS_OP_ERF || I->op == TS_OP_TANH || I->op == TS_OP_LOG;
+      trans |= transcendental(I->op);
       rows |= I->op == TS_OP_BROADCAST && I->value < 16;
       bcast |= I->op == TS_OP_BROADCAST;
     }
