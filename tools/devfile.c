@@ -348,11 +348,14 @@ static double measure_class(ts_client *c, int cls, double *units) {
     *units = 5.0 * 4 * (double)(2048 * 1024);
     break;
   }
-  case TS_KERNEL_REDUCE: {
-    int64_t sh[2] = {1024, 1024};
-    int dim = 1;
-    ts_graph_add_output(g, ts_reduce(g, in_f32(g, "a", 2, sh), TS_REDUCE_SUM, 1, &dim, false));
-    *units = 4.0 * (1024 * 1024 + 1024);
+  case TS_KERNEL_REDUCE: { /* training's two kinds on (2048,1024): a row sum (norms, softmax) and a
+                            * column sum (a bias gradient) */
+    int64_t sh[2] = {2048, 1024};
+    int d1 = 1, d0 = 0;
+    ts_tensor a = in_f32(g, "a", 2, sh);
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d1, false));
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d0, false));
+    *units = 4.0 * (2 * 2048 * 1024 + 2048 + 1024);
     break;
   }
   case TS_KERNEL_GATHER: { /* GPT-like embedding rows */
@@ -507,7 +510,7 @@ int calibrate(const char *cmd, const char *path) {
           (double)pages * (double)psz);
   static const char *const what[TS_KERNEL_CLASSES] = {
       "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients", "FLOP/s, 3x3 conv (64,16,32,32)", "FLOP/s, its data gradient",
-      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum of 1024x1024",
+      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum and column sum of 2048x1024",
       "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
       "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
       "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
