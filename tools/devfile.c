@@ -16,7 +16,8 @@
 
 static const char *const kernel_keys[TS_KERNEL_CLASSES] = {
     "kernel.matmul_small", "kernel.matmul", "kernel.conv", "kernel.conv_bwd_data", "kernel.conv_bwd_filter",
-    "kernel.elementwise", "kernel.reduce", "kernel.gather", "kernel.optimizer", "kernel.broadcast", "kernel.pool"};
+    "kernel.elementwise", "kernel.reduce", "kernel.gather", "kernel.optimizer", "kernel.broadcast", "kernel.pool",
+    "kernel.attention", "kernel.broadcast_rows", "kernel.transcendental"};
 static const int ar_devices[DEV_AR_SIZES] = {2, 4, 8};
 
 void device_default(device_desc *d) {
@@ -73,6 +74,9 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
     for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++)
       if (strcmp(key, kernel_keys[k]) == 0) d->kernel[k] = x, found = true;
+    for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++) /* parallel_efficiency.CLASS */
+      if (strncmp(key, "parallel_efficiency.", 20) == 0 && strcmp(key + 20, kernel_keys[k] + 7) == 0)
+        d->kernel_eff[k] = x, found = true;
     for (int k = 0; k < DEV_AR_SIZES && !found; k++) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
@@ -91,7 +95,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, "
-                     "parallel_efficiency, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -169,17 +173,23 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   int64_t host = ndev < d->devices_per_host ? ndev : d->devices_per_host;
   /* a calibrated CPU: devices of a host share its cores (threads / devices each,
    * at most their share of the cores), kernels measured on one core */
-  double share = 1, over = 1;
+  double share = 1, over = 1, cls_share[TS_KERNEL_CLASSES];
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) cls_share[k] = 1;
   if (d->per_core && d->cores > 0) {
     int threads = d->threads > 0 ? d->threads : d->cores;
     double t_dev = threads / host > 1 ? (double)(threads / host) : 1;
     share = fmin(t_dev, (double)d->cores / (double)host);
+    /* above one core, each class at its own measured parallel efficiency */
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+      double e = d->kernel_eff[k] > 0 ? d->kernel_eff[k] : d->parallel_efficiency > 0 ? d->parallel_efficiency : 1;
+      cls_share[k] = share > 1 ? fmax(1, share * e) : share;
+    }
     if (share > 1) share = fmax(1, share * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1));
     over = share < 1 ? 1 / share : 1;
   }
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
-  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * share;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;
   /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
   int q = -1;
@@ -256,24 +266,26 @@ static double measure_class(ts_client *c, int cls, double *units) {
   switch (cls) {
   case TS_KERNEL_MATMUL_SMALL:
   case TS_KERNEL_MATMUL: {
-    /* a layer's three products as training runs them: y = a b, da = dy b^T, db = a^T dy */
-    int64_t n = cls == TS_KERNEL_MATMUL ? 384 : 96, sh[2] = {n, n};
-    ts_tensor a = in_f32(g, "a", 2, sh), b = in_f32(g, "b", 2, sh), dy = in_f32(g, "dy", 2, sh);
+    /* a layer's three products as training runs them: y = a b, da = dy b^T, db = a^T dy;
+     * the large one at a real layer's size, out of cache (a GPT MLP: 2048 tokens, 256 -> 1024) */
+    bool big = cls == TS_KERNEL_MATMUL;
+    int64_t n = big ? 256 : 96, sa[2] = {big ? 2048 : n, n}, sb[2] = {n, big ? 1024 : n}, sy[2] = {sa[0], sb[1]};
+    ts_tensor a = in_f32(g, "a", 2, sa), b = in_f32(g, "b", 2, sb), dy = in_f32(g, "dy", 2, sy);
     ts_tensor y = ts_matmul(g, a, b), wrt[2] = {a, b}, gr[2] = {TS_NONE, TS_NONE};
     if (ts_vjp(g, 1, &y, &dy, 2, wrt, gr) < 0) break;
     ts_graph_add_output(g, y), ts_graph_add_output(g, gr[0]), ts_graph_add_output(g, gr[1]);
-    *units = 6.0 * (double)(n * n * n);
-    reps = cls == TS_KERNEL_MATMUL ? 5 : 30;
+    *units = 6.0 * (double)(sa[0] * n * sb[1]);
+    reps = big ? 3 : 30;
     break;
   }
   case TS_KERNEL_CONV:
   case TS_KERNEL_CONV_BWD_DATA:
-  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (16,16,32,32) * (16,16,3,3), pad 1 */
-    int64_t xs[4] = {16, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
+  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of cache) */
+    int64_t xs[4] = {64, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
     ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
     ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
     ts_tensor y = ts_conv2d(g, x, w, &p);
-    *units = 2.0 * 16 * 16 * 32 * 32 * 16 * 9;
+    *units = 2.0 * 64 * 16 * 32 * 32 * 16 * 9;
     if (cls == TS_KERNEL_CONV) {
       ts_graph_add_output(g, y);
     } else {
@@ -283,8 +295,8 @@ static double measure_class(ts_client *c, int cls, double *units) {
     }
     break;
   }
-  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select */
-    int64_t sh[2] = {1024, 1024};
+  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select (8 MiB tensors) */
+    int64_t sh[2] = {2048, 1024};
     ts_tensor x = in_f32(g, "x", 2, sh), r = in_f32(g, "r", 2, sh), dy = in_f32(g, "dy", 2, sh);
     ts_tensor y = ts_relu(g, ts_add(g, x, r)), gx = TS_NONE;
     if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
@@ -292,28 +304,58 @@ static double measure_class(ts_client *c, int cls, double *units) {
     *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
     break;
   }
-  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (16,64,32,32) + bias (64) */
-    int64_t sh[4] = {16, 64, 32, 32}, bn = 64;
+  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (32,64,32,32) + bias (64) */
+    int64_t sh[4] = {32, 64, 32, 32}, bn = 64;
     int dim = 1;
     ts_tensor x = in_f32(g, "x", 4, sh), b = in_f32(g, "b", 1, &bn);
     ts_graph_add_output(g, ts_relu(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 4, sh, &dim))));
-    *units = 2.0 * 4 * (double)(16 * 64 * 32 * 32);
+    *units = 2.0 * 4 * (double)(32 * 64 * 32 * 32);
     break;
   }
-  case TS_KERNEL_POOL: { /* 2x2 max pooling of (16,32,32,32) and its gradient */
-    int64_t sh[4] = {16, 32, 32, 32}, ys[4] = {16, 32, 16, 16};
+  case TS_KERNEL_POOL: { /* 2x2 max pooling of (64,32,32,32) and its gradient */
+    int64_t sh[4] = {64, 32, 32, 32}, ys[4] = {64, 32, 16, 16};
     ts_tensor x = in_f32(g, "x", 4, sh), dy = in_f32(g, "dy", 4, ys), gx = TS_NONE;
     ts_tensor y = ts_max_pool2d(g, x, &(ts_pool_params){.kernel = {2, 2}});
     if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
     ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
-    *units = 4.0 * (2 * 16 * 32 * 32 * 32 + 2 * 16 * 32 * 16 * 16);
+    *units = 4.0 * (2 * 64 * 32 * 32 * 32 + 2 * 64 * 32 * 16 * 16);
     break;
   }
-  case TS_KERNEL_REDUCE: {
-    int64_t sh[2] = {1024, 1024};
+  case TS_KERNEL_ATTENTION: { /* a GPT layer's attention (batch 16, 4 heads, seq 128, head 64) and gradient */
+    /* on the packed projection (B, T, 3, H, Dh), as the GPT runs it: the fused kernels alone */
+    int64_t sh[5] = {16, 128, 3, 4, 64}, ys[4] = {16, 128, 4, 64};
+    ts_tensor qkv = in_f32(g, "qkv", 5, sh), dy = in_f32(g, "dy", 4, ys), gr = TS_NONE;
+    ts_tensor y = ts_causal_attention_qkv(g, qkv, 0.125);
+    if (ts_vjp(g, 1, &y, &dy, 1, &qkv, &gr) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gr);
+    *units = 7.0 * 16 * 4 * 128 * 128 * 64;
+    break;
+  }
+  case TS_KERNEL_BROADCAST_ROWS: { /* a linear layer's bias: (2048,1024) + bias (1024) along the last dim */
+    int64_t sh[2] = {2048, 1024}, bn = 1024;
     int dim = 1;
-    ts_graph_add_output(g, ts_reduce(g, in_f32(g, "a", 2, sh), TS_REDUCE_SUM, 1, &dim, false));
-    *units = 4.0 * (1024 * 1024 + 1024);
+    ts_tensor x = in_f32(g, "x", 2, sh), b = in_f32(g, "b", 1, &bn);
+    ts_graph_add_output(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 2, sh, &dim)));
+    *units = 2.0 * 4 * (double)(2048 * 1024);
+    break;
+  }
+  case TS_KERNEL_TRANSCENDENTAL: { /* a GPT MLP's GELU (erf) of (2048,1024) and its gradient */
+    int64_t sh[2] = {2048, 1024};
+    ts_tensor x = in_f32(g, "x", 2, sh), dy = in_f32(g, "dy", 2, sh), gx = TS_NONE;
+    ts_tensor y = ts_gelu(g, x);
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 5.0 * 4 * (double)(2048 * 1024);
+    break;
+  }
+  case TS_KERNEL_REDUCE: { /* training's two kinds on (2048,1024): a row sum (norms, softmax) and a
+                            * column sum (a bias gradient) */
+    int64_t sh[2] = {2048, 1024};
+    int d1 = 1, d0 = 0;
+    ts_tensor a = in_f32(g, "a", 2, sh);
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d1, false));
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d0, false));
+    *units = 4.0 * (2 * 2048 * 1024 + 2048 + 1024);
     break;
   }
   case TS_KERNEL_GATHER: { /* GPT-like embedding rows */
@@ -395,12 +437,20 @@ int calibrate(const char *cmd, const char *path) {
   if (overhead <= 0 || step1 <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
-  if (threads > 1) { /* the parallel efficiency of the large matmul on every thread */
+  double ceff[TS_KERNEL_CLASSES] = {0};
+  if (threads > 1) { /* each class's parallel efficiency on every thread (one device): kernels
+                      * do not all split as well as a large matmul */
     ts_client *ct = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = 1});
-    double units = 0, t = ct ? measure_class(ct, TS_KERNEL_MATMUL, &units) : -1;
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+      double units = 0, t = ct ? measure_class(ct, k, &units) : -1;
+      if (t <= 0) {
+        ts_client_free(ct);
+        goto fail;
+      }
+      ceff[k] = fmin(1, fmax(0.05, tk[k] / t / threads));
+    }
     ts_client_free(ct);
-    if (t <= 0) goto fail;
-    eff = fmin(1, fmax(0.05, units / t / rate[TS_KERNEL_MATMUL] / threads));
+    eff = ceff[TS_KERNEL_MATMUL];
   }
   /* in-process all-reduce on D devices: 1 element (latency) and 1 Mi f32 (bandwidth);
    * the ring model: t = 2 log2(D) alpha + 2 B (D-1)/D / beta */
@@ -459,14 +509,18 @@ int calibrate(const char *cmd, const char *path) {
           threads, cores, rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_ELEMENTWISE],
           (double)pages * (double)psz);
   static const char *const what[TS_KERNEL_CLASSES] = {
-      "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, 384^3 matmul and its two gradients", "FLOP/s, 3x3 conv (16,16,32,32)", "FLOP/s, its data gradient",
-      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 1024x1024 and its gradient", "bytes/s, row sum of 1024x1024",
+      "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients", "FLOP/s, 3x3 conv (64,16,32,32)", "FLOP/s, its data gradient",
+      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum and column sum of 2048x1024",
       "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
-      "bytes/s, bias add + ReLU of (16,64,32,32)", "bytes/s, 2x2 max pooling of (16,32,32,32) and its gradient"};
+      "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
+      "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
+      "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
-             "parallel_efficiency = %.3g   # 384^3 matmul + gradients on %d threads / (%d x 1 thread)\n",
+             "parallel_efficiency = %.3g   # the large matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
+  for (int k = 0; k < TS_KERNEL_CLASSES && threads > 1; k++)
+    fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",

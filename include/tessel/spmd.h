@@ -203,6 +203,9 @@ typedef enum {
   TS_KERNEL_OPTIMIZER,        /* the (fused) parameter update: bytes */
   TS_KERNEL_BROADCAST,        /* elementwise kernels reading a broadcast operand (bias, scale): bytes */
   TS_KERNEL_POOL,             /* pooling and its gradient: bytes */
+  TS_KERNEL_ATTENTION,        /* causal attention and its gradient: FLOPs */
+  TS_KERNEL_BROADCAST_ROWS,   /* fused kernels broadcasting along the last dim (a row bias): bytes */
+  TS_KERNEL_TRANSCENDENTAL,   /* computed per element: exp / erf / tanh / log / GELU (fused or not), RNG: bytes */
   TS_KERNEL_CLASSES
 } ts_kernel_class;
 

@@ -214,7 +214,7 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
 void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   double flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10, bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
   for (int c = 0; c < TS_KERNEL_CLASSES; c++) {
-    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER;
+    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER || c == TS_KERNEL_ATTENTION;
     k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : contraction ? flops : bw;
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
@@ -227,6 +227,11 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
 
 bool autoshard_node_runs(const ts_node *n) {
   return n->op != TS_OP_INPUT && n->op != TS_OP_CONSTANT && n->op != TS_OP_RESHAPE;
+}
+
+/* Elementwise ops computed by a polynomial or libm call per element, not streamed. */
+static bool transcendental(ts_op op) {
+  return op == TS_OP_EXP || op == TS_OP_LOG || op == TS_OP_TANH || op == TS_OP_ERF || op == TS_OP_GELU;
 }
 
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
@@ -242,14 +247,28 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   case TS_OP_CONV_BWD_DATA: *units = f; return TS_KERNEL_CONV_BWD_DATA;
   case TS_OP_CONV_BWD_FILTER: *units = f; return TS_KERNEL_CONV_BWD_FILTER;
   case TS_OP_REDUCE: return TS_KERNEL_REDUCE;
+  case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL: return TS_KERNEL_TRANSCENDENTAL; /* computed per element */
+  case TS_OP_EXP: case TS_OP_LOG: case TS_OP_TANH: case TS_OP_ERF: case TS_OP_GELU:
+    return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_TRANSCENDENTAL;
   case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return TS_KERNEL_GATHER;
   case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: return TS_KERNEL_POOL;
   case TS_OP_BROADCAST: return TS_KERNEL_BROADCAST;
-  case TS_OP_FUSED:
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: *units = f; return TS_KERNEL_ATTENTION;
+  case TS_OP_FUSED: {
     if (update) return TS_KERNEL_OPTIMIZER;
-    for (int i = 0; n->attr.fused && i < n->attr.fused->n; i++)
-      if (n->attr.fused->ins[i].op == TS_OP_BROADCAST) return TS_KERNEL_BROADCAST;
-    return TS_KERNEL_ELEMENTWISE;
+    /* what makes a fused kernel slower than its bytes: transcendental functions
+     * (computed, not streamed), a broadcast whose source element changes every
+     * output element (a last-dim bias: read by index per element), any broadcast */
+    bool trans = false, rows = false, bcast = false;
+    for (int i = 0; n->attr.fused && i < n->attr.fused->n; i++) {
+      const ts_fused_instr *I = &n->attr.fused->ins[i];
+      trans |= transcendental(I->op);
+      rows |= I->op == TS_OP_BROADCAST && I->value < 16;
+      bcast |= I->op == TS_OP_BROADCAST;
+    }
+    return trans ? TS_KERNEL_TRANSCENDENTAL : rows ? TS_KERNEL_BROADCAST_ROWS : bcast ? TS_KERNEL_BROADCAST
+                                                                                     : TS_KERNEL_ELEMENTWISE;
+  }
   default: return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_ELEMENTWISE;
   }
 }
