@@ -331,6 +331,16 @@ typedef struct {
 static void broadcast_tile(ts_dtype dt, const void *src, int64_t m, int64_t inner, int64_t off, int n, int c,
                            void *d) {
   int64_t q = off / inner, r = off % inner, s = q % m;
+  size_t es = c == C_F32 ? 4 : 8;
+  if (inner == 1) { /* a bias along the last dim: consecutive source runs, loaded whole */
+    for (int j = 0; j < n;) {
+      int run = (int)(m - s < n - j ? m - s : n - j);
+      load_tile(dt, src, s, run, c, (char *)d + (size_t)j * es);
+      j += run, s += run;
+      if (s == m) s = 0;
+    }
+    return;
+  }
   if (c == C_F32 && dt == TS_F32) {
     const float *x = src;
     float *y = d;
@@ -343,7 +353,6 @@ static void broadcast_tile(ts_dtype dt, const void *src, int64_t m, int64_t inne
     }
     return;
   }
-  size_t es = c == C_F32 ? 4 : 8;
   for (int j = 0; j < n; j++) {
     load_tile(dt, src, s, 1, c, (char *)d + (size_t)j * es);
     if (++r == inner) r = 0, s = s + 1 == m ? 0 : s + 1;
