@@ -24,29 +24,10 @@
 #include <oneapi/dnnl/dnnl.h> /* dnnl_sgemm */
 
 #include "kernels/kernels_internal.h"
+#include "kernels/vexpf.h"
 
 #define ATT_BR 64 /* query rows per block */
 
-/* The expf of fused.c (vexpf, Cephes polynomial, ~1 ulp), copied so this
- * file's softmax vectorizes too. */
-static inline float att_expf(float x) {
-  float xc = x > -104.f ? x : -104.f;
-  xc = xc < 89.f ? xc : 89.f;
-  float kf = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  float r = xc - kf * 0.693359375f;
-  r = r - kf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.f;
-  int32_t k = (int32_t)kf, k1 = k / 2, k2 = k - k1;
-  union { int32_t i; float f; } s1 = {.i = (k1 + 127) << 23}, s2 = {.i = (k2 + 127) << 23};
-  y = y * s1.f * s2.f;
-  return x != x ? x : y;
-}
 
 /* Rows r of S (br, ld), query i0 + r sees keys [0, i0 + r]: S becomes P
  * (softmax over those keys; 0 beyond). */
@@ -59,7 +40,7 @@ static void att_softmax(float *S, int64_t ld, int64_t br, int64_t i0) {
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; j++) {
-      float e = att_expf(s[j] - m);
+      float e = vexpf(s[j] - m);
       s[j] = e;
       sum += e;
     }
