@@ -181,6 +181,10 @@ typedef struct ts_buffer_hold ts_buffer_hold;
 ts_buffer_hold *ts_buffer_hold_new(ts_buffer *b);
 /* As ts_buffer_read_shard, from the held contents (device must be local). */
 int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, size_t bytes);
+/* Bytes [offset, offset + bytes) of what ts_buffer_hold_read_shard would
+ * give (the block's row-major contents): a large block read a piece at a
+ * time (a checkpoint's pipelined save). */
+int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes);
 void ts_buffer_hold_release(ts_buffer_hold *h);
 
 /* ---- compile ---- */

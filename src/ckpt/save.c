@@ -1,17 +1,18 @@
-/* save.c — ts_ckpt_save and the background saver: every process copies the
- * blocks of its own devices into host memory (the snapshot), writes them as
- * one safetensors file of a temporary directory, then process 0 assembles
- * index.json from the processes' small descriptions of what they wrote and
- * publishes the checkpoint by renames (commit.c).
+/* save.c — ts_ckpt_save and the background saver: every process holds the
+ * buffers of its own devices (ts_buffer_hold: the snapshot, no copy), writes
+ * their blocks as one safetensors file of a temporary directory, then
+ * process 0 assembles index.json from the processes' small descriptions of
+ * what they wrote and publishes the checkpoint by renames (commit.c).
  *
  * Stages and their barriers (ts_client_check_same, which also carries each
  * process's verdict so that one failure fails every process):
  *   prepare   process 0 creates ROOT/.tmp-step-N             | barrier
- *   snapshot  each process copies its blocks to host memory  | barrier
+ *   snapshot  each process holds its buffers                  | barrier
  *             (the caller waits only up to here)
  *   files     each process writes shard-P-of-Q.safetensors    | barrier
- *             from the snapshot (checksums, fsync), and for
- *             P > 0 shard-P-of-Q.json (its blocks)
+ *             from the held buffers (copy, checksums and
+ *             writes pipelined; each hold released once
+ *             copied; fsync), and for P > 0 shard-P-of-Q.json
  *   commit    process 0: index.json, rename into place,       | barrier
  *             `latest`, pruning
  * ts_ckpt_save runs the files stage on the caller's thread; a saver runs it
@@ -19,9 +20,9 @@
  * processes the barriers after `files` are in the poll or wait that finds
  * every process done: collectives stay on the caller's thread).
  *
- * The files stage itself (copy of the held blocks into the file's image,
- * checksums, O_DIRECT writes) is save_write.c; what both share is
- * save_internal.h. */
+ * The files stage itself (a pipeline: copy + checksums of a chunk of the
+ * file's image from the held blocks while the chunks before it are written
+ * with O_DIRECT) is save_write.c; what both share is save_internal.h. */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
@@ -287,15 +288,11 @@ static void *save_writer(void *arg) {
   ts_ckpt_saver *s = arg;
   save_job *j = s->job;
   ckpt_test_stage("copy");
-  double t0 = util_now_s();
-  int rc = save_copy(s, j);
-  double t1 = util_now_s();
-  j->copy_s = t1 - t0;
-  if (rc == 0 && j->np == 1) rc = save_prepare(j);
-  if (rc == 0) rc = save_write(j, s->snap);
+  int rc = j->np == 1 ? save_prepare(j) : 0;
+  if (rc == 0) rc = save_files(s, j); /* the copy and the writes, overlapped */
+  else job_release(j);
   if (rc == 0) ckpt_test_stage("files");
   j->written_at = util_now_s();
-  j->write_s = j->written_at - t1;
   if (rc == 0 && j->np == 1) {
     rc = ckpt_commit(j->root, j->tmp, &j->meta, j->version, j->n, j->t, 1, j->side, j->keep, &j->published);
     j->committed_at = util_now_s();

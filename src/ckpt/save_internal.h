@@ -13,9 +13,9 @@
 #include "ckpt/ckpt_internal.h"
 
 #define PATH_MAX_LEN 4096
-#define SAVE_WINDOW (16u << 20) /* bytes written (and write-back started) at a time */
-#define SNAP_THREADS 4                /* most threads copying a snapshot */
-#define SNAP_MIN_PER_THREAD (8u << 20) /* bytes: below, fewer threads */
+#define SAVE_CHUNK (8u << 20) /* bytes of the file copied, then written, as one piece of the pipeline */
+#define SAVE_SLOTS 4           /* chunks in the ring: the filler runs up to SAVE_SLOTS - 1 ahead of the writes */
+#define SAVE_IO_THREADS 2      /* threads writing chunks (two writes in flight keep the disk busy) */
 #define SAVE_ALIGN 4096u    /* O_DIRECT: offsets, lengths and memory in multiples of this */
 #define SAVE_PIECE (256u << 10) /* bytes hashed into the block's and the file's checksum in turn (stays in L2) */
 
@@ -74,7 +74,7 @@ struct ts_ckpt_saver {
   pthread_t cth;       /* several processes, process 0: the commit (PHASE_COMMIT) */
   bool cthreaded;
   atomic_int cdone;    /* the commit finished (job->commit_rc) */
-  char *snap;          /* the snapshot: this process's blocks, as in the file's data part */
+  char *snap;          /* the ring of the files stage's pipeline (SAVE_SLOTS chunks), kept for the next saves */
   size_t snap_cap;
   ts_ckpt_priority prio; /* of the writer and commit threads (and the copy and hash threads they start) */
   ts_ckpt_save_stats stats;
@@ -82,11 +82,11 @@ struct ts_ckpt_saver {
 
 /* save.c: releases the holds not released yet. */
 void job_release(save_job *j);
-/* save_write.c, on the writer's thread: every held block copied into
- * s->snap (the file's image), then the holds released; 0 or -1 (error set). */
-int save_copy(ts_ckpt_saver *s, save_job *j);
-/* save_write.c: the image img written as the job's block file (O_DIRECT in
- * SAVE_WINDOW pieces, checksums on a second thread, fsync); 0 or -1. */
-int save_write(save_job *j, const char *img);
+/* save_write.c, on the writer's thread: the job's block file written from
+ * the held buffers through a pipeline (copy + XXH64 of a chunk into the ring
+ * s->snap while the chunks before are written with O_DIRECT; each hold
+ * released once its bytes are copied), fsync'ed, and j->side; every hold is
+ * released when it returns. Sets j->copy_s, j->write_s. 0 or -1 (error set). */
+int save_files(ts_ckpt_saver *s, save_job *j);
 
 #endif

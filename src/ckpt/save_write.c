@@ -1,10 +1,18 @@
 /* save_write.c — the files stage of a checkpoint save (save.c runs it on
- * the saver's writer thread, or inline for ts_ckpt_save): the held device
- * blocks are copied into the snapshot memory laid out as the file (header +
- * blocks) and released, then that image is written as one sequential stream
- * in 16 MiB windows with O_DIRECT (buffered with early write-back where
- * O_DIRECT is refused) while a second thread computes the XXH64 checksums of
- * each block and of the whole file. */
+ * the saver's writer thread, or inline for ts_ckpt_save), as a pipeline over
+ * the file's image (header + blocks) cut into SAVE_CHUNK pieces at aligned
+ * file offsets, through a ring of SAVE_SLOTS chunk buffers:
+ *   fill   (this thread) copies the chunk's bytes from the held device blocks
+ *          (ts_buffer_hold_read_range) a SAVE_PIECE at a time and hashes each
+ *          piece at once, from cache, into its block's and the file's XXH64;
+ *          a buffer's hold is released as soon as its last byte is copied;
+ *   write  (SAVE_IO_THREADS threads) write filled chunks with O_DIRECT (the
+ *          disk reads the ring itself; buffered with early write-back where
+ *          O_DIRECT is refused) and hand the slots back.
+ * So a save takes about max(copy + hash, write), not their sum, and needs
+ * SAVE_SLOTS chunks of host memory instead of a copy of the whole state. The
+ * bytes are those of the serial copy-then-write (same file, same checksums:
+ * XXH64 streamed does not depend on how the bytes are cut). */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,170 +26,241 @@
 #include <unistd.h>
 
 #include "ckpt/save_internal.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/hash.h" /* util_hash64: format 1 */
 
-/* Host memory for `bytes` of snapshot, kept for the next saves. mmap with
- * MAP_POPULATE: the pages exist before the copy (no fault per page in the
- * caller's wait). */
-static int snap_reserve(ts_ckpt_saver *s, size_t bytes) {
+/* Host memory for the ring (`bytes`), kept for the next saves. mmap with
+ * MAP_POPULATE: page-aligned (O_DIRECT), its pages exist before the copy. */
+static int ring_reserve(ts_ckpt_saver *s, size_t bytes) {
   if (bytes <= s->snap_cap) return 0;
   if (s->snap) munmap(s->snap, s->snap_cap);
   s->snap = NULL, s->snap_cap = 0;
   size_t cap = (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
   void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) return set_error("checkpoint: out of memory for the snapshot (%zu bytes): %s", cap, strerror(errno));
+  if (p == MAP_FAILED)
+    return set_error("checkpoint: out of memory for the save's buffers (%zu bytes): %s", cap, strerror(errno));
   s->snap = p, s->snap_cap = cap;
   return 0;
 }
 
-/* Blocks [k0, k1) of a snapshot, copied by one thread. */
+enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_WRITING };
+
+/* One file's pipeline. The fields under mu are shared by the filler and the
+ * I/O threads; the others are set before the threads start. */
 typedef struct {
-  const save_job *j;
-  char *data;
-  int k0, k1, rc;
-  char err[512];
-} snap_part;
+  char *ring;            /* slots chunks of `chunk` bytes */
+  uint64_t chunk, total; /* bytes per chunk; the file's bytes */
+  int nchunks, slots, fd;
+  const char *path;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state[SAVE_SLOTS]; /* SLOT_* of each slot */
+  int filled;            /* chunks [0, filled) are filled (or written) */
+  int next_write;        /* the next chunk an I/O thread takes */
+  bool direct;           /* the fd has O_DIRECT */
+  bool stop;             /* an error: everyone stops */
+  char err[1024];        /* the first error */
+} save_pipe;
 
-static void *snap_copy(void *arg) {
-  snap_part *p = arg;
-  const save_job *j = p->j;
-  for (int k = p->k0; k < p->k1 && p->rc == 0; k++) {
-    const save_block *b = &j->bl[k];
-    size_t bytes = (size_t)(j->se[k].end - j->se[k].begin);
-    if (ts_buffer_hold_read_shard(j->holds[j->same[b->t]], b->device, p->data + j->se[k].begin, bytes) < 0) {
-      snprintf(p->err, sizeof p->err, "checkpoint: reading %s from device %d: %s", j->se[k].name, b->device,
-               ts_last_error());
-      p->rc = -1;
-    }
-  }
-  return NULL;
+/* The first error wins; everyone stops. Under p->mu. */
+static void pipe_fail(save_pipe *p, const char *err) {
+  if (!p->stop) snprintf(p->err, sizeof p->err, "%s", err);
+  p->stop = true;
+  pthread_cond_broadcast(&p->cv);
 }
 
-/* The copy of every held block into the snapshot (the file's image), on the
- * writer's thread, then the holds are released: on up to SNAP_THREADS threads
- * over contiguous runs of blocks of about equal bytes (one core's copy
- * bandwidth is well below the memory's). */
-int save_copy(ts_ckpt_saver *s, save_job *j) {
-  /* The snapshot is the file's image: header, then every block in order
-   * (its memory is kept for the next saves: the first one maps it here). */
-  int rc = snap_reserve(s, (size_t)(8 + j->hlen + j->data_bytes));
-  if (rc != 0) {
-    job_release(j);
-    return rc;
-  }
-  memcpy(s->snap, j->hdr, 8 + j->hlen);
-  int nt = ts_client_num_threads(s->c);
-  if (nt > SNAP_THREADS) nt = SNAP_THREADS;
-  if ((uint64_t)nt > j->data_bytes / SNAP_MIN_PER_THREAD) nt = (int)(j->data_bytes / SNAP_MIN_PER_THREAD);
-  if (nt < 1) nt = 1;
-  snap_part part[SNAP_THREADS];
-  pthread_t th[SNAP_THREADS];
-  bool started[SNAP_THREADS] = {false};
-  int k = 0;
-  for (int p = 0; p < nt; p++) {
-    uint64_t stop = j->data_bytes / (uint64_t)nt * (uint64_t)(p + 1);
-    part[p] = (snap_part){.j = j, .data = s->snap + 8 + j->hlen, .k0 = k};
-    while (k < j->nb && (p == nt - 1 || j->se[k].begin < stop)) k++;
-    part[p].k1 = k;
-    if (p > 0) started[p] = pthread_create(&th[p], NULL, snap_copy, &part[p]) == 0;
-  }
-  for (int p = 0; p < nt; p++)
-    if (!started[p]) snap_copy(&part[p]); /* part 0, and any without a thread, here */
-  for (int p = 0; p < nt; p++) {
-    if (started[p]) pthread_join(th[p], NULL);
-    if (part[p].rc != 0 && rc == 0) rc = set_error("%s", part[p].err);
-  }
-  job_release(j); /* the buffers' memory is theirs again (or freed, when they are gone) */
-  return rc;
-}
-
-/* Checksums of data[0..len) (offsets [pos, pos + len) of the data part) into
- * the running block checksum (block *k, finished ones into bh) and the
- * file's, a piece at a time so that the second pass reads from cache. */
-static void save_hash_window(save_job *j, const char *data, uint64_t pos, uint64_t len, int *k,
-                             ckpt_xxh64_state *bs, ckpt_xxh64_state *fs, uint64_t *bh) {
-  uint64_t p = pos, end = pos + len;
-  while (p < end) {
-    const st_entry *e = &j->se[*k];
-    uint64_t stop = e->end < end ? e->end : end;
-    if (j->version >= 2) {
-      for (uint64_t q = p; q < stop; q += SAVE_PIECE) {
-        size_t m = (size_t)(stop - q < SAVE_PIECE ? stop - q : SAVE_PIECE);
-        ckpt_xxh64_update(bs, data + q, m);
-        ckpt_xxh64_update(fs, data + q, m);
-      }
-    }
-    p = stop;
-    if (p == e->end) { /* the block is complete */
-      bh[*k] = j->version >= 2 ? ckpt_xxh64_digest(bs) : util_hash64(data + e->begin, (size_t)(e->end - e->begin), 0);
-      ckpt_xxh64_init(bs);
-      (*k)++;
-    }
-  }
-}
-
-/* The checksums of a file image: each block's, the header's, the file's. */
-typedef struct {
-  save_job *j;
-  const char *img;
-  uint64_t *bh; /* out: per block */
-  uint64_t header_hash, file_hash;
-} save_hasher;
-
-static void *save_hash_all(void *arg) {
-  save_hasher *z = arg;
-  save_job *j = z->j;
-  uint64_t H = 8 + j->hlen;
-  z->header_hash = ckpt_sum(j->version, z->img, (size_t)H);
-  ckpt_xxh64_state fs, bs;
-  ckpt_xxh64_init(&fs);
-  ckpt_xxh64_init(&bs);
-  ckpt_xxh64_update(&fs, z->img, (size_t)H);
-  int k = 0;
-  for (uint64_t pos = 0; pos < j->data_bytes; pos += SAVE_WINDOW) {
-    uint64_t len = j->data_bytes - pos < SAVE_WINDOW ? j->data_bytes - pos : SAVE_WINDOW;
-    save_hash_window(j, z->img + H, pos, len, &k, &bs, &fs, z->bh);
-  }
-  z->file_hash = ckpt_xxh64_digest(&fs);
-  return NULL;
-}
-
-/* Writes img[0..n) at offset off. With O_DIRECT (*direct) img, n and off are
- * multiples of SAVE_ALIGN; a filesystem that refuses a direct write gets the
- * rest through the page cache. */
-static int save_put(int fd, bool *direct, const char *img, size_t n, uint64_t off, const char *path) {
+/* Writes img[0..n) at offset off. With O_DIRECT img, n and off are multiples
+ * of SAVE_ALIGN; a filesystem that refuses a direct write gets the rest
+ * through the page cache. */
+static int save_put(save_pipe *p, const char *img, size_t n, uint64_t off) {
   while (n > 0) {
-    ssize_t w = pwrite(fd, img, n, (off_t)off);
+    ssize_t w = pwrite(p->fd, img, n, (off_t)off);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && *direct) {
-      int fl = fcntl(fd, F_GETFL);
-      if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) == -1)
-        return set_error("%s: write failed: %s", path, strerror(EINVAL));
-      *direct = false;
-      continue;
+    if (w < 0 && errno == EINVAL) {
+      pthread_mutex_lock(&p->mu);
+      bool was = p->direct;
+      int fl = was ? fcntl(p->fd, F_GETFL) : 0;
+      bool ok = was && fl != -1 && fcntl(p->fd, F_SETFL, fl & ~O_DIRECT) != -1;
+      if (ok) p->direct = false;
+      pthread_mutex_unlock(&p->mu);
+      if (ok) continue; /* again, buffered */
+      return set_error("%s: write failed: %s", p->path, strerror(EINVAL));
     }
-    if (w <= 0) return set_error("%s: write failed: %s", path, w < 0 ? strerror(errno) : "no progress");
+    if (w <= 0) return set_error("%s: write failed: %s", p->path, w < 0 ? strerror(errno) : "no progress");
     img += w, n -= (size_t)w, off += (uint64_t)w;
   }
   return 0;
 }
 
-/* The files stage from the snapshot `img` (the file's image): this
- * process's block file (fsync'ed) and the description of what it holds
- * (j->side; for P > 0 also written as shard-P-of-Q.json for process 0).
- *
- * The image is written with O_DIRECT where the filesystem allows it: the
- * disk reads the snapshot's pages itself, no copy into the page cache (that
- * copy was the largest CPU cost of a save). Windows are aligned; the last
- * partial page goes through the page cache. Elsewhere (tmpfs, ...) buffered
- * writes, each window's write-back started at once (sync_file_range). */
-int save_write(save_job *j, const char *img) {
+/* Writes chunk c from its slot: whole chunks are multiples of SAVE_ALIGN;
+ * of the last one only the aligned part (save_files writes the tail). */
+static int pipe_write_chunk(save_pipe *p, int c) {
+  uint64_t pos = (uint64_t)c * p->chunk, len = p->total - pos < p->chunk ? p->total - pos : p->chunk;
+  uint64_t al = len / SAVE_ALIGN * SAVE_ALIGN;
+  int rc = save_put(p, p->ring + (size_t)(c % p->slots) * p->chunk, (size_t)al, pos);
+  pthread_mutex_lock(&p->mu);
+  bool direct = p->direct;
+  pthread_mutex_unlock(&p->mu);
+  if (rc == 0 && !direct && al > 0) /* buffered: its write-back starts now (best effort) */
+    (void)sync_file_range(p->fd, (off_t)pos, (off_t)al, SYNC_FILE_RANGE_WRITE);
+  return rc;
+}
+
+/* An I/O thread: takes the filled chunks in file order, writes them, frees their slots. */
+static void *pipe_io(void *arg) {
+  save_pipe *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->next_write < p->nchunks && p->next_write >= p->filled) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->stop || p->next_write >= p->nchunks) break;
+    int c = p->next_write++;
+    p->state[c % p->slots] = SLOT_WRITING;
+    pthread_mutex_unlock(&p->mu);
+    int rc = pipe_write_chunk(p, c);
+    char err[1024] = "";
+    if (rc != 0) snprintf(err, sizeof err, "%s", ts_last_error());
+    pthread_mutex_lock(&p->mu);
+    if (rc != 0) pipe_fail(p, err);
+    p->state[c % p->slots] = SLOT_FREE;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* The filler's place in the data part: block k, byte boff of it; the running
+ * checksums of the block and of the file. */
+typedef struct {
+  int k;
+  uint64_t boff;
+  ckpt_xxh64_state bs, fs;
+  uint64_t *bh; /* out: each block's checksum */
+  int *last;    /* (n) per hold: the last block that reads it (-1: none) */
+} fill_cursor;
+
+/* Copies data bytes [dpos, dend) (offsets in the data part) into dst, a
+ * SAVE_PIECE at a time, each piece hashed right after its copy (from
+ * cache); a hold is released after its last block. */
+static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uint64_t dend) {
+  while (dpos < dend) {
+    const save_block *b = &j->bl[fc->k];
+    const st_entry *e = &j->se[fc->k];
+    int h = j->same[b->t];
+    uint64_t bytes = e->end - e->begin;
+    if (fc->boff == 0 && j->version < 2) { /* format 1: util_hash64 of the whole block (not streamed) */
+      char *tmp = malloc((size_t)bytes + 1);
+      if (!tmp) return set_error("checkpoint: out of memory");
+      int rc = ts_buffer_hold_read_range(j->holds[h], b->device, 0, tmp, (size_t)bytes);
+      if (rc == 0) fc->bh[fc->k] = util_hash64(tmp, (size_t)bytes, 0);
+      free(tmp);
+      if (rc != 0) return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, ts_last_error());
+    }
+    uint64_t m = bytes - fc->boff;
+    if (m > dend - dpos) m = dend - dpos;
+    if (m > SAVE_PIECE) m = SAVE_PIECE;
+    if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
+      return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, ts_last_error());
+    if (j->version >= 2) {
+      ckpt_xxh64_update(&fc->bs, dst, (size_t)m);
+      ckpt_xxh64_update(&fc->fs, dst, (size_t)m);
+    }
+    dst += m, dpos += m, fc->boff += m;
+    if (fc->boff == bytes) { /* the block is complete */
+      if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
+      ckpt_xxh64_init(&fc->bs);
+      if (fc->last[h] == fc->k) { /* nothing more reads this buffer: its memory is its own again */
+        ts_buffer_hold_release(j->holds[h]);
+        j->holds[h] = NULL;
+      }
+      fc->k++, fc->boff = 0;
+    }
+  }
+  return 0;
+}
+
+/* The pipeline over the file (open, O_DIRECT where allowed): fills chunk
+ * after chunk here while the I/O threads write the ones before; then the
+ * tail, fsync. j->copy_s: from t0 to the last byte copied (every hold
+ * released). 0 or -1 (error set). */
+static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, const char *path, fill_cursor *fc,
+                         uint64_t *header_hash, uint64_t *file_hash, double t0) {
+  uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
+  uint64_t chunk = SAVE_CHUNK;
+  if (chunk > (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN) chunk = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
+  int nchunks = (int)((total + chunk - 1) / chunk);
+  int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
+  if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
+  save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
+                 .path = path, .direct = direct};
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
+  ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
+  pthread_t th[SAVE_IO_THREADS];
+  int nth = 0;
+  while (nth < SAVE_IO_THREADS && nth < nchunks && pthread_create(&th[nth], NULL, pipe_io, &p) == 0) nth++;
+  int rc = 0;
+  for (int c = 0; c < nchunks && rc == 0; c++) {
+    int slot = c % slots;
+    pthread_mutex_lock(&p.mu);
+    while (!p.stop && p.state[slot] != SLOT_FREE) pthread_cond_wait(&p.cv, &p.mu);
+    bool stop = p.stop;
+    pthread_mutex_unlock(&p.mu);
+    if (stop) break;
+    char *dst = p.ring + (size_t)slot * chunk;
+    uint64_t pos = (uint64_t)c * chunk, end = total - pos < chunk ? total : pos + chunk;
+    if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
+    if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
+    if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
+    if (rc == 0 && nth == 0) rc = pipe_write_chunk(&p, c); /* no I/O thread to be had: write here */
+    char err[1024] = "";
+    if (rc != 0) snprintf(err, sizeof err, "%s", ts_last_error());
+    pthread_mutex_lock(&p.mu);
+    if (rc != 0) pipe_fail(&p, err);
+    else if (nth > 0) p.state[slot] = SLOT_FILLED, p.filled = c + 1;
+    else p.filled = p.next_write = c + 1;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+  }
+  for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
+  if (p.stop) rc = set_error("%s", p.err);
+  uint64_t al = total / SAVE_ALIGN * SAVE_ALIGN;
+  if (rc == 0 && al < total) { /* the tail, not a whole page: through the page cache (the ring is kept) */
+    int fl = fcntl(fd, F_GETFL);
+    if (p.direct && (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) == -1))
+      rc = set_error("%s: fcntl failed: %s", path, strerror(errno));
+    p.direct = false;
+    const char *src = p.ring + (size_t)((nchunks - 1) % slots) * chunk + (al - (uint64_t)(nchunks - 1) * chunk);
+    if (rc == 0) rc = save_put(&p, src, (size_t)(total - al), al);
+  }
+  pthread_mutex_destroy(&p.mu);
+  pthread_cond_destroy(&p.cv);
+  *file_hash = ckpt_xxh64_digest(&fc->fs);
+  return rc;
+}
+
+/* The files stage: this process's block file (fsync'ed), from the held
+ * buffers, and the description of what it holds (j->side; for P > 0 also
+ * written as shard-P-of-Q.json for process 0). The holds are all released
+ * when it returns. j->copy_s: the copy (overlapped with the writes);
+ * j->write_s: the whole stage, to the fsync. */
+int save_files(ts_ckpt_saver *s, save_job *j) {
+  double t0 = util_now_s();
   char name[128], path[PATH_MAX_LEN + 256];
   snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", j->rank, j->np);
   snprintf(path, sizeof path, "%s/%s", j->tmp, name);
   uint64_t *bh = calloc((size_t)j->nb + 1, sizeof *bh);
-  if (!bh) return set_error("checkpoint: out of memory");
+  int *last = malloc(((size_t)j->n + 1) * sizeof *last);
+  if (!bh || !last) {
+    free(bh), free(last);
+    job_release(j);
+    return set_error("checkpoint: out of memory");
+  }
+  for (int i = 0; i < j->n; i++) last[i] = -1;
+  for (int k = 0; k < j->nb; k++) last[j->same[j->bl[k].t]] = k;
+  for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
+    if (last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
   bool direct = true;
   int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
   if (fd < 0 && errno == EINVAL) {
@@ -189,32 +268,16 @@ int save_write(save_job *j, const char *img) {
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
   if (fd < 0) rc = set_error("%s: cannot create: %s", path, strerror(errno));
-  uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
-  /* The checksums on a thread of their own, beside the writes (they only read the image). */
-  save_hasher hz = {.j = j, .img = img, .bh = bh};
-  pthread_t hth;
-  bool hthreaded = pthread_create(&hth, NULL, save_hash_all, &hz) == 0;
-  if (!hthreaded) save_hash_all(&hz);
-  bool flush = true; /* sync_file_range works here (not on every filesystem) */
-  for (uint64_t pos = 0; pos < total && rc == 0; pos += SAVE_WINDOW) {
-    uint64_t len = total - pos < SAVE_WINDOW ? total - pos : SAVE_WINDOW;
-    uint64_t al = direct ? len / SAVE_ALIGN * SAVE_ALIGN : len;
-    rc = save_put(fd, &direct, img + pos, (size_t)al, pos, path);
-    if (rc == 0 && al < len) { /* the tail, not a whole page: through the page cache */
-      int fl = fcntl(fd, F_GETFL);
-      if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) == -1)
-        rc = set_error("%s: fcntl failed: %s", path, strerror(errno));
-      direct = false;
-      if (rc == 0) rc = save_put(fd, &direct, img + pos + al, (size_t)(len - al), pos + al, path);
-    }
-    if (rc == 0 && !direct && flush && sync_file_range(fd, (off_t)pos, (off_t)len, SYNC_FILE_RANGE_WRITE) != 0)
-      flush = false;
-  }
+  uint64_t H = 8 + j->hlen, total = H + j->data_bytes, header_hash = 0, fhash = 0, fbytes = total;
+  fill_cursor fc = {.bh = bh, .last = last};
+  ckpt_xxh64_init(&fc.bs);
+  ckpt_xxh64_init(&fc.fs);
+  if (rc == 0) rc = save_pipeline(s, j, fd, direct, path, &fc, &header_hash, &fhash, t0);
+  job_release(j); /* after an error: what was not released yet */
+  free(last);
   if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
   if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
-  if (hthreaded) pthread_join(hth, NULL);
-  uint64_t header_hash = hz.header_hash;
-  uint64_t fhash = hz.file_hash, fbytes = total;
+  j->write_s = util_now_s() - t0;
   if (rc == 0 && j->version == 1) rc = ckpt_file_hash(path, 1, &fhash, &fbytes);
   if (rc == 0) {
     ts_strbuf sb = {0};

@@ -149,6 +149,39 @@ int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, si
   return rc;
 }
 
+int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes) {
+  if (!h) return set_error("buffer_hold_read_range: hold is NULL");
+  if (device < 0 || device >= h->n_shards || !h->shards[device])
+    return set_error("buffer_hold_read_range: device %d is not a local device of the held buffer", device);
+  size_t es = ts_dtype_size(h->dtype), want = (size_t)ts_shape_numel(h->rank, h->ext[device]) * es;
+  if (offset > want || bytes > want - offset)
+    return set_error("buffer_hold_read_range: bytes [%zu, %zu) are outside device %d's block of %zu bytes", offset,
+                     offset + bytes, device, want);
+  if (bytes == 0) return 0;
+  if (!dst) return set_error("buffer_hold_read_range: host memory is NULL");
+  const ts_device *d = &h->c->devs[device];
+  /* Device memory is addressed by byte offset (host memory on CPU devices). */
+  const char *base = h->shards[device];
+  if (want == h->shard_bytes) return d->to_host(d->ctx, dst, base + offset, bytes);
+  /* A padded block: runs of the last dim, each at its place in the padded layout. */
+  int r = h->rank;
+  size_t row = (size_t)h->ext[device][r - 1] * es;
+  char *out = dst;
+  while (bytes > 0) {
+    size_t ri = offset / row, in = offset % row, src = 0, stride = (size_t)h->local_shape[r - 1] * es;
+    for (int k = r - 2; k >= 0; k--) { /* row ri's multi-index in ext, its place in the padded block */
+      src += (ri % (size_t)h->ext[device][k]) * stride;
+      ri /= (size_t)h->ext[device][k];
+      stride *= (size_t)h->local_shape[k];
+    }
+    size_t m = row - in < bytes ? row - in : bytes;
+    int rc = d->to_host(d->ctx, out, base + src + in, m);
+    if (rc != 0) return rc;
+    out += m, offset += m, bytes -= m;
+  }
+  return 0;
+}
+
 void ts_buffer_hold_release(ts_buffer_hold *h) {
   if (!h) return;
   pthread_mutex_lock(&h->mu);
