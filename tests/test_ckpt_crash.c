@@ -1,6 +1,6 @@
 /* test_ckpt_crash.c — a crash at any stage of a save leaves the previous
- * checkpoint and `latest` whole. For each stage of ts_ckpt_save (files,
- * index, rename, latest, prune) a child process (this program, re-executed)
+ * checkpoint and `latest` whole. For each stage of ts_ckpt_save (chunk:
+ * mid-pipeline, files, index, rename, latest, prune) a child process (this program, re-executed)
  * saves step 2 over a root holding step 1 with the library's testing hook
  * (ckpt_test_hook, src/ckpt/ckpt_internal.h) set to kill it (SIGKILL) right
  * after that stage; then the root must open, verify
@@ -32,6 +32,7 @@ static void crash_hook(const char *stage) {
 static int child(const char *root, int step, const char *crash) {
   crash_stage = strcmp(crash, "-") ? crash : NULL;
   ckpt_test_hook = crash_hook;
+  ckpt_save_chunk = 4096; /* "chunk": killed after the first page of the file, mid-pipeline */
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 2});
   ts_buffer *b[CK_N] = {0};
   ts_ckpt_entry e[CK_N];
@@ -80,10 +81,10 @@ int main(int argc, char **argv) {
   char tmp[256];
   snprintf(tmp, sizeof tmp, "/tmp/tessel_test_ckpt_crash_%d", (int)getpid());
   mkdir(tmp, 0755);
-  static const char *const stages[] = {"files", "index", "rename", "latest", "prune"};
-  for (int k = 0; k < 5; k++) {
+  static const char *const stages[] = {"chunk", "files", "index", "rename", "latest", "prune"};
+  for (int k = 0; k < 6; k++) {
     const char *stage = stages[k];
-    bool moved = k >= 3; /* `latest` points at step 2 once its stage is done */
+    bool moved = k >= 4; /* `latest` points at step 2 once its stage is done */
     char root[400], p[500];
     snprintf(root, sizeof root, "%s/%s", tmp, stage);
     int st = run_child(root, 1, NULL);
@@ -94,8 +95,8 @@ int main(int argc, char **argv) {
     CHECK(holds(root, moved ? 2 : 1) == 0, "%s: latest does not hold step %d whole: %s", stage, moved ? 2 : 1,
           ts_last_error());
     snprintf(p, sizeof p, "%s/step-00000001", root);
-    if (k < 4) CHECK(holds(p, 1) == 0, "%s: step 1 is not whole after the crash: %s", stage, ts_last_error());
-    if (k >= 2) {
+    if (k < 5) CHECK(holds(p, 1) == 0, "%s: step 1 is not whole after the crash: %s", stage, ts_last_error());
+    if (k >= 3) {
       snprintf(p, sizeof p, "%s/step-00000002", root);
       CHECK(holds(p, 2) == 0, "%s: renamed step 2 is not whole: %s", stage, ts_last_error());
     }

@@ -101,15 +101,17 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
  * returns once every buffer is held (ts_buffer_hold, tessel/runtime.h: no
  * copy; the caller waits only for the plan of the blocks and the holds); a
- * thread of the saver then copies this process's blocks from the held memory
- * into host memory (the snapshot, kept by the saver and reused by the next
- * save), releases the holds, writes the block file (checksums, fsync) and,
+ * thread of the saver then writes the block file from the held memory as a
+ * pipeline (a chunk is copied into a small ring of host memory and hashed
+ * while the chunks before it are written; each buffer's hold is released as
+ * soon as its bytes are copied), fsyncs it and,
  * alone or once every process is done, the checkpoint is committed exactly as
  * by ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes,
  * the same atomicity. The device buffers may change (the next steps) or be
  * freed as soon as ts_ckpt_saver_save returns: a step that updates a held
  * buffer in place computes into other memory instead (the buffer's spare,
- * see ts_buffer_hold); a ts_buffer_write of a held buffer waits for the copy.
+ * see ts_buffer_hold); a ts_buffer_write of a held buffer waits until its
+ * bytes are copied.
  *
  * At most one save is in flight: ts_ckpt_saver_save first waits for the
  * previous one and finishes it (every requested checkpoint is written; the
@@ -127,11 +129,11 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  * barrier and completes the save. The checkpoint is thus committed at most
  * one step after the last process's file is written (every step polls), and
  * no step waits for the commit's disk writes; a wait commits inline. Alone,
- * the commit runs on the saver's thread right after the file. Memory: the snapshot holds
- * this process's blocks (replicas once), the size of its share of the state;
- * a buffer a step updated while it was held keeps a spare of its size. */
+ * the commit runs on the saver's thread right after the file. Memory: the
+ * saver's ring (32 MiB, kept for the next saves); a buffer a step updated
+ * while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
-/* Not collective; nothing is allocated for the snapshot until a save. */
+/* Not collective; nothing is allocated for the ring until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
 /* The CPU priority of the saver's threads (the copy of the held blocks, the
  * checksums, the writes, the commit; Linux applies it per thread). LOW (the
@@ -169,11 +171,12 @@ typedef struct {
   uint64_t bytes;     /* bytes of this process's block file (header + data) */
   double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
-  double write_s;     /* the saver's thread: block file written, hashed, fsync'ed */
+  double write_s;     /* the saver's thread: block file copied, hashed, written and fsync'ed (the whole
+                       * pipeline; copy_s overlaps it) */
   double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
-  double copy_s;      /* the saver's thread, before write_s: held device blocks -> snapshot (then released) */
+  double copy_s;      /* from the start of write_s to the last held byte copied (every hold released) */
   /* Several processes (0 alone): */
   double commit_lag_s;  /* from the last process's block file written to the poll (or wait) that found every
                          * file written: at most the step it happened in, as every step polls */

@@ -85,8 +85,14 @@ int ckpt_file_hash(const char *path, int version, uint64_t *hash, uint64_t *size
  * still loads. Nothing in the library or the CLI changes it. */
 extern int ckpt_write_version;
 
+/* Bytes of a chunk of the save's pipeline (save_write.c): SAVE_CHUNK; tests
+ * set a few pages (a multiple of 4096) to cross many chunk boundaries with
+ * small tensors. Nothing in the library or the CLI changes it. */
+extern uint64_t ckpt_save_chunk;
+
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
- * calls it with the name of each stage just completed — "files" (this
+ * calls it with the name of each stage just completed — "chunk" (a chunk
+ * of the block file copied and handed to the writes; once per chunk), "files" (this
  * process's block file written), "index" (index.json written), "rename"
  * (the directory in place), "latest" (`latest` replaced), "prune" — so a
  * test can kill the process there. NULL otherwise: nothing in the library or

@@ -44,6 +44,8 @@ static int ring_reserve(ts_ckpt_saver *s, size_t bytes) {
   return 0;
 }
 
+uint64_t ckpt_save_chunk = SAVE_CHUNK; /* ckpt_internal.h: tests set a few pages */
+
 enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_WRITING };
 
 /* One file's pipeline. The fields under mu are shared by the filler and the
@@ -139,6 +141,13 @@ typedef struct {
   int *last;    /* (n) per hold: the last block that reads it (-1: none) */
 } fill_cursor;
 
+/* A hold's read failed: the error names the block. */
+static int read_error(const st_entry *e, const save_block *b) {
+  char err[900];
+  snprintf(err, sizeof err, "%s", ts_last_error());
+  return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, err);
+}
+
 /* Copies data bytes [dpos, dend) (offsets in the data part) into dst, a
  * SAVE_PIECE at a time, each piece hashed right after its copy (from
  * cache); a hold is released after its last block. */
@@ -154,13 +163,13 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
       int rc = ts_buffer_hold_read_range(j->holds[h], b->device, 0, tmp, (size_t)bytes);
       if (rc == 0) fc->bh[fc->k] = util_hash64(tmp, (size_t)bytes, 0);
       free(tmp);
-      if (rc != 0) return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, ts_last_error());
+      if (rc != 0) return read_error(e, b);
     }
     uint64_t m = bytes - fc->boff;
     if (m > dend - dpos) m = dend - dpos;
     if (m > SAVE_PIECE) m = SAVE_PIECE;
     if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
-      return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, ts_last_error());
+      return read_error(e, b);
     if (j->version >= 2) {
       ckpt_xxh64_update(&fc->bs, dst, (size_t)m);
       ckpt_xxh64_update(&fc->fs, dst, (size_t)m);
@@ -186,7 +195,7 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
 static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, const char *path, fill_cursor *fc,
                          uint64_t *header_hash, uint64_t *file_hash, double t0) {
   uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
-  uint64_t chunk = SAVE_CHUNK;
+  uint64_t chunk = ckpt_save_chunk && ckpt_save_chunk % SAVE_ALIGN == 0 ? ckpt_save_chunk : SAVE_CHUNK;
   if (chunk > (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN) chunk = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
   int nchunks = (int)((total + chunk - 1) / chunk);
   int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
@@ -222,6 +231,7 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
     else p.filled = p.next_write = c + 1;
     pthread_cond_broadcast(&p.cv);
     pthread_mutex_unlock(&p.mu);
+    if (rc == 0) ckpt_test_stage("chunk");
   }
   for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
   if (p.stop) rc = set_error("%s", p.err);
