@@ -90,6 +90,12 @@ extern int ckpt_write_version;
  * small tensors. Nothing in the library or the CLI changes it. */
 extern uint64_t ckpt_save_chunk;
 
+/* Loads read a block that is a device's whole range with O_DIRECT (into
+ * the memory handed to the device; no page cache) when 1 (the default);
+ * tests set 0 to cover the buffered reads. Nothing in the library or the
+ * CLI changes it. */
+extern int ckpt_load_direct;
+
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
  * calls it with the name of each stage just completed — "chunk" (a chunk
  * of the block file copied and handed to the writes; once per chunk), "files" (this
@@ -139,6 +145,7 @@ typedef struct {
   char *name;
   uint64_t bytes, hash, header_hash;
   int fd;            /* -1 until opened */
+  int dfd;           /* once loaded: the file opened with O_DIRECT (-1: the filesystem refuses it) */
   bool loaded;       /* header read and checked */
   st_header hdr;
 } ck_file;
