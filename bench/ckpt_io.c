@@ -13,28 +13,38 @@
  * program of tessel train, updating the state in place), saves the state
  * through a background saver (ts_ckpt_saver: the caller waits for the plan
  * and the holds of the device buffers only; a thread copies the held blocks
- * and writes; fsync of every file and the directory, as a real save), runs
+ * chunk by chunk into a small ring while two more write the chunks before
+ * (O_DIRECT); fsync of every file and the directory, as a real save), runs
  * the next step at once while the save is in flight (its donated parameters
  * are held: it computes into their spare memory), waits for the save, then
- * opens the latest and loads every tensor back into the device buffers (the
- * page cache is dropped first when the process may: /proc/sys/vm/drop_caches;
- * otherwise the load reads from cache and the line says so). Prints
+ * opens the latest and loads every tensor back into the device buffers, cold:
+ * the checkpoint's files are evicted from the page cache first
+ * (posix_fadvise DONTNEED; run_ckpt.sh evicts dd's file the same way before
+ * dd reads it; the load's O_DIRECT reads bypass the cache anyway). Prints
  *   RESULT ckpt <model> bytes=B tensors=N save_median_s=.. load_median_s=.. save_GBps=.. load_GBps=..
  *          cold_load=0|1 snapshot_median_s=.. copy_median_s=.. write_median_s=.. step_median_s=..
  *          step_during_save_median_s=.. step_wait_median_s=.. step_wait_fraction=..
  *          busy_save_s=.. busy_steps=.. busy_step_s=..
  * (save: from the start of the save to the checkpoint in place; snapshot:
- * the caller's wait inside the save; step_wait = snapshot + how much longer
+ * the caller's wait inside the save; copy: from the start of the files stage
+ * to the last held byte copied, write: the files stage to the fsync — the
+ * copy overlaps the write, so save ~ write + commit, not copy + write; step_wait = snapshot + how much longer
  * the step during the save took than the faster step before it (0 if not longer),
  * per round; step_wait_fraction = its median / the save's median, the issue's
  * target <= 0.10; busy_*: one more save with steps run back to back, polling,
  * until it is complete: its seconds, the steps and their mean; the saver's
- * threads run at TESSEL_CKPT_PRIORITY, low by default) and checks that what was loaded equals what was saved (bit
- * for bit). */
+ * threads run at TESSEL_CKPT_PRIORITY, low by default) and checks every
+ * round that what was loaded equals what was saved, bit for bit (a hash of
+ * every device value before the save; the step during the save changed
+ * them, so the load is what brings them back); exit 1 otherwise. */
+#define _GNU_SOURCE /* posix_fadvise */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* sync */
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench_util.h" /* now_s, cmp_double, median */
 #include "model_graph.h" /* the training step of tessel train: parameters + optimizer state */
@@ -46,12 +56,35 @@ static void die(const char *what) {
   exit(1);
 }
 
-static int drop_caches(void) {
-  sync();
-  FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
-  if (!f) return 0;
-  int ok = fputs("3\n", f) >= 0;
-  return fclose(f) == 0 && ok;
+/* Evicts every file under dir from the page cache (posix_fadvise DONTNEED
+ * after fdatasync: clean pages go; no root needed, nothing else on the
+ * machine is touched): the load that follows reads the disk. 1 if every file
+ * was evicted. bench/run_ckpt.sh evicts dd's file the same way. */
+static int evict_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int ok = 1;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    struct stat st;
+    if (stat(p, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      ok &= evict_dir(p);
+      continue;
+    }
+    int fd = open(p, O_RDONLY);
+    if (fd < 0) {
+      ok = 0;
+      continue;
+    }
+    ok &= fdatasync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+    close(fd);
+  }
+  closedir(d);
+  return ok;
 }
 
 /* A hash of every entry's device values (to check a load bit for bit). */
@@ -155,7 +188,11 @@ int main(int argc, char **argv) {
     ts_ckpt_saver_stats(sv, &st);
     save[r] = st.total_s, snap[r] = st.snapshot_s, write[r] = st.write_s, copy[r] = st.copy_s;
     wait[r] = st.snapshot_s + (during[r] > stp[r] ? during[r] - stp[r] : 0);
-    cold &= drop_caches();
+    if (state_hash(p, c) == want) {
+      fprintf(stderr, "bench_ckpt_io: the step during the save did not change the state (the load check would prove nothing)\n");
+      return 1;
+    }
+    cold &= evict_dir(dir);
     double t0 = now_s();
     ts_ckpt *ck = ts_ckpt_open(dir);
     if (!ck || ts_ckpt_load_params(ck, c, p, false) < 0) die("load");
