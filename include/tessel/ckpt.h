@@ -135,8 +135,11 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the ring until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
-/* The CPU priority of the saver's threads (the copy of the held blocks, the
- * checksums, the writes, the commit; Linux applies it per thread). LOW (the
+/* The CPU priority of the saver's threads that do CPU work (the copy of the
+ * held blocks and the checksums, the commit; Linux applies it per thread;
+ * the two threads that only submit O_DIRECT writes and wait for the disk
+ * keep the caller's priority, so the disk never waits for a starved thread;
+ * where the writes are buffered they drop to it too). LOW (the
  * default; nice 19) and IDLE (SCHED_IDLE) let the training threads win every
  * core they want: a step run during a save is barely slowed (memory
  * bandwidth aside), and the save takes the CPU the steps leave, so it takes

@@ -310,7 +310,7 @@ static void *save_writer(void *arg) {
  * saver's priority: nice 19 or SCHED_IDLE. Linux keeps both per thread and
  * threads inherit them, so the copy and hash threads the writer starts run
  * at it too. Best effort: a refusal leaves the thread as it was. */
-static void saver_thread_priority(ts_ckpt_priority p) {
+void saver_thread_priority(ts_ckpt_priority p) {
   if (p == TS_CKPT_PRIORITY_NORMAL) return;
   pid_t tid = (pid_t)syscall(SYS_gettid);
   if (p == TS_CKPT_PRIORITY_IDLE) {
@@ -320,10 +320,11 @@ static void saver_thread_priority(ts_ckpt_priority p) {
   (void)setpriority(PRIO_PROCESS, (id_t)tid, 19);
 }
 
-/* save_writer on the saver's own thread. */
+/* save_writer on the saver's own thread: the files stage lowers it to the
+ * saver's priority once it has started its write threads (save_write.c). */
 static void *save_writer_thread(void *arg) {
   ts_ckpt_saver *s = arg;
-  saver_thread_priority(s->prio);
+  s->job->own_thread = true;
   return save_writer(arg);
 }
 

@@ -33,6 +33,7 @@ typedef struct {
   ts_ckpt_meta meta;
   int keep, rank, np, version;
   bool background;     /* a saver's save (else ts_ckpt_save's) */
+  bool own_thread;     /* the writer runs on the saver's thread (not the caller's): it may lower its priority */
   int n;
   ck_tensor *t;        /* each tensor's name, dtype, shape, kind, sharding, spec (no blocks): for the index */
   int nb;
@@ -80,6 +81,9 @@ struct ts_ckpt_saver {
   ts_ckpt_save_stats stats;
 };
 
+/* save.c: the calling thread (a saver's own, never the caller's) to the
+ * saver's priority p (nice 19 or SCHED_IDLE; NORMAL: unchanged). Best effort. */
+void saver_thread_priority(ts_ckpt_priority p);
 /* save.c: releases the holds not released yet. */
 void job_release(save_job *j);
 /* save_write.c, on the writer's thread: the job's block file written from

@@ -61,6 +61,8 @@ typedef struct {
   int filled;            /* chunks [0, filled) are filled (or written) */
   int next_write;        /* the next chunk an I/O thread takes */
   bool direct;           /* the fd has O_DIRECT */
+  ts_ckpt_priority prio; /* the saver's, for I/O threads that end up copying (buffered writes) */
+  bool lower;            /* a background save on the saver's own thread */
   bool stop;             /* an error: everyone stops */
   char err[1024];        /* the first error */
 } save_pipe;
@@ -112,8 +114,13 @@ static int pipe_write_chunk(save_pipe *p, int c) {
 /* An I/O thread: takes the filled chunks in file order, writes them, frees their slots. */
 static void *pipe_io(void *arg) {
   save_pipe *p = arg;
+  bool lowered = false;
   pthread_mutex_lock(&p->mu);
   for (;;) {
+    if (p->lower && !p->direct && !lowered) { /* buffered writes copy into the page cache: CPU work */
+      saver_thread_priority(p->prio);
+      lowered = true;
+    }
     while (!p->stop && p->next_write < p->nchunks && p->next_write >= p->filled) pthread_cond_wait(&p->cv, &p->mu);
     if (p->stop || p->next_write >= p->nchunks) break;
     int c = p->next_write++;
@@ -201,14 +208,19 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
   if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
   save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
-                 .path = path, .direct = direct};
+                 .path = path, .direct = direct, .prio = s->prio, .lower = j->background && j->own_thread};
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
   *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
   ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
+  /* The write threads keep the priority this thread has now (the caller's):
+   * they only submit O_DIRECT writes and wait for the disk, and a starved one
+   * would leave the disk idle. This thread, which copies and hashes (the
+   * CPU work), then drops to the saver's priority (a background save). */
   pthread_t th[SAVE_IO_THREADS];
   int nth = 0;
   while (nth < SAVE_IO_THREADS && nth < nchunks && pthread_create(&th[nth], NULL, pipe_io, &p) == 0) nth++;
+  if (j->background && j->own_thread) saver_thread_priority(s->prio);
   int rc = 0;
   for (int c = 0; c < nchunks && rc == 0; c++) {
     int slot = c % slots;
