@@ -15,11 +15,18 @@
  * - loads read a device's whole block with O_DIRECT into the memory handed
  *   to the device, or buffered (ckpt_load_direct 0), or assemble a range from
  *   several blocks: the same values;
+ * - a write that fails mid-pipeline (the file size limit, as a full disk:
+ *   EFBIG in a write thread while the copy goes on) fails the save with the
+ *   error, leaves the previous checkpoint and `latest`, removes the partial
+ *   files, and the next save works (both ts_ckpt_save and the saver);
  * - ts_buffer_hold_read_range refuses a range outside the block. */
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -317,12 +324,67 @@ static void test_steps_during_pipeline(void) {
   ts_client_free(c);
 }
 
+/* Entries of root's directory whose name starts with prefix. */
+static int count_entries(const char *root, const char *prefix) {
+  DIR *d = opendir(root);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static void test_write_fails(void) {
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
+  ts_mesh *m = ts_mesh_from_text("data=2");
+  ts_buffer *b[NT];
+  ts_ckpt_entry e[NT];
+  make_buffers(c, m, b, e);
+  void *want[NT];
+  for (int i = 0; i < NT; i++) want[i] = values(i, 1);
+  char root[512];
+  snprintf(root, sizeof root, "%s/full", tmp_root);
+  ts_ckpt_meta meta = {.step = 1};
+  CHECK(ts_ckpt_save(c, root, &meta, NT, e, 0) == 0, "first save: %s", ts_last_error());
+  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
+  struct rlimit old;
+  getrlimit(RLIMIT_FSIZE, &old);
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit: EFBIG, not a signal */
+  for (int way = 0; way < 2 && s; way++) {
+    ckpt_save_chunk = 8192;
+    struct rlimit lim = {.rlim_cur = 100 * 1024, .rlim_max = old.rlim_max}; /* the file is ~430 KB */
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit");
+    meta.step = 2 + way;
+    int rc = way == 0 ? ts_ckpt_save(c, root, &meta, NT, e, 0)
+                      : (ts_ckpt_saver_save(s, root, &meta, NT, e, 0) == 0 ? ts_ckpt_saver_wait(s) : -1);
+    setrlimit(RLIMIT_FSIZE, &old);
+    ckpt_save_chunk = 0;
+    CHECK(rc == -1 && strstr(ts_last_error(), "write failed") && strstr(ts_last_error(), "shard-00000-of-00001"),
+          "%s past the size limit: rc %d, %s", way ? "saver" : "ts_ckpt_save", rc, ts_last_error());
+    check_ckpt(root, want, "the checkpoint before the failed save");
+    CHECK(count_entries(root, ".tmp-") == 0 && count_entries(root, "step-") == 1,
+          "the failed save's files are gone (%d temporary, %d steps)", count_entries(root, ".tmp-"),
+          count_entries(root, "step-"));
+  }
+  signal(SIGXFSZ, prev);
+  meta.step = 5;
+  CHECK(s && ts_ckpt_saver_save(s, root, &meta, NT, e, 1) == 0 && ts_ckpt_saver_wait(s) == 0, "save after: %s",
+        ts_last_error());
+  check_ckpt(root, want, "the save after the failures");
+  ts_ckpt_saver_free(s);
+  for (int i = 0; i < NT; i++) free(want[i]), ts_buffer_free(b[i]);
+  ts_mesh_free(m);
+  ts_client_free(c);
+}
+
 int main(void) {
   ts_test_init("test_ckpt_pipe", 1);
   snprintf(tmp_root, sizeof tmp_root, "/tmp/tessel_test_ckpt_pipe_%d", (int)getpid());
   mkdir(tmp_root, 0755);
   test_boundaries();
   test_steps_during_pipeline();
+  test_write_fails();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
   if (ts_test_failed == 0 && !getenv("TESSEL_TEST_KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
