@@ -308,8 +308,9 @@ static void *save_writer(void *arg) {
 
 /* The calling thread (a saver's own thread, never the caller's) at the
  * saver's priority: nice 19 or SCHED_IDLE. Linux keeps both per thread and
- * threads inherit them, so the copy and hash threads the writer starts run
- * at it too. Best effort: a refusal leaves the thread as it was. */
+ * threads inherit them: the writer lowers itself only after starting its
+ * write threads (they keep the caller's priority; save_write.c). Best
+ * effort: a refusal leaves the thread as it was. */
 void saver_thread_priority(ts_ckpt_priority p) {
   if (p == TS_CKPT_PRIORITY_NORMAL) return;
   pid_t tid = (pid_t)syscall(SYS_gettid);
