@@ -222,7 +222,8 @@ static model_graph_spec graph_spec(const train_opts *o) {
         .model = MODEL_GRAPH_GPT, .batch = o->batch,
         .gpt = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads, .seq = o->seq, .vocab = o->vocab},
         .optim = {.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = o->weight_decay,
-                  .clip_norm = 1.0, .decay_matrices_only = true}};
+                  .clip_norm = 1.0, .decay_matrices_only = true},
+        .amp = o->amp == AMP_BF16 ? TS_BF16 : o->amp == AMP_F16 ? TS_F16 : TS_F32};
   return (model_graph_spec){
       .model = o->model == MODEL_MLP ? MODEL_GRAPH_MLP
              : o->model == MODEL_CNN ? MODEL_GRAPH_CNN

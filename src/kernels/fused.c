@@ -331,9 +331,23 @@ static void broadcast_tile(ts_dtype dt, const void *src, int64_t m, int64_t inne
     }
     return;
   }
-  for (int j = 0; j < n; j++) {
-    load_tile(dt, src, s, 1, c, (char *)d + (size_t)j * es);
-    if (++r == inner) r = 0, s = s + 1 == m ? 0 : s + 1;
+  /* other dtypes (labels broadcast along the classes, bf16 or f64 rows): the
+   * same runs, each source element loaded once and copied (as its bits) */
+  for (int j = 0; j < n;) {
+    int run = (int)(inner - r < n - j ? inner - r : n - j);
+    char *dj = (char *)d + (size_t)j * es;
+    load_tile(dt, src, s, 1, c, dj);
+    if (es == 4) {
+      uint32_t v, *y = (uint32_t *)dj;
+      memcpy(&v, dj, 4);
+      SIMD for (int k = 1; k < run; k++) y[k] = v;
+    } else {
+      uint64_t v, *y = (uint64_t *)dj;
+      memcpy(&v, dj, 8);
+      SIMD for (int k = 1; k < run; k++) y[k] = v;
+    }
+    j += run, r += run;
+    if (r == inner) r = 0, s = s + 1 == m ? 0 : s + 1;
   }
 }
 

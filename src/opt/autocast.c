@@ -37,7 +37,18 @@ static ts_tensor convert_to(ts_graph *dst, ts_tensor x, ts_dtype to) {
   const ts_node *n = &dst->nodes[x];
   int64_t shape[TS_MAX_RANK];
   memcpy(shape, n->shape, sizeof shape);
-  return ir_append(dst, TS_OP_CONVERT, to, n->rank, shape, 1, &x, NULL);
+  int rank = n->rank;
+  if (n->op == TS_OP_RESHAPE && n->n_in == 1) {
+    /* convert(reshape(y)) -> reshape(convert(y)): the same elements in the
+     * same order, but the convert now reads y itself, so fusion can fold it
+     * into the elementwise op producing y (which then writes the bf16 copy
+     * directly): the cross-entropy's (B*T, V) logits gradient reshaped to
+     * (B, T, V) for the LM head's two matmuls */
+    ts_tensor c = convert_to(dst, n->in[0], to);
+    if (c < 0) return TS_NONE;
+    return ir_append(dst, TS_OP_RESHAPE, to, rank, shape, 1, &c, NULL);
+  }
+  return ir_append(dst, TS_OP_CONVERT, to, rank, shape, 1, &x, NULL);
 }
 
 static ts_tensor autocast_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {

@@ -385,15 +385,90 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
   return 0;
 }
 
+/* ---- 4. a mask computed from broadcasts, recomputed by each user ----
+ * A COMPARE whose operands are splats and broadcasts a fused program reads by
+ * index (the cross-entropy's iota(C) == label(B) mask over the (B, C)
+ * logits) costs next to nothing per element, but with several users (the
+ * loss's select and its gradient's) it would be written as a (B, C) bool
+ * array and read back by each. Each fusible user gets its own copy instead,
+ * which fuses into it: the same values, one full-size write and read fewer
+ * per user. */
+static bool cheap_operand(const ts_graph *g, ts_tensor t, int64_t numel) {
+  double v;
+  int64_t inner;
+  return splat_instr(g, t, &v) || scalar_broadcast(g, t) || indexed_broadcast(g, t, numel, &inner);
+}
+
+typedef struct {
+  const opt_users *u;
+  int copies;
+} mask_copy_state;
+
+static bool cheap_mask(const ts_graph *g, const opt_users *u, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  int64_t numel = ts_shape_numel(n->rank, n->shape);
+  return n->op == TS_OP_COMPARE && n->n_in == 2 && numel > 1 && u->off[t + 1] - u->off[t] > 1 &&
+         cheap_operand(g, n->in[0], numel) && cheap_operand(g, n->in[1], numel);
+}
+
+static ts_tensor mask_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  mask_copy_state *s = user;
+  const ts_node *n = &src->nodes[id];
+  if (!ir_op_has(n->op, TS_OPF_FUSIBLE) || n->n_in > 3) return OPT_KEEP;
+  int32_t ins[3];
+  bool any = false;
+  for (int k = 0; k < n->n_in; k++) {
+    int32_t t = n->in[k];
+    ins[k] = map[t];
+    const ts_node *m = &src->nodes[t];
+    if (!cheap_mask(src, s->u, t) || map[m->in[0]] < 0 || map[m->in[1]] < 0) continue;
+    int32_t mi[2] = {map[m->in[0]], map[m->in[1]]};
+    if ((ins[k] = ir_append(dst, TS_OP_COMPARE, m->dtype, m->rank, m->shape, 2, mi, &m->attr)) < 0) return TS_NONE;
+    any = true;
+    s->copies++;
+  }
+  if (!any) return OPT_KEEP;
+  return ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, ins, &n->attr);
+}
+
+/* *out: the rewritten graph, or NULL when no mask has several users. */
+static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
+  *out = NULL;
+  *copies = 0;
+  bool any = false;
+  for (int i = 0; i < g->n_nodes && !any; i++)
+    any = g->nodes[i].op == TS_OP_COMPARE && g->nodes[i].n_in == 2;
+  if (!any) return 0;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return -1;
+  any = false;
+  for (int i = 0; i < g->n_nodes && !any; i++) any = cheap_mask(g, &u, i);
+  mask_copy_state s = {&u, 0};
+  if (any && !(*out = opt_rebuild(g, mask_copy_node, &s, NULL))) {
+    opt_users_free(&u);
+    return -1;
+  }
+  opt_users_free(&u);
+  *copies = s.copies;
+  return 0;
+}
+
 ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
-  int masks = 0;
-  ts_graph *rw;
-  if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
+  int masks = 0, copies = 0;
+  ts_graph *rw, *mc;
+  if (mask_copy_rewrite(g0, &mc, &copies) < 0) return NULL;
+  if (mc) g0 = mc;
+  if (relu_mask_rewrite(g0, &rw, &masks) < 0) {
+    ts_graph_free(mc);
+    return NULL;
+  }
+  masks += copies;
   const ts_graph *g = rw ? rw : g0;
   int nn = g->n_nodes;
   opt_users u;
   if (opt_users_build(g, &u) < 0) {
     ts_graph_free(rw);
+    ts_graph_free(mc);
     return NULL;
   }
   fuse_state s = {0};
@@ -423,5 +498,6 @@ done:
   free(s.n_ext);
   opt_users_free(&u);
   ts_graph_free(rw);
+  ts_graph_free(mc);
   return out;
 }
