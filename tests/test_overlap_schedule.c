@@ -10,6 +10,9 @@
  *    end after the run (compile.c mark_async: defer), the program's last one
  *    too: it then runs under the next step's first layers (runtime/carry.c)
  *    instead of ending the step;
+ *  - after the last gradient reduction starts, nodes run in the order of the
+ *    collectives they wait for: fc1's update and all-gather before the
+ *    convolutions' updates, whose bucket all-reduce started later;
  *  - 3 steps run with the carried gathers equal the replicated update bit
  *    for bit (the values the next step reads waited for their gather). */
 #include <stdio.h>
@@ -44,6 +47,10 @@ static ts_graph *step_graph(ts_params *p) {
   return g;
 }
 
+static bool is_started(ts_op op) {
+  return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
+}
+
 static bool passive(ts_op op) { return op == TS_OP_INPUT || op == TS_OP_CONSTANT || op == TS_OP_RESHAPE; }
 
 static void check_program(const ts_executable *e, int d) {
@@ -74,9 +81,37 @@ static void check_program(const ts_executable *e, int d) {
   CHECK(rs_fc1 >= 0 && bwd_conv >= 0 && rs_fc1 < bwd_conv,
         "device %d: fc1's gradient reduce-scatter (node %d) starts after the convolutions' backward (node %d)", d,
         rs_fc1, bwd_conv);
-  CHECK(last >= 0 && g->nodes[last].op == TS_OP_ALL_GATHER && e->defer && e->defer[last],
-        "device %d: the program ends with node %d (%s), not a weight all-gather left in flight", d, last,
-        last >= 0 ? ir_op_name(g->nodes[last].op) : "-");
+  CHECK(last >= 0, "device %d: an empty program", d);
+  /* after the last reduction starts, nodes run in the order of the
+   * collectives they wait for (opt/schedule.c): fc1's update and all-gather
+   * (its reduce-scatter started first) before the convolutions' updates
+   * (their bucket's all-reduce started after it) */
+  int32_t *key = malloc(((size_t)g->n_nodes + 1) * sizeof *key);
+  int tail = 0, bad = -1;
+  for (int i = 0; key && i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    key[i] = -1;
+    for (int k = 0; k < n->n_in; k++) {
+      int in = n->in[k];
+      int32_t ki = is_started(g->nodes[in].op) ? in : key[in];
+      if (ki > key[i]) key[i] = ki;
+    }
+    if (key[i] < 0 && is_started(n->op)) tail = i + 1;
+  }
+  for (int i = tail + 1; key && i < g->n_nodes && bad < 0; i++)
+    if (key[i] < key[i - 1]) bad = i;
+  CHECK(key && bad < 0, "device %d: node %d (%s) waits for collective %d but comes after node %d (%s), which waits for "
+        "collective %d started later", d, bad, bad >= 0 ? ir_op_name(g->nodes[bad].op) : "", bad >= 0 ? key[bad] : 0,
+        bad - 1, bad >= 0 ? ir_op_name(g->nodes[bad - 1].op) : "", bad >= 0 ? key[bad - 1] : 0);
+  int ag_fc1 = -1, conv_update = -1;
+  for (int i = tail; key && i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_ALL_GATHER && ts_shape_numel(n->rank, n->shape) == 128 * 9216) ag_fc1 = i;
+    if (conv_update < 0 && key[i] > rs_fc1 && n->rank == 4) conv_update = i;
+  }
+  CHECK(ag_fc1 >= 0 && conv_update >= 0 && ag_fc1 < conv_update,
+        "device %d: fc1's all-gather (node %d) starts after a convolution's update (node %d)", d, ag_fc1, conv_update);
+  free(key);
 }
 
 static void batch(int s, float *x, int32_t *y) {
