@@ -98,11 +98,15 @@ static void check_program(const ts_executable *e, int d) {
     }
     if (key[i] < 0 && is_started(n->op)) tail = i + 1;
   }
-  for (int i = tail + 1; key && i < g->n_nodes && bad < 0; i++)
-    if (key[i] < key[i - 1]) bad = i;
+  int prev = -1; /* the last node of the tail that waits for a collective */
+  for (int i = tail; key && i < g->n_nodes && bad < 0; i++) {
+    if (key[i] < 0) continue; /* waits for nothing: anywhere */
+    if (prev >= 0 && key[i] < key[prev]) bad = i;
+    else prev = i;
+  }
   CHECK(key && bad < 0, "device %d: node %d (%s) waits for collective %d but comes after node %d (%s), which waits for "
         "collective %d started later", d, bad, bad >= 0 ? ir_op_name(g->nodes[bad].op) : "", bad >= 0 ? key[bad] : 0,
-        bad - 1, bad >= 0 ? ir_op_name(g->nodes[bad - 1].op) : "", bad >= 0 ? key[bad - 1] : 0);
+        prev, prev >= 0 ? ir_op_name(g->nodes[prev].op) : "", prev >= 0 ? key[prev] : 0);
   int ag_fc1 = -1, conv_update = -1;
   for (int i = tail; key && i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];

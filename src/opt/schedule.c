@@ -19,10 +19,11 @@
  * (stable, so a topological order). ZeRO-1's update of the large weight
  * whose reduce-scatter started first (the CNN's fc1) so runs as soon as that
  * reduce-scatter ends, and its all-gather starts right after it, instead of
- * after the updates of later buckets the device would wait for first; the
- * update's slice of the weight (no collective) runs before any wait. The
- * worker ends collectives in start order, so a node of a later collective
- * could only wait longer. */
+ * after the updates of later buckets the device would wait for first. A node
+ * that waits for nothing goes first, unless it feeds only nodes that wait: it
+ * goes with the earliest of them (memory: the update's block slice of each
+ * weight stays next to its update). The worker ends collectives in start
+ * order, so a node of a later collective could only wait longer. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,7 @@ static bool startable(ts_op op) {
 /* Reorders order[] after its last collective of key -1 by key (see the top):
  * key[v] = the position in order of the latest collective v depends on, -1
  * for none. key: n entries of scratch. */
-static int tail_by_collective(const ts_graph *g, int32_t *order, int32_t *key) {
+static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *order, int32_t *key) {
   int n = g->n_nodes, tail = -1;
   int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos), *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
   if (!pos || !tmp) {
@@ -80,6 +81,19 @@ static int tail_by_collective(const ts_graph *g, int32_t *order, int32_t *key) {
     }
     key[order[p]] = k;
     if (k < 0 && startable(nd->op)) tail = p + 1;
+  }
+  /* a node of the tail that waits for nothing but feeds only nodes that wait
+   * goes with the earliest of them (the update's slice of a weight stays next
+   * to its update: hoisting every such slice would hold them all at once) */
+  for (int p = n - 1; p >= tail && tail > 0; p--) {
+    int v = order[p];
+    ts_op op = g->nodes[v].op; /* inputs keep their order: it numbers them */
+    if (key[v] >= 0 || startable(op) || op == TS_OP_INPUT || op == TS_OP_CONSTANT || u->n_out[v] ||
+        u->off[v + 1] == u->off[v])
+      continue;
+    int32_t k = INT32_MAX;
+    for (int j = u->off[v]; j < u->off[v + 1]; j++) k = key[u->users[j]] < k ? key[u->users[j]] : k;
+    key[v] = k; /* -1 when one user waits for nothing */
   }
   if (tail > 0 && tail < n) { /* stable: key -1 first, then per collective in start order */
     int m = 0;
@@ -152,7 +166,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   }
   free(pf);
   free(anchor);
-  if (tail_by_collective(g, order, map) < 0) goto out; /* map: scratch here */
+  if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;
