@@ -25,7 +25,8 @@
 # a `tessel train --profile` run of the CNN (Fashion-MNIST, STEPS steps) and
 # prints rank 0's device line: compute, communication exposed and hidden
 # behind compute (from the trace: the collectives' time under kernels), a
-# measure that does not depend on the modeled compute. Run it on a quiet
+# measure that does not depend on the modeled compute, and per large
+# collective its median time against the link time of the bytes it sends. Run it on a quiet
 # machine: each host gets one core, so 2 free cores at least.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -91,6 +92,30 @@ for m in "${models[@]}"; do
   done
 done
 
+# link_use TRACE RATE: per kind of collective of 1 MB or more (rank 0's trace), the median time
+# against the time its bytes sent would take at the link rate (2 processes: a reduce-scatter sends
+# half its operand, an all-gather its block, an all-reduce its operand): how well one collective
+# fills the link while it runs (below 1: MPI's progress or the protocol leaves it idle)
+link_use() {
+  /usr/bin/python3 - "$1" "$2" <<'PY' || true
+import json, re, statistics, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", sys.argv[2].lower())
+rate = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+share = {"ReduceScatter": 0.5, "AllGather": 1.0, "AllReduce": 1.0}
+by = {}
+for e in ev:
+    b = (e.get("args") or {}).get("bytes", 0)
+    if e.get("cat") == "collective" and b >= 1e6 and e["name"] in share:
+        by.setdefault((e["name"], b), []).append(e["dur"] / 1e3)
+for (name, b), d in sorted(by.items()):
+    ideal = b * share[name] / rate * 1e3
+    med = statistics.median(d)
+    print(f"  {name} {b / 1e6:.2f} MB x{len(d)}: median {med:.1f} ms, link time of its bytes {ideal:.1f} ms "
+          f"({ideal / med:.2f} of the link while it runs)")
+PY
+}
+
 if [ "${PROFILE:-0}" = 1 ]; then
   tessel="$build/tessel"
   for r in "${rates[@]}"; do
@@ -99,8 +124,9 @@ if [ "${PROFILE:-0}" = 1 ]; then
       case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
       if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
         -x TESSEL_NUM_THREADS "$tessel" train --model cnn --threads 1 --steps "${STEPS:-30}" --eval-batch 5000 \
-        "${pa[@]}" --profile >"$tmp/prof" 2>&1; then
+        "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
         echo "profile cnn $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
+        link_use "$tmp/trace.json" "$r"
       else
         echo "profile cnn $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
         failed=1

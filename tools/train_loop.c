@@ -219,7 +219,7 @@ int train_epochs(train_run *r) {
   st.first_step = st.step;
   st.start = train_now_s();
   if (o->profile) train_profile_begin(); /* tracing on, if it is not: the device parts of a step */
-  train_stop_install(r->rank == 0 || o->all_ranks); /* from here on, Ctrl-C stops after a step */
+  train_stop_install(r->rank == 0 || o->all_ranks, r->rank, r->nproc); /* from here on, Ctrl-C stops after a step */
   int64_t first_epoch = 1 + st.step / r->steps_per_epoch; /* a resumed run continues in its epoch */
   for (int64_t epoch = first_epoch; epoch <= o->epochs && st.step < r->total_steps; epoch++) {
     double epoch_loss = 0;

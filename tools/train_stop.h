@@ -13,8 +13,11 @@
 
 /* Installs the handlers (from the first step on: before it, a signal ends the
  * process at once, and nothing has been written yet). `announce`: the first
- * signal prints a line on stderr saying the run stops after this step. */
-void train_stop_install(bool announce);
+ * signal prints a line on stderr saying the run stops after this step (in a
+ * job of several processes, SIGTERM's line names this process and its host,
+ * and says the launcher is ending the job: mpirun does so when it lost a
+ * process or host, and may kill this process before the step ends). */
+void train_stop_install(bool announce, int rank, int nproc);
 /* The signal that asks this run to stop, agreed by every process of the job
  * (a collective when there are several: every process calls it after the
  * same step); 0 to go on, -1 (error set) when the processes could not agree. */

@@ -157,19 +157,22 @@ static int mark_async(ts_executable *e) {
       ts_op op = g->nodes[j].op;
       between = op != TS_OP_INPUT && op != TS_OP_CONSTANT && op != TS_OP_RESHAPE;
     }
-    if (!between) continue;
-    if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
-      rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-    else
-      e->async[i] = true;
     /* one that writes straight into the caller's buffer (no end-of-run copy
      * reads it) may still be in flight when the run returns: the next run
-     * overlaps it (runtime/carry.c) */
+     * overlaps it (runtime/carry.c); so it is started even when it ends the
+     * program (ZeRO-1's last weight all-gather: the next step's first
+     * layers hide it) */
     kind = e->plan.values[i].kind;
     bool copied = false;
     for (int k = 0; k < e->plan.n_copies; k++)
       copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
-    if (rc == 0 && (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied) {
+    bool carried = (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied;
+    if (!between && !(carried && first_use[i] == INT32_MAX)) continue;
+    if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
+      rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    else
+      e->async[i] = true;
+    if (rc == 0 && carried) {
       if (!e->defer && !(e->defer = calloc((size_t)g->n_nodes + 1, sizeof *e->defer)))
         rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
       else

@@ -9,8 +9,23 @@
  * runs, so gathering layer k+1's weight overlaps layer k's compute while at
  * most two gathered weights wait for their layers (the input nodes, which
  * compute nothing, move along with them). The schedule depends only on the
- * program, so every device makes its collective calls in the same order. */
+ * program, so every device makes its collective calls in the same order.
+ *
+ * Then the tail of the program, after the last collective that waits for no
+ * other (the end of the backward pass: the gradients' reductions have all
+ * started), runs in the order its collectives end: each node goes with the
+ * latest collective it depends on (through any path), nodes that depend on
+ * none first, then those of the first collective started, and so on
+ * (stable, so a topological order). ZeRO-1's update of the large weight
+ * whose reduce-scatter started first (the CNN's fc1) so runs as soon as that
+ * reduce-scatter ends, and its all-gather starts right after it, instead of
+ * after the updates of later buckets the device would wait for first. A node
+ * that waits for nothing goes first, unless it feeds only nodes that wait: it
+ * goes with the earliest of them (memory: the update's block slice of each
+ * weight stays next to its update). The worker ends collectives in start
+ * order, so a node of a later collective could only wait longer. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "opt/opt.h"
 
@@ -38,6 +53,62 @@ static void emit(sched *s, int id) {
     int v = s->u->users[k];
     if (s->eager[v] && !s->done[v] && ready(s, v)) emit(s, v);
   }
+}
+
+static bool startable(ts_op op) {
+  return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
+}
+
+/* Reorders order[] after its last collective of key -1 by key (see the top):
+ * key[v] = the position in order of the latest collective v depends on, -1
+ * for none. key: n entries of scratch. */
+static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *order, int32_t *key) {
+  int n = g->n_nodes, tail = -1;
+  int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos), *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
+  if (!pos || !tmp) {
+    free(pos);
+    free(tmp);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+  }
+  for (int p = 0; p < n; p++) pos[order[p]] = p;
+  for (int p = 0; p < n; p++) { /* operands come first in order */
+    const ts_node *nd = &g->nodes[order[p]];
+    int32_t k = -1;
+    for (int i = 0; i < nd->n_in; i++) {
+      int in = nd->in[i];
+      int32_t ki = startable(g->nodes[in].op) ? pos[in] : key[in];
+      if (ki > k) k = ki;
+    }
+    key[order[p]] = k;
+    if (k < 0 && startable(nd->op)) tail = p + 1;
+  }
+  /* a node of the tail that waits for nothing but feeds only nodes that wait
+   * goes with the earliest of them (the update's slice of a weight stays next
+   * to its update: hoisting every such slice would hold them all at once) */
+  for (int p = n - 1; p >= tail && tail > 0; p--) {
+    int v = order[p];
+    ts_op op = g->nodes[v].op; /* inputs keep their order: it numbers them */
+    if (key[v] >= 0 || startable(op) || op == TS_OP_INPUT || op == TS_OP_CONSTANT || u->n_out[v] ||
+        u->off[v + 1] == u->off[v])
+      continue;
+    int32_t k = INT32_MAX;
+    for (int j = u->off[v]; j < u->off[v + 1]; j++) k = key[u->users[j]] < k ? key[u->users[j]] : k;
+    key[v] = k; /* -1 when one user waits for nothing */
+  }
+  if (tail > 0 && tail < n) { /* stable: key -1 first, then per collective in start order */
+    int m = 0;
+    for (int p = tail; p < n; p++)
+      if (key[order[p]] < 0) tmp[m++] = order[p];
+    for (int c = 0; c < n; c++) {
+      if (!startable(g->nodes[order[c]].op)) continue;
+      for (int p = tail; p < n; p++)
+        if (key[order[p]] == c) tmp[m++] = order[p];
+    }
+    if (m == n - tail) memcpy(order + tail, tmp, (size_t)m * sizeof *tmp);
+  }
+  free(pos);
+  free(tmp);
+  return 0;
 }
 
 ts_graph *opt_schedule(const ts_graph *g, int *changed) {
@@ -95,6 +166,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   }
   free(pf);
   free(anchor);
+  if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;

@@ -1,0 +1,201 @@
+/* test_overlap_schedule.c — where a data-parallel step's collectives start
+ * (issue 17: communication hidden behind compute on slow links). A DDP step
+ * of the MNIST CNN with the sharded update (ZeRO-1), compiled for 2 replicas
+ * in one process; in each device's program:
+ *  - every gradient reduction (bucket all-reduce, fc1's reduce-scatter)
+ *    comes right after its last operand (opt/schedule.c: only inputs,
+ *    constants and reshapes between), so fc1's reduce-scatter starts before
+ *    the convolutions' backward, and it is started asynchronously;
+ *  - the weight all-gathers of the update are started asynchronously and may
+ *    end after the run (compile.c mark_async: defer), the program's last one
+ *    too: it then runs under the next step's first layers (runtime/carry.c)
+ *    instead of ending the step;
+ *  - after the last gradient reduction starts, nodes run in the order of the
+ *    collectives they wait for: fc1's update and all-gather before the
+ *    convolutions' updates, whose bucket all-reduce started later;
+ *  - 3 steps run with the carried gathers equal the replicated update bit
+ *    for bit (the values the next step reads waited for their gather). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "runtime/executable.h" /* per-device programs, async/defer marks */
+#include "tessel/tessel.h"
+
+enum { B = 4, STEPS = 3, PIX = 28 * 28 };
+
+static ts_graph *step_graph(ts_params *p) {
+  ts_graph *g = ts_graph_new();
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, (int64_t[]){B, 1, 28, 28});
+  ts_tensor y = ts_input(g, "y", TS_I32, 1, (int64_t[]){B});
+  ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL);
+  ts_tensor step = ts_input(g, "step", TS_F32, 0, NULL);
+  ts_nn m;
+  ts_nn_init(&m, g, p, true, TS_NONE);
+  ts_tensor loss = ts_cross_entropy(g, ts_model_mnist_cnn(&m, x), y);
+  CHECK_OK(ts_graph_add_output(g, ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN)));
+  ts_tensor wrt[16], grads[16];
+  int n = 0;
+  for (int i = 0; i < ts_params_count(p) && n < 16; i++)
+    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
+  CHECK_OK(ts_grad(g, loss, n, wrt, grads));
+  CHECK(ts_ddp_average_gradients(g, n, grads, 0) >= 1, "buckets: %s", ts_last_error());
+  ts_optim_config adamw = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01};
+  CHECK_OK(ts_optim_apply(&m, &adamw, lr, step, n, wrt, grads));
+  CHECK_OK(ts_nn_finish(&m));
+  return g;
+}
+
+static bool is_started(ts_op op) {
+  return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
+}
+
+static bool passive(ts_op op) { return op == TS_OP_INPUT || op == TS_OP_CONSTANT || op == TS_OP_RESHAPE; }
+
+static void check_program(const ts_executable *e, int d) {
+  const ts_graph *g = e->g;
+  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (!passive(n->op)) last = i;
+    if (n->op == TS_OP_CONV_BWD_DATA && bwd_conv < 0) bwd_conv = i;
+    bool reduce = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER;
+    if (reduce) {
+      int lastop = -1;
+      for (int k = 0; k < n->n_in; k++) lastop = n->in[k] > lastop ? n->in[k] : lastop;
+      for (int j = lastop + 1; j < i; j++)
+        CHECK(passive(g->nodes[j].op), "device %d: %s %d starts after node %d (%s), not right after its operand %d", d,
+              ir_op_name(n->op), i, j, ir_op_name(g->nodes[j].op), lastop);
+      CHECK(e->async && e->async[i], "device %d: %s %d is not started asynchronously", d, ir_op_name(n->op), i);
+    }
+    if (n->op == TS_OP_REDUCE_SCATTER && ts_shape_numel(n->rank, n->shape) == 64 * 9216) rs_fc1 = i;
+    if (n->op == TS_OP_ALL_GATHER) {
+      gathers++;
+      CHECK(e->async && e->async[i] && e->defer && e->defer[i],
+            "device %d: weight all-gather %d: async %d, may end after the run %d", d, i, e->async && e->async[i],
+            e->defer && e->defer[i]);
+    }
+  }
+  CHECK(gathers >= 1, "device %d: no weight all-gather (the update is not sharded)", d);
+  CHECK(rs_fc1 >= 0 && bwd_conv >= 0 && rs_fc1 < bwd_conv,
+        "device %d: fc1's gradient reduce-scatter (node %d) starts after the convolutions' backward (node %d)", d,
+        rs_fc1, bwd_conv);
+  CHECK(last >= 0, "device %d: an empty program", d);
+  /* after the last reduction starts, nodes run in the order of the
+   * collectives they wait for (opt/schedule.c): fc1's update and all-gather
+   * (its reduce-scatter started first) before the convolutions' updates
+   * (their bucket's all-reduce started after it) */
+  int32_t *key = malloc(((size_t)g->n_nodes + 1) * sizeof *key);
+  int tail = 0, bad = -1;
+  for (int i = 0; key && i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    key[i] = -1;
+    for (int k = 0; k < n->n_in; k++) {
+      int in = n->in[k];
+      int32_t ki = is_started(g->nodes[in].op) ? in : key[in];
+      if (ki > key[i]) key[i] = ki;
+    }
+    if (key[i] < 0 && is_started(n->op)) tail = i + 1;
+  }
+  int prev = -1; /* the last node of the tail that waits for a collective */
+  for (int i = tail; key && i < g->n_nodes && bad < 0; i++) {
+    if (key[i] < 0) continue; /* waits for nothing: anywhere */
+    if (prev >= 0 && key[i] < key[prev]) bad = i;
+    else prev = i;
+  }
+  CHECK(key && bad < 0, "device %d: node %d (%s) waits for collective %d but comes after node %d (%s), which waits for "
+        "collective %d started later", d, bad, bad >= 0 ? ir_op_name(g->nodes[bad].op) : "", bad >= 0 ? key[bad] : 0,
+        prev, prev >= 0 ? ir_op_name(g->nodes[prev].op) : "", prev >= 0 ? key[prev] : 0);
+  int ag_fc1 = -1, conv_update = -1;
+  for (int i = tail; key && i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_ALL_GATHER && ts_shape_numel(n->rank, n->shape) == 128 * 9216) ag_fc1 = i;
+    if (conv_update < 0 && key[i] > rs_fc1 && n->rank == 4) conv_update = i;
+  }
+  CHECK(ag_fc1 >= 0 && conv_update >= 0 && ag_fc1 < conv_update,
+        "device %d: fc1's all-gather (node %d) starts after a convolution's update (node %d)", d, ag_fc1, conv_update);
+  free(key);
+}
+
+static void batch(int s, float *x, int32_t *y) {
+  uint64_t r = 0x9E3779B97F4A7C15ull * (uint64_t)(s + 1);
+  for (int i = 0; i < 2 * B * PIX; i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (float)(r >> 40) * 0x1p-24f;
+  }
+  for (int i = 0; i < 2 * B; i++) y[i] = (i * 7 + s) % 10;
+}
+
+/* STEPS steps; the losses, then the parameters (ts_params_sync_host). */
+static int train(ts_client *c, bool shard, float *losses, ts_params *p, bool check) {
+  ts_graph *g = step_graph(p);
+  ts_compile_options co = {.replicas = true, .shard_update = shard};
+  ts_executable *e = ts_compile(c, g, &co);
+  if (!e) return -1;
+  if (check) {
+    CHECK(e->n_dev == 2, "2 device programs, got %d", e->n_dev);
+    for (int d = 0; d < e->n_dev; d++) check_program(e->dev[d], d);
+  }
+  int ni = ts_graph_num_inputs(g), no = ts_graph_num_outputs(g), rc = 0;
+  ts_buffer **in = calloc((size_t)ni, sizeof *in), **out = calloc((size_t)no, sizeof *out);
+  ts_buffer *data[4] = {0};
+  static float x[2 * B * PIX];
+  static int32_t y[2 * B];
+  for (int i = 0; i < ni && in; i++) {
+    ts_tensor t = ts_graph_input(g, i);
+    const char *name = ts_input_name(g, t);
+    int k = strcmp(name, "x") == 0 ? 0 : strcmp(name, "y") == 0 ? 1 : strcmp(name, "lr") == 0 ? 2
+          : strcmp(name, "step") == 0 ? 3 : -1;
+    if (k >= 0) in[i] = data[k] = ts_buffer_new(c, ts_tensor_dtype(g, t), ts_tensor_rank(g, t), ts_tensor_shape(g, t));
+    else in[i] = ts_params_buffer(p, c, ts_params_find(p, name));
+    if (!in[i]) rc = -1;
+  }
+  ts_buffer *bloss = ts_buffer_new(c, TS_F32, 0, NULL);
+  if (!in || !out || !bloss) rc = -1;
+  for (int s = 0; s < STEPS && rc == 0; s++) {
+    batch(s, x, y);
+    float lr = 0.01f, step = (float)(s + 1);
+    for (int d = 0; d < 2 && rc == 0; d++)
+      rc = ts_buffer_write_shard(data[0], d, x + d * B * PIX, (size_t)(B * PIX) * sizeof(float)) |
+           ts_buffer_write_shard(data[1], d, y + d * B, (size_t)B * sizeof(int32_t));
+    rc |= ts_buffer_write(data[2], &lr, sizeof lr) | ts_buffer_write(data[3], &step, sizeof step);
+    out[0] = bloss;
+    for (int k = 1; k < no; k++) out[k] = NULL;
+    if (rc == 0) rc = ts_execute(e, in, out);
+    if (rc == 0) rc = ts_buffer_read(bloss, &losses[s], sizeof(float));
+  }
+  if (rc == 0) rc = ts_params_sync_host(p);
+  for (int k = 0; k < 4; k++) ts_buffer_free(data[k]);
+  ts_buffer_free(bloss);
+  free(in);
+  free(out);
+  ts_executable_free(e);
+  ts_graph_free(g);
+  return rc;
+}
+
+int main(void) {
+  ts_test_init("overlap_schedule", 0);
+  ts_client *c = ts_client_new(&(ts_client_options){.num_devices = 2, .num_threads = 2, .process_local = true});
+  if (!c) {
+    CHECK(0, "client: %s", ts_last_error());
+    return ts_test_finish();
+  }
+  ts_params *pr = ts_params_new(7), *ps = ts_params_new(7);
+  float lr_[STEPS] = {0}, ls[STEPS] = {0};
+  CHECK(train(c, false, lr_, pr, false) == 0, "replicated update: %s", ts_last_error());
+  CHECK(train(c, true, ls, ps, true) == 0, "sharded update: %s", ts_last_error());
+  CHECK(memcmp(lr_, ls, sizeof ls) == 0, "losses differ: %.9g %.9g %.9g vs %.9g %.9g %.9g", lr_[0], lr_[1], lr_[2],
+        ls[0], ls[1], ls[2]);
+  for (int i = 0; i < ts_params_count(pr); i++) {
+    int j = ts_params_find(ps, ts_params_name(pr, i));
+    CHECK(j >= 0 && memcmp(ts_params_host(pr, i), ts_params_host(ps, j),
+                           (size_t)ts_params_numel(pr, i) * sizeof(float)) == 0,
+          "%s differs after %d steps (sharded vs replicated update)", ts_params_name(pr, i), STEPS);
+  }
+  ts_params_free(pr);
+  ts_params_free(ps);
+  ts_client_free(c);
+  return ts_test_finish();
+}
