@@ -7,6 +7,7 @@
  * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/kernels_internal.h"
 
@@ -42,6 +43,57 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
     else a += (v);                                                                \
   } while (0)
 
+/* Vectorized max / min of a contiguous run (the cross-entropy's row max over
+ * the vocab): 64-byte lanes keep a running max (min) per lane and a NaN flag.
+ * The scalar FOLD's result depends on order only for NaN (the last NaN wins)
+ * and for a zero result (the first of -0 / +0 wins); both fall back to the
+ * scalar loop (return false), as does a NaN init. Otherwise the max value is
+ * unique in bits, so this returns exactly what the scalar loop returns. */
+#define MINMAX_FAST(T, SUF, NL, IT)                                                         \
+  typedef T vec_##SUF __attribute__((vector_size(64)));                                     \
+  typedef IT ivec_##SUF __attribute__((vector_size(64)));                                   \
+  static bool minmax_fast_##SUF(const T *x, int64_t n, bool is_max, double init, double *res) { \
+    if (n < 4 * (NL) || init != init) return false;                                         \
+    vec_##SUF m, v;                                                                         \
+    ivec_##SUF nanm, c;                                                                     \
+    memcpy(&m, x, sizeof m);                                                                \
+    nanm = m != m;                                                                          \
+    int64_t i = (NL);                                                                       \
+    if (is_max)                                                                             \
+      for (; i + (NL) <= n; i += (NL)) {                                                    \
+        memcpy(&v, x + i, sizeof v);                                                        \
+        c = v > m;                                                                          \
+        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
+        nanm |= v != v;                                                                     \
+      }                                                                                     \
+    else                                                                                    \
+      for (; i + (NL) <= n; i += (NL)) {                                                    \
+        memcpy(&v, x + i, sizeof v);                                                        \
+        c = v < m;                                                                          \
+        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
+        nanm |= v != v;                                                                     \
+      }                                                                                     \
+    bool nan = false;                                                                       \
+    T r = m[0];                                                                             \
+    for (int l = 0; l < (NL); l++) {                                                        \
+      nan |= nanm[l] != 0;                                                                  \
+      r = is_max ? (m[l] > r ? m[l] : r) : (m[l] < r ? m[l] : r);                           \
+    }                                                                                       \
+    for (; i < n; i++) {                                                                    \
+      nan |= x[i] != x[i];                                                                  \
+      r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);                           \
+    }                                                                                       \
+    if (nan) return false;                                                                  \
+    double a = (double)r;                                                                   \
+    a = is_max ? (a > init ? a : init) : (a < init ? a : init);                             \
+    if (a == 0) return false;                                                               \
+    *res = a;                                                                               \
+    return true;                                                                            \
+  }
+
+MINMAX_FAST(float, f32, 16, int32_t)
+MINMAX_FAST(double, f64, 8, int64_t)
+
 /* Float kernels on storage type T with double accumulators. */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
   static double run_##SUF(const T *x, int64_t n, ts_reduce_kind k, double init) {           \
@@ -52,6 +104,8 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
       return init + s;                                                                       \
     }                                                                                        \
     double a = init;                                                                         \
+    if (minmax_fast_##SUF(x, n, k == TS_REDUCE_MAX, init, &a)) return a;                     \
+    a = init;                                                                                \
     for (int64_t i = 0; i < n; i++) FOLD(a, (double)x[i], k);                                \
     return a;                                                                                \
   }                                                                                          \
