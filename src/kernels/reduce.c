@@ -7,6 +7,7 @@
  * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/kernels_internal.h"
 
@@ -42,6 +43,81 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
     else a += (v);                                                                \
   } while (0)
 
+/* Vectorized max / min of a contiguous run (the cross-entropy's row max over
+ * the vocab): 64-byte lanes keep a running max (min) per lane and a NaN flag.
+ * The scalar FOLD's result depends on order only for NaN (the last NaN wins)
+ * and for a zero result (the first of -0 / +0 wins); both fall back to the
+ * scalar loop (return false), as does a NaN init. Otherwise the max value is
+ * unique in bits, so this returns exactly what the scalar loop returns. */
+#define MM_SEL(SUF, m, v, c) (m = (vec_##SUF)(((ivec_##SUF)(v) & (c)) | ((ivec_##SUF)(m) & ~(c))))
+#define MINMAX_FAST(T, SUF, NL, IT)                                                         \
+  typedef T vec_##SUF __attribute__((vector_size(64)));                                     \
+  typedef IT ivec_##SUF __attribute__((vector_size(64)));                                   \
+  static bool minmax_fast_##SUF(const T *x, int64_t n, bool is_max, double init, double *res) { \
+    if (n < 4 * (NL) || init != init) return false;                                         \
+    vec_##SUF m, v;                                                                         \
+    ivec_##SUF nanm, c;                                                                     \
+    memcpy(&m, x, sizeof m);                                                                \
+    nanm = m != m;                                                                          \
+    int64_t i = (NL);                                                                       \
+    /* four independent lanes first (the select chain's latency), then one */              \
+    vec_##SUF m1 = m, m2 = m, m3 = m, v1, v2, v3;                                           \
+    ivec_##SUF c1, c2, c3;                                                                  \
+    if (is_max)                                                                             \
+      for (; i + 4 * (NL) <= n; i += 4 * (NL)) {                                            \
+        memcpy(&v, x + i, sizeof v), memcpy(&v1, x + i + (NL), sizeof v);                   \
+        memcpy(&v2, x + i + 2 * (NL), sizeof v), memcpy(&v3, x + i + 3 * (NL), sizeof v);   \
+        c = v > m, c1 = v1 > m1, c2 = v2 > m2, c3 = v3 > m3;                                \
+        MM_SEL(SUF, m, v, c), MM_SEL(SUF, m1, v1, c1), MM_SEL(SUF, m2, v2, c2), MM_SEL(SUF, m3, v3, c3); \
+        nanm |= (v != v) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
+      }                                                                                     \
+    else                                                                                    \
+      for (; i + 4 * (NL) <= n; i += 4 * (NL)) {                                            \
+        memcpy(&v, x + i, sizeof v), memcpy(&v1, x + i + (NL), sizeof v);                   \
+        memcpy(&v2, x + i + 2 * (NL), sizeof v), memcpy(&v3, x + i + 3 * (NL), sizeof v);   \
+        c = v < m, c1 = v1 < m1, c2 = v2 < m2, c3 = v3 < m3;                                \
+        MM_SEL(SUF, m, v, c), MM_SEL(SUF, m1, v1, c1), MM_SEL(SUF, m2, v2, c2), MM_SEL(SUF, m3, v3, c3); \
+        nanm |= (v != v) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
+      }                                                                                     \
+    /* lanes merge in any order: the max is unique in bits unless it is zero */           \
+    c = is_max ? m1 > m : m1 < m, MM_SEL(SUF, m, m1, c);                                    \
+    c = is_max ? m2 > m : m2 < m, MM_SEL(SUF, m, m2, c);                                    \
+    c = is_max ? m3 > m : m3 < m, MM_SEL(SUF, m, m3, c);                                    \
+    if (is_max)                                                                             \
+      for (; i + (NL) <= n; i += (NL)) {                                                    \
+        memcpy(&v, x + i, sizeof v);                                                        \
+        c = v > m;                                                                          \
+        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
+        nanm |= v != v;                                                                     \
+      }                                                                                     \
+    else                                                                                    \
+      for (; i + (NL) <= n; i += (NL)) {                                                    \
+        memcpy(&v, x + i, sizeof v);                                                        \
+        c = v < m;                                                                          \
+        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
+        nanm |= v != v;                                                                     \
+      }                                                                                     \
+    bool nan = false;                                                                       \
+    T r = m[0];                                                                             \
+    for (int l = 0; l < (NL); l++) {                                                        \
+      nan |= nanm[l] != 0;                                                                  \
+      r = is_max ? (m[l] > r ? m[l] : r) : (m[l] < r ? m[l] : r);                           \
+    }                                                                                       \
+    for (; i < n; i++) {                                                                    \
+      nan |= x[i] != x[i];                                                                  \
+      r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);                           \
+    }                                                                                       \
+    if (nan) return false;                                                                  \
+    double a = (double)r;                                                                   \
+    a = is_max ? (a > init ? a : init) : (a < init ? a : init);                             \
+    if (a == 0) return false;                                                               \
+    *res = a;                                                                               \
+    return true;                                                                            \
+  }
+
+MINMAX_FAST(float, f32, 16, int32_t)
+MINMAX_FAST(double, f64, 8, int64_t)
+
 /* Float kernels on storage type T with double accumulators. */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
   static double run_##SUF(const T *x, int64_t n, ts_reduce_kind k, double init) {           \
@@ -52,6 +128,8 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
       return init + s;                                                                       \
     }                                                                                        \
     double a = init;                                                                         \
+    if (minmax_fast_##SUF(x, n, k == TS_REDUCE_MAX, init, &a)) return a;                     \
+    a = init;                                                                                \
     for (int64_t i = 0; i < n; i++) FOLD(a, (double)x[i], k);                                \
     return a;                                                                                \
   }                                                                                          \
