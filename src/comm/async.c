@@ -192,3 +192,18 @@ int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
   pthread_mutex_unlock(&w->mu);
   return done;
 }
+
+bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes) {
+  if (!c || device < c->first || device >= c->first + c->n_local || !group || n < 1) return false;
+  int64_t limit = comm_group_local(c, group, n) ? c->inline_local : c->inline_remote;
+  if (limit < 0 || bytes > limit) return false;
+  comm_worker *w = c->dev[device].worker;
+  if (!w) return true;
+  /* Only this device's thread starts collectives, so an idle worker stays
+   * idle until the caller's next start; after a failure the error still
+   * comes back from the waits. */
+  pthread_mutex_lock(&w->mu);
+  bool idle = w->done == w->started && !w->failed;
+  pthread_mutex_unlock(&w->mu);
+  return idle;
+}

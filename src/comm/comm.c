@@ -40,6 +40,7 @@
 
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
+#include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 #include "util/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -89,6 +90,15 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
   int span = (net_tag_ub(net) - 1) / n_devices;
   c->tag_span = span > 1024 ? 1024 : span < 1 ? 1 : span;
   atomic_init(&c->timeout_ms, 0);
+  /* Started collectives run in line when that costs nothing the worker would
+   * save (async.c): in shared memory and between the processes of one host
+   * a collective is memory copies the cores do anyway, so a worker only adds
+   * a hand-off, a staging copy and a thread competing with the devices for
+   * the cores; between hosts the wire works while the device computes, so
+   * only small ones (latency, not bandwidth) run in line. */
+  int64_t env_inline = env_config()->comm_inline_bytes;
+  comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : INT64_MAX,
+                        env_inline >= 0 ? env_inline : net_one_host(net) ? INT64_MAX : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
    * of the device it waits for); a pause costs 10..150 ns depending on the
@@ -150,6 +160,12 @@ bool comm_group_local(const ts_comm *c, const int *group, int n) {
 }
 
 int comm_size(const ts_comm *c) { return c ? c->n : 0; }
+
+void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote) {
+  if (!c) return;
+  c->inline_local = local > 0 ? local : -1;
+  c->inline_remote = remote > 0 ? remote : -1;
+}
 
 void comm_set_timeout_ms(ts_comm *c, int ms) {
   if (c) atomic_store(&c->timeout_ms, ms < 0 ? 0 : ms);

@@ -50,6 +50,9 @@ struct ts_comm {
   int *proc;              /* (n) the process of each device */
   int first, n_local;     /* local devices: [first, first + n_local) */
   int tag_span;           /* tags per group id (hier.c) */
+  /* async.c: a started collective of at most this many bytes runs in line
+   * on the device thread (-1: never); in shared memory, and over processes. */
+  int64_t inline_local, inline_remote;
 };
 
 
