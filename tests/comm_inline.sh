@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # comm_inline.sh BUILD_DIR — started collectives run in line on the device
-# thread (comm.h comm_start_inline; the default in shared memory and between
-# the processes of one host) log exactly (bit for bit) the losses of the
+# thread (comm.h comm_start_inline; the default in shared memory, and up to
+# 64 KiB between processes) log exactly (bit for bit) the losses of the
 # worker path (TESSEL_COMM_INLINE_BYTES=0: every started collective handed
 # to the device's collective worker) and of a mix of both (=65536: the small
 # ones in line, the large ones on the worker, in order behind each other):
 # `tessel train --model mlp` on mesh data=2 and fsdp=2 in one process (the
 # trace shows which path ran: "(start)" events only on the worker path),
-# and under mpirun -n 2 with --parallel ddp (the sharded update:
+# and under mpirun -n 2 (also all in line: =1 TiB) with --parallel ddp (the sharded update:
 # reduce-scatter, all-gather, all-reduce) and --mesh data=2. 6 steps each.
 set -u
 build="${1:?usage: comm_inline.sh BUILD_DIR}"
@@ -66,9 +66,9 @@ if command -v mpirun >/dev/null; then
   mpi=(mpirun -n 2 --oversubscribe --bind-to none -x TESSEL_NUM_THREADS=1)
   run ddp-inline auto "${mpi[@]}" -- --parallel ddp
   run ddp-worker 0 "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES -- --parallel ddp
-  run ddp-mixed 65536 "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES -- --parallel ddp
+  run ddp-all 1099511627776 "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES -- --parallel ddp
   same ddp-inline ddp-worker
-  same ddp-inline ddp-mixed
+  same ddp-inline ddp-all
   run spmd-inline auto "${mpi[@]}" -- --mesh data=2
   run spmd-worker 0 "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES -- --mesh data=2
   same spmd-inline spmd-worker

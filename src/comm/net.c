@@ -23,7 +23,6 @@
 
 struct ts_net {
   int rank, size, tag_ub;
-  bool one_host; /* every process on this host (MPI_COMM_TYPE_SHARED spans the world) */
   MPI_Comm data, ctl;
   pthread_mutex_t mu; /* every MPI call goes through it */
 };
@@ -81,13 +80,6 @@ ts_net *net_world(bool *failed) {
         MPI_Comm_size(g_net.data, &g_net.size);
         MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
         g_net.tag_ub = flag && ub ? *(int *)ub : 32767;
-        MPI_Comm node;
-        int node_size = 0;
-        if (MPI_Comm_split_type(g_net.ctl, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-          MPI_Comm_size(node, &node_size);
-          MPI_Comm_free(&node);
-        }
-        g_net.one_host = node_size == g_net.size;
         pthread_mutex_init(&g_net.mu, NULL);
         g_state = 1;
       }
@@ -105,7 +97,6 @@ ts_net *net_world(bool *failed) {
 int net_rank(const ts_net *n) { return n ? n->rank : 0; }
 int net_size(const ts_net *n) { return n ? n->size : 1; }
 int net_tag_ub(const ts_net *n) { return n ? n->tag_ub : 32767; }
-bool net_one_host(const ts_net *n) { return !n || n->one_host; }
 
 /* Bytes per MPI message (counts are ints): 1 GiB, or $TESSEL_NET_PIECE_BYTES
  * (tests use a small value to exercise the splitting of large messages). */
@@ -268,7 +259,6 @@ ts_net *net_world(bool *failed) {
 int net_rank(const ts_net *n) { return (void)n, 0; }
 int net_size(const ts_net *n) { return (void)n, 1; }
 int net_tag_ub(const ts_net *n) { return (void)n, 32767; }
-bool net_one_host(const ts_net *n) { return (void)n, true; }
 int net_exchange(ts_net *n, net_msg *msgs, int count, int timeout_ms, const char *what) {
   (void)n, (void)msgs, (void)count, (void)timeout_ms;
   return set_error("%s: no process group (built without MPI)", what);

@@ -26,9 +26,6 @@ int net_rank(const ts_net *n);
 int net_size(const ts_net *n);
 /* The largest tag a message may carry. */
 int net_tag_ub(const ts_net *n);
-/* True when every process runs on this host (MPI's shared-memory split
- * spans the world; no MPI: true): their messages are memory copies. */
-bool net_one_host(const ts_net *n);
 
 /* One message of an exchange: bytes to or from process `peer` (any size;
  * messages over 1 GiB go as several MPI messages). */
