@@ -43,14 +43,6 @@
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 #include "util/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define COMM_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
-#define COMM_PAUSE() __asm__ __volatile__("yield")
-#else
-#define COMM_PAUSE() ((void)0)
-#endif
 
 /* The cost of one COMM_PAUSE() in nanoseconds (measured over 256 of them). */
 static double comm_pause_ns(void) {
