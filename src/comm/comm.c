@@ -86,13 +86,16 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * save (async.c): in shared memory a collective is memory copies the cores
    * make anyway, so a worker only adds a hand-off, a staging copy and a
    * thread competing with the devices for the cores (MLP data=2: 25% off the
-   * step). Between processes only small ones (latency, not bandwidth): a
+   * step). Up to 8 MiB (every bucket, the MLP's and CNN's largest gradients):
+   * a larger one is worth hiding when the machine has cores to spare (its
+   * start's copy is then small beside the rest of it, which the worker
+   * runs). Between processes only small ones (latency, not bandwidth): a
    * large one waits for a late peer, and the worker hides that wait behind
    * the device's computing (measured on a loaded 2-core machine: 2-process
    * DDP all in line 11-16 ms a step, on the worker 3-4 ms; between hosts the
    * wire also works while the device computes). */
   int64_t env_inline = env_config()->comm_inline_bytes;
-  comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : INT64_MAX,
+  comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
                         env_inline >= 0 ? env_inline : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core

@@ -113,8 +113,8 @@ int comm_wait_all(ts_comm *c, int device);
  * either way (the same calls, in the same order). */
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
- * $TESSEL_COMM_INLINE_BYTES for both, else always in shared memory, up to
- * 64 KiB between processes. Set before the devices run. */
+ * $TESSEL_COMM_INLINE_BYTES for both, else up to 8 MiB in shared memory,
+ * up to 64 KiB between processes. Set before the devices run. */
 void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote);
 
 #endif

@@ -59,7 +59,7 @@ typedef struct {
    * runs in line on its device thread (no worker hand-off, no staging copy)
    * when nothing earlier is in flight and its operand has at most this many
    * bytes; "0": never (always the worker). Unset or invalid: -1, automatic
-   * (comm/comm.c: always in shared memory, up to 64 KiB between
+   * (comm/comm.c: up to 8 MiB in shared memory, up to 64 KiB between
    * processes). */
   int64_t comm_inline_bytes;
 
