@@ -16,6 +16,13 @@
 #   mpi-ddp-rep  mpi-ddp with every replica updating every weight (PyTorch's
 #                DDP), for the A/B
 #   mpi-fsdp     2 processes, mesh fsdp=2
+#   data2-worker data2 with every started collective on the device's
+#                collective worker (TESSEL_COMM_INLINE_BYTES=0: the path
+#                before in-line starts), for the A/B
+#   mpi-*-inl    mpi-spmd / mpi-ddp / mpi-fsdp with every started collective
+#                in line on the device thread (TESSEL_COMM_INLINE_BYTES=1 TiB;
+#                the default runs only those up to 64 KiB in line between
+#                processes), for the A/B that decides that default
 # for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28;
 # 3 warm-up and 8 timed steps unless WARMUP / STEPS say otherwise: ~0.5 s a
 # step). DDP runs batch norm over the global batch (sync-bn), so every row
@@ -79,11 +86,17 @@ for round in $(seq "${ROUNDS:-3}"); do
     run data2-rep "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 --replicated-update "${common[@]}"
     run data2-bind "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 --bind "${common[@]}"
     run fsdp2 "$bin" --model "$m" --threads 2 --parallel fsdp --devices 2 "${common[@]}"
+    run data2-worker env TESSEL_COMM_INLINE_BYTES=0 "$bin" --model "$m" --threads 2 --parallel spmd --devices 2 \
+      "${common[@]}"
     if command -v mpirun >/dev/null; then
       run mpi-spmd "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel spmd "${common[@]}"
       run mpi-ddp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel ddp "${common[@]}"
       run mpi-ddp-rep "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel ddp --replicated-update "${common[@]}"
       run mpi-fsdp "${mpi[@]}" "$bin" --model "$m" --threads 1 --parallel fsdp "${common[@]}"
+      for p in spmd ddp fsdp; do
+        run "mpi-$p-inl" "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES=1099511627776 "$bin" --model "$m" --threads 1 \
+          --parallel "$p" "${common[@]}"
+      done
     fi
   done
   echo "run_dp.sh: round $round done" >&2
@@ -97,12 +110,14 @@ for line in open(sys.argv[1]):
     key = (f[0], f[1])
     if key not in best or float(r["median_ms"]) < float(best[key]["median_ms"]):
         best[key] = r
-order = ["1dev", "data2", "data2-rep", "data2-bind", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-ddp-rep", "mpi-fsdp"]
+order = ["1dev", "data2", "data2-rep", "data2-bind", "data2-worker", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-ddp-rep",
+         "mpi-fsdp", "mpi-spmd-inl", "mpi-ddp-inl", "mpi-fsdp-inl"]
 # communication per step in all-reduces of the gradients (total, exposed at best); see the header
 comm = {"1dev": (0, 0), "fsdp2": (1.5, 0), "mpi-fsdp": (1.5, 0), "mpi-ddp": (1.5, 0.5), "data2": (1, 0.5),
-        "data2-bind": (1, 0.5), "mpi-spmd": (1, 0.5)}
+        "data2-bind": (1, 0.5), "data2-worker": (1, 0.5), "mpi-spmd": (1, 0.5), "mpi-spmd-inl": (1, 0.5),
+        "mpi-ddp-inl": (1.5, 0.5), "mpi-fsdp-inl": (1.5, 0)}
 bad = []
-print(f"{'model':9} {'config':11} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8}  loss step 2 / final")
+print(f"{'model':9} {'config':12} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):
     ref = best.get(("1dev", m))
     for c in order:
@@ -112,7 +127,7 @@ for m in dict.fromkeys(k[1] for k in best):
         t, t1 = float(r["median_ms"]), float(ref["median_ms"])
         ar = float(r.get("ar_ms", "0"))
         total, exposed = comm.get(c, (1, 0))
-        print(f"{m:9} {c:11} {t:10.2f} {t1 / t:7.2f}x {t1 + total * ar:9.2f} {t1 + exposed * ar:9.2f} {ar:7.3f} "
+        print(f"{m:9} {c:12} {t:10.2f} {t1 / t:7.2f}x {t1 + total * ar:9.2f} {t1 + exposed * ar:9.2f} {ar:7.3f} "
               f"{float(r.get('cpu_ms', 'nan')):8.2f}  {r['check_loss']} / {r['final_loss']}")
         a, b = float(r["check_loss"]), float(ref["check_loss"])
         if c != "1dev" and not (c.startswith("mpi-ddp") and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):

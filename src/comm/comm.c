@@ -40,16 +40,9 @@
 
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
+#include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 #include "util/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define COMM_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
-#define COMM_PAUSE() __asm__ __volatile__("yield")
-#else
-#define COMM_PAUSE() ((void)0)
-#endif
 
 /* The cost of one COMM_PAUSE() in nanoseconds (measured over 256 of them). */
 static double comm_pause_ns(void) {
@@ -89,6 +82,21 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
   int span = (net_tag_ub(net) - 1) / n_devices;
   c->tag_span = span > 1024 ? 1024 : span < 1 ? 1 : span;
   atomic_init(&c->timeout_ms, 0);
+  /* Started collectives run in line when that costs nothing the worker would
+   * save (async.c): in shared memory a collective is memory copies the cores
+   * make anyway, so a worker only adds a hand-off, a staging copy and a
+   * thread competing with the devices for the cores (MLP data=2: 25% off the
+   * step). Up to 8 MiB (every bucket, the MLP's and CNN's largest gradients):
+   * a larger one is worth hiding when the machine has cores to spare (its
+   * start's copy is then small beside the rest of it, which the worker
+   * runs). Between processes only small ones (latency, not bandwidth): a
+   * large one waits for a late peer, and the worker hides that wait behind
+   * the device's computing (measured on a loaded 2-core machine: 2-process
+   * DDP all in line 11-16 ms a step, on the worker 3-4 ms; between hosts the
+   * wire also works while the device computes). */
+  int64_t env_inline = env_config()->comm_inline_bytes;
+  comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
+                        env_inline >= 0 ? env_inline : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
    * of the device it waits for); a pause costs 10..150 ns depending on the
@@ -150,6 +158,12 @@ bool comm_group_local(const ts_comm *c, const int *group, int n) {
 }
 
 int comm_size(const ts_comm *c) { return c ? c->n : 0; }
+
+void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote) {
+  if (!c) return;
+  c->inline_local = local > 0 ? local : -1;
+  c->inline_remote = remote > 0 ? remote : -1;
+}
 
 void comm_set_timeout_ms(ts_comm *c, int ms) {
   if (c) atomic_store(&c->timeout_ms, ms < 0 ? 0 : ms);

@@ -104,4 +104,17 @@ int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
 int comm_ticket_done(ts_comm *c, int device, int64_t ticket);
 int comm_wait_all(ts_comm *c, int device);
 
+/* In-line starts: true when a collective of `bytes` over group that the
+ * caller would start now may instead run synchronously on the device thread
+ * (the caller then makes the ordinary call, comm_all_reduce etc.): nothing
+ * the device started is still in flight (so the calls stay in order) and
+ * the size is within the limit for the group: in shared memory (every
+ * member in this process) or over processes. Results are the same bits
+ * either way (the same calls, in the same order). */
+bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
+/* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
+ * $TESSEL_COMM_INLINE_BYTES for both, else up to 8 MiB in shared memory,
+ * up to 64 KiB between processes. Set before the devices run. */
+void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote);
+
 #endif

@@ -12,6 +12,16 @@
 
 struct ts_net;
 
+/* One pause in a spin-wait. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define COMM_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define COMM_PAUSE() __asm__ __volatile__("yield")
+#else
+#define COMM_PAUSE() ((void)0)
+#endif
+
 enum { PHASES = 4 }; /* counter values per call (phases 1..3 used) */
 
 /* Outputs at least this large (per device) are written with non-temporal
@@ -50,6 +60,9 @@ struct ts_comm {
   int *proc;              /* (n) the process of each device */
   int first, n_local;     /* local devices: [first, first + n_local) */
   int tag_span;           /* tags per group id (hier.c) */
+  /* async.c: a started collective of at most this many bytes runs in line
+   * on the device thread (-1: never); in shared memory, and over processes. */
+  int64_t inline_local, inline_remote;
 };
 
 

@@ -68,6 +68,11 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
  * -1. The operand is copied first (into out, or a staging buffer kept in
  * *state, a ts_kstate), so its memory is free when this returns; out is
  * written until the wait. */
+/* cpu_collective.c: true when the asynchronous collective node `id` may run
+ * in line, synchronously by cpu_collective, instead of being started
+ * (comm.h comm_start_inline: nothing in flight, small enough or in shared
+ * memory); the same bits either way. */
+bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm);
 int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, struct ts_comm *comm,
                              void **state);
 

@@ -68,6 +68,10 @@ static void env_read(void) {
   c->async_collectives = !(a && strcmp(a, "0") == 0);
   const char *h2 = getenv("TESSEL_HIER_ALLREDUCE");
   c->hier_allreduce = h2 && strcmp(h2, "1") == 0;
+  const char *ib = getenv("TESSEL_COMM_INLINE_BYTES");
+  char *ib_end = NULL;
+  long long ibv = ib && *ib ? strtoll(ib, &ib_end, 10) : -1;
+  c->comm_inline_bytes = ib && *ib && !*ib_end && ibv >= 0 ? (int64_t)ibv : -1;
   c->cache_dir = env_text("TESSEL_CACHE_DIR", false);
   c->calibration = env_text("TESSEL_CALIBRATION", false);
   c->xdg_cache_home = env_text("XDG_CACHE_HOME", false);

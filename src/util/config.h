@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
   /* TESSEL_NUM_THREADS: compute threads of a client whose options give none
@@ -53,6 +54,14 @@ typedef struct {
    * bytes between hosts, but a different summation order than one process
    * (results differ by rounding). Unset or any other value: off. */
   bool hier_allreduce;
+
+  /* TESSEL_COMM_INLINE_BYTES: a collective the compiler marked asynchronous
+   * runs in line on its device thread (no worker hand-off, no staging copy)
+   * when nothing earlier is in flight and its operand has at most this many
+   * bytes; "0": never (always the worker). Unset or invalid: -1, automatic
+   * (comm/comm.c: up to 8 MiB in shared memory, up to 64 KiB between
+   * processes). */
+  int64_t comm_inline_bytes;
 
   /* TESSEL_CACHE_DIR: the persistent compile cache's directory (created if
    * missing) unless ts_compile_cache_set_dir chose one. Unset or empty: no
