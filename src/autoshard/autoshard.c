@@ -234,7 +234,9 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
   /* the annotations: inputs and the results of contractions */
   for (int v = 0; v < g->n_nodes; v++) {
     ts_node *nd = &g->nodes[v];
-    bool key = nd->op == TS_OP_INPUT || nd->op == TS_OP_DOT || nd->op == TS_OP_CONV;
+    const ts_node *src = nd->op == TS_OP_BROADCAST ? &g->nodes[nd->in[0]] : NULL;
+    bool key = nd->op != TS_OP_RESHAPE && nd->op != TS_OP_CONSTANT &&
+               !(src && ts_shape_numel(src->rank, src->shape) == 1);
     if (!key || nd->sharding || nd->rank == 0) continue;
     ts_partition_spec sp;
     as_mask_to_spec(&p.c, lay[v], nd->rank, &sp);
