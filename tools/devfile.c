@@ -452,14 +452,16 @@ int calibrate(const char *cmd, const char *path) {
     ts_client_free(ct);
     eff = ceff[TS_KERNEL_MATMUL];
   }
-  /* in-process all-reduce on D devices: 1 element (latency) and 1 Mi f32 (bandwidth);
+  /* in-process all-reduce on D devices: 1 element (latency) and 4 Mi f32 (bandwidth: 16 MiB
+   * per device, out of cache as a step's gradients are; 4 MiB ran in the L3 cache, 3-8x
+   * the bandwidth a step sees, which made every resharding look cheap to the solver);
    * the ring model: t = 2 log2(D) alpha + 2 B (D-1)/D / beta */
   for (int q = 0; q < DEV_AR_SIZES; q++) {
     int D = ar_devices[q];
     ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
     double ts = -1, tb = -1;
     if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
-    const int64_t big = 1 << 20;
+    const int64_t big = 4 << 20;
     for (int k = 0; k < 2 && c; k++) {
       int64_t len = k == 0 ? 1 : big;
       ts_graph *g = ts_graph_new();
@@ -496,7 +498,7 @@ int calibrate(const char *cmd, const char *path) {
   }
   fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
              "# Kernel throughput of one core (1 thread, best of several runs), the per-kernel\n"
-             "# overhead, in-process all-reduce alpha/beta; load average %.2f when measured%s.\n"
+             "# overhead, in-process all-reduce alpha/beta (16 MiB per device); load average %.2f when measured%s.\n"
              "name = CPU virtual devices (calibrated: %s)\n"
              "calibration.cpu = %s\n"
              "calibration.threads = %d\n"
