@@ -230,6 +230,10 @@ typedef struct {
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
+  /* per kernel large enough to run on several threads (a device with more
+   * than one: 32768 elements or more), its fork and join in place of
+   * op_overhead_s (0: op_overhead_s) */
+  double parallel_overhead_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same

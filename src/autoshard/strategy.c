@@ -219,10 +219,18 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
   k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
+  k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
     k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
   }
+}
+
+/* kernels/kernels_internal.h TK_PAR_MIN: the work above which a kernel forks */
+#define AS_PAR_MIN 32768.0
+
+double autoshard_kernel_overhead(const autoshard_costs *k, double elems) {
+  return elems >= AS_PAR_MIN ? k->par_overhead : k->overhead;
 }
 
 bool autoshard_node_runs(const ts_node *n) {
@@ -356,23 +364,28 @@ void as_fusion(as_ctx *c) {
     c->kernel[v] = autoshard_node_runs(nd) && !absorbed[v];
     c->moved[v] = -1;
   }
-  /* a fused kernel computing a transcendental function runs at that class's
-   * rate on all its bytes (autoshard_node_class of a FUSED node): the group
-   * of an absorbed node is its first user's */
-  int *group = users; /* reused: per node, its kernel's root */
-  bool *trans = out;
-  for (int v = 0; v < n; v++) group[v] = v, trans[v] = false;
+  /* each node's kernel (the root of its fused group): an absorbed node's is
+   * its first user's */
+  int *group = users; /* reused */
+  for (int v = 0; v < n; v++) group[v] = v;
   for (int v = 0; v < n; v++)
     for (int k = 0; k < g->nodes[v].n_in; k++) {
       int u = g->nodes[v].in[k];
-      if (absorbed[u] && group[u] == u) group[u] = v; /* its first user: later fixed up to the root */
+      if (absorbed[u] && group[u] == u) group[u] = v;
     }
   for (int v = n - 1; v >= 0; v--)
     if (group[v] != v) group[v] = group[group[v]];
+  /* a fused kernel computing a transcendental function runs at that class's
+   * rate on all its bytes (autoshard_node_class of a FUSED node) */
+  bool *trans = out; /* reused */
+  for (int v = 0; v < n; v++) trans[v] = false;
   for (int v = 0; v < n; v++)
     if (transcendental(g->nodes[v].op)) trans[group[v]] = true;
   c->trans = malloc(((size_t)n + 1) * sizeof *c->trans);
   for (int v = 0; c->trans && v < n; v++) c->trans[v] = fusible(&g->nodes[v]) && trans[group[v]];
+  /* bytes: an external input once per kernel that reads it, the result once */
+  int *read_by = malloc(((size_t)n + 1) * sizeof *read_by);
+  for (int v = 0; read_by && v < n; v++) read_by[v] = -1;
   for (int v = 0; v < n; v++) {
     const ts_node *nd = &g->nodes[v];
     if (nd->op == TS_OP_BROADCAST) {
@@ -382,13 +395,17 @@ void as_fusion(as_ctx *c) {
     if (!fusible(nd)) continue;
     double b = absorbed[v] ? 0 : as_bytes(nd);
     for (int k = 0; k < nd->n_in; k++) {
-      const ts_node *x = &g->nodes[nd->in[k]];
-      if (x->op == TS_OP_CONSTANT) continue;           /* splats: instructions */
-      if (x->op == TS_OP_BROADCAST && absorbed[nd->in[k]]) b += as_bytes(&g->nodes[x->in[0]]); /* by index */
-      else if (!absorbed[nd->in[k]]) b += as_bytes(x); /* an external input of the kernel */
+      int u = nd->in[k];
+      const ts_node *x = &g->nodes[u];
+      if (x->op == TS_OP_CONSTANT || (absorbed[u] && x->op != TS_OP_BROADCAST)) continue; /* splats; fused */
+      int src = x->op == TS_OP_BROADCAST && absorbed[u] ? x->in[0] : u; /* a broadcast: its source by index */
+      if (read_by && read_by[src] == group[v]) continue;
+      if (read_by) read_by[src] = group[v];
+      b += as_bytes(&g->nodes[src]);
     }
     c->moved[v] = b;
   }
+  free(read_by);
   free(users), free(absorbed), free(out);
 }
 
@@ -429,7 +446,7 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   if (c->trans && c->trans[id] && kc == TS_KERNEL_ELEMENTWISE) kc = TS_KERNEL_TRANSCENDENTAL;
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
   bool runs = c->kernel ? c->kernel[id] : true;
-  return units / c->k.rate[kc] + (runs ? c->k.overhead : 0);
+  return units / c->k.rate[kc] + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
 }
 
 /* Appends strategy s to the node's list (grows it). */

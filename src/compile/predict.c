@@ -128,7 +128,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
-    double t = units / k->rate[kc] + k->overhead;
+    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, node_bytes(nd) / (double)ts_dtype_size(nd->dtype));
     info->class_s[kc] += t;
     info->kernels++;
     comp += t;
