@@ -5,9 +5,9 @@
  * producer's layout and what its user needs; an integer linear program over
  * one-hot strategy choices (GLPK's MIP, with a time limit and a greedy
  * fallback) picks the cheapest plan under a per-device memory limit. The plan
- * becomes sharding annotations on the graph's inputs (parameters, data) and
- * key activations (dot and convolution results); spmd/'s propagation and
- * partitioner do the rest. */
+ * becomes sharding annotations on every node but reshapes and constants (so
+ * propagation does not choose other layouts than the ones priced); spmd/'s
+ * partitioner does the rest. */
 #ifndef TS_AUTOSHARD_H
 #define TS_AUTOSHARD_H
 
