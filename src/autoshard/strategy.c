@@ -528,7 +528,9 @@ int as_node_strategies(as_ctx *c, int id) {
     if (push(an, &s) < 0) return -1;
     /* the partial sum reduce-scattered over one of its axes into an output dim
      * (half an all-reduce's bytes: a gradient going to a sharded state) */
-    for (int a = 0; a < c->m->rank && s.partial && an->ns < AS_MAX_STRATS / 2; a++) {
+    /* (room kept for the combinations still to come: ns stays under AS_MAX_STRATS) */
+    bool room = an->ns + (combos - code) + n->rank * c->m->rank < AS_MAX_STRATS;
+    for (int a = 0; a < c->m->rank && s.partial && room; a++) {
       if (!(s.partial & (1u << a))) continue;
       for (int d = 0; d < n->rank; d++) {
         as_strat v = s;
