@@ -14,7 +14,9 @@
 #    predicted step <= the best hand layout's (data, model, data x model,
 #    fsdp x model) + 5% on 4 devices, 1-D and 2x2;
 #  - `tessel plan` predicts 512 devices (hand and --auto-shard) against
-#    devices/h100-sxm.txt without running; a bad device file is an error.
+#    devices/h100-sxm.txt without running; a bad device file is an error;
+#  - the calibration cache: written, read, ignored for another machine's key,
+#    and `tessel train --auto-shard` solves with it (and says so).
 set -u
 build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -137,6 +139,16 @@ if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" "$tessel" 
 sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibration.txt" >"$tmp/other.txt"
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/other.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q "is for 'another CPU'"; then ok "another machine's calibration is not used"; else bad "foreign calibration used"; fi
+# train --auto-shard solves with the calibration cache when it is this machine's, and says so
+short=(--model mlp --steps 2 --epochs 1 --batch 32 --eval-batch 2000 --mesh a=2 --auto-shard)
+if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" timeout -k 5 60 "$tessel" train "${short[@]}" \
+  >"$tmp/trcal.out" 2>&1 && grep -q "^auto-shard: the solver's costs: calibration $tmp/cal/calibration.txt" "$tmp/trcal.out"; then
+  ok "train --auto-shard solves with the calibration cache"
+else bad "train --auto-shard ignores the calibration: $(grep -m1 auto-shard "$tmp/trcal.out") $(tail -2 "$tmp/trcal.out")"; fi
+if TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" train "${short[@]}" >"$tmp/trnone.out" 2>&1 &&
+  grep -q "^auto-shard: the solver's costs: no calibration (TESSEL_CALIBRATION=none)" "$tmp/trnone.out"; then
+  ok "train --auto-shard without a calibration says it uses the defaults"
+else bad "train --auto-shard, TESSEL_CALIBRATION=none: $(tail -2 "$tmp/trnone.out")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

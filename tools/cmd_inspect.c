@@ -81,11 +81,11 @@ static void usage(FILE *f) {
           "                           the runner-up of the largest tensors; any axis names\n"
           "  --time-limit S           the solver's time limit; past it the greedy plan [10]\n"
           "  --memory-limit BYTES     per-device peak the plan must fit [none]\n"
-          "  --device FILE            the prediction's device description or calibration file [the\n"
-          "                           calibration cache when it is this machine's, else the defaults;\n"
-          "                           tessel plan --help]\n"
-          "  --analytic               predict with the solver's model of the global graph (default\n"
-          "                           costs) instead of device 0's compiled program\n"
+          "  --device FILE            the solver's and the prediction's device description or\n"
+          "                           calibration file [the calibration cache when it is this\n"
+          "                           machine's, else the defaults; tessel plan --help]\n"
+          "  --analytic               predict with the solver's model of the global graph (the\n"
+          "                           same costs) instead of device 0's compiled program\n"
           "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
           "                           {\"predicted\":{\"step_ms\":..,\"comm_bytes_per_device\":..,\n"
           "                           \"peak_bytes_per_device\":..},\"shardings\":{NAME:SPEC,..}}\n"
@@ -385,13 +385,13 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     int64_t n1 = 1;
     pm = one = ts_mesh_new(1, &n1, NULL, 0, NULL);
   }
-  /* the solver uses the cost model's defaults, as ts_compile's auto-sharding
-   * (tessel train --auto-shard) does, so this is the plan train runs; the
-   * prediction uses the calibration (or --device) and device 0's compiled program */
-  ts_auto_shard_options ao = {.mesh = pm, .time_limit_s = o->time_limit, .memory_limit_bytes = o->memory_limit};
-  int prc = !pm ? -1 : o->auto_shard ? ts_auto_shard(g, &ao, &info, o->json ? NULL : &explain) : ts_shard_predict(g, &ao, &info);
+  /* the solver and the prediction use one set of costs: --device, else the
+   * calibration cache when it is this machine's (as tessel train --auto-shard
+   * does, so this is the plan train runs), else the defaults; the prediction
+   * is of device 0's compiled program (--analytic: the solver's own model) */
   device_desc dd;
   char note[1400];
+  int prc = pm ? 0 : -1;
   if (o->device) {
     device_default(&dd);
     snprintf(note, sizeof note, "device file %s", o->device);
@@ -399,9 +399,12 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   } else {
     device_auto(&dd, note, sizeof note);
   }
+  ts_auto_shard_options ao = {.mesh = pm, .time_limit_s = o->time_limit, .memory_limit_bytes = o->memory_limit};
+  if (pm) device_options(&dd, pm, &ao, NULL);
+  if (prc == 0)
+    prc = o->auto_shard ? ts_auto_shard(g, &ao, &info, o->json ? NULL : &explain) : ts_shard_predict(g, &ao, &info);
   if (prc == 0 && !o->analytic) {
     ts_auto_shard_info solver = info;
-    device_options(&dd, pm, &ao, NULL);
     prc = ts_predict_program(g, &ao, &(ts_compile_options){.autocast = gs.amp}, &info);
     info.greedy = solver.greedy, info.optimal = solver.optimal, info.solve_s = solver.solve_s;
     info.nodes = solver.nodes, info.variables = solver.variables, info.objective_s = solver.objective_s;
@@ -412,7 +415,9 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     goto done;
   }
   if (o->json) {
-    print_json(g, &info, o->auto_shard, o->analytic ? "the cost model's defaults (analytic)" : note);
+    char costs[1500];
+    snprintf(costs, sizeof costs, "%s%s", note, o->analytic ? " (analytic)" : "");
+    print_json(g, &info, o->auto_shard, costs);
     rc = 0;
     goto done;
   }
@@ -430,7 +435,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));
   section(o->auto_shard ? "auto-sharding" : "predicted by the cost model (this layout)");
   if (explain) fputs(explain, stdout);
-  if (o->analytic) printf("the solver's model of the global graph (the cost model's defaults):\n");
+  if (o->analytic) printf("the solver's model of the global graph (costs: %s):\n", note);
   else printf("device 0's compiled program (costs: %s):\n", note);
   printf("per device: step %.3f ms = compute %.3f ms + exposed communication %.3f ms (%.0f bytes sent), peak %.0f "
          "bytes (memory plan: %.0f bytes of temporaries + %.0f bytes of inputs)\n",

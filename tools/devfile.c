@@ -68,7 +68,8 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
         {"memory_bytes_per_s", &d->bytes_per_s},   {"memory_bytes", &d->memory_bytes},
         {"host_link_bytes_per_s", &d->host_bytes_per_s}, {"host_link_latency_s", &d->host_latency_s},
         {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
-        {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency}};
+        {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency},
+        {"op_overhead.parallel_s", &d->par_overhead_s}};
     bool found = false;
     for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
@@ -94,7 +95,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
-                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
@@ -191,6 +192,11 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;
+  /* kernels of a device with several threads fork and join them */
+  if (d->per_core && d->cores > 0 && d->par_overhead_s > 0) {
+    int threads = d->threads > 0 ? d->threads : d->cores;
+    if (threads / host > 1) ao->parallel_overhead_s = d->par_overhead_s;
+  }
   /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
   int q = -1;
   for (int k = 0; k < DEV_AR_SIZES && q < 0; k++)
@@ -404,6 +410,24 @@ static double trivial_step(ts_client *c, bool replicas) {
   return t;
 }
 
+/* A kernel's fixed cost on every thread of c: chains of 200 adds of n and 2n
+ * elements (n: the size above which kernels fork, in cache; a reshape between
+ * two adds keeps them apart, unfused), t(n) = o + n w: o = 2 t(n) - t(2n). */
+static double measure_par_overhead(ts_client *c) {
+  double t[2] = {-1, -1};
+  for (int k = 0; k < 2; k++) {
+    ts_graph *g = ts_graph_new();
+    if (!g) return -1;
+    int64_t a[2] = {128, 256 << k}, b[2] = {256 << k, 128};
+    ts_tensor x = in_f32(g, "x", 2, a), wa = in_f32(g, "wa", 2, a), wb = in_f32(g, "wb", 2, b);
+    for (int i = 0; i < 200; i++) x = i % 2 ? ts_add(g, ts_reshape(g, x, 2, a), wa) : ts_add(g, ts_reshape(g, x, 2, b), wb);
+    ts_graph_add_output(g, x);
+    t[k] = time_graph(c, g, false, 10) / 200;
+    ts_graph_free(g);
+  }
+  return t[0] > 0 && t[1] > 0 ? 2 * t[0] - t[1] : -1;
+}
+
 /* Per-kernel overhead: a chain of 200 tiny matmuls. */
 static double measure_overhead(ts_client *c) {
   ts_graph *g = ts_graph_new();
@@ -423,7 +447,7 @@ int calibrate(const char *cmd, const char *path) {
   int threads;
   calibration_key(cpu, sizeof cpu, &threads);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1;
+  double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
@@ -441,6 +465,10 @@ int calibrate(const char *cmd, const char *path) {
   if (threads > 1) { /* each class's parallel efficiency on every thread (one device): kernels
                       * do not all split as well as a large matmul */
     ts_client *ct = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = 1});
+    /* a step and a kernel on every thread: waking the device's threads, fork and join */
+    double s = ct ? trivial_step(ct, false) : -1, po = ct ? measure_par_overhead(ct) : -1;
+    if (s > step1) step1 = s;
+    par_over = fmax(po, overhead);
     for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
       double units = 0, t = ct ? measure_class(ct, k, &units) : -1;
       if (t <= 0) {
@@ -452,14 +480,16 @@ int calibrate(const char *cmd, const char *path) {
     ts_client_free(ct);
     eff = ceff[TS_KERNEL_MATMUL];
   }
-  /* in-process all-reduce on D devices: 1 element (latency) and 1 Mi f32 (bandwidth);
+  /* in-process all-reduce on D devices: 1 element (latency) and 4 Mi f32 (bandwidth: 16 MiB
+   * per device, out of cache as a step's gradients are; 4 MiB ran in the L3 cache, 3-8x
+   * the bandwidth a step sees, which made every resharding look cheap to the solver);
    * the ring model: t = 2 log2(D) alpha + 2 B (D-1)/D / beta */
   for (int q = 0; q < DEV_AR_SIZES; q++) {
     int D = ar_devices[q];
     ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
     double ts = -1, tb = -1;
     if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
-    const int64_t big = 1 << 20;
+    const int64_t big = 4 << 20;
     for (int k = 0; k < 2 && c; k++) {
       int64_t len = k == 0 ? 1 : big;
       ts_graph *g = ts_graph_new();
@@ -496,7 +526,7 @@ int calibrate(const char *cmd, const char *path) {
   }
   fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
              "# Kernel throughput of one core (1 thread, best of several runs), the per-kernel\n"
-             "# overhead, in-process all-reduce alpha/beta; load average %.2f when measured%s.\n"
+             "# overhead, in-process all-reduce alpha/beta (16 MiB per device); load average %.2f when measured%s.\n"
              "name = CPU virtual devices (calibrated: %s)\n"
              "calibration.cpu = %s\n"
              "calibration.threads = %d\n"
@@ -516,12 +546,15 @@ int calibrate(const char *cmd, const char *path) {
       "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
       "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
+  if (par_over > 0)
+    fprintf(f, "op_overhead.parallel_s = %.4g   # per kernel on %d threads: chains of 200 adds of 32768 and 65536 "
+               "elements\n", par_over, threads);
   fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls\n"
              "parallel_efficiency = %.3g   # the large matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
   for (int k = 0; k < TS_KERNEL_CLASSES && threads > 1; k++)
     fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
-  fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device\n", step1);
+  fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
             ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q]);

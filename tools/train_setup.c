@@ -9,6 +9,7 @@
 #include <sys/stat.h> // stat: is the dataset missing or damaged?
 
 #include "args.h"            // cli_error, exit codes
+#include "devfile.h"         // --auto-shard: the solver's costs (calibration cache)
 #include "tessel/imagefolder.h" // TS_IMAGENET_MEAN
 #include "tessel/metrics.h"  // ts_trace_start
 #include "train_mesh.h"      // --mesh: shardings of the programs
@@ -242,8 +243,17 @@ static int compile_graph(train_run *r, ts_graph *g, program *pr, const ts_compil
   bool megatron = r->o.model == MODEL_MLP || r->o.model == MODEL_GPT;
   r->g = g;
   ts_compile_options opts = *co;
-  if (r->mesh && r->o.auto_shard) /* --auto-shard: the solver marks it inside ts_compile */
+  ts_auto_shard_options costs = {.mesh = r->mesh};
+  if (r->mesh && r->o.auto_shard) { /* --auto-shard: the solver marks it inside ts_compile */
     opts.auto_shard = true, opts.auto_shard_memory_limit = r->o.memory_limit, opts.mesh = r->mesh;
+    /* with the costs tessel inspect / plan use: the calibration cache when it is this machine's */
+    device_desc dd;
+    char note[1400];
+    device_auto(&dd, note, sizeof note);
+    device_options(&dd, r->mesh, &costs, NULL);
+    opts.auto_shard_costs = &costs;
+    if (pr == &r->step_pr) printf("auto-shard: the solver's costs: %s\n", note);
+  }
   if (!g || (r->mesh && !r->o.auto_shard && train_mesh_mark(g, r->mesh, megatron) < 0) ||
       program_init(pr, r->client, r->params, g, &opts) < 0)
     return -1;

@@ -235,6 +235,10 @@ typedef struct {
   bool auto_shard;
   double auto_shard_time_limit_s;   /* 0: 10 s; past it, the greedy plan */
   double auto_shard_memory_limit;   /* per-device bytes the plan must fit; 0: none */
+  /* The solver's cost-model constants (kernel rates, overhead, links: a
+   * calibration's, e.g. tessel train reads the cache); its mesh, time and
+   * memory limits are ignored (the fields above). NULL: the defaults. */
+  const ts_auto_shard_options *auto_shard_costs;
 } ts_compile_options;
 
 /* The prediction from device 0's compiled program: g's shardings propagated,

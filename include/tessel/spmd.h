@@ -230,6 +230,10 @@ typedef struct {
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
+  /* per kernel large enough to run on several threads (a device with more
+   * than one: 32768 elements or more), its fork and join in place of
+   * op_overhead_s (0: op_overhead_s) */
+  double parallel_overhead_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same
@@ -254,7 +258,7 @@ typedef struct {
   int kernels;                  /* ts_predict_program: kernels device 0 runs per step (collectives apart) */
 } ts_auto_shard_info;
 
-/* Marks g's inputs and key activations with the chosen shardings (in place;
+/* Marks g's nodes (not reshapes and constants) with the chosen shardings (in place;
  * user marks stay) and fills info (may be NULL). explain (may be NULL) gets
  * a malloc'd text: each parameter's sharding, the prediction, and for the
  * largest tensors the runner-up's cost. A memory limit nothing can meet is

@@ -42,6 +42,16 @@ typedef struct {
   int *last_use; /* per node: the last node that reads it (n_nodes: an output) */
   int n_tied;    /* nodes that took a repeated block's variable */
   int *tie;      /* per node: the earlier node of a repeated block it copies, or -1 (NULL: untied) */
+  /* fusion as compile_graph's fuse pass does it (as_fusion): per node the
+   * bytes its share of a fused kernel reads and writes (global, unsplit), or
+   * < 0 for a kernel priced by its own operands and result; kernel: it is a
+   * kernel the device runs (not absorbed into a user's fused kernel) */
+  double *moved;
+  bool *kernel;
+  bool *trans; /* per node: its fused kernel computes a transcendental function */
+  /* per node: estimated seconds of the compute between it and its first
+   * user (what an asynchronous collective of its result hides behind) */
+  double *window;
 } as_ctx;
 
 double as_bytes(const ts_node *n);
@@ -49,6 +59,12 @@ int64_t as_layout_tiles(const as_ctx *c, const uint8_t *lay, int rank);
 /* Seconds to turn layout `from` of tensor n into `to`; adds the bytes a
  * device sends to *sent (may be NULL). */
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent);
+/* Fills c->moved and c->kernel (NULL on no memory: unfused costs). */
+void as_fusion(as_ctx *c);
+/* Fills c->window (NULL on no memory: nothing hidden). */
+void as_windows(as_ctx *c);
+/* Seconds of node id's kernel split over `par` devices (fusion included). */
+double as_node_compute(const as_ctx *c, int id, double par);
 /* Fills c->nodes[id]'s strategies. */
 int as_node_strategies(as_ctx *c, int id);
 

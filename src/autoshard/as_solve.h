@@ -68,6 +68,7 @@ double as_local_cost(const as_prob *p, const adjacency *a, int L, int i, const i
 void as_back_substitute(const reduced *R, const as_ctx *c, int *choice);
 int as_solve_ilp(const as_prob *p, const mem_rows *r, double limit, double time_limit_s, char *const *keep, int *choice, bool *optimal, int *n_vars);
 int as_reduce(const as_prob *p, bool keep_all, reduced *R);
-int as_greedy(const as_prob *p, const adjacency *a, const mem_rows *r, double limit, int *choice);
+/* reverse: assign the variables from the last (the loss, the update) to the first */
+int as_greedy(const as_prob *p, const adjacency *a, const mem_rows *r, double limit, bool reverse, int *choice);
 
 #endif

@@ -5,9 +5,9 @@
  * producer's layout and what its user needs; an integer linear program over
  * one-hot strategy choices (GLPK's MIP, with a time limit and a greedy
  * fallback) picks the cheapest plan under a per-device memory limit. The plan
- * becomes sharding annotations on the graph's inputs (parameters, data) and
- * key activations (dot and convolution results); spmd/'s propagation and
- * partitioner do the rest. */
+ * becomes sharding annotations on every node but reshapes and constants (so
+ * propagation does not choose other layouts than the ones priced); spmd/'s
+ * partitioner does the rest. */
 #ifndef TS_AUTOSHARD_H
 #define TS_AUTOSHARD_H
 
@@ -23,6 +23,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o, ts_auto_shar
 typedef struct {
   double rate[TS_KERNEL_CLASSES]; /* FLOP/s (contractions) or bytes/s */
   double overhead;                /* seconds per kernel run */
+  double par_overhead;            /* seconds per kernel run on several threads */
   double step_overhead;           /* seconds per step */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
@@ -32,6 +33,8 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k);
  * its class and its work (FLOPs or bytes read + written) over `par` devices.
  * update: n computes a donated parameter update (the optimizer class). */
 bool autoshard_node_runs(const ts_node *n);
+/* The fixed cost of running a kernel whose result has `elems` elements per device. */
+double autoshard_kernel_overhead(const autoshard_costs *k, double elems);
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency
  * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter). */

@@ -36,6 +36,10 @@ static void ctx_free(as_ctx *c) {
   free(c->edges);
   free(c->last_use);
   free(c->tie);
+  free(c->moved);
+  free(c->kernel);
+  free(c->window);
+  free(c->trans);
 }
 
 static const uint8_t zero_lay[TS_MAX_RANK];
@@ -225,6 +229,8 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
   for (int v = 0; v < n; v++)
     for (int k = 0; k < g->nodes[v].n_in; k++) c->last_use[g->nodes[v].in[k]] = v;
   for (int k = 0; k < g->n_outputs; k++) c->last_use[g->outputs[k]] = n;
+  as_fusion(c);
+  as_windows(c);
   for (int v = 0; v < n; v++) {
     const ts_node *nd = &g->nodes[v];
     as_node *an = &c->nodes[v];
@@ -252,7 +258,7 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
         for (int k = 0; k < nd->n_in && k < AS_MAX_IN; k++)
           if (g->nodes[nd->in[k]].rank == nd->rank) memcpy(s->in[k], u->s[i].out, sizeof s->out);
         double par = (double)as_layout_tiles(c, s->out, nd->rank);
-        s->compute = s->cost = (1 + nd->n_in) * as_bytes(nd) / c->k.rate[TS_KERNEL_ELEMENTWISE] / par;
+        s->compute = s->cost = as_node_compute(c, v, par);
         s->mem = as_bytes(nd) / par;
       }
       continue;

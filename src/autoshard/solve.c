@@ -43,11 +43,12 @@ double as_local_cost(const as_prob *p, const adjacency *a, int L, int i, const i
   return t;
 }
 
-int as_greedy(const as_prob *p, const adjacency *a, const mem_rows *r, double limit, int *choice) {
+int as_greedy(const as_prob *p, const adjacency *a, const mem_rows *r, double limit, bool reverse, int *choice) {
   const as_ctx *c = &p->c;
   bool *assigned = calloc((size_t)c->g->n_nodes + 1, sizeof *assigned);
   if (!assigned) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
-  for (int k = 0; k < p->n_leaders; k++) {
+  for (int q = 0; q < p->n_leaders; q++) {
+    int k = reverse ? p->n_leaders - 1 - q : q;
     int L = p->leaders[k], best = 0;
     double bc = INFINITY;
     for (int i = 0; i < c->nodes[L].ns; i++) {

@@ -219,10 +219,18 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
   k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
+  k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
     k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
   }
+}
+
+/* kernels/kernels_internal.h TK_PAR_MIN: the work above which a kernel forks */
+#define AS_PAR_MIN 32768.0
+
+double autoshard_kernel_overhead(const autoshard_costs *k, double elems) {
+  return elems >= AS_PAR_MIN ? k->par_overhead : k->overhead;
 }
 
 bool autoshard_node_runs(const ts_node *n) {
@@ -308,6 +316,139 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
   return t;
 }
 
+/* ---- fusion: what compile_graph's fuse pass (opt/fuse.c) makes of the global graph ----
+ * An elementwise node whose users are all elementwise of its size (and that
+ * is no graph output) joins its user's fused kernel: nothing is written, and
+ * its readers in the kernel read nothing; a broadcast read by elementwise
+ * users only is read by index (its source's bytes). So a chain of k
+ * elementwise ops costs its external inputs and its result once, not k
+ * times: the AdamW update is one pass over 7 tensors, not ~15 passes over
+ * 3 each (which made the optimizer look several times as expensive as it
+ * runs, and sharding weights to split it look worth its all-gathers). */
+
+static bool fusible(const ts_node *n) { return ir_op_has(n->op, TS_OPF_FUSIBLE); }
+
+void as_fusion(as_ctx *c) {
+  const ts_graph *g = c->g;
+  int n = g->n_nodes;
+  c->moved = malloc(((size_t)n + 1) * sizeof *c->moved);
+  c->kernel = malloc(((size_t)n + 1) * sizeof *c->kernel);
+  int *users = calloc((size_t)n + 1, sizeof *users);
+  bool *absorbed = calloc((size_t)n + 1, sizeof *absorbed), *out = calloc((size_t)n + 1, sizeof *out);
+  if (!c->moved || !c->kernel || !users || !absorbed || !out) { /* unfused costs */
+    free(c->moved), free(c->kernel);
+    c->moved = NULL, c->kernel = NULL;
+    free(users), free(absorbed), free(out);
+    return;
+  }
+  for (int k = 0; k < g->n_outputs; k++) out[g->outputs[k]] = true;
+  /* absorbed[v]: every user is fusible (and, for a fusible v, of v's size) */
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    absorbed[v] = !out[v] && (fusible(nd) || nd->op == TS_OP_BROADCAST);
+  }
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    for (int k = 0; k < nd->n_in; k++) {
+      int u = nd->in[k];
+      users[u]++;
+      if (!absorbed[u]) continue;
+      const ts_node *p = &g->nodes[u];
+      bool same = ts_shape_numel(p->rank, p->shape) == ts_shape_numel(nd->rank, nd->shape);
+      if (!fusible(nd) || (p->op != TS_OP_BROADCAST && !same)) absorbed[u] = false;
+    }
+  }
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    if (!users[v]) absorbed[v] = false;
+    c->kernel[v] = autoshard_node_runs(nd) && !absorbed[v];
+    c->moved[v] = -1;
+  }
+  /* each node's kernel (the root of its fused group): an absorbed node's is
+   * its first user's */
+  int *group = users; /* reused */
+  for (int v = 0; v < n; v++) group[v] = v;
+  for (int v = 0; v < n; v++)
+    for (int k = 0; k < g->nodes[v].n_in; k++) {
+      int u = g->nodes[v].in[k];
+      if (absorbed[u] && group[u] == u) group[u] = v;
+    }
+  for (int v = n - 1; v >= 0; v--)
+    if (group[v] != v) group[v] = group[group[v]];
+  /* a fused kernel computing a transcendental function runs at that class's
+   * rate on all its bytes (autoshard_node_class of a FUSED node) */
+  bool *trans = out; /* reused */
+  for (int v = 0; v < n; v++) trans[v] = false;
+  for (int v = 0; v < n; v++)
+    if (transcendental(g->nodes[v].op)) trans[group[v]] = true;
+  c->trans = malloc(((size_t)n + 1) * sizeof *c->trans);
+  for (int v = 0; c->trans && v < n; v++) c->trans[v] = fusible(&g->nodes[v]) && trans[group[v]];
+  /* bytes: an external input once per kernel that reads it, the result once */
+  int *read_by = malloc(((size_t)n + 1) * sizeof *read_by);
+  for (int v = 0; read_by && v < n; v++) read_by[v] = -1;
+  for (int v = 0; v < n; v++) {
+    const ts_node *nd = &g->nodes[v];
+    if (nd->op == TS_OP_BROADCAST) {
+      c->moved[v] = absorbed[v] ? 0 : as_bytes(nd) + as_bytes(&g->nodes[nd->in[0]]);
+      continue;
+    }
+    if (!fusible(nd)) continue;
+    double b = absorbed[v] ? 0 : as_bytes(nd);
+    for (int k = 0; k < nd->n_in; k++) {
+      int u = nd->in[k];
+      const ts_node *x = &g->nodes[u];
+      if (x->op == TS_OP_CONSTANT || (absorbed[u] && x->op != TS_OP_BROADCAST)) continue; /* splats; fused */
+      int src = x->op == TS_OP_BROADCAST && absorbed[u] ? x->in[0] : u; /* a broadcast: its source by index */
+      if (read_by && read_by[src] == group[v]) continue;
+      if (read_by) read_by[src] = group[v];
+      b += as_bytes(&g->nodes[src]);
+    }
+    c->moved[v] = b;
+  }
+  free(read_by);
+  free(users), free(absorbed), free(out);
+}
+
+void as_windows(as_ctx *c) {
+  const ts_graph *g = c->g;
+  int n = g->n_nodes;
+  double *pre = malloc(((size_t)n + 2) * sizeof *pre);
+  int *first = malloc(((size_t)n + 1) * sizeof *first);
+  c->window = malloc(((size_t)n + 1) * sizeof *c->window);
+  if (!pre || !first || !c->window) {
+    free(pre), free(first), free(c->window);
+    c->window = NULL;
+    return;
+  }
+  /* each node's compute as if evenly split over the devices (what the plan is
+   * unknown yet), prefix-summed in program order */
+  double ndev = (double)c->m->ndevices;
+  pre[0] = 0;
+  for (int v = 0; v < n; v++) pre[v + 1] = pre[v] + (autoshard_node_runs(&g->nodes[v]) ? as_node_compute(c, v, ndev) : 0);
+  for (int v = 0; v < n; v++) first[v] = n;
+  for (int v = n - 1; v >= 0; v--)
+    for (int k = 0; k < g->nodes[v].n_in; k++) first[g->nodes[v].in[k]] = v;
+  for (int v = 0; v < n; v++) {
+    int f = first[v];
+    /* a reshape runs nothing: its users wait as the reshaped node's would */
+    while (f < n && g->nodes[f].op == TS_OP_RESHAPE && first[f] < n) f = first[f];
+    c->window[v] = pre[f] - pre[v + 1];
+  }
+  free(pre), free(first);
+}
+
+double as_node_compute(const as_ctx *c, int id, double par) {
+  const ts_node *n = &c->g->nodes[id];
+  double units;
+  ts_kernel_class kc = autoshard_node_class(c->g, n, par, false, &units);
+  bool contraction = kc <= TS_KERNEL_CONV_BWD_FILTER || kc == TS_KERNEL_ATTENTION;
+  if (c->moved && c->moved[id] >= 0 && !contraction) units = c->moved[id] / par;
+  if (c->trans && c->trans[id] && kc == TS_KERNEL_ELEMENTWISE) kc = TS_KERNEL_TRANSCENDENTAL;
+  if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
+  bool runs = c->kernel ? c->kernel[id] : true;
+  return units / c->k.rate[kc] + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
+}
+
 /* Appends strategy s to the node's list (grows it). */
 static int push(as_node *an, const as_strat *s) {
   if (an->ns == an->cap) {
@@ -318,6 +459,28 @@ static int push(as_node *an, const as_strat *s) {
   }
   an->s[an->ns++] = *s;
   return 0;
+}
+
+/* Seconds of summing a partial result over the axes in `partial` (local_out:
+ * the per-device bytes before; rs: an axis reduce-scattered instead, or -1),
+ * of which only the part the compute before its first user does not hide:
+ * the runtime starts such collectives asynchronously (compile.c mark_async),
+ * so a weight gradient's reduction overlaps the rest of the backward pass;
+ * its latency stays exposed (the start). */
+static double partial_cost(const as_ctx *c, int id, uint8_t partial, int rs, double local_out, double *sent) {
+  double t = 0, lat = 0, bytes = local_out;
+  if (rs >= 0) {
+    t += ring(c, rs, bytes, 1, sent);
+    lat += ceil(log2((double)c->m->shape[rs])) * c->k.latency[rs];
+    bytes /= (double)c->m->shape[rs];
+  }
+  for (int a = 0; a < c->m->rank; a++)
+    if ((partial & (1u << a)) && a != rs) {
+      t += ring(c, a, bytes, 2, sent);
+      lat += 2 * ceil(log2((double)c->m->shape[a])) * c->k.latency[a];
+    }
+  double window = c->window ? c->window[id] : 0;
+  return t - lat > window ? t - window : lat;
 }
 
 int as_node_strategies(as_ctx *c, int id) {
@@ -358,16 +521,31 @@ int as_node_strategies(as_ctx *c, int id) {
     }
     if (!ok) continue;
     /* operands whose dims the loops do not name (scalars) stay replicated: s.in zero */
-    double units;
-    ts_kernel_class kc = autoshard_node_class(g, n, (double)par, false, &units);
-    s.compute = units / c->k.rate[kc] + (autoshard_node_runs(n) ? c->k.overhead : 0);
-    double t = s.compute;
+    s.compute = as_node_compute(c, id, (double)par);
     double local_out = as_bytes(n) / (double)as_layout_tiles(c, s.out, n->rank);
-    for (int a = 0; a < c->m->rank; a++)
-      if (s.partial & (1u << a)) t += ring(c, a, local_out, 2, &s.comm_bytes);
-    s.cost = t;
+    s.cost = s.compute + partial_cost(c, id, s.partial, -1, local_out, &s.comm_bytes);
     s.mem = local_out;
     if (push(an, &s) < 0) return -1;
+    /* the partial sum reduce-scattered over one of its axes into an output dim
+     * (half an all-reduce's bytes: a gradient going to a sharded state) */
+    /* (room kept for the combinations still to come: ns stays under AS_MAX_STRATS) */
+    bool room = an->ns + (combos - code) + n->rank * c->m->rank < AS_MAX_STRATS;
+    for (int a = 0; a < c->m->rank && s.partial && room; a++) {
+      if (!(s.partial & (1u << a))) continue;
+      for (int d = 0; d < n->rank; d++) {
+        as_strat v = s;
+        v.out[d] |= (uint8_t)(1u << a);
+        int64_t t = 1;
+        for (int b = 0; b < c->m->rank; b++)
+          if (v.out[d] & (1u << b)) t *= c->m->shape[b];
+        if (n->shape[d] % t != 0) continue;
+        v.comm_bytes = 0;
+        v.cost = v.compute + partial_cost(c, id, s.partial, a, local_out, &v.comm_bytes);
+        v.partial &= (uint8_t)~(1u << a);
+        v.mem = local_out / (double)c->m->shape[a];
+        if (push(an, &v) < 0) return -1;
+      }
+    }
   }
   return 0;
 }

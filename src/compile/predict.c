@@ -74,11 +74,13 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_
   }
 }
 
-/* compile.c's mark_async rule: an all-reduce of a group of 2 or more whose
- * first user is not the next node run. first_use: per node (reshapes seen through). */
+/* compile.c's mark_async rule: an all-reduce, all-gather or reduce-scatter
+ * of a group of 2 or more whose first user is not the next node run.
+ * first_use: per node (reshapes seen through). */
 static bool is_async(const ts_graph *g, int i, const int *first_use, bool several) {
   const ts_node *n = &g->nodes[i];
-  if (!several || n->op != TS_OP_ALL_REDUCE || !n->attr.coll || n->attr.coll->n < 2) return false;
+  bool startable = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_ALL_GATHER || n->op == TS_OP_REDUCE_SCATTER;
+  if (!several || !startable || !n->attr.coll || n->attr.coll->n < 2) return false;
   for (int j = i + 1; j < g->n_nodes && j < first_use[i]; j++)
     if (autoshard_node_runs(&g->nodes[j])) return true;
   return false;
@@ -126,7 +128,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
-    double t = units / k->rate[kc] + k->overhead;
+    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, node_bytes(nd) / (double)ts_dtype_size(nd->dtype));
     info->class_s[kc] += t;
     info->kernels++;
     comp += t;
