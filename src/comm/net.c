@@ -186,18 +186,23 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     }
     /* poll hard for about 100 us (a peer that is just behind answers within
      * that), then yield, then sleep in naps that grow with the wait: 1/50 of
-     * the time waited so far, from 20 us up to 1 ms. A thread that waits long
-     * (a late peer, a slow link: a 5 MB all-reduce takes 40 ms at 1 Gbit/s)
-     * must not take the core of a computing one: 20 us naps cost about 13% of
-     * a core (measured, 2 s wait), 1 ms naps nearly nothing, and the transfer
-     * is late by at most 2% (one nap: each call here progresses MPI's
-     * sockets, which hold more than a nap's worth of data at 10 Gbit/s). */
+     * the time waited so far, from 20 us, held at 100 us for the first 100 ms
+     * and up to 1 ms after. A thread that waits long (a late peer) must not
+     * take the core of a computing one: 20 us naps cost about 13% of a core
+     * (measured, 2 s wait), 100 us naps ~10%, 1 ms naps ~2%. But each call
+     * here is what progresses MPI's sockets, and on a slow link the socket
+     * buffers hold less than 1 ms of data: with naps up to 1 ms a 2.36 MB
+     * exchange between two hosts at 1 Gbit/s took 19.5 or 39 ms, switching
+     * between runs (line rate 18.9 ms); capped at 100 us, 19.2-19.9 ms every
+     * run. So transfers (a 5 MB all-reduce is 40 ms at 1 Gbit/s) keep 100 us
+     * naps; only a wait past 100 ms (a late peer) drops to 1 ms. */
     if (waited < 0.1) continue;
     if (waited < 1.0) {
       sched_yield();
     } else {
       long nap_ns = (long)(waited * 20000.0); /* waited / 50, in ns */
-      nap_ns = nap_ns < 20000 ? 20000 : nap_ns > 1000000 ? 1000000 : nap_ns;
+      long cap_ns = waited < 100.0 ? 100000 : 1000000;
+      nap_ns = nap_ns < 20000 ? 20000 : nap_ns > cap_ns ? cap_ns : nap_ns;
       nanosleep(&(struct timespec){0, nap_ns}, NULL);
     }
   }
