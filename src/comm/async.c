@@ -175,7 +175,7 @@ int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
    * cores) before sleeping: a collective that is about to end is awaited
    * without a wake-up (tens of microseconds) */
   for (int i = 0; i < c->spin && atomic_load_explicit(&w->done_pub, memory_order_acquire) <= ticket; i++)
-    COMM_PAUSE();
+    SPIN_PAUSE();
   pthread_mutex_lock(&w->mu);
   while (w->done <= ticket && w->done < w->started) pthread_cond_wait(&w->cv, &w->mu);
   int rc = w->failed ? set_error_code(w->err_code, "%s", w->err) : 0;

@@ -44,15 +44,6 @@
 #include "util/error.h"
 
 
-/* The cost of one COMM_PAUSE() in nanoseconds (measured over 256 of them). */
-static double comm_pause_ns(void) {
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 0; i < 256; i++) COMM_PAUSE();
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 256.0;
-}
-
 ts_comm *comm_new(int n_devices) { return comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
 
 ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
@@ -102,9 +93,9 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * of the device it waits for); a pause costs 10..150 ns depending on the
    * CPU, so measure it. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double pause_ns = comm_pause_ns();
+  double pause_ns = spin_pause_ns();
   double spin_ns = cores >= n_local ? 20000.0 : 1000.0;
-  c->spin = (int)(spin_ns / (pause_ns > 1.0 ? pause_ns : 1.0));
+  c->spin = (int)(spin_ns / pause_ns);
   if (c->spin < 16) c->spin = 16;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -192,7 +183,7 @@ static int comm_wait_one(ts_comm *c, int peer, uint32_t t, const struct timespec
   comm_dev *p = &c->dev[peer];
   for (int i = 0; i < c->spin; i++) {
     if (reached(atomic_load_explicit(&p->arrived, memory_order_acquire), t)) return 0;
-    COMM_PAUSE();
+    SPIN_PAUSE();
   }
   int timed_out = 0;
   pthread_mutex_lock(&p->mu);

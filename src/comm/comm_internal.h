@@ -12,15 +12,7 @@
 
 struct ts_net;
 
-/* One pause in a spin-wait. */
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define COMM_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
-#define COMM_PAUSE() __asm__ __volatile__("yield")
-#else
-#define COMM_PAUSE() ((void)0)
-#endif
+#include "util/spin.h" /* SPIN_PAUSE: the spins of the barriers and waits */
 
 enum { PHASES = 4 }; /* counter values per call (phases 1..3 used) */
 

@@ -31,20 +31,12 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h> /* sysconf: online cores */
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define POOL_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
-#define POOL_PAUSE() __asm__ __volatile__("yield")
-#else
-#define POOL_PAUSE() ((void)0)
-#endif
 
 #include "metrics/metrics_internal.h" /* DeviceThreadsCreated */
 #include "runtime/rt.h"
+#include "util/spin.h" /* SPIN_PAUSE, spin_pause_ns */
 
 struct rt_pool {
   int want;                  /* workers to start (devices 1..want; device 0 runs on the caller) */
@@ -78,7 +70,7 @@ static void *worker(void *arg) {
     if (!p->stop && atomic_load(&p->gen) == seen && p->spin_go) {
       pthread_mutex_unlock(&p->lock);
       for (int i = 0; i < p->spin_go && atomic_load_explicit(&p->gen, memory_order_acquire) == seen; i++)
-        POOL_PAUSE();
+        SPIN_PAUSE();
       pthread_mutex_lock(&p->lock);
     }
     while (!p->stop && atomic_load(&p->gen) == seen) pthread_cond_wait(&p->go, &p->lock);
@@ -106,12 +98,7 @@ rt_pool *rt_pool_new(int n_workers) {
   /* the spins (the file comment), in pauses of the measured cost */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores >= n_workers + 1) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < 256; i++) POOL_PAUSE();
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 256.0;
-    if (ns < 1.0) ns = 1.0;
+    double ns = spin_pause_ns();
     p->spin_go = (int)(100000.0 / ns);
     p->spin_done = (int)(50000.0 / ns);
   }
@@ -201,7 +188,7 @@ int rt_pool_run(rt_pool *p, rt_pool_fn fn, void *arg) {
   pthread_mutex_unlock(&p->lock);
   run_first(p, fn, arg); /* device 0 on the calling thread, beside the workers */
   for (int i = 0; i < p->spin_done && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++)
-    POOL_PAUSE();
+    SPIN_PAUSE();
   pthread_mutex_lock(&p->lock);
   while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->lock);
   pthread_mutex_unlock(&p->lock);
