@@ -95,16 +95,17 @@ static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *or
     for (int j = u->off[v]; j < u->off[v + 1]; j++) k = key[u->users[j]] < k ? key[u->users[j]] : k;
     key[v] = k; /* -1 when one user waits for nothing */
   }
-  if (tail > 0 && tail < n) { /* stable: key -1 first, then per collective in start order */
-    int m = 0;
-    for (int p = tail; p < n; p++)
-      if (key[order[p]] < 0) tmp[m++] = order[p];
-    for (int c = 0; c < n; c++) {
-      if (!startable(g->nodes[order[c]].op)) continue;
-      for (int p = tail; p < n; p++)
-        if (key[order[p]] == c) tmp[m++] = order[p];
+  if (tail > 0 && tail < n) { /* a stable counting sort by key + 1: -1 first, then by collective position */
+    int32_t *at = pos; /* pos is done with: at[k + 1] = where key k's nodes go */
+    memset(at, 0, ((size_t)n + 1) * sizeof *at);
+    for (int p = tail; p < n; p++) at[key[order[p]] + 1]++;
+    for (int k = 0, sum = 0; k <= n; k++) {
+      int c = at[k];
+      at[k] = sum;
+      sum += c;
     }
-    if (m == n - tail) memcpy(order + tail, tmp, (size_t)m * sizeof *tmp);
+    for (int p = tail; p < n; p++) tmp[at[key[order[p]] + 1]++] = order[p];
+    memcpy(order + tail, tmp, (size_t)(n - tail) * sizeof *tmp);
   }
   free(pos);
   free(tmp);
