@@ -261,7 +261,7 @@ static ts_executable *compile_auto(ts_client *c, const ts_graph *g, const ts_mes
   ts_graph *copy = opt_rebuild(g, NULL, NULL, NULL);
   ts_auto_shard_options ao = {0};
   if (opts && opts->auto_shard_costs) ao = *opts->auto_shard_costs;
-  ao.mesh = own ? own : m, ao.time_limit_s = 0, ao.memory_limit_bytes = 0;
+  ao.mesh = own ? own : m;
   if (opts) ao.time_limit_s = opts->auto_shard_time_limit_s, ao.memory_limit_bytes = opts->auto_shard_memory_limit;
   if (copy && autoshard_annotate(copy, &ao, NULL, NULL) == 0 &&
       /* a solve cut by its time limit may differ between processes: never run unequal programs */
