@@ -119,18 +119,6 @@ ts_buffer_hold *ts_buffer_hold_new(ts_buffer *b) {
   return h;
 }
 
-/* The origin corner ext of the padded block src (shape lshape) into dst. */
-static void copy_corner(char *dst, const char *src, const int64_t *lshape, const int64_t *ext, int rank, size_t es) {
-  if (rank == 0) {
-    memcpy(dst, src, es);
-    return;
-  }
-  size_t inner_src = es, inner_dst = es;
-  for (int d = 1; d < rank; d++) inner_src *= (size_t)lshape[d], inner_dst *= (size_t)ext[d];
-  for (int64_t i = 0; i < ext[0]; i++)
-    copy_corner(dst + (size_t)i * inner_dst, src + (size_t)i * inner_src, lshape + 1, ext + 1, rank - 1, es);
-}
-
 int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, size_t bytes) {
   if (!h) return set_error("buffer_hold_read_shard: hold is NULL");
   if (device < 0 || device >= h->n_shards || !h->shards[device])
@@ -139,14 +127,7 @@ int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, si
   if (bytes != want)
     return set_error("buffer_hold_read_shard: %zu bytes given but device %d's block holds %zu", bytes, device, want);
   if (bytes && !dst) return set_error("buffer_hold_read_shard: host memory is NULL");
-  const ts_device *d = &h->c->devs[device];
-  if (bytes == h->shard_bytes) return d->to_host(d->ctx, dst, h->shards[device], bytes);
-  char *tmp = malloc(h->shard_bytes + 1);
-  if (!tmp) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_hold_read_shard: out of memory");
-  int rc = d->to_host(d->ctx, tmp, h->shards[device], h->shard_bytes);
-  if (rc == 0) copy_corner(dst, tmp, h->local_shape, h->ext[device], h->rank, ts_dtype_size(h->dtype));
-  free(tmp);
-  return rc;
+  return ts_buffer_hold_read_range(h, device, 0, dst, bytes); /* the whole block */
 }
 
 int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes) {
