@@ -50,6 +50,27 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
  * scalar loop (return false), as does a NaN init. Otherwise the max value is
  * unique in bits, so this returns exactly what the scalar loop returns. */
 #define MM_SEL(SUF, m, v, c) (m = (vec_##SUF)(((ivec_##SUF)(v) & (c)) | ((ivec_##SUF)(m) & ~(c))))
+/* The lane loops of MINMAX_FAST for one comparison CMP (> for max, < for
+ * min): four lane groups, their merge (in any order: the max is unique in
+ * bits unless it is zero), then one lane group. */
+#define MM_LOOPS(SUF, NL, CMP)                                                              \
+  do {                                                                                      \
+    for (; i + 4 * (NL) <= n; i += 4 * (NL)) {                                              \
+      memcpy(&v, x + i, sizeof v), memcpy(&v1, x + i + (NL), sizeof v);                     \
+      memcpy(&v2, x + i + 2 * (NL), sizeof v), memcpy(&v3, x + i + 3 * (NL), sizeof v);     \
+      c = v CMP m, c1 = v1 CMP m1, c2 = v2 CMP m2, c3 = v3 CMP m3;                          \
+      MM_SEL(SUF, m, v, c), MM_SEL(SUF, m1, v1, c1), MM_SEL(SUF, m2, v2, c2), MM_SEL(SUF, m3, v3, c3); \
+      nanm |= (v != v) | (v1 != v1) | (v2 != v2) | (v3 != v3);                              \
+    }                                                                                       \
+    c = m1 CMP m, MM_SEL(SUF, m, m1, c);                                                    \
+    c = m2 CMP m, MM_SEL(SUF, m, m2, c);                                                    \
+    c = m3 CMP m, MM_SEL(SUF, m, m3, c);                                                    \
+    for (; i + (NL) <= n; i += (NL)) {                                                      \
+      memcpy(&v, x + i, sizeof v);                                                          \
+      c = v CMP m, MM_SEL(SUF, m, v, c);                                                    \
+      nanm |= v != v;                                                                       \
+    }                                                                                       \
+  } while (0)
 #define MINMAX_FAST(T, SUF, NL, IT)                                                         \
   typedef T vec_##SUF __attribute__((vector_size(64)));                                     \
   typedef IT ivec_##SUF __attribute__((vector_size(64)));                                   \
@@ -64,39 +85,9 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
     vec_##SUF m1 = m, m2 = m, m3 = m, v1, v2, v3;                                           \
     ivec_##SUF c1, c2, c3;                                                                  \
     if (is_max)                                                                             \
-      for (; i + 4 * (NL) <= n; i += 4 * (NL)) {                                            \
-        memcpy(&v, x + i, sizeof v), memcpy(&v1, x + i + (NL), sizeof v);                   \
-        memcpy(&v2, x + i + 2 * (NL), sizeof v), memcpy(&v3, x + i + 3 * (NL), sizeof v);   \
-        c = v > m, c1 = v1 > m1, c2 = v2 > m2, c3 = v3 > m3;                                \
-        MM_SEL(SUF, m, v, c), MM_SEL(SUF, m1, v1, c1), MM_SEL(SUF, m2, v2, c2), MM_SEL(SUF, m3, v3, c3); \
-        nanm |= (v != v) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
-      }                                                                                     \
+      MM_LOOPS(SUF, NL, >);                                                                 \
     else                                                                                    \
-      for (; i + 4 * (NL) <= n; i += 4 * (NL)) {                                            \
-        memcpy(&v, x + i, sizeof v), memcpy(&v1, x + i + (NL), sizeof v);                   \
-        memcpy(&v2, x + i + 2 * (NL), sizeof v), memcpy(&v3, x + i + 3 * (NL), sizeof v);   \
-        c = v < m, c1 = v1 < m1, c2 = v2 < m2, c3 = v3 < m3;                                \
-        MM_SEL(SUF, m, v, c), MM_SEL(SUF, m1, v1, c1), MM_SEL(SUF, m2, v2, c2), MM_SEL(SUF, m3, v3, c3); \
-        nanm |= (v != v) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
-      }                                                                                     \
-    /* lanes merge in any order: the max is unique in bits unless it is zero */           \
-    c = is_max ? m1 > m : m1 < m, MM_SEL(SUF, m, m1, c);                                    \
-    c = is_max ? m2 > m : m2 < m, MM_SEL(SUF, m, m2, c);                                    \
-    c = is_max ? m3 > m : m3 < m, MM_SEL(SUF, m, m3, c);                                    \
-    if (is_max)                                                                             \
-      for (; i + (NL) <= n; i += (NL)) {                                                    \
-        memcpy(&v, x + i, sizeof v);                                                        \
-        c = v > m;                                                                          \
-        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
-        nanm |= v != v;                                                                     \
-      }                                                                                     \
-    else                                                                                    \
-      for (; i + (NL) <= n; i += (NL)) {                                                    \
-        memcpy(&v, x + i, sizeof v);                                                        \
-        c = v < m;                                                                          \
-        m = (vec_##SUF)(((ivec_##SUF)v & c) | ((ivec_##SUF)m & ~c));                        \
-        nanm |= v != v;                                                                     \
-      }                                                                                     \
+      MM_LOOPS(SUF, NL, <);                                                                 \
     bool nan = false;                                                                       \
     T r = m[0];                                                                             \
     for (int l = 0; l < (NL); l++) {                                                        \
