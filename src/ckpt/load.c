@@ -146,6 +146,15 @@ int ckpt_prefetch(ts_ckpt *ck, int file, uint64_t begin, uint64_t end) {
   return 0;
 }
 
+/* Block b of tensor t, read from path into data: its checksum against the index's. */
+static int check_block(const ts_ckpt *ck, const ck_tensor *t, const ck_block *b, const void *data, const char *path) {
+  if (ck->plain || ckpt_sum(ck->version, data, (size_t)(b->end - b->begin)) == b->hash) return 0;
+  char bn[2048];
+  ckpt_block_name(t, b, bn, sizeof bn);
+  return set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted", path,
+                   t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
+}
+
 /* Block k of tensor t, whole and checked, into buf (its bytes). */
 static int load_block_into(ts_ckpt *ck, const ck_tensor *t, int k, void *buf) {
   const ck_block *b = &t->b[k];
@@ -154,13 +163,7 @@ static int load_block_into(ts_ckpt *ck, const ck_tensor *t, int k, void *buf) {
   char path[PATH_LEN];
   file_path(ck, b->file, path, sizeof path);
   if (ckpt_pread_all(ck->f[b->file].fd, buf, n, b->begin, path) < 0) return -1;
-  if (!ck->plain && ckpt_sum(ck->version, buf, n) != b->hash) {
-    char bn[2048];
-    ckpt_block_name(t, b, bn, sizeof bn);
-    return set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted",
-                     path, t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
-  }
-  return 0;
+  return check_block(ck, t, b, buf, path);
 }
 
 /* Block k of tensor t, whole and checked, into a malloc'd buffer. */
@@ -212,13 +215,9 @@ static int load_block_direct(ts_ckpt *ck, const ck_tensor *t, int k, void **mem,
     return set_error("%s: unexpected end of file at byte %llu (truncated?)", path, (unsigned long long)(a0 + got));
   }
   const char *d = (const char *)p + (b->begin - a0);
-  size_t bytes = (size_t)(b->end - b->begin);
-  if (!ck->plain && ckpt_sum(ck->version, d, bytes) != b->hash) {
-    char bn[2048];
-    ckpt_block_name(t, b, bn, sizeof bn);
+  if (check_block(ck, t, b, d, path) < 0) {
     free(p);
-    return set_error("%s: checksum mismatch in tensor %s (block '%s', bytes [%llu, %llu)): the data is corrupted",
-                     path, t->name, bn, (unsigned long long)b->begin, (unsigned long long)b->end);
+    return -1;
   }
   *mem = p, *data = d;
   return 0;
