@@ -76,8 +76,10 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
   /* Started collectives run in line when that costs nothing the worker would
    * save (async.c): in shared memory a collective is memory copies the cores
    * make anyway, so a worker only adds a hand-off, a staging copy and a
-   * thread competing with the devices for the cores (MLP data=2: 25% off the
-   * step). Up to 8 MiB (every bucket, the MLP's and CNN's largest gradients):
+   * thread competing with the devices for the cores (`bench/run_dp.sh`'s
+   * data2 against data2-worker rows, quiet but drifting host: CNN 23.8 vs
+   * 30.5 ms, but MLP 2.83 vs 2.49 ms; a loaded A/B gave the MLP 2.0-2.2 vs
+   * 2.7-2.9 ms: not settled for the MLP). Up to 8 MiB (every bucket, the MLP's and CNN's largest gradients):
    * a larger one is worth hiding when the machine has cores to spare (its
    * start's copy is then small beside the rest of it, which the worker
    * runs). Between processes only small ones (latency, not bandwidth): a
