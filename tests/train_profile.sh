@@ -4,6 +4,7 @@
 # bit for bit as a run that reads every loss back; --profile's record parses and
 # its parts add up (host parts to the step, per device compute + exposed
 # communication + idle to the execute, the execute near the logged step_ms);
+# --profile prints its breakdown for the GPT too;
 # --bind is accepted where each device gets a core of its own and refused
 # clearly where it cannot; weight-update sharding on mesh data=2 computes the
 # same losses bit for bit as the replicated update (bench_train_step A/B).
@@ -63,6 +64,14 @@ if grep -q "^profile: 11 steps" "$tmp/every4.out" && grep -q "^  device 1: compu
   ok "--profile prints the breakdown"
 else bad "--profile output: $(grep -A3 '^profile' "$tmp/every4.out")"; fi
 if [ "$(grep -c '"profile"' "$tmp/every1.json")" -eq 0 ]; then ok "no profile record without --profile"; else bad "profile record without --profile"; fi
+
+# ---- --profile for the GPT too (its run ends with a val loss, not a test accuracy) ----
+rc=0
+TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" train --model gpt --layers 1 --d-model 64 --heads 2 --seq 32 --batch 4 \
+  --steps 3 --profile >"$tmp/gptprof.out" 2>"$tmp/gptprof.err" || rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^profile: 2 steps" "$tmp/gptprof.out" && grep -q "^memory: step plan" "$tmp/gptprof.out"; then
+  ok "--profile --model gpt prints the breakdown and the memory line"
+else bad "--profile --model gpt: exit $rc: $(tail -5 "$tmp/gptprof.out") $(head -c 300 "$tmp/gptprof.err")"; fi
 
 # ---- --bind ----
 if command -v taskset >/dev/null && taskset -c 0,1 true 2>/dev/null; then

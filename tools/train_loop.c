@@ -207,6 +207,33 @@ static int train_interrupted(train_run *r, const loop_state *st) {
   return 128 + r->stop_signal;
 }
 
+/* What every finished run prints after its "done:" line, whatever the model:
+ * the loader's wait, the --profile breakdown, the f16 loss scale, peak memory. */
+static int report_tail(train_run *r, const loop_state *st) {
+  const train_opts *o = &r->o;
+  ts_loader_stats ls;
+  ts_loader_get_stats(r->loader, &ls);
+  printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
+         st->train_time > 0 ? 100.0 * ls.wait_s / st->train_time : 0.0, ls.produce_s);
+  if (o->profile && train_profile_report(r) < 0) return CLI_EXIT_FAIL;
+  if (o->amp == AMP_F16)
+    printf("amp: f16 loss scale %g after %lld steps, %.0f updates skipped (inf/NaN gradients)\n", st->loss_scale,
+           (long long)st->step, st->skipped);
+  /* peak memory: the training step's memory plan (temporaries, largest device) and the process's RSS */
+  size_t plan = 0;
+  for (int d = 0; d < ts_executable_num_devices(r->step_pr.exe); d++) {
+    ts_device_program_info info;
+    if (ts_executable_device_program(r->step_pr.exe, d, &info) == 0 && info.arena_bytes > plan)
+      plan = info.arena_bytes;
+  }
+  struct rusage ru;
+  long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+  ts_metrics_add("PeakRSS", TS_METRIC_PEAK, (int64_t)rss_kb * 1024);
+  printf("memory: step plan %.1f MiB of temporaries per device, peak RSS %.1f MiB\n", (double)plan / (1 << 20),
+         (double)rss_kb / 1024);
+  return CLI_EXIT_OK;
+}
+
 int train_epochs(train_run *r) {
   const train_opts *o = &r->o;
   /* Worker threads prepare the next batches (shuffled per (seed, epoch),
@@ -246,36 +273,19 @@ int train_epochs(train_run *r) {
     return CLI_EXIT_OK;
   }
   char e1[32];
-  ts_loader_stats ls;
-  ts_loader_get_stats(r->loader, &ls);
   int64_t ran = st.step - st.first_step;
-  if (o->model == MODEL_GPT) {
+  if (o->model == MODEL_GPT)
     printf("done: %lld steps in %s (%.0f tokens/s training), final val loss %.4f\n", (long long)st.step,
            fmt_duration(train_now_s() - st.start, e1, sizeof e1),
            st.train_time > 0 ? (double)(ran * o->batch * o->seq) / st.train_time : 0.0, r->val_loss);
+  else
+    printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n", (long long)st.step,
+           fmt_duration(train_now_s() - st.start, e1, sizeof e1),
+           st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);
+  if (report_tail(r, &st) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+  if (o->model == MODEL_GPT) {
     fflush(stdout);
-    return train_gpt_sample(r);
+    return train_gpt_sample(r); /* after the report: the samples are the run's last words */
   }
-  printf("done: %lld steps in %s (%.0f samples/s training), final test accuracy %.2f%%\n", (long long)st.step,
-         fmt_duration(train_now_s() - st.start, e1, sizeof e1),
-         st.train_time > 0 ? (double)(ran * o->batch) / st.train_time : 0.0, 100 * st.acc);
-  printf("data: waited %.2fs for batches, %.2f%% of step time (loader busy %.2fs)\n", ls.wait_s,
-         st.train_time > 0 ? 100.0 * ls.wait_s / st.train_time : 0.0, ls.produce_s);
-  if (o->profile && train_profile_report(r) < 0) return CLI_EXIT_FAIL;
-  if (o->amp == AMP_F16)
-    printf("amp: f16 loss scale %g after %lld steps, %.0f updates skipped (inf/NaN gradients)\n", st.loss_scale,
-           (long long)st.step, st.skipped);
-  /* peak memory: the training step's memory plan (temporaries, largest device) and the process's RSS */
-  size_t plan = 0;
-  for (int d = 0; d < ts_executable_num_devices(r->step_pr.exe); d++) {
-    ts_device_program_info info;
-    if (ts_executable_device_program(r->step_pr.exe, d, &info) == 0 && info.arena_bytes > plan)
-      plan = info.arena_bytes;
-  }
-  struct rusage ru;
-  long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
-  ts_metrics_add("PeakRSS", TS_METRIC_PEAK, (int64_t)rss_kb * 1024);
-  printf("memory: step plan %.1f MiB of temporaries per device, peak RSS %.1f MiB\n", (double)plan / (1 << 20),
-         (double)rss_kb / 1024);
   return CLI_EXIT_OK;
 }
