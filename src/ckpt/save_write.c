@@ -177,10 +177,7 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     if (m > SAVE_PIECE) m = SAVE_PIECE;
     if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
       return read_error(e, b);
-    if (j->version >= 2) {
-      ckpt_xxh64_update(&fc->bs, dst, (size_t)m);
-      ckpt_xxh64_update(&fc->fs, dst, (size_t)m);
-    }
+    if (j->version >= 2) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
