@@ -4,7 +4,8 @@
  * file offsets, through a ring of SAVE_SLOTS chunk buffers:
  *   fill   (this thread) copies the chunk's bytes from the held device blocks
  *          (ts_buffer_hold_read_range) a SAVE_PIECE at a time and hashes each
- *          piece at once, from cache, into its block's and the file's XXH64;
+ *          piece at once, from cache, into its block's and the file's XXH64
+ *          (one pass for both: ckpt_xxh64_update2);
  *          a buffer's hold is released as soon as its last byte is copied;
  *   write  (SAVE_IO_THREADS threads) write filled chunks with O_DIRECT (the
  *          disk reads the ring itself; buffered with early write-back where
