@@ -93,6 +93,20 @@ static void test_xxh64(void) {
     for (int i = 0; i < 1030; i += step) ckpt_xxh64_update(&s, buf + i, (size_t)(1030 - i < step ? 1030 - i : step));
     CHECK(ckpt_xxh64_digest(&s) == 0x45b620830f9a80edull, "XXH64 streamed in pieces of %d", step);
   }
+  /* two states over the same bytes in one pass (a block's and its file's
+   * checksum, save_write.c): t is `phase` bytes ahead (another stripe phase);
+   * each equals its own one-shot hash, whatever the pieces */
+  for (int phase = 0; phase < 70; phase += 5)
+    for (int step = 1; step < 400; step += 37) {
+      ckpt_xxh64_state s, t;
+      ckpt_xxh64_init(&s);
+      ckpt_xxh64_init(&t);
+      ckpt_xxh64_update(&t, buf, (size_t)phase);
+      for (int i = phase; i < 1030; i += step)
+        ckpt_xxh64_update2(&s, &t, buf + i, (size_t)(1030 - i < step ? 1030 - i : step));
+      CHECK(ckpt_xxh64_digest(&t) == 0x45b620830f9a80edull && ckpt_xxh64_digest(&s) == ckpt_xxh64(buf + phase, (size_t)(1030 - phase)),
+            "XXH64 of two states in one pass: phase %d, pieces of %d", phase, step);
+    }
 }
 
 /* A background save of a sharded state writes exactly ts_ckpt_save's bytes. */

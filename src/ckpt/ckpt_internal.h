@@ -25,6 +25,9 @@ typedef struct {
 } ckpt_xxh64_state;
 void ckpt_xxh64_init(ckpt_xxh64_state *s);
 void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n);
+/* = ckpt_xxh64_update(s, ..) then (t, ..), in one pass (a block's and its
+ * file's checksum: the same bytes at different stripe phases). */
+void ckpt_xxh64_update2(ckpt_xxh64_state *s, ckpt_xxh64_state *t, const void *data, size_t n);
 uint64_t ckpt_xxh64_digest(const ckpt_xxh64_state *s);
 uint64_t ckpt_xxh64(const void *data, size_t n);
 /* The checksum of bytes (a block, a header) in format `version`: 1

@@ -4,7 +4,8 @@
  * file offsets, through a ring of SAVE_SLOTS chunk buffers:
  *   fill   (this thread) copies the chunk's bytes from the held device blocks
  *          (ts_buffer_hold_read_range) a SAVE_PIECE at a time and hashes each
- *          piece at once, from cache, into its block's and the file's XXH64;
+ *          piece at once, from cache, into its block's and the file's XXH64
+ *          (one pass for both: ckpt_xxh64_update2);
  *          a buffer's hold is released as soon as its last byte is copied;
  *   write  (SAVE_IO_THREADS threads) write filled chunks with O_DIRECT (the
  *          disk reads the ring itself; buffered with early write-back where
@@ -177,10 +178,7 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     if (m > SAVE_PIECE) m = SAVE_PIECE;
     if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
       return read_error(e, b);
-    if (j->version >= 2) {
-      ckpt_xxh64_update(&fc->bs, dst, (size_t)m);
-      ckpt_xxh64_update(&fc->fs, dst, (size_t)m);
-    }
+    if (j->version >= 2) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);

@@ -68,20 +68,63 @@ static size_t stripes(uint64_t *v, const unsigned char *p, size_t n) {
   return i;
 }
 
-void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n) {
-  const unsigned char *p = data;
-  s->total += n;
-  if (s->nbuf) { /* top up the partial stripe first */
-    size_t take = 32 - s->nbuf < n ? 32 - s->nbuf : n;
-    memcpy(s->buf + s->nbuf, p, take);
-    s->nbuf += (unsigned)take, p += take, n -= take;
-    if (s->nbuf < 32) return;
+/* Two states' whole stripes over the same bytes at different stripe
+ * phases (p and q: k stripes each), interleaved: eight independent
+ * multiply chains instead of four, so the core's multiplier stays busy
+ * (one pass for a block's and its file's checksum: about 1.5x the speed of
+ * two passes). */
+static void stripes2(uint64_t *v, const unsigned char *p, uint64_t *w, const unsigned char *q, size_t k) {
+  uint64_t a = v[0], b = v[1], c = v[2], d = v[3], e = w[0], f = w[1], g = w[2], h = w[3];
+  for (; k > 0; k--, p += 32, q += 32) {
+    a = round1(a, rd64(p)), e = round1(e, rd64(q));
+    b = round1(b, rd64(p + 8)), f = round1(f, rd64(q + 8));
+    c = round1(c, rd64(p + 16)), g = round1(g, rd64(q + 16));
+    d = round1(d, rd64(p + 24)), h = round1(h, rd64(q + 24));
+  }
+  v[0] = a, v[1] = b, v[2] = c, v[3] = d, w[0] = e, w[1] = f, w[2] = g, w[3] = h;
+}
+
+/* Tops up s's partial stripe from p[0..n) (hashing it once full): the
+ * bytes taken. Then s's next stripe starts at p + taken, or all n bytes were
+ * taken into the buffer. */
+static size_t top_up(ckpt_xxh64_state *s, const unsigned char *p, size_t n) {
+  if (!s->nbuf) return 0;
+  size_t take = 32 - s->nbuf < n ? 32 - s->nbuf : n;
+  memcpy(s->buf + s->nbuf, p, take);
+  s->nbuf += (unsigned)take;
+  if (s->nbuf == 32) {
     stripes(s->v, s->buf, 32);
     s->nbuf = 0;
   }
-  size_t used = stripes(s->v, p, n);
-  memcpy(s->buf, p + used, n - used);
-  s->nbuf = (unsigned)(n - used);
+  return take;
+}
+
+/* After top_up took `from` bytes of p[0..n) and the stripes up to `done`
+ * were hashed: the remaining whole stripes, then the tail into the buffer. */
+static void finish(ckpt_xxh64_state *s, const unsigned char *p, size_t n, size_t done) {
+  if (s->nbuf) return; /* top_up took everything */
+  done += stripes(s->v, p + done, n - done);
+  memcpy(s->buf, p + done, n - done);
+  s->nbuf = (unsigned)(n - done);
+}
+
+void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n) {
+  const unsigned char *p = data;
+  s->total += n;
+  finish(s, p, n, top_up(s, p, n));
+}
+
+void ckpt_xxh64_update2(ckpt_xxh64_state *s, ckpt_xxh64_state *t, const void *data, size_t n) {
+  const unsigned char *p = data;
+  s->total += n, t->total += n;
+  size_t ds = top_up(s, p, n), dt = top_up(t, p, n);
+  if (!s->nbuf && !t->nbuf) { /* both at a stripe start: their common whole stripes together */
+    size_t ks = (n - ds) / 32, kt = (n - dt) / 32, k = ks < kt ? ks : kt;
+    stripes2(s->v, p + ds, t->v, p + dt, k);
+    ds += 32 * k, dt += 32 * k;
+  }
+  finish(s, p, n, ds);
+  finish(t, p, n, dt);
 }
 
 uint64_t ckpt_xxh64_digest(const ckpt_xxh64_state *s) {
