@@ -257,7 +257,7 @@ static int follow_operand(const as_ctx *c, int v, int donated) {
     const ts_node *x = &g->nodes[nd->in[k]];
     if (x->rank != nd->rank || memcmp(x->shape, nd->shape, (size_t)nd->rank * sizeof nd->shape[0]) != 0) continue;
     bool weak = x->op == TS_OP_BROADCAST || x->op == TS_OP_CONSTANT;
-    bool own = donated >= 0 && c->nodes[nd->in[k]].leader == c->nodes[donated].leader;
+    bool own = donated >= 0 && donated < v && c->nodes[nd->in[k]].leader == c->nodes[donated].leader;
     int r = weak ? 0 : own ? 1 : 2;
     if (fk < 0 || r > rank_fk) fk = k, rank_fk = r;
   }
