@@ -93,12 +93,27 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
    * of the device it waits for); a pause costs 10..150 ns depending on the
-   * CPU, so measure it. */
+   * CPU, so measure it.
+   * A barrier between the device threads of one process that fit the cores
+   * spins longer, about 500 us (barrier_spin): a waiter that sleeps costs the
+   * step a wake-up (the last device to arrive signals, then the sleeper waits
+   * for the scheduler: tens of microseconds, milliseconds on a busy machine),
+   * and the devices of a data-parallel step reach their collectives tens of
+   * microseconds apart (trace: 8-20 us medians on the MLP's data=2 step, far
+   * more when other processes take the cores). Measured, MLP data=2 (2
+   * devices x 1 thread, bench_train_step, 2-core machine shared with other
+   * jobs, run at autogroup nice -20): 20 us 2.5-5.6 ms a step, 100 us 2.5-3.0
+   * ms, level from 200 us to 2 ms; 1 device x 2 threads 2.4-2.8 ms in the
+   * same rounds. Not over processes, whose threads (and collective workers)
+   * this process cannot count, nor for waits on a collective worker (async.c),
+   * which needs a core to finish what the device waits for. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double pause_ns = spin_pause_ns();
-  double spin_ns = cores >= n_local ? 20000.0 : 1000.0;
-  c->spin = (int)(spin_ns / pause_ns);
+  bool fit = cores >= n_local;
+  c->spin = (int)((fit ? 20000.0 : 1000.0) / pause_ns);
   if (c->spin < 16) c->spin = 16;
+  c->barrier_spin = fit && !net ? (int)(500000.0 / pause_ns) : c->spin;
+  if (c->barrier_spin < c->spin) c->barrier_spin = c->spin;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -183,7 +198,7 @@ static void comm_arrive(ts_comm *c, int device, uint32_t t) {
  * 1 on timeout (deadline passed), 0 otherwise. */
 static int comm_wait_one(ts_comm *c, int peer, uint32_t t, const struct timespec *deadline) {
   comm_dev *p = &c->dev[peer];
-  for (int i = 0; i < c->spin; i++) {
+  for (int i = 0; i < c->barrier_spin; i++) {
     if (reached(atomic_load_explicit(&p->arrived, memory_order_acquire), t)) return 0;
     SPIN_PAUSE();
   }
