@@ -93,12 +93,28 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
    * of the device it waits for); a pause costs 10..150 ns depending on the
-   * CPU, so measure it. */
+   * CPU, so measure it.
+   * A barrier between the device threads of one process that fit the cores
+   * spins longer, about 500 us (barrier_spin): a waiter that sleeps costs the
+   * step a wake-up (the last device to arrive signals, then the sleeper waits
+   * for the scheduler: tens of microseconds, milliseconds on a busy machine),
+   * and the devices of a data-parallel step reach their collectives tens of
+   * microseconds apart (trace: 8-20 us medians on the MLP's data=2 step, far
+   * more when other processes take the cores). Measured, MLP data=2 (2
+   * devices x 1 thread, bench_train_step, 2-core machine shared with other
+   * jobs, run at autogroup nice -20): 20 us 2.5-5.6 ms a step, 100 us 2.5-3.0
+   * ms, level from 200 us to 2 ms; 1 device x 2 threads 2.4-2.8 ms in the
+   * same rounds. Not over processes, whose threads (and collective workers)
+   * this process cannot count, nor once a device has a collective worker
+   * (comm_sync), nor for waits on a worker (async.c), which needs a core to
+   * finish what the device waits for. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double pause_ns = spin_pause_ns();
-  double spin_ns = cores >= n_local ? 20000.0 : 1000.0;
-  c->spin = (int)(spin_ns / pause_ns);
+  bool fit = cores >= n_local;
+  c->spin = (int)((fit ? 20000.0 : 1000.0) / pause_ns);
   if (c->spin < 16) c->spin = 16;
+  c->barrier_spin = fit && !net ? (int)(500000.0 / pause_ns) : c->spin;
+  if (c->barrier_spin < c->spin) c->barrier_spin = c->spin;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -179,11 +195,11 @@ static void comm_arrive(ts_comm *c, int device, uint32_t t) {
   }
 }
 
-/* Blocks until peer's counter reaches t: spin, then sleep on its cv. Returns
- * 1 on timeout (deadline passed), 0 otherwise. */
-static int comm_wait_one(ts_comm *c, int peer, uint32_t t, const struct timespec *deadline) {
+/* Blocks until peer's counter reaches t: spin (`spin` pauses), then sleep on
+ * its cv. Returns 1 on timeout (deadline passed), 0 otherwise. */
+static int comm_wait_one(ts_comm *c, int peer, uint32_t t, int spin, const struct timespec *deadline) {
   comm_dev *p = &c->dev[peer];
-  for (int i = 0; i < c->spin; i++) {
+  for (int i = 0; i < spin; i++) {
     if (reached(atomic_load_explicit(&p->arrived, memory_order_acquire), t)) return 0;
     SPIN_PAUSE();
   }
@@ -218,6 +234,12 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
                      int phase) {
   uint32_t t = c->dev[device].seq * PHASES + (uint32_t)phase;
   comm_arrive(c, device, t);
+  /* the long spin only while the device has no collective worker (async.c):
+   * the workers' barriers run beside the computing devices, more threads
+   * than cores (measured: the MLP's data2-worker row of bench/run_dp.sh,
+   * every collective on the worker, 2.8-3.9 ms a step with 20 us, 10.4 ms
+   * with 500 us). The device set its worker before handing it a job. */
+  int spin = c->dev[device].worker ? c->spin : c->barrier_spin;
   int ms = atomic_load(&c->timeout_ms);
   struct timespec deadline;
   if (ms > 0) {
@@ -231,7 +253,7 @@ int comm_sync(ts_comm *c, int device, const char *what, const int *peers, int np
   }
   for (int i = 0; i < np; i++) {
     if (peers[i] == device) continue;
-    if (!comm_wait_one(c, peers[i], t, ms > 0 ? &deadline : NULL)) continue;
+    if (!comm_wait_one(c, peers[i], t, spin, ms > 0 ? &deadline : NULL)) continue;
     char missing[512];
     size_t len = 0;
     missing[0] = '\0';

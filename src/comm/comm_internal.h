@@ -46,6 +46,8 @@ struct ts_comm {
   int n;                  /* devices, global ids 0..n-1 */
   _Atomic int timeout_ms; /* 0 = forever */
   int spin;               /* pause iterations before blocking (about 20 us) */
+  int barrier_spin;       /* the same for barrier waits (comm_sync) of a device without a
+                           * collective worker: about 500 us in one process (comm.c) */
   comm_dev *dev;          /* (n); only the local devices' entries are used */
   /* Several processes (NULL net: every device is local). */
   struct ts_net *net;
