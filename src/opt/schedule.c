@@ -23,7 +23,13 @@
  * that waits for nothing goes first, unless it feeds only nodes that wait: it
  * goes with the earliest of them (memory: the update's block slice of each
  * weight stays next to its update). The worker ends collectives in start
- * order, so a node of a later collective could only wait longer. */
+ * order, so a node of a later collective could only wait longer.
+ *
+ * Last, the collectives carried into the next step (their result only an
+ * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
+ * in the order that step reads those inputs (order_carried): the worker
+ * runs them in start order, and the next step's first layer would wait for
+ * every gather started before its own. */
 #include <stdlib.h>
 #include <string.h>
 
