@@ -15,6 +15,10 @@
 # table gives samples/s, the bound, their ratio (issue 17's targets at
 # 1 Gbit/s: DDP and SPMD >= 0.85x, FSDP >= 0.75x) and the share of the
 # communication hidden: (compute + comm - step) / comm, clipped to [0, 1].
+# comp2 and ratio2: the same bound with the compute measured while both hosts
+# compute (two such half-batch processes side by side, no network; the
+# slower's median): here the hosts share one machine's cores, caches and
+# memory bandwidth, so ratio2 - ratio is that sharing, not communication.
 # Correctness: SPMD's and FSDP's second-step loss equals 1 process's within
 # 1e-4 relative, else the script fails (exit 1, after the table); DDP's CNN
 # draws its own dropout masks per replica and is not compared.
@@ -77,11 +81,30 @@ run() { # run LABEL RATE CMD...: one benchmark; its RESULT line, labeled, into $
   fi
 }
 
+run_pair() { # run_pair MODEL HALF_BATCH: two half-batch processes at once; the slower's RESULT as "pair"
+  local i ok=1 pids=()
+  echo "pair -: 2 x $bin --model $1 --batch $2" >&2
+  for i in 0 1; do
+    timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "$bin" --model "$1" --threads 1 --batch "$2" "${steps[@]}" \
+      >"$tmp/pair$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do wait "${pids[$i]}" || ok=0; done
+  [ "$ok" = 1 ] || { echo "  failed: $(tail -2 "$tmp/pair0" "$tmp/pair1")" >&2; failed=1; return; }
+  grep -h '^RESULT ' "$tmp/pair0" "$tmp/pair1" | /usr/bin/python3 -c "
+import sys
+rows = [l.split() for l in sys.stdin]
+ms = lambda r: float(dict(x.split('=', 1) for x in r[3:] if '=' in x).get('median_ms', 'nan'))
+r = max(rows, key=ms)
+print('pair -', ' '.join(r[2:]))" >>"$tmp/results"
+}
+
 for m in "${models[@]}"; do
   run one - env TESSEL_NUM_THREADS=2 "$bin" --model "$m" --threads 2 "${steps[@]}"
   b=$(grep "^one - $m " "$tmp/results" | sed 's/.*batch=\([0-9]*\).*/\1/')
   [ -n "$b" ] || continue
   run half - env TESSEL_NUM_THREADS=1 "$bin" --model "$m" --threads 1 --batch $((b / 2)) "${steps[@]}"
+  run_pair "$m" $((b / 2))
   for r in "${rates[@]}"; do
     set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
     for par in ddp spmd fsdp; do
@@ -148,23 +171,26 @@ def rate_bps(r):
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
 bad = 0
 print(f"{'model':9} {'link':8} {'config':9} {'samples/s':>10} {'bound':>8} {'ratio':>6} {'hidden':>7} "
-      f"{'step ms':>8} {'comp ms':>8} {'comm ms':>8} {'MB/step':>8}")
+      f"{'step ms':>8} {'comp ms':>8} {'comm ms':>8} {'MB/step':>8} {'comp2 ms':>9} {'ratio2':>7}")
 for model in dict.fromkeys(r[2] for r in rows):
     one = next((d for l, _, m, d in rows if l == "one" and m == model), None)
     half = next((d for l, _, m, d in rows if l == "half" and m == model), None)
+    pair = next((d for l, _, m, d in rows if l == "pair" and m == model), None)
     if one:
         print(f"{model:9} {'-':8} {'1 process':9} {float(one['samples_per_s']):10.0f}")
     for label, rate, m, d in rows:
-        if m != model or label in ("one", "half"):
+        if m != model or label in ("one", "half", "pair"):
             continue
         B, step = int(d["batch"]), float(d["median_ms"])
         comp = float(half["median_ms"]) if half else float("nan")
         comm = float(d["net_bytes"]) / rate_bps(rate) * 1e3
         bound = B / max(comp, comm) * 1e3
         hidden = min(1.0, max(0.0, (comp + comm - step) / comm)) if comm > 0 else 1.0
+        comp2 = float(pair["median_ms"]) if pair else float("nan")
+        bound2 = B / max(comp2, comm) * 1e3
         print(f"{model:9} {rate:8} {label.upper():9} {float(d['samples_per_s']):10.0f} {bound:8.0f} "
               f"{float(d['samples_per_s']) / bound:6.2f} {hidden:7.0%} {step:8.1f} {comp:8.1f} {comm:8.1f} "
-              f"{float(d['net_bytes']) / 1e6:8.2f}")
+              f"{float(d['net_bytes']) / 1e6:8.2f} {comp2:9.1f} {float(d['samples_per_s']) / bound2:7.2f}")
         if label in ("spmd", "fsdp") and one:
             a, b = float(one["check_loss"]), float(d["check_loss"])
             if abs(a - b) / max(1.0, abs(a)) > 1e-4:

@@ -14,7 +14,11 @@
  *    collectives they wait for: fc1's update and all-gather before the
  *    convolutions' updates, whose bucket all-reduce started later;
  *  - 3 steps run with the carried gathers equal the replicated update bit
- *    for bit (the values the next step reads waited for their gather). */
+ *    for bit (the values the next step reads waited for their gather);
+ *  - with every weight sharded (shard_update_min_bytes 1, as SPMD data=2
+ *    shards them), the carried gathers start in the order the next step
+ *    reads their weights (conv1's first, not fc1's, whose reduce-scatter
+ *    ended first), and the result is still the replicated update's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +122,34 @@ static void check_program(const ts_executable *e, int d) {
   free(key);
 }
 
+/* The carried all-gathers (defer) start in the order of the first reader of
+ * the input their output is aliased to: the next step's use of that weight. */
+static void check_carried_order(const ts_executable *e, int d) {
+  const ts_graph *g = e->g;
+  int n = g->n_nodes, gathers = 0, prev = -1, prev_node = -1;
+  for (int i = 0; i < n; i++) {
+    if (g->nodes[i].op != TS_OP_ALL_GATHER || !e->defer || !e->defer[i]) continue;
+    int input = -1;
+    for (int k = 0; k < g->n_outputs && input < 0; k++) {
+      int v = g->outputs[k];
+      while (g->nodes[v].op == TS_OP_RESHAPE) v = g->nodes[v].in[0];
+      if (v == i && g->alias) input = g->alias[k];
+    }
+    CHECK(input >= 0, "device %d: carried all-gather %d is no aliased output", d, i);
+    if (input < 0) continue;
+    int node = g->inputs[input], first = n;
+    for (int j = node + 1; j < n && first == n; j++)
+      for (int k = 0; k < g->nodes[j].n_in; k++)
+        if (g->nodes[j].in[k] == node) first = j;
+    CHECK(first >= prev, "device %d: carried all-gather %d (weight read first at node %d) starts after gather %d "
+          "(weight read at node %d): the next step waits for the later weight first", d, i, first, prev_node, prev);
+    prev = first;
+    prev_node = i;
+    gathers++;
+  }
+  CHECK(gathers >= 3, "device %d: %d carried all-gathers with every weight sharded", d, gathers);
+}
+
 static void batch(int s, float *x, int32_t *y) {
   uint64_t r = 0x9E3779B97F4A7C15ull * (uint64_t)(s + 1);
   for (int i = 0; i < 2 * B * PIX; i++) {
@@ -128,14 +160,16 @@ static void batch(int s, float *x, int32_t *y) {
 }
 
 /* STEPS steps; the losses, then the parameters (ts_params_sync_host). */
-static int train(ts_client *c, bool shard, float *losses, ts_params *p, bool check) {
+static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_params *p, bool check) {
   ts_graph *g = step_graph(p);
-  ts_compile_options co = {.replicas = true, .shard_update = shard};
+  ts_compile_options co = {.replicas = true, .shard_update = shard, .shard_update_min_bytes = min_bytes};
   ts_executable *e = ts_compile(c, g, &co);
   if (!e) return -1;
   if (check) {
     CHECK(e->n_dev == 2, "2 device programs, got %d", e->n_dev);
-    for (int d = 0; d < e->n_dev; d++) check_program(e->dev[d], d);
+    for (int d = 0; d < e->n_dev; d++)
+      if (min_bytes) check_carried_order(e->dev[d], d);
+      else check_program(e->dev[d], d);
   }
   int ni = ts_graph_num_inputs(g), no = ts_graph_num_outputs(g), rc = 0;
   ts_buffer **in = calloc((size_t)ni, sizeof *in), **out = calloc((size_t)no, sizeof *out);
@@ -182,20 +216,25 @@ int main(void) {
     CHECK(0, "client: %s", ts_last_error());
     return ts_test_finish();
   }
-  ts_params *pr = ts_params_new(7), *ps = ts_params_new(7);
-  float lr_[STEPS] = {0}, ls[STEPS] = {0};
-  CHECK(train(c, false, lr_, pr, false) == 0, "replicated update: %s", ts_last_error());
-  CHECK(train(c, true, ls, ps, true) == 0, "sharded update: %s", ts_last_error());
-  CHECK(memcmp(lr_, ls, sizeof ls) == 0, "losses differ: %.9g %.9g %.9g vs %.9g %.9g %.9g", lr_[0], lr_[1], lr_[2],
-        ls[0], ls[1], ls[2]);
-  for (int i = 0; i < ts_params_count(pr); i++) {
-    int j = ts_params_find(ps, ts_params_name(pr, i));
-    CHECK(j >= 0 && memcmp(ts_params_host(pr, i), ts_params_host(ps, j),
-                           (size_t)ts_params_numel(pr, i) * sizeof(float)) == 0,
-          "%s differs after %d steps (sharded vs replicated update)", ts_params_name(pr, i), STEPS);
+  ts_params *pr = ts_params_new(7);
+  float lr_[STEPS] = {0};
+  CHECK(train(c, false, 0, lr_, pr, false) == 0, "replicated update: %s", ts_last_error());
+  for (int all = 0; all < 2; all++) { /* fc1 sharded (default threshold), then every weight */
+    ts_params *ps = ts_params_new(7);
+    float ls[STEPS] = {0};
+    CHECK(train(c, true, all ? 1 : 0, ls, ps, true) == 0, "sharded update: %s", ts_last_error());
+    CHECK(memcmp(lr_, ls, sizeof ls) == 0, "losses differ: %.9g %.9g %.9g vs %.9g %.9g %.9g", lr_[0], lr_[1],
+          lr_[2], ls[0], ls[1], ls[2]);
+    for (int i = 0; i < ts_params_count(pr); i++) {
+      int j = ts_params_find(ps, ts_params_name(pr, i));
+      CHECK(j >= 0 && memcmp(ts_params_host(pr, i), ts_params_host(ps, j),
+                             (size_t)ts_params_numel(pr, i) * sizeof(float)) == 0,
+            "%s differs after %d steps (sharded%s vs replicated update)", ts_params_name(pr, i), STEPS,
+            all ? ", every weight" : "");
+    }
+    ts_params_free(ps);
   }
   ts_params_free(pr);
-  ts_params_free(ps);
   ts_client_free(c);
   return ts_test_finish();
 }

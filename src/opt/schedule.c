@@ -23,7 +23,13 @@
  * that waits for nothing goes first, unless it feeds only nodes that wait: it
  * goes with the earliest of them (memory: the update's block slice of each
  * weight stays next to its update). The worker ends collectives in start
- * order, so a node of a later collective could only wait longer. */
+ * order, so a node of a later collective could only wait longer.
+ *
+ * Last, the collectives carried into the next step (their result only an
+ * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
+ * in the order that step reads those inputs (order_carried): the worker
+ * runs them in start order, and the next step's first layer would wait for
+ * every gather started before its own. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +118,88 @@ static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *or
   return 0;
 }
 
+/* What a chain of reshapes ending at v reshapes (v itself if none). */
+static int reshaped(const ts_graph *g, int v) {
+  while (g->nodes[v].op == TS_OP_RESHAPE) v = g->nodes[v].in[0];
+  return v;
+}
+
+/* A startable collective whose result (through reshapes) only leaves the
+ * program, as an output aliased to an input (a new weight that an update
+ * all-gathers, read by the next step as that input): the input, else -1. */
+static int carried_input(const ts_graph *g, const opt_users *u, int c) {
+  if (!startable(g->nodes[c].op)) return -1;
+  int stack[64], top = 0, input = -1;
+  stack[top++] = c;
+  while (top) {
+    int v = stack[--top];
+    for (int k = 0; k < g->n_outputs; k++)
+      if (g->outputs[k] == v && g->alias && g->alias[k] >= 0) input = g->alias[k];
+    for (int k = u->off[v]; k < u->off[v + 1]; k++) {
+      int w = u->users[k];
+      if (g->nodes[w].op != TS_OP_RESHAPE || top == 64) return -1; /* read by the program itself */
+      stack[top++] = w;
+    }
+  }
+  return input;
+}
+
+/* The collectives carried into the next step (carried_input) start in the
+ * order the next step reads their weights (the first user of the aliased
+ * input in order[]), not in the order their updates end: else the step's
+ * first layer waits for the all-gather of a large late weight (the CNN's
+ * fc1 under SPMD data=2) started ahead of its own small one. Each only moves
+ * later (to after the one before it in that order), so operands still come
+ * first. */
+static int order_carried(const ts_graph *g, const opt_users *u, int32_t *order) {
+  int n = g->n_nodes, nc = 0, rc = 0;
+  int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos), *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
+  int32_t *cs = malloc(((size_t)n + 1) * sizeof *cs), *need = malloc(((size_t)n + 1) * sizeof *need);
+  bool *move = calloc((size_t)n + 1, sizeof *move);
+  if (!pos || !tmp || !cs || !need || !move) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  for (int p = 0; p < n; p++) pos[order[p]] = p;
+  for (int p = 0; p < n; p++) {
+    int c = order[p], in = carried_input(g, u, c);
+    if (in < 0) continue;
+    move[c] = true;
+    int node = g->inputs[in];
+    need[c] = INT32_MAX;
+    for (int k = u->off[node]; k < u->off[node + 1]; k++)
+      if (pos[u->users[k]] < need[c]) need[c] = pos[u->users[k]];
+    int j = nc++; /* insertion sort by need, stable: a few dozen weights */
+    for (; j > 0 && need[cs[j - 1]] > need[c]; j--) cs[j] = cs[j - 1];
+    cs[j] = c;
+  }
+  if (nc < 2) goto out;
+  for (int v = 0; v < n; v++) /* the reshapes of a moved one move with it */
+    if (g->nodes[v].op == TS_OP_RESHAPE && move[reshaped(g, v)]) move[v] = true;
+  /* slot: the position after which each goes, never before its own */
+  int32_t *slot = need; /* need is done with once sorted */
+  for (int i = 0, prev = -1; i < nc; i++) slot[cs[i]] = prev = pos[cs[i]] > prev ? pos[cs[i]] : prev;
+  int m = 0, next = 0;
+  for (int p = 0; p < n; p++) {
+    if (!move[order[p]]) tmp[m++] = order[p];
+    for (; next < nc && slot[cs[next]] == p; next++) {
+      int c = cs[next];
+      tmp[m++] = c;
+      for (int v = c + 1; v < n; v++) /* its reshapes, in node order (a topological one) */
+        if (g->nodes[v].op == TS_OP_RESHAPE && reshaped(g, v) == c) tmp[m++] = v;
+    }
+  }
+  if (m != n) rc = set_error("compile: scheduling the carried collectives placed %d of %d nodes", m, n);
+  else memcpy(order, tmp, (size_t)n * sizeof *tmp);
+out:
+  free(pos);
+  free(tmp);
+  free(cs);
+  free(need);
+  free(move);
+  return rc;
+}
+
 ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   int n = g->n_nodes;
   opt_users u;
@@ -168,6 +256,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   free(pf);
   free(anchor);
   if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
+  if (order_carried(g, &u, order) < 0) goto out;
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;
