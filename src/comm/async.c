@@ -171,9 +171,10 @@ int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
     return set_error("comm_wait: device %d is not a device of this process", device);
   comm_worker *w = c->dev[device].worker;
   if (!w) return ticket < 0 ? 0 : set_error("comm_wait: device %d started nothing", device);
-  /* spin as the barriers do (comm.c: about 20 us while the devices fit the
-   * cores) before sleeping: a collective that is about to end is awaited
-   * without a wake-up (tens of microseconds) */
+  /* spin c->spin (comm.c: about 20 us while the devices fit the cores; the
+   * barriers of a device without a worker spin longer, barrier_spin) before
+   * sleeping: a collective that is about to end is awaited without a wake-up
+   * (tens of microseconds) */
   for (int i = 0; i < c->spin && atomic_load_explicit(&w->done_pub, memory_order_acquire) <= ticket; i++)
     SPIN_PAUSE();
   pthread_mutex_lock(&w->mu);
