@@ -218,14 +218,15 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
  * only subsamples x): oneDNN's gemm implementation runs it on the caller's
  * buffers with no reorder at all, where the blocked kernels need the input
  * reordered in and the result reordered out — as many bytes moved as the
- * matrix product reads (ResNet-50's bottlenecks are two thirds 1x1). */
+ * matrix product reads (two of the three convolutions of a ResNet-50
+ * bottleneck, and every projection shortcut, are 1x1). */
 static bool g_plain_1x1 = true;
 
-void tk_conv_set_plain_1x1(bool on) { g_plain_1x1 = on; }
+void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
 
 static bool plain_fits(const geom_t *q) {
-  return g_plain_1x1 && q->KH == 1 && q->KW == 1 && q->G == 1 && q->d[0] == 1 && q->d[1] == 1 &&
-         !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
+  return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && q->KH == 1 && q->KW == 1 && q->G == 1 &&
+         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
 }
 
 /* oneDNN's reference implementations are loops: the blocked path is better. */
