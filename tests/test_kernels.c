@@ -587,6 +587,8 @@ static void test_conv(void) {
       {2, 4, 9, 8, 6, 3, 3, 2, {2, 2}, {1, 1}, {1, 0}, {2, 2}, 0, 0}, /* stride 2, pad, dilation 2, groups 2 */
       {3, 3, 8, 8, 5, 3, 3, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* plain valid */
       {1, 2, 7, 5, 4, 2, 3, 1, {1, 2}, {2, 0}, {1, 1}, {1, 1}, 0, 0}, /* asymmetric everything */
+      {2, 5, 4, 3, 6, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1: the plain NCHW path */
+      {2, 3, 5, 6, 4, 1, 1, 1, {2, 2}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 stride 2: plain too */
   };
   for (size_t gi = 0; gi < sizeof geoms / sizeof *geoms; gi++) {
     cgeom q = geoms[gi];
@@ -632,6 +634,10 @@ static void test_conv(void) {
       CHECK(max_err(&e, dx, dxr, xn) < tol * scale, "conv bwd data geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dx, dxr, xn));
       CHECK(max_err(&e, dw, dwr, wn) < tol * scale * 4, "conv bwd filter geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dw, dwr, wn));
       CHECK(dt == TS_F64 || (e.st[y] && e.st[dx] && e.st[dw]), "conv geom %zu %s: oneDNN not used", gi, ts_dtype_name(dt));
+      bool plain = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
+      CHECK(tk_conv_state_is_plain(e.st[y]) == plain && tk_conv_state_is_plain(e.st[dx]) == plain &&
+                tk_conv_state_is_plain(e.st[dw]) == plain,
+            "conv geom %zu %s: plain NCHW path %s", gi, ts_dtype_name(dt), plain ? "not taken" : "taken");
       /* adjoint identity with the kernels' own results: <conv(x,w), dy> = <x, bwd_data(dy, w)> */
       double l = 0, r = 0, r2 = 0;
       for (int64_t i = 0; i < yn; i++) l += get(&e, y, i) * dyd[i];
@@ -642,6 +648,49 @@ static void test_conv(void) {
       ex_free(&e);
     }
   }
+}
+
+/* The 1x1 convolutions of a ResNet at a small size: the plain NCHW path
+ * (oneDNN's gemm convolution, no reorders) against the blocked path the other
+ * convolutions take, the same three ops on the same data. Both accumulate in
+ * f32, in different orders: f32 agrees to 1e-5 relative (sums of 64 terms),
+ * bf16 results to one bf16 rounding (2^-8) plus the f32 difference. */
+static void test_conv_plain_vs_blocked(void) {
+  for (int si = 0; si < 2; si++)
+    for (int di = 0; di < 2; di++) {
+      ts_dtype dt = di ? TS_BF16 : TS_F32;
+      int64_t st = si + 1, H = 8, OH = (H - 1) / st + 1;
+      int64_t xs[4] = {4, 64, H, H}, ws[4] = {48, 64, 1, 1}, ys[4] = {4, 48, OH, OH};
+      ts_attr at = {.conv = {{(int)st, (int)st}, {0, 0}, {0, 0}, {1, 1}, 1}};
+      ex_t e;
+      ex_init(&e);
+      ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
+      int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+      ts_tensor outs[3] = {node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at), node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at),
+                           node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at)};
+      CHECK_OK(run(&e, outs[2]));
+      double *plain[3];
+      for (int k = 0; k < 3; k++) {
+        int64_t n = numel_of(e.g, outs[k]);
+        CHECK(tk_conv_state_is_plain(e.st[outs[k]]), "conv 1x1 %s op %d: plain path not taken", ts_dtype_name(dt), k);
+        plain[k] = malloc((size_t)n * sizeof(double));
+        for (int64_t i = 0; i < n; i++) plain[k][i] = get(&e, outs[k], i);
+        free(e.buf[outs[k]]), e.buf[outs[k]] = NULL;
+        e.st[outs[k]]->free(e.st[outs[k]]), e.st[outs[k]] = NULL;
+      }
+      tk_conv_set_plain_1x1(false);
+      CHECK_OK(run(&e, outs[2]));
+      tk_conv_set_plain_1x1(true);
+      double tol = dt == TS_F32 ? 1e-5 : 1.0 / 256 + 1e-5;
+      for (int k = 0; k < 3; k++) {
+        CHECK(e.st[outs[k]] && !tk_conv_state_is_plain(e.st[outs[k]]), "conv 1x1 %s op %d: blocked path not taken",
+              ts_dtype_name(dt), k);
+        double err = max_err(&e, outs[k], plain[k], numel_of(e.g, outs[k]));
+        CHECK(err < tol, "conv 1x1 stride %lld %s op %d: plain vs blocked err %g", (long long)st, ts_dtype_name(dt), k, err);
+        free(plain[k]);
+      }
+      ex_free(&e);
+    }
 }
 
 /* ================= pooling ================= */
@@ -836,6 +885,7 @@ int main(void) {
   test_layout();
   test_dot();
   test_conv();
+  test_conv_plain_vs_blocked();
   test_pool();
   test_index();
   test_rng();

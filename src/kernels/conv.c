@@ -2,7 +2,8 @@
  * dy and w, the adjoint of forward) and TS_OP_CONV_BWD_FILTER (dw from x, dy).
  *   x (N, C, H, W), w (O, C/groups, KH, KW), y (N, O, OH, OW)
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
- * (format_tag any) and cached reorders move data from/to NCHW / OIHW. The
+ * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
+ * 1x1 convolutions without padding, which run on NCHW itself (plain_fits). The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. f64 and other types use direct loops in double. */
 #include <pthread.h>
@@ -112,6 +113,7 @@ typedef struct {
   dnnl_memory_t scratch_mem; /* oneDNN's scratchpad, in the thread's conv scratch */
   size_t out_bytes, pad_bytes; /* blocked output and scratchpad, in the thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
+  bool plain;       /* NCHW / OIHW throughout (plain_fits below): no reorders */
 } conv_state;
 
 /* The blocked output and the scratchpad live only inside one conv call, so
@@ -211,14 +213,42 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
   return st == dnnl_success ? 0 : -1;
 }
 
-static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_data_type_t t) {
+/* A 1x1 convolution without padding or dilation is a matrix product per
+ * image on the plain NCHW layout (y[n] = W (O x C) . x[n] (C x H*W); stride 2
+ * only subsamples x): oneDNN's gemm implementation runs it on the caller's
+ * buffers with no reorder at all, where the blocked kernels need the input
+ * reordered in and the result reordered out — as many bytes moved as the
+ * matrix product reads (two of the three convolutions of a ResNet-50
+ * bottleneck, and every projection shortcut, are 1x1). */
+static bool g_plain_1x1 = true;
+
+void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
+
+static bool plain_fits(const geom_t *q) {
+  return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && q->KH == 1 && q->KW == 1 && q->G == 1 &&
+         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
+}
+
+/* oneDNN's reference implementations are loops: the blocked path is better. */
+static bool is_ref_impl(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return true;
+  return strncmp(impl, "ref", 3) == 0;
+}
+
+bool tk_conv_state_is_plain(const ts_kstate *st) {
+  const conv_state *s = (const conv_state *)st;
+  return s && s->plain;
+}
+
+static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_data_type_t t, bool plain) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
   dnnl_memory_desc_t xa, wa, ya, xu, wu, yu;
-  md_act(&xa, t, q->N, q->C, q->H, q->W, true);
-  md_act(&ya, t, q->N, q->O, q->OH, q->OW, true);
-  md_wei(&wa, t, q, true);
+  md_act(&xa, t, q->N, q->C, q->H, q->W, !plain);
+  md_act(&ya, t, q->N, q->O, q->OH, q->OW, !plain);
+  md_wei(&wa, t, q, !plain);
   md_act(&xu, t, q->N, q->C, q->H, q->W, false);
   md_act(&yu, t, q->N, q->O, q->OH, q->OW, false);
   md_wei(&wu, t, q, false);
@@ -245,6 +275,8 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
                                                               NULL, &ya, strides, dil, pl, pr);
     if (st != dnnl_success || dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd) != dnnl_success) goto done;
   }
+  if (plain && is_ref_impl(pd)) goto done;
+  s->plain = plain;
   if (dnnl_primitive_create(&s->prim, pd) != dnnl_success) goto done;
   const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
@@ -359,6 +391,24 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
   return dnnl_stream_wait(stream) == dnnl_success ? 0 : -1;
 }
 
+/* The oneDNN state of node n: the plain path where it fits and oneDNN has a
+ * real (non-reference) kernel for it, else the blocked one; NULL when oneDNN
+ * takes neither (the loops run), with *oom set when memory ran out. */
+static conv_state *conv_state_new(const ts_node *n, const geom_t *q, bool *oom) {
+  dnnl_data_type_t t = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
+  for (int plain = plain_fits(q); plain >= 0; plain--) {
+    conv_state *s = calloc(1, sizeof *s);
+    if (!s) {
+      *oom = true;
+      return NULL;
+    }
+    s->base.free = conv_state_free;
+    if (!conv_setup(s, n, q, t, plain)) return s;
+    conv_state_free(&s->base);
+  }
+  return NULL;
+}
+
 int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
             const ts_kctx *ctx) {
   geom_t q;
@@ -369,13 +419,9 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
   if (dnnl_ok) {
     conv_state *s = (conv_state *)*st;
     if (!s) {
-      s = calloc(1, sizeof *s);
-      if (!s) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
-      s->base.free = conv_state_free;
-      if (conv_setup(s, n, &q, n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16)) {
-        conv_state_free(&s->base); /* unsupported shape for oneDNN: loops below */
-        s = NULL;
-      }
+      bool oom = false;
+      s = conv_state_new(n, &q, &oom);
+      if (oom) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
       *st = s ? &s->base : NULL;
     }
     if (s) {

@@ -34,4 +34,11 @@ int kernel_run(const ts_graph *g, int id, const void *const *in, void *out,
 /* Sets the OpenMP / oneDNN thread count for subsequent kernels. */
 void kernels_set_num_threads(int n);
 
+/* Convolution path controls for tests (conv.c): 1x1 convolutions without
+ * padding, dilation or groups run on the plain NCHW layout with no reorders
+ * (on by default; off: the blocked path every other convolution takes), and
+ * whether the cached state of a conv node is that plain path. */
+void tk_conv_set_plain_1x1(bool on);
+bool tk_conv_state_is_plain(const ts_kstate *state);
+
 #endif
