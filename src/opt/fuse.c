@@ -14,7 +14,8 @@
  * whose operand is a contiguous block of the result's dims (indexed_broadcast)
  * becomes a BROADCAST instruction reading its operand by index, so it is never
  * materialized. A group of one op stays that op, unless it reads such a
- * broadcast. */
+ * broadcast. A sum or mean of such a group is fused with it (fused
+ * reductions, below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,16 +74,60 @@ static bool reads_indexed_broadcast(const ts_graph *g, int t) {
   return false;
 }
 
-/* Builds the program of the group rooted at root from members lo..root. */
+/* ---- fused reductions ----
+ * A sum or mean of an f32 elementwise group (batch norm's variance of x - m,
+ * its gradient's sums of dy * xhat) becomes one FUSED node whose program
+ * result is folded by the reduce kernel run by run (kernels/fused.c) instead
+ * of being written whole and read back: attr.n_dims, attr.dims and
+ * attr.reduce are the reduce's, attr.gshape[0 .. attr.axis) the operand's
+ * shape. The reduce kernel asks for contiguous runs as long as the innermost
+ * group of equally reduced dims; longer runs stay unfused (each thread
+ * buffers one run). */
+#define FUSED_REDUCE_MAX_RUN (1 << 16)
+
+static int64_t innermost_run(const ts_node *x, const ts_node *r) {
+  bool red[TS_MAX_RANK] = {false};
+  for (int i = 0; i < r->attr.n_dims; i++)
+    if (r->attr.dims[i] >= 0 && r->attr.dims[i] < x->rank) red[r->attr.dims[i]] = true;
+  int64_t run = 1;
+  int kind = -1; /* reducedness of the innermost group (size-1 dims skipped) */
+  for (int d = x->rank - 1; d >= 0; d--) {
+    if (x->shape[d] == 1) continue;
+    if (kind >= 0 && kind != (int)red[d]) break;
+    kind = red[d];
+    run *= x->shape[d];
+  }
+  return run;
+}
+
+static bool fusible_reduce(const ts_graph *g, int t) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_REDUCE || n->n_in != 1 || n->dtype != TS_F32 || n->attr.n_dims < 1 ||
+      (n->attr.reduce != TS_REDUCE_SUM && n->attr.reduce != TS_REDUCE_MEAN))
+    return false;
+  const ts_node *x = &g->nodes[n->in[0]];
+  return x->dtype == TS_F32 && ir_op_has(x->op, TS_OPF_FUSIBLE) && innermost_run(x, n) <= FUSED_REDUCE_MAX_RUN;
+}
+
+/* The elements a group's program runs over: its root's, or for a fused
+ * reduction its operand's. */
+static int64_t group_numel(const ts_graph *g, int root) {
+  const ts_node *r = &g->nodes[root];
+  if (r->op == TS_OP_REDUCE) r = &g->nodes[r->in[0]];
+  return ts_shape_numel(r->rank, r->shape);
+}
+
+/* Builds the program of the group rooted at root from members lo..root (a
+ * reduction root is no instruction: the program computes its operand). */
 static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int32_t *slot, int32_t *stamp,
                          int32_t *cslot, int32_t *cstamp, int32_t *eslot, int32_t *estamp) {
   int cap = 16, n = 0, n_ext = 0, cap_ext = 8;
-  int64_t root_numel = ts_shape_numel(g->nodes[root].rank, g->nodes[root].shape), inner = 1;
+  int64_t root_numel = group_numel(g, root), inner = 1;
   ts_fused_instr *ins = malloc((size_t)cap * sizeof *ins);
   int32_t *ext = malloc((size_t)cap_ext * sizeof *ext);
   if (!ins || !ext) goto oom;
   for (int m = lo; m <= root; m++) {
-    if (s->group[m] != root) continue;
+    if (s->group[m] != root || (m == root && g->nodes[m].op == TS_OP_REDUCE)) continue;
     const ts_node *nd = &g->nodes[m];
     int32_t ops[3] = {0, 0, 0};
     for (int k = 0; k < nd->n_in && k < 3; k++) {
@@ -209,8 +254,9 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   int rc = 0;
   for (int root = nn - 1; root >= 0 && rc == 0; root--) {
     const ts_node *r = &g->nodes[root];
-    if (s->group[root] >= 0 || !ir_op_has(r->op, TS_OPF_FUSIBLE)) continue;
-    int64_t numel = ts_shape_numel(r->rank, r->shape);
+    bool red = fusible_reduce(g, root);
+    if (s->group[root] >= 0 || !(red || ir_op_has(r->op, TS_OPF_FUSIBLE))) continue;
+    int64_t numel = group_numel(g, root);
     s->group[root] = root;
     int lo = root, members = 1, min_w = root;
     for (int k = 0; k < r->n_in; k++) want(g, wanted, &min_w, r->in[k], root);
@@ -226,7 +272,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
       lo = i;
       for (int k = 0; k < p->n_in; k++) want(g, wanted, &min_w, p->in[k], root);
     }
-    if (members < 2 && !reads_indexed_broadcast(g, root)) {
+    if (members < 2 && (red || !reads_indexed_broadcast(g, root))) {
       s->group[root] = -1;
       continue;
     }
@@ -254,6 +300,14 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   memset(&attr, 0, sizeof attr);
   attr.fused = s->prog[id];
   s->prog[id] = NULL; /* taken over by the node */
+  if (n->op == TS_OP_REDUCE) { /* a fused reduction */
+    const ts_node *x = &src->nodes[n->in[0]];
+    attr.reduce = n->attr.reduce;
+    attr.n_dims = n->attr.n_dims;
+    memcpy(attr.dims, n->attr.dims, sizeof attr.dims);
+    attr.axis = x->rank;
+    memcpy(attr.gshape, x->shape, sizeof attr.gshape);
+  }
   ts_tensor t = ir_append(dst, TS_OP_FUSED, n->dtype, n->rank, n->shape, ne, in, &attr);
   free(in);
   return t;
