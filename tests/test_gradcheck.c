@@ -1,6 +1,8 @@
 /* test_gradcheck.c — ts_grad against central finite differences, for every
  * differentiable op alone and for the composites (relu, gelu, softmax,
- * log_softmax, cross_entropy, layer_norm, batch_norm_train, a small MLP, a
+ * log_softmax, cross_entropy, layer_norm, batch_norm_train (its closed-form
+ * backward, with x read elsewhere too, and node by node when the batch
+ * statistics feed the result), a small MLP, a
  * small conv net), compiled and executed end to end.
  *
  * Each case builds out = f(x1, x2, ...) on seeded random inputs and the loss
@@ -345,6 +347,18 @@ static ts_tensor b_layer_norm(ts_graph *g, const ts_tensor *x) { return ts_layer
 static ts_tensor b_batch_norm(ts_graph *g, const ts_tensor *x) {
   return ts_batch_norm_train(g, x[0], x[1], x[2], 1e-5, NULL, NULL);
 }
+/* the closed-form backward (ad/bn_adjoint.c) with x also read elsewhere */
+static ts_tensor b_batch_norm_x(ts_graph *g, const ts_tensor *x) {
+  return ts_add(g, ts_batch_norm_train(g, x[0], x[1], x[2], 1e-5, NULL, NULL), x[0]);
+}
+/* the batch statistics feed the result too: autodiff goes node by node */
+static ts_tensor b_batch_norm_stats(ts_graph *g, const ts_tensor *x) {
+  ts_tensor mean, var, y = ts_batch_norm_train(g, x[0], x[1], x[2], 1e-5, &mean, &var);
+  int one = 1;
+  const int64_t *s = ts_tensor_shape(g, x[0]);
+  int64_t shape[4] = {s[0], s[1], s[2], s[3]};
+  return ts_add(g, y, ts_broadcast_in_dim(g, ts_add(g, var, mean), 4, shape, &one));
+}
 /* x (4,6) -> linear 6->5, relu, linear 5->3 -> cross entropy */
 static ts_tensor b_mlp(ts_graph *g, const ts_tensor *x) {
   ts_tensor h = ts_relu(g, ts_add(g, ts_matmul(g, x[0], x[1]), x[2]));
@@ -441,6 +455,14 @@ static const gc_case cases[] = {
      3,
      {IN("x", D_NORMAL, 4, 4, 3, 2, 2), IN("gamma", D_NORMAL, 1, 3), IN("beta", D_NORMAL, 1, 3)},
      b_batch_norm},
+    {"batch_norm_train + x",
+     3,
+     {IN("x", D_NORMAL, 4, 4, 3, 2, 2), IN("gamma", D_NORMAL, 1, 3), IN("beta", D_NORMAL, 1, 3)},
+     b_batch_norm_x},
+    {"batch_norm_train + statistics",
+     3,
+     {IN("x", D_NORMAL, 4, 4, 3, 2, 2), IN("gamma", D_NORMAL, 1, 3), IN("beta", D_NORMAL, 1, 3)},
+     b_batch_norm_stats},
     {"mlp",
      6,
      {IN("x", D_NORMAL, 2, 4, 6), IN("w1", D_NORMAL, 2, 6, 5), IN("b1", D_NORMAL, 1, 5),

@@ -23,4 +23,13 @@ bool ad_operand_differentiable(const ts_node *n, int i);
  * the node when the op has no adjoint or a builder failed. */
 int ad_adjoint(ts_graph *g, ts_tensor z, ts_tensor dz, const bool *need, ts_tensor *contrib);
 
+/* Train-mode batch norm in closed form (bn_adjoint.c): when node y is the
+ * output of ts_batch_norm_train's pattern and nothing else sends cotangents
+ * into its inner nodes, stores in contrib[j] the cotangent contribution to
+ * to[j] (x, gamma, beta; TS_NONE where dep[] is false) from y's cotangent
+ * cot[y] and returns 1; returns 0 when the pattern does not apply (autodiff
+ * goes node by node), -1 with a message when a builder failed. */
+int ad_batch_norm_adjoint(ts_graph *g, ts_tensor y, const ts_tensor *cot, int n_nodes, const bool *dep,
+                          ts_tensor to[3], ts_tensor contrib[3]);
+
 #endif

@@ -72,11 +72,32 @@ static void mark_dependents(const ts_graph *g, int n_nodes, int n, const ts_tens
   }
 }
 
-/* Applies node i's adjoint rule and accumulates what its operands receive. */
-static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
+/* Checks contribution c to node t's cotangent (from node i) and adds it. */
+static int contribute(ts_graph *g, ts_tensor *cot, int i, ts_tensor t, ts_tensor c) {
+  const ts_node *src = &g->nodes[t], *gr = &g->nodes[c];
+  if (!same_type(src, gr)) {
+    char b1[96], b2[96];
+    return set_error("autodiff: gradient of node %%%d (%s) coming from node %%%d (%s) has shape %s but the node is %s",
+                     t, ir_op_name(src->op), i, ir_op_name(g->nodes[i].op), ir_shape_str(gr, b1, sizeof b1),
+                     ir_shape_str(src, b2, sizeof b2));
+  }
+  return accumulate(g, cot, t, c);
+}
+
+/* Applies node i's adjoint rule and accumulates what its operands receive
+ * (train-mode batch norm's output: its closed form, bn_adjoint.c). */
+static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot, int n_nodes) {
   const ts_node *nd = &g->nodes[i];
   int n_in = nd->n_in;
   if (n_in == 0 || !dep[i]) return 0;
+  ts_tensor bn_to[3], bn_c[3];
+  int bn = ad_batch_norm_adjoint(g, i, cot, n_nodes, dep, bn_to, bn_c);
+  if (bn != 0) {
+    for (int j = 0; j < 3 && bn > 0; j++)
+      if (bn_c[j] != TS_NONE && contribute(g, cot, i, bn_to[j], bn_c[j]) < 0) return -1;
+    return bn < 0 ? -1 : 0;
+  }
+  nd = &g->nodes[i];
   bool need_buf[AD_MAX_OPERANDS];
   ts_tensor contrib_buf[AD_MAX_OPERANDS];
   bool *need = need_buf;
@@ -101,15 +122,7 @@ static int backprop_node(ts_graph *g, int i, const bool *dep, ts_tensor *cot) {
   if (any) rc = ad_adjoint(g, i, cot[i], need, contrib);
   for (int j = 0; j < n_in && rc == 0; j++) {
     if (contrib[j] == TS_NONE) continue;
-    const ts_node *src = &g->nodes[in[j]], *gr = &g->nodes[contrib[j]];
-    if (!same_type(src, gr)) {
-      char b1[96], b2[96];
-      rc = set_error("autodiff: gradient of node %%%d (%s) coming from node %%%d (%s) has shape %s but the node is %s",
-                        in[j], ir_op_name(src->op), i, ir_op_name(g->nodes[i].op),
-                        ir_shape_str(gr, b1, sizeof b1), ir_shape_str(src, b2, sizeof b2));
-      break;
-    }
-    rc = accumulate(g, cot, in[j], contrib[j]);
+    rc = contribute(g, cot, i, in[j], contrib[j]);
   }
   if (need != need_buf) {
     free(need);
@@ -167,7 +180,7 @@ int ts_vjp(ts_graph *g, int n_out, const ts_tensor *outs, const ts_tensor *cotan
   /* Reverse creation order: every user of node i (id > i) has already sent
    * its contribution when i is reached. */
   for (int i = n_nodes - 1; i >= 0 && rc == 0; i--)
-    if (cot[i] != TS_NONE) rc = backprop_node(g, i, dep, cot);
+    if (cot[i] != TS_NONE) rc = backprop_node(g, i, dep, cot, n_nodes);
 
   for (int i = 0; i < n && rc == 0; i++) {
     ts_tensor w = wrt[i];

@@ -25,8 +25,9 @@
 #include "tessel/runtime.h" /* ts_compile_options */
 
 /* 3: graphs name their ops (TS_SERIALIZE_VERSION 2); older entries are
- * ignored and recompiled. */
-#define TS_CACHE_FORMAT_VERSION 3
+ * ignored and recompiled. 4: a FUSED node may be a fused reduction
+ * (attr.n_dims > 0), which an older binary would run as elementwise. */
+#define TS_CACHE_FORMAT_VERSION 4
 
 typedef struct {
   uint64_t lo, hi;

@@ -396,6 +396,22 @@ static int infer_fused(const ts_graph *g, const char *who, int n_in, const int32
   const ts_fused *f = at->fused;
   if (!f || f->n < 1 || !f->ins) return ERR("%s: empty program", who);
   int64_t numel = ts_shape_numel(rank, shape);
+  if (at->n_dims > 0) { /* a fused reduction (opt/fuse.c): the program runs over gshape[0 .. axis) */
+    if (at->axis < 1 || at->axis > TS_MAX_RANK || at->n_dims > at->axis || rank != at->axis - at->n_dims ||
+        (at->reduce != TS_REDUCE_SUM && at->reduce != TS_REDUCE_MEAN) || f->ins[f->n - 1].dtype != TS_F32)
+      return ERR("%s: a fused reduction must be an f32 sum or mean from rank %d to rank %d (over %d dims)", who,
+                 at->axis, rank, at->n_dims);
+    int i = 0, j = 0;
+    for (int d = 0; d < at->axis; d++) {
+      if (i < at->n_dims && at->dims[i] == d) {
+        i++;
+        continue;
+      }
+      if (shape[j++] != at->gshape[d]) return ERR("%s: result dim %d differs from operand dim %d", who, j - 1, d);
+    }
+    if (i != at->n_dims) return ERR("%s: reduced dims must ascend within rank %d", who, at->axis);
+    numel = ts_shape_numel(at->axis, at->gshape);
+  }
   for (int i = 0; i < n_in; i++) {
     int64_t ni = ts_tensor_numel(g, in[i]);
     bool indexed = false; /* read by a BROADCAST instruction: any numel */

@@ -96,7 +96,9 @@ typedef struct {
  * the elementwise set (unary, binary, COMPARE, SELECT, CONVERT), CONSTANT
  * (splat of .value) and BROADCAST (a = an external input of any numel m:
  * element i reads its element (i / .value) % m). The result is the last
- * instruction. */
+ * instruction. A FUSED node with attr.n_dims > 0 is a fused reduction: the
+ * program runs over the shape attr.gshape[0 .. attr.axis) and its f32 result
+ * is summed (attr.reduce sum or mean) over attr.dims into the node's shape. */
 typedef struct {
   ts_op op;
   ts_cmp cmp;

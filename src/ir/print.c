@@ -179,8 +179,14 @@ static void print_attrs(ts_strbuf *sb, const ts_node *n, int r) {
     print_ints(sb, "dims", a->n_dims, a->dims);
     break;
   case TS_ATTRS_COLLECTIVE: print_collective(sb, n); break;
-  case TS_ATTRS_NONE:
-  case TS_ATTRS_FUSED: break;
+  case TS_ATTRS_FUSED: /* a fused reduction (opt/fuse.c): the program's operand shape and the reduce */
+    if (a->n_dims > 0) {
+      sb_printf(sb, " kind=%s", reduce_name(a->reduce));
+      print_ints(sb, "dims", a->n_dims, a->dims);
+      print_i64s(sb, "of", a->axis, a->gshape);
+    }
+    break;
+  case TS_ATTRS_NONE: break;
   }
 }
 

@@ -7,11 +7,14 @@
  * the unfused ops), double for f64, int64 for the integer types (wrapped to
  * the instruction's dtype after every instruction). f32/f64/i64 operands are
  * read in place and the last instruction writes straight into the output when
- * its storage is the compute type. Tiles are split over OpenMP threads. */
+ * its storage is the compute type. Tiles are split over OpenMP threads.
+ * A FUSED node with attr.n_dims > 0 is a fused reduction: its f32 result is
+ * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
 #include <stdlib.h>
 
 #include "kernels/kernels_internal.h"
+#include "kernels/reduce_src.h"
 #include "kernels/vexpf.h"
 
 #define TILE 512
@@ -355,30 +358,36 @@ static ts_dtype operand_dt(const prog_t *P, int32_t v) {
   return v >= 0 ? P->p->ins[v].dtype : P->ext_dt[-v - 1];
 }
 
-/* Runs tiles [t0, t1) with scratch of (n_ins + n_ext) * TILE * 8 bytes. */
-static void run_tiles(const prog_t *P, int64_t t0, int64_t t1, char *scratch) {
+/* Fills scratch ((n_ins + n_ext) * TILE * 8 bytes) with what is the same in
+ * every tile: constants and scalar externals. */
+static void prefill(const prog_t *P, char *scratch) {
   const ts_fused *p = P->p;
-  int ni = p->n;
-  char *ext_buf = scratch + (size_t)ni * TILE * 8;
-  const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
-  /* constants and scalar externals are the same in every tile: fill once */
-  for (int i = 0; i < ni - 1; i++)
+  char *ext_buf = scratch + (size_t)p->n * TILE * 8;
+  for (int i = 0; i < p->n - 1; i++)
     if (p->ins[i].op == TS_OP_CONSTANT)
       splat_tile(cls(p->ins[i].dtype), p->ins[i].dtype, p->ins[i].value, scratch + (size_t)i * TILE * 8, TILE);
   for (int k = 0; k < P->n_ext; k++)
     if (P->ext_numel[k] == 1 && P->numel != 1)
       replicate(P->ext_dt[k], P->in[k], ext_buf + (size_t)k * TILE * 8);
+}
+
+/* Elements [lo, hi) into out (element lo at out's start), tile by tile, with
+ * a prefilled scratch. */
+static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, void *out) {
+  const ts_fused *p = P->p;
+  int ni = p->n;
+  char *ext_buf = scratch + (size_t)ni * TILE * 8;
+  const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
   bool direct = P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64;
-  for (int64_t t = t0; t < t1; t++) {
-    int64_t off = t * TILE;
-    int n = (int)(P->numel - off < TILE ? P->numel - off : TILE);
+  for (int64_t off = lo; off < hi; off += TILE) {
+    int n = (int)(hi - off < TILE ? hi - off : TILE);
     for (int k = 0; k < P->n_ext; k++) ext[k] = NULL;
     const void *val[ni];
     for (int i = 0; i < ni; i++) {
       const ts_fused_instr *I = &p->ins[i];
       void *d = scratch + (size_t)i * TILE * 8;
       if (i == ni - 1 && direct)
-        d = (char *)P->out + (size_t)off * ts_dtype_size(P->out_dt);
+        d = (char *)out + (size_t)(off - lo) * ts_dtype_size(P->out_dt);
       int c = cls(I->dtype);
       const void *opnd[3] = {NULL, NULL, NULL};
       int32_t ids[3] = {I->a, I->b, I->c};
@@ -438,7 +447,7 @@ static void run_tiles(const prog_t *P, int64_t t0, int64_t t1, char *scratch) {
         for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_wrap_int(I->dtype, ((int64_t *)d)[j]);
       val[i] = d;
     }
-    if (!direct) store_tile(P->out_dt, val[ni - 1], n, P->out, off);
+    if (!direct) store_tile(P->out_dt, val[ni - 1], n, out, off - lo);
   }
 }
 
@@ -459,21 +468,29 @@ static bool class_ok(const prog_t *P) {
   return true;
 }
 
+/* 0 when P's program is well formed and its inputs have P->numel elements
+ * (or 1, or any count for those read by BROADCAST instructions only). */
+static int prog_check(const prog_t *P) {
+  const ts_fused *prog = P->p;
+  if (!class_ok(P))
+    return set_error("fused: malformed program (%d instructions, %d inputs, result %s)",
+                        prog->n, P->n_ext, ts_dtype_name(P->out_dt));
+  for (int k = 0; k < P->n_ext; k++) {
+    bool indexed = false; /* read by BROADCAST instructions only: any numel */
+    for (int j = 0; j < prog->n && !indexed; j++) indexed = prog->ins[j].op == TS_OP_BROADCAST && prog->ins[j].a == -k - 1;
+    if (P->ext_numel[k] != P->numel && P->ext_numel[k] != 1 && !indexed)
+      return set_error("fused: input %d has %lld elements, expected %lld or 1", k,
+                          (long long)P->ext_numel[k], (long long)P->numel);
+  }
+  return 0;
+}
+
 int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
                    const ts_kctx *ctx) {
   prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel};
-  if (!class_ok(&P))
-    return set_error("fused: malformed program (%d instructions, %d inputs, result %s)",
-                        prog->n, n_ext, ts_dtype_name(out_dt));
+  if (prog_check(&P) < 0) return -1;
   if (numel == 0) return 0;
-  for (int k = 0; k < n_ext; k++) {
-    bool indexed = false; /* read by BROADCAST instructions only: any numel */
-    for (int j = 0; j < prog->n && !indexed; j++) indexed = prog->ins[j].op == TS_OP_BROADCAST && prog->ins[j].a == -k - 1;
-    if (ext_numel[k] != numel && ext_numel[k] != 1 && !indexed)
-      return set_error("fused: input %d has %lld elements, expected %lld or 1", k,
-                          (long long)ext_numel[k], (long long)numel);
-  }
   int64_t ntiles = (numel + TILE - 1) / TILE;
   size_t bytes = (size_t)(prog->n + n_ext) * TILE * 8;
   int nt = tk_threads(ctx, numel);
@@ -487,12 +504,66 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
     } else {
       int nth = omp_get_num_threads(), me = omp_get_thread_num();
       int64_t per = (ntiles + nth - 1) / nth, t0 = me * per, t1 = t0 + per < ntiles ? t0 + per : ntiles;
-      if (t0 < t1) run_tiles(&P, t0, t1, scratch);
+      if (t0 < t1) {
+        prefill(&P, scratch);
+        run_range(&P, t0 * TILE, t1 * TILE < numel ? t1 * TILE : numel, scratch,
+                  (char *)out + (size_t)(t0 * TILE) * ts_dtype_size(out_dt));
+      }
       free(scratch);
     }
   }
   if (err) return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %zu bytes of tile scratch", bytes);
   return 0;
+}
+
+/* ---- fused reductions: the program's f32 result folded by reduce.c ----
+ * Each thread evaluates the runs reduce.c asks for into its own buffer. */
+typedef struct {
+  const prog_t *P;
+  char *scratch;
+  float *buf;
+} red_state;
+
+static void red_end(void *state) {
+  red_state *st = state;
+  free(st->scratch);
+  free(st->buf);
+  free(st);
+}
+
+static void *red_begin(const void *user, int64_t max_run) {
+  const prog_t *P = user;
+  red_state *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->P = P;
+  st->scratch = aligned_alloc(64, (size_t)(P->p->n + P->n_ext) * TILE * 8);
+  st->buf = malloc((size_t)(max_run > 0 ? max_run : 1) * sizeof *st->buf);
+  if (!st->scratch || !st->buf) {
+    red_end(st);
+    return NULL;
+  }
+  prefill(P, st->scratch);
+  return st;
+}
+
+static const float *red_range(void *state, int64_t off, int64_t n) {
+  red_state *st = state;
+  run_range(st->P, off, off + n, st->scratch, st->buf);
+  return st->buf;
+}
+
+/* FUSED with attr.n_dims > 0: the program runs over the operand shape
+ * attr.gshape[0 .. attr.axis) and its result is reduced over attr.dims
+ * (attr.reduce) into the node's shape. */
+static int fused_reduce(const ts_node *n, int n_ext, const ts_dtype *dt, const int64_t *ne, tk_in in, void *out,
+                        const ts_kctx *ctx) {
+  int rank = n->attr.axis;
+  if (rank < 1 || rank > TS_MAX_RANK) return set_error("fused: reduction over an operand of rank %d", rank);
+  int64_t numel = ts_shape_numel(rank, n->attr.gshape);
+  prog_t P = {n->attr.fused, n_ext, dt, ne, in, NULL, TS_F32, numel};
+  if (prog_check(&P) < 0) return -1;
+  tk_reduce_src src = {red_begin, red_range, red_end, &P};
+  return tk_reduce_from(n, rank, n->attr.gshape, &src, out, ctx);
 }
 
 int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
@@ -511,7 +582,8 @@ int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_
     dt[k] = tk_operand(g, n, k)->dtype;
     ne[k] = tk_numel(tk_operand(g, n, k));
   }
-  int rc = tk_program_run(n->attr.fused, n->n_in, dt, ne, in, out, n->dtype, tk_numel(n), ctx);
+  int rc = n->attr.n_dims > 0 ? fused_reduce(n, n->n_in, dt, ne, in, out, ctx)
+                              : tk_program_run(n->attr.fused, n->n_in, dt, ne, in, out, n->dtype, tk_numel(n), ctx);
   if (dt != dt_small) free(dt), free(ne);
   return rc;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels_internal.h"
+#include "kernels/reduce_src.h"
 
 typedef struct {
   int ng;
@@ -18,21 +18,25 @@ typedef struct {
   int64_t count; /* elements folded into each output */
 } groups_t;
 
-static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
+/* The groups of an operand of shape (rank, shape) reduced over n's attr.dims. */
+static void make_groups(int rank, const int64_t *shape, const ts_node *n, groups_t *G) {
   bool red[TS_MAX_RANK] = {false};
   for (int i = 0; i < n->attr.n_dims; i++)
-    if (n->attr.dims[i] >= 0 && n->attr.dims[i] < x->rank) red[n->attr.dims[i]] = true;
+    if (n->attr.dims[i] >= 0 && n->attr.dims[i] < rank) red[n->attr.dims[i]] = true;
   G->ng = 0;
   G->count = 1;
-  for (int d = 0; d < x->rank; d++) {
-    if (red[d]) G->count *= x->shape[d];
-    if (x->shape[d] == 1) continue;
+  for (int d = 0; d < rank; d++) {
+    if (red[d]) G->count *= shape[d];
+    if (shape[d] == 1) continue;
     if (G->ng > 0 && G->red[G->ng - 1] == red[d]) {
-      G->size[G->ng - 1] *= x->shape[d];
+      G->size[G->ng - 1] *= shape[d];
       continue;
     }
-    G->size[G->ng] = x->shape[d];
+    G->size[G->ng] = shape[d];
     G->red[G->ng++] = red[d];
+  }
+  if (G->ng == 0) { /* every dim has size 1 (or rank 0): identity on one element */
+    G->ng = 1, G->size[0] = 1, G->red[0] = true;
   }
 }
 
@@ -109,7 +113,12 @@ static void make_groups(const ts_node *x, const ts_node *n, groups_t *G) {
 MINMAX_FAST(float, f32, 16, int32_t)
 MINMAX_FAST(double, f64, 8, int64_t)
 
-/* Float kernels on storage type T with double accumulators. */
+/* The operand run [off, off + n): in memory, or computed by a fused
+ * reduction's source S (f32 only) into the thread's state st. */
+#define GET(T, off, n) (S ? (const T *)(const void *)S->range(st, (off), (n)) : x + (off))
+
+/* Float kernels on storage type T with double accumulators. Each returns -1
+ * when a thread's source state could not be made (out of memory). */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
   static double run_##SUF(const T *x, int64_t n, ts_reduce_kind k, double init) {           \
     if (k == TS_REDUCE_SUM || k == TS_REDUCE_MEAN) {                                         \
@@ -131,38 +140,52 @@ MINMAX_FAST(double, f64, 8, int64_t)
     } else                                                                                   \
       for (int64_t i = 0; i < n; i++) FOLD(acc[i], (double)x[i], k);                         \
   }                                                                                          \
-  static void reduce_##SUF(const groups_t *G, const T *x, ts_reduce_kind k, double *acc,    \
-                           int64_t out_n, double init, int nt) {                             \
-    int last = G->ng - 1;                                                                    \
+  static int reduce_##SUF(const groups_t *G, const T *x, const tk_reduce_src *S, ts_reduce_kind k, \
+                          double *acc, int64_t out_n, double init, int nt) {                 \
+    int last = G->ng - 1, err = 0;                                                           \
     int64_t inner = G->size[last];                                                           \
     if (G->ng == 2 && !G->red[0]) { /* [K, R]: independent rows */                           \
-      _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                \
-      for (int64_t o = 0; o < G->size[0]; o++) acc[o] = run_##SUF(x + o * inner, inner, k, init); \
-      return;                                                                                \
+      _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)")                 \
+      {                                                                                      \
+        void *st = S ? S->begin(S->user, inner) : NULL;                                      \
+        err = S && !st;                                                                      \
+        _Pragma("omp for")                                                                   \
+        for (int64_t o = 0; o < G->size[0]; o++)                                             \
+          if (!S || st) acc[o] = run_##SUF(GET(T, o * inner, inner), inner, k, init);        \
+        if (st) S->end(st);                                                                  \
+      }                                                                                      \
+      return err ? -1 : 0;                                                                   \
     }                                                                                        \
     /* [R, K, R] (batch norm's sum over N, H, W of NCHW) and [R, K] (a bias                 \
      * gradient's sum over the batch): threads split the kept dim; each output                \
      * folds its runs in the same order as the serial loop below (same bits). */             \
     if (nt > 1 && G->ng <= 3 && G->red[0] && !G->red[1] && (G->ng == 2 || G->red[2])) {       \
       int64_t R = G->size[0], K = G->size[1], in3 = G->ng == 3 ? inner : 1;                    \
-      if (G->ng == 3) {                                                                      \
-        _Pragma("omp parallel for num_threads(nt) schedule(static)")                         \
-        for (int64_t o = 0; o < K; o++) {                                                    \
-          double a = init;                                                                   \
-          for (int64_t r = 0; r < R; r++) a = run_##SUF(x + (r * K + o) * in3, in3, k, a);   \
-          acc[o] = a;                                                                        \
-        }                                                                                    \
-      } else {                                                                               \
-        _Pragma("omp parallel num_threads(nt)")                                              \
-        {                                                                                    \
+      _Pragma("omp parallel num_threads(nt) reduction(| : err)")                             \
+      {                                                                                      \
+        void *st = S ? S->begin(S->user, inner) : NULL;                                      \
+        err = S && !st;                                                                      \
+        if (G->ng == 3) {                                                                    \
+          _Pragma("omp for schedule(static)")                                                \
+          for (int64_t o = 0; o < K; o++) {                                                  \
+            double a = init;                                                                 \
+            for (int64_t r = 0; r < R && (!S || st); r++)                                    \
+              a = run_##SUF(GET(T, (r * K + o) * in3, in3), in3, k, a);                      \
+            acc[o] = a;                                                                      \
+          }                                                                                  \
+        } else {                                                                             \
           int nth = omp_get_num_threads(), me = omp_get_thread_num();                        \
           int64_t per = (K + nth - 1) / nth, k0 = me * per, k1 = k0 + per < K ? k0 + per : K; \
           for (int64_t o = k0; o < k1; o++) acc[o] = init;                                   \
-          for (int64_t r = 0; r < R && k0 < k1; r++) row_##SUF(x + r * K + k0, k1 - k0, k, acc + k0); \
+          for (int64_t r = 0; r < R && k0 < k1 && (!S || st); r++)                           \
+            row_##SUF(GET(T, r * K + k0, k1 - k0), k1 - k0, k, acc + k0);                    \
         }                                                                                    \
+        if (st) S->end(st);                                                                  \
       }                                                                                      \
-      return;                                                                                \
+      return err ? -1 : 0;                                                                   \
     }                                                                                        \
+    void *st = S ? S->begin(S->user, inner) : NULL;                                          \
+    if (S && !st) return -1;                                                                 \
     for (int64_t o = 0; o < out_n; o++) acc[o] = init;                                       \
     int64_t outer = 1;                                                                       \
     for (int gi = 0; gi < last; gi++) outer *= G->size[gi];                                  \
@@ -173,7 +196,7 @@ MINMAX_FAST(double, f64, 8, int64_t)
     for (int64_t r = 0; r < outer; r++) {                                                    \
       int64_t o = 0;                                                                         \
       for (int gi = 0; gi < last; gi++) o += idx[gi] * ost[gi];                              \
-      const T *run = x + r * inner;                                                          \
+      const T *run = GET(T, r * inner, inner);                                               \
       if (G->red[last]) acc[o] = run_##SUF(run, inner, k, acc[o]);                           \
       else row_##SUF(run, inner, k, acc + o);                                                \
       for (int gi = last - 1; gi >= 0; gi--) {                                               \
@@ -181,6 +204,8 @@ MINMAX_FAST(double, f64, 8, int64_t)
         idx[gi] = 0;                                                                         \
       }                                                                                      \
     }                                                                                        \
+    if (st) S->end(st);                                                                      \
+    return 0;                                                                                \
   }
 
 FLOAT_REDUCE(float, f32)
@@ -212,11 +237,8 @@ int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
   const ts_node *x = tk_operand(g, n, 0);
   ts_reduce_kind k = n->attr.reduce;
   groups_t G;
-  make_groups(x, n, &G);
+  make_groups(x->rank, x->shape, n, &G);
   int64_t xn = tk_numel(x), on = tk_numel(n);
-  if (G.ng == 0) { /* every dim has size 1 (or rank 0): identity on one element */
-    G.ng = 1, G.size[0] = 1, G.red[0] = true;
-  }
   bool isint = !ts_dtype_is_float(x->dtype);
   void *acc = malloc((size_t)(on ? on : 1) * 8);
   void *tmp = NULL;
@@ -240,15 +262,15 @@ int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
   } else {
     double init = k == TS_REDUCE_MAX ? -INFINITY : k == TS_REDUCE_MIN ? INFINITY : 0.0;
     if (x->dtype == TS_F32) {
-      reduce_f32(&G, in[0], k, acc, on, init, nt);
+      reduce_f32(&G, in[0], NULL, k, acc, on, init, nt);
     } else if (x->dtype == TS_F64) {
-      reduce_f64(&G, in[0], k, acc, on, init, nt);
+      reduce_f64(&G, in[0], NULL, k, acc, on, init, nt);
     } else {
       tmp = malloc((size_t)(xn ? xn : 1) * 8);
       if (!tmp) return free(acc), set_error_code(TS_ERR_OUT_OF_MEMORY,
                                                     "reduce: out of memory for %lld elements", (long long)xn);
       for (int64_t i = 0; i < xn; i++) ((double *)tmp)[i] = tk_load_f64(x->dtype, in[0], i);
-      reduce_f64(&G, tmp, k, acc, on, init, nt);
+      reduce_f64(&G, tmp, NULL, k, acc, on, init, nt);
     }
     double inv = k == TS_REDUCE_MEAN ? 1.0 / (double)G.count : 1.0;
     if (n->dtype == TS_F32)
@@ -257,6 +279,35 @@ int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts
       for (int64_t o = 0; o < on; o++) tk_store_f64(n->dtype, out, o, ((double *)acc)[o] * inv);
   }
   free(tmp);
+  free(acc);
+  return 0;
+}
+
+int64_t tk_reduce_max_run(const ts_node *n, int rank, const int64_t *shape) {
+  groups_t G;
+  make_groups(rank, shape, n, &G);
+  return G.size[G.ng - 1];
+}
+
+int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_reduce_src *src, void *out,
+                   const ts_kctx *ctx) {
+  ts_reduce_kind k = n->attr.reduce;
+  if (n->dtype != TS_F32 || (k != TS_REDUCE_SUM && k != TS_REDUCE_MEAN))
+    return set_error("reduce: a fused reduction must be an f32 sum or mean (got %s %s)", ts_dtype_name(n->dtype),
+                     k == TS_REDUCE_MAX ? "max" : "min");
+  groups_t G;
+  make_groups(rank, shape, n, &G);
+  int64_t on = tk_numel(n);
+  double *acc = malloc((size_t)(on ? on : 1) * 8);
+  if (!acc) return set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for %lld outputs", (long long)on);
+  int nt = tk_threads(ctx, ts_shape_numel(rank, shape));
+  if (reduce_f32(&G, NULL, src, k, acc, on, 0.0, nt) < 0) {
+    free(acc);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for a fused reduction's runs of %lld",
+                          (long long)G.size[G.ng - 1]);
+  }
+  double inv = k == TS_REDUCE_MEAN ? 1.0 / (double)G.count : 1.0;
+  for (int64_t o = 0; o < on; o++) ((float *)out)[o] = (float)(acc[o] * inv);
   free(acc);
   return 0;
 }

@@ -14,7 +14,8 @@
  * whose operand is a contiguous block of the result's dims (indexed_broadcast)
  * becomes a BROADCAST instruction reading its operand by index, so it is never
  * materialized. A group of one op stays that op, unless it reads such a
- * broadcast. */
+ * broadcast. A sum or mean of such a group is fused with it (fused
+ * reductions, below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,16 +74,60 @@ static bool reads_indexed_broadcast(const ts_graph *g, int t) {
   return false;
 }
 
-/* Builds the program of the group rooted at root from members lo..root. */
+/* ---- fused reductions ----
+ * A sum or mean of an f32 elementwise group (batch norm's variance of x - m,
+ * its gradient's sums of dy * xhat) becomes one FUSED node whose program
+ * result is folded by the reduce kernel run by run (kernels/fused.c) instead
+ * of being written whole and read back: attr.n_dims, attr.dims and
+ * attr.reduce are the reduce's, attr.gshape[0 .. attr.axis) the operand's
+ * shape. The reduce kernel asks for contiguous runs as long as the innermost
+ * group of equally reduced dims; longer runs stay unfused (each thread
+ * buffers one run). */
+#define FUSED_REDUCE_MAX_RUN (1 << 16)
+
+static int64_t innermost_run(const ts_node *x, const ts_node *r) {
+  bool red[TS_MAX_RANK] = {false};
+  for (int i = 0; i < r->attr.n_dims; i++)
+    if (r->attr.dims[i] >= 0 && r->attr.dims[i] < x->rank) red[r->attr.dims[i]] = true;
+  int64_t run = 1;
+  int kind = -1; /* reducedness of the innermost group (size-1 dims skipped) */
+  for (int d = x->rank - 1; d >= 0; d--) {
+    if (x->shape[d] == 1) continue;
+    if (kind >= 0 && kind != (int)red[d]) break;
+    kind = red[d];
+    run *= x->shape[d];
+  }
+  return run;
+}
+
+static bool fusible_reduce(const ts_graph *g, int t) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_REDUCE || n->n_in != 1 || n->dtype != TS_F32 || n->attr.n_dims < 1 ||
+      (n->attr.reduce != TS_REDUCE_SUM && n->attr.reduce != TS_REDUCE_MEAN))
+    return false;
+  const ts_node *x = &g->nodes[n->in[0]];
+  return x->dtype == TS_F32 && ir_op_has(x->op, TS_OPF_FUSIBLE) && innermost_run(x, n) <= FUSED_REDUCE_MAX_RUN;
+}
+
+/* The elements a group's program runs over: its root's, or for a fused
+ * reduction its operand's. */
+static int64_t group_numel(const ts_graph *g, int root) {
+  const ts_node *r = &g->nodes[root];
+  if (r->op == TS_OP_REDUCE) r = &g->nodes[r->in[0]];
+  return ts_shape_numel(r->rank, r->shape);
+}
+
+/* Builds the program of the group rooted at root from members lo..root (a
+ * reduction root is no instruction: the program computes its operand). */
 static int build_program(const ts_graph *g, fuse_state *s, int root, int lo, int32_t *slot, int32_t *stamp,
                          int32_t *cslot, int32_t *cstamp, int32_t *eslot, int32_t *estamp) {
   int cap = 16, n = 0, n_ext = 0, cap_ext = 8;
-  int64_t root_numel = ts_shape_numel(g->nodes[root].rank, g->nodes[root].shape), inner = 1;
+  int64_t root_numel = group_numel(g, root), inner = 1;
   ts_fused_instr *ins = malloc((size_t)cap * sizeof *ins);
   int32_t *ext = malloc((size_t)cap_ext * sizeof *ext);
   if (!ins || !ext) goto oom;
   for (int m = lo; m <= root; m++) {
-    if (s->group[m] != root) continue;
+    if (s->group[m] != root || (m == root && g->nodes[m].op == TS_OP_REDUCE)) continue;
     const ts_node *nd = &g->nodes[m];
     int32_t ops[3] = {0, 0, 0};
     for (int k = 0; k < nd->n_in && k < 3; k++) {
@@ -209,8 +254,9 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   int rc = 0;
   for (int root = nn - 1; root >= 0 && rc == 0; root--) {
     const ts_node *r = &g->nodes[root];
-    if (s->group[root] >= 0 || !ir_op_has(r->op, TS_OPF_FUSIBLE)) continue;
-    int64_t numel = ts_shape_numel(r->rank, r->shape);
+    bool red = fusible_reduce(g, root);
+    if (s->group[root] >= 0 || !(red || ir_op_has(r->op, TS_OPF_FUSIBLE))) continue;
+    int64_t numel = group_numel(g, root);
     s->group[root] = root;
     int lo = root, members = 1, min_w = root;
     for (int k = 0; k < r->n_in; k++) want(g, wanted, &min_w, r->in[k], root);
@@ -226,7 +272,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
       lo = i;
       for (int k = 0; k < p->n_in; k++) want(g, wanted, &min_w, p->in[k], root);
     }
-    if (members < 2 && !reads_indexed_broadcast(g, root)) {
+    if (members < 2 && (red || !reads_indexed_broadcast(g, root))) {
       s->group[root] = -1;
       continue;
     }
@@ -254,6 +300,14 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
   memset(&attr, 0, sizeof attr);
   attr.fused = s->prog[id];
   s->prog[id] = NULL; /* taken over by the node */
+  if (n->op == TS_OP_REDUCE) { /* a fused reduction */
+    const ts_node *x = &src->nodes[n->in[0]];
+    attr.reduce = n->attr.reduce;
+    attr.n_dims = n->attr.n_dims;
+    memcpy(attr.dims, n->attr.dims, sizeof attr.dims);
+    attr.axis = x->rank;
+    memcpy(attr.gshape, x->shape, sizeof attr.gshape);
+  }
   ts_tensor t = ir_append(dst, TS_OP_FUSED, n->dtype, n->rank, n->shape, ne, in, &attr);
   free(in);
   return t;
@@ -385,14 +439,22 @@ static int relu_mask_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) 
   return 0;
 }
 
-/* ---- 4. a mask computed from broadcasts, recomputed by each user ----
+/* ---- 4. cheap values recomputed by each user ----
  * A COMPARE whose operands are splats and broadcasts a fused program reads by
  * index (the cross-entropy's iota(C) == label(B) mask over the (B, C)
  * logits) costs next to nothing per element, but with several users (the
  * loss's select and its gradient's) it would be written as a (B, C) bool
  * array and read back by each. Each fusible user gets its own copy instead,
  * which fuses into it: the same values, one full-size write and read fewer
- * per user. */
+ * per user.
+ * Likewise a chain of cheap arithmetic on one full-size value (batch norm's
+ * x - B(m), under autocast convert(x) from bf16 first), when every user
+ * fuses it (an elementwise op or a fused reduction): each user recomputes it
+ * from the source, so it is never written; its users read the source
+ * instead (bf16 under autocast: half the bytes) and the source is what stays
+ * alive for the backward pass. */
+#define COPY_MAX_DEPTH 4
+
 static bool cheap_operand(const ts_graph *g, ts_tensor t, int64_t numel) {
   double v;
   int64_t inner;
@@ -411,17 +473,72 @@ static bool cheap_mask(const ts_graph *g, const opt_users *u, ts_tensor t) {
          cheap_operand(g, n->in[0], numel) && cheap_operand(g, n->in[1], numel);
 }
 
+/* The one full-size operand of cheap arithmetic t (its other operands read
+ * by index), or -1. */
+static int chain_source(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  int64_t numel = ts_shape_numel(n->rank, n->shape);
+  bool arith = n->op == TS_OP_ADD || n->op == TS_OP_SUB || n->op == TS_OP_MUL || n->op == TS_OP_NEG;
+  bool widen = n->op == TS_OP_CONVERT && ts_dtype_is_float(g->nodes[n->in[0]].dtype) &&
+               ts_dtype_size(g->nodes[n->in[0]].dtype) <= ts_dtype_size(n->dtype);
+  if (!(arith || widen) || !ts_dtype_is_float(n->dtype) || numel <= 1) return -1;
+  int src = -1;
+  for (int k = 0; k < n->n_in; k++) {
+    if (cheap_operand(g, n->in[k], numel)) continue;
+    if (src >= 0 || ts_tensor_numel(g, n->in[k]) != numel) return -1;
+    src = n->in[k];
+  }
+  return src;
+}
+
+/* t is cheap arithmetic with several users, all of which fuse it. */
+static bool cheap_chain(const ts_graph *g, const opt_users *u, ts_tensor t) {
+  if (u->n_out[t] || u->off[t + 1] - u->off[t] < 2 || chain_source(g, t) < 0) return false;
+  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
+    int w = u->users[k];
+    const ts_node *wn = &g->nodes[w];
+    if (!(ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) && !(wn->op == TS_OP_REDUCE && fusible_reduce(g, w)))
+      return false;
+  }
+  return true;
+}
+
+/* A private copy of the chain ending at t (its cheap chain operands copied
+ * too, up to COPY_MAX_DEPTH). */
+static ts_tensor copy_chain(ts_graph *dst, const ts_graph *src, mask_copy_state *s, ts_tensor t, const int32_t *map,
+                            int depth) {
+  const ts_node *n = &src->nodes[t];
+  int32_t ins[3];
+  for (int k = 0; k < n->n_in; k++) {
+    int32_t o = n->in[k];
+    ins[k] = depth < COPY_MAX_DEPTH && cheap_chain(src, s->u, o) ? copy_chain(dst, src, s, o, map, depth + 1) : map[o];
+    if (ins[k] < 0) return TS_NONE;
+  }
+  s->copies++;
+  return ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, ins, &n->attr);
+}
+
 static ts_tensor mask_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   mask_copy_state *s = user;
   const ts_node *n = &src->nodes[id];
-  if (!ir_op_has(n->op, TS_OPF_FUSIBLE) || n->n_in > 3) return OPT_KEEP;
+  bool red = n->op == TS_OP_REDUCE && fusible_reduce(src, id);
+  if ((!ir_op_has(n->op, TS_OPF_FUSIBLE) && !red) || n->n_in > 3) return OPT_KEEP;
   int32_t ins[3];
   bool any = false;
   for (int k = 0; k < n->n_in; k++) {
     int32_t t = n->in[k];
     ins[k] = map[t];
     const ts_node *m = &src->nodes[t];
-    if (!cheap_mask(src, s->u, t) || map[m->in[0]] < 0 || map[m->in[1]] < 0) continue;
+    if (k > 0 && t == n->in[k - 1] && any) { /* mul(xc, xc): one copy for both operands */
+      ins[k] = ins[k - 1];
+      continue;
+    }
+    if (cheap_chain(src, s->u, t)) {
+      if ((ins[k] = copy_chain(dst, src, s, t, map, 0)) < 0) return TS_NONE;
+      any = true;
+      continue;
+    }
+    if (red || !cheap_mask(src, s->u, t) || map[m->in[0]] < 0 || map[m->in[1]] < 0) continue;
     int32_t mi[2] = {map[m->in[0]], map[m->in[1]]};
     if ((ins[k] = ir_append(dst, TS_OP_COMPARE, m->dtype, m->rank, m->shape, 2, mi, &m->attr)) < 0) return TS_NONE;
     any = true;
@@ -431,18 +548,14 @@ static ts_tensor mask_copy_node(ts_graph *dst, const ts_graph *src, int id, cons
   return ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, ins, &n->attr);
 }
 
-/* *out: the rewritten graph, or NULL when no mask has several users. */
+/* *out: the rewritten graph, or NULL when nothing is worth a copy. */
 static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
   *out = NULL;
   *copies = 0;
-  bool any = false;
-  for (int i = 0; i < g->n_nodes && !any; i++)
-    any = g->nodes[i].op == TS_OP_COMPARE && g->nodes[i].n_in == 2;
-  if (!any) return 0;
   opt_users u;
   if (opt_users_build(g, &u) < 0) return -1;
-  any = false;
-  for (int i = 0; i < g->n_nodes && !any; i++) any = cheap_mask(g, &u, i);
+  bool any = false;
+  for (int i = 0; i < g->n_nodes && !any; i++) any = cheap_mask(g, &u, i) || cheap_chain(g, &u, i);
   mask_copy_state s = {&u, 0};
   if (any && !(*out = opt_rebuild(g, mask_copy_node, &s, NULL))) {
     opt_users_free(&u);
@@ -456,14 +569,15 @@ static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
 ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
   int masks = 0, copies = 0;
   ts_graph *rw, *mc;
-  if (mask_copy_rewrite(g0, &mc, &copies) < 0) return NULL;
-  if (mc) g0 = mc;
-  if (relu_mask_rewrite(g0, &rw, &masks) < 0) {
-    ts_graph_free(mc);
+  /* the ReLU masks first: a mask that reads the ReLU's output leaves batch
+   * norm's output with one user, so it is not recomputed for the mask */
+  if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
+  if (mask_copy_rewrite(rw ? rw : g0, &mc, &copies) < 0) {
+    ts_graph_free(rw);
     return NULL;
   }
   masks += copies;
-  const ts_graph *g = rw ? rw : g0;
+  const ts_graph *g = mc ? mc : rw ? rw : g0;
   int nn = g->n_nodes;
   opt_users u;
   if (opt_users_build(g, &u) < 0) {

@@ -1,0 +1,29 @@
+/* reduce_src.h — a reduction whose f32 operand is computed on the fly
+ * (a fused reduction: src/opt/fuse.c makes a FUSED node with attr.n_dims > 0
+ * from a sum or mean and the elementwise group that produced its operand;
+ * src/kernels/fused.c evaluates the program range by range, reduce.c folds
+ * it exactly as it folds a materialized operand: same order, same bits). */
+#ifndef TS_KERNELS_REDUCE_SRC_H
+#define TS_KERNELS_REDUCE_SRC_H
+
+#include "kernels/kernels_internal.h"
+
+typedef struct {
+  /* per-thread state for ranges of at most max_run elements, NULL when out of memory */
+  void *(*begin)(const void *user, int64_t max_run);
+  /* elements [off, off + n) of the operand, valid until the next call */
+  const float *(*range)(void *state, int64_t off, int64_t n);
+  void (*end)(void *state);
+  const void *user;
+} tk_reduce_src;
+
+/* Longest contiguous run the reduction of shape (rank, shape) over n's
+ * attr.dims asks of its source (the fusion pass keeps it bounded). */
+int64_t tk_reduce_max_run(const ts_node *n, int rank, const int64_t *shape);
+
+/* Reduce node n (attr.reduce sum or mean, attr.dims; f32 result) over an f32
+ * operand of shape (rank, shape) produced by src. */
+int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_reduce_src *src, void *out,
+                   const ts_kctx *ctx);
+
+#endif
