@@ -15,8 +15,7 @@
 #    fsdp x model) + 5% on 4 devices, 1-D and 2x2;
 #  - `tessel plan` predicts 512 devices (hand and --auto-shard) against
 #    devices/h100-sxm.txt without running; a bad device file is an error;
-#  - the calibration cache: written, read, ignored for another machine's key;
-#    op_overhead.4_s prices a 4-device mesh's kernels, not a 2-device one's;
+#  - the calibration cache: written, read, ignored for another machine's key,
 #    and `tessel train --auto-shard` solves with it (and says so).
 set -u
 build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
@@ -129,22 +128,14 @@ expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 # the calibration: written by an explicit --calibrate FILE, read back as a
 # device file and as the cache when its key (CPU model, threads) is this machine's
 if TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
-  grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" && grep -q "^op_overhead.4_s = " "$tmp/cal/calibration.txt"; then
-  ok "plan --calibrate writes every kernel class, the all-reduce alpha/beta and the per-kernel overhead on 2, 4, 8 devices"
+  grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt"; then
+  ok "plan --calibrate writes every kernel class and the all-reduce alpha/beta"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi
 expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt"
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q '"costs":"calibration '; then ok "the calibration cache is used when its key matches"; else bad "cache not used"; fi
-# op_overhead.4_s prices the kernels of a 4-device mesh (1 ms each: the MLP's ~50 kernels add ~50 ms), not of 2
-sed 's/^op_overhead.4_s = .*/op_overhead.4_s = 1e-3/' "$tmp/cal/calibration.txt" >"$tmp/slow4.txt"
-if step_of() { "$tessel" plan --model mlp --mesh "$1" --device "$2" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["step_ms"])'; } &&
-  /usr/bin/python3 -c 'import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(not (b > a + 20 and abs(d - c) < 1e-9))' \
-    "$(step_of data=4 "$tmp/cal/calibration.txt")" "$(step_of data=4 "$tmp/slow4.txt")" \
-    "$(step_of data=2 "$tmp/cal/calibration.txt")" "$(step_of data=2 "$tmp/slow4.txt")"; then
-  ok "op_overhead.4_s prices a 4-device mesh's kernels (and not a 2-device one's)"
-else bad "op_overhead.4_s not used for data=4 (or used for data=2)"; fi
 sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibration.txt" >"$tmp/other.txt"
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/other.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q "is for 'another CPU'"; then ok "another machine's calibration is not used"; else bad "foreign calibration used"; fi

@@ -11,7 +11,6 @@
  *    fits; an impossible limit is an error naming the smallest peak;
  *  - time limit: a tiny one gives the greedy plan, reported, still correct
  *    (ResNet-20 on 2x2 trains with it);
- *  - ZeRO-1 is reachable: a whole (user-marked) parameter's donated update runs split;
  *  - TESSEL_AUTO_SPMD=1 with TESSEL_AUTO_SPMD_MESH=2,2 auto-shards a plain compile. */
 #include <math.h>
 #include <stdlib.h>
@@ -305,41 +304,6 @@ static void cost_model_checks(void) {
   ts_mesh_free(m1), ts_mesh_free(m2);
 }
 
-/* ZeRO-1 is in the strategy space: a parameter the user keeps whole (marked
- * replicated) and a donated update of it, new = p - lr * (0.9 s + x^T dy) with
- * the state s unmarked. The update follows the optimizer step's variable, not
- * its parameter's, so it runs split (the gradient reduce-scattered into s's
- * layout, 1/N of the update per device) and is all-gathered back into p after
- * it, priced as the asynchronous collective it is. (Following p, it could
- * only run whole, on an all-reduced gradient.) */
-static void zero1_check(void) {
-  ts_mesh *m = ts_mesh_from_text("a=4");
-  ts_graph *g = ts_graph_new();
-  int64_t ws[2] = {512, 512}, xs[2] = {64, 512};
-  ts_tensor p = ts_input(g, "p", TS_F32, 2, ws), st = ts_input(g, "p.exp_avg", TS_F32, 2, ws);
-  ts_tensor x = ts_input(g, "x", TS_F32, 2, xs), dy = ts_input(g, "dy", TS_F32, 2, xs);
-  ts_dot_dims dd = {.n_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}};
-  ts_tensor gw = ts_dot_general(g, x, dy, &dd);
-  ts_tensor ns = ts_add(g, ts_mul(g, st, ts_scalar(g, TS_F32, 0.9)), gw);
-  ts_tensor np = ts_sub(g, p, ts_mul(g, ns, ts_scalar(g, TS_F32, 1e-3)));
-  ts_graph_add_output(g, np), ts_graph_add_output(g, ns);
-  CHECK_OK(ts_graph_alias_output(g, 0, p));
-  CHECK_OK(ts_graph_alias_output(g, 1, st));
-  int whole[2] = {0, 0}, batch[2] = {1, 0};
-  mark(g, m, p, 2, whole), mark(g, m, x, 2, batch), mark(g, m, dy, 2, batch);
-  ts_auto_shard_info ai;
-  CHECK_OK(ts_auto_shard(g, &(ts_auto_shard_options){.mesh = m}, &ai, NULL));
-  const ts_sharding *su = ts_tensor_sharding(g, np), *ss = ts_tensor_sharding(g, st);
-  char *tu = su ? ts_sharding_to_string(su) : NULL, *ts = ss ? ts_sharding_to_string(ss) : NULL;
-  CHECK(tu && ts && strstr(tu, "devices=") && strstr(ts, "devices="),
-        "ZeRO-1: the update of a whole parameter runs %s, its state %s (want both split)", tu ? tu : "?", ts ? ts : "?");
-  printf("ZeRO-1: p whole, its update %s, its state %s, modeled step %.4f ms\n", tu ? tu : "?", ts ? ts : "?",
-         1e3 * ai.step_s);
-  free(tu), free(ts);
-  ts_graph_free(g);
-  ts_mesh_free(m);
-}
-
 int main(int argc, char **argv) {
   bool only_quality = argc > 1 && strcmp(argv[1], "quality") == 0; /* for tuning the solver */
   uint64_t seed = ts_test_init("test_autoshard", 11);
@@ -375,7 +339,6 @@ int main(int argc, char **argv) {
   printf("quality: worst auto / best hand = %.3f\n", worst);
   memory_checks();
   cost_model_checks();
-  zero1_check();
   /* the fallback says so */
   model md;
   ts_mesh *m = ts_mesh_from_text("a=2,b=2");

@@ -82,13 +82,11 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
-      char so[64], oo[64];
+      char so[64];
       snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
-      snprintf(oo, sizeof oo, "op_overhead.%d_s", ar_devices[k]);
       if (strcmp(key, b) == 0) d->ar_bw[k] = x, found = true;
       else if (strcmp(key, l) == 0) d->ar_lat[k] = x, found = true;
       else if (strcmp(key, so) == 0) d->step_over[k] = x, found = true;
-      else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
@@ -98,7 +96,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
-                     "op_overhead.N_s, parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -193,23 +191,18 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
+  ao->op_overhead_s = d->op_overhead_s * over;
+  /* kernels of a device with several threads fork and join them */
+  if (d->per_core && d->cores > 0 && d->par_overhead_s > 0) {
+    int threads = d->threads > 0 ? d->threads : d->cores;
+    if (threads / host > 1) ao->parallel_overhead_s = d->par_overhead_s;
+  }
   /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
   int q = -1;
   for (int k = 0; k < DEV_AR_SIZES && q < 0; k++)
     if (d->ar_bw[k] > 0 && ar_devices[k] >= host) q = k;
   for (int k = DEV_AR_SIZES - 1; k >= 0 && q < 0; k--)
     if (d->ar_bw[k] > 0) q = k;
-  /* a kernel's fixed cost: measured with this many devices dispatching at
-   * once where calibrated (their threads share the cores and the device
-   * pool: 2-3x one device's scaled by its core share, measured on 4 and 8),
-   * else one device's scaled by the share */
-  ao->op_overhead_s = d->op_overhead_s * over;
-  if (host > 1 && q >= 0 && ar_devices[q] == host && d->op_over[q] > 0) ao->op_overhead_s = d->op_over[q];
-  /* kernels of a device with several threads fork and join them */
-  if (d->per_core && d->cores > 0 && d->par_overhead_s > 0) {
-    int threads = d->threads > 0 ? d->threads : d->cores;
-    if (threads / host > 1) ao->parallel_overhead_s = d->par_overhead_s;
-  }
   double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
   ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
   int64_t span = 1;
@@ -435,16 +428,15 @@ static double measure_par_overhead(ts_client *c) {
   return t[0] > 0 && t[1] > 0 ? 2 * t[0] - t[1] : -1;
 }
 
-/* Per-kernel overhead: a chain of 200 tiny matmuls (replicas: on every
- * device of c at once, each dispatching its own). */
-static double measure_overhead(ts_client *c, bool replicas) {
+/* Per-kernel overhead: a chain of 200 tiny matmuls. */
+static double measure_overhead(ts_client *c) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   int64_t sh[2] = {2, 2};
   ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
   for (int k = 0; k < 200; k++) x = ts_matmul(g, x, w);
   ts_graph_add_output(g, x);
-  double t = time_graph(c, g, replicas, 20);
+  double t = time_graph(c, g, false, 20);
   ts_graph_free(g);
   return t / 200;
 }
@@ -457,13 +449,12 @@ int calibrate(const char *cmd, const char *path) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
-  double op_over[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES];
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     if ((tk[k] = measure_class(c1, k, &uk[k])) <= 0) goto fail;
-  overhead = measure_overhead(c1, false);
+  overhead = measure_overhead(c1);
   step1 = trivial_step(c1, false);
   ts_client_free(c1);
   c1 = NULL;
@@ -497,8 +488,7 @@ int calibrate(const char *cmd, const char *path) {
     int D = ar_devices[q];
     ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
     double ts = -1, tb = -1;
-    if (c && ((step_over[q] = trivial_step(c, true)) <= 0 || (op_over[q] = measure_overhead(c, true)) <= 0)) goto fail;
-    op_over[q] = fmax(op_over[q] - step_over[q] / 200, overhead); /* the chain's step overhead apart */
+    if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
     const int64_t big = 4 << 20;
     for (int k = 0; k < 2 && c; k++) {
       int64_t len = k == 0 ? 1 : big;
@@ -566,10 +556,8 @@ int calibrate(const char *cmd, const char *path) {
     fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
-               "op_overhead.%d_s = %.4g   # per kernel, %d devices dispatching at once\n",
-            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q], ar_devices[q], op_over[q],
-            ar_devices[q]);
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q]);
   fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
              "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
              "net_link_latency_s = 2e-5   # not measured\n"

@@ -29,7 +29,6 @@ typedef struct {
   double ar_bw[DEV_AR_SIZES], ar_lat[DEV_AR_SIZES];
   double step1;                  /* step overhead of 1 device (a trivial program's execute) */
   double step_over[DEV_AR_SIZES]; /* the same with 2, 4, 8 devices */
-  double op_over[DEV_AR_SIZES];   /* per-kernel overhead with 2, 4, 8 devices running at once (0: not measured) */
   char cpu[128];     /* calibration key: the CPU model */
   int threads;       /* calibration key: the threads (TESSEL_NUM_THREADS or the cores) */
   int cores;         /* per_core: the host's cores the devices share */

@@ -49,9 +49,8 @@ typedef struct {
   double *moved;
   bool *kernel;
   bool *trans; /* per node: its fused kernel computes a transcendental function */
-  /* per node: estimated seconds of the compute between it (an input: the
-   * step's start) and its first user (what an asynchronous collective of its
-   * result hides behind) */
+  /* per node: estimated seconds of the compute between it and its first
+   * user (what an asynchronous collective of its result hides behind) */
   double *window;
 } as_ctx;
 
@@ -60,9 +59,6 @@ int64_t as_layout_tiles(const as_ctx *c, const uint8_t *lay, int rank);
 /* Seconds to turn layout `from` of tensor n into `to`; adds the bytes a
  * device sends to *sent (may be NULL). */
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent);
-/* Seconds exposed of writing donated update u (layout from) into its
- * parameter v's layout `to` (asynchronous: hidden behind c->window of both). */
-double as_donated_cost(const as_ctx *c, int u, int v, const uint8_t *from, const uint8_t *to, double *sent);
 /* Fills c->moved and c->kernel (NULL on no memory: unfused costs). */
 void as_fusion(as_ctx *c);
 /* Fills c->window (NULL on no memory: nothing hidden). */

@@ -28,7 +28,7 @@ static void predict(const as_ctx *c, const uint8_t (*lay)[TS_MAX_RANK], const in
   }
   for (int k = 0; k < g->n_outputs; k++) {
     int a = g->alias ? g->alias[k] : -1;
-    if (a >= 0) comm += as_donated_cost(c, g->outputs[k], g->inputs[a], lay[g->outputs[k]], lay[g->inputs[a]], &bytes);
+    if (a >= 0) comm += as_reshard_cost(c, lay[g->outputs[k]], lay[g->inputs[a]], &g->nodes[g->outputs[k]], &bytes);
   }
   /* peak: inputs always, every other value from its definition to its last use */
   double base = 0, live = 0, peak = 0;

@@ -83,8 +83,8 @@ static int pair_edge(as_ctx *c, int u, int v, int k) {
   }
   for (int i = 0; i < au->ns; i++)
     for (int j = 0; j < av->ns; j++) {
-      double t = k < 0 ? as_donated_cost(c, u, v, au->s[i].out, av->s[j].out, NULL)
-                       : as_reshard_cost(c, au->s[i].out, as_need(&av->s[j], k), &c->g->nodes[u], NULL);
+      const uint8_t *to = k < 0 ? av->s[j].out : as_need(&av->s[j], k);
+      double t = as_reshard_cost(c, au->s[i].out, to, &c->g->nodes[u], NULL);
       if (Lu == a) m[i * nb + j] = t;
       else m[j * nb + i] = t;
     }
@@ -207,8 +207,6 @@ static int find_ties(const ts_graph *g, int *tie) {
   return 0;
 }
 
-static int build_nodes(as_prob *p, const int *donated);
-
 int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
   as_ctx *c = &p->c;
   memset(p, 0, sizeof *p);
@@ -233,48 +231,21 @@ int as_build(as_prob *p, const ts_graph *g, const ts_auto_shard_options *o) {
   for (int k = 0; k < g->n_outputs; k++) c->last_use[g->outputs[k]] = n;
   as_fusion(c);
   as_windows(c);
-  int *donated = malloc(((size_t)n + 1) * sizeof *donated); /* per node: the input it is written into, or -1 */
-  if (!donated) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
-  for (int v = 0; v < n; v++) donated[v] = -1;
-  for (int k = 0; g->alias && k < g->n_outputs; k++)
-    if (g->alias[k] >= 0) donated[g->outputs[k]] = g->inputs[g->alias[k]];
-  int rc = build_nodes(p, donated);
-  free(donated);
-  return rc;
-}
-
-/* Graph shrinking: the operand whose variable elementwise node v shares (one
- * of its shape that is not a broadcast or constant, if any), or -1. A donated
- * update does not follow its own parameter when another operand can lead (the
- * optimizer's step, in the state's layout): so the update can run sharded
- * while the parameter stays whole and is all-gathered after it (ZeRO-1, the
- * CLI's data-parallel layout), which following the parameter ruled out. */
-static int follow_operand(const as_ctx *c, int v, int donated) {
-  const ts_graph *g = c->g;
-  const ts_node *nd = &g->nodes[v];
-  int fk = -1, rank_fk = 0; /* rank: 0 weak, 1 the donated parameter's variable, 2 any other */
-  for (int k = 0; !nd->sharding && ir_op_is_elementwise(nd->op) && k < nd->n_in; k++) {
-    const ts_node *x = &g->nodes[nd->in[k]];
-    if (x->rank != nd->rank || memcmp(x->shape, nd->shape, (size_t)nd->rank * sizeof nd->shape[0]) != 0) continue;
-    bool weak = x->op == TS_OP_BROADCAST || x->op == TS_OP_CONSTANT;
-    bool own = donated >= 0 && donated < v && c->nodes[nd->in[k]].leader == c->nodes[donated].leader;
-    int r = weak ? 0 : own ? 1 : 2;
-    if (fk < 0 || r > rank_fk) fk = k, rank_fk = r;
-  }
-  return fk;
-}
-
-static int build_nodes(as_prob *p, const int *donated) {
-  as_ctx *c = &p->c;
-  const ts_graph *g = c->g;
-  int n = g->n_nodes;
-  int *tie = c->tie;
   for (int v = 0; v < n; v++) {
     const ts_node *nd = &g->nodes[v];
     as_node *an = &c->nodes[v];
     an->leader = v;
     an->var = -1;
-    int fk = follow_operand(c, v, donated[v]);
+    /* graph shrinking: an elementwise node shares the variable of an operand
+     * of its shape (one that is not a broadcast or constant, if any) */
+    int fk = -1;
+    for (int k = 0; !nd->sharding && ir_op_is_elementwise(nd->op) && k < nd->n_in; k++) {
+      const ts_node *x = &g->nodes[nd->in[k]];
+      if (x->rank != nd->rank || memcmp(x->shape, nd->shape, (size_t)nd->rank * sizeof nd->shape[0]) != 0) continue;
+      bool weak = x->op == TS_OP_BROADCAST || x->op == TS_OP_CONSTANT;
+      if (fk < 0 || (!weak && (g->nodes[nd->in[fk]].op == TS_OP_BROADCAST || g->nodes[nd->in[fk]].op == TS_OP_CONSTANT)))
+        fk = k;
+    }
     if (fk >= 0 && nd->rank > 0) {
       const as_node *u = &c->nodes[nd->in[fk]];
       an->leader = u->leader;
@@ -351,8 +322,9 @@ static int build_nodes(as_prob *p, const int *donated) {
     if (ai < 0) continue;
     int u = g->outputs[k], v = g->inputs[ai], Lu = c->nodes[u].leader, Lv = c->nodes[v].leader;
     as_node *au = &c->nodes[u], *av = &c->nodes[v];
+    const ts_node *nu = &g->nodes[u];
     if (Lu == Lv) {
-      for (int i = 0; i < au->ns; i++) p->unary[Lu][i] += as_donated_cost(c, u, v, au->s[i].out, av->s[i].out, NULL);
+      for (int i = 0; i < au->ns; i++) p->unary[Lu][i] += as_reshard_cost(c, au->s[i].out, av->s[i].out, nu, NULL);
       continue;
     }
     if (pair_edge(c, u, v, -1) < 0) return -1;

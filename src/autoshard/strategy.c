@@ -296,13 +296,10 @@ static double ring(const as_ctx *c, int axis, double bytes, int passes, double *
   return autoshard_ring_s(c->k.link_bw[axis], c->k.latency[axis], (int)c->m->shape[axis], bytes, passes, sent);
 }
 
-/* as_reshard_cost; *lat: the latency part (the collectives' starts) */
-static double reshard(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent,
-                      double *lat) {
+double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
   double full = as_bytes(n), t = 0;
   double local_to = full / (double)as_layout_tiles(c, to, n->rank);
   double local_from = full / (double)as_layout_tiles(c, from, n->rank);
-  *lat = 0;
   for (int a = 0; a < c->m->rank; a++) {
     int sz = (int)c->m->shape[a];
     if (sz <= 1) continue;
@@ -314,30 +311,9 @@ static double reshard(const as_ctx *c, const uint8_t *from, const uint8_t *to, c
     if (df < 0 || df == dt) continue; /* same, or a local slice */
     if (dt < 0) t += ring(c, a, local_to, 1, sent);           /* all-gather */
     else t += ring(c, a, local_from / sz, 1, sent);           /* all-to-all */
-    *lat += ceil(log2((double)sz)) * c->k.latency[a];
   }
   /* a different axis order within one dim, same axes: a permutation of blocks */
   return t;
-}
-
-double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
-  double lat;
-  return reshard(c, from, to, n, sent, &lat);
-}
-
-/* A donated update (node u) written back into its parameter's layout (input
- * v): the collective starts when the update is done and the runtime runs it
- * asynchronously (compile.c mark_async: its only user is the step's output;
- * the step's last one is carried into the next step), beside the updates
- * after u and the next step's compute before v's first user; only what
- * they do not hide is exposed, and at least its latency. (Priced as a
- * blocking resharding, a ZeRO-1 step's weight all-gathers cost what FSDP's
- * forward all-gathers do, which run on the critical path: the solver chose
- * FSDP for the GPT's and the CNN's large weights, measured 1.1-1.4x.) */
-double as_donated_cost(const as_ctx *c, int u, int v, const uint8_t *from, const uint8_t *to, double *sent) {
-  double lat, t = reshard(c, from, to, &c->g->nodes[u], sent, &lat);
-  double window = c->window ? c->window[u] + c->window[v] : 0;
-  return t - lat > window ? t - window : fmin(t, lat);
 }
 
 /* ---- fusion: what compile_graph's fuse pass (opt/fuse.c) makes of the global graph ----
@@ -456,8 +432,7 @@ void as_windows(as_ctx *c) {
     int f = first[v];
     /* a reshape runs nothing: its users wait as the reshaped node's would */
     while (f < n && g->nodes[f].op == TS_OP_RESHAPE && first[f] < n) f = first[f];
-    /* an input exists from the step's start */
-    c->window[v] = pre[f] - (g->nodes[v].op == TS_OP_INPUT ? 0 : pre[v + 1]);
+    c->window[v] = pre[f] - pre[v + 1];
   }
   free(pre), free(first);
 }
