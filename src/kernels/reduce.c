@@ -23,6 +23,7 @@ static void make_groups(int rank, const int64_t *shape, const ts_node *n, groups
   bool red[TS_MAX_RANK] = {false};
   for (int i = 0; i < n->attr.n_dims; i++)
     if (n->attr.dims[i] >= 0 && n->attr.dims[i] < rank) red[n->attr.dims[i]] = true;
+  memset(G, 0, sizeof *G); /* groups past ng are never read, but stay defined */
   G->ng = 0;
   G->count = 1;
   for (int d = 0; d < rank; d++) {
@@ -159,7 +160,8 @@ MINMAX_FAST(double, f64, 8, int64_t)
     /* [R, K, R] (batch norm's sum over N, H, W of NCHW) and [R, K] (a bias                 \
      * gradient's sum over the batch): threads split the kept dim; each output                \
      * folds its runs in the same order as the serial loop below (same bits). */             \
-    if (nt > 1 && G->ng <= 3 && G->red[0] && !G->red[1] && (G->ng == 2 || G->red[2])) {       \
+    if (nt > 1 && G->ng >= 2 && G->ng <= 3 && G->red[0] && !G->red[1] &&                     \
+        (G->ng == 2 || G->red[2])) {                                                         \
       int64_t R = G->size[0], K = G->size[1], in3 = G->ng == 3 ? inner : 1;                    \
       _Pragma("omp parallel num_threads(nt) reduction(| : err)")                             \
       {                                                                                      \
