@@ -8,6 +8,10 @@
  *   recomputed from the disk) and holds the values bit for bit, and the files
  *   and index.json are the same bytes whatever the chunk size (so the same as
  *   the one-chunk, serial layout);
+ * - the block file written through the page cache where O_DIRECT is refused
+ *   at open (ckpt_save_direct 0, as tmpfs) or at the first write (2: the rest
+ *   buffered): the same bytes, and the whole file went through the page cache
+ *   (mincore; an O_DIRECT save leaves at most its tail page there);
  * - steps that run while the pipelined save is half done (the writer parked
  *   after its second chunk: some holds released, others not) update every
  *   buffer in place: the checkpoint holds the values before the steps, bit
@@ -20,12 +24,15 @@
  *   error, leaves the previous checkpoint and `latest`, removes the partial
  *   files, and the next save works (both ts_ckpt_save and the saver);
  * - ts_buffer_hold_read_range refuses a range outside the block. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h> /* mincore: which path wrote the block file */
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,7 +174,43 @@ static int same_file(const char *a, const char *b, const char *name) {
   return rc;
 }
 
-/* Chunks of 1, 2 and 3 pages and the default: the same files, the values. */
+/* Pages of file `name` of step dir `dir` in the page cache, and (pages) its
+ * pages: a buffered write leaves them cached (clean after the fsync), an
+ * O_DIRECT one does not (but the tail page). -1 if it cannot be mapped. */
+static long cached_pages(const char *dir, const char *name, long *pages) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_RDONLY);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  long pg = sysconf(_SC_PAGESIZE), n = (long)((st.st_size + pg - 1) / pg), res = 0;
+  void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  unsigned char *vec = malloc((size_t)n);
+  if (m == MAP_FAILED || !vec || mincore(m, (size_t)st.st_size, vec) != 0) res = -1;
+  for (long i = 0; res >= 0 && i < n; i++) res += vec[i] & 1;
+  if (m != MAP_FAILED) munmap(m, (size_t)st.st_size);
+  free(vec);
+  *pages = n;
+  return res;
+}
+
+/* Whether dir's filesystem takes O_DIRECT (tmpfs does not). */
+static bool direct_ok(const char *dir) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/.direct-probe", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_DIRECT, 0644);
+  if (fd >= 0) close(fd), unlink(path);
+  return fd >= 0;
+}
+
+/* Chunks of 1, 2 and 3 pages and the default, and the two buffered
+ * fallbacks of the block file's O_DIRECT writes (ckpt_save_direct 0: opened
+ * buffered, as on tmpfs; 2: the first direct write refused, the rest
+ * buffered): the same files, the values. */
 static void test_boundaries(void) {
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
   ts_mesh *m = ts_mesh_from_text("data=2");
@@ -176,12 +219,14 @@ static void test_boundaries(void) {
   make_buffers(c, m, b, e);
   void *want[NT];
   for (int i = 0; i < NT; i++) want[i] = values(i, 1);
-  static const uint64_t chunks[] = {4096, 8192, 12288, 0 /* SAVE_CHUNK: one chunk here */};
+  static const uint64_t chunks[] = {4096, 8192, 12288, 0 /* SAVE_CHUNK: one chunk here */, 8192, 8192, 4096, 0};
+  static const int direct_mode[] = {1, 1, 1, 1, 0, 2, 2, 2};
   char first[600] = "";
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 8; k++) {
     char root[512], dir[600];
-    snprintf(root, sizeof root, "%s/chunk%llu", tmp_root, (unsigned long long)chunks[k]);
+    snprintf(root, sizeof root, "%s/chunk%llu-d%d", tmp_root, (unsigned long long)chunks[k], direct_mode[k]);
     ckpt_save_chunk = chunks[k];
+    ckpt_save_direct = direct_mode[k];
     ts_ckpt_meta meta = {.step = 7};
     if (k % 2 == 0) {
       CHECK(ts_ckpt_save(c, root, &meta, NT, e, 0) == 0, "save (chunk %llu): %s", (unsigned long long)chunks[k],
@@ -193,19 +238,28 @@ static void test_boundaries(void) {
       ts_ckpt_saver_free(s);
     }
     ckpt_save_chunk = 0;
+    ckpt_save_direct = 1;
+    snprintf(dir, sizeof dir, "%s/step-00000007", root);
+    long pages = 0, cached = cached_pages(dir, "shard-00000-of-00001.safetensors", &pages);
+    if (direct_mode[k] != 1) /* the buffered fallback was taken: the whole file went through the page cache */
+      CHECK(cached == pages && pages > 2, "direct mode %d: %ld of the block file's %ld pages cached (want all)",
+            direct_mode[k], cached, pages);
+    else if (direct_ok(tmp_root)) /* O_DIRECT: at most the tail page cached (so the check above tells them apart) */
+      CHECK(cached >= 0 && cached <= 1 && pages > 2, "O_DIRECT save: %ld of the block file's %ld pages cached",
+            cached, pages);
     check_ckpt(root, want, "boundaries");
     if (k == 0)
       for (int direct = 0; direct < 2; direct++) {
         check_device_load(root, 2, direct, want);
         check_device_load(root, 1, direct, want);
       }
-    snprintf(dir, sizeof dir, "%s/step-00000007", root);
     if (k == 0) {
       snprintf(first, sizeof first, "%s", dir);
       continue;
     }
     CHECK(same_file(first, dir, "shard-00000-of-00001.safetensors") == 0 && same_file(first, dir, "index.json") == 0,
-          "chunks of %llu and 4096 bytes wrote different files", (unsigned long long)chunks[k]);
+          "chunks of %llu bytes (direct mode %d) and 4096 bytes wrote different files", (unsigned long long)chunks[k],
+          direct_mode[k]);
   }
   /* a hold read outside the block is an error; inside, the block's bytes */
   ts_buffer_hold *h = ts_buffer_hold_new(b[0]);

@@ -99,6 +99,14 @@ extern uint64_t ckpt_save_chunk;
  * CLI changes it. */
 extern int ckpt_load_direct;
 
+/* Saves write the block file with O_DIRECT where the filesystem allows it
+ * (1, the default). Tests set 0 (opened without O_DIRECT: the buffered path
+ * of a filesystem that refuses it at open, tmpfs) or 2 (opened with
+ * O_DIRECT, but its first write refused with EINVAL as some filesystems do:
+ * the rest of the file goes through the page cache) to cover both fallbacks.
+ * Nothing in the library or the CLI changes it. */
+extern int ckpt_save_direct;
+
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
  * calls it with the name of each stage just completed — "chunk" (a chunk
  * of the block file copied and handed to the writes; once per chunk), "files" (this

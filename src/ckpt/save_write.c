@@ -46,6 +46,7 @@ static int ring_reserve(ts_ckpt_saver *s, size_t bytes) {
 }
 
 uint64_t ckpt_save_chunk = SAVE_CHUNK; /* ckpt_internal.h: tests set a few pages */
+int ckpt_save_direct = 1;              /* ckpt_internal.h: tests set 0 or 2 (the buffered fallbacks) */
 
 enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_WRITING };
 
@@ -62,6 +63,7 @@ typedef struct {
   int filled;            /* chunks [0, filled) are filled (or written) */
   int next_write;        /* the next chunk an I/O thread takes */
   bool direct;           /* the fd has O_DIRECT */
+  bool refuse;           /* a test (ckpt_save_direct 2): the first direct write fails with EINVAL */
   ts_ckpt_priority prio; /* the saver's, for I/O threads that end up copying (buffered writes) */
   bool lower;            /* a background save on the saver's own thread */
   bool stop;             /* an error: everyone stops */
@@ -75,12 +77,20 @@ static void pipe_fail(save_pipe *p, const char *err) {
   pthread_cond_broadcast(&p->cv);
 }
 
+/* Whether p's fd still has O_DIRECT (a refused write clears it). */
+static bool pipe_direct(save_pipe *p) {
+  pthread_mutex_lock(&p->mu);
+  bool direct = p->direct;
+  pthread_mutex_unlock(&p->mu);
+  return direct;
+}
+
 /* Writes img[0..n) at offset off. With O_DIRECT img, n and off are multiples
  * of SAVE_ALIGN; a filesystem that refuses a direct write gets the rest
  * through the page cache. */
 static int save_put(save_pipe *p, const char *img, size_t n, uint64_t off) {
   while (n > 0) {
-    ssize_t w = pwrite(p->fd, img, n, (off_t)off);
+    ssize_t w = p->refuse && pipe_direct(p) ? (errno = EINVAL, -1) : pwrite(p->fd, img, n, (off_t)off);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && errno == EINVAL) {
       pthread_mutex_lock(&p->mu);
@@ -104,10 +114,7 @@ static int pipe_write_chunk(save_pipe *p, int c) {
   uint64_t pos = (uint64_t)c * p->chunk, len = p->total - pos < p->chunk ? p->total - pos : p->chunk;
   uint64_t al = len / SAVE_ALIGN * SAVE_ALIGN;
   int rc = save_put(p, p->ring + (size_t)(c % p->slots) * p->chunk, (size_t)al, pos);
-  pthread_mutex_lock(&p->mu);
-  bool direct = p->direct;
-  pthread_mutex_unlock(&p->mu);
-  if (rc == 0 && !direct && al > 0) /* buffered: its write-back starts now (best effort) */
+  if (rc == 0 && al > 0 && !pipe_direct(p)) /* buffered: its write-back starts now (best effort) */
     (void)sync_file_range(p->fd, (off_t)pos, (off_t)al, SYNC_FILE_RANGE_WRITE);
   return rc;
 }
@@ -206,7 +213,8 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
   if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
   save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
-                 .path = path, .direct = direct, .prio = s->prio, .lower = j->background && j->own_thread};
+                 .path = path, .direct = direct, .refuse = direct && ckpt_save_direct == 2, .prio = s->prio,
+                 .lower = j->background && j->own_thread};
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
   *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
@@ -281,9 +289,9 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   for (int k = 0; k < j->nb; k++) last[j->same[j->bl[k].t]] = k;
   for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
     if (last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
-  bool direct = true;
-  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-  if (fd < 0 && errno == EINVAL) {
+  bool direct = ckpt_save_direct != 0;
+  int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+  if (fd < 0 && direct && errno == EINVAL) {
     direct = false;
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
