@@ -4,7 +4,8 @@
  *
  *  1. bf16 vs f32, 3 SGD-momentum steps from the same weights and batches:
  *     the compiled step runs its convolutions and matmuls in bf16 (forward
- *     and both backward convolutions; checked in the program text), the
+ *     and both backward convolutions, the filter gradient written in f32;
+ *     checked in the program text), the
  *     losses differ from f32 (the pass is on) by at most BF16_LOSS_TOL. Why
  *     that bound: bf16 keeps 8 significant bits, unit roundoff u = 2^-9 =
  *     1.95e-3. Each of the 21 contractions rounds its two operands and its
@@ -274,7 +275,11 @@ int main(void) {
   CHECK(worst <= BF16_LOSS_TOL, "bf16 losses differ from f32 by %.3g > %g", worst, BF16_LOSS_TOL);
   CHECK(differs, "bf16 losses are bit-identical to f32: the autocast pass did nothing");
   printf("bf16 vs f32: worst loss difference %.3g (bound %g)\n", worst, BF16_LOSS_TOL);
-  const char *bf_ops[] = {"conv2d", "conv2d_bwd_data", "conv2d_bwd_filter", "dot_general"};
+  /* the filter gradient reads bf16 and is written in f32 (test_amp_wgrad: its operands are bf16) */
+  CHECK(bf.program && program_has(bf.program, "conv2d_bwd_filter", "f32") &&
+            !program_has(bf.program, "conv2d_bwd_filter", "bf16"),
+        "bf16 program: conv2d_bwd_filter does not give f32 (oneDNN's f32 diff_weights)");
+  const char *bf_ops[] = {"conv2d", "conv2d_bwd_data", "dot_general"};
   for (size_t k = 0; k < sizeof bf_ops / sizeof *bf_ops; k++) {
     CHECK(bf.program && program_has(bf.program, bf_ops[k], "bf16"), "bf16 program has no bf16 %s", bf_ops[k]);
     CHECK(bf.program && !program_has(bf.program, bf_ops[k], "f32"), "bf16 program still has an f32 %s", bf_ops[k]);

@@ -258,6 +258,11 @@ static void print_text(char *t) {
 /* --amp: the compiled program's ops counted by (op, result dtype), read from
  * its text form ("%12 = conv2d(...) ... : bf16[8,16,28,28]"); the operand
  * dtypes of the contractions follow from their converts. */
+/* The dtype of %id from the lines seen so far ("" when unknown). */
+static const char *dt_of(char (*dts)[8], int n, long id) { return id >= 0 && id < n ? dts[id] : ""; }
+
+/* Ops by result dtype; a node whose first operand has another float dtype
+ * (autocast's bf16 filter gradient written in f32) shows as "bf16>f32". */
 static void amp_table(const ts_executable *e) {
   char *t = ts_executable_to_string(e);
   if (!t) {
@@ -265,15 +270,33 @@ static void amp_table(const ts_executable *e) {
     return;
   }
   enum { MAXROWS = 128 };
-  struct { char op[32], dt[8]; int n; } rows[MAXROWS];
-  int nr = 0;
+  struct { char op[32], dt[16]; int n; } rows[MAXROWS];
+  int nr = 0, nd = 0;
+  char (*dts)[8] = NULL;
   for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] != '%') continue; /* fused programs' instructions are indented */
     const char *eq = strstr(line, " = "), *colon = strrchr(line, ':');
     if (!eq || !colon) continue;
-    char op[32] = "", dt[8] = "";
+    char op[32] = "", dt[16] = "";
+    long id = strtol(line + 1, NULL, 10), a = -1;
     sscanf(eq + 3, "%31[a-z_0-9]", op);
     sscanf(colon + 1, " %7[a-z0-9]", dt);
+    if (id >= nd && id < (1L << 24)) {
+      char (*grown)[8] = realloc(dts, (size_t)(id + 1) * 2 * sizeof *dts);
+      if (grown) {
+        memset(grown + nd, 0, (size_t)((id + 1) * 2 - nd) * sizeof *grown);
+        dts = grown, nd = (int)((id + 1) * 2);
+      }
+    }
+    if (id >= 0 && id < nd) snprintf(dts[id], sizeof dts[id], "%s", dt);
+    const char *paren = strchr(eq, '(');
+    if (paren && paren[1] == '%') a = strtol(paren + 2, NULL, 10);
+    const char *adt = dt_of(dts, nd, a);
+    if (!strncmp(op, "conv2d", 6) && adt[0] && strcmp(adt, dt)) {
+      char both[16];
+      snprintf(both, sizeof both, "%s>%s", adt, dt);
+      memcpy(dt, both, sizeof dt);
+    }
     if (!strcmp(op, "input") || !strcmp(op, "constant")) continue;
     int k = 0;
     while (k < nr && (strcmp(rows[k].op, op) || strcmp(rows[k].dt, dt))) k++;
@@ -284,9 +307,10 @@ static void amp_table(const ts_executable *e) {
     }
     if (k < nr) rows[k].n++;
   }
+  free(dts);
   free(t);
-  printf("%-20s %-6s %6s\n", "op", "dtype", "nodes");
-  for (int k = 0; k < nr; k++) printf("%-20s %-6s %6d\n", rows[k].op, rows[k].dt, rows[k].n);
+  printf("%-20s %-8s %6s\n", "op", "dtype", "nodes");
+  for (int k = 0; k < nr; k++) printf("%-20s %-8s %6d\n", rows[k].op, rows[k].dt, rows[k].n);
 }
 
 /* The collectives grouped: how many of each (kind, mesh axes, bytes). */

@@ -549,10 +549,12 @@ int ir_infer(const ts_graph *g, ts_op op, int n_in, const int32_t *in, const ts_
     int64_t o[4];
     if (need_rank4(who, "input", x) || need_rank4(who, "dy", y)) return -1;
     if (*rank != 4) return ERR("%s: weight shape must be rank 4 but is rank %d", who, *rank);
-    if (*dt != x->dtype || y->dtype != x->dtype)
-      return ERR("%s: input %s, dy %s and result %s must have one dtype", who, ts_dtype_name(x->dtype),
-                 ts_dtype_name(y->dtype), ts_dtype_name(*dt));
-    if (conv_out(who, x->dtype, *dt, x->shape, shape, &at->conv, o)) return -1;
+    /* one dtype, or bf16 x and dy with an f32 result (autocast's filter
+     * gradient, accumulated and written in f32) */
+    if ((*dt != x->dtype && !(x->dtype == TS_BF16 && *dt == TS_F32)) || y->dtype != x->dtype)
+      return ERR("%s: input %s, dy %s and result %s must have one dtype (or bf16 inputs, f32 result)", who,
+                 ts_dtype_name(x->dtype), ts_dtype_name(y->dtype), ts_dtype_name(*dt));
+    if (conv_out(who, x->dtype, x->dtype, x->shape, shape, &at->conv, o)) return -1;
     return check_dims_equal(who, "dy", y->shape, o);
   }
   case TS_OP_MAXPOOL:

@@ -5,7 +5,9 @@
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
  * 1x1 convolutions without padding, which run on NCHW itself (plain_fits). The
  * primitives, reorders and blocked buffers are created once per node and kept
- * in its ts_kstate. f64 and other types use direct loops in double. */
+ * in its ts_kstate. A filter gradient of bf16 x and dy may be f32 (autocast's:
+ * oneDNN writes its f32 accumulation as is, wide_dw). f64 and other types use
+ * direct loops in double. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -241,17 +243,22 @@ bool tk_conv_state_is_plain(const ts_kstate *st) {
   return s && s->plain;
 }
 
-static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_data_type_t t, bool plain) {
+/* tw: the result's type when it is the filter gradient (f32 from bf16 x and
+ * dy: oneDNN's bf16 backward-weights writes f32 diff_weights), else t. */
+static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_data_type_t t, dnnl_data_type_t tw,
+                      bool plain) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
-  dnnl_memory_desc_t xa, wa, ya, xu, wu, yu;
+  dnnl_memory_desc_t xa, wa, ya, xu, wu, yu, dwa, dwu;
   md_act(&xa, t, q->N, q->C, q->H, q->W, !plain);
   md_act(&ya, t, q->N, q->O, q->OH, q->OW, !plain);
   md_wei(&wa, t, q, !plain);
   md_act(&xu, t, q->N, q->C, q->H, q->W, false);
   md_act(&yu, t, q->N, q->O, q->OH, q->OW, false);
   md_wei(&wu, t, q, false);
+  md_wei(&dwa, tw, q, !plain);
+  md_wei(&dwu, tw, q, false);
   dnnl_dims_t strides = {q->s[0], q->s[1]}, dil = {q->d[0] - 1, q->d[1] - 1};
   dnnl_dims_t pl = {q->pl[0], q->pl[1]}, pr = {q->ph[0], q->ph[1]};
   dnnl_primitive_attr_t attr;
@@ -271,7 +278,7 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
     dnnl_status_t st = n->op == TS_OP_CONV_BWD_DATA
         ? dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, &ya,
                                                            strides, dil, pl, pr)
-        : dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wa,
+        : dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &dwa,
                                                               NULL, &ya, strides, dil, pl, pr);
     if (st != dnnl_success || dnnl_primitive_desc_create(&pd, &bd, attr, eng, fpd) != dnnl_success) goto done;
   }
@@ -295,7 +302,7 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   else
     rc = bind_arg(s, 0, eng, pd, dnnl_query_src_md, &xu, DNNL_ARG_SRC, false) ||
          bind_arg(s, 1, eng, pd, dnnl_query_diff_dst_md, &yu, DNNL_ARG_DIFF_DST, false) ||
-         bind_arg(s, 2, eng, pd, dnnl_query_diff_weights_md, &wu, DNNL_ARG_DIFF_WEIGHTS, true);
+         bind_arg(s, 2, eng, pd, dnnl_query_diff_weights_md, &dwu, DNNL_ARG_DIFF_WEIGHTS, true);
   rc = rc ? -1 : 0;
 done:
   dnnl_primitive_attr_destroy(attr);
@@ -394,8 +401,8 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
 /* The oneDNN state of node n: the plain path where it fits and oneDNN has a
  * real (non-reference) kernel for it, else the blocked one; NULL when oneDNN
  * takes neither (the loops run), with *oom set when memory ran out. */
-static conv_state *conv_state_new(const ts_node *n, const geom_t *q, bool *oom) {
-  dnnl_data_type_t t = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
+static conv_state *conv_state_new(const ts_node *n, ts_dtype in_dt, const geom_t *q, bool *oom) {
+  dnnl_data_type_t t = in_dt == TS_F32 ? dnnl_f32 : dnnl_bf16, tw = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
   for (int plain = plain_fits(q); plain >= 0; plain--) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) {
@@ -403,10 +410,15 @@ static conv_state *conv_state_new(const ts_node *n, const geom_t *q, bool *oom) 
       return NULL;
     }
     s->base.free = conv_state_free;
-    if (!conv_setup(s, n, q, t, plain)) return s;
+    if (!conv_setup(s, n, q, t, tw, plain)) return s;
     conv_state_free(&s->base);
   }
   return NULL;
+}
+
+/* autocast's bf16 filter gradient: bf16 x and dy, the f32 sum written as is */
+static bool wide_dw(const ts_node *n, const ts_node *x) {
+  return n->op == TS_OP_CONV_BWD_FILTER && n->dtype == TS_F32 && x->dtype == TS_BF16;
 }
 
 int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
@@ -414,13 +426,13 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
   geom_t q;
   geom_of(g, n, &q);
   const ts_node *a = tk_operand(g, n, 0), *b = tk_operand(g, n, 1);
-  bool dnnl_ok = (n->dtype == TS_F32 || n->dtype == TS_BF16) && a->dtype == n->dtype &&
-                 b->dtype == n->dtype && tk_numel(n) > 0 && tk_numel(a) > 0 && tk_numel(b) > 0;
+  bool dnnl_ok = (n->dtype == TS_F32 || n->dtype == TS_BF16) && (a->dtype == n->dtype || wide_dw(n, a)) &&
+                 b->dtype == a->dtype && tk_numel(n) > 0 && tk_numel(a) > 0 && tk_numel(b) > 0;
   if (dnnl_ok) {
     conv_state *s = (conv_state *)*st;
     if (!s) {
       bool oom = false;
-      s = conv_state_new(n, &q, &oom);
+      s = conv_state_new(n, a->dtype, &q, &oom);
       if (oom) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
       *st = s ? &s->base : NULL;
     }

@@ -424,6 +424,10 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
       if (I->op == TS_OP_CONSTANT) {
         if (i == ni - 1) splat_tile(c, I->dtype, I->value, d, n); /* else filled before the loop */
       } else if (I->op == TS_OP_CONVERT) {
+        if (I->dtype == TS_F32 && cls(operand_dt(P, I->a)) == C_F32 && !(i == ni - 1 && direct)) {
+          val[i] = opnd[0]; /* bf16/f16/f32 -> f32: its operand tile already holds the values */
+          continue;
+        }
         convert_tile(cls(operand_dt(P, I->a)), opnd[0], I->dtype, d, n);
       } else if (I->op == TS_OP_COMPARE) {
         int ca = cls(operand_dt(P, I->a));

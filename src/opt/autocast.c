@@ -14,6 +14,12 @@
  *         no f16 convolution or matmul here; values are stored and rounded as
  *         f16 — range and overflow are f16's — and computed in f32)
  *
+ * The bf16 filter gradient is the exception to "result bf16, converted":
+ *   conv2d_bwd_filter(convert(x, bf16), convert(dy, bf16)) f32
+ * oneDNN's bf16 backward-weights kernel accumulates in f32 and writes the f32
+ * sum directly (no rounding to bf16 and no convert node: the optimizer reads
+ * the f32 gradient), the sum PyTorch computes before rounding it to bf16.
+ *
  * Master weights stay f32: a weight's convert is a node like any other, so CSE
  * computes it once per step however many ops use it (forward conv and the
  * backward-data conv), and gradients come back f32 through the result's
@@ -64,7 +70,12 @@ static ts_tensor autocast_node(ts_graph *dst, const ts_graph *src, int id, const
     if (ins[k] < 0) return TS_NONE;
   }
   ts_dtype compute = c->dt == TS_BF16 ? TS_BF16 : TS_F32;
-  ts_tensor r = ir_append(dst, n->op, compute, n->rank, n->shape, n->n_in, ins, &n->attr);
+  bool wide_dw = c->dt == TS_BF16 && n->op == TS_OP_CONV_BWD_FILTER; /* f32 diff_weights (above) */
+  ts_tensor r = ir_append(dst, n->op, wide_dw ? TS_F32 : compute, n->rank, n->shape, n->n_in, ins, &n->attr);
+  if (wide_dw) {
+    if (r >= 0) c->changed++;
+    return r;
+  }
   if (c->dt == TS_F16) r = convert_to(dst, r, TS_F16);
   r = convert_to(dst, r, TS_F32);
   if (r >= 0) c->changed++;
