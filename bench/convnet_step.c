@@ -5,13 +5,15 @@
  *
  *   usage: bench_convnet_step [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
  *                             [--steps N] [--warmup N] [--threads N (2)] [--batch B]
+ *                             [--layout nchw|nhwc (nchw)]
  *
  * Inputs: resnet20 and resnet18 3x32x32, 10 classes (CIFAR; batch 128 and 32),
  * resnet50 3x224x224, 1000 classes (batch 8) — the sizes of
  * ../shared/peer-baselines.md. SGD lr 0.01 momentum 0.9, as there. Random
  * data pre-generated (4 batches, cycled); each timed step writes the batch,
- * executes and reads the loss back. Prints per configuration:
- *   RESULT tessel <model> amp=<none|bf16> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+ * executes and reads the loss back. --layout nhwc builds the ResNets
+ * channels-last (ts_nn.layout). Prints per configuration:
+ *   RESULT tessel <model> amp=<none|bf16> layout=<nchw|nhwc> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
  *          samples_per_s=.. final_loss=L arena_mib=A rss_mib=R
  * (A: the memory plan's temporaries; R: the process's peak RSS so far).
  * bench/run_convnets.sh runs it next to bench/torch_convnet_step.py. */
@@ -32,7 +34,7 @@ static void die(const char *what) {
   exit(1);
 }
 
-static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_dtype amp) {
+static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_dtype amp, ts_layout layout) {
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads});
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
@@ -43,7 +45,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
                                                                  : MODEL_GRAPH_RESNET50,
                            .batch = B, .c = 3, .h = hw, .w = hw, .classes = r50 ? 1000 : 10,
                            .optim = {.kind = TS_OPTIM_SGD, .momentum = 0.9},
-                           .amp = amp};
+                           .amp = amp, .layout = layout};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
   double tc = now_s();
@@ -93,9 +95,9 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   const char *amp_name = amp == TS_BF16 ? "bf16" : amp == TS_F16 ? "f16" : "none";
   fprintf(stderr, "tessel %s amp=%s: compile %.2fs, %lld params, %d threads\n", model, amp_name, tc,
           (long long)ts_params_trainable_numel(p), ts_client_num_threads(c));
-  printf("RESULT tessel %s amp=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
+  printf("RESULT tessel %s amp=%s layout=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
          "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f\n",
-         model, amp_name, (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
+         model, amp_name, layout == TS_LAYOUT_NHWC ? "nhwc" : "nchw", (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
          final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024);
   fflush(stdout);
   free(ms), free(xh), free(yh), free(out);
@@ -107,7 +109,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
 }
 
 int main(int argc, char **argv) {
-  const char *model = "all", *amp = "all";
+  const char *model = "all", *amp = "all", *layout = "nchw";
   int steps = -1, warmup = -1, threads = 2;
   int64_t batch = 0;
   for (int i = 1; i < argc; i++) {
@@ -122,9 +124,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup")) warmup = atoi(v);
     else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
     else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
+    else if (!strcmp(argv[i], "--layout")) layout = v;
     else {
       fprintf(stderr, "usage: bench_convnet_step [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all] "
-                      "[--steps N] [--warmup N] [--threads N] [--batch B]\n");
+                      "[--steps N] [--warmup N] [--threads N] [--batch B] [--layout nchw|nhwc]\n");
       return 2;
     }
     i++;
@@ -134,9 +137,11 @@ int main(int argc, char **argv) {
   static const int def_steps[] = {20, 20, 8}, def_warmup[] = {3, 3, 2}; /* peer-baselines.md's */
   bool ok_model = !strcmp(model, "all"), ok_amp = !strcmp(amp, "all") || !strcmp(amp, "none") || !strcmp(amp, "bf16");
   for (int k = 0; k < 3; k++) ok_model |= !strcmp(model, models[k]);
-  if (!ok_model || !ok_amp || threads < 1 || batch < 0) {
-    fprintf(stderr, "bench_convnet_step: --model %s / --amp %s / --threads %d / --batch %lld: valid models "
-                    "resnet20, resnet18, resnet50, all; amp none, bf16, all\n", model, amp, threads, (long long)batch);
+  bool nhwc = !strcmp(layout, "nhwc");
+  if (!ok_model || !ok_amp || threads < 1 || batch < 0 || (!nhwc && strcmp(layout, "nchw"))) {
+    fprintf(stderr, "bench_convnet_step: --model %s / --amp %s / --threads %d / --batch %lld / --layout %s: valid "
+                    "models resnet20, resnet18, resnet50, all; amp none, bf16, all; layout nchw, nhwc\n", model, amp,
+                    threads, (long long)batch, layout);
     return 2;
   }
   for (int k = 0; k < 3; k++) {
@@ -144,7 +149,8 @@ int main(int argc, char **argv) {
     for (int a = 0; a < 2; a++) {
       if (strcmp(amp, "all") && strcmp(amp, a ? "bf16" : "none")) continue;
       bench(models[k], batch ? batch : batches[k], steps >= 0 ? steps : def_steps[k],
-            warmup >= 0 ? warmup : def_warmup[k], threads, a ? TS_BF16 : TS_F32);
+            warmup >= 0 ? warmup : def_warmup[k], threads, a ? TS_BF16 : TS_F32,
+            nhwc ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW);
     }
   }
   return 0;
