@@ -238,8 +238,8 @@ static int conv_out(const char *who, ts_dtype xdt, ts_dtype wdt, const int64_t *
   if (check_conv_params(who, p)) return -1;
   int cd = ir_chan_dim(p->layout), sd = ir_space_dim(p->layout);
   if (xs[cd] != ws[1] * p->groups)
-    return ERR("%s: input has %lld channels (dim %d) but weight expects %lld (groups %d)", who, (long long)xs[cd],
-               cd, (long long)(ws[1] * p->groups), p->groups);
+    return ERR("%s: input has %lld channels%s but weight expects %lld (groups %d)", who, (long long)xs[cd],
+               cd == 3 ? " (dim 3: NHWC)" : "", (long long)(ws[1] * p->groups), p->groups);
   if (ws[0] % p->groups != 0)
     return ERR("%s: weight has %lld output channels, not divisible by groups %d", who, (long long)ws[0], p->groups);
   out[0] = xs[0];
