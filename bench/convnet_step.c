@@ -15,12 +15,15 @@
  * channels-last (ts_nn.layout). Prints per configuration:
  *   RESULT tessel <model> amp=<none|bf16> layout=<nchw|nhwc> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
  *          samples_per_s=.. final_loss=L arena_mib=A rss_mib=R
- * (A: the memory plan's temporaries; R: the process's peak RSS so far).
+ * (A: the memory plan's temporaries; R: the process's peak RSS so far), and
+ * cpu_median_ms: the process CPU time per step (with --threads 1 the work
+ * done, which on a loaded shared host tracks the code better than wall time).
  * bench/run_convnets.sh runs it next to bench/torch_convnet_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "bench_util.h" /* now_s, cmp_double */
 #include "model_graph.h" /* the training step of tessel train */
@@ -60,7 +63,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   float *xh = malloc((size_t)(N_BATCHES * B * per) * sizeof *xh);
   int32_t *yh = malloc((size_t)(N_BATCHES * B) * sizeof *yh);
   double *ms = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *ms);
-  if (!xh || !yh || !ms) die("out of memory");
+  double *cpu = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *cpu);
+  if (!xh || !yh || !ms || !cpu) die("out of memory");
   uint64_t s = 12345;
   for (int64_t i = 0; i < N_BATCHES * B * per; i++) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -70,6 +74,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   float final_loss = 0;
   for (int t = 0; t < warmup + steps; t++) {
     double t0 = now_s();
+    clock_t c0 = clock();
     int k = t % N_BATCHES;
     float lrv = 0.01f, stepv = (float)(t + 1), lossv;
     int64_t seedv = t;
@@ -83,12 +88,13 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     if (ts_execute(exe, io.in, out) < 0) die("execute");
     if (ts_buffer_read(io.result, &lossv, sizeof lossv) < 0) die("reading the loss");
     final_loss = lossv;
-    if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
+    if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0), cpu[t - warmup] = 1e3 * (double)(clock() - c0) / CLOCKS_PER_SEC;
   }
-  double med = 0, p25 = 0, p75 = 0;
+  double med = 0, p25 = 0, p75 = 0, cmed = 0;
   if (steps > 0) {
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
+    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
+    med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4], cmed = cpu[steps / 2];
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -96,11 +102,11 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   fprintf(stderr, "tessel %s amp=%s: compile %.2fs, %lld params, %d threads\n", model, amp_name, tc,
           (long long)ts_params_trainable_numel(p), ts_client_num_threads(c));
   printf("RESULT tessel %s amp=%s layout=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f\n",
+         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f cpu_median_ms=%.3f\n",
          model, amp_name, layout == TS_LAYOUT_NHWC ? "nhwc" : "nchw", (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
-         final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024);
+         final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024, cmed);
   fflush(stdout);
-  free(ms), free(xh), free(yh), free(out);
+  free(ms), free(cpu), free(xh), free(yh), free(out);
   model_io_free(&io);
   ts_executable_free(exe);
   ts_graph_free(g);
