@@ -5,20 +5,25 @@
  *
  *   usage: bench_convnet_step [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
  *                             [--steps N] [--warmup N] [--threads N (2)] [--batch B]
+ *                             [--layout nchw|nhwc (nchw)]
  *
  * Inputs: resnet20 and resnet18 3x32x32, 10 classes (CIFAR; batch 128 and 32),
  * resnet50 3x224x224, 1000 classes (batch 8) — the sizes of
  * ../shared/peer-baselines.md. SGD lr 0.01 momentum 0.9, as there. Random
  * data pre-generated (4 batches, cycled); each timed step writes the batch,
- * executes and reads the loss back. Prints per configuration:
- *   RESULT tessel <model> amp=<none|bf16> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+ * executes and reads the loss back. --layout nhwc builds the ResNets
+ * channels-last (ts_nn.layout). Prints per configuration:
+ *   RESULT tessel <model> amp=<none|bf16> layout=<nchw|nhwc> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
  *          samples_per_s=.. final_loss=L arena_mib=A rss_mib=R
- * (A: the memory plan's temporaries; R: the process's peak RSS so far).
+ * (A: the memory plan's temporaries; R: the process's peak RSS so far), and
+ * cpu_median_ms: the process CPU time per step (with --threads 1 the work
+ * done, which on a loaded shared host tracks the code better than wall time).
  * bench/run_convnets.sh runs it next to bench/torch_convnet_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "bench_util.h" /* now_s, cmp_double */
 #include "model_graph.h" /* the training step of tessel train */
@@ -32,7 +37,7 @@ static void die(const char *what) {
   exit(1);
 }
 
-static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_dtype amp) {
+static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_dtype amp, ts_layout layout) {
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads});
   ts_params *p = ts_params_new(1);
   if (!c || !p) die("setup");
@@ -43,7 +48,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
                                                                  : MODEL_GRAPH_RESNET50,
                            .batch = B, .c = 3, .h = hw, .w = hw, .classes = r50 ? 1000 : 10,
                            .optim = {.kind = TS_OPTIM_SGD, .momentum = 0.9},
-                           .amp = amp};
+                           .amp = amp, .layout = layout};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
   double tc = now_s();
@@ -58,7 +63,8 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   float *xh = malloc((size_t)(N_BATCHES * B * per) * sizeof *xh);
   int32_t *yh = malloc((size_t)(N_BATCHES * B) * sizeof *yh);
   double *ms = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *ms);
-  if (!xh || !yh || !ms) die("out of memory");
+  double *cpu = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *cpu);
+  if (!xh || !yh || !ms || !cpu) die("out of memory");
   uint64_t s = 12345;
   for (int64_t i = 0; i < N_BATCHES * B * per; i++) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -68,6 +74,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   float final_loss = 0;
   for (int t = 0; t < warmup + steps; t++) {
     double t0 = now_s();
+    clock_t c0 = clock();
     int k = t % N_BATCHES;
     float lrv = 0.01f, stepv = (float)(t + 1), lossv;
     int64_t seedv = t;
@@ -81,24 +88,25 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     if (ts_execute(exe, io.in, out) < 0) die("execute");
     if (ts_buffer_read(io.result, &lossv, sizeof lossv) < 0) die("reading the loss");
     final_loss = lossv;
-    if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0);
+    if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0), cpu[t - warmup] = 1e3 * (double)(clock() - c0) / CLOCKS_PER_SEC;
   }
-  double med = 0, p25 = 0, p75 = 0;
+  double med = 0, p25 = 0, p75 = 0, cmed = 0;
   if (steps > 0) {
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
+    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
+    med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4], cmed = cpu[steps / 2];
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const char *amp_name = amp == TS_BF16 ? "bf16" : amp == TS_F16 ? "f16" : "none";
   fprintf(stderr, "tessel %s amp=%s: compile %.2fs, %lld params, %d threads\n", model, amp_name, tc,
           (long long)ts_params_trainable_numel(p), ts_client_num_threads(c));
-  printf("RESULT tessel %s amp=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f\n",
-         model, amp_name, (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
-         final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024);
+  printf("RESULT tessel %s amp=%s layout=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
+         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f cpu_median_ms=%.3f\n",
+         model, amp_name, layout == TS_LAYOUT_NHWC ? "nhwc" : "nchw", (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
+         final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024, cmed);
   fflush(stdout);
-  free(ms), free(xh), free(yh), free(out);
+  free(ms), free(cpu), free(xh), free(yh), free(out);
   model_io_free(&io);
   ts_executable_free(exe);
   ts_graph_free(g);
@@ -107,7 +115,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
 }
 
 int main(int argc, char **argv) {
-  const char *model = "all", *amp = "all";
+  const char *model = "all", *amp = "all", *layout = "nchw";
   int steps = -1, warmup = -1, threads = 2;
   int64_t batch = 0;
   for (int i = 1; i < argc; i++) {
@@ -122,9 +130,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup")) warmup = atoi(v);
     else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
     else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
+    else if (!strcmp(argv[i], "--layout")) layout = v;
     else {
       fprintf(stderr, "usage: bench_convnet_step [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all] "
-                      "[--steps N] [--warmup N] [--threads N] [--batch B]\n");
+                      "[--steps N] [--warmup N] [--threads N] [--batch B] [--layout nchw|nhwc]\n");
       return 2;
     }
     i++;
@@ -134,9 +143,11 @@ int main(int argc, char **argv) {
   static const int def_steps[] = {20, 20, 8}, def_warmup[] = {3, 3, 2}; /* peer-baselines.md's */
   bool ok_model = !strcmp(model, "all"), ok_amp = !strcmp(amp, "all") || !strcmp(amp, "none") || !strcmp(amp, "bf16");
   for (int k = 0; k < 3; k++) ok_model |= !strcmp(model, models[k]);
-  if (!ok_model || !ok_amp || threads < 1 || batch < 0) {
-    fprintf(stderr, "bench_convnet_step: --model %s / --amp %s / --threads %d / --batch %lld: valid models "
-                    "resnet20, resnet18, resnet50, all; amp none, bf16, all\n", model, amp, threads, (long long)batch);
+  bool nhwc = !strcmp(layout, "nhwc");
+  if (!ok_model || !ok_amp || threads < 1 || batch < 0 || (!nhwc && strcmp(layout, "nchw"))) {
+    fprintf(stderr, "bench_convnet_step: --model %s / --amp %s / --threads %d / --batch %lld / --layout %s: valid "
+                    "models resnet20, resnet18, resnet50, all; amp none, bf16, all; layout nchw, nhwc\n", model, amp,
+                    threads, (long long)batch, layout);
     return 2;
   }
   for (int k = 0; k < 3; k++) {
@@ -144,7 +155,8 @@ int main(int argc, char **argv) {
     for (int a = 0; a < 2; a++) {
       if (strcmp(amp, "all") && strcmp(amp, a ? "bf16" : "none")) continue;
       bench(models[k], batch ? batch : batches[k], steps >= 0 ? steps : def_steps[k],
-            warmup >= 0 ? warmup : def_warmup[k], threads, a ? TS_BF16 : TS_F32);
+            warmup >= 0 ? warmup : def_warmup[k], threads, a ? TS_BF16 : TS_F32,
+            nhwc ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW);
     }
   }
   return 0;

@@ -298,6 +298,18 @@ static const ts_conv_params conv_g2 = {.groups = 2, .stride = {1, 2}, .pad_lo = 
 static ts_tensor b_conv_s2(ts_graph *g, const ts_tensor *x) { return ts_conv2d(g, x[0], x[1], &conv_s2); }
 static ts_tensor b_conv_d2(ts_graph *g, const ts_tensor *x) { return ts_conv2d(g, x[0], x[1], &conv_d2); }
 static ts_tensor b_conv_g2(ts_graph *g, const ts_tensor *x) { return ts_conv2d(g, x[0], x[1], &conv_g2); }
+/* channels-last: x (N, H, W, C) */
+static const ts_conv_params conv_nhwc = {.stride = {2, 1}, .pad_lo = {1, 0}, .pad_hi = {1, 2}, .groups = 2,
+                                         .layout = TS_LAYOUT_NHWC};
+static ts_tensor b_conv_nhwc(ts_graph *g, const ts_tensor *x) { return ts_conv2d(g, x[0], x[1], &conv_nhwc); }
+static ts_tensor b_maxpool_nhwc(ts_graph *g, const ts_tensor *x) {
+  ts_pool_params p = {.kernel = {2, 3}, .stride = {2, 1}, .pad = {1, 1}, .layout = TS_LAYOUT_NHWC};
+  return ts_max_pool2d(g, x[0], &p);
+}
+static ts_tensor b_avgpool_nhwc(ts_graph *g, const ts_tensor *x) {
+  ts_pool_params p = {.kernel = {3, 2}, .stride = {2, 2}, .pad = {1, 0}, .layout = TS_LAYOUT_NHWC};
+  return ts_avg_pool2d(g, x[0], &p);
+}
 /* dy (2,4,3,3), w (4,2,3,3), stride 2 pad 1 -> dx (2,2,6,6) */
 static ts_tensor b_conv_bwd_data(ts_graph *g, const ts_tensor *x) {
   ts_conv_params p = {.stride = {2, 2}, .pad_lo = {1, 1}, .pad_hi = {1, 1}};
@@ -424,6 +436,8 @@ static const gc_case cases[] = {
     {"conv stride 2 pad", 2, {IN("x", D_NORMAL, 4, 2, 2, 6, 5), IN("w", D_NORMAL, 4, 3, 2, 3, 3)}, b_conv_s2},
     {"conv dilation 2", 2, {IN("x", D_NORMAL, 4, 1, 2, 6, 6), IN("w", D_NORMAL, 4, 2, 2, 3, 3)}, b_conv_d2},
     {"conv groups 2", 2, {IN("x", D_NORMAL, 4, 2, 4, 4, 5), IN("w", D_NORMAL, 4, 4, 2, 2, 3)}, b_conv_g2},
+    {"conv nhwc stride 2 pad groups 2", 2, {IN("x", D_NORMAL, 4, 2, 6, 5, 4), IN("w", D_NORMAL, 4, 4, 2, 3, 3)},
+     b_conv_nhwc},
     {"conv_bwd_data", 2, {IN("dy", D_NORMAL, 4, 2, 4, 3, 3), IN("w", D_NORMAL, 4, 4, 2, 3, 3)}, b_conv_bwd_data},
     {"conv_bwd_filter",
      2,
@@ -431,6 +445,8 @@ static const gc_case cases[] = {
      b_conv_bwd_filter},
     {"max_pool2d", 1, {GRID("x", 0.0, 4, 2, 2, 4, 5)}, b_maxpool},
     {"avg_pool2d", 1, {IN("x", D_NORMAL, 4, 2, 2, 5, 6)}, b_avgpool},
+    {"max_pool2d nhwc", 1, {GRID("x", 0.0, 4, 2, 4, 5, 2)}, b_maxpool_nhwc},
+    {"avg_pool2d nhwc", 1, {IN("x", D_NORMAL, 4, 2, 5, 6, 3)}, b_avgpool_nhwc},
     {"avg_pool2d_grad", 1, {IN("dy", D_NORMAL, 4, 2, 2, 3, 3)}, b_avgpool_grad},
     {"reduce sum (middle dim)", 1, {IN("x", D_NORMAL, 3, 2, 3, 4)}, b_sum_mid},
     {"reduce sum (dims 0,2)", 1, {IN("x", D_NORMAL, 3, 2, 3, 4)}, b_sum_outer},

@@ -595,7 +595,7 @@ static void test_conv(void) {
     q.OH = (q.H + q.pl[0] + q.ph[0] - q.d[0] * (q.KH - 1) - 1) / q.s[0] + 1;
     q.OW = (q.W + q.pl[1] + q.ph[1] - q.d[1] * (q.KW - 1) - 1) / q.s[1] + 1;
     ts_conv_params cp = {{(int)q.s[0], (int)q.s[1]}, {(int)q.pl[0], (int)q.pl[1]}, {(int)q.ph[0], (int)q.ph[1]},
-                         {(int)q.d[0], (int)q.d[1]}, (int)q.G};
+                         {(int)q.d[0], (int)q.d[1]}, (int)q.G, TS_LAYOUT_NCHW};
     int64_t xs[4] = {q.N, q.C, q.H, q.W}, ws[4] = {q.O, q.C / q.G, q.KH, q.KW}, ys[4] = {q.N, q.O, q.OH, q.OW};
     int64_t xn = ts_shape_numel(4, xs), wn = ts_shape_numel(4, ws), yn = ts_shape_numel(4, ys);
     for (int di = 0; di < 3; di++) {
@@ -696,7 +696,8 @@ static void test_conv_plain_vs_blocked(void) {
 /* ================= pooling ================= */
 static void test_pool(void) {
   /* the third: ResNet's stem pool (3x3, stride 2, pad 1), which has its own unrolled path */
-  ts_pool_params cfgs[3] = {{{3, 2}, {2, 2}, {1, 1}}, {{2, 2}, {2, 2}, {0, 0}}, {{3, 3}, {2, 2}, {1, 1}}};
+  ts_pool_params cfgs[3] = {{{3, 2}, {2, 2}, {1, 1}, TS_LAYOUT_NCHW}, {{2, 2}, {2, 2}, {0, 0}, TS_LAYOUT_NCHW},
+                            {{3, 3}, {2, 2}, {1, 1}, TS_LAYOUT_NCHW}};
   for (int ci = 0; ci < 3; ci++)
     for (int di = 0; di < 2; di++) {
       ts_pool_params pp = cfgs[ci];

@@ -6,7 +6,9 @@
  * parameter and running statistic must agree to 1e-9 relative to each
  * tensor's largest value. In f32 the same run is chaotic (rounding grows
  * 10-1000x per step: tests/resnet_train.sh), so f64 is where the
- * partitioning is pinned down. */
+ * partitioning is pinned down. The channels-last build (ts_nn.layout NHWC:
+ * NHWC convolutions, pooling and batch norm) must agree with the NCHW one
+ * to the same 1e-9, on 1 device and partitioned (data=2, fsdp=2). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,16 +44,18 @@ static void mark_fsdp(ts_graph *g, const ts_params *p, const ts_mesh *m) {
   }
 }
 
-static int train(const char *mesh_text, const double *xd, const int32_t *yd, run_out *o) {
+static int train(const char *mesh_text, ts_layout layout, ts_dtype dt, const double *xd, const int32_t *yd,
+                 run_out *o) {
   ts_mesh *m = mesh_text ? ts_mesh_from_text(mesh_text) : NULL;
   ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = m ? (int)ts_mesh_num_devices(m) : 1});
   ts_params *p = ts_params_new(7);
   ts_graph *g = ts_graph_new();
   int64_t xs[4] = {B, C, H, H}, nb = B;
-  ts_tensor x = ts_input(g, "x", TS_F64, 4, xs), y = ts_input(g, "y", TS_I32, 1, &nb);
+  ts_tensor x = ts_input(g, "x", dt, 4, xs), y = ts_input(g, "y", TS_I32, 1, &nb);
   ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
   ts_nn nn;
   ts_nn_init(&nn, g, p, true, TS_NONE);
+  nn.layout = layout;
   ts_tensor loss = ts_cross_entropy(g, ts_model_resnet(&nn, TS_RESNET20, x, 10), y);
   ts_graph_add_output(g, loss);
   ts_tensor wrt[128], grads[128];
@@ -74,7 +78,7 @@ static int train(const char *mesh_text, const double *xd, const int32_t *yd, run
   if (rc == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.mesh = m}))) rc = -1;
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
   ts_buffer **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
-  ts_buffer *xb = ts_buffer_new(c, TS_F64, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &nb);
+  ts_buffer *xb = ts_buffer_new(c, dt, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &nb);
   ts_buffer *lrb = ts_buffer_new(c, TS_F32, 0, NULL), *sb = ts_buffer_new(c, TS_F32, 0, NULL);
   for (int i = 0; rc == 0 && i < n_in; i++) {
     const char *nm = ts_input_name(g, ts_graph_input(g, i));
@@ -83,13 +87,18 @@ static int train(const char *mesh_text, const double *xd, const int32_t *yd, run
   }
   for (int s = 0; rc == 0 && s < STEPS; s++) {
     float lrv = 0.05f, sv = (float)(s + 1);
-    ts_buffer_write(xb, xd + s * B * C * H * H, sizeof(double) * B * C * H * H);
+    float xf[B * C * H * H];
+    for (int i = 0; dt == TS_F32 && i < B * C * H * H; i++) xf[i] = (float)xd[s * B * C * H * H + i];
+    if (dt == TS_F32) ts_buffer_write(xb, xf, sizeof xf);
+    else ts_buffer_write(xb, xd + s * B * C * H * H, sizeof(double) * B * C * H * H);
     ts_buffer_write(yb, yd + s * B, sizeof(int32_t) * B);
     ts_buffer_write(lrb, &lrv, sizeof lrv);
     ts_buffer_write(sb, &sv, sizeof sv);
     memset(outs, 0, (size_t)n_out * sizeof *outs);
     rc = ts_execute(e, in, outs);
-    if (rc == 0) rc = ts_buffer_read(outs[0], &o->loss[s], sizeof(double));
+    float lf = 0;
+    if (rc == 0) rc = dt == TS_F32 ? ts_buffer_read(outs[0], &lf, sizeof lf) : ts_buffer_read(outs[0], &o->loss[s], sizeof(double));
+    if (dt == TS_F32) o->loss[s] = lf;
     if (outs[0]) ts_buffer_free(outs[0]);
   }
   if (rc == 0) rc = ts_params_sync_host(p);
@@ -99,7 +108,8 @@ static int train(const char *mesh_text, const double *xd, const int32_t *yd, run
   for (int i = 0; rc == 0 && i < o->n; i++) {
     o->numel[i] = ts_params_numel(p, i);
     o->vals[i] = malloc((size_t)o->numel[i] * sizeof(double));
-    memcpy(o->vals[i], ts_params_host(p, i), (size_t)o->numel[i] * sizeof(double));
+    const void *h = ts_params_host(p, i);
+    for (int64_t j = 0; j < o->numel[i]; j++) o->vals[i][j] = dt == TS_F32 ? ((const float *)h)[j] : ((const double *)h)[j];
   }
   if (rc < 0) fprintf(stderr, "%s: %s\n", mesh_text ? mesh_text : "1 device", ts_last_error());
   ts_buffer_free(xb), ts_buffer_free(yb), ts_buffer_free(lrb), ts_buffer_free(sb);
@@ -129,12 +139,14 @@ int main(void) {
   }
   for (int i = 0; i < STEPS * B; i++) yd[i] = (i * 7 + 3) % 10;
   run_out one = {0};
-  CHECK_OK(train(NULL, xd, yd, &one));
-  const char *meshes[] = {"data=2", "data=4", "fsdp=2", "data=2,fsdp=2"};
+  CHECK_OK(train(NULL, TS_LAYOUT_NCHW, TS_F64, xd, yd, &one));
+  const char *meshes[] = {"data=2", "data=4", "fsdp=2", "data=2,fsdp=2", NULL, "data=2", "fsdp=2"};
   for (size_t k = 0; k < sizeof meshes / sizeof *meshes; k++) {
     run_out o = {0};
-    int ok = train(meshes[k], xd, yd, &o) == 0 && o.n == one.n;
-    CHECK(ok, "%s: %s", meshes[k], ts_last_error());
+    ts_layout layout = k >= 4 ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW; /* the last three: channels last */
+    const char *what = k >= 4 ? (meshes[k] ? (k == 5 ? "nhwc data=2" : "nhwc fsdp=2") : "nhwc 1 device") : meshes[k];
+    int ok = train(meshes[k], layout, TS_F64, xd, yd, &o) == 0 && o.n == one.n;
+    CHECK(ok, "%s: %s", what, ts_last_error());
     double worst = 0;
     for (int st = 0; ok && st < STEPS; st++) worst = fmax(worst, fabs(o.loss[st] - one.loss[st]) / fabs(one.loss[st]));
     for (int i = 0; ok && i < one.n; i++) {
@@ -146,11 +158,21 @@ int main(void) {
       worst = fmax(worst, mx > 0 ? d / mx : d);
     }
     CHECK(ok && worst <= 1e-9, "%s: ResNet-20 differs from 1 device by %.3g (losses, parameters, statistics)",
-          meshes[k], worst);
-    printf("%-14s %d steps: worst relative difference from 1 device %.3g (losses %.10g .. %.10g)\n", meshes[k], STEPS,
+          what, worst);
+    printf("%-14s %d steps: worst relative difference from 1 device %.3g (losses %.10g .. %.10g)\n", what, STEPS,
            worst, o.loss[0], o.loss[STEPS - 1]);
     free_out(&o);
   }
   free_out(&one);
+  /* f32: channels last against NCHW, the losses of the first 3 steps within 1e-5 (relative) */
+  run_out a = {0}, b = {0};
+  int ok = train(NULL, TS_LAYOUT_NCHW, TS_F32, xd, yd, &a) == 0 && train(NULL, TS_LAYOUT_NHWC, TS_F32, xd, yd, &b) == 0;
+  CHECK(ok, "f32: %s", ts_last_error());
+  for (int st = 0; ok && st < 3; st++)
+    CHECK(fabs(a.loss[st] - b.loss[st]) <= 1e-5 * fabs(a.loss[st]), "f32 step %d: nhwc loss %.9g, nchw %.9g", st,
+          b.loss[st], a.loss[st]);
+  if (ok) printf("f32 nhwc vs nchw losses: %.9g %.9g %.9g / %.9g %.9g %.9g\n", b.loss[0], b.loss[1], b.loss[2], a.loss[0],
+                 a.loss[1], a.loss[2]);
+  free_out(&a), free_out(&b);
   return ts_test_finish();
 }

@@ -112,6 +112,11 @@ static ts_graph *build_backward(void) {
   ts_pool_params pp = {.kernel = {2, 2}, .stride = {2, 1}, .pad = {0, 1}};
   ts_tensor m = ts_max_pool2d(g, c, &pp);
   ts_tensor a = ts_avg_pool2d(g, m, &(ts_pool_params){.kernel = {2, 2}});
+  /* channels last: the layout must survive the round trip (the text shows it) */
+  cp.layout = TS_LAYOUT_NHWC;
+  ts_tensor cl = ts_conv2d(g, ts_transpose(g, x, (const int[]){0, 2, 3, 1}), w, &cp); /* (2, 8, 4, 4) */
+  cl = ts_max_pool2d(g, cl, &(ts_pool_params){.kernel = {2, 2}, .layout = TS_LAYOUT_NHWC});
+  a = ts_add(g, ts_sum_all(g, a), ts_sum_all(g, cl));
   ts_tensor att = ts_causal_attention(g, x, x, x, 0.5); /* x as (B, H, T, Dh) */
   ts_tensor lg = ts_input(g, "lg", TS_F32, 1, (int64_t[]){8});
   ts_tensor ln = ts_layer_norm(g, x, lg, lg, 1e-5);

@@ -26,6 +26,12 @@ static ts_tensor cifar_cnn(ts_nn *m, ts_tensor x) {
   return ts_nn_linear(m, "fc2", h, 256, 10, true); // (B, 10)
 }
 
+/* The ResNets run in the spec's layout; the other models are NCHW-only. */
+static ts_layout resnet_layout(const model_graph_spec *o) {
+  bool resnet = o->model == MODEL_GRAPH_RESNET20 || o->model == MODEL_GRAPH_RESNET18 || o->model == MODEL_GRAPH_RESNET50;
+  return resnet ? o->layout : TS_LAYOUT_NCHW;
+}
+
 static ts_tensor build_model(ts_nn *m, const model_graph_spec *o, ts_tensor x) {
   int classes = o->classes ? o->classes : 10;
   switch (o->model) {
@@ -63,6 +69,7 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   ts_nn m;
   ts_nn_init(&m, g, p, true, seed);
   m.sync_bn = o->ddp && o->sync_bn; /* --sync-bn: batch norm over every replica's batch */
+  m.layout = resnet_layout(o);
   ts_tensor loss = gpt ? ts_gpt_loss(g, ts_model_gpt(&m, &o->gpt, x), y) // nats per token
                        : ts_cross_entropy(g, build_model(&m, o, x), y); // logits (B, classes)
   /* DDP: every replica reports the mean loss of the global batch */
@@ -116,6 +123,7 @@ ts_graph *model_eval_graph(const model_graph_spec *o, int64_t e, ts_params *p) {
   ts_tensor x = ts_input(g, "x", TS_F32, 4, xs);
   ts_nn m;
   ts_nn_init(&m, g, p, false, TS_NONE);
+  m.layout = resnet_layout(o);
   ts_tensor logits = build_model(&m, o, x);
   if (logits == TS_NONE || ts_graph_add_output(g, logits) != 0 || ts_nn_finish(&m) != 0) {
     ts_graph_free(g);

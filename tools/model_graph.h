@@ -27,6 +27,8 @@ typedef struct {
   ts_loss_scaler_config scaler;
   /* DDP: batch-norm statistics over every replica's batch (SyncBatchNorm). */
   bool sync_bn;
+  /* The ResNets' inner activation layout (ts_nn.layout; other models ignore it). */
+  ts_layout layout;
 } model_graph_spec;
 
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)

@@ -115,10 +115,16 @@ ts_tensor ts_dot_general(ts_graph *g, ts_tensor lhs, ts_tensor rhs, const ts_dot
 /* (M,K)x(K,N)->(M,N), or batched (B..,M,K)x(B..,K,N) with equal batch dims. */
 ts_tensor ts_matmul(ts_graph *g, ts_tensor a, ts_tensor b);
 
+/* The activation layout of a convolution or pooling: NCHW (the default,
+ * zero) or channels-last NHWC, where oneDNN's convolutions run on the
+ * caller's buffers with no layout reorders. Weights stay OIHW in both. */
+typedef enum { TS_LAYOUT_NCHW = 0, TS_LAYOUT_NHWC = 1 } ts_layout;
+
 /* 2-D convolution, NCHW activations and OIHW weights (PyTorch's layouts, so
  * weights and references move between the two unchanged; oneDNN picks its own
- * blocked layout internally).
+ * blocked layout internally), or NHWC activations with layout TS_LAYOUT_NHWC.
  *   x: (N, C, H, W)   w: (O, C/groups, KH, KW)   ->   (N, O, OH, OW)
+ *   NHWC: x (N, H, W, C) -> (N, OH, OW, O), w as above
  *   OH = (H + pad_lo + pad_hi - dilation*(KH-1) - 1) / stride + 1. */
 typedef struct {
   int stride[2];     /* default 1 when 0 */
@@ -126,15 +132,18 @@ typedef struct {
   int pad_hi[2];     /* bottom, right */
   int dilation[2];   /* default 1 when 0 */
   int groups;        /* default 1 when 0 */
+  ts_layout layout;  /* TS_LAYOUT_NCHW (0) or TS_LAYOUT_NHWC */
 } ts_conv_params;
 ts_tensor ts_conv2d(ts_graph *g, ts_tensor x, ts_tensor w, const ts_conv_params *p);
 
-/* Pooling over the last two dims of (N, C, H, W). avg divides by the full
- * window (PyTorch's count_include_pad=True). Padding for max is -inf. */
+/* Pooling over the spatial dims of (N, C, H, W) (dims 2, 3), or of
+ * (N, H, W, C) (dims 1, 2) with layout TS_LAYOUT_NHWC. avg divides by the
+ * full window (PyTorch's count_include_pad=True). Padding for max is -inf. */
 typedef struct {
   int kernel[2];
   int stride[2];     /* default = kernel when 0 */
   int pad[2];        /* symmetric */
+  ts_layout layout;  /* TS_LAYOUT_NCHW (0) or TS_LAYOUT_NHWC */
 } ts_pool_params;
 ts_tensor ts_max_pool2d(ts_graph *g, ts_tensor x, const ts_pool_params *p);
 ts_tensor ts_avg_pool2d(ts_graph *g, ts_tensor x, const ts_pool_params *p);

@@ -84,6 +84,13 @@ typedef struct {
    * all-reduces too). false (ts_nn_init): each replica's own batch, like
    * DDP without SyncBatchNorm. Set after ts_nn_init. */
   bool sync_bn;
+  /* The activation layout of ts_nn_conv2d, ts_nn_batch_norm and
+   * ts_model_resnet's inner layers: TS_LAYOUT_NCHW (ts_nn_init), or
+   * TS_LAYOUT_NHWC (channels last: x (N, H, W, C) for the layers; a ResNet
+   * still takes (B, C, H, W) and transposes it once). Parameters keep their
+   * names and shapes (OIHW weights, (C) statistics) in both. Set after
+   * ts_nn_init. */
+  ts_layout layout;
 } ts_nn;
 
 void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor seed);
@@ -92,7 +99,8 @@ int ts_nn_finish(ts_nn *m);
 
 /* x (..., in) -> (..., out); weight (out, in), bias (out), PyTorch init. */
 ts_tensor ts_nn_linear(ts_nn *m, const char *name, ts_tensor x, int64_t in, int64_t out, bool bias);
-/* x (N, Cin, H, W) -> (N, Cout, OH, OW); weight (Cout, Cin, k, k). */
+/* x (N, Cin, H, W) -> (N, Cout, OH, OW); weight (Cout, Cin, k, k). With
+ * m->layout NHWC: x (N, H, W, Cin) -> (N, OH, OW, Cout), the same weight. */
 ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k,
                        int stride, int pad, bool bias);
 /* The same with the weight's initializer given (NULL: PyTorch's default);
@@ -100,7 +108,8 @@ ts_tensor ts_nn_conv2d(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int
 ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin, int64_t cout, int k,
                             int stride, int pad, bool bias, const ts_init *w_init);
 /* (N, C, ...) batch norm with affine weight/bias and running stats
- * (momentum 0.1, eps 1e-5, PyTorch semantics: running var is unbiased). */
+ * (momentum 0.1, eps 1e-5, PyTorch semantics: running var is unbiased).
+ * With m->layout NHWC: x (N, ..., C), the channels in the last dim. */
 ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c);
 ts_tensor ts_nn_layer_norm(ts_nn *m, const char *name, ts_tensor x, int64_t d);
 /* indices (...) int -> (..., d); weight (v, d) ~ N(0, 1). */

@@ -1,9 +1,10 @@
 /* bn_adjoint.c — train-mode batch norm differentiated in closed form.
  *
- * ts_batch_norm_train (ir/composites.c) builds, over every dim but 1 (D, n
+ * ts_batch_norm_train (ir/composites.c) builds, over every dim but the
+ * channel axis a (1, or the last dim for channels-last activations; D, n
  * values per channel):
  *   m = mean_D(x), xc = x - B(m), v = mean_D(xc * xc), inv = rsqrt(v + eps),
- *   y = xc * B(inv) * B(gamma) + B(beta)           (B: broadcast along dim 1)
+ *   y = xc * B(inv) * B(gamma) + B(beta)           (B: broadcast along dim a)
  * Differentiating those nodes one by one costs some 16 full-size passes
  * (the variance's and the mean's paths each add a pass and a reduction). At
  * y's add node autodiff instead asks bn_adjoint for the closed form (PyTorch's
@@ -25,25 +26,29 @@ enum { BN_MAX_INNER = 16 };
 
 typedef struct {
   ts_tensor x, gamma, beta, xc, inv, m, ve; /* ve = v + eps */
+  int axis; /* the channel dim (taken from beta's broadcast) */
   int n_inner;
   ts_tensor inner[BN_MAX_INNER]; /* nodes whose only cotangents come from y */
 } bn_match;
 
-/* t is broadcast(v) along dim 1 of a rank-r result, v rank 1; returns v. */
-static ts_tensor per_channel_src(const ts_graph *g, ts_tensor t, int r) {
+/* t is broadcast(v) along dim a (>= 1) of a rank-r result, v rank 1; returns
+ * v. a < 0: any such dim, stored in *a. */
+static ts_tensor per_channel_src(const ts_graph *g, ts_tensor t, int r, int *a) {
   const ts_node *n = &g->nodes[t];
-  if (n->op != TS_OP_BROADCAST || n->rank != r || n->attr.n_dims != 1 || n->attr.dims[0] != 1) return TS_NONE;
+  if (n->op != TS_OP_BROADCAST || n->rank != r || n->attr.n_dims != 1 || n->attr.dims[0] < 1) return TS_NONE;
+  if (*a < 0) *a = n->attr.dims[0];
+  if (n->attr.dims[0] != *a) return TS_NONE;
   const ts_node *v = &g->nodes[n->in[0]];
-  return v->rank == 1 && v->shape[0] == n->shape[1] && v->dtype == n->dtype ? n->in[0] : TS_NONE;
+  return v->rank == 1 && v->shape[0] == n->shape[*a] && v->dtype == n->dtype ? n->in[0] : TS_NONE;
 }
 
-/* The mean over every dim of x but 1. */
-static bool channel_mean(const ts_graph *g, ts_tensor t, ts_tensor x) {
+/* The mean over every dim of x but a. */
+static bool channel_mean(const ts_graph *g, ts_tensor t, ts_tensor x, int a) {
   const ts_node *n = &g->nodes[t], *xn = &g->nodes[x];
   if (n->op != TS_OP_REDUCE || n->in[0] != x || n->attr.reduce != TS_REDUCE_MEAN || n->attr.n_dims != xn->rank - 1)
     return false;
   for (int i = 0, d = 0; d < xn->rank; d++)
-    if (d != 1 && n->attr.dims[i++] != d) return false;
+    if (d != a && n->attr.dims[i++] != d) return false;
   return true;
 }
 
@@ -56,17 +61,18 @@ static bool match(const ts_graph *g, ts_tensor y, bn_match *mt) {
   int r = yn->rank;
   if (yn->op != TS_OP_ADD || r < 2 || !ts_dtype_is_float(yn->dtype)) return false;
   ts_tensor yg = yn->in[0], bb = yn->in[1];
-  if ((mt->beta = per_channel_src(g, bb, r)) == TS_NONE) return false;
+  mt->axis = -1;
+  if ((mt->beta = per_channel_src(g, bb, r, &mt->axis)) == TS_NONE) return false;
   const ts_node *ygn = &g->nodes[yg];
-  if (ygn->op != TS_OP_MUL || (mt->gamma = per_channel_src(g, ygn->in[1], r)) == TS_NONE) return false;
+  if (ygn->op != TS_OP_MUL || (mt->gamma = per_channel_src(g, ygn->in[1], r, &mt->axis)) == TS_NONE) return false;
   ts_tensor xhat = ygn->in[0];
   const ts_node *xh = &g->nodes[xhat];
-  if (xh->op != TS_OP_MUL || (mt->inv = per_channel_src(g, xh->in[1], r)) == TS_NONE) return false;
+  if (xh->op != TS_OP_MUL || (mt->inv = per_channel_src(g, xh->in[1], r, &mt->axis)) == TS_NONE) return false;
   mt->xc = xh->in[0];
   const ts_node *xcn = &g->nodes[mt->xc];
-  if (xcn->op != TS_OP_SUB || (mt->m = per_channel_src(g, xcn->in[1], r)) == TS_NONE) return false;
+  if (xcn->op != TS_OP_SUB || (mt->m = per_channel_src(g, xcn->in[1], r, &mt->axis)) == TS_NONE) return false;
   mt->x = xcn->in[0];
-  if (!channel_mean(g, mt->m, mt->x)) return false;
+  if (!channel_mean(g, mt->m, mt->x, mt->axis)) return false;
   const ts_node *inv = &g->nodes[mt->inv];
   if (inv->op != TS_OP_RSQRT) return false;
   mt->ve = inv->in[0];
@@ -74,7 +80,7 @@ static bool match(const ts_graph *g, ts_tensor y, bn_match *mt) {
   if (ve->op != TS_OP_ADD) return false;
   ts_tensor v = ve->in[0];
   const ts_node *vn = &g->nodes[v];
-  if (!channel_mean(g, v, vn->in[0])) return false;
+  if (!channel_mean(g, v, vn->in[0], mt->axis)) return false;
   const ts_node *sq = &g->nodes[vn->in[0]];
   if (sq->op != TS_OP_MUL || sq->in[0] != mt->xc || sq->in[1] != mt->xc) return false;
   ts_tensor list[] = {yg, bb, ygn->in[1], xhat, xh->in[1], mt->xc, xcn->in[1], mt->m, mt->inv, inv->in[0], v,
@@ -109,13 +115,12 @@ static bool closed(const ts_graph *g, ts_tensor y, const bn_match *mt, const ts_
   return true;
 }
 
-/* B(v) along dim 1 of x's shape. */
-static ts_tensor bc(ts_graph *g, ts_tensor v, ts_tensor x) {
-  int one = 1;
+/* B(v) along dim a of x's shape. */
+static ts_tensor bc(ts_graph *g, ts_tensor v, ts_tensor x, int a) {
   const ts_node *xn = &g->nodes[x];
   int64_t shape[TS_MAX_RANK];
   memcpy(shape, xn->shape, sizeof shape);
-  return ts_broadcast_in_dim(g, v, xn->rank, shape, &one);
+  return ts_broadcast_in_dim(g, v, xn->rank, shape, &a);
 }
 
 int ad_batch_norm_adjoint(ts_graph *g, ts_tensor y, const ts_tensor *cot, int n_nodes, const bool *dep,
@@ -139,8 +144,8 @@ int ad_batch_norm_adjoint(ts_graph *g, ts_tensor y, const ts_tensor *cot, int n_
     ts_tensor a = ts_div(g, sdy, nn);                                         // mean(dy)
     ts_tensor b = ts_mul(g, ts_div(g, p, nn), ts_mul(g, mt.inv, mt.inv));     // mean(dy * xc) * inv^2
     ts_tensor k = ts_mul(g, mt.inv, mt.gamma);
-    ts_tensor t = ts_sub(g, ts_sub(g, dy, bc(g, a, mt.x)), ts_mul(g, mt.xc, bc(g, b, mt.x)));
-    contrib[0] = ts_mul(g, t, bc(g, k, mt.x));
+    ts_tensor t = ts_sub(g, ts_sub(g, dy, bc(g, a, mt.x, mt.axis)), ts_mul(g, mt.xc, bc(g, b, mt.x, mt.axis)));
+    contrib[0] = ts_mul(g, t, bc(g, k, mt.x, mt.axis));
   }
   for (int j = 0; j < 3; j++)
     if (contrib[j] == TS_NONE && dep[to[j]])

@@ -70,34 +70,43 @@ static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_pa
     *can_partial = true;
     return nl;
   }
-  case TS_OP_CONV: /* x (N,C,H,W), w (O,C/g,KH,KW) -> (N,O,OH,OW) */
+  case TS_OP_CONV: { /* x (N,C,H,W), w (O,C/g,KH,KW) -> (N,O,OH,OW); channels at ca */
+    int ca = ir_chan_dim(n->attr.conv.layout);
     add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
-    add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[1] = 0;
+    add_loop(L, &nl, n->shape[ca], ca), L[nl - 1].in[1] = 0;
     if (n->attr.conv.groups <= 1) {
-      add_loop(L, &nl, g->nodes[n->in[0]].shape[1], -1), L[nl - 1].in[0] = 1, L[nl - 1].in[1] = 1;
+      add_loop(L, &nl, g->nodes[n->in[0]].shape[ca], -1), L[nl - 1].in[0] = ca, L[nl - 1].in[1] = 1;
       *can_partial = true;
     }
     return nl;
-  case TS_OP_CONV_BWD_DATA: /* dy (N,O,..), w (O,C,..) -> (N,C,H,W) */
+  }
+  case TS_OP_CONV_BWD_DATA: { /* dy (N,O,..), w (O,C,..) -> (N,C,H,W) */
+    int ca = ir_chan_dim(n->attr.conv.layout);
     add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[0] = 0;
     if (n->attr.conv.groups <= 1) {
-      add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[1] = 1;
-      add_loop(L, &nl, g->nodes[n->in[0]].shape[1], -1), L[nl - 1].in[0] = 1, L[nl - 1].in[1] = 0;
+      add_loop(L, &nl, n->shape[ca], ca), L[nl - 1].in[1] = 1;
+      add_loop(L, &nl, g->nodes[n->in[0]].shape[ca], -1), L[nl - 1].in[0] = ca, L[nl - 1].in[1] = 0;
       *can_partial = true;
     }
     return nl;
-  case TS_OP_CONV_BWD_FILTER: /* x (N,C,..), dy (N,O,..) -> (O,C,KH,KW) */
-    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[1] = 1;
-    if (n->attr.conv.groups <= 1) add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[0] = 1;
+  }
+  case TS_OP_CONV_BWD_FILTER: { /* x (N,C,..), dy (N,O,..) -> (O,C,KH,KW) */
+    int ca = ir_chan_dim(n->attr.conv.layout);
+    add_loop(L, &nl, n->shape[0], 0), L[nl - 1].in[1] = ca;
+    if (n->attr.conv.groups <= 1) add_loop(L, &nl, n->shape[1], 1), L[nl - 1].in[0] = ca;
     add_loop(L, &nl, g->nodes[n->in[0]].shape[0], -1), L[nl - 1].in[0] = 0, L[nl - 1].in[1] = 0;
     *can_partial = true;
     return nl;
-  case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
-    for (int d = 0; d < 2; d++) {
+  }
+  case TS_OP_MAXPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: {
+    int dims[2] = {0, ir_chan_dim(n->attr.pool.layout)};
+    for (int i = 0; i < 2; i++) {
+      int d = dims[i];
       add_loop(L, &nl, n->shape[d], d);
       for (int k = 0; k < nin; k++) L[nl - 1].in[k] = d;
     }
     return nl;
+  }
   case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: case TS_OP_LAYERNORM_DGAMMA: { /* rows split, D whole */
     const ts_node *x = &g->nodes[n->in[0]];
     bool dg = n->op == TS_OP_LAYERNORM_DGAMMA;

@@ -29,6 +29,13 @@ ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, co
  * gamma and beta): x (.., D), gamma, beta (D) -> (.., D); its gradients
  * dx = layer_norm_grad(x, gamma, dy) and dgamma = sum over rows of
  * dy * xhat (D). */
+/* ts_batch_norm_train / ts_batch_norm_eval with the channels in dim `axis`
+ * (1: NCHW, what the public ones use; rank - 1: channels last). The same
+ * nodes, the statistics reduced over every other dim. */
+ts_tensor ir_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
+                                   ts_tensor *mean, ts_tensor *var);
+ts_tensor ir_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+                                  ts_tensor running_var, double eps, int axis);
 ts_tensor ir_layernorm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
 ts_tensor ir_layernorm_grad(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor dy, double eps);
 ts_tensor ir_layernorm_dgamma(ts_graph *g, ts_tensor x, ts_tensor dy, double eps);

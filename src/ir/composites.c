@@ -189,59 +189,75 @@ ts_tensor ts_layer_norm_decomposed(ts_graph *g, ts_tensor x, ts_tensor gamma, ts
   return layer_norm(g, x, gamma, beta, eps, false);
 }
 
-/* v (C) broadcast along dim 1 of shape (N, C, ...). */
-static ts_tensor per_channel(ts_graph *g, ts_tensor v, int rank, const int64_t *shape) {
-  int one = 1;
-  return ts_broadcast_in_dim(g, v, rank, shape, &one);
+/* v (C) broadcast along dim axis of shape (N, ..., C, ...). */
+static ts_tensor per_channel(ts_graph *g, ts_tensor v, int rank, const int64_t *shape, int axis) {
+  return ts_broadcast_in_dim(g, v, rank, shape, &axis);
 }
 
-ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, ts_tensor *mean,
-                              ts_tensor *var) {
+static bool check_axis(const char *who, int axis, int rank) {
+  if (axis >= 1 && axis < rank) return true;
+  set_error("%s: channel axis %d is outside [1, %d)", who, axis, rank);
+  return false;
+}
+
+ts_tensor ir_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
+                                   ts_tensor *mean, ts_tensor *var) {
   const char *who = "batch_norm_train";
   int rank;
   int64_t shape[TS_MAX_RANK];
   bool red[TS_MAX_RANK];
   if (mean) *mean = TS_NONE;
   if (var) *var = TS_NONE;
-  if (!check_float(g, x, who, 2, &rank, shape)) return TS_NONE;
+  if (!check_float(g, x, who, 2, &rank, shape) || !check_axis(who, axis, rank)) return TS_NONE;
   ts_dtype dt = ts_node_at(g, x)->dtype;
-  if (!check_vec(g, gamma, who, "gamma", dt, shape[1], true) || !check_vec(g, beta, who, "beta", dt, shape[1], true))
+  if (!check_vec(g, gamma, who, "gamma", dt, shape[axis], true) ||
+      !check_vec(g, beta, who, "beta", dt, shape[axis], true))
     return TS_NONE;
   int dims[TS_MAX_RANK], n = 0;
   for (int d = 0; d < rank; d++) {
-    red[d] = d != 1;
+    red[d] = d != axis;
     if (red[d]) dims[n++] = d;
   }
   ts_tensor m = ts_reduce(g, x, TS_REDUCE_MEAN, n, dims, false); // (C)
   ts_tensor xc = ts_sub(g, x, bcast_back(g, m, rank, shape, red));
   ts_tensor v = ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, n, dims, false); // (C), biased
   ts_tensor inv = ts_rsqrt(g, ts_add(g, v, scalar_like(g, x, eps)));
-  ts_tensor y = ts_mul(g, xc, per_channel(g, inv, rank, shape));
-  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape));
-  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape));
+  ts_tensor y = ts_mul(g, xc, per_channel(g, inv, rank, shape, axis));
+  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape, axis));
+  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape, axis));
   if (mean) *mean = m;
   if (var) *var = v;
   return y;
 }
 
-ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
-                             ts_tensor running_var, double eps) {
+ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, ts_tensor *mean,
+                              ts_tensor *var) {
+  return ir_batch_norm_train_axis(g, x, gamma, beta, eps, 1, mean, var);
+}
+
+ts_tensor ir_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+                                  ts_tensor running_var, double eps, int axis) {
   const char *who = "batch_norm_eval";
   int rank;
   int64_t shape[TS_MAX_RANK];
-  if (!check_float(g, x, who, 2, &rank, shape)) return TS_NONE;
+  if (!check_float(g, x, who, 2, &rank, shape) || !check_axis(who, axis, rank)) return TS_NONE;
   ts_dtype dt = ts_node_at(g, x)->dtype;
-  int64_t C = shape[1];
+  int64_t C = shape[axis];
   if (!check_vec(g, gamma, who, "gamma", dt, C, true) || !check_vec(g, beta, who, "beta", dt, C, true) ||
       !check_vec(g, running_mean, who, "running_mean", dt, C, false) ||
       !check_vec(g, running_var, who, "running_var", dt, C, false))
     return TS_NONE;
   ts_tensor inv = ts_rsqrt(g, ts_add(g, running_var, scalar_like(g, x, eps))); // (C)
-  ts_tensor y = ts_sub(g, x, per_channel(g, running_mean, rank, shape));
-  y = ts_mul(g, y, per_channel(g, inv, rank, shape));
-  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape));
-  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape));
+  ts_tensor y = ts_sub(g, x, per_channel(g, running_mean, rank, shape, axis));
+  y = ts_mul(g, y, per_channel(g, inv, rank, shape, axis));
+  if (gamma != TS_NONE) y = ts_mul(g, y, per_channel(g, gamma, rank, shape, axis));
+  if (beta != TS_NONE) y = ts_add(g, y, per_channel(g, beta, rank, shape, axis));
   return y;
+}
+
+ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+                             ts_tensor running_var, double eps) {
+  return ir_batch_norm_eval_axis(g, x, gamma, beta, running_mean, running_var, eps, 1);
 }
 
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key) {

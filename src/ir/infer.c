@@ -208,6 +208,12 @@ static int infer_dot(const char *who, const ts_node *l, const ts_node *r, const 
   return 0;
 }
 
+static int check_layout(const char *who, ts_layout l) {
+  if (l != TS_LAYOUT_NCHW && l != TS_LAYOUT_NHWC)
+    return ERR("%s: layout %d is neither TS_LAYOUT_NCHW (0) nor TS_LAYOUT_NHWC (1)", who, (int)l);
+  return 0;
+}
+
 static int check_conv_params(const char *who, const ts_conv_params *p) {
   for (int i = 0; i < 2; i++) {
     if (p->stride[i] < 1 || p->dilation[i] < 1)
@@ -218,10 +224,11 @@ static int check_conv_params(const char *who, const ts_conv_params *p) {
                  p->pad_hi[1]);
   }
   if (p->groups < 1) return ERR("%s: groups %d must be >= 1", who, p->groups);
-  return 0;
+  return check_layout(who, p->layout);
 }
 
-/* Output (N, O, OH, OW) of a conv of x shape xs with weight shape ws. */
+/* Output (N, O, OH, OW) — (N, OH, OW, O) in NHWC — of a conv of x shape xs
+ * with weight shape ws (OIHW in both layouts). */
 static int conv_out(const char *who, ts_dtype xdt, ts_dtype wdt, const int64_t *xs, const int64_t *ws,
                     const ts_conv_params *p, int64_t *out) {
   char sx[96], sw[96];
@@ -229,20 +236,21 @@ static int conv_out(const char *who, ts_dtype xdt, ts_dtype wdt, const int64_t *
     return ERR("%s: input is %s and weight is %s (need the same float dtype)", who, ts_dtype_name(xdt),
                ts_dtype_name(wdt));
   if (check_conv_params(who, p)) return -1;
-  if (xs[1] != ws[1] * p->groups)
-    return ERR("%s: input has %lld channels but weight expects %lld (groups %d)", who, (long long)xs[1],
-               (long long)(ws[1] * p->groups), p->groups);
+  int cd = ir_chan_dim(p->layout), sd = ir_space_dim(p->layout);
+  if (xs[cd] != ws[1] * p->groups)
+    return ERR("%s: input has %lld channels%s but weight expects %lld (groups %d)", who, (long long)xs[cd],
+               cd == 3 ? " (dim 3: NHWC)" : "", (long long)(ws[1] * p->groups), p->groups);
   if (ws[0] % p->groups != 0)
     return ERR("%s: weight has %lld output channels, not divisible by groups %d", who, (long long)ws[0], p->groups);
   out[0] = xs[0];
-  out[1] = ws[0];
+  out[cd] = ws[0];
   for (int i = 0; i < 2; i++) {
-    int64_t span = xs[2 + i] + p->pad_lo[i] + p->pad_hi[i] - (int64_t)p->dilation[i] * (ws[2 + i] - 1) - 1;
+    int64_t span = xs[sd + i] + p->pad_lo[i] + p->pad_hi[i] - (int64_t)p->dilation[i] * (ws[2 + i] - 1) - 1;
     if (ws[2 + i] < 1 || span < 0)
       return ERR("%s: kernel %s (dilation %d) does not fit the padded input %s (padding %d+%d) in dim %d", who,
                  dims_str(4, ws, sw, sizeof sw), p->dilation[i], dims_str(4, xs, sx, sizeof sx), p->pad_lo[i],
-                 p->pad_hi[i], 2 + i);
-    out[2 + i] = span / p->stride[i] + 1;
+                 p->pad_hi[i], sd + i);
+    out[sd + i] = span / p->stride[i] + 1;
   }
   return 0;
 }
@@ -317,17 +325,19 @@ static int pool_out(const char *who, const ts_node *x, const int64_t *xs, const 
   char sx[96];
   if (!ts_dtype_is_float(x->dtype))
     return ERR("%s: operand dtype %s is not supported (float dtypes only)", who, ts_dtype_name(x->dtype));
+  if (check_layout(who, p->layout)) return -1;
+  int cd = ir_chan_dim(p->layout), sd = ir_space_dim(p->layout);
   out[0] = xs[0];
-  out[1] = xs[1];
+  out[cd] = xs[cd];
   for (int i = 0; i < 2; i++) {
     if (p->kernel[i] < 1 || p->stride[i] < 1 || p->pad[i] < 0)
       return ERR("%s: kernel [%d,%d] and stride [%d,%d] must be >= 1, pad [%d,%d] >= 0", who, p->kernel[0],
                  p->kernel[1], p->stride[0], p->stride[1], p->pad[0], p->pad[1]);
-    int64_t span = xs[2 + i] + 2 * (int64_t)p->pad[i] - p->kernel[i];
+    int64_t span = xs[sd + i] + 2 * (int64_t)p->pad[i] - p->kernel[i];
     if (span < 0)
       return ERR("%s: kernel %d does not fit input %s with padding %d in dim %d", who, p->kernel[i],
-                 dims_str(4, xs, sx, sizeof sx), p->pad[i], 2 + i);
-    out[2 + i] = span / p->stride[i] + 1;
+                 dims_str(4, xs, sx, sizeof sx), p->pad[i], sd + i);
+    out[sd + i] = span / p->stride[i] + 1;
   }
   return 0;
 }

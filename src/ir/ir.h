@@ -191,6 +191,12 @@ bool ir_op_is_elementwise(ts_op op);
  * order, so passes never remove, merge or reorder them. */
 bool ir_op_is_collective(ts_op op);
 
+/* ---- activation layouts (ts_layout) of conv / pool nodes ----
+ * The dim of a rank-4 activation that holds the channels, and the first of
+ * its two spatial dims (H; W follows): NCHW 1 and 2, NHWC 3 and 1. */
+static inline int ir_chan_dim(ts_layout l) { return l == TS_LAYOUT_NHWC ? 3 : 1; }
+static inline int ir_space_dim(ts_layout l) { return l == TS_LAYOUT_NHWC ? 1 : 2; }
+
 /* ---- low-level construction (ir_build.c), used by builders and passes ---- */
 static inline const ts_node *ts_node_at(const ts_graph *g, ts_tensor t) { return &g->nodes[t]; }
 /* Appends a node with the given fields (in[] and attr copied; attr.fused and

@@ -67,12 +67,14 @@ static void print_conv(ts_strbuf *sb, const ts_conv_params *c) {
   print_ints(sb, "pad_hi", 2, c->pad_hi);
   print_ints(sb, "dilation", 2, c->dilation);
   sb_printf(sb, " groups=%d", c->groups);
+  if (c->layout == TS_LAYOUT_NHWC) sb_printf(sb, " nhwc");
 }
 
 static void print_pool(ts_strbuf *sb, const ts_pool_params *p) {
   print_ints(sb, "kernel", 2, p->kernel);
   print_ints(sb, "stride", 2, p->stride);
   print_ints(sb, "pad", 2, p->pad);
+  if (p->layout == TS_LAYOUT_NHWC) sb_printf(sb, " nhwc");
 }
 
 static void print_fused_operand(ts_strbuf *sb, int32_t v) {

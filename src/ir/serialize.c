@@ -102,6 +102,8 @@ static void w_attr(ser_w *w, const ts_attr *a) {
   w_ints(w, a->pool.kernel, 2);
   w_ints(w, a->pool.stride, 2);
   w_ints(w, a->pool.pad, 2);
+  w_i32(w, a->conv.layout);
+  w_i32(w, a->pool.layout);
   w_u32(w, a->global ? 1 : 0);
   w_i64s(w, a->goffset, TS_MAX_RANK);
   w_i64s(w, a->gshape, TS_MAX_RANK);
@@ -294,6 +296,8 @@ static void r_attr(ser_r *r, ts_attr *a) {
   r_ints(r, a->pool.kernel, 2);
   r_ints(r, a->pool.stride, 2);
   r_ints(r, a->pool.pad, 2);
+  a->conv.layout = (ts_layout)r_i32(r);
+  a->pool.layout = (ts_layout)r_i32(r);
   a->global = r_u32(r) != 0;
   r_i64s(r, a->goffset, TS_MAX_RANK);
   r_i64s(r, a->gshape, TS_MAX_RANK);

@@ -11,8 +11,9 @@
 #include "ir/ir.h"
 
 /* Bumped whenever the layout below changes (readers reject other versions).
- * 2: ops stored by name (ops.def) instead of enum value. */
-#define TS_SERIALIZE_VERSION 2
+ * 2: ops stored by name (ops.def) instead of enum value.
+ * 3: conv and pool attrs carry their activation layout (ts_layout). */
+#define TS_SERIALIZE_VERSION 3
 
 /* Appends the binary form of g to *buf (malloc'd, grown as needed; *len
  * bytes used, *cap allocated). Returns 0, or -1 with the error set. */

@@ -1,9 +1,12 @@
 /* conv.c — 2-D convolution: TS_OP_CONV (forward), TS_OP_CONV_BWD_DATA (dx from
  * dy and w, the adjoint of forward) and TS_OP_CONV_BWD_FILTER (dw from x, dy).
  *   x (N, C, H, W), w (O, C/groups, KH, KW), y (N, O, OH, OW)
+ *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
- * 1x1 convolutions without padding, which run on NCHW itself (plain_fits). The
+ * 1x1 convolutions without padding, which run on NCHW itself (plain_fits).
+ * NHWC activations go to oneDNN as they are (its nxc kernels): only the
+ * weights are reordered (to the layout the primitive picks) and back. The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. A filter gradient of bf16 x and dy may be f32 (autocast's:
  * oneDNN writes its f32 accumulation as is, wide_dw). f64 and other types use
@@ -18,6 +21,7 @@
 typedef struct {
   int64_t N, C, H, W, O, OH, OW, KH, KW, G;
   int64_t s[2], pl[2], ph[2], d[2];
+  bool nhwc; /* activations (N, H, W, C) */
 } geom_t;
 
 static void geom_of(const ts_graph *g, const ts_node *n, geom_t *q) {
@@ -26,9 +30,11 @@ static void geom_of(const ts_graph *g, const ts_node *n, geom_t *q) {
   else if (n->op == TS_OP_CONV_BWD_DATA) y = tk_operand(g, n, 0), w = tk_operand(g, n, 1), x = n;
   else x = tk_operand(g, n, 0), y = tk_operand(g, n, 1), w = n;
   const ts_conv_params *p = &n->attr.conv;
-  q->N = x->shape[0], q->C = x->shape[1], q->H = x->shape[2], q->W = x->shape[3];
+  int cd = ir_chan_dim(p->layout), sd = ir_space_dim(p->layout);
+  q->nhwc = p->layout == TS_LAYOUT_NHWC;
+  q->N = x->shape[0], q->C = x->shape[cd], q->H = x->shape[sd], q->W = x->shape[sd + 1];
   q->O = w->shape[0], q->KH = w->shape[2], q->KW = w->shape[3];
-  q->OH = y->shape[2], q->OW = y->shape[3];
+  q->OH = y->shape[sd], q->OW = y->shape[sd + 1];
   q->G = p->groups > 0 ? p->groups : 1;
   for (int i = 0; i < 2; i++) {
     q->s[i] = p->stride[i] > 0 ? p->stride[i] : 1;
@@ -38,6 +44,11 @@ static void geom_of(const ts_graph *g, const ts_node *n, geom_t *q) {
 }
 
 /* ---- direct loops in double (any dtype) ---- */
+/* The offset of activation element (n, c, h, w) of a (N, C, H, W) tensor. */
+static inline int64_t act_at(bool nhwc, int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t H, int64_t W) {
+  return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
 static void conv_loops(ts_op op, const geom_t *q, const double *x, const double *w,
                        const double *y, double *out, int nt) {
   int64_t Cg = q->C / q->G, Og = q->O / q->G;
@@ -51,7 +62,7 @@ static void conv_loops(ts_op op, const geom_t *q, const double *x, const double 
         int64_t gi = o / Og;
         for (int64_t oh = 0; oh < q->OH; oh++)
           for (int64_t ow = 0; ow < q->OW; ow++) {
-            int64_t yi = ((n * q->O + o) * q->OH + oh) * q->OW + ow;
+            int64_t yi = act_at(q->nhwc, n, o, oh, ow, q->O, q->OH, q->OW);
             double acc = 0, dy = op == TS_OP_CONV ? 0 : y[yi];
             for (int64_t c = 0; c < Cg; c++)
               for (int64_t kh = 0; kh < q->KH; kh++) {
@@ -60,7 +71,7 @@ static void conv_loops(ts_op op, const geom_t *q, const double *x, const double 
                 for (int64_t kw = 0; kw < q->KW; kw++) {
                   int64_t iw = ow * q->s[1] - q->pl[1] + kw * q->d[1];
                   if (iw < 0 || iw >= q->W) continue;
-                  int64_t xi = ((n * q->C + gi * Cg + c) * q->H + ih) * q->W + iw;
+                  int64_t xi = act_at(q->nhwc, n, gi * Cg + c, ih, iw, q->C, q->H, q->W);
                   int64_t wi = ((o * Cg + c) * q->KH + kh) * q->KW + kw;
                   if (op == TS_OP_CONV) acc += x[xi] * w[wi];
                   else if (op == TS_OP_CONV_BWD_DATA) out[xi] += dy * w[wi];
@@ -176,10 +187,11 @@ static void conv_state_free(ts_kstate *s) {
   free(c);
 }
 
-static void md_act(dnnl_memory_desc_t *md, dnnl_data_type_t t, int64_t N, int64_t C, int64_t H,
-                   int64_t W, bool any) {
-  dnnl_dims_t dims = {N, C, H, W};
-  dnnl_memory_desc_init_by_tag(md, 4, dims, t, any ? dnnl_format_tag_any : dnnl_nchw);
+/* NHWC activations are given as they are, never `any`: no reorders. */
+static void md_act(dnnl_memory_desc_t *md, dnnl_data_type_t t, const geom_t *q, int64_t C, int64_t H, int64_t W,
+                   bool any) {
+  dnnl_dims_t dims = {q->N, C, H, W};
+  dnnl_memory_desc_init_by_tag(md, 4, dims, t, q->nhwc ? dnnl_nhwc : any ? dnnl_format_tag_any : dnnl_nchw);
 }
 
 static void md_wei(dnnl_memory_desc_t *md, dnnl_data_type_t t, const geom_t *q, bool any) {
@@ -227,7 +239,7 @@ static bool g_plain_1x1 = true;
 void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
 
 static bool plain_fits(const geom_t *q) {
-  return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && q->KH == 1 && q->KW == 1 && q->G == 1 &&
+  return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && !q->nhwc && q->KH == 1 && q->KW == 1 && q->G == 1 &&
          q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
 }
 
@@ -251,11 +263,11 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
   dnnl_memory_desc_t xa, wa, ya, xu, wu, yu, dwa, dwu;
-  md_act(&xa, t, q->N, q->C, q->H, q->W, !plain);
-  md_act(&ya, t, q->N, q->O, q->OH, q->OW, !plain);
+  md_act(&xa, t, q, q->C, q->H, q->W, !plain);
+  md_act(&ya, t, q, q->O, q->OH, q->OW, !plain);
   md_wei(&wa, t, q, !plain);
-  md_act(&xu, t, q->N, q->C, q->H, q->W, false);
-  md_act(&yu, t, q->N, q->O, q->OH, q->OW, false);
+  md_act(&xu, t, q, q->C, q->H, q->W, false);
+  md_act(&yu, t, q, q->O, q->OH, q->OW, false);
   md_wei(&wu, t, q, false);
   md_wei(&dwa, tw, q, !plain);
   md_wei(&dwu, tw, q, false);

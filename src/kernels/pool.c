@@ -1,7 +1,9 @@
 /* pool.c — 2-D max / avg pooling over (N, C, H, W) and their gradients.
  * Max: padding is -inf, gradient goes to the first max of the window in
  * row-major order. Avg: divides by the full window KH*KW (PyTorch's
- * count_include_pad=True). f32/f64 run natively; bf16/f16 through double. */
+ * count_include_pad=True). f32/f64 run natively; bf16/f16 through double.
+ * NHWC tensors (N, H, W, C) are read into planar (N, C, H, W) doubles, pooled
+ * there and written back (pool_nhwc): the same planes, in another order. */
 #include <stdlib.h>
 
 #include "kernels/kernels_internal.h"
@@ -180,6 +182,35 @@ static double *to_f64(ts_dtype dt, const void *p, int64_t n) {
   return d;
 }
 
+/* (N, H, W, C) of dtype dt -> planar (N, C, H, W) doubles; NULL when out of memory. */
+static double *nhwc_to_planar(ts_dtype dt, const void *p, const int64_t *s) {
+  int64_t N = s[0], H = s[1], W = s[2], C = s[3], total = N * H * W * C;
+  double *d = malloc((size_t)(total > 0 ? total : 1) * sizeof *d);
+  if (d)
+    for (int64_t i = 0, n = 0; n < N; n++)
+      for (int64_t hw = 0; hw < H * W; hw++)
+        for (int64_t c = 0; c < C; c++) d[(n * C + c) * H * W + hw] = tk_load_f64(dt, p, i++);
+  return d;
+}
+
+static int pool_nhwc(const ts_node *n, const pgeom *p, const ts_node *xs, const ts_node *ys, const void *x,
+                     const void *dy, void *out, int nt) {
+  double *xd = x ? nhwc_to_planar(n->dtype, x, xs->shape) : NULL, *dd = dy ? nhwc_to_planar(n->dtype, dy, ys->shape) : NULL;
+  double *od = malloc((size_t)(tk_numel(n) ? tk_numel(n) : 1) * sizeof *od);
+  int rc = 0;
+  if ((x && !xd) || (dy && !dd) || !od) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
+  } else {
+    pool_f64(p, n->op, xd, dd, od, nt);
+    int64_t N = n->shape[0], HW = n->shape[1] * n->shape[2], C = n->shape[3];
+    for (int64_t i = 0, b = 0; b < N; b++)
+      for (int64_t hw = 0; hw < HW; hw++)
+        for (int64_t c = 0; c < C; c++) tk_store_f64(n->dtype, out, i++, od[(b * C + c) * HW + hw]);
+  }
+  free(xd), free(dd), free(od);
+  return rc;
+}
+
 int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   const ts_pool_params *pp = &n->attr.pool;
   /* x-shaped and y-shaped nodes: fwd (x -> out), max grad (x, dy), avg grad (dy) */
@@ -188,12 +219,14 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   const ts_node *ys = n->op == TS_OP_MAXPOOL || n->op == TS_OP_AVGPOOL ? n
                       : tk_operand(g, n, n->op == TS_OP_MAXPOOL_GRAD ? 1 : 0);
   if (xs->rank != 4 || ys->rank != 4) return set_error("%s: expects rank-4 (N, C, H, W) tensors", ir_op_name(n->op));
-  pgeom p = {xs->shape[0] * xs->shape[1], xs->shape[2], xs->shape[3], ys->shape[2], ys->shape[3],
+  int cd = ir_chan_dim(pp->layout), sd = ir_space_dim(pp->layout);
+  pgeom p = {xs->shape[0] * xs->shape[cd], xs->shape[sd], xs->shape[sd + 1], ys->shape[sd], ys->shape[sd + 1],
              pp->kernel[0], pp->kernel[1], pp->stride[0] > 0 ? pp->stride[0] : pp->kernel[0],
              pp->stride[1] > 0 ? pp->stride[1] : pp->kernel[1], pp->pad[0], pp->pad[1]};
   const void *x = n->op == TS_OP_AVGPOOL_GRAD ? NULL : in[0];
   const void *dy = n->op == TS_OP_MAXPOOL_GRAD ? in[1] : n->op == TS_OP_AVGPOOL_GRAD ? in[0] : NULL;
   int nt = tk_threads(ctx, p.planes * p.H * p.W);
+  if (pp->layout == TS_LAYOUT_NHWC) return pool_nhwc(n, &p, xs, ys, x, dy, out, nt);
   if (n->dtype == TS_F32) {
     pool_f32(&p, n->op, x, dy, out, nt);
     return 0;

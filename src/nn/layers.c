@@ -10,6 +10,7 @@
 #include "util/error.h"
 #include "tessel/nn.h"
 #include "tessel/spmd.h" /* ts_replica_all_reduce: SyncBatchNorm */
+#include "ir/builders_internal.h" /* batch norm with the channels last */
 
 #define BN_MOMENTUM 0.1
 #define NORM_EPS 1e-5
@@ -91,10 +92,13 @@ ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin
                             int pad, bool bias, const ts_init *w_init) {
   if (!nn_check(m, x, "conv2d", name)) return TS_NONE;
   const int64_t *xs = ts_tensor_shape(m->g, x);
-  if (ts_tensor_rank(m->g, x) != 4 || xs[1] != cin) {
-    set_error("conv2d %s: expects x (N, %lld, H, W) but x has rank %d%s%lld", name, (long long)cin,
-                 ts_tensor_rank(m->g, x), ts_tensor_rank(m->g, x) >= 2 ? " and channel dim " : "",
-                 ts_tensor_rank(m->g, x) >= 2 ? (long long)xs[1] : 0LL);
+  bool nhwc = m->layout == TS_LAYOUT_NHWC;
+  int cd = nhwc ? 3 : 1;
+  if (ts_tensor_rank(m->g, x) != 4 || xs[cd] != cin) {
+    set_error("conv2d %s: expects x %s%lld%s but x has rank %d%s%lld", name, nhwc ? "(N, H, W, " : "(N, ",
+                 (long long)cin, nhwc ? ")" : ", H, W)", ts_tensor_rank(m->g, x),
+                 ts_tensor_rank(m->g, x) == 4 ? " and channel dim " : "",
+                 ts_tensor_rank(m->g, x) == 4 ? (long long)xs[cd] : 0LL);
     return TS_NONE;
   }
   if (k < 1 || stride < 1 || pad < 0) {
@@ -109,12 +113,13 @@ ts_tensor ts_nn_conv2d_init(ts_nn *m, const char *name, ts_tensor x, int64_t cin
   int64_t wshape[4] = {cout, cin, k, k}; // OIHW
   ts_tensor w = ts_params_use(m->p, m->g, pn, dt, 4, wshape, w_init ? *w_init : nn_fan_in(fan_in), true);
   if (w == TS_NONE) return TS_NONE;
-  ts_conv_params cp = {.stride = {stride, stride}, .pad_lo = {pad, pad}, .pad_hi = {pad, pad}};
-  ts_tensor y = ts_conv2d(m->g, x, w, &cp); // (N, Cout, OH, OW)
+  ts_conv_params cp = {.stride = {stride, stride}, .pad_lo = {pad, pad}, .pad_hi = {pad, pad}, .layout = m->layout};
+  ts_tensor y = ts_conv2d(m->g, x, w, &cp); // (N, Cout, OH, OW) or (N, OH, OW, Cout)
   if (!bias) return y;
   if (!nn_pname(pn, sizeof pn, name, "bias")) return TS_NONE;
   ts_tensor b = ts_params_use(m->p, m->g, pn, dt, 1, &cout, nn_fan_in(fan_in), true);
-  int64_t bshape[4] = {1, cout, 1, 1};
+  int64_t bshape[4] = {1, 1, 1, 1};
+  bshape[cd] = cout;
   return ts_add(m->g, y, ts_reshape(m->g, b, 4, bshape));
 }
 
@@ -138,14 +143,14 @@ static int nn_record_update(ts_nn *m, ts_tensor param, ts_tensor value) {
  * global count n = per_channel * replicas (the replica count is an
  * all-reduce of 1, so the graph does not depend on it). */
 static ts_tensor nn_sync_batch_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, int64_t per_channel,
-                                    ts_tensor *mean, ts_tensor *var, ts_tensor *unbias) {
+                                    int axis, ts_tensor *mean, ts_tensor *var, ts_tensor *unbias) {
   int r = ts_tensor_rank(g, x);
   int64_t shape[TS_MAX_RANK], cshape[TS_MAX_RANK];
   int dims[TS_MAX_RANK], n = 0;
   for (int d = 0; d < r; d++) {
     shape[d] = ts_tensor_shape(g, x)[d];
-    cshape[d] = d == 1 ? shape[d] : 1;
-    if (d != 1) dims[n++] = d;
+    cshape[d] = d == axis ? shape[d] : 1;
+    if (d != axis) dims[n++] = d;
   }
   ts_dtype dt = ts_tensor_dtype(g, x);
   ts_tensor mu = ts_replica_all_reduce(g, ts_reduce(g, x, TS_REDUCE_MEAN, n, dims, false), TS_REDUCE_MEAN); // (C)
@@ -167,9 +172,12 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   if (!nn_check(m, x, "batch_norm", name)) return TS_NONE;
   int r = ts_tensor_rank(m->g, x);
   const int64_t *xs = ts_tensor_shape(m->g, x);
-  if (r < 2 || xs[1] != c) {
-    set_error("batch_norm %s: expects x (N, %lld, ...) but x has rank %d%s%lld", name, (long long)c, r,
-                 r >= 2 ? " and dim 1 of size " : "", r >= 2 ? (long long)xs[1] : 0LL);
+  bool last = m->layout == TS_LAYOUT_NHWC;
+  int axis = last ? r - 1 : 1; /* the channel dim */
+  if (r < 2 || xs[axis] != c) {
+    set_error("batch_norm %s: expects x %s%lld%s but x has rank %d%s%lld", name, last ? "(N, ..., " : "(N, ",
+                 (long long)c, last ? ")" : ", ...)", r, r >= 2 ? " and channel dim of size " : "",
+                 r >= 2 ? (long long)xs[axis] : 0LL);
     return TS_NONE;
   }
   int64_t per_channel = ts_tensor_numel(m->g, x) / c; /* values each statistic is taken over */
@@ -185,7 +193,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   if (!nn_pname(pn, sizeof pn, name, "running_var")) return TS_NONE;
   rvar = ts_params_use(m->p, m->g, pn, dt, 1, &c, nn_const(TS_INIT_ONES), false);
   if (gamma == TS_NONE || beta == TS_NONE || rmean == TS_NONE || rvar == TS_NONE) return TS_NONE;
-  if (!m->training) return ts_batch_norm_eval(m->g, x, gamma, beta, rmean, rvar, NORM_EPS);
+  if (!m->training) return ir_batch_norm_eval_axis(m->g, x, gamma, beta, rmean, rvar, NORM_EPS, axis);
 
   if (per_channel < 2) {
     set_error("batch_norm %s: training needs more than 1 value per channel, x has %lld", name,
@@ -195,8 +203,8 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   ts_tensor mean = TS_NONE, var = TS_NONE; // (C), biased var
   ts_tensor unbias = TS_NONE;
   ts_graph *g = m->g;
-  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(g, x, gamma, beta, per_channel, &mean, &var, &unbias)
-                           : ts_batch_norm_train(m->g, x, gamma, beta, NORM_EPS, &mean, &var);
+  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(g, x, gamma, beta, per_channel, axis, &mean, &var, &unbias)
+                           : ir_batch_norm_train_axis(m->g, x, gamma, beta, NORM_EPS, axis, &mean, &var);
   if (y == TS_NONE) return TS_NONE;
   /* running = (1 - momentum) * running + momentum * batch statistic, with the
    * variance made unbiased (n / (n - 1)) as PyTorch does. */

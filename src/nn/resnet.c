@@ -1,7 +1,10 @@
 /* resnet.c — the ResNet family (tessel/nn.h ts_model_resnet): the CIFAR
  * ResNet-20 of He et al. 2016, the CIFAR variant of ResNet-18 and
  * torchvision's ResNet-50 v1.5, with torchvision's parameter names and
- * initialization so weights and runs compare with PyTorch one to one. */
+ * initialization so weights and runs compare with PyTorch one to one.
+ * With m->layout NHWC the input (B, C, H, W) is transposed once to channels
+ * last and every layer runs there (oneDNN's convolutions then need no
+ * layout reorders); the parameters are the same either way. */
 #include <math.h>
 #include <stdio.h>
 
@@ -100,10 +103,12 @@ ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t cl
   net n = {m, false};
   ts_graph *g = m->g;
   int64_t c = ts_tensor_shape(g, x)[1];
+  bool nhwc = m->layout == TS_LAYOUT_NHWC;
+  if (nhwc) x = ts_transpose(g, x, (const int[]){0, 2, 3, 1}); // (B, H, W, C)
   ts_tensor h;
   if (a->stem == 7) {
     h = relu(&n, bn(&n, "bn1", conv(&n, "conv1", x, c, a->stem_channels, 7, 2, 3), a->stem_channels));
-    ts_pool_params mp = {.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}};
+    ts_pool_params mp = {.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}, .layout = m->layout};
     if (h != TS_NONE) h = ts_max_pool2d(g, h, &mp);
   } else {
     h = relu(&n, bn(&n, "bn1", conv(&n, "conv1", x, c, a->stem_channels, 3, 1, 1), a->stem_channels));
@@ -119,7 +124,7 @@ ts_tensor ts_model_resnet(ts_nn *m, ts_resnet_kind kind, ts_tensor x, int64_t cl
     }
   }
   if (h == TS_NONE) return TS_NONE;
-  int dims[2] = {2, 3};
+  int dims[2] = {nhwc ? 1 : 2, nhwc ? 2 : 3};
   h = ts_reduce(g, h, TS_REDUCE_MEAN, 2, dims, false); // (B, C): global average pool
   return ts_nn_linear(m, "fc", h, cin, classes, true);
 }

@@ -90,11 +90,13 @@ static bool same_attrs(const ts_graph *g, const ts_node *a, const ts_node *b) {
   case TS_ATTRS_CONV: {
     const ts_conv_params *p = &x->conv, *q = &y->conv;
     return same_ints(p->stride, q->stride, 2) && same_ints(p->pad_lo, q->pad_lo, 2) &&
-           same_ints(p->pad_hi, q->pad_hi, 2) && same_ints(p->dilation, q->dilation, 2) && p->groups == q->groups;
+           same_ints(p->pad_hi, q->pad_hi, 2) && same_ints(p->dilation, q->dilation, 2) && p->groups == q->groups &&
+           p->layout == q->layout;
   }
   case TS_ATTRS_POOL: {
     const ts_pool_params *p = &x->pool, *q = &y->pool;
-    return same_ints(p->kernel, q->kernel, 2) && same_ints(p->stride, q->stride, 2) && same_ints(p->pad, q->pad, 2);
+    return same_ints(p->kernel, q->kernel, 2) && same_ints(p->stride, q->stride, 2) && same_ints(p->pad, q->pad, 2) &&
+           p->layout == q->layout;
   }
   case TS_ATTRS_FUSED:
     return same_fused(x->fused, y->fused);

@@ -254,56 +254,61 @@ static int32_t lower_reshape(part *p, int id) {
   return part_reshard(p, v, n->dtype, n->rank, n->shape, A, 0, TS_REDUCE_SUM, W);
 }
 
-/* Dims (a, b) of a 4-D spec kept, spatial dims replicated. */
-static ts_partition_spec nc_spec(const ts_partition_spec *s, int a, int b) {
+/* A 4-D spec with dim 0 from s's dim a and dim cd (the channels: 1, or 3 for
+ * NHWC activations) from s's dim b (none when -1); spatial dims replicated. */
+static ts_partition_spec nc_spec(const ts_partition_spec *s, int a, int b, int cd) {
   ts_partition_spec r;
   spec_clear(&r, 4);
   if (a >= 0) copy_dim(&r, 0, s, a);
-  if (b >= 0) copy_dim(&r, 1, s, b);
+  if (b >= 0) copy_dim(&r, cd, s, b);
   return r;
 }
 
 /* Convolutions split the batch dim and the output channels; split input
  * channels (groups == 1) leave a partial sum. The two gradient ops are
  * convolutions too: bwd_data contracts over output channels, bwd_filter over
- * the batch. Pools split batch and channels. Spatial dims are gathered. */
+ * the batch. Pools split batch and channels. Spatial dims are gathered. The
+ * activations' channel dim (ca) follows the node's layout; weights are OIHW. */
 static int32_t lower_conv(part *p, int id) {
   const ts_node *n = &p->g->nodes[id];
   const ts_partition_spec *x0 = &p->W[n->in[0]];
-  ts_partition_spec O = nc_spec(&p->W[id], 0, 1), a, b, K;
+  bool is_pool = n->op != TS_OP_CONV && n->op != TS_OP_CONV_BWD_DATA && n->op != TS_OP_CONV_BWD_FILTER;
+  int ca = ir_chan_dim(is_pool ? n->attr.pool.layout : n->attr.conv.layout);
+  int rc = n->op == TS_OP_CONV_BWD_FILTER ? 1 : ca; /* the result's channel dim */
+  ts_partition_spec O = nc_spec(&p->W[id], 0, rc, rc), a, b, K;
   spec_clear(&K, 1);
   uint32_t cmask = 0;
   /* the contracted dim: (operand, dim) pairs that must share its axes */
   switch (n->op) {
-  case TS_OP_CONV: copy_dim(&K, 0, x0, 1); break;            /* C of x (and of w) */
-  case TS_OP_CONV_BWD_DATA: copy_dim(&K, 0, x0, 1); break;   /* O of dy (and of w) */
+  case TS_OP_CONV: copy_dim(&K, 0, x0, ca); break;           /* C of x (and of w) */
+  case TS_OP_CONV_BWD_DATA: copy_dim(&K, 0, x0, ca); break;  /* O of dy (and of w) */
   case TS_OP_CONV_BWD_FILTER: copy_dim(&K, 0, x0, 0); break; /* N of x (and of dy) */
   default: break;
   }
-  if (n->op == TS_OP_CONV || n->op == TS_OP_CONV_BWD_DATA || n->op == TS_OP_CONV_BWD_FILTER) {
+  if (!is_pool) {
     if (n->attr.conv.groups != 1) K.naxes[0] = 0;
     cmask = dim_mask(&K, 0);
-    for (int d = 0; d < 2; d++)
-      if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
+    if (dim_mask(&O, 0) & cmask) O.naxes[0] = 0;
+    if (dim_mask(&O, rc) & cmask) O.naxes[rc] = 0;
   }
   int32_t in[2];
   switch (n->op) {
   case TS_OP_CONV: /* x (N,C,H,W) [N, K], w (O,C,kh,kw) [O, K] */
-    a = nc_spec(&O, 0, -1);
-    copy_dim(&a, 1, &K, 0);
-    b = nc_spec(&O, 1, -1);
+    a = nc_spec(&O, 0, -1, ca);
+    copy_dim(&a, ca, &K, 0);
+    b = nc_spec(&O, rc, -1, 1);
     copy_dim(&b, 1, &K, 0);
     break;
   case TS_OP_CONV_BWD_DATA: /* dy (N,O,..) [N, K], w (O,C,..) [K, C] -> (N,C,..) */
-    a = nc_spec(&O, 0, -1);
-    copy_dim(&a, 1, &K, 0);
-    b = nc_spec(&O, -1, 1);
+    a = nc_spec(&O, 0, -1, ca);
+    copy_dim(&a, ca, &K, 0);
+    b = nc_spec(&O, -1, rc, 1);
     copy_dim(&b, 0, &K, 0);
     break;
   case TS_OP_CONV_BWD_FILTER: /* x (N,C,..) [K, C], dy (N,O,..) [K, O] -> (O,C,..) */
-    a = nc_spec(&O, -1, 1);
+    a = nc_spec(&O, -1, 1, ca);
     copy_dim(&a, 0, &K, 0);
-    b = nc_spec(&O, -1, 0);
+    b = nc_spec(&O, -1, 0, ca);
     copy_dim(&b, 0, &K, 0);
     break;
   default: /* pools and their gradients: operands laid out like the result */

@@ -222,18 +222,20 @@ static void forward(prop *p, int id) {
     for (int d = 0; d < n->rank; d++)
       if (passes_through(n, x, d)) copy_dim(&c, d, xs, d);
     break;
-  case TS_OP_CONV: /* (N, O, ..) from x's N and w's O */
+  case TS_OP_CONV: /* (N, O, ..) from x's N and w's O (O: dim 3 in NHWC) */
     copy_dim(&c, 0, xs, 0);
-    copy_dim(&c, 1, &p->spec[n->in[1]], 0);
+    copy_dim(&c, ir_chan_dim(n->attr.conv.layout), &p->spec[n->in[1]], 0);
     break;
   case TS_OP_CONV_BWD_DATA: /* (N, C, ..) from dy's N and w's C */
     copy_dim(&c, 0, xs, 0);
-    copy_dim(&c, 1, &p->spec[n->in[1]], 1);
+    copy_dim(&c, ir_chan_dim(n->attr.conv.layout), &p->spec[n->in[1]], 1);
     break;
-  case TS_OP_MAXPOOL: case TS_OP_AVGPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL_GRAD:
+  case TS_OP_MAXPOOL: case TS_OP_AVGPOOL: case TS_OP_MAXPOOL_GRAD: case TS_OP_AVGPOOL_GRAD: {
+    int cd = ir_chan_dim(n->attr.pool.layout);
     copy_dim(&c, 0, xs, 0);
-    copy_dim(&c, 1, xs, 1);
+    copy_dim(&c, cd, xs, cd);
     break;
+  }
   case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_GRAD: /* rows split like x's (or dy's); the last dim whole */
     for (int d = 0; d + 1 < n->rank; d++) copy_dim(&c, d, xs, d);
     if (n->op == TS_OP_LAYERNORM_GRAD && spmd_total_tiles(p->m, &c) == 1)
@@ -325,14 +327,16 @@ static void backward(prop *p, int id) {
     copy_dim(&c, 0, ns, 0);
     offer(p, n->in[0], c);
     spec_clear(&c, 4);
-    copy_dim(&c, 0, ns, 1);
+    copy_dim(&c, 0, ns, ir_chan_dim(n->attr.conv.layout));
     offer(p, n->in[1], c);
     break;
-  case TS_OP_MAXPOOL: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD:
+  case TS_OP_MAXPOOL: case TS_OP_AVGPOOL: case TS_OP_AVGPOOL_GRAD: {
+    int cd = ir_chan_dim(n->attr.pool.layout);
     copy_dim(&c, 0, ns, 0);
-    copy_dim(&c, 1, ns, 1);
+    copy_dim(&c, cd, ns, cd);
     offer(p, n->in[0], c);
     break;
+  }
   case TS_OP_SCATTER_ADD: /* base is laid out like the result */
     offer(p, n->in[0], *ns);
     break;
