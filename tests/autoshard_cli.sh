@@ -21,10 +21,11 @@ set -u
 build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare, expect
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export TESSEL_CALIBRATION=none # deterministic: the cost model's defaults, never this machine's cache
-steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000)
+steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000 --data-dir "$fm")
 run() { # run NAME [mpirun NP] ARGS...
   local name="$1" rc=0
   shift
@@ -140,7 +141,7 @@ sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibrati
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/other.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q "is for 'another CPU'"; then ok "another machine's calibration is not used"; else bad "foreign calibration used"; fi
 # train --auto-shard solves with the calibration cache when it is this machine's, and says so
-short=(--model mlp --steps 2 --epochs 1 --batch 32 --eval-batch 2000 --mesh a=2 --auto-shard)
+short=(--model mlp --steps 2 --epochs 1 --batch 32 --eval-batch 2000 --data-dir "$fm" --mesh a=2 --auto-shard)
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" timeout -k 5 60 "$tessel" train "${short[@]}" \
   >"$tmp/trcal.out" 2>&1 && grep -q "^auto-shard: the solver's costs: calibration $tmp/cal/calibration.txt" "$tmp/trcal.out"; then
   ok "train --auto-shard solves with the calibration cache"
