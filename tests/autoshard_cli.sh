@@ -118,11 +118,6 @@ assert d["devices"] == 512 and p["step_ms"] > 0 and p["peak_bytes_per_device"] >
 PY
   then ok "plan --mesh data=64,model=8 ${layout:-(hand)}: $(head -c 200 "$tmp/plan.out")"; else bad "plan $layout: $(head -c 300 "$tmp/plan.err")"; fi
 done
-# --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked)
-if "$tessel" plan --calibrate "$tmp/cal.txt" >"$tmp/cal.out" 2>&1 &&
-  "$tessel" plan --model mlp --mesh data=4 --device "$tmp/cal.txt" --json >"$tmp/calplan.out" 2>&1; then
-  ok "plan --calibrate, then --device with it"
-else bad "plan --calibrate: $(head -c 300 "$tmp/cal.out") $(head -c 300 "$tmp/calplan.out")"; fi
 printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
 expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 
@@ -134,7 +129,9 @@ if TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" plan --calibrate "$tmp/cal/cal
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi
-expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt"
+# --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked;
+# one calibration serves every check: each measures for seconds)
+expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt" --json
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q '"costs":"calibration '; then ok "the calibration cache is used when its key matches"; else bad "cache not used"; fi
 sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibration.txt" >"$tmp/other.txt"
