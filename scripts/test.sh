@@ -3,6 +3,9 @@
 # whole suite, then builds again with AddressSanitizer + UndefinedBehavior-
 # Sanitizer and runs the suite once more. Both builds carry the CLI's testing
 # hooks (-DTESSEL_TESTING=ON: tests/mpi_train.sh makes a rank crash or hang).
+# Two tests at a time (-j2): tests/CMakeLists.txt gives the tests that keep both
+# cores busy the lock "cpu" (never two of them at once); the others (start-up,
+# waiting, one thread) run beside them. CI's budget is about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -10,7 +13,7 @@ scripts/install-deps.sh
 echo "== build (Release, -Werror) =="
 scripts/build.sh build -DTESSEL_WERROR=ON -DTESSEL_TESTING=ON
 echo "== tests =="
-(cd build && ctest --output-on-failure -j1)
+(cd build && ctest --output-on-failure -j2)
 
 echo "== build (ASan + UBSan) =="
 scripts/build.sh build-asan -DTESSEL_WERROR=ON -DTESSEL_TESTING=ON -DTESSEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -21,4 +24,4 @@ echo "== tests under sanitizers =="
 #  - test_resnet_reference: PyTorch comparisons (90 s plain); the same ResNet kernels, batch norm
 #    and autocast run under ASan in test_resnet_spmd, test_amp and resnet_train.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j1 -E '^(multihost|test_resnet_reference)$')
+   ctest --output-on-failure -j2 -E '^(multihost|test_resnet_reference)$')

@@ -21,10 +21,11 @@ set -u
 build="${1:?usage: autoshard_cli.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare, expect
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export TESSEL_CALIBRATION=none # deterministic: the cost model's defaults, never this machine's cache
-steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000)
+steps=(--model mlp --steps 20 --epochs 1 --batch 32 --eval-batch 2000 --data-dir "$fm")
 run() { # run NAME [mpirun NP] ARGS...
   local name="$1" rc=0
   shift
@@ -117,30 +118,28 @@ assert d["devices"] == 512 and p["step_ms"] > 0 and p["peak_bytes_per_device"] >
 PY
   then ok "plan --mesh data=64,model=8 ${layout:-(hand)}: $(head -c 200 "$tmp/plan.out")"; else bad "plan $layout: $(head -c 300 "$tmp/plan.err")"; fi
 done
-# --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked)
-if "$tessel" plan --calibrate "$tmp/cal.txt" >"$tmp/cal.out" 2>&1 &&
-  "$tessel" plan --model mlp --mesh data=4 --device "$tmp/cal.txt" --json >"$tmp/calplan.out" 2>&1; then
-  ok "plan --calibrate, then --device with it"
-else bad "plan --calibrate: $(head -c 300 "$tmp/cal.out") $(head -c 300 "$tmp/calplan.out")"; fi
 printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
 expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 
 # the calibration: written by an explicit --calibrate FILE, read back as a
 # device file and as the cache when its key (CPU model, threads) is this machine's
-if TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
+# (timeout 180 s: a hang guard only; on a loaded machine the measurement took 75 s)
+if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
   grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt"; then
   ok "plan --calibrate writes every kernel class and the all-reduce alpha/beta"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi
-expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt"
+# --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked;
+# one calibration serves every check: each measures for seconds)
+expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt" --json
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q '"costs":"calibration '; then ok "the calibration cache is used when its key matches"; else bad "cache not used"; fi
 sed 's/^calibration.cpu = .*/calibration.cpu = another CPU/' "$tmp/cal/calibration.txt" >"$tmp/other.txt"
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/other.txt" "$tessel" plan --model mlp --mesh data=4 --json |
   grep -q "is for 'another CPU'"; then ok "another machine's calibration is not used"; else bad "foreign calibration used"; fi
 # train --auto-shard solves with the calibration cache when it is this machine's, and says so
-short=(--model mlp --steps 2 --epochs 1 --batch 32 --eval-batch 2000 --mesh a=2 --auto-shard)
+short=(--model mlp --steps 2 --epochs 1 --batch 32 --eval-batch 2000 --data-dir "$fm" --mesh a=2 --auto-shard)
 if TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION="$tmp/cal/calibration.txt" timeout -k 5 60 "$tessel" train "${short[@]}" \
   >"$tmp/trcal.out" 2>&1 && grep -q "^auto-shard: the solver's costs: calibration $tmp/cal/calibration.txt" "$tmp/trcal.out"; then
   ok "train --auto-shard solves with the calibration cache"

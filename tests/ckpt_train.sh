@@ -14,9 +14,10 @@ set -u
 build="${1:?usage: ckpt_train.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 export TESSEL_NUM_THREADS=2 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-common=(--epochs 1 --eval-batch 5000)
+common=(--epochs 1 --eval-batch 5000 --data-dir "$fm")
 
 train() { # train LOG ARGS...: a run whose output goes to LOG.out
   local log="$1"

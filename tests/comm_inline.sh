@@ -13,6 +13,7 @@ set -u
 build="${1:?usage: comm_inline.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 
@@ -24,10 +25,10 @@ run() { # run NAME INLINE_BYTES LAUNCHER... -- ARGS...: a 6-step MLP run, JSON l
   shift
   if [ "$bytes" = auto ]; then
     env -u TESSEL_COMM_INLINE_BYTES TESSEL_NUM_THREADS=2 timeout -k 5 120 "${pre[@]}" "$tessel" train --model mlp \
-      --epochs 1 --steps 6 --eval-batch 5000 --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+      --epochs 1 --steps 6 --eval-batch 5000 --data-dir "$fm" --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   else
     TESSEL_COMM_INLINE_BYTES="$bytes" TESSEL_NUM_THREADS=2 timeout -k 5 120 "${pre[@]}" "$tessel" train --model mlp \
-      --epochs 1 --steps 6 --eval-batch 5000 --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+      --epochs 1 --steps 6 --eval-batch 5000 --data-dir "$fm" --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   fi
   if [ "$rc" -eq 0 ]; then ok "$name: exits 0"; else bad "$name: exit $rc: $(tail -5 "$tmp/$name.err")"; fi
 }

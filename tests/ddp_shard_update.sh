@@ -16,6 +16,7 @@ set -u
 build="${1:?usage: ddp_shard_update.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 if ! command -v mpirun >/dev/null; then
   bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
   echo "$passed passed, $failed failed"
@@ -28,7 +29,7 @@ run() { # run NAME ARGS...: 2 processes, MLP, JSON log in $tmp/NAME.json
   shift
   local rc=0
   TESSEL_NUM_THREADS=1 timeout -k 5 120 mpirun -n 2 --oversubscribe --bind-to none "$tessel" train --model mlp \
-    --parallel ddp --epochs 1 --eval-batch 5000 --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" ||
+    --parallel ddp --epochs 1 --eval-batch 5000 --data-dir "$fm" --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" ||
     rc=$?
   if [ "$rc" -eq 0 ]; then ok "$name: train --parallel ddp $* exits 0"; else bad "$name: exit $rc: $(tail -5 "$tmp/$name.err")"; fi
 }

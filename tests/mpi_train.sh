@@ -29,6 +29,7 @@ set -u
 build="${1:?usage: mpi_train.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 if ! command -v mpirun >/dev/null; then
   bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
   echo "$passed passed, $failed failed"
@@ -47,8 +48,8 @@ mpi() { # mpi NP ARGS...: mpirun with NP processes, one kernel thread each
 run() { # run NAME NP ARGS...: 50 MLP steps (NP 0: no mpirun), JSON log in $tmp/NAME.json
   local name="$1" np="$2"
   shift 2
-  local rc=0 steps=(--model mlp --steps 50 --epochs 1 --eval-batch 5000)
-  [ "${model:-mlp}" = cnn ] && steps=(--model cnn --steps 10 --epochs 1 --eval-batch 2000)
+  local rc=0 steps=(--model mlp --steps 50 --epochs 1 --eval-batch 5000 --data-dir "$fm")
+  [ "${model:-mlp}" = cnn ] && steps=(--model cnn --steps 10 --epochs 1 --eval-batch 2000 --data-dir "$fm")
   if [ "$np" = 0 ]; then
     TESSEL_NUM_THREADS=2 "$tessel" train "${steps[@]}" --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
@@ -164,7 +165,7 @@ fi
 for sig in $faults; do
   rc=0
   t0=$(date +%s.%N)
-  mpi 2 "$tessel" train --model mlp --steps 400 --epochs 1 --testing-fault "rank=1,step=20,signal=$sig" \
+  mpi 2 "$tessel" train --model mlp --steps 400 --epochs 1 --data-dir "$fm" --testing-fault "rank=1,step=20,signal=$sig" \
     --collective-timeout 10 >"$tmp/$sig.out" 2>"$tmp/$sig.err" || rc=$?
   secs=$(/usr/bin/python3 -c "import time; print(round(time.time() - $t0, 1))")
   if [ "$sig" = KILL ]; then want="exited on signal 9"; else want="rank 0: .*timed out after 10.0 s waiting for process(es) 1"; fi

@@ -29,6 +29,7 @@ set -u
 build="${1:?usage: multihost.sh BUILD_DIR}"
 tessel="$(cd "$build" && pwd)/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, compare
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" # OpenMPI's allocations (tests/CMakeLists.txt)
 t_start=$(date +%s)
 
@@ -60,7 +61,7 @@ echo "$rc" >"$out.rc.$OMPI_COMM_WORLD_RANK"
 exit "$rc"
 EOF
 chmod +x "$tmp/rec"
-mlp=(train --model mlp --epochs 1 --eval-batch 5000)
+mlp=(train --model mlp --epochs 1 --eval-batch 5000 --data-dir "$fm")
 
 run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads)
   local name="$1" n="$2" rc=0

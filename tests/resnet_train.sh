@@ -17,6 +17,7 @@ set -u
 build="${1:?usage: resnet_train.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 
 run() { # run NAME ARGS...: a short run, JSON log in $tmp/NAME.json
   local name="$1" rc=0
@@ -27,9 +28,9 @@ run() { # run NAME ARGS...: a short run, JSON log in $tmp/NAME.json
 }
 
 
-run one --model resnet20 --optimizer sgd --steps 2 --batch 32
-run dp --model resnet20 --optimizer sgd --steps 2 --batch 32 --mesh data=2
-run fsdp --model resnet20 --optimizer sgd --steps 2 --batch 32 --mesh fsdp=2
+run one --data-dir "$fm" --model resnet20 --optimizer sgd --steps 2 --batch 32
+run dp --data-dir "$fm" --model resnet20 --optimizer sgd --steps 2 --batch 32 --mesh data=2
+run fsdp --data-dir "$fm" --model resnet20 --optimizer sgd --steps 2 --batch 32 --mesh fsdp=2
 compare one dp 2
 compare one fsdp 2
 for name in dp fsdp; do

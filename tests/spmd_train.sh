@@ -11,12 +11,13 @@ set -u
 build="${1:?usage: spmd_train.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
+small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
 
 run() { # run NAME MODEL STEPS ARGS...: a short run, JSON log in $tmp/NAME.json
   local name="$1" model="$2" steps="$3"
   shift 3
   local rc=0
-  TESSEL_NUM_THREADS=2 "$tessel" train --model "$model" --steps "$steps" --epochs 1 --eval-batch 2000 \
+  TESSEL_NUM_THREADS=2 "$tessel" train --model "$model" --steps "$steps" --epochs 1 --eval-batch 2000 --data-dir "$fm" \
     --log-json "$tmp/$name.json" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   if [ "$rc" -eq 0 ]; then ok "train --model $model $* exits 0"; else bad "train --model $model $* exit $rc: $(tail -3 "$tmp/$name.err")"; fi
 }
