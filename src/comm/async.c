@@ -204,7 +204,9 @@ int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
 
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes) {
   if (!c || device < c->first || device >= c->first + c->n_local || !group || n < 1) return false;
-  int64_t limit = comm_group_local(c, group, n) ? c->inline_local : c->inline_remote;
+  int64_t limit = comm_group_local(c, group, n)       ? c->inline_local
+                  : comm_group_same_host(c, group, n) ? c->inline_host
+                                                      : c->inline_remote;
   if (limit < 0 || bytes > limit) return false;
   comm_worker *w = c->dev[device].worker;
   if (!w) return true;

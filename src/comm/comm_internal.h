@@ -52,11 +52,13 @@ struct ts_comm {
   /* Several processes (NULL net: every device is local). */
   struct ts_net *net;
   int *proc;              /* (n) the process of each device */
+  int *host;              /* (processes) per process: the lowest process index on its host (NULL: one process) */
   int first, n_local;     /* local devices: [first, first + n_local) */
   int tag_span;           /* tags per group id (hier.c) */
   /* async.c: a started collective of at most this many bytes runs in line
-   * on the device thread (-1: never); in shared memory, and over processes. */
-  int64_t inline_local, inline_remote;
+   * on the device thread (-1: never); in shared memory, over processes of
+   * this host, and over processes of several hosts. */
+  int64_t inline_local, inline_host, inline_remote;
 };
 
 
@@ -71,6 +73,8 @@ bool comm_overlaps(const void *a, size_t na, const void *b, size_t nb);
 bool comm_mul_ok(int64_t a, int64_t b, size_t *out);
 /* True when every device of the group lives in this process. */
 bool comm_group_local(const ts_comm *c, const int *group, int n);
+/* True when every device of the group lives on this process's host. */
+bool comm_group_same_host(const ts_comm *c, const int *group, int n);
 
 /* async.c: stops and joins the device's worker (comm_free). */
 void comm_worker_free(comm_dev *d);
