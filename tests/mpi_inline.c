@@ -10,6 +10,10 @@
  *  - the communicator learned that every process is on this host: with the
  *    three limits set apart, the host limit is the one that applies to the
  *    whole group, the shared-memory one to a group of this process alone;
+ *  - a late peer: when the last process reaches an all-reduce 100 ms after
+ *    the others, they waited long in line, so their next large starts over
+ *    this host go to the worker (64 KiB in line) for COMM_HOST_BACKOFF
+ *    decisions, then up to 4 MiB again;
  *  - in line and on the worker give the same bits: a 3 MB all-reduce and a
  *    reduce-scatter made synchronously (what an in-line start runs) equal
  *    the started ones. */
@@ -17,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h> /* nanosleep */
+
 #include "comm/comm.h"
+#include "comm/comm_internal.h" /* COMM_HOST_BACKOFF */
 #include "comm/net.h"
 #include "harness.h"
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
@@ -50,6 +57,22 @@ done:
   free(a), free(b), free(ra), free(rb), free(in);
 }
 
+/* The back-off after a long wait for a late peer (comm_internal.h). */
+static void late_peer(ts_comm *c, int me, const int *group, int P) {
+  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
+  const int64_t mib = (int64_t)1 << 20;
+  CHECK(comm_start_inline(c, me, group, P, mib), "1 MiB before any wait: not in line");
+  float x[256] = {0};
+  if (me == P - 1) nanosleep(&(struct timespec){0, 100000000}, NULL); /* 100 ms late */
+  CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, x, x, 256) == 0, "%s", ts_last_error());
+  if (me == P - 1) return; /* it did not wait */
+  CHECK(comm_start_inline(c, me, group, P, (int64_t)64 << 10), "64 KiB after a long wait: not in line");
+  int worker = 0;
+  while (worker < COMM_HOST_BACKOFF + 8 && !comm_start_inline(c, me, group, P, mib)) worker++;
+  CHECK(worker == COMM_HOST_BACKOFF, "after a long wait %d decisions sent 1 MiB to the worker, expected %d", worker,
+        COMM_HOST_BACKOFF);
+}
+
 int main(void) {
   ts_test_init("mpi_inline", 20261204);
   bool failed = false;
@@ -79,6 +102,7 @@ int main(void) {
   comm_set_inline_bytes(c, 0, 0, 0);
   CHECK(!comm_start_inline(c, me, group, P, 1), "limit 0: in line");
 
+  late_peer(c, me, group, P);
   same_bits(c, me, group, P);
   comm_free(c);
   return ts_test_finish();
