@@ -21,8 +21,13 @@
 #                before in-line starts), for the A/B
 #   mpi-*-inl    mpi-spmd / mpi-ddp / mpi-fsdp with every started collective
 #                in line on the device thread (TESSEL_COMM_INLINE_BYTES=1 TiB;
-#                the default runs only those up to 64 KiB in line between
-#                processes), for the A/B that decides that default
+#                the default runs those up to 4 MiB in line between
+#                processes of one host: all of the MLP's and ResNet-20's,
+#                not the CNN's 4.7 MB gradient), for the A/B that decides
+#                that default
+#   mpi-*-64k    the same with in line only up to 64 KiB
+#                (TESSEL_COMM_INLINE_BYTES=65536: the default between
+#                processes before 4 MiB for processes of one host), for the A/B
 # for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28;
 # 3 warm-up and 8 timed steps unless WARMUP / STEPS say otherwise: ~0.5 s a
 # step). DDP runs batch norm over the global batch (sync-bn), so every row
@@ -110,6 +115,8 @@ for round in $(seq "${ROUNDS:-3}"); do
       for p in spmd ddp fsdp; do
         run "mpi-$p-inl" "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES=1099511627776 "$bin" --model "$m" --threads 1 \
           --parallel "$p" "${common[@]}"
+        run "mpi-$p-64k" "${mpi[@]}" -x TESSEL_COMM_INLINE_BYTES=65536 "$bin" --model "$m" --threads 1 \
+          --parallel "$p" "${common[@]}"
       done
     fi
   done
@@ -125,11 +132,12 @@ for line in open(sys.argv[1]):
     if key not in best or float(r["median_ms"]) < float(best[key]["median_ms"]):
         best[key] = r
 order = ["1dev", "data2", "data2-rep", "data2-bind", "data2-worker", "fsdp2", "mpi-spmd", "mpi-ddp", "mpi-ddp-rep",
-         "mpi-fsdp", "mpi-spmd-inl", "mpi-ddp-inl", "mpi-fsdp-inl"]
+         "mpi-fsdp", "mpi-spmd-inl", "mpi-ddp-inl", "mpi-fsdp-inl", "mpi-spmd-64k", "mpi-ddp-64k", "mpi-fsdp-64k"]
 # communication per step in all-reduces of the gradients (total, exposed at best); see the header
 comm = {"1dev": (0, 0), "fsdp2": (1.5, 0), "mpi-fsdp": (1.5, 0), "mpi-ddp": (1.5, 0.5), "data2": (1, 0.5),
         "data2-bind": (1, 0.5), "data2-worker": (1, 0.5), "mpi-spmd": (1, 0.5), "mpi-spmd-inl": (1, 0.5),
-        "mpi-ddp-inl": (1.5, 0.5), "mpi-fsdp-inl": (1.5, 0)}
+        "mpi-ddp-inl": (1.5, 0.5), "mpi-fsdp-inl": (1.5, 0), "mpi-ddp-64k": (1.5, 0.5), "mpi-fsdp-64k": (1.5, 0),
+        "mpi-spmd-64k": (1, 0.5)}
 bad = []
 print(f"{'model':9} {'config':12} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):

@@ -108,6 +108,8 @@ void comm_worker_free(comm_dev *d) {
   d->worker = NULL;
 }
 
+bool comm_on_worker(const comm_dev *d) { return d->worker && pthread_equal(pthread_self(), d->worker->th); }
+
 static comm_worker *worker_of(ts_comm *c, int device) {
   comm_dev *d = &c->dev[device];
   if (d->worker) return d->worker;
@@ -204,9 +206,20 @@ int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
 
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes) {
   if (!c || device < c->first || device >= c->first + c->n_local || !group || n < 1) return false;
-  int64_t limit = comm_group_local(c, group, n) ? c->inline_local : c->inline_remote;
+  comm_dev *d = &c->dev[device];
+  int64_t limit = c->inline_remote;
+  if (comm_group_local(c, group, n)) {
+    limit = c->inline_local;
+  } else if (comm_group_same_host(c, group, n)) {
+    limit = c->inline_host;
+    /* peers were late lately (comm.c host_note): only what goes in line between hosts */
+    if (d->host_backoff > 0 && bytes > c->inline_remote) {
+      d->host_backoff--;
+      limit = c->inline_remote;
+    }
+  }
   if (limit < 0 || bytes > limit) return false;
-  comm_worker *w = c->dev[device].worker;
+  comm_worker *w = d->worker;
   if (!w) return true;
   /* Only this device's thread starts collectives, so an idle worker stays
    * idle until the caller's next start; after a failure the error still

@@ -36,13 +36,38 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h> /* sysconf: online cores, to size the spin */
+#include <unistd.h> /* sysconf: online cores, to size the spin; gethostname */
 
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 #include "util/error.h"
 
+
+/* c->host: per process, the lowest process index on its host (hostnames
+ * exchanged once, at the communicator's creation: a collective call of
+ * every process). One process: NULL. */
+static int find_hosts(ts_comm *c) {
+  if (!c->net) return 0;
+  enum { NAME = 256 };
+  int P = net_size(c->net);
+  char *names = calloc((size_t)P + 1, NAME);
+  if (!names || !(c->host = calloc((size_t)P, sizeof *c->host))) {
+    free(names);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "comm_new: out of memory for %d processes", P);
+  }
+  char *mine = names + (size_t)P * NAME; /* scratch: this process's name, NUL-padded */
+  if (gethostname(mine, NAME - 1) != 0) snprintf(mine, NAME, "?");
+  /* the limit of the client's start-up exchanges over several processes (20 s) */
+  int rc = net_allgather(c->net, mine, names, NAME, 20000, "comm_new: exchanging host names");
+  for (int p = 0; rc == 0 && p < P; p++) {
+    c->host[p] = p;
+    for (int q = 0; q < p && c->host[p] == p; q++)
+      if (!strncmp(names + (size_t)p * NAME, names + (size_t)q * NAME, NAME)) c->host[p] = c->host[q];
+  }
+  free(names);
+  return rc;
+}
 
 ts_comm *comm_new(int n_devices) { return comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
 
@@ -86,9 +111,25 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * large one waits for a late peer, and the worker hides that wait behind
    * the device's computing (measured on a loaded 2-core machine: 2-process
    * DDP all in line 11-16 ms a step, on the worker 3-4 ms; between hosts the
-   * wire also works while the device computes). */
+   * wire also works while the device computes). Between processes of one
+   * host up to 4 MiB (comm_set_inline_bytes, find_hosts): no wire there, the
+   * receiving process's core makes the copy (MPI's shared-memory transport)
+   * whichever thread asks, so a worker adds only the hand-off, the staging
+   * copy and a thread that competes with the device for its core (measured
+   * on 2 cores, 2 processes, bench/run_dp.sh's mpi-*-inl rows, quiet: MLP
+   * SPMD/DDP/FSDP 2.60/2.57/2.71 ms all in line vs 2.92/2.97/3.16 on the
+   * worker, ResNet-20 SPMD/FSDP 103.0/103.0 vs 106.5/104.7; but the CNN's
+   * 4.7 MB gradient in DDP 30.1 vs 26.6: a late peer is exposed): so a size
+   * that keeps every MLP and ResNet-20 gradient in line and the CNN's
+   * largest on the worker. But on a loaded machine (other jobs on the
+   * cores) peers are late often, and a device that waits for them in line
+   * loses its core share: MLP SPMD 35-68 ms a step against 3.7-4.2 ms with
+   * the 64 KiB limit, load 16-18, interleaved. So a device whose collective
+   * over this host's processes waited long (host_note) goes back to 64 KiB
+   * for its next COMM_HOST_BACKOFF decisions (async.c). */
   int64_t env_inline = env_config()->comm_inline_bytes;
   comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
+                        env_inline >= 0 ? env_inline : (int64_t)4 << 20,
                         env_inline >= 0 ? env_inline : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
@@ -139,6 +180,10 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
     }
   }
   pthread_condattr_destroy(&ca);
+  if (find_hosts(c) < 0) {
+    comm_free(c);
+    return NULL;
+  }
   return c;
 }
 
@@ -157,7 +202,15 @@ void comm_free(ts_comm *c) {
   }
   free(c->dev);
   free(c->proc);
+  free(c->host);
   free(c);
+}
+
+bool comm_group_same_host(const ts_comm *c, const int *group, int n) {
+  int me = c->host ? c->host[c->proc[c->first]] : 0;
+  for (int i = 0; c->host && i < n; i++)
+    if (c->host[c->proc[group[i]]] != me) return false;
+  return true;
 }
 
 bool comm_group_local(const ts_comm *c, const int *group, int n) {
@@ -168,9 +221,31 @@ bool comm_group_local(const ts_comm *c, const int *group, int n) {
 
 int comm_size(const ts_comm *c) { return c ? c->n : 0; }
 
-void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote) {
+static int64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* The start of a device thread's collective over processes of this host
+ * (0: another kind, or the worker's, whose waits hide behind the device). */
+static int64_t host_t0(const ts_comm *c, int device, const int *group, int n) {
+  return c->host && comm_group_same_host(c, group, n) && !comm_on_worker(&c->dev[device]) ? mono_ns() : 0;
+}
+
+/* Ends what host_t0 started: a call that took long waited for a late peer,
+ * so the device's next large started collectives over this host's
+ * processes go to the worker (comm_internal.h COMM_SLOW_NS). Returns rc. */
+static int host_note(ts_comm *c, int device, int64_t t0, size_t bytes, int rc) {
+  if (t0 && mono_ns() - t0 > COMM_SLOW_NS + (int64_t)(bytes >> 20) * COMM_SLOW_NS_PER_MB)
+    c->dev[device].host_backoff = COMM_HOST_BACKOFF;
+  return rc;
+}
+
+void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t host, int64_t remote) {
   if (!c) return;
   c->inline_local = local > 0 ? local : -1;
+  c->inline_host = host > 0 ? host : -1;
   c->inline_remote = remote > 0 ? remote : -1;
 }
 
@@ -348,7 +423,10 @@ int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt
   if (count < 0 || !comm_mul_ok(count, (int64_t)es, &bytes))
     return set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
-  if (!comm_group_local(c, group, n)) return hier_all_reduce(c, device, group, n, r, dt, op, in, out, count);
+  if (!comm_group_local(c, group, n)) {
+    int64_t t0 = host_t0(c, device, group, n);
+    return host_note(c, device, t0, bytes, hier_all_reduce(c, device, group, n, r, dt, op, in, out, count));
+  }
   comm_dev *d = &c->dev[device];
   d->seq++;
   if (n == 1) { /* sum/max/min/mean of one member is the identity */
@@ -401,8 +479,11 @@ int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtyp
     return set_error("%s: bad layout outer %lld x chunk %lld elements", what, (long long)outer,
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
-  if (!comm_group_local(c, group, n))
-    return hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk);
+  if (!comm_group_local(c, group, n)) {
+    int64_t t0 = host_t0(c, device, group, n);
+    return host_note(c, device, t0, in_bytes,
+                     hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk));
+  }
   comm_dev *d = &c->dev[device];
   d->seq++;
   if (n == 1) { /* (outer, 1, chunk) is (outer, chunk) */
@@ -440,7 +521,10 @@ int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void 
     return set_error("%s: bad layout outer %lld x %zu bytes", what, (long long)outer,
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
-  if (!comm_group_local(c, group, n)) return hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes);
+  if (!comm_group_local(c, group, n)) {
+    int64_t t0 = host_t0(c, device, group, n);
+    return host_note(c, device, t0, out_bytes, hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes));
+  }
   comm_dev *d = &c->dev[device];
   d->seq++;
   /* In place (in already at out[0, r, :] with outer == 1) needs no staging:

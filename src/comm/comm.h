@@ -33,7 +33,9 @@ ts_comm *comm_new(int n_devices);
  * 0..n_devices-1 are global, proc_of[d] is the process of device d, and this
  * process runs [first, first + n_local). A group whose devices are all local
  * is served in shared memory; one that spans processes hierarchically
- * (hier.c). net NULL: one process (proc_of unused). */
+ * (hier.c). net NULL: one process (proc_of unused). With a net it is a
+ * collective call of every process (they exchange host names: groups over
+ * processes of one host get their own in-line limit, comm_start_inline). */
 struct ts_net;
 ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net);
 void comm_free(ts_comm *c);
@@ -109,12 +111,16 @@ int comm_wait_all(ts_comm *c, int device);
  * (the caller then makes the ordinary call, comm_all_reduce etc.): nothing
  * the device started is still in flight (so the calls stay in order) and
  * the size is within the limit for the group: in shared memory (every
- * member in this process) or over processes. Results are the same bits
- * either way (the same calls, in the same order). */
+ * member in this process), over processes of this host (every member's
+ * process runs on this host: same host name), or over hosts. Results are
+ * the same bits either way (the same calls, in the same order). */
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
- * $TESSEL_COMM_INLINE_BYTES for both, else up to 8 MiB in shared memory,
- * up to 64 KiB between processes. Set before the devices run. */
-void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t remote);
+ * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
+ * memory, up to 4 MiB between processes of one host (64 KiB for a while
+ * after the device waited long for a late peer there: a loaded machine),
+ * up to 64 KiB between hosts. Set before the devices run. (comm_new_world learns the processes'
+ * hosts: over several processes it is a collective call.) */
+void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t host, int64_t remote);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct {
   void *net_buf;        /* hier.c: messages to and from other processes; grown, kept */
   struct comm_worker *worker; /* async.c: started all-reduces; NULL until the first */
   size_t net_cap;
+  int host_backoff;     /* in-line decisions left that keep large ones between this host's processes on the
+                         * worker: set when the device waited long in such a collective (comm.c host_note) */
 } comm_dev;
 
 struct ts_comm {
@@ -52,11 +54,13 @@ struct ts_comm {
   /* Several processes (NULL net: every device is local). */
   struct ts_net *net;
   int *proc;              /* (n) the process of each device */
+  int *host;              /* (processes) per process: the lowest process index on its host (NULL: one process) */
   int first, n_local;     /* local devices: [first, first + n_local) */
   int tag_span;           /* tags per group id (hier.c) */
   /* async.c: a started collective of at most this many bytes runs in line
-   * on the device thread (-1: never); in shared memory, and over processes. */
-  int64_t inline_local, inline_remote;
+   * on the device thread (-1: never); in shared memory, over processes of
+   * this host, and over processes of several hosts. */
+  int64_t inline_local, inline_host, inline_remote;
 };
 
 
@@ -71,9 +75,21 @@ bool comm_overlaps(const void *a, size_t na, const void *b, size_t nb);
 bool comm_mul_ok(int64_t a, int64_t b, size_t *out);
 /* True when every device of the group lives in this process. */
 bool comm_group_local(const ts_comm *c, const int *group, int n);
+/* True when every device of the group lives on this process's host. */
+bool comm_group_same_host(const ts_comm *c, const int *group, int n);
 
 /* async.c: stops and joins the device's worker (comm_free). */
 void comm_worker_free(comm_dev *d);
+/* async.c: true on the device's collective worker thread. */
+bool comm_on_worker(const comm_dev *d);
+/* A device thread's collective over this host's processes that took longer
+ * than this (plus COMM_SLOW_NS_PER_MB per MiB it moved) waited for a late
+ * peer: the device keeps its large started ones on the worker for the next
+ * COMM_HOST_BACKOFF in-line decisions (async.c comm_start_inline), where
+ * the wait hides behind its computing. */
+#define COMM_SLOW_NS ((int64_t)2000000)
+#define COMM_SLOW_NS_PER_MB ((int64_t)500000)
+enum { COMM_HOST_BACKOFF = 256 };
 
 /* hier.c: the tag of the messages of the caller's current call about
  * device or group `id` (the same in every process). */

@@ -59,8 +59,8 @@ typedef struct {
    * runs in line on its device thread (no worker hand-off, no staging copy)
    * when nothing earlier is in flight and its operand has at most this many
    * bytes; "0": never (always the worker). Unset or invalid: -1, automatic
-   * (comm/comm.c: up to 8 MiB in shared memory, up to 64 KiB between
-   * processes). */
+   * (comm/comm.c: up to 8 MiB in shared memory, up to 4 MiB between
+   * processes of one host, up to 64 KiB between hosts). */
   int64_t comm_inline_bytes;
 
   /* TESSEL_CACHE_DIR: the persistent compile cache's directory (created if

@@ -1,0 +1,109 @@
+/* mpi_inline.c — in-line starts between processes of one host (comm.h
+ * comm_start_inline, comm_set_inline_bytes): one device per process, every
+ * process on this machine. Run under mpirun with 2 and 3 processes
+ * (tests/CMakeLists.txt).
+ *
+ *  - the default limits (TESSEL_COMM_INLINE_BYTES unset): a group of
+ *    processes of one host runs a started collective of up to 4 MiB in line
+ *    (the limit between hosts, 64 KiB, would hand a 1 MiB one to the worker),
+ *    a larger one goes to the worker;
+ *  - the communicator learned that every process is on this host: with the
+ *    three limits set apart, the host limit is the one that applies to the
+ *    whole group, the shared-memory one to a group of this process alone;
+ *  - a late peer: when the last process reaches an all-reduce 100 ms after
+ *    the others, they waited long in line, so their next large starts over
+ *    this host go to the worker (64 KiB in line) for COMM_HOST_BACKOFF
+ *    decisions, then up to 4 MiB again;
+ *  - in line and on the worker give the same bits: a 3 MB all-reduce and a
+ *    reduce-scatter made synchronously (what an in-line start runs) equal
+ *    the started ones. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <time.h> /* nanosleep */
+
+#include "comm/comm.h"
+#include "comm/comm_internal.h" /* COMM_HOST_BACKOFF */
+#include "comm/net.h"
+#include "harness.h"
+#include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
+
+enum { MAXP = 8 };
+
+static void fill(float *x, int64_t n, int seed) {
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 13 + seed * 71) % 997) * 0.0013f - (float)seed * 0.25f;
+}
+
+/* A synchronous all-reduce and reduce-scatter against started ones. */
+static void same_bits(ts_comm *c, int me, const int *group, int P) {
+  const int64_t n = (int64_t)3 << 18, chunk = n / P; /* 3 MB; the reduce-scatter's blocks */
+  float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *ra = malloc((size_t)chunk * 4),
+        *rb = malloc((size_t)chunk * 4), *in = malloc((size_t)(chunk * P) * 4);
+  CHECK(a && b && ra && rb && in, "out of memory");
+  if (!a || !b || !ra || !rb || !in) goto done;
+  fill(a, n, me + 1);
+  memcpy(b, a, (size_t)n * 4);
+  fill(in, chunk * P, me + 5);
+  CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, a, a, n) == 0, "%s", ts_last_error());
+  int64_t t = comm_all_reduce_start(c, me, group, P, TS_F32, TS_REDUCE_SUM, b, n);
+  CHECK(t >= 0 && comm_wait_ticket(c, me, t) == 0, "%s", ts_last_error());
+  CHECK(!memcmp(a, b, (size_t)n * 4), "a started all-reduce differs from the synchronous one");
+  CHECK(comm_reduce_scatter(c, me, group, P, TS_F32, TS_REDUCE_SUM, in, ra, 1, chunk) == 0, "%s", ts_last_error());
+  t = comm_reduce_scatter_start(c, me, group, P, TS_F32, TS_REDUCE_SUM, in, rb, 1, chunk);
+  CHECK(t >= 0 && comm_wait_ticket(c, me, t) == 0, "%s", ts_last_error());
+  CHECK(!memcmp(ra, rb, (size_t)chunk * 4), "a started reduce-scatter differs from the synchronous one");
+done:
+  free(a), free(b), free(ra), free(rb), free(in);
+}
+
+/* The back-off after a long wait for a late peer (comm_internal.h). */
+static void late_peer(ts_comm *c, int me, const int *group, int P) {
+  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
+  const int64_t mib = (int64_t)1 << 20;
+  CHECK(comm_start_inline(c, me, group, P, mib), "1 MiB before any wait: not in line");
+  float x[256] = {0};
+  if (me == P - 1) nanosleep(&(struct timespec){0, 100000000}, NULL); /* 100 ms late */
+  CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, x, x, 256) == 0, "%s", ts_last_error());
+  if (me == P - 1) return; /* it did not wait */
+  CHECK(comm_start_inline(c, me, group, P, (int64_t)64 << 10), "64 KiB after a long wait: not in line");
+  int worker = 0;
+  while (worker < COMM_HOST_BACKOFF + 8 && !comm_start_inline(c, me, group, P, mib)) worker++;
+  CHECK(worker == COMM_HOST_BACKOFF, "after a long wait %d decisions sent 1 MiB to the worker, expected %d", worker,
+        COMM_HOST_BACKOFF);
+}
+
+int main(void) {
+  ts_test_init("mpi_inline", 20261204);
+  bool failed = false;
+  ts_net *net = net_world(&failed);
+  CHECK(!failed && net && net_size(net) >= 2 && net_size(net) <= MAXP, "run under mpirun with 2..%d processes (%s)",
+        MAXP, failed ? ts_last_error() : "no MPI");
+  if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
+  int P = net_size(net), me = net_rank(net), proc_of[MAXP], group[MAXP];
+  for (int d = 0; d < P; d++) proc_of[d] = group[d] = d;
+  ts_comm *c = comm_new_world(P, proc_of, me, 1, net);
+  CHECK(c != NULL, "%s", ts_last_error());
+  if (!c) return ts_test_finish();
+  comm_set_timeout_ms(c, 60000);
+
+  if (env_config()->comm_inline_bytes < 0) { /* the defaults */
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), "1 MiB between processes of one host: not in line");
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)4 << 20), "4 MiB between processes of one host: not in line");
+    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)4 << 20) + 1), "over 4 MiB between processes: in line");
+  } else {
+    fprintf(stderr, "mpi_inline: TESSEL_COMM_INLINE_BYTES is set: the default limits are not checked\n");
+  }
+  comm_set_inline_bytes(c, 100, 1000, 10); /* shared memory, this host, other hosts */
+  CHECK(comm_start_inline(c, me, group, P, 1000) && !comm_start_inline(c, me, group, P, 1001),
+        "the group of this host's processes does not get the host limit");
+  CHECK(comm_start_inline(c, me, &me, 1, 100) && !comm_start_inline(c, me, &me, 1, 101),
+        "a group of this process alone does not get the shared-memory limit");
+  comm_set_inline_bytes(c, 0, 0, 0);
+  CHECK(!comm_start_inline(c, me, group, P, 1), "limit 0: in line");
+
+  late_peer(c, me, group, P);
+  same_bits(c, me, group, P);
+  comm_free(c);
+  return ts_test_finish();
+}
