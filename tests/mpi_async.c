@@ -22,6 +22,7 @@
 #include "comm/comm.h"
 #include "comm/net.h"
 #include "harness.h"
+#include "mpi_world.h"
 
 enum { MAXP = 8 };
 
@@ -37,17 +38,10 @@ static void fill(float *x, int64_t n, int seed) {
 
 int main(void) {
   ts_test_init("mpi_async", 20261203);
-  bool failed = false;
-  ts_net *net = net_world(&failed);
-  CHECK(!failed && net && net_size(net) >= 2 && net_size(net) <= MAXP, "run under mpirun with 2..%d processes (%s)",
-        MAXP, failed ? ts_last_error() : "no MPI");
-  if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
-  int P = net_size(net), me = net_rank(net), proc_of[MAXP], group[MAXP];
-  for (int d = 0; d < P; d++) proc_of[d] = group[d] = d;
-  ts_comm *c = comm_new_world(P, proc_of, me, 1, net);
-  CHECK(c != NULL, "%s", ts_last_error());
+  ts_net *net = NULL;
+  int P = 0, me = 0, proc_of[MAXP], group[MAXP];
+  ts_comm *c = mpi_world_comm(MAXP, &net, &P, &me, proc_of, group);
   if (!c) return ts_test_finish();
-  comm_set_timeout_ms(c, 60000);
 
   const int64_t n_ar = (int64_t)1 << 20, chunk = (int64_t)1 << 16, outer = 3; /* 4 MB; gathers of 3 rows */
   float *ar = malloc((size_t)n_ar * 4), *ar_ref = malloc((size_t)n_ar * 4);

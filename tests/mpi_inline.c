@@ -27,6 +27,7 @@
 #include "comm/comm_internal.h" /* COMM_HOST_BACKOFF */
 #include "comm/net.h"
 #include "harness.h"
+#include "mpi_world.h"
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 
 enum { MAXP = 8 };
@@ -75,17 +76,10 @@ static void late_peer(ts_comm *c, int me, const int *group, int P) {
 
 int main(void) {
   ts_test_init("mpi_inline", 20261204);
-  bool failed = false;
-  ts_net *net = net_world(&failed);
-  CHECK(!failed && net && net_size(net) >= 2 && net_size(net) <= MAXP, "run under mpirun with 2..%d processes (%s)",
-        MAXP, failed ? ts_last_error() : "no MPI");
-  if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
-  int P = net_size(net), me = net_rank(net), proc_of[MAXP], group[MAXP];
-  for (int d = 0; d < P; d++) proc_of[d] = group[d] = d;
-  ts_comm *c = comm_new_world(P, proc_of, me, 1, net);
-  CHECK(c != NULL, "%s", ts_last_error());
+  ts_net *net = NULL;
+  int P = 0, me = 0, proc_of[MAXP], group[MAXP];
+  ts_comm *c = mpi_world_comm(MAXP, &net, &P, &me, proc_of, group);
   if (!c) return ts_test_finish();
-  comm_set_timeout_ms(c, 60000);
 
   if (env_config()->comm_inline_bytes < 0) { /* the defaults */
     CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), "1 MiB between processes of one host: not in line");

@@ -187,6 +187,13 @@ ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tens
                               ts_tensor *mean, ts_tensor *var);
 ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta,
                              ts_tensor running_mean, ts_tensor running_var, double eps);
+/* The same with the channels in dim `axis` (1: NCHW, what the two above use;
+ * rank - 1: channels last, NHWC): the same nodes, the statistics reduced over
+ * every other dim; gamma, beta and the statistics are (C,) either way. */
+ts_tensor ts_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
+                                   ts_tensor *mean, ts_tensor *var);
+ts_tensor ts_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+                                  ts_tensor running_var, double eps, int axis);
 /* Causal multi-head self-attention: q, k, v (B, H, T, Dh) of one float dtype
  * -> (B, H, T, Dh): softmax(q k^T * scale, masked to keys j <= query i) v,
  * the scores and the softmax in f32. Heads are a dim of their own, so a

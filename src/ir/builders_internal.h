@@ -23,22 +23,15 @@ ts_tensor ir_conv_bwd_filter(ts_graph *g, ts_tensor x, ts_tensor dy, const ts_co
 ts_tensor ir_maxpool_grad(ts_graph *g, ts_tensor x, ts_tensor dy, const ts_pool_params *p);
 /* Gradient of avg_pool2d: dy (N, C, OH, OW) -> dx with shape x_shape (rank 4). */
 ts_tensor ir_avgpool_grad(ts_graph *g, ts_tensor dy, const ts_pool_params *p, const int64_t *x_shape);
-/* Fused causal attention (composites.c uses it for f32): qkv (B, T, 3, H, Dh)
- * -> y (B, T, H, Dh); and its gradient for cotangent dy: dqkv (qkv's shape). */
 /* Fused layer norm over the last dim (composites.c picks it for f32 with
  * gamma and beta): x (.., D), gamma, beta (D) -> (.., D); its gradients
  * dx = layer_norm_grad(x, gamma, dy) and dgamma = sum over rows of
  * dy * xhat (D). */
-/* ts_batch_norm_train / ts_batch_norm_eval with the channels in dim `axis`
- * (1: NCHW, what the public ones use; rank - 1: channels last). The same
- * nodes, the statistics reduced over every other dim. */
-ts_tensor ir_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
-                                   ts_tensor *mean, ts_tensor *var);
-ts_tensor ir_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
-                                  ts_tensor running_var, double eps, int axis);
 ts_tensor ir_layernorm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps);
 ts_tensor ir_layernorm_grad(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor dy, double eps);
 ts_tensor ir_layernorm_dgamma(ts_graph *g, ts_tensor x, ts_tensor dy, double eps);
+/* Fused causal attention (composites.c uses it for f32): qkv (B, T, 3, H, Dh)
+ * -> y (B, T, H, Dh); and its gradient for cotangent dy: dqkv (qkv's shape). */
 ts_tensor ir_attention(ts_graph *g, ts_tensor qkv, double scale);
 ts_tensor ir_attention_grad(ts_graph *g, ts_tensor qkv, ts_tensor dy, double scale);
 

@@ -200,7 +200,7 @@ static bool check_axis(const char *who, int axis, int rank) {
   return false;
 }
 
-ts_tensor ir_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
+ts_tensor ts_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, int axis,
                                    ts_tensor *mean, ts_tensor *var) {
   const char *who = "batch_norm_train";
   int rank;
@@ -232,10 +232,10 @@ ts_tensor ir_batch_norm_train_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts
 
 ts_tensor ts_batch_norm_train(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, double eps, ts_tensor *mean,
                               ts_tensor *var) {
-  return ir_batch_norm_train_axis(g, x, gamma, beta, eps, 1, mean, var);
+  return ts_batch_norm_train_axis(g, x, gamma, beta, eps, 1, mean, var);
 }
 
-ts_tensor ir_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
+ts_tensor ts_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
                                   ts_tensor running_var, double eps, int axis) {
   const char *who = "batch_norm_eval";
   int rank;
@@ -257,7 +257,7 @@ ts_tensor ir_batch_norm_eval_axis(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_
 
 ts_tensor ts_batch_norm_eval(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor running_mean,
                              ts_tensor running_var, double eps) {
-  return ir_batch_norm_eval_axis(g, x, gamma, beta, running_mean, running_var, eps, 1);
+  return ts_batch_norm_eval_axis(g, x, gamma, beta, running_mean, running_var, eps, 1);
 }
 
 ts_tensor ts_dropout(ts_graph *g, ts_tensor x, double p, ts_tensor seed, uint64_t key) {

@@ -10,7 +10,6 @@
 #include "util/error.h"
 #include "tessel/nn.h"
 #include "tessel/spmd.h" /* ts_replica_all_reduce: SyncBatchNorm */
-#include "ir/builders_internal.h" /* batch norm with the channels last */
 
 #define BN_MOMENTUM 0.1
 #define NORM_EPS 1e-5
@@ -193,7 +192,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   if (!nn_pname(pn, sizeof pn, name, "running_var")) return TS_NONE;
   rvar = ts_params_use(m->p, m->g, pn, dt, 1, &c, nn_const(TS_INIT_ONES), false);
   if (gamma == TS_NONE || beta == TS_NONE || rmean == TS_NONE || rvar == TS_NONE) return TS_NONE;
-  if (!m->training) return ir_batch_norm_eval_axis(m->g, x, gamma, beta, rmean, rvar, NORM_EPS, axis);
+  if (!m->training) return ts_batch_norm_eval_axis(m->g, x, gamma, beta, rmean, rvar, NORM_EPS, axis);
 
   if (per_channel < 2) {
     set_error("batch_norm %s: training needs more than 1 value per channel, x has %lld", name,
@@ -204,7 +203,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   ts_tensor unbias = TS_NONE;
   ts_graph *g = m->g;
   ts_tensor y = m->sync_bn ? nn_sync_batch_norm(g, x, gamma, beta, per_channel, axis, &mean, &var, &unbias)
-                           : ir_batch_norm_train_axis(m->g, x, gamma, beta, NORM_EPS, axis, &mean, &var);
+                           : ts_batch_norm_train_axis(m->g, x, gamma, beta, NORM_EPS, axis, &mean, &var);
   if (y == TS_NONE) return TS_NONE;
   /* running = (1 - momentum) * running + momentum * batch statistic, with the
    * variance made unbiased (n / (n - 1)) as PyTorch does. */

@@ -1,0 +1,27 @@
+/* mpi_world.h — how the multi-process comm tests start (run under mpirun -n P):
+ * the MPI world of 2..maxp processes (a failed check otherwise), proc_of and
+ * group (arrays of maxp) set to 0..P-1 (one device per process), and a
+ * communicator over them with a 60 s timeout. Returns NULL after a failed
+ * check; the caller then ends with ts_test_finish(). */
+#ifndef TESSEL_TESTS_MPI_WORLD_H
+#define TESSEL_TESTS_MPI_WORLD_H
+
+#include "comm/comm.h"
+#include "comm/net.h"
+#include "harness.h"
+
+static inline ts_comm *mpi_world_comm(int maxp, ts_net **net_out, int *P, int *me, int *proc_of, int *group) {
+  bool failed = false;
+  ts_net *net = net_world(&failed);
+  CHECK(!failed && net && net_size(net) >= 2 && net_size(net) <= maxp, "run under mpirun with 2..%d processes (%s)",
+        maxp, failed ? ts_last_error() : "no MPI");
+  if (!net || net_size(net) < 2 || net_size(net) > maxp) return NULL;
+  *net_out = net, *P = net_size(net), *me = net_rank(net);
+  for (int d = 0; d < *P; d++) proc_of[d] = group[d] = d;
+  ts_comm *c = comm_new_world(*P, proc_of, *me, 1, net);
+  CHECK(c != NULL, "%s", ts_last_error());
+  if (c) comm_set_timeout_ms(c, 60000);
+  return c;
+}
+
+#endif
