@@ -41,6 +41,7 @@
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
+#include "util/clock.h" /* util_now_s: how long a collective waited */
 #include "util/error.h"
 
 
@@ -221,23 +222,17 @@ bool comm_group_local(const ts_comm *c, const int *group, int n) {
 
 int comm_size(const ts_comm *c) { return c ? c->n : 0; }
 
-static int64_t mono_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* The start of a device thread's collective over processes of this host
  * (0: another kind, or the worker's, whose waits hide behind the device). */
-static int64_t host_t0(const ts_comm *c, int device, const int *group, int n) {
-  return c->host && comm_group_same_host(c, group, n) && !comm_on_worker(&c->dev[device]) ? mono_ns() : 0;
+static double host_t0(const ts_comm *c, int device, const int *group, int n) {
+  return c->host && comm_group_same_host(c, group, n) && !comm_on_worker(&c->dev[device]) ? util_now_s() : 0;
 }
 
 /* Ends what host_t0 started: a call that took long waited for a late peer,
  * so the device's next large started collectives over this host's
  * processes go to the worker (comm_internal.h COMM_SLOW_NS). Returns rc. */
-static int host_note(ts_comm *c, int device, int64_t t0, size_t bytes, int rc) {
-  if (t0 && mono_ns() - t0 > COMM_SLOW_NS + (int64_t)(bytes >> 20) * COMM_SLOW_NS_PER_MB)
+static int host_note(ts_comm *c, int device, double t0, size_t bytes, int rc) {
+  if (t0 > 0 && (util_now_s() - t0) * 1e9 > COMM_SLOW_NS + (double)(bytes >> 20) * COMM_SLOW_NS_PER_MB)
     c->dev[device].host_backoff = COMM_HOST_BACKOFF;
   return rc;
 }
@@ -424,7 +419,7 @@ int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt
     return set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    int64_t t0 = host_t0(c, device, group, n);
+    double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, bytes, hier_all_reduce(c, device, group, n, r, dt, op, in, out, count));
   }
   comm_dev *d = &c->dev[device];
@@ -480,7 +475,7 @@ int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtyp
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    int64_t t0 = host_t0(c, device, group, n);
+    double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, in_bytes,
                      hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk));
   }
@@ -522,7 +517,7 @@ int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void 
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    int64_t t0 = host_t0(c, device, group, n);
+    double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, out_bytes, hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes));
   }
   comm_dev *d = &c->dev[device];
