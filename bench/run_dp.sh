@@ -55,6 +55,8 @@
 # "cpu ms": the CPU time of the process per step (rank 0's under mpirun),
 # from the same best round: the work, a hint that holds on a loaded machine
 # (spinning waits inflate it; OMP_WAIT_POLICY=passive for a fairer 1dev).
+# "backoff": how often rank 0's device went back to 64 KiB in line after
+# losing half of a window to waiting for late peers (metrics CommHostBackoff).
 # Environment: ROUNDS (3), WARMUP (20), STEPS (each model's default), MODELS;
 # NICE=1 runs every configuration in a session of its own at autogroup nice
 # -20 (root, or CAP_SYS_NICE): on a machine shared with other jobs, both the
@@ -139,7 +141,7 @@ comm = {"1dev": (0, 0), "fsdp2": (1.5, 0), "mpi-fsdp": (1.5, 0), "mpi-ddp": (1.5
         "mpi-ddp-inl": (1.5, 0.5), "mpi-fsdp-inl": (1.5, 0), "mpi-ddp-64k": (1.5, 0.5), "mpi-fsdp-64k": (1.5, 0),
         "mpi-spmd-64k": (1, 0.5)}
 bad = []
-print(f"{'model':9} {'config':12} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8}  loss step 2 / final")
+print(f"{'model':9} {'config':12} {'median ms':>10} {'vs 1dev':>8} {'bound ms':>9} {'(hidden)':>9} {'ar ms':>7} {'cpu ms':>8} {'backoff':>7}  loss step 2 / final")
 for m in dict.fromkeys(k[1] for k in best):
     ref = best.get(("1dev", m))
     for c in order:
@@ -150,7 +152,7 @@ for m in dict.fromkeys(k[1] for k in best):
         ar = float(r.get("ar_ms", "0"))
         total, exposed = comm.get(c, (1, 0))
         print(f"{m:9} {c:12} {t:10.2f} {t1 / t:7.2f}x {t1 + total * ar:9.2f} {t1 + exposed * ar:9.2f} {ar:7.3f} "
-              f"{float(r.get('cpu_ms', 'nan')):8.2f}  {r['check_loss']} / {r['final_loss']}")
+              f"{float(r.get('cpu_ms', 'nan')):8.2f} {r.get('backoffs', '-'):>7}  {r['check_loss']} / {r['final_loss']}")
         a, b = float(r["check_loss"]), float(ref["check_loss"])
         if c != "1dev" and not (c.startswith("mpi-ddp") and m == "cnn") and abs(a - b) > 1e-4 * max(1.0, abs(b)):
             bad.append(f"{c} {m}: loss after one update {a} vs 1dev {b}")

@@ -40,6 +40,7 @@
 
 #include "comm/net.h"    /* permutes to other processes */
 #include "comm/reduce.h" /* comm_reduce: the all-reduce / reduce-scatter arithmetic */
+#include "metrics/metrics_internal.h" /* CommHostBackoff */
 #include "util/config.h" /* TESSEL_COMM_INLINE_BYTES */
 #include "util/clock.h" /* util_now_s: how long a collective waited */
 #include "util/error.h"
@@ -126,8 +127,9 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * cores) peers are late often, and a device that waits for them in line
    * loses its core share: MLP SPMD 35-68 ms a step against 3.7-4.2 ms with
    * the 64 KiB limit, load 16-18, interleaved. So a device whose collective
-   * over this host's processes waited long (host_note) goes back to 64 KiB
-   * for its next COMM_HOST_BACKOFF decisions (async.c). */
+   * over this host's processes lost more than half of a 40 ms window to
+   * waiting for late peers (host_note) goes back to 64 KiB for its next
+   * COMM_HOST_BACKOFF decisions (async.c). */
   int64_t env_inline = env_config()->comm_inline_bytes;
   comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
                         env_inline >= 0 ? env_inline : (int64_t)4 << 20,
@@ -228,12 +230,21 @@ static double host_t0(const ts_comm *c, int device, const int *group, int n) {
   return c->host && comm_group_same_host(c, group, n) && !comm_on_worker(&c->dev[device]) ? util_now_s() : 0;
 }
 
-/* Ends what host_t0 started: a call that took long waited for a late peer,
- * so the device's next large started collectives over this host's
- * processes go to the worker (comm_internal.h COMM_SLOW_NS). Returns rc. */
+/* Ends what host_t0 started: the call's time beyond its own (bytes) was a
+ * wait for late peers. A device that lost more than half of a window to such
+ * waits sends its next large started collectives over this host's processes
+ * to the worker (comm_internal.h COMM_WAIT_HURTS_NS). Returns rc. */
 static int host_note(ts_comm *c, int device, double t0, size_t bytes, int rc) {
-  if (t0 > 0 && (util_now_s() - t0) * 1e9 > COMM_SLOW_NS + (double)(bytes >> 20) * COMM_SLOW_NS_PER_MB)
-    c->dev[device].host_backoff = COMM_HOST_BACKOFF;
+  if (t0 <= 0) return rc;
+  comm_dev *d = &c->dev[device];
+  double now = util_now_s(), wait = now - t0 - 1e-9 * (double)(bytes >> 20) * COMM_SLOW_NS_PER_MB;
+  if (d->wait_t0 <= 0 || (t0 - d->wait_t0) * 1e9 > COMM_WAIT_WINDOW_NS) d->wait_t0 = t0, d->waited = 0;
+  if (wait > 0) d->waited += wait;
+  if (d->waited * 1e9 > COMM_WAIT_HURTS_NS) {
+    d->host_backoff = COMM_HOST_BACKOFF;
+    d->wait_t0 = 0, d->waited = 0;
+    obs_count("CommHostBackoff", 1);
+  }
   return rc;
 }
 

@@ -41,7 +41,9 @@ typedef struct {
   struct comm_worker *worker; /* async.c: started all-reduces; NULL until the first */
   size_t net_cap;
   int host_backoff;     /* in-line decisions left that keep large ones between this host's processes on the
-                         * worker: set when the device waited long in such a collective (comm.c host_note) */
+                         * worker: set when the device waited long in such collectives (comm.c host_note) */
+  double wait_t0;       /* start of the current waiting window (s, util_now_s; 0: none yet) */
+  double waited;        /* seconds waited for late peers in that window (host_note) */
 } comm_dev;
 
 struct ts_comm {
@@ -82,13 +84,18 @@ bool comm_group_same_host(const ts_comm *c, const int *group, int n);
 void comm_worker_free(comm_dev *d);
 /* async.c: true on the device's collective worker thread. */
 bool comm_on_worker(const comm_dev *d);
-/* A device thread's collective over this host's processes that took longer
- * than this (plus COMM_SLOW_NS_PER_MB per MiB it moved) waited for a late
- * peer: the device keeps its large started ones on the worker for the next
- * COMM_HOST_BACKOFF in-line decisions (async.c comm_start_inline), where
- * the wait hides behind its computing. */
-#define COMM_SLOW_NS ((int64_t)2000000)
+/* A device thread's collective over this host's processes waited for late
+ * peers for as long as it took beyond its own time (COMM_SLOW_NS_PER_MB per
+ * MiB it moved). When a device waited more than COMM_WAIT_HURTS_NS within a
+ * window of COMM_WAIT_WINDOW_NS (more than half of it lost to waiting), it
+ * keeps its large started ones on the worker for the next COMM_HOST_BACKOFF
+ * in-line decisions (async.c comm_start_inline), where the wait hides behind
+ * its computing (comm.c host_note; metrics counter CommHostBackoff). A single
+ * late peer on a quiet host (a few ms, once) does not: on a 3 ms step the
+ * worker would cost more over the next 256 decisions than the wait did. */
 #define COMM_SLOW_NS_PER_MB ((int64_t)500000)
+#define COMM_WAIT_WINDOW_NS ((int64_t)40000000)
+#define COMM_WAIT_HURTS_NS (COMM_WAIT_WINDOW_NS / 2)
 enum { COMM_HOST_BACKOFF = 256 };
 
 /* hier.c: the tag of the messages of the caller's current call about

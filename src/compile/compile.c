@@ -115,6 +115,18 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
+/* A started reduce-scatter at node i reads its operand in place (no staging
+ * copy, cpu_collective_start): the plan keeps the operand (an arena value,
+ * which only this program writes) live until `until`, the first user of the
+ * result, which awaits the collective (or the run's end). */
+static int mark_borrow(ts_executable *e, int i, int32_t until, int32_t *keep) {
+  if (!e->borrow && !(e->borrow = calloc((size_t)e->g->n_nodes + 1, sizeof *e->borrow)))
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+  e->borrow[i] = true;
+  keep[i] = until;
+  return 0;
+}
+
 /* The collectives worth starting asynchronously (all-reduces, all-gathers,
  * reduce-scatters): those whose first user is not the next node the device
  * runs (the nodes in between overlap with the communication; the schedule
@@ -128,15 +140,18 @@ static int mark_async(ts_executable *e) {
   if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
   int32_t *base = malloc(((size_t)g->n_nodes + 1) * sizeof *base);
   int32_t *first_use = malloc(((size_t)g->n_nodes + 1) * sizeof *first_use);
-  if (!base || !first_use) {
+  int32_t *keep = malloc(((size_t)g->n_nodes + 1) * sizeof *keep);
+  if (!base || !first_use || !keep) {
     free(base);
     free(first_use);
+    free(keep);
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     base[i] = n->op == TS_OP_RESHAPE ? base[n->in[0]] : i;
     first_use[i] = INT32_MAX;
+    keep[i] = -1;
     if (n->op == TS_OP_RESHAPE) continue; /* runs nothing */
     for (int k = 0; k < n->n_in; k++)
       if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
@@ -177,10 +192,17 @@ static int mark_async(ts_executable *e) {
         rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
       else
         e->defer[i] = true;
+    } else if (rc == 0 && n->op == TS_OP_REDUCE_SCATTER && e->plan.values[base[n->in[0]]].kind == PLAN_ARENA) {
+      rc = mark_borrow(e, i, first_use[i] == INT32_MAX ? g->n_nodes : first_use[i], keep);
     }
+  }
+  if (rc == 0 && e->borrow) { /* the borrowed operands live until their collectives are awaited */
+    plan_free(&e->plan);
+    rc = plan_build_kept(g, keep, &e->plan);
   }
   free(base);
   free(first_use);
+  free(keep);
   return rc;
 }
 
@@ -196,7 +218,7 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
   e->g = opt;
   const ts_device *d = &c->devs[device];
   TS_OBS_SCOPE("ExecutableBuildTime", "build executable", "compile", -1, -1); /* to the return */
-  if (plan_build(opt, &e->plan) < 0) goto fail;
+  if (plan_build(opt, &e->plan) < 0 || mark_async(e) < 0) goto fail; /* mark_async may plan again */
   obs_peak_memory(device, (int64_t)(e->plan.arena_bytes + e->plan.const_bytes));
   if (opts && opts->verbose)
     fprintf(stderr, "tessel compile: plan: arena %zu bytes, constants %zu bytes, %d in-place, %d copies\n",
@@ -211,7 +233,6 @@ ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_c
     goto fail;
   }
   if (fill_pool(e) < 0) goto fail;
-  if (mark_async(e) < 0) goto fail;
   return e;
 fail:
   ts_executable_free(e);
@@ -333,6 +354,7 @@ void ts_executable_free(ts_executable *e) {
   free(e->values);
   free(e->async);
   free(e->defer);
+  free(e->borrow);
   plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);

@@ -179,7 +179,9 @@ static int reusable_operand(const ts_graph *g, const ts_plan *p, int i) {
   return -1;
 }
 
-int plan_build(const ts_graph *g, ts_plan *p) {
+int plan_build(const ts_graph *g, ts_plan *p) { return plan_build_kept(g, NULL, p); }
+
+int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
   int n = g->n_nodes;
   memset(p, 0, sizeof *p);
   p->n = n;
@@ -213,6 +215,11 @@ int plan_build(const ts_graph *g, ts_plan *p) {
       if (p->values[r].last < i) p->values[r].last = i;
     }
   }
+  for (int i = 0; keep && i < n; i++) /* operands a started collective reads until keep[i] */
+    if (keep[i] >= 0 && g->nodes[i].n_in > 0) {
+      plan_value *r = &p->values[root_of(p, g->nodes[i].in[0])];
+      if (r->last < keep[i]) r->last = keep[i] < n ? keep[i] : n;
+    }
   for (int k = 0; k < g->n_outputs; k++) p->values[root_of(p, g->outputs[k])].last = n;
   for (int i = 0; i < n; i++) /* aliases show their root's range */
     if (p->values[i].kind == PLAN_ALIAS) p->values[i].last = p->values[root_of(p, i)].last;

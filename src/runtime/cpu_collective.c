@@ -142,7 +142,7 @@ static int rank_in(const ts_collective *k, int device) {
 }
 
 int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, ts_comm *comm,
-                             void **state) {
+                             void **state, bool borrow) {
   const ts_node *n = &g->nodes[id];
   const ts_collective *k = n->attr.coll;
   const ts_node *x = &g->nodes[n->in[0]];
@@ -175,7 +175,7 @@ int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *ou
   }
   case TS_OP_REDUCE_SCATTER: {
     size_t bytes = (size_t)numel(x) * es;
-    const void *src = stage(state, in, bytes);
+    const void *src = borrow ? in : stage(state, in, bytes); /* borrow: the plan keeps it until the wait */
     if (!src) {
       set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce_scatter: out of memory staging %zu bytes", bytes);
       return -1;

@@ -100,7 +100,7 @@ static int finish(pending *p, const ts_program *prog, void *const *values, bool 
 
 /* Starts the collective of node id on the communicator's worker
  * (cpu_collective_start copies the operand first: its memory may be reused
- * as soon as this returns). */
+ * as soon as this returns; unless the plan keeps it until the wait, borrow). */
 static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 16;
@@ -111,7 +111,8 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
     p->ticket = tickets;
     p->cap = cap;
   }
-  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id]);
+  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id],
+                                   prog->borrow && prog->borrow[id]);
   if (t < 0) return -1;
   p->node[p->n] = id;
   p->ticket[p->n++] = t;

@@ -34,6 +34,10 @@ typedef struct {
    * accesses wait for it. */
   const bool *defer;
   struct rt_carry *carry;
+  /* Per node (NULL: none): an async collective whose operand the memory
+   * plan keeps unchanged until it is awaited: started without a staging
+   * copy (compile.c mark_async). */
+  const bool *borrow;
 } ts_program;
 
 typedef struct ts_device {
@@ -66,14 +70,15 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
 /* Starts collective node `id` (an all-reduce, all-gather or reduce-scatter)
  * on the communicator's worker and returns its ticket (comm_wait_ticket), or
  * -1. The operand is copied first (into out, or a staging buffer kept in
- * *state, a ts_kstate), so its memory is free when this returns; out is
- * written until the wait. */
+ * *state, a ts_kstate), so its memory is free when this returns, unless
+ * `borrow` (a reduce-scatter whose operand stays unchanged until the wait:
+ * read in place); out is written until the wait. */
 /* cpu_collective.c: true when the asynchronous collective node `id` may run
  * in line, synchronously by cpu_collective, instead of being started
  * (comm.h comm_start_inline: nothing in flight, small enough or in shared
  * memory); the same bits either way. */
 bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm);
 int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, struct ts_comm *comm,
-                             void **state);
+                             void **state, bool borrow);
 
 #endif

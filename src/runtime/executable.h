@@ -25,6 +25,7 @@ struct ts_executable {
   void **values;      /* per node, resolved at every execute */
   bool *async;        /* per node: a collective started asynchronously (NULL: none) */
   bool *defer;        /* per node: an async one that may end after the run (NULL: none) */
+  bool *borrow;       /* per node: an async one that reads its operand in place, kept live by the plan (NULL: none) */
   /* ---- SPMD top level only (n_dev > 0) ---- */
   int n_dev;
   struct ts_executable **dev; /* (n_dev) per-device programs */
