@@ -115,95 +115,16 @@ static int fill_pool(ts_executable *e) {
   return 0;
 }
 
-/* A started reduce-scatter at node i reads its operand in place (no staging
- * copy, cpu_collective_start): the plan keeps the operand (an arena value,
- * which only this program writes) live until `until`, the first user of the
- * result, which awaits the collective (or the run's end). */
-static int mark_borrow(ts_executable *e, int i, int32_t until, int32_t *keep) {
-  if (!e->borrow && !(e->borrow = calloc((size_t)e->g->n_nodes + 1, sizeof *e->borrow)))
-    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-  e->borrow[i] = true;
-  keep[i] = until;
-  return 0;
-}
-
-/* The collectives worth starting asynchronously (all-reduces, all-gathers,
- * reduce-scatters): those whose first user is not the next node the device
- * runs (the nodes in between overlap with the communication; the schedule
- * pass put each collective right after its last operand, so a gradient's
- * reduction starts as soon as its bucket is ready in the backward pass and
- * FSDP's weight all-gathers at the start of the program, ahead of their
- * layers). Reshapes only rename memory: their users count as users
- * of what they reshape. */
+/* The collectives this device starts asynchronously (plan/async.c); with
+ * fewer than 2 devices or TESSEL_ASYNC_COLLECTIVES=0 none. */
 static int mark_async(ts_executable *e) {
-  const ts_graph *g = e->g;
   if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
-  int32_t *base = malloc(((size_t)g->n_nodes + 1) * sizeof *base);
-  int32_t *first_use = malloc(((size_t)g->n_nodes + 1) * sizeof *first_use);
-  int32_t *keep = malloc(((size_t)g->n_nodes + 1) * sizeof *keep);
-  if (!base || !first_use || !keep) {
-    free(base);
-    free(first_use);
-    free(keep);
-    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-  }
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ts_node *n = &g->nodes[i];
-    base[i] = n->op == TS_OP_RESHAPE ? base[n->in[0]] : i;
-    first_use[i] = INT32_MAX;
-    keep[i] = -1;
-    if (n->op == TS_OP_RESHAPE) continue; /* runs nothing */
-    for (int k = 0; k < n->n_in; k++)
-      if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
-  }
-  int rc = 0;
-  plan_kind kind;
-  for (int i = 0; i < g->n_nodes && rc == 0; i++) {
-    const ts_node *n = &g->nodes[i];
-    bool startable = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_ALL_GATHER || n->op == TS_OP_REDUCE_SCATTER;
-    if (!startable || !n->attr.coll || n->attr.coll->n < 2) continue;
-    /* a result nobody reads has memory only at its own node: the worker
-     * would write it after it was reused */
-    bool is_output = false;
-    for (int k = 0; k < g->n_outputs; k++) is_output |= base[g->outputs[k]] == i;
-    if (first_use[i] == INT32_MAX && !is_output) continue;
-    int between = 0; /* nodes the device runs before the first user */
-    for (int j = i + 1; j < g->n_nodes && j < first_use[i] && !between; j++) {
-      ts_op op = g->nodes[j].op;
-      between = op != TS_OP_INPUT && op != TS_OP_CONSTANT && op != TS_OP_RESHAPE;
-    }
-    /* one that writes straight into the caller's buffer (no end-of-run copy
-     * reads it) may still be in flight when the run returns: the next run
-     * overlaps it (runtime/carry.c); so it is started even when it ends the
-     * program (ZeRO-1's last weight all-gather: the next step's first
-     * layers hide it) */
-    kind = e->plan.values[i].kind;
-    bool copied = false;
-    for (int k = 0; k < e->plan.n_copies; k++)
-      copied |= e->plan.copies[k].src_node >= 0 && base[e->plan.copies[k].src_node] == i;
-    bool carried = (kind == PLAN_INPUT || kind == PLAN_OUTPUT) && !copied;
-    if (!between && !(carried && first_use[i] == INT32_MAX)) continue;
-    if (!e->async && !(e->async = calloc((size_t)g->n_nodes + 1, sizeof *e->async)))
-      rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-    else
-      e->async[i] = true;
-    if (rc == 0 && carried) {
-      if (!e->defer && !(e->defer = calloc((size_t)g->n_nodes + 1, sizeof *e->defer)))
-        rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-      else
-        e->defer[i] = true;
-    } else if (rc == 0 && n->op == TS_OP_REDUCE_SCATTER && e->plan.values[base[n->in[0]]].kind == PLAN_ARENA) {
-      rc = mark_borrow(e, i, first_use[i] == INT32_MAX ? g->n_nodes : first_use[i], keep);
-    }
-  }
-  if (rc == 0 && e->borrow) { /* the borrowed operands live until their collectives are awaited */
-    plan_free(&e->plan);
-    rc = plan_build_kept(g, keep, &e->plan);
-  }
-  free(base);
-  free(first_use);
-  free(keep);
-  return rc;
+  plan_async m;
+  if (plan_mark_async(e->g, &e->plan, &m) < 0) return -1;
+  e->async = m.async;
+  e->defer = m.defer;
+  e->borrow = m.borrow;
+  return 0;
 }
 
 ts_executable *compile_local(ts_client *c, int device, ts_graph *opt, const ts_compile_options *opts) {

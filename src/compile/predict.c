@@ -18,6 +18,7 @@
 #include "mesh/mesh.h"
 #include "plan/plan.h"
 #include "spmd/partition.h"
+#include "util/config.h" /* async collectives, as compile.c */
 #include "util/error.h"
 
 static double node_bytes(const ts_node *n) {
@@ -177,6 +178,11 @@ int ts_predict_program(const ts_graph *g, const ts_auto_shard_options *o, const 
   if (!(opt = compile_graph(local ? local : g, &co))) goto done;
   if (plan_build(opt, &plan) < 0) goto done;
   planned = true;
+  if (m->ndevices > 1 && env_config()->async_collectives) { /* as compile.c plans it */
+    plan_async marks;
+    if (plan_mark_async(opt, &plan, &marks) < 0) goto done;
+    plan_async_free(&marks);
+  }
   if (predict_local(opt, m->ndevices > 1 ? m : NULL, &k, (int)m->ndevices, info) < 0) goto done;
   double in_bytes = 0, out_bytes = 0;
   for (int i = 0; i < opt->n_inputs; i++) in_bytes += node_bytes(&opt->nodes[opt->inputs[i]]);

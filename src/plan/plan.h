@@ -57,6 +57,21 @@ int plan_build(const ts_graph *g, ts_plan *p);
  * user awaits it (compile.c mark_async), so no staging copy is needed. */
 int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p);
 void plan_free(ts_plan *p);
+
+/* async.c — the collectives a device starts asynchronously (all-reduces,
+ * all-gathers, reduce-scatters whose first user is not the next node the
+ * device runs; the schedule pass put each collective right after its last
+ * operand), those that may end after the run (carried into the caller's
+ * buffer: defer), and the started reduce-scatters that read their arena
+ * operand in place (borrow: no staging copy; p is planned again with that
+ * operand live until the collective is awaited). Each array has a bool per
+ * node, or is NULL when no node is marked. Used by compile.c and by the
+ * prediction (predict.c), so both plan the same arena. */
+typedef struct {
+  bool *async, *defer, *borrow;
+} plan_async;
+int plan_mark_async(const ts_graph *g, ts_plan *p, plan_async *marks);
+void plan_async_free(plan_async *marks);
 /* Appends the plan as text (one value a line) to a malloc'd string *buf of
  * length *len; returns 0 or -1. */
 int plan_print(const ts_plan *p, const ts_graph *g, char **buf, size_t *len, size_t *cap);
