@@ -473,7 +473,7 @@ static int push(as_node *an, const as_strat *s) {
 /* Seconds of summing a partial result over the axes in `partial` (local_out:
  * the per-device bytes before; rs: an axis reduce-scattered instead, or -1),
  * of which only the part the compute before its first user does not hide:
- * the runtime starts such collectives asynchronously (compile.c mark_async),
+ * the runtime starts such collectives asynchronously (plan/async.c plan_mark_async),
  * so a weight gradient's reduction overlaps the rest of the backward pass;
  * its latency stays exposed (the start). */
 static double partial_cost(const as_ctx *c, int id, uint8_t partial, int rs, double local_out, double *sent) {

@@ -7,7 +7,7 @@
  * that program by its class (autoshard/'s calibrated throughput and per-op
  * overhead) and each collective by the alpha-beta model of the mesh axes its
  * group spans; all-reduces the compiler would start asynchronously
- * (compile.c mark_async's rule) run on a collective worker beside the
+ * (plan/async.c plan_mark_async's rule) run on a collective worker beside the
  * compute until their first user waits for them. */
 #include <math.h>
 #include <stdlib.h>

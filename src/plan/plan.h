@@ -54,7 +54,7 @@ int plan_build(const ts_graph *g, ts_plan *p);
 /* The same, with node i's first operand (its storage root) live up to
  * schedule position keep[i] at least (keep NULL or keep[i] < 0: as read):
  * an operand that a collective started at i reads until its result's first
- * user awaits it (compile.c mark_async), so no staging copy is needed. */
+ * user awaits it (plan/async.c plan_mark_async), so no staging copy is needed. */
 int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p);
 void plan_free(ts_plan *p);
 

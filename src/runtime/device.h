@@ -36,7 +36,7 @@ typedef struct {
   struct rt_carry *carry;
   /* Per node (NULL: none): an async collective whose operand the memory
    * plan keeps unchanged until it is awaited: started without a staging
-   * copy (compile.c mark_async). */
+   * copy (plan/async.c plan_mark_async). */
   const bool *borrow;
 } ts_program;
 
