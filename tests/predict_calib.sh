@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# predict_calib.sh BUILD_DIR — the prediction reads the calibration's
-# collective wait (issue 16): `allreduce.N.busy_s`, what a collective between
-# kernels takes on N devices beyond the back-to-back alpha (tessel plan
-# --calibrate measures it). On a fixed, hand-written calibration (nothing
-# measured, deterministic):
+# predict_calib.sh BUILD_DIR — the prediction reads the calibration's terms
+# for devices sharing the cores (issue 16), both measured by tessel plan
+# --calibrate: `allreduce.N.busy_s`, what a collective between kernels takes
+# on N devices beyond the back-to-back alpha, and `shared_efficiency.N`, the
+# speed of N devices taking turns on the cores over their share of one core's.
+# On a fixed, hand-written calibration (nothing measured, deterministic):
 #  - a file without the key (written before it existed) is still read;
 #  - with allreduce.4.busy_s = 1 ms, the predicted step of data=4 and of
 #    data=2,model=2 (4 devices: the 4-device entry) grows by at least 1 ms,
 #    in `tessel plan --device` and in `tessel inspect` reading the cache;
 #    data=2 (the 2-device entry) and 1 device do not change;
+#  - with shared_efficiency.4 = 0.5, data=4's predicted compute doubles
+#    exactly, data=2's does not change;
 #  - a bad key or value is an error naming it.
 set -u
 build="${1:?usage: predict_calib.sh BUILD_DIR}"
@@ -37,11 +40,11 @@ step_overhead.8_s = 4e-5
 EOF
 { cat "$tmp/old.txt"; echo "allreduce.4.busy_s = 1e-3   # 1 ms per collective on 4 devices"; } >"$tmp/new.txt"
 
-step_ms() { # JSON on stdin -> predicted.step_ms
-  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])'
+step_ms() { # [FIELD] JSON on stdin -> predicted.FIELD (step_ms)
+  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"][sys.argv[1]])' "${1:-step_ms}"
 }
-plan_ms() { # plan_ms CALIBRATION MESH
-  timeout -k 5 60 "$tessel" plan --model mlp --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms
+plan_ms() { # plan_ms CALIBRATION MESH [FIELD]
+  timeout -k 5 60 "$tessel" plan --model mlp --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
 }
 inspect_ms() { # inspect_ms CALIBRATION MESH: inspect reads the cache (this machine's key)
   local out
@@ -68,11 +71,21 @@ same "plan data=1" "$(plan_ms "$tmp/old.txt" data=1)" "$(plan_ms "$tmp/new.txt" 
 o=$(inspect_ms "$tmp/old.txt" data=4) n=$(inspect_ms "$tmp/new.txt" data=4)
 grows "inspect data=4 (the calibration cache)" "$o" "$n"
 
+# devices taking turns on the cores at half their share's speed: compute twice as long
+{ cat "$tmp/old.txt"; echo "shared_efficiency.4 = 0.5"; } >"$tmp/eff.txt"
+o=$(plan_ms "$tmp/old.txt" data=4 compute_ms) n=$(plan_ms "$tmp/eff.txt" data=4 compute_ms)
+if /usr/bin/python3 -c "import sys; sys.exit(not abs(float('$n') / float('$o') - 2) < 1e-5)  # JSON: 6 digits" 2>/dev/null; then
+  ok "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5"
+else bad "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5 (expected twice)"; fi
+same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/eff.txt" data=2 compute_ms)"
+
 # a bad key or value: an error naming it
 sed 's/^allreduce.4.busy_s/allreduce.3.busy_s/' "$tmp/new.txt" >"$tmp/bad3.txt"
 expect badn 2 "unknown key 'allreduce.3.busy_s'" plan --model mlp --mesh data=4 --device "$tmp/bad3.txt"
 sed 's/^allreduce.4.busy_s = 1e-3/allreduce.4.busy_s = -1/' "$tmp/new.txt" >"$tmp/badv.txt"
 expect badv 2 "allreduce.4.busy_s = '-1' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/badv.txt"
+sed 's/^shared_efficiency.4/shared_efficiency.5/' "$tmp/eff.txt" >"$tmp/bade.txt"
+expect bade 2 "unknown key 'shared_efficiency.5'" plan --model mlp --mesh data=4 --device "$tmp/bade.txt"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
