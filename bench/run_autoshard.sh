@@ -23,7 +23,9 @@
 # The last lines count the rows within the bounds and give the load.
 # AB_DROP=REGEX: a second prediction per row, with the calibration's lines
 # matching REGEX removed (e.g. 'busy_s': the model without that term), as
-# column old/meas, against the same measured step.
+# column old/meas, against the same measured step. AB_BUILD=DIR instead: that
+# column is DIR/tessel's model (its own calibration, made right after this
+# one, and its inspect), e.g. the main branch's build.
 set -uo pipefail
 if [ "${QUICK:-}" = 1 ]; then
   : "${STEPS:=6}" "${WARMUP:=3}" "${MESHES:=1 2 4 8}" "${PLANS:=hand}" "${PROCS:=2}"
@@ -40,8 +42,14 @@ export TESSEL_CALIBRATION="$tmp/calibration.txt"
 start=$(date +%s)
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 "$tessel" plan --calibrate "$TESSEL_CALIBRATION" || exit 1
-grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce|^step_overhead" "$TESSEL_CALIBRATION" | sed 's/^/  /'
-if [ -n "${AB_DROP:-}" ]; then grep -Ev "$AB_DROP" "$TESSEL_CALIBRATION" >"$tmp/old_cal.txt"; fi
+grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce|^step_overhead|^shared" "$TESSEL_CALIBRATION" | sed 's/^/  /'
+old_tessel="$tessel"
+if [ -n "${AB_BUILD:-}" ]; then
+  old_tessel="$AB_BUILD/tessel" AB_DROP="${AB_DROP:-^$}"
+  "$old_tessel" plan --calibrate "$tmp/old_full.txt" || exit 1
+  grep -E "^op_overhead|^allreduce|^step_overhead" "$tmp/old_full.txt" | sed 's/^/  old: /'
+  grep -Ev "$AB_DROP" "$tmp/old_full.txt" >"$tmp/old_cal.txt"
+elif [ -n "${AB_DROP:-}" ]; then grep -Ev "$AB_DROP" "$TESSEL_CALIBRATION" >"$tmp/old_cal.txt"; fi
 printf "%-9s %-6s %-5s %9s %9s %9s %9s %9s %7s %9s %8s%s\n" model mesh plan meas_ms pred_ms pred/meas plan_MiB \
   pred_MiB mem_err auto/hand solve_s "${AB_DROP:+  old/meas}"
 rc=0
@@ -63,7 +71,7 @@ PY
 }
 old_pred() { # inspect args... -> the step_ms predicted with $tmp/old_cal.txt (AB_DROP), or nothing
   [ -n "${AB_DROP:-}" ] || return 0
-  TESSEL_CALIBRATION="$tmp/old_cal.txt" "$tessel" inspect "$@" --json 2>/dev/null |
+  TESSEL_CALIBRATION="$tmp/old_cal.txt" "$old_tessel" inspect "$@" --json 2>/dev/null |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])' 2>/dev/null || echo nan
 }
 row() { # model shape plan meas pred plan_mib pred_mib solve auto/hand [old pred]
