@@ -18,7 +18,18 @@
 # Environment: STEPS (15), WARMUP (5), MODELS ("mlp cnn resnet20 gpt"),
 # MESHES ("1 2 4 8 2,2"), PLANS ("hand auto"), THREADS (TESSEL_NUM_THREADS
 # for calibration and runs; unset: every core), PROCS (""), MPIRUN (mpirun).
+# QUICK=1: the prediction table alone, short: hand layouts on 1, 2, 4 and 8
+# devices and 2 processes, 6 steps after 3 warm-up ones (each unset variable).
+# The last lines count the rows within the issue's bounds and give the load.
+# AB_DROP=REGEX: a second prediction per row, with the calibration's lines
+# matching REGEX removed (e.g. 'busy_s': the model without that term), as
+# column old/meas, against the same measured step. AB_BUILD=DIR instead: that
+# column is DIR/tessel's model (its own calibration, made right after this
+# one, and its inspect), e.g. the main branch's build.
 set -uo pipefail
+if [ "${QUICK:-}" = 1 ]; then
+  : "${STEPS:=6}" "${WARMUP:=3}" "${MESHES:=1 2 4 8}" "${PLANS:=hand}" "${PROCS:=2}"
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 tessel="$build/tessel"
@@ -29,10 +40,18 @@ trap 'rm -rf "$tmp"' EXIT
 [ -n "${THREADS:-}" ] && export TESSEL_NUM_THREADS="$THREADS"
 export TESSEL_CALIBRATION="$tmp/calibration.txt"
 start=$(date +%s)
+echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 "$tessel" plan --calibrate "$TESSEL_CALIBRATION" || exit 1
-grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce" "$TESSEL_CALIBRATION" | sed 's/^/  /'
-printf "%-9s %-6s %-5s %9s %9s %9s %9s %9s %7s %9s %8s\n" model mesh plan meas_ms pred_ms pred/meas plan_MiB \
-  pred_MiB mem_err auto/hand solve_s
+grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce|^step_overhead|^shared" "$TESSEL_CALIBRATION" | sed 's/^/  /'
+old_tessel="$tessel"
+if [ -n "${AB_BUILD:-}" ]; then
+  old_tessel="$AB_BUILD/tessel" AB_DROP="${AB_DROP:-^$}"
+  "$old_tessel" plan --calibrate "$tmp/old_full.txt" || exit 1
+  grep -E "^op_overhead|^allreduce|^step_overhead" "$tmp/old_full.txt" | sed 's/^/  old: /'
+  grep -Ev "$AB_DROP" "$tmp/old_full.txt" >"$tmp/old_cal.txt"
+elif [ -n "${AB_DROP:-}" ]; then grep -Ev "$AB_DROP" "$TESSEL_CALIBRATION" >"$tmp/old_cal.txt"; fi
+printf "%-9s %-6s %-5s %9s %9s %9s %9s %9s %7s %9s %8s%s\n" model mesh plan meas_ms pred_ms pred/meas plan_MiB \
+  pred_MiB mem_err auto/hand solve_s "${AB_DROP:+  old/meas}"
 rc=0
 summary() { # train log, train output, prediction json -> "meas pred plan_mib pred_mib solve"
   /usr/bin/python3 - "$@" "$warmup" <<'PY'
@@ -50,14 +69,23 @@ except Exception:
 print(statistics.median(steps) if steps else float("nan"), p, m if m else float("nan"), a, s)
 PY
 }
-row() { # model shape plan meas pred plan_mib pred_mib solve auto/hand
+old_pred() { # inspect args... -> the step_ms predicted with $tmp/old_cal.txt (AB_DROP), or nothing
+  [ -n "${AB_DROP:-}" ] || return 0
+  TESSEL_CALIBRATION="$tmp/old_cal.txt" "$old_tessel" inspect "$@" --json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])' 2>/dev/null || echo nan
+}
+row() { # model shape plan meas pred plan_mib pred_mib solve auto/hand [old pred]
   /usr/bin/python3 -c '
 import sys
-m, sh, pl, meas, pred, pm, am, solve, ah = sys.argv[1:]
+m, sh, pl, meas, pred, pm, am, solve, ah = sys.argv[1:10]
+old = float(sys.argv[10]) if len(sys.argv) > 10 and sys.argv[10] else None
 meas, pred, pm, am, solve = map(float, (meas, pred, pm, am, solve))
 err = (am - pm) / pm * 100 if pm > 0 else float("nan")
+with open("'"$tmp/rows"'", "a") as f:  # for the summary
+    f.write("%g %g\n" % (pred / meas if meas else float("nan"), err))
 print("%-9s %-6s %-5s %9.2f %9.2f %9.2f %9.1f %9.1f %6.1f%% %9s %8s" % (m, sh, pl, meas, pred, pred / meas if meas else float("nan"),
-      pm, am, err, ah, ("%.3f" % solve) if pl == "auto" else ""))' "$@"
+      pm, am, err, ah, ("%.3f" % solve) if pl == "auto" else ""), end="")
+print("  %8.2f" % (old / meas if meas else float("nan")) if old is not None else "")' "$@"
 }
 for model in ${MODELS:-mlp cnn resnet20 gpt}; do
   second=model; [ "$model" = cnn ] || [ "$model" = resnet20 ] && second=fsdp
@@ -83,7 +111,7 @@ for model in ${MODELS:-mlp cnn resnet20 gpt}; do
       meas[$plan]=$m
       ah=""; [ $plan = auto ] && [ -n "${meas[hand]:-}" ] &&
         ah=$(/usr/bin/python3 -c "print('%.2f' % (${meas[auto]} / ${meas[hand]}))" 2>/dev/null)
-      row "$model" "$shape" $plan "$m" "$p" "$pm" "$am" "$s" "$ah"
+      row "$model" "$shape" $plan "$m" "$p" "$pm" "$am" "$s" "$ah" "$(old_pred --model "$model" ${mesh[@]+"${mesh[@]}"})"
     done
   done
   for P in ${PROCS:-}; do
@@ -98,8 +126,18 @@ for model in ${MODELS:-mlp cnn resnet20 gpt}; do
     "$tessel" inspect --model "$model" --mesh "data=$P" --json >"$tmp/mpi.pred" 2>/dev/null || rc=1
     "$tessel" inspect --model "$model" --mesh "data=$P" --no-graph --no-program >"$tmp/mpi.insp" 2>&1 || rc=1
     read -r m p pm am s < <(summary "$tmp/mpi.json" "$tmp/mpi.insp" "$tmp/mpi.pred")
-    row "$model" "${P}proc" hand "$m" "$p" "$pm" "$am" 0 ""
+    row "$model" "${P}proc" hand "$m" "$p" "$pm" "$am" 0 "" "$(old_pred --model "$model" --mesh "data=$P")"
   done
 done
+/usr/bin/python3 - "$tmp/rows" <<'PY'
+import math, os, sys
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
+r = [x for x, _ in rows if not math.isnan(x)]
+t = sum(0.75 <= x <= 1.25 for x in r)
+m = sum(abs(e) <= 5 for _, e in rows if not math.isnan(e))
+print("pred/meas within 0.75..1.25: %d of %d rows%s; memory within 5%%: %d of %d" % (
+    t, len(rows), " (range %.2f..%.2f)" % (min(r), max(r)) if r else "", m, len(rows)))
+PY
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "run_autoshard.sh: $(($(date +%s) - start)) s"
 exit $rc

@@ -125,8 +125,9 @@ expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
 # device file and as the cache when its key (CPU model, threads) is this machine's
 # (timeout 180 s: a hang guard only; on a loaded machine the measurement took 75 s)
 if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
-  grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt"; then
-  ok "plan --calibrate writes every kernel class and the all-reduce alpha/beta"
+  grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" &&
+  grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt"; then
+  ok "plan --calibrate writes every kernel class, the all-reduce alpha/beta, busy wait and shared efficiency"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi

@@ -82,11 +82,15 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
-      char so[64];
+      char so[64], bz[64], se[64];
       snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
+      snprintf(bz, sizeof bz, "allreduce.%d.busy_s", ar_devices[k]);
+      snprintf(se, sizeof se, "shared_efficiency.%d", ar_devices[k]);
       if (strcmp(key, b) == 0) d->ar_bw[k] = x, found = true;
       else if (strcmp(key, l) == 0) d->ar_lat[k] = x, found = true;
       else if (strcmp(key, so) == 0) d->step_over[k] = x, found = true;
+      else if (strcmp(key, bz) == 0) d->ar_busy[k] = x, found = true;
+      else if (strcmp(key, se) == 0) d->shared_eff[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
@@ -96,7 +100,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, step_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, step_overhead.N_s, shared_efficiency.N, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -169,6 +173,17 @@ void device_auto(device_desc *d, char *note, size_t len) {
 
 /* ---- options for a mesh ---- */
 
+/* The in-process entry (allreduce.N.*, step_overhead.N_s, shared_efficiency.N)
+ * for a host of `host` devices: the nearest measured N at or above it, else
+ * the largest; -1 when none was measured. */
+static int host_entry(const device_desc *d, int64_t host) {
+  for (int k = 0; k < DEV_AR_SIZES; k++)
+    if (d->ar_bw[k] > 0 && ar_devices[k] >= host) return k;
+  for (int k = DEV_AR_SIZES - 1; k >= 0; k--)
+    if (d->ar_bw[k] > 0) return k;
+  return -1;
+}
+
 void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_options *ao, bool *in_host) {
   int64_t ndev = ts_mesh_num_devices(m);
   int64_t host = ndev < d->devices_per_host ? ndev : d->devices_per_host;
@@ -186,6 +201,12 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
       cls_share[k] = share > 1 ? fmax(1, share * e) : share;
     }
     if (share > 1) share = fmax(1, share * (d->parallel_efficiency > 0 ? d->parallel_efficiency : 1));
+    /* at most one core each: the measured speed of devices taking turns on the cores */
+    int q = host > 1 ? host_entry(d, host) : -1;
+    if (share <= 1 && q >= 0 && d->shared_eff[q] > 0) {
+      share *= d->shared_eff[q];
+      for (int k = 0; k < TS_KERNEL_CLASSES; k++) cls_share[k] = share;
+    }
     over = share < 1 ? 1 / share : 1;
   }
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
@@ -198,13 +219,10 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
     if (threads / host > 1) ao->parallel_overhead_s = d->par_overhead_s;
   }
   /* in-host links: the all-reduce measured with the nearest device count at or above the host's */
-  int q = -1;
-  for (int k = 0; k < DEV_AR_SIZES && q < 0; k++)
-    if (d->ar_bw[k] > 0 && ar_devices[k] >= host) q = k;
-  for (int k = DEV_AR_SIZES - 1; k >= 0 && q < 0; k--)
-    if (d->ar_bw[k] > 0) q = k;
+  int q = host_entry(d, host);
   double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
   ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
+  ao->collective_wait_s = host > 1 && q >= 0 ? d->ar_busy[q] : 0;
   int64_t span = 1;
   for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
     span *= ts_mesh_axis_size(m, a);
@@ -217,8 +235,14 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
 
 /* ---- the measurement ---- */
 
-/* The least time of `reps` runs of g (inputs zero-filled, i32 inputs too) on client c. */
-static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The least (median: the median) time of `reps` runs of g (inputs zero-filled,
+ * i32 inputs too) on client c. */
+static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
   if (!e) return -1;
   int n_in = ts_graph_num_inputs(g);
@@ -240,12 +264,18 @@ static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
   }
   /* the warm-up run allocates the outputs; the others write into them; the
    * least of at least `reps` runs and 0.15 s (a shared machine's quiet moments) */
-  double t_end = util_now_s() + 0.15;
+  double t_end = util_now_s() + 0.15, times[400];
+  int n = 0;
   for (int k = 0; k < reps + 1 || (util_now_s() < t_end && k < 400); k++) {
     double t0 = util_now_s();
     if (ts_execute(e, in, out) < 0) goto done;
     double t = util_now_s() - t0;
+    if (k >= 1 && n < 400) times[n++] = t;
     if (k >= 1 && (best < 0 || t < best)) best = t;
+  }
+  if (median && n > 0) {
+    qsort(times, (size_t)n, sizeof *times, cmp_double);
+    best = times[n / 2];
   }
 done:
   for (int o = 0; o < 8; o++) { /* an aliased output's slot is its input's buffer */
@@ -256,6 +286,10 @@ done:
   for (int i = 0; i < 8; i++) ts_buffer_free(in[i]);
   ts_executable_free(e);
   return best;
+}
+
+static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
+  return time_graph_stat(c, g, replicas, reps, false);
 }
 
 static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *shape) {
@@ -398,14 +432,19 @@ static double measure_class(ts_client *c, int cls, double *units) {
   return t;
 }
 
-/* A step's fixed cost: one 1-element add run on every device of c. */
+/* A step's fixed cost: one 1-element add run on every device of c. This and
+ * the fork-and-join below are medians, as the collective wait is: they wake
+ * threads, and on a machine busy with other work a typical wake-up waits for a
+ * core (measured at load average 15 on 2 cores: the fork and join 4.8 us at
+ * best, 11 ms median); the kernels' throughputs stay the least times (the work
+ * alone). */
 static double trivial_step(ts_client *c, bool replicas) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   int64_t one = 1;
   ts_tensor x = in_f32(g, "x", 1, &one);
   ts_graph_add_output(g, ts_add(g, x, x));
-  double t = time_graph(c, g, replicas, 20);
+  double t = time_graph_stat(c, g, replicas, 20, true);
   ts_graph_free(g);
   return t;
 }
@@ -422,10 +461,61 @@ static double measure_par_overhead(ts_client *c) {
     ts_tensor x = in_f32(g, "x", 2, a), wa = in_f32(g, "wa", 2, a), wb = in_f32(g, "wb", 2, b);
     for (int i = 0; i < 200; i++) x = i % 2 ? ts_add(g, ts_reshape(g, x, 2, a), wa) : ts_add(g, ts_reshape(g, x, 2, b), wb);
     ts_graph_add_output(g, x);
-    t[k] = time_graph(c, g, false, 10) / 200;
+    t[k] = time_graph_stat(c, g, false, 10, true) / 200;
     ts_graph_free(g);
   }
   return t[0] > 0 && t[1] > 0 ? 2 * t[0] - t[1] : -1;
+}
+
+/* 20 matmuls (256^3), each followed by (collectives: a 1-element all-reduce
+ * of) one element of its result that the next matmul reads. */
+static ts_graph *matmul_chain(bool collectives) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t sh[2] = {256, 256}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
+  int dims[2] = {0, 1};
+  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
+  for (int i = 0; i < 20; i++) {
+    x = ts_matmul(g, x, w);
+    ts_tensor s = ts_slice(g, x, lo, hi, st);
+    if (collectives) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
+  }
+  ts_graph_add_output(g, x);
+  return g;
+}
+
+/* The median time of the chain without collectives on every device of c. */
+static double chain_median(ts_client *c) {
+  ts_graph *g = matmul_chain(false);
+  double t = g ? time_graph_stat(c, g, true, 10, true) : -1;
+  ts_graph_free(g);
+  return t;
+}
+
+/* A blocking collective between kernels, on every device of c: the matmul
+ * chain with its all-reduces against the chain without them, seconds per
+ * collective. A collective waits for the last device to arrive; back to back
+ * (allreduce.N.latency_s) every device is already there, between kernels one
+ * may still be computing or not be scheduled (more devices than cores).
+ * Medians, not the least times: the wait is what a typical step sees (a lucky
+ * run's schedule hides it), as the measured steps are medians. *compute: the
+ * chain's median time without the collectives. */
+static double measure_busy_collective(ts_client *c, double *compute) {
+  ts_graph *g[2] = {matmul_chain(false), matmul_chain(true)};
+  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
+  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
+  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
+    double t0 = time_graph_stat(c, g[0], true, 10, true), t1 = time_graph_stat(c, g[1], true, 10, true);
+    if (t0 <= 0 || t1 <= 0) break;
+    d[r] = (t1 - t0) / 20, t[r] = t0;
+  }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
+  qsort(d, 3, sizeof *d, cmp_double);
+  qsort(t, 3, sizeof *t, cmp_double);
+  *compute = t[1];
+  return fmax(d[1], 0);
 }
 
 /* Per-kernel overhead: a chain of 200 tiny matmuls. */
@@ -449,6 +539,7 @@ int calibrate(const char *cmd, const char *path) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
+  double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES];
@@ -456,9 +547,10 @@ int calibrate(const char *cmd, const char *path) {
     if ((tk[k] = measure_class(c1, k, &uk[k])) <= 0) goto fail;
   overhead = measure_overhead(c1);
   step1 = trivial_step(c1, false);
+  double chain1 = chain_median(c1); /* the reference of shared_efficiency.N */
   ts_client_free(c1);
   c1 = NULL;
-  if (overhead <= 0 || step1 <= 0) goto fail;
+  if (overhead <= 0 || step1 <= 0 || chain1 <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
   double ceff[TS_KERNEL_CLASSES] = {0};
@@ -498,8 +590,16 @@ int calibrate(const char *cmd, const char *path) {
       *(k == 0 ? &ts : &tb) = time_graph(c, g, true, k == 0 ? 20 : 5);
       ts_graph_free(g);
     }
+    double chain = -1, busy = c ? measure_busy_collective(c, &chain) : -1;
     ts_client_free(c);
-    if (ts <= 0 || tb <= 0) goto fail;
+    if (ts <= 0 || tb <= 0 || busy < 0) goto fail;
+    /* D devices of at most one core each (device_options' share): the chain's speed
+     * against one core's, over that share; 0 (not written) above one core */
+    double share = fmin(threads / D > 1 ? threads / D : 1, (double)cores / D);
+    shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, chain1 / (chain * share))) : 0;
+    /* what a collective between kernels takes beyond the model's back-to-back
+     * time (a file's numbers are > 0: at least 1 ns) */
+    ar_busy[q] = fmax(busy - ts, 1e-9);
     arl[q] = ts / (2 * log2((double)D));
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
   }
@@ -556,8 +656,13 @@ int calibrate(const char *cmd, const char *path) {
     fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n",
-            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q]);
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
+               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3), beyond back to back\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q], ar_devices[q], ar_busy[q]);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    if (shared_eff[q] > 0)
+      fprintf(f, "shared_efficiency.%d = %.3g   # %d devices each running the 20 matmuls: speed / (1 thread's x "
+                 "their share of the cores)\n", ar_devices[q], shared_eff[q], ar_devices[q]);
   fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
              "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
              "net_link_latency_s = 2e-5   # not measured\n"

@@ -234,6 +234,11 @@ typedef struct {
    * than one: 32768 elements or more), its fork and join in place of
    * op_overhead_s (0: op_overhead_s) */
   double parallel_overhead_s;
+  /* a collective's wait for the last device of its group beyond its alpha-beta
+   * time, when it follows compute (measured: allreduce.N.busy_s, a collective
+   * between kernels against back to back; devices sharing cores arrive late);
+   * ts_predict_program adds it to every collective (0: none) */
+  double collective_wait_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same

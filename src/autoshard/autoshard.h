@@ -25,6 +25,7 @@ typedef struct {
   double overhead;                /* seconds per kernel run */
   double par_overhead;            /* seconds per kernel run on several threads */
   double step_overhead;           /* seconds per step */
+  double coll_wait;               /* seconds per collective: waiting for the group's last device */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
 

@@ -8,7 +8,9 @@
  * overhead) and each collective by the alpha-beta model of the mesh axes its
  * group spans; all-reduces the compiler would start asynchronously
  * (plan/async.c plan_mark_async's rule) run on a collective worker beside the
- * compute until their first user waits for them. */
+ * compute until their first user waits for them. Every collective also waits
+ * for the last device of its group (k->coll_wait: measured between kernels,
+ * beyond the back-to-back alpha the ring model charges). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +53,8 @@ static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_col
   if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0];
 }
 
-/* Seconds and bytes sent of collective node n (operand x) of the local program. */
-static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
-                           double *sent) {
-  if (!n->attr.coll || !m) return 0;
-  int gs = n->attr.coll->n;
-  double bw, lat;
-  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
+/* The alpha-beta part of coll_seconds over a group of gs with links bw / lat. */
+static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, double bw, double lat, double *sent) {
   switch (n->op) {
   case TS_OP_ALL_REDUCE: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 2, sent);
   case TS_OP_ALL_GATHER: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 1, sent);
@@ -73,6 +70,16 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_
     return lat + node_bytes(n) / bw;
   default: return 0;
   }
+}
+
+/* Seconds and bytes sent of collective node n (operand x) of the local program. */
+static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
+                           double *sent) {
+  if (!n->attr.coll || !m) return 0;
+  int gs = n->attr.coll->n;
+  double bw, lat;
+  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
+  return (gs > 1 ? k->coll_wait : 0) + coll_link_seconds(n, x, gs, bw, lat, sent);
 }
 
 /* compile.c's mark_async rule: an all-reduce, all-gather or reduce-scatter

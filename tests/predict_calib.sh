@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# predict_calib.sh BUILD_DIR — the prediction reads the calibration's terms
+# for devices sharing the cores (issue 16), both measured by tessel plan
+# --calibrate: `allreduce.N.busy_s`, what a collective between kernels takes
+# on N devices beyond the back-to-back alpha, and `shared_efficiency.N`, the
+# speed of N devices taking turns on the cores over their share of one core's.
+# On a fixed, hand-written calibration (nothing measured, deterministic):
+#  - a file without the key (written before it existed) is still read;
+#  - with allreduce.4.busy_s = 1 ms, the predicted step of data=4 and of
+#    data=2,model=2 (4 devices: the 4-device entry) grows by at least 1 ms,
+#    in `tessel plan --device` and in `tessel inspect` reading the cache;
+#    data=2 (the 2-device entry) and 1 device do not change;
+#  - with shared_efficiency.4 = 0.5, data=4's predicted compute doubles
+#    exactly, data=2's does not change;
+#  - a bad key or value is an error naming it.
+set -u
+build="${1:?usage: predict_calib.sh BUILD_DIR}"
+tessel="$build/tessel"
+. "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, expect
+export TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION=none
+cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+cat >"$tmp/old.txt" <<EOF
+name = a fixed test calibration
+calibration.cpu = ${cpu:-unknown CPU}
+calibration.threads = 2
+cores = 2
+kernel.matmul = 1e11
+kernel.elementwise = 1e10
+op_overhead_s = 1e-6
+step_overhead.1_s = 1e-6
+allreduce.2.bytes_per_s = 1e10
+allreduce.2.latency_s = 1e-5
+step_overhead.2_s = 1e-5
+allreduce.4.bytes_per_s = 5e9
+allreduce.4.latency_s = 2e-5
+step_overhead.4_s = 2e-5
+allreduce.8.bytes_per_s = 2e9
+allreduce.8.latency_s = 4e-5
+step_overhead.8_s = 4e-5
+EOF
+{ cat "$tmp/old.txt"; echo "allreduce.4.busy_s = 1e-3   # 1 ms per collective on 4 devices"; } >"$tmp/new.txt"
+
+step_ms() { # [FIELD] JSON on stdin -> predicted.FIELD (step_ms)
+  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"][sys.argv[1]])' "${1:-step_ms}"
+}
+plan_ms() { # plan_ms CALIBRATION MESH [FIELD]
+  timeout -k 5 60 "$tessel" plan --model mlp --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
+}
+inspect_ms() { # inspect_ms CALIBRATION MESH: inspect reads the cache (this machine's key)
+  local out
+  out=$(TESSEL_CALIBRATION="$1" timeout -k 5 120 "$tessel" inspect --model mlp --mesh "$2" --json 2>"$tmp/insp.err")
+  grep -q "\"costs\":\"calibration $1\"" <<<"$out" || { echo "not-used"; return; }
+  step_ms <<<"$out"
+}
+grows() { # grows NAME OLD NEW: NEW >= OLD + 1 ms
+  if /usr/bin/python3 -c "import sys; sys.exit(not (float('$3') >= float('$2') + 0.999))" 2>/dev/null; then
+    ok "$1: $2 -> $3 ms with allreduce.4.busy_s = 1 ms"
+  else bad "$1: $2 -> $3 ms: the collective wait is not applied"; fi
+}
+same() { # same NAME OLD NEW
+  if [ -n "$2" ] && [ "$2" = "$3" ]; then ok "$1: $2 ms either way"; else bad "$1: '$2' vs '$3' ms"; fi
+}
+
+for mesh in data=4 data=2,model=2; do
+  o=$(plan_ms "$tmp/old.txt" "$mesh") n=$(plan_ms "$tmp/new.txt" "$mesh")
+  [ -n "$o" ] && ok "plan $mesh reads a calibration without allreduce.N.busy_s" || bad "plan $mesh: $(cat "$tmp/plan.err")"
+  grows "plan $mesh" "$o" "$n"
+done
+same "plan data=2 (its own entry, not 4's)" "$(plan_ms "$tmp/old.txt" data=2)" "$(plan_ms "$tmp/new.txt" data=2)"
+same "plan data=1" "$(plan_ms "$tmp/old.txt" data=1)" "$(plan_ms "$tmp/new.txt" data=1)"
+o=$(inspect_ms "$tmp/old.txt" data=4) n=$(inspect_ms "$tmp/new.txt" data=4)
+grows "inspect data=4 (the calibration cache)" "$o" "$n"
+
+# devices taking turns on the cores at half their share's speed: compute twice as long
+{ cat "$tmp/old.txt"; echo "shared_efficiency.4 = 0.5"; } >"$tmp/eff.txt"
+o=$(plan_ms "$tmp/old.txt" data=4 compute_ms) n=$(plan_ms "$tmp/eff.txt" data=4 compute_ms)
+if /usr/bin/python3 -c "import sys; sys.exit(not abs(float('$n') / float('$o') - 2) < 1e-5)  # JSON: 6 digits" 2>/dev/null; then
+  ok "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5"
+else bad "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5 (expected twice)"; fi
+same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/eff.txt" data=2 compute_ms)"
+
+# a bad key or value: an error naming it
+sed 's/^allreduce.4.busy_s/allreduce.3.busy_s/' "$tmp/new.txt" >"$tmp/bad3.txt"
+expect badn 2 "unknown key 'allreduce.3.busy_s'" plan --model mlp --mesh data=4 --device "$tmp/bad3.txt"
+sed 's/^allreduce.4.busy_s = 1e-3/allreduce.4.busy_s = -1/' "$tmp/new.txt" >"$tmp/badv.txt"
+expect badv 2 "allreduce.4.busy_s = '-1' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/badv.txt"
+sed 's/^shared_efficiency.4/shared_efficiency.5/' "$tmp/eff.txt" >"$tmp/bade.txt"
+expect bade 2 "unknown key 'shared_efficiency.5'" plan --model mlp --mesh data=4 --device "$tmp/bade.txt"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
