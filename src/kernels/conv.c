@@ -4,7 +4,8 @@
  *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
- * 1x1 convolutions without padding, which run on NCHW itself (plain_fits).
+ * 1x1 convolutions without padding (on planes above 14x14; their filter
+ * gradients on any), which run on NCHW itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
  * weights are reordered (to the layout the primitive picks) and back. The
  * primitives, reorders and blocked buffers are created once per node and kept
@@ -233,14 +234,24 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
  * buffers with no reorder at all, where the blocked kernels need the input
  * reordered in and the result reordered out — as many bytes moved as the
  * matrix product reads (two of the three convolutions of a ResNet-50
- * bottleneck, and every projection shortcut, are 1x1). */
+ * bottleneck, and every projection shortcut, are 1x1). Except on small
+ * output planes (<= 14x14: ResNet-50's last two stages and the stride-2
+ * projections into them): there the gemm convolution's forward and
+ * backward-data run up to 3x slower than the blocked kernels, more than the
+ * reorders cost, while its filter gradient stays ahead on every ResNet shape.
+ * Measured on ResNet-50 b8's 1x1 convolutions (oneDNN 2.6, one thread, CPU
+ * time, reorders included): the small planes' forward and backward-data on
+ * the blocked path take 30 (bf16) / 40 (f32) ms per step less. */
 static bool g_plain_1x1 = true;
 
 void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
 
-static bool plain_fits(const geom_t *q) {
+#define PLAIN_MIN_PLANE (14 * 14)
+
+static bool plain_fits(const geom_t *q, ts_op op) {
   return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && !q->nhwc && q->KH == 1 && q->KW == 1 && q->G == 1 &&
-         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
+         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1] &&
+         (op == TS_OP_CONV_BWD_FILTER || q->OH * q->OW > PLAIN_MIN_PLANE);
 }
 
 /* oneDNN's reference implementations are loops: the blocked path is better. */
@@ -415,7 +426,7 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
  * takes neither (the loops run), with *oom set when memory ran out. */
 static conv_state *conv_state_new(const ts_node *n, ts_dtype in_dt, const geom_t *q, bool *oom) {
   dnnl_data_type_t t = in_dt == TS_F32 ? dnnl_f32 : dnnl_bf16, tw = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
-  for (int plain = plain_fits(q); plain >= 0; plain--) {
+  for (int plain = plain_fits(q, n->op); plain >= 0; plain--) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) {
       *oom = true;
