@@ -118,6 +118,7 @@ typedef struct {
   dnnl_memory_t prim;    /* the primitive's layout (== user when no reorder) */
   dnnl_primitive_t reorder;
   bool is_output;
+  bool in_scratch;       /* prim lives in the thread's conv scratch (set per call) */
   int arg;
 } conv_arg;
 
@@ -125,16 +126,19 @@ typedef struct {
   ts_kstate base;
   dnnl_primitive_t prim;
   dnnl_memory_t scratch_mem; /* oneDNN's scratchpad, in the thread's conv scratch */
-  size_t out_bytes, pad_bytes; /* blocked output and scratchpad, in the thread's conv scratch */
+  size_t out_bytes, pad_bytes, wei_bytes; /* blocked output, scratchpad, blocked weights: thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
   bool plain;       /* NCHW / OIHW throughout (plain_fits below): no reorders */
 } conv_state;
 
-/* The blocked output and the scratchpad live only inside one conv call, so
- * every conv of a thread shares one growing buffer for them (a ResNet-50
- * step has ~160 conv nodes: a blocked output and a scratchpad of its own per
- * node held ~2 activations per node for nothing). Blocked inputs stay per
- * node: later convs of the run may read them (shared reorders below). */
+/* The blocked output, the scratchpad and the blocked weights (forward and
+ * backward-data pick different weight layouts, so no later conv reads them)
+ * live only inside one conv call, so every conv of a thread shares one
+ * growing buffer for them (a ResNet-50 step has ~160 conv nodes: a blocked
+ * output and a scratchpad of its own per node held ~2 activations per node
+ * for nothing; the weights' copies ~2 copies of the model). Blocked
+ * activation inputs stay per node: later convs of the run may read them
+ * (shared reorders below). */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static int g_scratch_ok = -1;
@@ -216,10 +220,12 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     a->prim = a->user;
     return 0;
   }
-  /* an output's blocked copy lives in the thread's scratch (set per call) */
-  if (dnnl_memory_create(&a->prim, pmd, eng, is_output ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
+  /* an output's or the weights' blocked copy lives in the thread's scratch (set per call) */
+  a->in_scratch = is_output || arg == DNNL_ARG_WEIGHTS;
+  if (dnnl_memory_create(&a->prim, pmd, eng, a->in_scratch ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
     return -1;
   if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
+  else if (a->in_scratch) s->wei_bytes = dnnl_memory_desc_get_size(pmd);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
   if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
@@ -387,16 +393,22 @@ static void rc_put(const ts_graph *g, int32_t src, const void *user, dnnl_memory
   *e = (rc_entry){g, src, user, prim, rc_epoch, __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE)};
 }
 
+static size_t scratch_bytes(const conv_state *s) {
+  return up64(s->out_bytes) + up64(s->pad_bytes) + up64(s->wei_bytes);
+}
+
 static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
   rc_begin(g, (int32_t)(n - g->nodes));
-  if (s->out_bytes || s->pad_bytes) {
-    char *buf = thread_scratch(up64(s->out_bytes) + up64(s->pad_bytes));
+  size_t pad_at = up64(s->out_bytes), wei_at = pad_at + up64(s->pad_bytes);
+  if (s->out_bytes || s->pad_bytes || s->wei_bytes) {
+    char *buf = thread_scratch(scratch_bytes(s));
     if (!buf) return -2;
     if (s->out_bytes) dnnl_memory_set_data_handle(s->args[2].prim, buf);
-    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + up64(s->out_bytes));
+    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + pad_at);
+    if (s->wei_bytes) dnnl_memory_set_data_handle(s->args[1].prim, buf + wei_at);
   }
   dnnl_exec_arg_t args[4];
   int na = 0;
@@ -404,7 +416,9 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
     conv_arg *a = &s->args[i];
     dnnl_memory_t use = a->prim;
     dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
-    if (!a->is_output && a->reorder) {
+    if (!a->is_output && a->reorder && a->in_scratch) {
+      if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+    } else if (!a->is_output && a->reorder) {
       rc_entry *e = rc_find(g, n->in[i], in[i], a->prim);
       if (e) {
         use = e->prim;
@@ -463,7 +477,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       int rc = conv_run(s, g, n, in, out);
       if (rc == -2)
         return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of conv scratch",
-                              ir_op_name(n->op), up64(s->out_bytes) + up64(s->pad_bytes));
+                              ir_op_name(n->op), scratch_bytes(s));
       if (rc)
         return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
                                  ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
