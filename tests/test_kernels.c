@@ -699,6 +699,31 @@ static void test_conv_plain_vs_blocked(void) {
     }
 }
 
+/* The blocked weights of a convolution live in the thread's conv scratch,
+ * reordered on every call: after another conv (a backward-data with other
+ * weights) has used that scratch and the weights have changed, a conv's next
+ * call equals, bit for bit, a fresh conv of the new weights. */
+static void test_conv_weights_scratch(void) {
+  int64_t xs[4] = {2, 8, 9, 9}, ws[4] = {16, 8, 3, 3}, ys[4] = {2, 16, 9, 9};
+  ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  ex_t e;
+  ex_init(&e);
+  ts_tensor x = rinput(&e, TS_F32, 4, xs), w1 = rinput(&e, TS_F32, 4, ws), w2 = rinput(&e, TS_F32, 4, ws);
+  ts_tensor dy = rinput(&e, TS_F32, 4, ys);
+  int32_t a[2] = {x, w1}, b[2] = {dy, w2}, c[2] = {x, w2};
+  ts_tensor y1 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, a, &at), dx = node(&e, TS_OP_CONV_BWD_DATA, TS_F32, 4, xs, 2, b, &at);
+  ts_tensor y2 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, c, &at);
+  CHECK_OK(run(&e, y2));
+  CHECK(e.st[y1] && !tk_conv_state_is_plain(e.st[y1]) && e.st[dx], "conv weights scratch: blocked path not taken");
+  memcpy(e.buf[w1], e.buf[w2], (size_t)numel_of(e.g, w1) * sizeof(float));
+  const void *in[2] = {e.buf[x], e.buf[w1]};
+  ts_kctx ctx = {.num_threads = 2};
+  CHECK_OK(kernel_run(e.g, y1, in, e.buf[y1], &e.st[y1], &ctx));
+  CHECK(!memcmp(e.buf[y1], e.buf[y2], (size_t)numel_of(e.g, y1) * sizeof(float)),
+        "conv weights scratch: a conv's next call does not see its new weights");
+  ex_free(&e);
+}
+
 /* ================= pooling ================= */
 static void test_pool(void) {
   /* the third: ResNet's stem pool (3x3, stride 2, pad 1), which has its own unrolled path */
@@ -893,6 +918,7 @@ int main(void) {
   test_dot();
   test_conv();
   test_conv_plain_vs_blocked();
+  test_conv_weights_scratch();
   test_pool();
   test_index();
   test_rng();
