@@ -587,8 +587,10 @@ static void test_conv(void) {
       {2, 4, 9, 8, 6, 3, 3, 2, {2, 2}, {1, 1}, {1, 0}, {2, 2}, 0, 0}, /* stride 2, pad, dilation 2, groups 2 */
       {3, 3, 8, 8, 5, 3, 3, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* plain valid */
       {1, 2, 7, 5, 4, 2, 3, 1, {1, 2}, {2, 0}, {1, 1}, {1, 1}, 0, 0}, /* asymmetric everything */
-      {2, 5, 4, 3, 6, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1: the plain NCHW path */
-      {2, 3, 5, 6, 4, 1, 1, 1, {2, 2}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 stride 2: plain too */
+      /* 1x1 on planes <= 14x14: forward and backward-data blocked, filter gradient on plain NCHW */
+      {2, 5, 4, 3, 6, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0},
+      {2, 3, 5, 6, 4, 1, 1, 1, {2, 2}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* stride 2 */
+      {1, 2, 15, 14, 3, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 on 15x14: all three plain */
   };
   for (size_t gi = 0; gi < sizeof geoms / sizeof *geoms; gi++) {
     cgeom q = geoms[gi];
@@ -634,10 +636,13 @@ static void test_conv(void) {
       CHECK(max_err(&e, dx, dxr, xn) < tol * scale, "conv bwd data geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dx, dxr, xn));
       CHECK(max_err(&e, dw, dwr, wn) < tol * scale * 4, "conv bwd filter geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dw, dwr, wn));
       CHECK(dt == TS_F64 || (e.st[y] && e.st[dx] && e.st[dw]), "conv geom %zu %s: oneDNN not used", gi, ts_dtype_name(dt));
-      bool plain = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
+      bool plain_dw = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
+      bool plain = plain_dw && q.OH * q.OW > 14 * 14; /* conv.c's plain_fits */
       CHECK(tk_conv_state_is_plain(e.st[y]) == plain && tk_conv_state_is_plain(e.st[dx]) == plain &&
-                tk_conv_state_is_plain(e.st[dw]) == plain,
-            "conv geom %zu %s: plain NCHW path %s", gi, ts_dtype_name(dt), plain ? "not taken" : "taken");
+                tk_conv_state_is_plain(e.st[dw]) == plain_dw,
+            "conv geom %zu %s: plain NCHW path y/dx/dw %d/%d/%d, expected %d/%d/%d", gi, ts_dtype_name(dt),
+            tk_conv_state_is_plain(e.st[y]), tk_conv_state_is_plain(e.st[dx]), tk_conv_state_is_plain(e.st[dw]),
+            plain, plain, plain_dw);
       /* adjoint identity with the kernels' own results: <conv(x,w), dy> = <x, bwd_data(dy, w)> */
       double l = 0, r = 0, r2 = 0;
       for (int64_t i = 0; i < yn; i++) l += get(&e, y, i) * dyd[i];
@@ -650,17 +655,18 @@ static void test_conv(void) {
   }
 }
 
-/* The 1x1 convolutions of a ResNet at a small size: the plain NCHW path
+/* The 1x1 convolutions of a ResNet on planes above 14x14: the plain NCHW path
  * (oneDNN's gemm convolution, no reorders) against the blocked path the other
  * convolutions take, the same three ops on the same data. Both accumulate in
- * f32, in different orders: f32 agrees to 1e-5 relative (sums of 64 terms),
+ * f32, in different orders: f32 agrees to 1e-5 relative (sums of 48 to 225 terms),
  * bf16 results to one bf16 rounding (2^-8) plus the f32 difference. */
 static void test_conv_plain_vs_blocked(void) {
   for (int si = 0; si < 2; si++)
     for (int di = 0; di < 2; di++) {
       ts_dtype dt = di ? TS_BF16 : TS_F32;
-      int64_t st = si + 1, H = 8, OH = (H - 1) / st + 1;
-      int64_t xs[4] = {4, 64, H, H}, ws[4] = {48, 64, 1, 1}, ys[4] = {4, 48, OH, OH};
+      /* one image, a 15x15 output plane: above plain_fits' 14x14, filter-gradient sums of 225 terms */
+      int64_t st = si + 1, H = st == 1 ? 15 : 29, OH = (H - 1) / st + 1;
+      int64_t xs[4] = {1, 64, H, H}, ws[4] = {48, 64, 1, 1}, ys[4] = {1, 48, OH, OH};
       ts_attr at = {.conv = {{(int)st, (int)st}, {0, 0}, {0, 0}, {1, 1}, 1}};
       ex_t e;
       ex_init(&e);
@@ -691,6 +697,31 @@ static void test_conv_plain_vs_blocked(void) {
       }
       ex_free(&e);
     }
+}
+
+/* The blocked weights of a convolution live in the thread's conv scratch,
+ * reordered on every call: after another conv (a backward-data with other
+ * weights) has used that scratch and the weights have changed, a conv's next
+ * call equals, bit for bit, a fresh conv of the new weights. */
+static void test_conv_weights_scratch(void) {
+  int64_t xs[4] = {2, 8, 9, 9}, ws[4] = {16, 8, 3, 3}, ys[4] = {2, 16, 9, 9};
+  ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  ex_t e;
+  ex_init(&e);
+  ts_tensor x = rinput(&e, TS_F32, 4, xs), w1 = rinput(&e, TS_F32, 4, ws), w2 = rinput(&e, TS_F32, 4, ws);
+  ts_tensor dy = rinput(&e, TS_F32, 4, ys);
+  int32_t a[2] = {x, w1}, b[2] = {dy, w2}, c[2] = {x, w2};
+  ts_tensor y1 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, a, &at), dx = node(&e, TS_OP_CONV_BWD_DATA, TS_F32, 4, xs, 2, b, &at);
+  ts_tensor y2 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, c, &at);
+  CHECK_OK(run(&e, y2));
+  CHECK(e.st[y1] && !tk_conv_state_is_plain(e.st[y1]) && e.st[dx], "conv weights scratch: blocked path not taken");
+  memcpy(e.buf[w1], e.buf[w2], (size_t)numel_of(e.g, w1) * sizeof(float));
+  const void *in[2] = {e.buf[x], e.buf[w1]};
+  ts_kctx ctx = {.num_threads = 2};
+  CHECK_OK(kernel_run(e.g, y1, in, e.buf[y1], &e.st[y1], &ctx));
+  CHECK(!memcmp(e.buf[y1], e.buf[y2], (size_t)numel_of(e.g, y1) * sizeof(float)),
+        "conv weights scratch: a conv's next call does not see its new weights");
+  ex_free(&e);
 }
 
 /* ================= pooling ================= */
@@ -887,6 +918,7 @@ int main(void) {
   test_dot();
   test_conv();
   test_conv_plain_vs_blocked();
+  test_conv_weights_scratch();
   test_pool();
   test_index();
   test_rng();

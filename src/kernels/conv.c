@@ -4,7 +4,8 @@
  *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
- * 1x1 convolutions without padding, which run on NCHW itself (plain_fits).
+ * 1x1 convolutions without padding (on planes above 14x14; their filter
+ * gradients on any), which run on NCHW itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
  * weights are reordered (to the layout the primitive picks) and back. The
  * primitives, reorders and blocked buffers are created once per node and kept
@@ -117,6 +118,7 @@ typedef struct {
   dnnl_memory_t prim;    /* the primitive's layout (== user when no reorder) */
   dnnl_primitive_t reorder;
   bool is_output;
+  bool in_scratch;       /* prim lives in the thread's conv scratch (set per call) */
   int arg;
 } conv_arg;
 
@@ -124,16 +126,19 @@ typedef struct {
   ts_kstate base;
   dnnl_primitive_t prim;
   dnnl_memory_t scratch_mem; /* oneDNN's scratchpad, in the thread's conv scratch */
-  size_t out_bytes, pad_bytes; /* blocked output and scratchpad, in the thread's conv scratch */
+  size_t out_bytes, pad_bytes, wei_bytes; /* blocked output, scratchpad, blocked weights: thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
   bool plain;       /* NCHW / OIHW throughout (plain_fits below): no reorders */
 } conv_state;
 
-/* The blocked output and the scratchpad live only inside one conv call, so
- * every conv of a thread shares one growing buffer for them (a ResNet-50
- * step has ~160 conv nodes: a blocked output and a scratchpad of its own per
- * node held ~2 activations per node for nothing). Blocked inputs stay per
- * node: later convs of the run may read them (shared reorders below). */
+/* The blocked output, the scratchpad and the blocked weights (forward and
+ * backward-data pick different weight layouts, so no later conv reads them)
+ * live only inside one conv call, so every conv of a thread shares one
+ * growing buffer for them (a ResNet-50 step has ~160 conv nodes: a blocked
+ * output and a scratchpad of its own per node held ~2 activations per node
+ * for nothing; the weights' copies ~2 copies of the model). Blocked
+ * activation inputs stay per node: later convs of the run may read them
+ * (shared reorders below). */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static int g_scratch_ok = -1;
@@ -215,10 +220,12 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     a->prim = a->user;
     return 0;
   }
-  /* an output's blocked copy lives in the thread's scratch (set per call) */
-  if (dnnl_memory_create(&a->prim, pmd, eng, is_output ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
+  /* an output's or the weights' blocked copy lives in the thread's scratch (set per call) */
+  a->in_scratch = is_output || arg == DNNL_ARG_WEIGHTS;
+  if (dnnl_memory_create(&a->prim, pmd, eng, a->in_scratch ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE) != dnnl_success)
     return -1;
   if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
+  else if (a->in_scratch) s->wei_bytes = dnnl_memory_desc_get_size(pmd);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
   if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
@@ -233,14 +240,24 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
  * buffers with no reorder at all, where the blocked kernels need the input
  * reordered in and the result reordered out — as many bytes moved as the
  * matrix product reads (two of the three convolutions of a ResNet-50
- * bottleneck, and every projection shortcut, are 1x1). */
+ * bottleneck, and every projection shortcut, are 1x1). Except on small
+ * output planes (<= 14x14: ResNet-50's last two stages and the stride-2
+ * projections into them): there the gemm convolution's forward and
+ * backward-data run up to 3x slower than the blocked kernels, more than the
+ * reorders cost, while its filter gradient stays ahead on every ResNet shape.
+ * Measured on ResNet-50 b8's 1x1 convolutions (oneDNN 2.6, one thread, CPU
+ * time, reorders included): the small planes' forward and backward-data on
+ * the blocked path take 30 (bf16) / 40 (f32) ms per step less. */
 static bool g_plain_1x1 = true;
 
 void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
 
-static bool plain_fits(const geom_t *q) {
+#define PLAIN_MIN_PLANE (14 * 14)
+
+static bool plain_fits(const geom_t *q, ts_op op) {
   return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && !q->nhwc && q->KH == 1 && q->KW == 1 && q->G == 1 &&
-         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1];
+         q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1] &&
+         (op == TS_OP_CONV_BWD_FILTER || q->OH * q->OW > PLAIN_MIN_PLANE);
 }
 
 /* oneDNN's reference implementations are loops: the blocked path is better. */
@@ -376,16 +393,22 @@ static void rc_put(const ts_graph *g, int32_t src, const void *user, dnnl_memory
   *e = (rc_entry){g, src, user, prim, rc_epoch, __atomic_load_n(&g_free_gen, __ATOMIC_ACQUIRE)};
 }
 
+static size_t scratch_bytes(const conv_state *s) {
+  return up64(s->out_bytes) + up64(s->pad_bytes) + up64(s->wei_bytes);
+}
+
 static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
   rc_begin(g, (int32_t)(n - g->nodes));
-  if (s->out_bytes || s->pad_bytes) {
-    char *buf = thread_scratch(up64(s->out_bytes) + up64(s->pad_bytes));
+  size_t pad_at = up64(s->out_bytes), wei_at = pad_at + up64(s->pad_bytes);
+  if (s->out_bytes || s->pad_bytes || s->wei_bytes) {
+    char *buf = thread_scratch(scratch_bytes(s));
     if (!buf) return -2;
     if (s->out_bytes) dnnl_memory_set_data_handle(s->args[2].prim, buf);
-    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + up64(s->out_bytes));
+    if (s->pad_bytes) dnnl_memory_set_data_handle(s->scratch_mem, buf + pad_at);
+    if (s->wei_bytes) dnnl_memory_set_data_handle(s->args[1].prim, buf + wei_at);
   }
   dnnl_exec_arg_t args[4];
   int na = 0;
@@ -393,7 +416,9 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
     conv_arg *a = &s->args[i];
     dnnl_memory_t use = a->prim;
     dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
-    if (!a->is_output && a->reorder) {
+    if (!a->is_output && a->reorder && a->in_scratch) {
+      if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+    } else if (!a->is_output && a->reorder) {
       rc_entry *e = rc_find(g, n->in[i], in[i], a->prim);
       if (e) {
         use = e->prim;
@@ -415,7 +440,7 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
  * takes neither (the loops run), with *oom set when memory ran out. */
 static conv_state *conv_state_new(const ts_node *n, ts_dtype in_dt, const geom_t *q, bool *oom) {
   dnnl_data_type_t t = in_dt == TS_F32 ? dnnl_f32 : dnnl_bf16, tw = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
-  for (int plain = plain_fits(q); plain >= 0; plain--) {
+  for (int plain = plain_fits(q, n->op); plain >= 0; plain--) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) {
       *oom = true;
@@ -452,7 +477,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       int rc = conv_run(s, g, n, in, out);
       if (rc == -2)
         return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of conv scratch",
-                              ir_op_name(n->op), up64(s->out_bytes) + up64(s->pad_bytes));
+                              ir_op_name(n->op), scratch_bytes(s));
       if (rc)
         return set_error_code(TS_ERR_INTERNAL, "%s: oneDNN execution failed (N=%lld C=%lld H=%lld W=%lld O=%lld)",
                                  ir_op_name(n->op), (long long)q.N, (long long)q.C, (long long)q.H, (long long)q.W,
