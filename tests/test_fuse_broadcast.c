@@ -6,7 +6,11 @@
  * single mul reading one (a group of one op). Results equal the unfused
  * arithmetic exactly (f32 and f64), at sizes that are not multiples of the
  * kernel's 512-element tile, and none of these broadcasts is materialized;
- * a broadcast that is not a contiguous block ((A, 1, D) -> (A, B, D)) still is. */
+ * a broadcast that is not a contiguous block ((A, 1, D) -> (A, B, D)) still is.
+ * run_rows_bf16: per-row terms over rows of whole tiles (the kernel reuses a
+ * broadcast tile within a row) into a bf16 result (rounded once, straight into
+ * the output), bit-exact. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,9 +108,59 @@ out:
   ts_client_free(c);
 }
 
+/* Round to nearest even, as bf16 bits (the inputs here are finite). */
+static uint16_t bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* A per-row term over rows of R >= 2 tiles (per-channel batch-norm terms over
+ * an image: each tile reads one element, tiles in a row reuse the scratch
+ * tile) into a bf16 result (the program's last instruction converts, written
+ * rounded once into the output): (x - w[a]) * 0.37 -> bf16, bit-exact. */
+static void run_rows_bf16(void) {
+  enum { AR = 5, R = 1536 }; /* 3 tiles a row: uniform tiles of one row, then of the next */
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2});
+  ts_graph *g = ts_graph_new();
+  int64_t s2[2] = {AR, R}, a1 = AR;
+  int first[1] = {0};
+  ts_tensor x = ts_input(g, "x", TS_F32, 2, s2), w = ts_input(g, "w", TS_F32, 1, &a1);
+  ts_tensor d = ts_sub(g, x, ts_broadcast_in_dim(g, w, 2, s2, first));
+  CHECK(ts_graph_add_output(g, ts_convert(g, ts_mul(g, d, ts_scalar(g, TS_F32, 0.37)), TS_BF16)) == 0, "output: %s",
+        ts_last_error());
+  ts_executable *e = ts_compile(c, g, NULL);
+  CHECK(e != NULL, "compile: %s", ts_last_error());
+  if (!e) goto out;
+  static float hx[AR * R];
+  float hw[AR];
+  uint64_t r = 0x77;
+  for (int i = 0; i < AR * R; i++) hx[i] = (float)RND();
+  for (int i = 0; i < AR; i++) hw[i] = (float)RND();
+  ts_buffer *in[2] = {ts_buffer_from_host(c, TS_F32, 2, s2, hx), ts_buffer_from_host(c, TS_F32, 1, &a1, hw)}, *ob[1] = {0};
+  CHECK(ts_execute(e, in, ob) == 0, "execute: %s", ts_last_error());
+  static uint16_t res[AR * R];
+  int64_t bad = 0;
+  if (ob[0]) {
+    ts_buffer_read(ob[0], res, sizeof res);
+    for (int i = 0; i < AR * R; i++) {
+      volatile float t = hx[i] - hw[i / R];
+      bad += res[i] != bf16_rne(t * 0.37f);
+    }
+    ts_buffer_free(ob[0]);
+  }
+  CHECK(bad == 0, "rows -> bf16: %lld of %d elements differ from the unfused arithmetic", (long long)bad, AR * R);
+  for (int k = 0; k < 2; k++) ts_buffer_free(in[k]);
+  ts_executable_free(e);
+out:
+  ts_graph_free(g);
+  ts_client_free(c);
+}
+
 int main(void) {
   ts_test_init("test_fuse_broadcast", 0);
   run(TS_F32);
   run(TS_F64);
+  run_rows_bf16();
   return ts_test_finish();
 }

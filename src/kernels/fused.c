@@ -354,6 +354,14 @@ static void broadcast_tile(ts_dtype dt, const void *src, int64_t m, int64_t inne
   }
 }
 
+/* Whether a BROADCAST tile (elements off .. off + n) reads one source element
+ * only (inner > 1 and the tile inside one run of `inner`); *s is its index. */
+static bool broadcast_uniform(int64_t m, int64_t inner, int64_t off, int n, int64_t *s) {
+  if (inner <= 1 || inner - off % inner < n) return false;
+  *s = off / inner % m;
+  return true;
+}
+
 static ts_dtype operand_dt(const prog_t *P, int32_t v) {
   return v >= 0 ? P->p->ins[v].dtype : P->ext_dt[-v - 1];
 }
@@ -371,6 +379,21 @@ static void prefill(const prog_t *P, char *scratch) {
       replicate(P->ext_dt[k], P->in[k], ext_buf + (size_t)k * TILE * 8);
 }
 
+/* A BROADCAST instruction's tile into d, unless d still holds it: a tile that
+ * reads one source element (per-channel batch-norm terms over an image of
+ * >= TILE pixels) is the same as the previous tile's when that read the same
+ * element and filled at least n elements (*held: its index, or -1). */
+static void broadcast_into(const prog_t *P, const ts_fused_instr *I, int64_t off, int n, void *d, int64_t *held,
+                           int *held_n) {
+  int k = -I->a - 1;
+  int64_t inner = (int64_t)I->value, s;
+  bool uni = broadcast_uniform(P->ext_numel[k], inner, off, n, &s);
+  if (uni && *held == s && *held_n >= n) return;
+  broadcast_tile(P->ext_dt[k], P->in[k], P->ext_numel[k], inner, off, n, cls(I->dtype), d);
+  *held = uni ? s : -1;
+  *held_n = n;
+}
+
 /* Elements [lo, hi) into out (element lo at out's start), tile by tile, with
  * a prefilled scratch. */
 static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, void *out) {
@@ -379,10 +402,14 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
   char *ext_buf = scratch + (size_t)ni * TILE * 8;
   const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
   bool direct = P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64;
+  int64_t held[ni]; /* per BROADCAST instruction: the source element its scratch tile holds, or -1 */
+  int held_n[ni];
+  for (int i = 0; i < ni; i++) held[i] = -1, held_n[i] = 0;
   for (int64_t off = lo; off < hi; off += TILE) {
     int n = (int)(hi - off < TILE ? hi - off : TILE);
     for (int k = 0; k < P->n_ext; k++) ext[k] = NULL;
     const void *val[ni];
+    bool stored = false; /* the last instruction wrote the output tile itself */
     for (int i = 0; i < ni; i++) {
       const ts_fused_instr *I = &p->ins[i];
       void *d = scratch + (size_t)i * TILE * 8;
@@ -392,8 +419,7 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
       const void *opnd[3] = {NULL, NULL, NULL};
       int32_t ids[3] = {I->a, I->b, I->c};
       if (I->op == TS_OP_BROADCAST) {
-        int k = -I->a - 1;
-        broadcast_tile(P->ext_dt[k], P->in[k], P->ext_numel[k], (int64_t)I->value, off, n, c, d);
+        broadcast_into(P, I, off, n, d, &held[i], &held_n[i]);
         val[i] = d;
         continue;
       }
@@ -428,6 +454,13 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
           val[i] = opnd[0]; /* bf16/f16/f32 -> f32: its operand tile already holds the values */
           continue;
         }
+        if (i == ni - 1 && P->out_dt == TS_BF16 && I->dtype == TS_BF16 && cls(operand_dt(P, I->a)) == C_F32) {
+          /* the result: rounded once, straight into the output (the bits the
+           * round-then-store of store_tile writes: bf16 values round to themselves) */
+          store_tile(TS_BF16, opnd[0], n, out, off - lo);
+          stored = true;
+          continue;
+        }
         convert_tile(cls(operand_dt(P, I->a)), opnd[0], I->dtype, d, n);
       } else if (I->op == TS_OP_COMPARE) {
         int ca = cls(operand_dt(P, I->a));
@@ -451,7 +484,7 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
         for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_wrap_int(I->dtype, ((int64_t *)d)[j]);
       val[i] = d;
     }
-    if (!direct) store_tile(P->out_dt, val[ni - 1], n, out, off - lo);
+    if (!direct && !stored) store_tile(P->out_dt, val[ni - 1], n, out, off - lo);
   }
 }
 

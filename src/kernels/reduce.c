@@ -118,6 +118,15 @@ MINMAX_FAST(double, f64, 8, int64_t)
  * reduction's source S (f32 only) into the thread's state st. */
 #define GET(T, off, n) (S ? (const T *)(const void *)S->range(st, (off), (n)) : x + (off))
 
+/* Elements a fused source computes per call when its runs are shorter: runs
+ * that follow each other in memory are asked for together and folded one by
+ * one (a call costs a pass of the program's setup; batch norm's statistics
+ * over 8x8 images are runs of 64). Runs per call for runs of `inner`. */
+#define SRC_BLOCK 4096
+static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
+  return S && inner > 0 && inner < SRC_BLOCK ? SRC_BLOCK / inner : 1;
+}
+
 /* Float kernels on storage type T with double accumulators. Each returns -1
  * when a thread's source state could not be made (out of memory). */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
@@ -163,11 +172,22 @@ MINMAX_FAST(double, f64, 8, int64_t)
     if (nt > 1 && G->ng >= 2 && G->ng <= 3 && G->red[0] && !G->red[1] &&                     \
         (G->ng == 2 || G->red[2])) {                                                         \
       int64_t R = G->size[0], K = G->size[1], in3 = G->ng == 3 ? inner : 1;                    \
+      int64_t nb = G->ng == 3 ? runs_per_call(S, in3) : 1;                                    \
       _Pragma("omp parallel num_threads(nt) reduction(| : err)")                             \
       {                                                                                      \
-        void *st = S ? S->begin(S->user, inner) : NULL;                                      \
+        void *st = S ? S->begin(S->user, nb * inner) : NULL;                                 \
         err = S && !st;                                                                      \
-        if (G->ng == 3) {                                                                    \
+        if (G->ng == 3 && nb > 1) { /* short runs: a thread's channels, nb of a row a call */ \
+          int nth = omp_get_num_threads(), me = omp_get_thread_num();                        \
+          int64_t per = (K + nth - 1) / nth, k0 = me * per, k1 = k0 + per < K ? k0 + per : K; \
+          for (int64_t o = k0; o < k1; o++) acc[o] = init;                                   \
+          for (int64_t r = 0; r < R && st; r++)                                              \
+            for (int64_t o = k0; o < k1; o += nb) {                                          \
+              int64_t cnt = k1 - o < nb ? k1 - o : nb;                                       \
+              const T *blk = GET(T, (r * K + o) * in3, cnt * in3);                           \
+              for (int64_t j = 0; j < cnt; j++) acc[o + j] = run_##SUF(blk + j * in3, in3, k, acc[o + j]); \
+            }                                                                                \
+        } else if (G->ng == 3) {                                                             \
           _Pragma("omp for schedule(static)")                                                \
           for (int64_t o = 0; o < K; o++) {                                                  \
             double a = init;                                                                 \
@@ -186,7 +206,8 @@ MINMAX_FAST(double, f64, 8, int64_t)
       }                                                                                      \
       return err ? -1 : 0;                                                                   \
     }                                                                                        \
-    void *st = S ? S->begin(S->user, inner) : NULL;                                          \
+    int64_t nb = runs_per_call(S, inner);                                                    \
+    void *st = S ? S->begin(S->user, nb * inner) : NULL;                                     \
     if (S && !st) return -1;                                                                 \
     for (int64_t o = 0; o < out_n; o++) acc[o] = init;                                       \
     int64_t outer = 1;                                                                       \
@@ -195,10 +216,12 @@ MINMAX_FAST(double, f64, 8, int64_t)
     for (int gi = G->ng - 1; gi >= 0; gi--)                                                  \
       if (!G->red[gi]) ost[gi] = s, s *= G->size[gi];                                        \
       else ost[gi] = 0;                                                                      \
+    const T *blk = NULL; /* runs [r0, r0 + nb) of the source, in order */                    \
     for (int64_t r = 0; r < outer; r++) {                                                    \
       int64_t o = 0;                                                                         \
       for (int gi = 0; gi < last; gi++) o += idx[gi] * ost[gi];                              \
-      const T *run = GET(T, r * inner, inner);                                               \
+      if (r % nb == 0) blk = GET(T, r * inner, (outer - r < nb ? outer - r : nb) * inner);   \
+      const T *run = blk + r % nb * inner;                                                   \
       if (G->red[last]) acc[o] = run_##SUF(run, inner, k, acc[o]);                           \
       else row_##SUF(run, inner, k, acc + o);                                                \
       for (int gi = last - 1; gi >= 0; gi--) {                                               \
