@@ -18,7 +18,9 @@
  *   for bit, and the buffers the values after;
  * - loads read a device's whole block with O_DIRECT into the memory handed
  *   to the device, or buffered (ckpt_load_direct 0), or assemble a range from
- *   several blocks: the same values;
+ *   several blocks: the same values; a loading thread's scratch (the
+ *   O_DIRECT memory of ts_ckpt_load_params's workers) is allocated by its
+ *   largest block and reused for the blocks after it;
  * - a write that fails mid-pipeline (the file size limit, as a full disk:
  *   EFBIG in a write thread while the copy goes on) fails the save with the
  *   error, leaves the previous checkpoint and `latest`, removes the partial
@@ -198,6 +200,40 @@ static long cached_pages(const char *dir, const char *name, long *pages) {
   return res;
 }
 
+/* Loads root on 2 devices (each device's range one block: O_DIRECT) through
+ * one scratch, as a ts_ckpt_load_params worker: the same values, and the
+ * scratch mapped once, by the first (largest) block, then reused (where the
+ * filesystem refuses O_DIRECT nothing uses it). */
+static void check_scratch_load(const char *root, void **want, bool direct) {
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
+  ts_mesh *m = ts_mesh_from_text("data=2");
+  ts_ckpt *ck = ts_ckpt_open(root);
+  CHECK(ck != NULL, "open: %s", ts_last_error());
+  ckpt_scratch sc = {0};
+  void *first = NULL;
+  for (int i = 0; ck && i < NT; i++) {
+    ts_sharding *s = sharding(m, i);
+    void *zero = calloc(1, nbytes(i) + 1), *got = malloc(nbytes(i) + 1);
+    ts_buffer *b = ts_buffer_from_host_sharded(c, T[i].dt, T[i].rank, T[i].shape, zero, s);
+    CHECK(b && ckpt_read_buffer(ck, c, T[i].name, b, &sc) == 0 && ts_buffer_read(b, got, nbytes(i)) == 0 &&
+              memcmp(got, want[i], nbytes(i)) == 0,
+          "load through a scratch: tensor %s differs: %s", T[i].name, ts_last_error());
+    if (i == 0) first = sc.mem;
+    CHECK(sc.mem == first, "tensor %s: the scratch was mapped again (%p, first %p)", T[i].name, sc.mem, first);
+    ts_buffer_free(b);
+    ts_sharding_free(s);
+    free(zero);
+    free(got);
+  }
+  CHECK(direct ? first != NULL && sc.cap >= nbytes(0) / 2 : first == NULL,
+        "scratch after the loads: %p, %zu bytes (O_DIRECT %d)", sc.mem, sc.cap, direct);
+  ckpt_scratch_free(&sc);
+  CHECK(sc.mem == NULL && sc.cap == 0, "ckpt_scratch_free left %p", sc.mem);
+  ts_ckpt_close(ck);
+  ts_mesh_free(m);
+  ts_client_free(c);
+}
+
 /* Whether dir's filesystem takes O_DIRECT (tmpfs does not). */
 static bool direct_ok(const char *dir) {
   char path[700];
@@ -253,6 +289,7 @@ static void test_boundaries(void) {
         check_device_load(root, 2, direct, want);
         check_device_load(root, 1, direct, want);
       }
+    if (k == 0) check_scratch_load(root, want, direct_ok(tmp_root));
     if (k == 0) {
       snprintf(first, sizeof first, "%s", dir);
       continue;

@@ -93,6 +93,18 @@ extern int ckpt_write_version;
  * small tensors. Nothing in the library or the CLI changes it. */
 extern uint64_t ckpt_save_chunk;
 
+/* Page-aligned memory one loading thread reuses for its O_DIRECT reads
+ * (load.c): grown to the largest block it read, its pages faulted in once
+ * instead of once per tensor. {0} is empty; ckpt_scratch_free releases it. */
+typedef struct {
+  void *mem;
+  size_t cap;
+} ckpt_scratch;
+void ckpt_scratch_free(ckpt_scratch *s);
+/* ts_ckpt_read with the calling thread's scratch (tools.c's workers keep one
+ * each across tensors; NULL: a fresh allocation per block, as before). */
+int ckpt_read_buffer(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst, ckpt_scratch *scratch);
+
 /* Loads read a block that is a device's whole range with O_DIRECT (into
  * the memory handed to the device; no page cache) when 1 (the default);
  * tests set 0 to cover the buffered reads. Nothing in the library or the

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,11 +182,36 @@ static void *load_block(ts_ckpt *ck, const ck_tensor *t, int k) {
   return buf;
 }
 
+void ckpt_scratch_free(ckpt_scratch *s) {
+  if (s && s->mem) munmap(s->mem, s->cap);
+  if (s) s->mem = NULL, s->cap = 0;
+}
+
+/* s's memory, at least n bytes (page-aligned): grown by a fresh mapping
+ * (2 MiB multiples, transparent huge pages where the kernel allows them:
+ * fewer faults on the first use). NULL: out of memory (error set). */
+static void *scratch_get(ckpt_scratch *s, size_t n, const char *tensor) {
+  if (n <= s->cap) return s->mem;
+  ckpt_scratch_free(s);
+  size_t cap = (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    set_error("checkpoint: out of memory reading tensor %s (%zu bytes)", tensor, cap);
+    return NULL;
+  }
+  (void)madvise(p, cap, MADV_HUGEPAGE); /* best effort */
+  s->mem = p, s->cap = cap;
+  return p;
+}
+
 /* Block k of tensor t, whole and checked, read with O_DIRECT: the pages
- * covering it into *mem (page-aligned, malloc'd; free() it), the block at
- * *data inside. The disk writes the memory itself (no page cache, no copy
- * out of it). 1: no O_DIRECT for this file (read it buffered); -1: error. */
-static int load_block_direct(ts_ckpt *ck, const ck_tensor *t, int k, void **mem, const char **data) {
+ * covering it into page-aligned memory, the block at *data inside: the
+ * scratch's memory where scratch is not NULL (*mem NULL: nothing to free),
+ * else *mem (posix_memalign'd; free() it). The disk writes the memory
+ * itself (no page cache, no copy out of it). 1: no O_DIRECT for this file
+ * (read it buffered); -1: error. */
+static int load_block_direct(ts_ckpt *ck, const ck_tensor *t, int k, ckpt_scratch *scratch, void **mem,
+                             const char **data) {
   const ck_block *b = &t->b[k];
   if (load_file(ck, b->file) < 0) return -1;
   ck_file *f = &ck->f[b->file];
@@ -194,32 +220,33 @@ static int load_block_direct(ts_ckpt *ck, const ck_tensor *t, int k, void **mem,
   size_t n = (size_t)((need + LOAD_ALIGN - 1) / LOAD_ALIGN * LOAD_ALIGN), got = 0;
   char path[PATH_LEN];
   file_path(ck, b->file, path, sizeof path);
-  void *p = NULL;
-  if (posix_memalign(&p, LOAD_ALIGN, n ? n : LOAD_ALIGN) != 0) return set_error("checkpoint: out of memory reading tensor %s", t->name);
-  while (got < need) { /* the last page of the file may be short */
+  void *p = NULL, *own = NULL; /* own: p when it is ours to free */
+  if (scratch) {
+    if (!(p = scratch_get(scratch, n ? n : LOAD_ALIGN, t->name))) return -1;
+  } else if (posix_memalign(&p, LOAD_ALIGN, n ? n : LOAD_ALIGN) != 0) {
+    return set_error("checkpoint: out of memory reading tensor %s", t->name);
+  } else {
+    own = p;
+  }
+  int rc = 0;
+  while (got < need && rc == 0) { /* the last page of the file may be short */
     ssize_t r = pread(f->dfd, (char *)p + got, n - got, (off_t)(a0 + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == EINVAL && got == 0) { /* refused after all: buffered from now on */
-      free(p);
-      return 1;
-    }
-    if (r < 0) {
-      free(p);
-      return set_error("%s: read at byte %llu failed: %s", path, (unsigned long long)(a0 + got), strerror(errno));
-    }
-    if (r == 0 || (got + (size_t)r < need && (size_t)r % LOAD_ALIGN != 0)) break;
-    got += (size_t)r;
+    if (r < 0 && errno == EINVAL && got == 0) rc = 1; /* refused after all: buffered from now on */
+    else if (r < 0)
+      rc = set_error("%s: read at byte %llu failed: %s", path, (unsigned long long)(a0 + got), strerror(errno));
+    else if (r == 0 || (got + (size_t)r < need && (size_t)r % LOAD_ALIGN != 0)) break;
+    else got += (size_t)r;
   }
-  if (got < need) {
-    free(p);
-    return set_error("%s: unexpected end of file at byte %llu (truncated?)", path, (unsigned long long)(a0 + got));
-  }
+  if (rc == 0 && got < need)
+    rc = set_error("%s: unexpected end of file at byte %llu (truncated?)", path, (unsigned long long)(a0 + got));
   const char *d = (const char *)p + (b->begin - a0);
-  if (check_block(ck, t, b, d, path) < 0) {
-    free(p);
-    return -1;
+  if (rc == 0) rc = check_block(ck, t, b, d, path);
+  if (rc != 0) {
+    free(own);
+    return rc;
   }
-  *mem = p, *data = d;
+  *mem = own, *data = d;
   return 0;
 }
 
@@ -322,6 +349,13 @@ void ckpt_plain_view(ts_ckpt *ck, int k, const ts_buffer *dst) {
 }
 
 int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
+  ckpt_scratch s = {0};
+  int rc = ckpt_read_buffer(ck, c, name, dst, &s);
+  ckpt_scratch_free(&s);
+  return rc;
+}
+
+int ckpt_read_buffer(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst, ckpt_scratch *scratch) {
   if (!ck || !c || !dst) return set_error("ts_ckpt_read: NULL checkpoint, client or buffer");
   int k = name ? ts_ckpt_find(ck, name) : -1;
   if (k >= 0) ckpt_plain_view(ck, k, dst);
@@ -362,12 +396,13 @@ int ts_ckpt_read(ts_ckpt *ck, ts_client *c, const char *name, ts_buffer *dst) {
     }
     if (!src && whole >= 0) { /* read straight into the memory handed to the device */
       const char *in = NULL;
-      int dr = load_block_direct(ck, t, whole, &host[d], &in);
+      int dr = load_block_direct(ck, t, whole, scratch, &host[d], &in);
       if (dr < 0) {
         rc = -1;
         break;
       }
       if (dr == 0) src = in;
+      if (dr == 0 && !host[d]) scratch = NULL; /* in the scratch: kept for this call (replicas read it) */
     }
     if (!src) {
       if (!(host[d] = malloc(bytes ? bytes : 1))) {

@@ -80,6 +80,7 @@ typedef struct {
 
 static void *load_worker(void *arg) {
   load_pool *lp = arg;
+  ckpt_scratch scratch = {0}; /* this thread's O_DIRECT memory, reused tensor after tensor */
   for (;;) {
     pthread_mutex_lock(&lp->mu);
     int i = lp->next;
@@ -99,8 +100,8 @@ static void *load_worker(void *arg) {
     }
     bool stop = lp->rc != 0 || i >= lp->np;
     pthread_mutex_unlock(&lp->mu);
-    if (stop) return NULL;
-    int rc = ts_ckpt_read(lp->ck, lp->c, lp->name[i], lp->buf[i]);
+    if (stop) break;
+    int rc = ckpt_read_buffer(lp->ck, lp->c, lp->name[i], lp->buf[i], &scratch);
     pthread_mutex_lock(&lp->mu);
     lp->consumed += lp->need_bytes[i];
     if (rc != 0 && lp->rc == 0) {
@@ -109,6 +110,8 @@ static void *load_worker(void *arg) {
     }
     pthread_mutex_unlock(&lp->mu);
   }
+  ckpt_scratch_free(&scratch);
+  return NULL;
 }
 
 int ts_ckpt_load_params(ts_ckpt *ck, ts_client *c, ts_params *p, bool model_only) {
