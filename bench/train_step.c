@@ -26,7 +26,7 @@
  * sides of a comparison warm up equally; the run scripts pass --warmup to
  * both). Prints one line per model:
  *   RESULT tessel <model> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=.. samples_per_s=..
- *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C ar_ms=A backoffs=K
+ *          final_loss=L check_loss=L2 grad_bytes=G net_bytes=S cpu_ms=C ar_ms=A backoffs=K copied_bytes=Y
  * (samples/s from the median; L the loss of the last step, %.9g: every
  * configuration runs the same steps on the same data; L2 the loss of the
  * second step, after one update: the scripts check every configuration's L2
@@ -40,6 +40,8 @@
  * bench/run_train_step.sh compares it with bench/torch_train_step.py.
  * K: how often rank 0's devices backed off to the worker over the timed
  * steps after waiting long for late peers (metrics CommHostBackoff, comm.c).
+ * Y: the bytes rank 0's collectives between processes still packed or
+ * unpacked per timed step (metrics CommHierCopyBytes, comm/hier.c).
  * A: the median time of one all-reduce of G bytes over the same devices
  * (0 on one device), measured after the steps: the collective bandwidth of
  * bench/run_dp.sh's modeled bound. DDP runs batch norm over the global
@@ -152,10 +154,12 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   double *ms = malloc((size_t)steps * sizeof *ms);
   double cpu0 = 0; /* process CPU time over the timed steps: the work, whatever else runs on the cores */
   float final_loss = 0, check_loss = 0; /* check: the loss of the second step (one update done) */
-  int64_t net0 = 0, backoff0 = 0; /* NetBytesSent, CommHostBackoff (metrics) when the timed steps start */
+  int64_t net0 = 0, backoff0 = 0, copy0 = 0; /* NetBytesSent, CommHostBackoff, CommHierCopyBytes (metrics) when
+                                              * the timed steps start */
   for (int t = 0; t < warmup + steps; t++) {
     if (t == warmup) cpu0 = cpu_s();
-    if (t == warmup) net0 = ts_counter_value("NetBytesSent"), backoff0 = ts_counter_value("CommHostBackoff");
+    if (t == warmup) net0 = ts_counter_value("NetBytesSent"), backoff0 = ts_counter_value("CommHostBackoff"),
+      copy0 = ts_counter_value("CommHierCopyBytes");
     double t0 = now_s();
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
@@ -177,6 +181,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   double cpu_ms = 1e3 * (cpu_s() - cpu0) / (steps > 0 ? steps : 1);
   double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
   long long backoffs = (long long)(ts_counter_value("CommHostBackoff") - backoff0); /* rank 0's, timed steps */
+  double copied = (double)(ts_counter_value("CommHierCopyBytes") - copy0) / steps; /* packed/unpacked, a step */
   double ar_ms = D > 1 ? all_reduce_ms(c, ts_params_trainable_numel(p)) : 0;
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
   double med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4];
@@ -186,9 +191,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
            "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f "
-           "ar_ms=%.3f backoffs=%lld\n",
+           "ar_ms=%.3f backoffs=%lld copied_bytes=%.0f\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
-           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms, ar_ms, backoffs);
+           check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms, ar_ms, backoffs,
+           copied);
     fflush(stdout);
   }
   ts_mesh_free(mesh);

@@ -196,6 +196,7 @@ static void build_cases(void) {
       for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
         add((test_case){K_ALL_REDUCE, l, dts[d], ops[o], 37 + (int64_t)d, 1, false, 0});
         add((test_case){K_REDUCE_SCATTER, l, dts[d], ops[o], 5, 3, false, 0});
+        add((test_case){K_REDUCE_SCATTER, l, dts[d], ops[o], 5 + (int64_t)o, 1, false, 0}); /* sent in place */
       }
     add((test_case){K_ALL_REDUCE, l, TS_BOOL, TS_REDUCE_MAX, 19, 1, false, 0});
     add((test_case){K_ALL_REDUCE, l, TS_BOOL, TS_REDUCE_MIN, 19, 1, true, 0});

@@ -9,7 +9,9 @@
  *    grow with P) and receives as much, in 2(P-1) messages (a direct
  *    reduce-scatter then all-gather: one step each, so small messages pay one
  *    latency, not P-1);
- *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4;
+ *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4,
+ *    sent from the input and received into the output, no copy between
+ *    (counter CommHierCopyBytes); with outer 2 the leader packs / unpacks;
  *  - every result is checked against the known sum.
  * With two devices per process it prints what the hierarchical all-reduce
  * sends (each local device's raw contribution crosses, so that the sums are
@@ -46,6 +48,7 @@ static void *all_reduce_main(void *arg) {
 static int64_t sent(void) { return ts_counter_value("NetBytesSent"); }
 static int64_t received(void) { return ts_counter_value("NetBytesReceived"); }
 static int64_t messages(void) { return ts_counter_value("NetMessages"); }
+static int64_t copied(void) { return ts_counter_value("CommHierCopyBytes"); }
 
 int main(void) {
   ts_test_init("mpi_netbytes", 20261203);
@@ -89,6 +92,7 @@ int main(void) {
   /* all-gather of N/P floats per member, reduce-scatter down to N/P */
   int64_t per = N / P;
   for (int i = 0; i < per; i++) part[i] = (float)(me * 1000 + i % 13);
+  int64_t c0 = copied();
   s0 = sent();
   CHECK_OK(comm_all_gather(c, me, group, P, part, buf, 1, (size_t)per * 4));
   s = sent() - s0;
@@ -107,6 +111,18 @@ int main(void) {
   CHECK(bad == 0, "process %d: reduce-scatter: %d wrong", me, bad);
   CHECK(s == (int64_t)(P - 1) * per * 4, "reduce-scatter: process %d sent %lld bytes, expected (P-1)/P*N = %lld",
         me, (long long)s, (long long)(P - 1) * per * 4);
+  CHECK(copied() == c0, "process %d: outer 1 all-gather and reduce-scatter copied %lld bytes (CommHierCopyBytes): "
+        "they send from the input and receive into the output", me, (long long)(copied() - c0));
+  /* outer 2: the blocks for a peer lie in 2 pieces; the leader packs them
+   * (reduce-scatter) and unpacks what it receives (all-gather) */
+  int64_t row = per / 2, c1 = copied();
+  CHECK_OK(comm_reduce_scatter(c, me, group, P, TS_F32, TS_REDUCE_SUM, buf, part, 2, row));
+  CHECK(copied() - c1 == (int64_t)(P - 1) * 2 * row * 4, "process %d: outer 2 reduce-scatter packed %lld bytes, "
+        "expected %lld", me, (long long)(copied() - c1), (long long)(P - 1) * 2 * row * 4);
+  c1 = copied();
+  CHECK_OK(comm_all_gather(c, me, group, P, part, buf, 2, (size_t)row * 4));
+  CHECK(copied() - c1 == (int64_t)(P - 1) * 2 * row * 4, "process %d: outer 2 all-gather unpacked %lld bytes, "
+        "expected %lld", me, (long long)(copied() - c1), (long long)(P - 1) * 2 * row * 4);
   comm_free(c);
 
   /* two devices per process: what the hierarchical all-reduce sends */

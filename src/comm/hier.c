@@ -36,6 +36,7 @@
 #include "comm/comm_internal.h"
 #include "comm/net.h"
 #include "comm/reduce.h"
+#include "metrics/metrics_internal.h" /* CommHierCopyBytes */
 #include "util/config.h" /* TESSEL_HIER_ALLREDUCE */
 #include "util/error.h"
 
@@ -313,7 +314,7 @@ int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, cons
   atomic_store_explicit(&d->dst, out, memory_order_relaxed);
   if (comm_sync(c, device, what, h.loc, h.nl, 1)) goto done;
   if (device == h.loc[0]) {
-    char *slots = grow(d, (size_t)(n - h.nl) * in_bytes, what);
+    char *slots = grow(d, outer == 1 ? 0 : (size_t)(n - h.nl) * in_bytes, what);
     m = malloc(((size_t)n * (size_t)h.np + 1) * sizeof *m);
     if (!slots || !m) {
       if (!m) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
@@ -324,14 +325,18 @@ int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, cons
       if (h.pidx[i] == h.me) {
         for (int j = 0; j < h.np; j++)
           if (j != h.me) m[k++] = (net_msg){h.proc[j], tag, true, (void *)src_of(c, group[i]), in_bytes};
-      } else {
-        m[k++] = (net_msg){h.proc[h.pidx[i]], tag, false, slots + (size_t)slot++ * in_bytes, in_bytes};
+      } else { /* outer 1: straight into its place in out (src, staged or in place, is not there) */
+        char *rb = outer == 1 ? (char *)out + (size_t)i * chunk_bytes : slots + (size_t)slot++ * in_bytes;
+        m[k++] = (net_msg){h.proc[h.pidx[i]], tag, false, rb, in_bytes};
       }
     }
     if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
     slot = 0;
     for (int i = 0; i < n; i++) {
-      const char *s = h.pidx[i] == h.me ? src_of(c, group[i]) : slots + (size_t)slot++ * in_bytes;
+      bool local = h.pidx[i] == h.me;
+      if (!local && outer == 1) continue; /* received in place */
+      const char *s = local ? src_of(c, group[i]) : slots + (size_t)slot++ * in_bytes;
+      if (!local) obs_count("CommHierCopyBytes", (int64_t)in_bytes);
       for (int64_t o = 0; o < outer; o++) {
         char *dst = (char *)out + ((size_t)o * (size_t)n + (size_t)i) * chunk_bytes;
         if (dst != s + (size_t)o * chunk_bytes) memcpy(dst, s + (size_t)o * chunk_bytes, chunk_bytes);
@@ -345,11 +350,29 @@ done:
   return rc;
 }
 
+/* The rank of process j's first member when the blocks of our members for
+ * j's members already lie in one piece, in order, in our member's input: a
+ * single local member, outer 1 and j's members at consecutive ranks; else -1
+ * (the leader packs them). */
+static int send_in_place(const hgroup *h, int j, int64_t outer) {
+  if (h->nl != 1 || outer != 1) return -1;
+  int t0 = -1, last = -1;
+  for (int t = 0; t < h->n; t++) {
+    if (h->pidx[t] != j) continue;
+    if (t0 < 0) t0 = t;
+    else if (t != last + 1) return -1;
+    last = t;
+  }
+  return t0;
+}
+
 /* Reduce-scatter and all-to-all move the same blocks: member i's in viewed as
- * (outer, n, row) sends block in_i[:, t, :] to member t. The leader packs,
+ * (outer, n, row) sends block in_i[:, t, :] to member t. The leader sends,
  * per other process j, the blocks of our members for j's members ([i local]
- * [t of j], each outer*row bytes), and receives j's blocks for ours ([i of j]
- * [t local]); received blocks are published through the leader's dst. */
+ * [t of j], each outer*row bytes: straight from the input where they lie in
+ * one piece (send_in_place), else packed; metrics CommHierCopyBytes), and
+ * receives j's blocks for ours ([i of j][t local]); received blocks are
+ * published through the leader's dst. */
 static int exchange_blocks(ts_comm *c, int device, const int *group, const hgroup *h, int64_t outer, size_t row,
                            const char *what) {
   comm_dev *d = &c->dev[device];
@@ -357,7 +380,7 @@ static int exchange_blocks(ts_comm *c, int device, const int *group, const hgrou
   size_t blk = (size_t)outer * row, send_total = 0, recv_total = 0;
   for (int j = 0; j < h->np; j++) {
     if (j == h->me) continue;
-    send_total += (size_t)h->nl * (size_t)h->cnt[j] * blk;
+    if (send_in_place(h, j, outer) < 0) send_total += (size_t)h->nl * (size_t)h->cnt[j] * blk;
     recv_total += (size_t)h->cnt[j] * (size_t)h->nl * blk;
   }
   char *buf = grow(d, recv_total + send_total, what);
@@ -370,8 +393,10 @@ static int exchange_blocks(ts_comm *c, int device, const int *group, const hgrou
   int tag = comm_tag(c, device, group[0]), k = 0;
   for (int j = 0; j < h->np; j++) {
     if (j == h->me) continue;
-    char *s0 = sp;
-    for (int i = 0; i < n; i++) {
+    size_t rb = (size_t)h->cnt[j] * (size_t)h->nl * blk; /* as many bytes each way */
+    int t0 = send_in_place(h, j, outer);
+    char *s0 = t0 >= 0 ? (char *)src_of(c, h->loc[0]) + (size_t)t0 * row : sp;
+    for (int i = 0; i < n && t0 < 0; i++) {
       if (h->pidx[i] != h->me) continue;
       const char *in = src_of(c, group[i]);
       for (int t = 0; t < n; t++) {
@@ -380,8 +405,8 @@ static int exchange_blocks(ts_comm *c, int device, const int *group, const hgrou
           memcpy(sp, in + ((size_t)o * (size_t)n + (size_t)t) * row, row);
       }
     }
-    size_t rb = (size_t)h->cnt[j] * (size_t)h->nl * blk;
-    m[k++] = (net_msg){h->proc[j], tag, true, s0, (size_t)(sp - s0)};
+    if (t0 < 0) obs_count("CommHierCopyBytes", (int64_t)rb);
+    m[k++] = (net_msg){h->proc[j], tag, true, s0, rb};
     m[k++] = (net_msg){h->proc[j], tag, false, rp, rb};
     rp += rb;
   }
