@@ -17,13 +17,7 @@ build="${1:?usage: ddp_shard_update.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
-if ! command -v mpirun >/dev/null; then
-  bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
-  echo "$passed passed, $failed failed"
-  exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+need_mpirun # fails the test without mpirun; OpenMPI's settings for root and ASan
 run() { # run NAME ARGS...: 2 processes, MLP, JSON log in $tmp/NAME.json
   local name="$1"
   shift

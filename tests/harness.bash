@@ -55,3 +55,18 @@ for split in ("train", "t10k"):
         open(f"{dst}/{split}-{kind}", "wb").write(data)
 PY
 }
+
+# need_mpirun: a test that runs mpirun ends failed (exit 1) where there is none,
+# never passing silently; and sets what OpenMPI wants as root (containers, CI;
+# harmless otherwise) and, in sanitizer builds, leaves OpenMPI's own
+# allocations at exit unreported (tests/CMakeLists.txt; memory errors are
+# still caught).
+need_mpirun() {
+  if ! command -v mpirun >/dev/null; then
+    bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
+    echo "$passed passed, $failed failed"
+    exit 1
+  fi
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+}

@@ -6,16 +6,7 @@
 # loss curves agree; TOL 0: exactly, every logged loss text equal). The sourcing script sets $tessel.
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 small_test_set # $fm: the training set, 1000 test images (the losses are checked, not the accuracy)
-if ! command -v mpirun >/dev/null; then
-  bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
-  echo "$passed passed, $failed failed"
-  exit 1
-fi
-# as root (containers, CI) OpenMPI wants these; harmless otherwise
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# sanitizer builds: OpenMPI's own allocations at exit are not ours to report
-# (see tests/CMakeLists.txt); memory errors are still caught
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+need_mpirun # fails the test without mpirun; OpenMPI's settings for root and ASan
 mpi() { # mpi NP ARGS...: mpirun with NP processes, one kernel thread each
   local np="$1"
   shift

@@ -97,21 +97,14 @@ static bool is_async(const ts_graph *g, int i, const int *first_use, bool severa
 static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, int ndev,
                          ts_auto_shard_info *info) {
   int n = opt->n_nodes;
-  int *base = malloc(((size_t)n + 1) * sizeof *base), *first_use = malloc(((size_t)n + 1) * sizeof *first_use);
+  int32_t *base = malloc(((size_t)n + 1) * sizeof *base), *first_use = malloc(((size_t)n + 1) * sizeof *first_use);
   bool *update = calloc((size_t)n + 1, sizeof *update);
   double *done = calloc((size_t)n + 1, sizeof *done);
   if (!base || !first_use || !update || !done) {
     free(base), free(first_use), free(update), free(done);
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "predict: out of memory");
   }
-  for (int i = 0; i < n; i++) {
-    const ts_node *nd = &opt->nodes[i];
-    base[i] = nd->op == TS_OP_RESHAPE ? base[nd->in[0]] : i;
-    first_use[i] = n;
-    if (nd->op == TS_OP_RESHAPE) continue;
-    for (int q = 0; q < nd->n_in; q++)
-      if (first_use[base[nd->in[q]]] == n) first_use[base[nd->in[q]]] = i;
-  }
+  plan_first_uses(opt, base, first_use, n);
   /* the parameter update: kernels whose result is a donated output */
   for (int o = 0; o < opt->n_outputs; o++)
     if (opt->alias && opt->alias[o] >= 0) update[base[opt->outputs[o]]] = true;

@@ -21,16 +21,14 @@ static int set_mark(bool **marks, int n, int i) {
   return 0;
 }
 
-/* base (storage root through reshapes) and first user of every node;
- * reshapes run nothing, so their users count as users of what they reshape. */
-static void uses(const ts_graph *g, int32_t *base, int32_t *first_use) {
+void plan_first_uses(const ts_graph *g, int32_t *base, int32_t *first_use, int32_t none) {
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     base[i] = n->op == TS_OP_RESHAPE ? base[n->in[0]] : i;
-    first_use[i] = INT32_MAX;
-    if (n->op == TS_OP_RESHAPE) continue;
+    first_use[i] = none;
+    if (n->op == TS_OP_RESHAPE) continue; /* runs nothing */
     for (int k = 0; k < n->n_in; k++)
-      if (first_use[base[n->in[k]]] == INT32_MAX) first_use[base[n->in[k]]] = i;
+      if (first_use[base[n->in[k]]] == none) first_use[base[n->in[k]]] = i;
   }
 }
 
@@ -91,7 +89,7 @@ int plan_mark_async(const ts_graph *g, ts_plan *p, plan_async *m) {
   int rc = base && first_use && keep ? 0 : set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
   if (rc == 0) {
     for (int i = 0; i < g->n_nodes; i++) keep[i] = -1;
-    uses(g, base, first_use);
+    plan_first_uses(g, base, first_use, INT32_MAX);
     rc = mark(g, p, base, first_use, keep, m);
   }
   if (rc == 0 && m->borrow) { /* the borrowed operands live until their collectives are awaited */

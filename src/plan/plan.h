@@ -70,6 +70,10 @@ void plan_free(ts_plan *p);
 typedef struct {
   bool *async, *defer, *borrow;
 } plan_async;
+/* base[i]: node i's storage root (through reshapes); first_use[i]: the first
+ * node that reads it (reshapes run nothing: their users count as users of
+ * what they reshape), `none` when nobody does. Arrays of g->n_nodes. */
+void plan_first_uses(const ts_graph *g, int32_t *base, int32_t *first_use, int32_t none);
 int plan_mark_async(const ts_graph *g, ts_plan *p, plan_async *marks);
 void plan_async_free(plan_async *marks);
 /* Appends the plan as text (one value a line) to a malloc'd string *buf of
