@@ -1,0 +1,180 @@
+/* test_conv_kernels.c — the convolution kernels against a naive reference
+ * loop: forward, backward-data and backward-filter over strides, padding,
+ * dilation and groups in every dtype; the plain (NCHW gemm) and blocked 1x1
+ * paths against each other; and a blocked convolution whose weights changed
+ * after another used the thread's scratch. Graphs run on kernel_ex.h's
+ * executor. */
+#include "kernel_ex.h" /* random data, the tiny executor */
+
+/* ================= convolution ================= */
+typedef struct {
+  int64_t N, C, H, W, O, KH, KW, G, s[2], pl[2], ph[2], d[2], OH, OW;
+} cgeom;
+
+static void ref_conv(const cgeom *q, const double *x, const double *w, double *y) {
+  int64_t Cg = q->C / q->G, Og = q->O / q->G;
+  for (int64_t n = 0; n < q->N; n++)
+    for (int64_t o = 0; o < q->O; o++)
+      for (int64_t oh = 0; oh < q->OH; oh++)
+        for (int64_t ow = 0; ow < q->OW; ow++) {
+          double s = 0;
+          for (int64_t c = 0; c < Cg; c++)
+            for (int64_t i = 0; i < q->KH; i++)
+              for (int64_t j = 0; j < q->KW; j++) {
+                int64_t h = oh * q->s[0] - q->pl[0] + i * q->d[0], ww = ow * q->s[1] - q->pl[1] + j * q->d[1];
+                if (h < 0 || h >= q->H || ww < 0 || ww >= q->W) continue;
+                s += x[((n * q->C + (o / Og) * Cg + c) * q->H + h) * q->W + ww] * w[((o * Cg + c) * q->KH + i) * q->KW + j];
+              }
+          y[((n * q->O + o) * q->OH + oh) * q->OW + ow] = s;
+        }
+}
+
+static void test_conv(void) {
+  cgeom geoms[] = {
+      {2, 4, 9, 8, 6, 3, 3, 2, {2, 2}, {1, 1}, {1, 0}, {2, 2}, 0, 0}, /* stride 2, pad, dilation 2, groups 2 */
+      {3, 3, 8, 8, 5, 3, 3, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* plain valid */
+      {1, 2, 7, 5, 4, 2, 3, 1, {1, 2}, {2, 0}, {1, 1}, {1, 1}, 0, 0}, /* asymmetric everything */
+      /* 1x1 on planes <= 14x14: forward and backward-data blocked, filter gradient on plain NCHW */
+      {2, 5, 4, 3, 6, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0},
+      {2, 3, 5, 6, 4, 1, 1, 1, {2, 2}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* stride 2 */
+      {1, 2, 15, 14, 3, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 on 15x14: all three plain */
+  };
+  for (size_t gi = 0; gi < sizeof geoms / sizeof *geoms; gi++) {
+    cgeom q = geoms[gi];
+    q.OH = (q.H + q.pl[0] + q.ph[0] - q.d[0] * (q.KH - 1) - 1) / q.s[0] + 1;
+    q.OW = (q.W + q.pl[1] + q.ph[1] - q.d[1] * (q.KW - 1) - 1) / q.s[1] + 1;
+    ts_conv_params cp = {{(int)q.s[0], (int)q.s[1]}, {(int)q.pl[0], (int)q.pl[1]}, {(int)q.ph[0], (int)q.ph[1]},
+                         {(int)q.d[0], (int)q.d[1]}, (int)q.G, TS_LAYOUT_NCHW};
+    int64_t xs[4] = {q.N, q.C, q.H, q.W}, ws[4] = {q.O, q.C / q.G, q.KH, q.KW}, ys[4] = {q.N, q.O, q.OH, q.OW};
+    int64_t xn = ts_shape_numel(4, xs), wn = ts_shape_numel(4, ws), yn = ts_shape_numel(4, ys);
+    for (int di = 0; di < 3; di++) {
+      ts_dtype dt = di == 0 ? TS_F64 : di == 1 ? TS_F32 : TS_BF16;
+      double tol = dt == TS_F64 ? 1e-12 : dt == TS_F32 ? 1e-5 : 3e-2;
+      ex_t e;
+      ex_init(&e);
+      ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
+      ts_attr at = {.conv = cp};
+      int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+      ts_tensor y = node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at);
+      ts_tensor dx = node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at);
+      ts_tensor dw = node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at);
+      CHECK_OK(run(&e, dw));
+      double *xd = malloc(xn * 8), *wd = malloc(wn * 8), *dyd = malloc(yn * 8), *yr = malloc(yn * 8);
+      double *dxr = calloc(xn, 8), *dwr = calloc(wn, 8), *tmp = malloc(yn * 8), *basis = calloc(xn > wn ? xn : wn, 8);
+      for (int64_t i = 0; i < xn; i++) xd[i] = get(&e, x, i);
+      for (int64_t i = 0; i < wn; i++) wd[i] = get(&e, w, i);
+      for (int64_t i = 0; i < yn; i++) dyd[i] = get(&e, dy, i);
+      ref_conv(&q, xd, wd, yr);
+      /* bwd data / filter references via linearity: d<conv(x,w),dy>/dx_i */
+      for (int64_t i = 0; i < xn; i++) {
+        basis[i] = 1;
+        ref_conv(&q, basis, wd, tmp);
+        for (int64_t j = 0; j < yn; j++) dxr[i] += tmp[j] * dyd[j];
+        basis[i] = 0;
+      }
+      for (int64_t i = 0; i < wn; i++) {
+        basis[i] = 1;
+        ref_conv(&q, xd, basis, tmp);
+        for (int64_t j = 0; j < yn; j++) dwr[i] += tmp[j] * dyd[j];
+        basis[i] = 0;
+      }
+      double scale = dt == TS_BF16 ? 4 : 1; /* bf16 sums of up to ~40 terms */
+      CHECK(max_err(&e, y, yr, yn) < tol * scale, "conv fwd geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, y, yr, yn));
+      CHECK(max_err(&e, dx, dxr, xn) < tol * scale, "conv bwd data geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dx, dxr, xn));
+      CHECK(max_err(&e, dw, dwr, wn) < tol * scale * 4, "conv bwd filter geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dw, dwr, wn));
+      CHECK(dt == TS_F64 || (e.st[y] && e.st[dx] && e.st[dw]), "conv geom %zu %s: oneDNN not used", gi, ts_dtype_name(dt));
+      bool plain_dw = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
+      bool plain = plain_dw && q.OH * q.OW > 14 * 14; /* conv.c's plain_fits */
+      CHECK(tk_conv_state_is_plain(e.st[y]) == plain && tk_conv_state_is_plain(e.st[dx]) == plain &&
+                tk_conv_state_is_plain(e.st[dw]) == plain_dw,
+            "conv geom %zu %s: plain NCHW path y/dx/dw %d/%d/%d, expected %d/%d/%d", gi, ts_dtype_name(dt),
+            tk_conv_state_is_plain(e.st[y]), tk_conv_state_is_plain(e.st[dx]), tk_conv_state_is_plain(e.st[dw]),
+            plain, plain, plain_dw);
+      /* adjoint identity with the kernels' own results: <conv(x,w), dy> = <x, bwd_data(dy, w)> */
+      double l = 0, r = 0, r2 = 0;
+      for (int64_t i = 0; i < yn; i++) l += get(&e, y, i) * dyd[i];
+      for (int64_t i = 0; i < xn; i++) r += xd[i] * get(&e, dx, i);
+      for (int64_t i = 0; i < wn; i++) r2 += wd[i] * get(&e, dw, i);
+      CHECK(fabs(l - r) < tol * 10 * (1 + fabs(l)) && fabs(l - r2) < tol * 10 * (1 + fabs(l)), "conv adjoint %s: %g %g %g", ts_dtype_name(dt), l, r, r2);
+      free(xd), free(wd), free(dyd), free(yr), free(dxr), free(dwr), free(tmp), free(basis);
+      ex_free(&e);
+    }
+  }
+}
+
+/* The 1x1 convolutions of a ResNet on planes above 14x14: the plain NCHW path
+ * (oneDNN's gemm convolution, no reorders) against the blocked path the other
+ * convolutions take, the same three ops on the same data. Both accumulate in
+ * f32, in different orders: f32 agrees to 1e-5 relative (sums of 48 to 225 terms),
+ * bf16 results to one bf16 rounding (2^-8) plus the f32 difference. */
+static void test_conv_plain_vs_blocked(void) {
+  for (int si = 0; si < 2; si++)
+    for (int di = 0; di < 2; di++) {
+      ts_dtype dt = di ? TS_BF16 : TS_F32;
+      /* one image, a 15x15 output plane: above plain_fits' 14x14, filter-gradient sums of 225 terms */
+      int64_t st = si + 1, H = st == 1 ? 15 : 29, OH = (H - 1) / st + 1;
+      int64_t xs[4] = {1, 64, H, H}, ws[4] = {48, 64, 1, 1}, ys[4] = {1, 48, OH, OH};
+      ts_attr at = {.conv = {{(int)st, (int)st}, {0, 0}, {0, 0}, {1, 1}, 1}};
+      ex_t e;
+      ex_init(&e);
+      ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
+      int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+      ts_tensor outs[3] = {node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at), node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at),
+                           node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at)};
+      CHECK_OK(run(&e, outs[2]));
+      double *plain[3];
+      for (int k = 0; k < 3; k++) {
+        int64_t n = numel_of(e.g, outs[k]);
+        CHECK(tk_conv_state_is_plain(e.st[outs[k]]), "conv 1x1 %s op %d: plain path not taken", ts_dtype_name(dt), k);
+        plain[k] = malloc((size_t)n * sizeof(double));
+        for (int64_t i = 0; i < n; i++) plain[k][i] = get(&e, outs[k], i);
+        free(e.buf[outs[k]]), e.buf[outs[k]] = NULL;
+        e.st[outs[k]]->free(e.st[outs[k]]), e.st[outs[k]] = NULL;
+      }
+      tk_conv_set_plain_1x1(false);
+      CHECK_OK(run(&e, outs[2]));
+      tk_conv_set_plain_1x1(true);
+      double tol = dt == TS_F32 ? 1e-5 : 1.0 / 256 + 1e-5;
+      for (int k = 0; k < 3; k++) {
+        CHECK(e.st[outs[k]] && !tk_conv_state_is_plain(e.st[outs[k]]), "conv 1x1 %s op %d: blocked path not taken",
+              ts_dtype_name(dt), k);
+        double err = max_err(&e, outs[k], plain[k], numel_of(e.g, outs[k]));
+        CHECK(err < tol, "conv 1x1 stride %lld %s op %d: plain vs blocked err %g", (long long)st, ts_dtype_name(dt), k, err);
+        free(plain[k]);
+      }
+      ex_free(&e);
+    }
+}
+
+/* The blocked weights of a convolution live in the thread's conv scratch,
+ * reordered on every call: after another conv (a backward-data with other
+ * weights) has used that scratch and the weights have changed, a conv's next
+ * call equals, bit for bit, a fresh conv of the new weights. */
+static void test_conv_weights_scratch(void) {
+  int64_t xs[4] = {2, 8, 9, 9}, ws[4] = {16, 8, 3, 3}, ys[4] = {2, 16, 9, 9};
+  ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  ex_t e;
+  ex_init(&e);
+  ts_tensor x = rinput(&e, TS_F32, 4, xs), w1 = rinput(&e, TS_F32, 4, ws), w2 = rinput(&e, TS_F32, 4, ws);
+  ts_tensor dy = rinput(&e, TS_F32, 4, ys);
+  int32_t a[2] = {x, w1}, b[2] = {dy, w2}, c[2] = {x, w2};
+  ts_tensor y1 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, a, &at), dx = node(&e, TS_OP_CONV_BWD_DATA, TS_F32, 4, xs, 2, b, &at);
+  ts_tensor y2 = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, c, &at);
+  CHECK_OK(run(&e, y2));
+  CHECK(e.st[y1] && !tk_conv_state_is_plain(e.st[y1]) && e.st[dx], "conv weights scratch: blocked path not taken");
+  memcpy(e.buf[w1], e.buf[w2], (size_t)numel_of(e.g, w1) * sizeof(float));
+  const void *in[2] = {e.buf[x], e.buf[w1]};
+  ts_kctx ctx = {.num_threads = 2};
+  CHECK_OK(kernel_run(e.g, y1, in, e.buf[y1], &e.st[y1], &ctx));
+  CHECK(!memcmp(e.buf[y1], e.buf[y2], (size_t)numel_of(e.g, y1) * sizeof(float)),
+        "conv weights scratch: a conv's next call does not see its new weights");
+  ex_free(&e);
+}
+
+int main(void) {
+  rs = ts_test_init("test_conv_kernels", 42);
+  test_conv();
+  test_conv_plain_vs_blocked();
+  test_conv_weights_scratch();
+  return ts_test_finish();
+}
