@@ -237,7 +237,7 @@ static double host_t0(const ts_comm *c, int device, const int *group, int n) {
 static int host_note(ts_comm *c, int device, double t0, size_t bytes, int rc) {
   if (t0 <= 0) return rc;
   comm_dev *d = &c->dev[device];
-  double now = util_now_s(), wait = now - t0 - 1e-9 * (double)(bytes >> 20) * COMM_SLOW_NS_PER_MB;
+  double now = util_now_s(), wait = now - t0 - 1e-9 * ((double)bytes / (1 << 20)) * COMM_SLOW_NS_PER_MB;
   if (d->wait_t0 <= 0 || (t0 - d->wait_t0) * 1e9 > COMM_WAIT_WINDOW_NS) d->wait_t0 = t0, d->waited = 0;
   if (wait > 0) d->waited += wait;
   if (d->waited * 1e9 > COMM_WAIT_HURTS_NS) {
