@@ -585,6 +585,54 @@ static void test_rng(void) {
 }
 
 
+/* A shard (attr.global) equals its block of the whole tensor bit for bit, for
+ * blocks whose runs of consecutive global indices are the whole block (dim 0
+ * sharded), a dim's part (dim 2), a few elements (dims 0 and 3) and lengths
+ * that cross the kernel's parallel chunks at odd places (dim 1). */
+static void test_rng_shards(void) {
+  static const int64_t gs[4] = {9, 5, 70, 13};
+  static const int64_t blocks[][2][4] = {
+      {{4, 0, 0, 0}, {5, 5, 70, 13}}, {{0, 0, 35, 0}, {9, 5, 35, 13}}, {{3, 0, 0, 6}, {3, 5, 70, 7}},
+      {{0, 2, 0, 0}, {9, 3, 70, 13}}, {{0, 0, 0, 0}, {9, 5, 70, 13}}, {{8, 4, 69, 12}, {1, 1, 1, 1}}};
+  int nb = (int)(sizeof blocks / sizeof blocks[0]);
+  for (int normal = 0; normal < 2; normal++)
+    for (int di = 0; di < 2; di++) {
+      ts_dtype dt = di ? TS_F32 : TS_F64;
+      size_t es = ts_dtype_size(dt);
+      ex_t e;
+      ex_init(&e);
+      ts_tensor seed = input(&e, TS_I64, 0, NULL);
+      *(int64_t *)e.buf[seed] = 99;
+      ts_op op = normal ? TS_OP_RNG_NORMAL : TS_OP_RNG_UNIFORM;
+      ts_attr k = {.key = 3};
+      ts_tensor whole = node(&e, op, dt, 4, gs, 1, &seed, &k);
+      ts_tensor sh[8];
+      for (int b = 0; b < nb; b++) {
+        ts_attr a = {.key = 3, .global = true};
+        memcpy(a.goffset, blocks[b][0], sizeof a.goffset[0] * 4);
+        memcpy(a.gshape, gs, sizeof a.gshape[0] * 4);
+        sh[b] = node(&e, op, dt, 4, blocks[b][1], 1, &seed, &a);
+      }
+      CHECK_OK(run(&e, sh[nb - 1]));
+      for (int b = 0; b < nb; b++) {
+        const int64_t *off = blocks[b][0], *ls = blocks[b][1];
+        int64_t n = ls[0] * ls[1] * ls[2] * ls[3], bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+          int64_t r = i, gi = 0, stride = 1;
+          for (int d = 3; d >= 0; d--) {
+            gi += (r % ls[d] + off[d]) * stride;
+            r /= ls[d];
+            stride *= gs[d];
+          }
+          if (memcmp((char *)e.buf[sh[b]] + i * es, (char *)e.buf[whole] + gi * es, es)) bad = i;
+        }
+        CHECK(bad < 0, "%s %s shard %d equals its block of the whole (first difference at %lld)",
+              normal ? "normal" : "uniform", ts_dtype_name(dt), b, (long long)bad);
+      }
+      ex_free(&e);
+    }
+}
+
 /* ================= integer and narrow dtypes ================= */
 static void test_dtypes(void) {
   ex_t e;
@@ -638,6 +686,7 @@ int main(void) {
   test_pool();
   test_index();
   test_rng();
+  test_rng_shards();
   test_dtypes();
   return ts_test_finish();
 }

@@ -41,6 +41,23 @@ static inline uint64_t global_index(const ts_node *n, int64_t i) {
   return (uint64_t)gi;
 }
 
+/* Length of the runs of local elements whose global indices are consecutive:
+ * the trailing dims the shard holds whole, times the first one it does not
+ * (a batch-sharded dropout mask is one run; an unsharded node too). */
+static int64_t contiguous_run(const ts_node *n, int64_t numel) {
+  if (!n->attr.global) return numel;
+  int64_t run = 1;
+  for (int d = n->rank - 1; d >= 0; d--) {
+    run *= n->shape[d];
+    if (n->shape[d] != n->attr.gshape[d]) break;
+  }
+  return run;
+}
+
+/* Elements per parallel chunk: the global index is computed (divisions per
+ * dim) once per chunk and per run boundary, then counted up. */
+#define RNG_CHUNK 4096
+
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   const ts_node *s = tk_operand(g, n, 0);
   if (s->dtype != TS_I32 && s->dtype != TS_I64)
@@ -50,33 +67,31 @@ int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kc
   uint64_t seed = (uint64_t)tk_load_i64(s->dtype, in[0], 0);
   uint64_t base = mix(mix(seed + G) ^ (n->attr.key * 0xD1B54A32D192ED03ull + 1));
   int64_t numel = tk_numel(n);
+  if (numel <= 0) return 0;
   ts_dtype dt = n->dtype;
+  bool normal = n->op == TS_OP_RNG_NORMAL;
   int bits = dt == TS_F64 ? 53 : dt == TS_F32 ? 24 : dt == TS_F16 ? 11 : 8;
   double scale = ldexp(1.0, -bits);
+  int64_t run = contiguous_run(n, numel), chunks = (numel + RNG_CHUNK - 1) / RNG_CHUNK;
   int nt = tk_threads(ctx, numel / 4);
-  if (n->op == TS_OP_RNG_UNIFORM) {
-    /* row by row: along the last dim the global index grows by one, so the
-     * (slow) index arithmetic runs once per row */
-    int64_t cols = n->rank && n->shape[n->rank - 1] ? n->shape[n->rank - 1] : 1, rows = numel / cols;
 #pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-      uint64_t g0 = global_index(n, r * cols);
-      for (int64_t c = 0; c < cols; c++) {
-        int64_t i = r * cols + c;
-        double u = (double)(mix(base + (g0 + (uint64_t)c + 1) * G) >> (64 - bits)) * scale;
-        if (dt == TS_F32) ((float *)out)[i] = (float)u;
-        else tk_store_f64(dt, out, i, u);
+  for (int64_t ch = 0; ch < chunks; ch++) {
+    int64_t i = ch * RNG_CHUNK, end = i + RNG_CHUNK < numel ? i + RNG_CHUNK : numel;
+    while (i < end) {
+      int64_t stop = (i / run + 1) * run; /* the end of i's run */
+      if (stop > end) stop = end;
+      for (uint64_t gi = global_index(n, i); i < stop; i++, gi++) {
+        double v;
+        if (normal) {
+          double u1 = (double)(mix(base + (2 * gi + 1) * G) >> 11) * 0x1p-53;
+          double u2 = (double)(mix(base + (2 * gi + 2) * G) >> 11) * 0x1p-53;
+          v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+        } else {
+          v = (double)(mix(base + (gi + 1) * G) >> (64 - bits)) * scale;
+        }
+        if (dt == TS_F32) ((float *)out)[i] = (float)v;
+        else tk_store_f64(dt, out, i, v);
       }
-    }
-  } else {
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < numel; i++) {
-      uint64_t j = 2 * global_index(n, i);
-      double u1 = (double)(mix(base + (j + 1) * G) >> 11) * 0x1p-53;
-      double u2 = (double)(mix(base + (j + 2) * G) >> 11) * 0x1p-53;
-      double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
-      if (dt == TS_F32) ((float *)out)[i] = (float)z;
-      else tk_store_f64(dt, out, i, z);
     }
   }
   return 0;
