@@ -58,6 +58,28 @@ static int64_t contiguous_run(const ts_node *n, int64_t numel) {
  * dim) once per chunk and per run boundary, then counted up. */
 #define RNG_CHUNK 4096
 
+/* Elements [i, stop) of out, whose global indices count up from gi; one
+ * loop per dtype class, so the f32 uniform loop stays vectorizable. */
+static void uniform_span(void *out, ts_dtype dt, int64_t i, int64_t stop, uint64_t gi, uint64_t base, int bits) {
+  double scale = ldexp(1.0, -bits);
+  if (dt == TS_F32) {
+    float *o = out;
+    for (; i < stop; i++, gi++) o[i] = (float)((double)(mix(base + (gi + 1) * G) >> (64 - bits)) * scale);
+  } else {
+    for (; i < stop; i++, gi++) tk_store_f64(dt, out, i, (double)(mix(base + (gi + 1) * G) >> (64 - bits)) * scale);
+  }
+}
+
+static void normal_span(void *out, ts_dtype dt, int64_t i, int64_t stop, uint64_t gi, uint64_t base) {
+  for (; i < stop; i++, gi++) {
+    double u1 = (double)(mix(base + (2 * gi + 1) * G) >> 11) * 0x1p-53;
+    double u2 = (double)(mix(base + (2 * gi + 2) * G) >> 11) * 0x1p-53;
+    double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+    if (dt == TS_F32) ((float *)out)[i] = (float)z;
+    else tk_store_f64(dt, out, i, z);
+  }
+}
+
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
   const ts_node *s = tk_operand(g, n, 0);
   if (s->dtype != TS_I32 && s->dtype != TS_I64)
@@ -71,27 +93,16 @@ int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kc
   ts_dtype dt = n->dtype;
   bool normal = n->op == TS_OP_RNG_NORMAL;
   int bits = dt == TS_F64 ? 53 : dt == TS_F32 ? 24 : dt == TS_F16 ? 11 : 8;
-  double scale = ldexp(1.0, -bits);
   int64_t run = contiguous_run(n, numel), chunks = (numel + RNG_CHUNK - 1) / RNG_CHUNK;
   int nt = tk_threads(ctx, numel / 4);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t ch = 0; ch < chunks; ch++) {
-    int64_t i = ch * RNG_CHUNK, end = i + RNG_CHUNK < numel ? i + RNG_CHUNK : numel;
-    while (i < end) {
-      int64_t stop = (i / run + 1) * run; /* the end of i's run */
+    int64_t end = (ch + 1) * RNG_CHUNK < numel ? (ch + 1) * RNG_CHUNK : numel;
+    for (int64_t i = ch * RNG_CHUNK, stop; i < end; i = stop) {
+      stop = (i / run + 1) * run; /* the end of i's run */
       if (stop > end) stop = end;
-      for (uint64_t gi = global_index(n, i); i < stop; i++, gi++) {
-        double v;
-        if (normal) {
-          double u1 = (double)(mix(base + (2 * gi + 1) * G) >> 11) * 0x1p-53;
-          double u2 = (double)(mix(base + (2 * gi + 2) * G) >> 11) * 0x1p-53;
-          v = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
-        } else {
-          v = (double)(mix(base + (gi + 1) * G) >> (64 - bits)) * scale;
-        }
-        if (dt == TS_F32) ((float *)out)[i] = (float)v;
-        else tk_store_f64(dt, out, i, v);
-      }
+      if (normal) normal_span(out, dt, i, stop, global_index(n, i), base);
+      else uniform_span(out, dt, i, stop, global_index(n, i), base, bits);
     }
   }
   return 0;
