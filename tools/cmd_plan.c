@@ -57,7 +57,7 @@ static void usage(FILE *f) {
           "                           cache: $TESSEL_CALIBRATION, else $XDG_CACHE_HOME/tessel/\n"
           "                           calibration.txt, else ~/.cache/tessel/calibration.txt]; no plan\n"
           "  --rounds N               --calibrate: time the kernel classes in N interleaved\n"
-          "                           rounds, each class the median of its rounds (1-9) [3]\n"
+          "                           rounds, each class the least of its rounds (1-9) [3]\n"
           "  -h, --help               this text\n");
 }
 

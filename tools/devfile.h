@@ -52,7 +52,7 @@ void calibration_key(char *cpu, size_t len, int *threads);
 void device_auto(device_desc *d, char *note, size_t len);
 /* Measures this machine (a few seconds) into path (directories created).
  * rounds (1..CAL_MAX_ROUNDS): the kernel classes are timed in that many
- * interleaved rounds, each class's time the median of its rounds'. */
+ * interleaved rounds, each class's time the least of its rounds'. */
 #define CAL_MAX_ROUNDS 9
 #define CAL_DEFAULT_ROUNDS 3
 int calibrate(const char *cmd, const char *path, int rounds);
