@@ -48,10 +48,10 @@ for ts, name, dur in sorted(kernels):
     while j < len(execs) and execs[j][1] < ts: j += 1
     if j < len(execs) and execs[j][0] <= ts:
         per[j][name] += dur / 1e3; cnt[j][name] += 1
-# the training step's executes: the most common kernel count (evaluation runs another program)
+# the training step's executes: the most kernels (evaluation runs another, smaller program)
 n = [sum(c.values()) for c in cnt]
-mode = statistics.mode(n) if n else 0
-steps = [i for i in range(len(execs)) if n[i] == mode][warm:]
+top = max(n) if n else 0
+steps = [i for i in range(len(execs)) if n[i] == top][warm:]
 if not steps: sys.exit("predict_ops.sh: no training step after the warm-up in the trace")
 names = set().union(*(cnt[i] for i in steps))
 meas = {k: statistics.median(per[i][k] for i in steps) for k in names}
