@@ -533,8 +533,10 @@ static double measure_busy_collective(ts_client *c, double *compute) {
  * class gets runs in each quieter spell): per class the least of its rounds'
  * times (t: the work alone, as one longer window's least time), its work
  * (units) and the spread of the rounds, (max - min) / min. The least, not
- * the median: at load average 13-15 on 2 cores the median of 3 rounds moved
- * 1.76x between invocations (median over the classes), the least 1.20x. */
+ * the median: at load average 11-15 on 2 cores, over 3 invocations each
+ * interleaved with the single 0.15 s window's, a class's rate moved 1.76x
+ * (max / min, median over the classes) with the median of 3 rounds against
+ * the single window's 1.20x, and 1.10x with the least against its 1.32x. */
 static int measure_classes(ts_client *c, int rounds, double *t, double *units, double *spread) {
   double r[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES];
   for (int q = 0; q < rounds; q++)
