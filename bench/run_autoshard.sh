@@ -17,9 +17,12 @@
 # Run it on a quiet machine; a shared one gives noisy times (both columns).
 # Environment: STEPS (15), WARMUP (5), MODELS ("mlp cnn resnet20 gpt"),
 # MESHES ("1 2 4 8 2,2"), PLANS ("hand auto"), THREADS (TESSEL_NUM_THREADS
-# for calibration and runs; unset: every core), PROCS (""), MPIRUN (mpirun).
+# for calibration and runs; unset: every core), PROCS (""), MPIRUN (mpirun),
+# GPT_WARMUP (the GPT's warm-up steps; unset: WARMUP), ROUNDS (the
+# calibration's, tessel plan --rounds; unset: its default).
 # QUICK=1: the prediction table alone, short: hand layouts on 1, 2, 4 and 8
-# devices and 2 processes, 6 steps after 3 warm-up ones (each unset variable).
+# devices and 2 processes, 6 steps after 3 warm-up ones, the GPT's after 10
+# (each unset variable; its first 9 steps ran 1.6x its steady step: stop 24).
 # The last lines count the rows within the issue's bounds and give the load.
 # AB_DROP=REGEX: a second prediction per row, with the calibration's lines
 # matching REGEX removed (e.g. 'busy_s': the model without that term), as
@@ -28,7 +31,7 @@
 # one, and its inspect), e.g. the main branch's build.
 set -uo pipefail
 if [ "${QUICK:-}" = 1 ]; then
-  : "${STEPS:=6}" "${WARMUP:=3}" "${MESHES:=1 2 4 8}" "${PLANS:=hand}" "${PROCS:=2}"
+  : "${STEPS:=6}" "${WARMUP:=3}" "${GPT_WARMUP:=10}" "${MESHES:=1 2 4 8}" "${PLANS:=hand}" "${PROCS:=2}"
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
@@ -41,7 +44,7 @@ trap 'rm -rf "$tmp"' EXIT
 export TESSEL_CALIBRATION="$tmp/calibration.txt"
 start=$(date +%s)
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
-"$tessel" plan --calibrate "$TESSEL_CALIBRATION" || exit 1
+"$tessel" plan --calibrate "$TESSEL_CALIBRATION" ${ROUNDS:+--rounds "$ROUNDS"} || exit 1
 grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce|^step_overhead|^shared" "$TESSEL_CALIBRATION" | sed 's/^/  /'
 old_tessel="$tessel"
 if [ -n "${AB_BUILD:-}" ]; then
@@ -88,6 +91,8 @@ print("%-9s %-6s %-5s %9.2f %9.2f %9.2f %9.1f %9.1f %6.1f%% %9s %8s" % (m, sh, p
 print("  %8.2f" % (old / meas if meas else float("nan")) if old is not None else "")' "$@"
 }
 for model in ${MODELS:-mlp cnn resnet20 gpt}; do
+  warmup=${WARMUP:-5}
+  [ "$model" = gpt ] && warmup=${GPT_WARMUP:-$warmup}
   second=model; [ "$model" = cnn ] || [ "$model" = resnet20 ] && second=fsdp
   extra=(--eval-batch 1000); [ "$model" = gpt ] && extra=(--eval-batches 1 --sample 0) # little evaluation
   for shape in ${MESHES:-1 2 4 8 2,2}; do

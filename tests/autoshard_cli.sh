@@ -120,14 +120,18 @@ PY
 done
 printf 'flops_per_s.f32 = 1e12\nbogus = 3\n' >"$tmp/dev.txt"
 expect baddev 2 "unknown key 'bogus'" plan --mesh data=4 --device "$tmp/dev.txt"
+expect badrounds 2 "rounds: expected 1 to 9, got '0'" plan --calibrate "$tmp/never.txt" --rounds 0
+expect roundsalone 2 "rounds: only with --calibrate" plan --mesh data=4 --rounds 2
 
 # the calibration: written by an explicit --calibrate FILE, read back as a
 # device file and as the cache when its key (CPU model, threads) is this machine's
 # (timeout 180 s: a hang guard only; on a loaded machine the measurement took 75 s)
 if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
   grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" &&
-  grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt"; then
-  ok "plan --calibrate writes every kernel class, the all-reduce alpha/beta, busy wait and shared efficiency"
+  grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt" &&
+  [ "$(grep -c "^kernel\.[a-z_]* = .*# .*; 3 rounds: spread [0-9]*%$" "$tmp/cal/calibration.txt")" = 14 ] &&
+  grep -q "^kernel classes over 3 rounds (1 thread): largest spread" "$tmp/cal.out"; then
+  ok "plan --calibrate writes every kernel class (3 rounds and their spread), the all-reduce alpha/beta, busy wait and shared efficiency"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi

@@ -12,6 +12,7 @@
 #    data=2 (the 2-device entry) and 1 device do not change;
 #  - with shared_efficiency.4 = 0.5, data=4's predicted compute doubles
 #    exactly, data=2's does not change;
+#  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it.
 set -u
 build="${1:?usage: predict_calib.sh BUILD_DIR}"
@@ -78,6 +79,21 @@ if /usr/bin/python3 -c "import sys; sys.exit(not abs(float('$n') / float('$o') -
   ok "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5"
 else bad "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5 (expected twice)"; fi
 same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/eff.txt" data=2 compute_ms)"
+
+# inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
+# to the compute, its kernel counts to the kernels, and names the matmuls
+TESSEL_CALIBRATION="$tmp/old.txt" timeout -k 5 120 "$tessel" inspect --model mlp --mesh data=4 --json >"$tmp/ops.json" 2>&1
+TESSEL_CALIBRATION="$tmp/old.txt" timeout -k 5 120 "$tessel" inspect --model mlp --mesh data=4 --no-graph --no-program >"$tmp/ops.txt" 2>&1
+if /usr/bin/python3 - "$tmp/ops.json" "$tmp/ops.txt" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1])); ops = d["ops"]
+kernels = int(re.search(r"compute by kernel class \((\d+) kernels\)", open(sys.argv[2]).read()).group(1))
+total = sum(o["ms"] for o in ops.values())
+sys.exit(not (abs(total / d["predicted"]["compute_ms"] - 1) < 1e-4 and sum(o["count"] for o in ops.values()) == kernels
+              and ops["dot_general"]["count"] > 0))
+PY
+then ok "inspect: the compute per op name adds up to the compute and the kernels"
+else bad "inspect: ops $(head -c 300 "$tmp/ops.json")"; fi
 
 # a bad key or value: an error naming it
 sed 's/^allreduce.4.busy_s/allreduce.3.busy_s/' "$tmp/new.txt" >"$tmp/bad3.txt"

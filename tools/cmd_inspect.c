@@ -88,7 +88,9 @@ static void usage(FILE *f) {
           "                           same costs) instead of device 0's compiled program\n"
           "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
           "                           {\"predicted\":{\"step_ms\":..,\"comm_bytes_per_device\":..,\n"
-          "                           \"peak_bytes_per_device\":..},\"shardings\":{NAME:SPEC,..}}\n"
+          "                           \"peak_bytes_per_device\":..},\"ops\":{OP:{\"count\":..,\"ms\":..},..},\n"
+          "                           \"shardings\":{NAME:SPEC,..}} (ops: device 0's kernels per\n"
+          "                           op name, as a --trace names them; not with --analytic)\n"
           "                           (for the hand layout of --mesh without --auto-shard)\n"
           "  --no-graph               leave out the global graph\n"
           "  --no-program             leave out the per-device program\n"
@@ -234,6 +236,13 @@ static void print_json(const ts_graph *g, const ts_auto_shard_info *in, bool sol
          "\"peak_bytes_per_device\":%.0f,\"arena_bytes\":%.0f,\"input_bytes\":%.0f},\"costs\":\"%s\"",
          1e3 * in->step_s, 1e3 * in->compute_s, 1e3 * in->comm_s, in->comm_bytes_per_device,
          in->peak_bytes_per_device, in->arena_bytes, in->input_bytes, costs);
+  if (in->n_ops > 0) { /* the compiled program's kernels per op name (trace names) */
+    printf(",\"ops\":{");
+    for (int i = 0; i < in->n_ops; i++)
+      printf("%s\"%s\":{\"count\":%d,\"ms\":%.6g}", i ? "," : "", in->ops[i].name, in->ops[i].count,
+             1e3 * in->ops[i].s);
+    printf("}");
+  }
   if (solved)
     printf(",\"solver\":{\"method\":\"%s\",\"optimal\":%s,\"solve_s\":%.4f,\"variables\":%d,\"columns\":%d,"
            "\"objective_ms\":%.6g}", in->greedy ? "greedy" : "ilp", in->optimal ? "true" : "false", in->solve_s,
@@ -245,6 +254,20 @@ static void print_json(const ts_graph *g, const ts_auto_shard_info *in, bool sol
     print_spec(g, t);
   }
   printf("}}\n");
+}
+
+/* The prediction per op name (the names a trace gives kernels), most time first. */
+static void print_ops(const ts_auto_shard_info *in) {
+  int order[TS_PREDICT_MAX_OPS];
+  for (int i = 0; i < in->n_ops; i++) {
+    int j = i;
+    for (; j > 0 && in->ops[order[j - 1]].s < in->ops[i].s; j--) order[j] = order[j - 1];
+    order[j] = i;
+  }
+  printf("compute by op (kernels per step, ms):");
+  for (int i = 0; i < in->n_ops; i++)
+    printf(" %s %d %.3f%s", in->ops[order[i]].name, in->ops[order[i]].count, 1e3 * in->ops[order[i]].s,
+           i + 1 < in->n_ops ? "," : "\n");
 }
 
 static void section(const char *title) { printf("\n== %s ==\n", title); }
@@ -474,6 +497,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     for (int k = 0; k < TS_KERNEL_CLASSES; k++)
       if (info.class_s[k] > 0) printf(" %s %.3f ms", cls[k], 1e3 * info.class_s[k]);
     printf("\n");
+    print_ops(&info);
   }
   free(explain);
   if (!o->no_graph) {

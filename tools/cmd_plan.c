@@ -56,6 +56,8 @@ static void usage(FILE *f) {
           "                           all-reduce alpha/beta on 2, 4, 8 devices) into FILE [the\n"
           "                           cache: $TESSEL_CALIBRATION, else $XDG_CACHE_HOME/tessel/\n"
           "                           calibration.txt, else ~/.cache/tessel/calibration.txt]; no plan\n"
+          "  --rounds N               --calibrate: time the kernel classes in N interleaved\n"
+          "                           rounds, each class the least of its rounds (1-9) [3]\n"
           "  -h, --help               this text\n");
 }
 
@@ -67,6 +69,9 @@ int ts_cmd_plan(int argc, char **argv) {
   int layers = 6;
   bool untie = false;
   double time_limit = 0;
+  bool calibrating = false;
+  const char *cal_path = NULL;
+  int rounds = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -109,13 +114,14 @@ int ts_cmd_plan(int argc, char **argv) {
       continue;
     }
     if (strcmp(argv[i], "--calibrate") == 0) {
-      char buf[1024];
-      const char *path = i + 1 < argc && argv[i + 1][0] != '-' ? argv[i + 1] : calibration_path(buf, sizeof buf);
-      if (!path) {
-        cli_error(CMD, "--calibrate: no FILE and no cache path (TESSEL_CALIBRATION=none, or no HOME)");
-        return CLI_EXIT_USAGE;
-      }
-      return calibrate(CMD, path) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+      calibrating = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') cal_path = argv[++i];
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--rounds", &v)) != 0) {
+      if (r < 0 || cli_parse_int(CMD, "--rounds", v, 1, CAL_MAX_ROUNDS, "1 to 9", &n) < 0) return CLI_EXIT_USAGE;
+      rounds = (int)n;
+      continue;
     }
     if (strcmp(argv[i], "--analytic") == 0 || strcmp(argv[i], "--untie") == 0) {
       *(argv[i][2] == 'a' ? &analytic : &untie) = true;
@@ -128,6 +134,16 @@ int ts_cmd_plan(int argc, char **argv) {
     }
     cli_error(CMD, "unknown %s '%s' (see 'tessel plan --help')", argv[i][0] == '-' ? "flag" : "argument", argv[i]);
     return CLI_EXIT_USAGE;
+  }
+  if (calibrating || rounds) {
+    char buf[1024];
+    const char *path = cal_path ? cal_path : calibration_path(buf, sizeof buf);
+    if (!calibrating || !path) {
+      cli_error(CMD, calibrating ? "--calibrate: no FILE and no cache path (TESSEL_CALIBRATION=none, or no HOME)"
+                                 : "--rounds: only with --calibrate");
+      return CLI_EXIT_USAGE;
+    }
+    return calibrate(CMD, path, rounds ? rounds : CAL_DEFAULT_ROUNDS) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
   }
   if (!mesh_text) {
     cli_error(CMD, "--mesh is required (e.g. --mesh data=64,model=8)");

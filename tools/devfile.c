@@ -240,9 +240,9 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The least (median: the median) time of `reps` runs of g (inputs zero-filled,
- * i32 inputs too) on client c. */
-static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
+/* The least (median: the median) time of at least `reps` runs and `window`
+ * seconds of g (inputs zero-filled, i32 inputs too) on client c. */
+static double time_graph_window(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window) {
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
   if (!e) return -1;
   int n_in = ts_graph_num_inputs(g);
@@ -263,8 +263,8 @@ static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps
     free(z);
   }
   /* the warm-up run allocates the outputs; the others write into them; the
-   * least of at least `reps` runs and 0.15 s (a shared machine's quiet moments) */
-  double t_end = util_now_s() + 0.15, times[400];
+   * least of at least `reps` runs and `window` s (a shared machine's quiet moments) */
+  double t_end = util_now_s() + window, times[400];
   int n = 0;
   for (int k = 0; k < reps + 1 || (util_now_s() < t_end && k < 400); k++) {
     double t0 = util_now_s();
@@ -288,6 +288,10 @@ done:
   return best;
 }
 
+static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
+  return time_graph_window(c, g, replicas, reps, median, 0.15);
+}
+
 static double time_graph(ts_client *c, ts_graph *g, bool replicas, int reps) {
   return time_graph_stat(c, g, replicas, reps, false);
 }
@@ -296,8 +300,13 @@ static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *
   return ts_input(g, name, TS_F32, rank, shape);
 }
 
-/* Seconds of one kernel class's graph (1 device); *units its work. */
-static double measure_class(ts_client *c, int cls, double *units) {
+/* Seconds a kernel class is timed for, over all of calibrate's rounds. */
+#define CAL_CLASS_WINDOW_S 0.3
+
+/* Seconds of one kernel class's graph (1 device) in one of `rounds` rounds:
+ * the least of runs over CAL_CLASS_WINDOW_S / rounds (and at least the
+ * class's repetitions / rounds); *units its work. */
+static double measure_class(ts_client *c, int cls, int rounds, double *units) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   ts_params *pp = NULL;
@@ -418,7 +427,8 @@ static double measure_class(ts_client *c, int cls, double *units) {
     break;
   }
   }
-  if (ts_graph_num_outputs(g) > 0) t = time_graph(c, g, false, reps);
+  if (ts_graph_num_outputs(g) > 0)
+    t = time_graph_window(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds);
   /* the work in the cost model's own units: its prediction of the compiled
    * program with every rate 1 and no overhead (fusion as compiled) */
   int64_t one = 1;
@@ -518,6 +528,30 @@ static double measure_busy_collective(ts_client *c, double *compute) {
   return fmax(d[1], 0);
 }
 
+/* Every kernel class on client c in `rounds` rounds, each round timing every
+ * class once (a shared machine's load drifts over seconds: interleaved, every
+ * class gets runs in each quieter spell): per class the least of its rounds'
+ * times (t: the work alone, as one longer window's least time), its work
+ * (units) and the spread of the rounds, (max - min) / min. The least, not
+ * the median: at load average 11-15 on 2 cores, over 3 invocations each
+ * interleaved with the single 0.15 s window's, a class's rate moved 1.76x
+ * (max / min, median over the classes) with the median of 3 rounds against
+ * the single window's 1.20x, and 1.10x with the least against its 1.32x. */
+static int measure_classes(ts_client *c, int rounds, double *t, double *units, double *spread) {
+  double r[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES];
+  for (int q = 0; q < rounds; q++)
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+      if ((r[q][k] = measure_class(c, k, rounds, &units[k])) <= 0) return -1;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+    double v[CAL_MAX_ROUNDS];
+    for (int q = 0; q < rounds; q++) v[q] = r[q][k];
+    qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+    t[k] = v[0];
+    spread[k] = (v[rounds - 1] - v[0]) / t[k];
+  }
+  return 0;
+}
+
 /* Per-kernel overhead: a chain of 200 tiny matmuls. */
 static double measure_overhead(ts_client *c) {
   ts_graph *g = ts_graph_new();
@@ -531,7 +565,11 @@ static double measure_overhead(ts_client *c) {
   return t / 200;
 }
 
-int calibrate(const char *cmd, const char *path) {
+int calibrate(const char *cmd, const char *path, int rounds) {
+  if (rounds < 1 || rounds > CAL_MAX_ROUNDS) {
+    cli_error(cmd, "--rounds %d: not 1..%d", rounds, CAL_MAX_ROUNDS);
+    return -1;
+  }
   double t0 = util_now_s();
   char cpu[128];
   int threads;
@@ -542,9 +580,8 @@ int calibrate(const char *cmd, const char *path) {
   double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
-  double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES];
-  for (int k = 0; k < TS_KERNEL_CLASSES; k++)
-    if ((tk[k] = measure_class(c1, k, &uk[k])) <= 0) goto fail;
+  double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
+  if (measure_classes(c1, rounds, tk, uk, sk) < 0) goto fail;
   overhead = measure_overhead(c1);
   step1 = trivial_step(c1, false);
   double chain1 = chain_median(c1); /* the reference of shared_efficiency.N */
@@ -561,15 +598,11 @@ int calibrate(const char *cmd, const char *path) {
     double s = ct ? trivial_step(ct, false) : -1, po = ct ? measure_par_overhead(ct) : -1;
     if (s > step1) step1 = s;
     par_over = fmax(po, overhead);
-    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
-      double units = 0, t = ct ? measure_class(ct, k, &units) : -1;
-      if (t <= 0) {
-        ts_client_free(ct);
-        goto fail;
-      }
-      ceff[k] = fmin(1, fmax(0.05, tk[k] / t / threads));
-    }
+    double tt[TS_KERNEL_CLASSES], ut[TS_KERNEL_CLASSES];
+    int mc = ct ? measure_classes(ct, rounds, tt, ut, st) : -1;
     ts_client_free(ct);
+    if (mc < 0) goto fail;
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) ceff[k] = fmin(1, fmax(0.05, tk[k] / tt[k] / threads));
     eff = ceff[TS_KERNEL_MATMUL];
   }
   /* in-process all-reduce on D devices: 1 element (latency) and 4 Mi f32 (bandwidth: 16 MiB
@@ -625,7 +658,8 @@ int calibrate(const char *cmd, const char *path) {
     fclose(la);
   }
   fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
-             "# Kernel throughput of one core (1 thread, best of several runs), the per-kernel\n"
+             "# Kernel throughput of one core (1 thread; per class the best run of interleaved rounds,\n"
+             "# and the spread of the rounds' best runs, (max - min) / min), the per-kernel\n"
              "# overhead, in-process all-reduce alpha/beta (16 MiB per device); load average %.2f when measured%s.\n"
              "name = CPU virtual devices (calibrated: %s)\n"
              "calibration.cpu = %s\n"
@@ -645,7 +679,8 @@ int calibrate(const char *cmd, const char *path) {
       "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
       "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
       "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
-  for (int k = 0; k < TS_KERNEL_CLASSES; k++) fprintf(f, "%s = %.4g   # %s\n", kernel_keys[k], rate[k], what[k]);
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+    fprintf(f, "%s = %.4g   # %s; %d rounds: spread %.0f%%\n", kernel_keys[k], rate[k], what[k], rounds, 100 * sk[k]);
   if (par_over > 0)
     fprintf(f, "op_overhead.parallel_s = %.4g   # per kernel on %d threads: chains of 200 adds of 32768 and 65536 "
                "elements\n", par_over, threads);
@@ -653,7 +688,8 @@ int calibrate(const char *cmd, const char *path) {
              "parallel_efficiency = %.3g   # the large matmul + gradients on %d threads / (%d x 1 thread)\n",
           overhead, eff, threads, threads);
   for (int k = 0; k < TS_KERNEL_CLASSES && threads > 1; k++)
-    fprintf(f, "parallel_efficiency.%s = %.3g\n", kernel_keys[k] + 7, ceff[k]);
+    fprintf(f, "parallel_efficiency.%s = %.3g   # %d rounds on %d threads: spread %.0f%%\n", kernel_keys[k] + 7, ceff[k],
+            rounds, threads, 100 * st[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
@@ -673,6 +709,10 @@ int calibrate(const char *cmd, const char *path) {
          "overhead %.3g s, all-reduce (2 devices) %.3g s + %.3g B/s -> %s\n",
          util_now_s() - t0, cpu, threads, rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_CONV], rate[TS_KERNEL_ELEMENTWISE],
          overhead, arl[0], arb[0], path);
+  int worst = 0;
+  for (int k = 1; k < TS_KERNEL_CLASSES; k++) worst = sk[k] > sk[worst] ? k : worst;
+  printf("kernel classes over %d rounds (1 thread): largest spread %.0f%% (%s), matmul %.0f%%, elementwise %.0f%%\n",
+         rounds, 100 * sk[worst], kernel_keys[worst], 100 * sk[TS_KERNEL_MATMUL], 100 * sk[TS_KERNEL_ELEMENTWISE]);
   return 0;
 fail:
   ts_client_free(c1);

@@ -50,8 +50,12 @@ void calibration_key(char *cpu, size_t len, int *threads);
 /* d = the defaults, then the calibration cache when it exists and its key is
  * this machine's. *note: what was used (for printing; static text or buf). */
 void device_auto(device_desc *d, char *note, size_t len);
-/* Measures this machine (a few seconds) into path (directories created). */
-int calibrate(const char *cmd, const char *path);
+/* Measures this machine (a few seconds) into path (directories created).
+ * rounds (1..CAL_MAX_ROUNDS): the kernel classes are timed in that many
+ * interleaved rounds, each class's time the least of its rounds'. */
+#define CAL_MAX_ROUNDS 9
+#define CAL_DEFAULT_ROUNDS 3
+int calibrate(const char *cmd, const char *path, int rounds);
 /* The cost model's options for mesh m (per-axis links: inside a host when the
  * axis and the axes minor to it span at most devices_per_host); in_host per
  * axis may be NULL. */

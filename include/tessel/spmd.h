@@ -190,6 +190,8 @@ ts_sharding *ts_sharding_clone(const ts_sharding *s);
  * memory_limit_bytes. Nodes the user marked keep their sharding. The cost
  * model's constants are the options' (defaults documented below; an
  * estimate for one CPU core per virtual device, not a measurement). */
+/* Op names ts_auto_shard_info.ops keeps apart. */
+#define TS_PREDICT_MAX_OPS 48
 /* Kernel classes of the cost model (each its own calibrated throughput). */
 typedef enum {
   TS_KERNEL_MATMUL_SMALL,     /* dot_general of < 2^24 FLOPs per device */
@@ -261,6 +263,12 @@ typedef struct {
   double input_bytes;           /* ts_predict_program: per-device inputs (parameters, state, batch) */
   double class_s[TS_KERNEL_CLASSES]; /* ts_predict_program: compute seconds per kernel class (overheads included) */
   int kernels;                  /* ts_predict_program: kernels device 0 runs per step (collectives apart) */
+  /* ts_predict_program: compute seconds (overheads included) and kernels per
+   * op name, the name a trace (ts_trace_*) gives the kernel ("dot_general",
+   * "fused", "layer_norm", ...: static strings), in order of first use; names
+   * past TS_PREDICT_MAX_OPS are summed in the last entry, named "other" */
+  struct { const char *name; double s; int count; } ops[TS_PREDICT_MAX_OPS];
+  int n_ops;
 } ts_auto_shard_info;
 
 /* Marks g's nodes (not reshapes and constants) with the chosen shardings (in place;

@@ -94,6 +94,20 @@ static bool is_async(const ts_graph *g, int i, const int *first_use, bool severa
   return false;
 }
 
+/* Adds a kernel of t seconds to info's entry for its op name. */
+static void add_op(ts_auto_shard_info *info, const char *name, double t) {
+  int i = 0;
+  while (i < info->n_ops && strcmp(info->ops[i].name, name) != 0) i++;
+  if (i == TS_PREDICT_MAX_OPS) { /* full: the last entry holds the rest */
+    i = TS_PREDICT_MAX_OPS - 1;
+    info->ops[i].name = "other";
+  } else if (i == info->n_ops) {
+    info->ops[info->n_ops++].name = name;
+  }
+  info->ops[i].s += t;
+  info->ops[i].count++;
+}
+
 static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, int ndev,
                          ts_auto_shard_info *info) {
   int n = opt->n_nodes;
@@ -131,6 +145,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
     double t = units / k->rate[kc] + autoshard_kernel_overhead(k, node_bytes(nd) / (double)ts_dtype_size(nd->dtype));
     info->class_s[kc] += t;
+    add_op(info, ir_op_name(nd->op), t);
     info->kernels++;
     comp += t;
     now += t;

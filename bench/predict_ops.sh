@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# predict_ops.sh [BUILD_DIR (build/)] — where the cost model misprices a step
+# (issue 16): per op name, device 0's measured kernel time per step (tessel
+# train --trace, the training steps after WARMUP) against the prediction of
+# the same compiled program (tessel inspect --json "ops", the calibration
+# cache or TESSEL_CALIBRATION), with kernel counts, most measured time first.
+# A row's pred/meas far from the step's own says which op class is mispriced.
+# Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), STEPS (8),
+# WARMUP (5), CALIBRATE=1 (tessel plan --calibrate into a scratch file first),
+# NODES=N: then device 0's N slowest kernels, each matched to its node of the
+# program (tessel inspect's listing, in the order the device runs it): op,
+# shape, a fused kernel's instructions and the bytes it moves per second (what
+# found the GELU gradient's fused kernel at a quarter of the GELU's rate).
+# Run it on a quiet machine: on a loaded one short kernels wait for a core
+# (fork and join) far more than long ones, which skews the shares.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${1:-$here/../build}"
+tessel="$build/tessel"
+[ -x "$tessel" ] || { echo "predict_ops.sh: no $tessel (build first)" >&2; exit 2; }
+model=${MODEL:-gpt} steps=${STEPS:-8} warmup=${WARMUP:-5}
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+if [ "${CALIBRATE:-}" = 1 ]; then
+  export TESSEL_CALIBRATION="$tmp/calibration.txt"
+  "$tessel" plan --calibrate "$TESSEL_CALIBRATION" >/dev/null || exit 1
+fi
+mesh=()
+[ -n "${MESH:-}" ] && mesh=(--mesh "$MESH")
+extra=(--eval-batch 1000)
+[ "$model" = gpt ] && extra=(--eval-batches 1 --sample 0)
+echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+"$tessel" train --model "$model" ${mesh[@]+"${mesh[@]}"} --steps $((steps + warmup)) --epochs 1 "${extra[@]}" \
+  --trace "$tmp/trace.json" >"$tmp/train.out" 2>&1 || { echo "predict_ops.sh: train failed: $(tail -2 "$tmp/train.out")" >&2; exit 1; }
+"$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --json >"$tmp/pred.json" 2>"$tmp/pred.err" ||
+  { echo "predict_ops.sh: inspect failed: $(cat "$tmp/pred.err")" >&2; exit 1; }
+: >"$tmp/prog.txt"
+if [ "${NODES:-0}" -gt 0 ]; then
+  "$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --no-graph >"$tmp/prog.txt" 2>&1 ||
+    { echo "predict_ops.sh: inspect failed: $(tail -2 "$tmp/prog.txt")" >&2; exit 1; }
+fi
+/usr/bin/python3 - "$tmp/trace.json" "$tmp/pred.json" "$warmup" "$tmp/prog.txt" "${NODES:-0}" <<'PY'
+import collections, json, re, statistics, sys
+trace, pred, warm = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])
+prog, slowest = open(sys.argv[4]).read().split("\n"), int(sys.argv[5])
+ev = re.compile(r'\{"name":"([^"]*)","cat":"(kernel|execute)","ph":"X","pid":(\d+),"tid":(\d+),"ts":([\d.]+),"dur":([\d.]+)')
+execs, kernels = [], []
+for line in open(trace):
+    m = ev.search(line)
+    if not m: continue
+    name, cat, pid, tid, ts, dur = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), float(m.group(5)), float(m.group(6))
+    if cat == "execute" and pid == 1: execs.append((ts, ts + dur))
+    elif cat == "kernel" and pid == 0 and tid == 0 and not name.endswith(" (start)"): kernels.append((ts, name, dur))
+execs.sort()
+per = [collections.Counter() for _ in execs]; cnt = [collections.Counter() for _ in execs]
+seq = [[] for _ in execs]  # each execute's kernels in order: (name, ms)
+j = 0
+for ts, name, dur in sorted(kernels):
+    while j < len(execs) and execs[j][1] < ts: j += 1
+    if j < len(execs) and execs[j][0] <= ts:
+        per[j][name] += dur / 1e3; cnt[j][name] += 1; seq[j].append((name, dur / 1e3))
+# the training step's executes: the most kernels (evaluation runs another, smaller program)
+n = [sum(c.values()) for c in cnt]
+top = max(n) if n else 0
+steps = [i for i in range(len(execs)) if n[i] == top][warm:]
+if not steps: sys.exit("predict_ops.sh: no training step after the warm-up in the trace")
+names = set().union(*(cnt[i] for i in steps))
+meas = {k: statistics.median(per[i][k] for i in steps) for k in names}
+exe = statistics.median(execs[i][1] - execs[i][0] for i in steps) / 1e3
+ops = pred.get("ops", {})
+print("measured: %d steps, median execute %.2f ms (device 0 kernels %.2f ms); predicted step %.2f ms, compute %.2f ms"
+      % (len(steps), exe, sum(meas.values()), pred["predicted"]["step_ms"], pred["predicted"]["compute_ms"]))
+print("%-24s %7s %7s %10s %10s %9s" % ("op", "n_meas", "n_pred", "meas_ms", "pred_ms", "pred/meas"))
+for k in sorted(set(meas) | set(ops), key=lambda k: -meas.get(k, 0)):
+    m, p = meas.get(k, 0.0), ops.get(k, {}).get("ms", 0.0)
+    print("%-24s %7d %7d %10.3f %10.3f %9s" % (k, cnt[steps[0]].get(k, 0), ops.get(k, {}).get("count", 0), m, p,
+          "%.2f" % (p / m) if m > 0 else "-"))
+if slowest > 0:  # the program's kernels in order: "%N = op(args) ... : dtype[shape]", a fused kernel's "  iK = op" lines
+    shapes, nodes = {}, []
+    size = lambda dt, sh: {"f32": 4, "i32": 4, "i64": 8, "bf16": 2}.get(dt, 4) * eval("*".join(sh.split(",")) or "1")
+    for line in prog:
+        m = re.match(r"^%(\d+) = (\w+)(?:\(([^)]*)\))?.*: (\w+)\[([\d,]*)\]$", line)
+        if m:
+            shapes[m.group(1)] = size(m.group(4), m.group(5))
+            if m.group(2) not in ("input", "constant", "reshape"):
+                args = [a.strip().lstrip("%") for a in (m.group(3) or "").split(",") if a.strip()]
+                nodes.append([m.group(2), "%%%s %s[%s]" % (m.group(1), m.group(4), m.group(5)), [],
+                              shapes[m.group(1)] + sum(shapes.get(a, 0) for a in args)])
+        elif nodes and re.match(r"^  i\d+ = (\w+)", line):
+            nodes[-1][2].append(re.match(r"^  i\d+ = (\w+)", line).group(1))
+    runs = [i for i in steps if [n for n, _ in seq[i]] == [n[0] for n in nodes]]
+    if not runs:
+        print("NODES: the program listing does not match the traced kernels (%d nodes)" % len(nodes))
+    else:
+        t = [statistics.median(seq[i][k][1] for i in runs) for k in range(len(nodes))]
+        print("the %d slowest kernels of %d (median of %d steps):" % (slowest, len(nodes), len(runs)))
+        for k in sorted(range(len(nodes)), key=lambda k: -t[k])[:slowest]:
+            op, what, ins, b = nodes[k]
+            print("  %-8.3f ms %-18s %-28s %7.2f GB/s  %s" % (t[k], op, what, b / t[k] / 1e6,
+                  "+".join(sorted(set(ins))) if ins else ""))
+PY
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
