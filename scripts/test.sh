@@ -5,7 +5,8 @@
 # hooks (-DTESSEL_TESTING=ON: tests/mpi_faults.sh makes a rank crash or hang).
 # Two tests at a time (-j2): tests/CMakeLists.txt gives the tests that keep both
 # cores busy the lock "cpu" (never two of them at once); the others (start-up,
-# waiting, one thread) run beside them. CI's budget is about 15 minutes on 2 cores.
+# waiting, one thread) run beside them, and every test's idle OpenMP threads sleep instead of
+# spinning (OMP_WAIT_POLICY=passive, tests/CMakeLists.txt). CI's budget is about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
