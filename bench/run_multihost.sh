@@ -32,6 +32,13 @@
 # measure that does not depend on the modeled compute, and per large
 # collective its median time against the link time of the bytes it sends. Run it on a quiet
 # machine: each host gets one core, so 2 free cores at least.
+#
+# A/B mode: AB_BUILD=DIR (a second build, e.g. of main) runs, per model, rate
+# and configuration, this build (B) and DIR's (A) alternately AB_REPS times
+# (3; A B A B ...) and prints each run's median step and per side the median
+# of those, with B/A, instead of the table (on a shared machine only such
+# interleaved pairs compare two builds). The second-step losses of A and B
+# must be equal (bit for bit), else exit 1.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -98,6 +105,53 @@ ms = lambda r: float(dict(x.split('=', 1) for x in r[3:] if '=' in x).get('media
 r = max(rows, key=ms)
 print('pair -', ' '.join(r[2:]))" >>"$tmp/results"
 }
+
+# ab_compare: the A/B mode (see the top); exits.
+ab_compare() {
+  local a="$AB_BUILD/bench_train_step" b m r par i side out
+  [ -x "$a" ] || { echo "run_multihost.sh: AB_BUILD=$AB_BUILD: no $a" >&2; exit 2; }
+  : >"$tmp/ab"
+  for m in "${models[@]}"; do
+    for r in "${rates[@]}"; do
+      set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
+      for par in ddp spmd fsdp; do
+        for i in $(seq "${AB_REPS:-3}"); do
+          for side in A B; do
+            [ $side = A ] && b="$a" || b="$bin"
+            out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
+              -x TESSEL_NUM_THREADS "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" 2>"$tmp/err" |
+              grep '^RESULT ') || { echo "  $side failed: $(tail -3 "$tmp/err")" >&2; failed=1; }
+            netns_kill
+            [ -n "$out" ] && echo "$m $r $par $side $i ${out#RESULT }" | tee -a "$tmp/ab" >&2
+          done
+        done
+      done
+    done
+  done
+  /usr/bin/python3 - "$tmp/ab" <<'PY' || failed=1
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m, r, par, side, i, *kv = line.split()
+    d = dict(x.split("=", 1) for x in kv if "=" in x)
+    runs.setdefault((m, r, par), {}).setdefault(side, []).append(d)
+bad = 0
+print(f"{'model':9} {'link':8} {'config':6} {'A ms':>8} {'B ms':>8} {'B/A':>6}  runs (A B A B ...)")
+for (m, r, par), sides in runs.items():
+    a, b = sides.get("A", []), sides.get("B", [])
+    ma = statistics.median(float(d["median_ms"]) for d in a) if a else float("nan")
+    mb = statistics.median(float(d["median_ms"]) for d in b) if b else float("nan")
+    seq = " ".join(f"{float(d['median_ms']):.1f}" for pair in zip(a, b) for d in pair)
+    print(f"{m:9} {r:8} {par.upper():6} {ma:8.1f} {mb:8.1f} {mb / ma:6.2f}  {seq}")
+    losses = {d.get("check_loss") for d in a + b}
+    if len(losses) > 1:
+        print(f"  FAIL {par} {m} at {r}: second-step losses differ between A and B: {sorted(losses)}")
+        bad = 1
+sys.exit(bad)
+PY
+  exit "$failed"
+}
+[ -n "${AB_BUILD:-}" ] && ab_compare
 
 for m in "${models[@]}"; do
   run one - env TESSEL_NUM_THREADS=2 "$bin" --model "$m" --threads 2 "${steps[@]}"
