@@ -24,7 +24,7 @@
 # draws its own dropout masks per replica and is not compared.
 #
 # Environment: RATES ("10gbit 1gbit 100mbit", tc's units), MODELS ("cnn
-# resnet20"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
+# resnet20"), PARS ("ddp spmd fsdp"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
 # TIMEOUT seconds per run (600). PROFILE=1 adds, per model, rate and
 # configuration, a `tessel train --profile` run (the CNN on Fashion-MNIST,
 # ResNet-20 on synthetic 3x32x32 images at batch 128; STEPS steps) and
@@ -49,6 +49,7 @@ bin="$build/bench_train_step"
 [ -x "$bin" ] || { echo "run_multihost.sh: no $bin (build first: scripts/build.sh build)" >&2; exit 2; }
 rates=(${RATES:-10gbit 1gbit 100mbit})
 models=(${MODELS:-cnn resnet20})
+pars=(${PARS:-ddp spmd fsdp})
 steps=(--steps "${STEPS:-30}" --warmup "${WARMUP:-10}")
 tlimit="${TIMEOUT:-600}"
 load="$(cut -d' ' -f1 /proc/loadavg)"
@@ -117,7 +118,7 @@ ab_compare() {
   for m in "${models[@]}"; do
     for r in "${rates[@]}"; do
       set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
-      for par in ddp spmd fsdp; do
+      for par in "${pars[@]}"; do
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
             [ $side = A ] && b="$a" || b="$bin"
@@ -164,7 +165,7 @@ for m in "${models[@]}"; do
   run_pair "$m" $((b / 2))
   for r in "${rates[@]}"; do
     set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
-    for par in ddp spmd fsdp; do
+    for par in "${pars[@]}"; do
       run "$par" "$r" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
         "$bin" --model "$m" --threads 1 --parallel "$par" "${steps[@]}"
       netns_kill # nothing left over between runs
@@ -243,7 +244,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
     esac
     for r in "${rates[@]}"; do
       set_rate "$r" || { failed=1; continue; }
-      for par in ddp spmd fsdp; do
+      for par in "${pars[@]}"; do
         case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
         if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
