@@ -24,14 +24,24 @@
 # draws its own dropout masks per replica and is not compared.
 #
 # Environment: RATES ("10gbit 1gbit 100mbit", tc's units), MODELS ("cnn
-# resnet20"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
-# TIMEOUT seconds per run (600). PROFILE=1 adds, per rate and configuration,
-# a `tessel train --profile` run of the CNN (Fashion-MNIST, STEPS steps) and
+# resnet20"), PARS ("ddp spmd fsdp"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
+# TIMEOUT seconds per run (600). PROFILE=1 adds, per model, rate and
+# configuration, a `tessel train --profile` run (the CNN on Fashion-MNIST,
+# ResNet-20 on synthetic 3x32x32 images at batch 128; STEPS steps) and
 # prints rank 0's device line: compute, communication exposed and hidden
 # behind compute (from the trace: the collectives' time under kernels), a
-# measure that does not depend on the modeled compute, and per large
-# collective its median time against the link time of the bytes it sends. Run it on a quiet
+# measure that does not depend on the modeled compute; per large
+# collective its median time against the link time of the bytes it sends; and
+# the median step's timeline (link_gaps: each collective's start and end, and
+# where device 0 runs no kernel). Run it on a quiet
 # machine: each host gets one core, so 2 free cores at least.
+#
+# A/B mode: AB_BUILD=DIR (a second build, e.g. of main) runs, per model, rate
+# and configuration, this build (B) and DIR's (A) alternately AB_REPS times
+# (3; A B A B ...) and prints each run's median step and per side the median
+# of those, with B/A, instead of the table (on a shared machine only such
+# interleaved pairs compare two builds). The second-step losses of A and B
+# must be equal (bit for bit), else exit 1.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -39,6 +49,7 @@ bin="$build/bench_train_step"
 [ -x "$bin" ] || { echo "run_multihost.sh: no $bin (build first: scripts/build.sh build)" >&2; exit 2; }
 rates=(${RATES:-10gbit 1gbit 100mbit})
 models=(${MODELS:-cnn resnet20})
+pars=(${PARS:-ddp spmd fsdp})
 steps=(--steps "${STEPS:-30}" --warmup "${WARMUP:-10}")
 tlimit="${TIMEOUT:-600}"
 load="$(cut -d' ' -f1 /proc/loadavg)"
@@ -99,6 +110,53 @@ r = max(rows, key=ms)
 print('pair -', ' '.join(r[2:]))" >>"$tmp/results"
 }
 
+# ab_compare: the A/B mode (see the top); exits.
+ab_compare() {
+  local a="$AB_BUILD/bench_train_step" b m r par i side out
+  [ -x "$a" ] || { echo "run_multihost.sh: AB_BUILD=$AB_BUILD: no $a" >&2; exit 2; }
+  : >"$tmp/ab"
+  for m in "${models[@]}"; do
+    for r in "${rates[@]}"; do
+      set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
+      for par in "${pars[@]}"; do
+        for i in $(seq "${AB_REPS:-3}"); do
+          for side in A B; do
+            [ $side = A ] && b="$a" || b="$bin"
+            out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
+              -x TESSEL_NUM_THREADS "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" 2>"$tmp/err" |
+              grep '^RESULT ') || { echo "  $side failed: $(tail -3 "$tmp/err")" >&2; failed=1; }
+            netns_kill
+            [ -n "$out" ] && echo "$m $r $par $side $i ${out#RESULT }" | tee -a "$tmp/ab" >&2
+          done
+        done
+      done
+    done
+  done
+  /usr/bin/python3 - "$tmp/ab" <<'PY' || failed=1
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m, r, par, side, i, *kv = line.split()
+    d = dict(x.split("=", 1) for x in kv if "=" in x)
+    runs.setdefault((m, r, par), {}).setdefault(side, []).append(d)
+bad = 0
+print(f"{'model':9} {'link':8} {'config':6} {'A ms':>8} {'B ms':>8} {'B/A':>6}  runs (A B A B ...)")
+for (m, r, par), sides in runs.items():
+    a, b = sides.get("A", []), sides.get("B", [])
+    ma = statistics.median(float(d["median_ms"]) for d in a) if a else float("nan")
+    mb = statistics.median(float(d["median_ms"]) for d in b) if b else float("nan")
+    seq = " ".join(f"{float(d['median_ms']):.1f}" for pair in zip(a, b) for d in pair)
+    print(f"{m:9} {r:8} {par.upper():6} {ma:8.1f} {mb:8.1f} {mb / ma:6.2f}  {seq}")
+    losses = {d.get("check_loss") for d in a + b}
+    if len(losses) > 1:
+        print(f"  FAIL {par} {m} at {r}: second-step losses differ between A and B: {sorted(losses)}")
+        bad = 1
+sys.exit(bad)
+PY
+  exit "$failed"
+}
+[ -n "${AB_BUILD:-}" ] && ab_compare
+
 for m in "${models[@]}"; do
   run one - env TESSEL_NUM_THREADS=2 "$bin" --model "$m" --threads 2 "${steps[@]}"
   b=$(grep "^one - $m " "$tmp/results" | sed 's/.*batch=\([0-9]*\).*/\1/')
@@ -107,7 +165,7 @@ for m in "${models[@]}"; do
   run_pair "$m" $((b / 2))
   for r in "${rates[@]}"; do
     set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
-    for par in ddp spmd fsdp; do
+    for par in "${pars[@]}"; do
       run "$par" "$r" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
         "$bin" --model "$m" --threads 1 --parallel "$par" "${steps[@]}"
       netns_kill # nothing left over between runs
@@ -139,22 +197,67 @@ for (name, b), d in sorted(by.items()):
 PY
 }
 
+# link_gaps TRACE: rank 0's median training step (an execute of median length) as a timeline
+# from the execute's start: each collective started in it (kind, MB, start-end ms; a carried one may
+# end after the step) and the gaps of 1 ms or more in which device 0 runs no kernel (waiting on a
+# collective, or between executes): what the step does not hide, and where
+link_gaps() {
+  /usr/bin/python3 - "$1" <<'PY' || true
+import json, statistics, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+ex = sorted((e for e in ev if e.get("cat") == "execute"), key=lambda e: e["ts"])
+if len(ex) < 3:
+    sys.exit(0)
+med = statistics.median(e["dur"] for e in ex)
+train = [e for e in ex if 0.5 * med <= e["dur"] <= 2 * med]
+step = sorted(train, key=lambda e: e["dur"])[len(train) // 2]
+s0, s1 = step["ts"], step["ts"] + step["dur"]
+nxt = next((e["ts"] for e in ex if e["ts"] > s0), s1)
+ms = lambda t: (t - s0) / 1e3
+kern = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+              if e.get("cat") == "kernel" and e.get("tid") == 0 and e["ts"] < s1 and e["ts"] + e["dur"] > s0)
+colls = sorted((e for e in ev if e.get("cat") == "collective" and e.get("tid") == 0 and s0 <= e["ts"] < s1),
+               key=lambda e: e["ts"])
+print(f"  median step {step['dur'] / 1e3:.1f} ms (of {len(train)}; next execute at {ms(nxt):.1f}):", end="")
+for e in colls:
+    b = (e.get("args") or {}).get("bytes", 0)
+    print(f" {e['name']} {b / 1e6:.2f}MB {ms(e['ts']):.1f}-{ms(e['ts'] + e['dur']):.1f}", end=";")
+gaps, t = [], s0
+for a, b in kern:
+    if a - t >= 1e3:
+        gaps.append((t, a))
+    t = max(t, b)
+if s1 - t >= 1e3:
+    gaps.append((t, s1))
+print("\n  no kernel on device 0:", " ".join(f"{ms(a):.1f}-{ms(b):.1f}" for a, b in gaps) or "no gap of 1 ms",
+      f"(last kernel ends at {ms(t):.1f})")
+PY
+}
+
 if [ "${PROFILE:-0}" = 1 ]; then
   tessel="$build/tessel"
-  for r in "${rates[@]}"; do
-    set_rate "$r" || { failed=1; continue; }
-    for par in ddp spmd fsdp; do
-      case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
-      if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
-        -x TESSEL_NUM_THREADS "$tessel" train --model cnn --threads 1 --steps "${STEPS:-30}" --eval-batch 5000 \
-        "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
-        echo "profile cnn $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
-        link_use "$tmp/trace.json" "$r"
-      else
-        echo "profile cnn $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
-        failed=1
-      fi
-      netns_kill
+  for m in "${models[@]}"; do
+    case $m in # the benchmark's batch; ResNet-20 on synthetic CIFAR-shaped images (no data files needed)
+      cnn) da=(--eval-batch 5000) ;;
+      resnet20) da=(--dataset synthetic --batch 128 --eval-batch 5000) ;;
+      *) echo "profile $m: no profile settings for this model" >&2; continue ;;
+    esac
+    for r in "${rates[@]}"; do
+      set_rate "$r" || { failed=1; continue; }
+      for par in "${pars[@]}"; do
+        case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
+        if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
+          -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
+          "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
+          echo "profile $m $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
+          link_use "$tmp/trace.json" "$r"
+          link_gaps "$tmp/trace.json"
+        else
+          echo "profile $m $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
+          failed=1
+        fi
+        netns_kill
+      done
     done
   done
 fi
