@@ -323,7 +323,9 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
  * instead of being written, read back and kept alive for the backward pass:
  * one pass and one activation fewer per BN+ReLU, the same bits.
  * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node.
- * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node. */
+ * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node.
+ * (4. cheap values recomputed by each user and 5. f32 values exact in bf16
+ * stored as bf16 follow.) */
 static bool splat_zero(const ts_graph *g, ts_tensor t) {
   double v;
   return opt_splat_value(g, t, &v) && v == 0;
