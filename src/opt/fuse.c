@@ -494,15 +494,18 @@ static int chain_source(const ts_graph *g, ts_tensor t) {
   return src;
 }
 
+/* Whether user w fuses its full-size operands (an elementwise op a private
+ * copy can join, or a fused reduction). */
+static bool fusing_user(const ts_graph *g, int w) {
+  const ts_node *wn = &g->nodes[w];
+  return (ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) || (wn->op == TS_OP_REDUCE && fusible_reduce(g, w));
+}
+
 /* t is cheap arithmetic with several users, all of which fuse it. */
 static bool cheap_chain(const ts_graph *g, const opt_users *u, ts_tensor t) {
   if (u->n_out[t] || u->off[t + 1] - u->off[t] < 2 || chain_source(g, t) < 0) return false;
-  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
-    int w = u->users[k];
-    const ts_node *wn = &g->nodes[w];
-    if (!(ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) && !(wn->op == TS_OP_REDUCE && fusible_reduce(g, w)))
-      return false;
-  }
+  for (int k = u->off[t]; k < u->off[t + 1]; k++)
+    if (!fusing_user(g, u->users[k])) return false;
   return true;
 }
 
@@ -610,7 +613,7 @@ static void find_bf16_exact(const ts_graph *g, bool *exact) {
 /* Whether t is worth storing as bf16: bf16_exact, computed (not a convert
  * from bf16 or a splat, which cost nothing to recompute), full-size, no graph
  * output, and read by several users that all fuse it (a bf16 conversion of
- * it, or what cheap_chain accepts). */
+ * it, or a fusing_user). */
 static bool narrow_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
   const ts_node *n = &g->nodes[t];
   double v;
@@ -618,11 +621,8 @@ static bool narrow_candidate(const ts_graph *g, const opt_users *u, const bool *
       u->n_out[t] || u->off[t + 1] - u->off[t] < 2 || ts_shape_numel(n->rank, n->shape) <= 1)
     return false;
   for (int k = u->off[t]; k < u->off[t + 1]; k++) {
-    int w = u->users[k];
-    const ts_node *wn = &g->nodes[w];
-    if (wn->op == TS_OP_CONVERT && wn->dtype == TS_BF16) continue;
-    if (!(ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) && !(wn->op == TS_OP_REDUCE && fusible_reduce(g, w)))
-      return false;
+    const ts_node *wn = &g->nodes[u->users[k]];
+    if (!(wn->op == TS_OP_CONVERT && wn->dtype == TS_BF16) && !fusing_user(g, u->users[k])) return false;
   }
   return true;
 }
