@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "opt/opt.h"
+#include "util/half.h" /* bf16 rounding of constants (bf16_value) */
 
 typedef struct {
   int32_t *group;     /* per node: root of its group, or -1 */
@@ -322,7 +323,9 @@ static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int
  * instead of being written, read back and kept alive for the backward pass:
  * one pass and one activation fewer per BN+ReLU, the same bits.
  * 2. sum(neg(x)) -> neg(sum(x)) (and mean), see relu_mask_node.
- * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node. */
+ * 3. op(broadcast(v), splat) -> broadcast(op(v, splat)), see relu_mask_node.
+ * (4. cheap values recomputed by each user and 5. f32 values exact in bf16
+ * stored as bf16 follow.) */
 static bool splat_zero(const ts_graph *g, ts_tensor t) {
   double v;
   return opt_splat_value(g, t, &v) && v == 0;
@@ -491,15 +494,18 @@ static int chain_source(const ts_graph *g, ts_tensor t) {
   return src;
 }
 
+/* Whether user w fuses its full-size operands (an elementwise op a private
+ * copy can join, or a fused reduction). */
+static bool fusing_user(const ts_graph *g, int w) {
+  const ts_node *wn = &g->nodes[w];
+  return (ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) || (wn->op == TS_OP_REDUCE && fusible_reduce(g, w));
+}
+
 /* t is cheap arithmetic with several users, all of which fuse it. */
 static bool cheap_chain(const ts_graph *g, const opt_users *u, ts_tensor t) {
   if (u->n_out[t] || u->off[t + 1] - u->off[t] < 2 || chain_source(g, t) < 0) return false;
-  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
-    int w = u->users[k];
-    const ts_node *wn = &g->nodes[w];
-    if (!(ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) && !(wn->op == TS_OP_REDUCE && fusible_reduce(g, w)))
-      return false;
-  }
+  for (int k = u->off[t]; k < u->off[t + 1]; k++)
+    if (!fusing_user(g, u->users[k])) return false;
   return true;
 }
 
@@ -566,22 +572,127 @@ static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
   return 0;
 }
 
+/* ---- 5. f32 values exact in bf16 stored as bf16 ----
+ * Under bf16 autocast, ReLU's backward mask selects from a bf16 gradient:
+ * g = select(mask, convert(dx, f32), 0) is f32 but every value of it is a
+ * bf16 value, and batch norm's backward reads g three times (two sums and the
+ * input gradient). Such a value t (an f32 elementwise op whose result is
+ * always representable in bf16, bf16_exact) with several users, all of which
+ * fuse it, is stored as bf16 instead: t -> convert(convert(t, bf16), f32).
+ * The inner convert joins t's group, which then writes bf16 (half the bytes);
+ * the outer one is cheap arithmetic that every user recomputes (rewrite 4);
+ * a user that converts t to bf16 itself reads the bf16 copy. The round trip
+ * is the identity on bf16 values (a signaling NaN would come back quiet: the
+ * only bits that may change), so the results are the same bits. */
+static bool bf16_value(double v) {
+  float f = (float)v;
+  return (double)f == v && ts_bf16_to_f32(ts_f32_to_bf16(f)) == f;
+}
+
+/* exact[i] for every node: f32 and always a bf16 value. */
+static void find_bf16_exact(const ts_graph *g, bool *exact) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    double v;
+    exact[i] = false;
+    if (n->dtype != TS_F32) continue;
+    if (opt_splat_value(g, i, &v)) {
+      exact[i] = bf16_value(v);
+    } else if (n->op == TS_OP_CONVERT) {
+      exact[i] = g->nodes[n->in[0]].dtype == TS_BF16;
+    } else if (n->op == TS_OP_SELECT) {
+      exact[i] = exact[n->in[1]] && exact[n->in[2]];
+    } else if (n->op == TS_OP_MAX || n->op == TS_OP_MIN) {
+      exact[i] = exact[n->in[0]] && exact[n->in[1]];
+    } else if (n->op == TS_OP_NEG || n->op == TS_OP_ABS) {
+      exact[i] = exact[n->in[0]];
+    }
+  }
+}
+
+/* Whether t is worth storing as bf16: bf16_exact, computed (not a convert
+ * from bf16 or a splat, which cost nothing to recompute), full-size, no graph
+ * output, and read by several users that all fuse it (a bf16 conversion of
+ * it, or a fusing_user). */
+static bool narrow_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
+  const ts_node *n = &g->nodes[t];
+  double v;
+  if (!exact[t] || n->op == TS_OP_CONVERT || !ir_op_has(n->op, TS_OPF_FUSIBLE) || opt_splat_value(g, t, &v) ||
+      u->n_out[t] || u->off[t + 1] - u->off[t] < 2 || ts_shape_numel(n->rank, n->shape) <= 1)
+    return false;
+  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
+    const ts_node *wn = &g->nodes[u->users[k]];
+    if (!(wn->op == TS_OP_CONVERT && wn->dtype == TS_BF16) && !fusing_user(g, u->users[k])) return false;
+  }
+  return true;
+}
+
+typedef struct {
+  const bool *narrow; /* per node of the source: stored as bf16 */
+  int32_t *bf16;      /* per narrowed source node: its bf16 copy in dst */
+  int narrowed;
+} narrow_state;
+
+static ts_tensor narrow_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  narrow_state *s = user;
+  const ts_node *n = &src->nodes[id];
+  if (n->op == TS_OP_CONVERT && n->dtype == TS_BF16 && s->narrow[n->in[0]]) return s->bf16[n->in[0]];
+  if (!s->narrow[id]) return OPT_KEEP;
+  ts_tensor t = opt_copy_node(dst, src, id, map);
+  if (t < 0) return TS_NONE;
+  ts_tensor b = ir_append(dst, TS_OP_CONVERT, TS_BF16, n->rank, n->shape, 1, &t, NULL);
+  if (b < 0) return TS_NONE;
+  s->bf16[id] = b;
+  s->narrowed++;
+  return ir_append(dst, TS_OP_CONVERT, TS_F32, n->rank, n->shape, 1, &b, NULL);
+}
+
+/* *out: the rewritten graph, or NULL when no value is narrowed. */
+static int narrow_rewrite(const ts_graph *g, ts_graph **out, int *narrowed) {
+  *out = NULL;
+  *narrowed = 0;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return -1;
+  size_t nn = (size_t)g->n_nodes + 1;
+  bool *exact = malloc(nn * sizeof *exact), *narrow = malloc(nn * sizeof *narrow);
+  int32_t *bf16 = malloc(nn * sizeof *bf16);
+  int rc = 0;
+  if (!exact || !narrow || !bf16) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+    goto done;
+  }
+  find_bf16_exact(g, exact);
+  bool any = false;
+  for (int i = 0; i < g->n_nodes; i++) any |= narrow[i] = narrow_candidate(g, &u, exact, i);
+  narrow_state s = {narrow, bf16, 0};
+  if (any && !(*out = opt_rebuild(g, narrow_node, &s, NULL))) rc = -1;
+  *narrowed = s.narrowed;
+done:
+  free(exact), free(narrow), free(bf16);
+  opt_users_free(&u);
+  return rc;
+}
+
 ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
-  int masks = 0, copies = 0;
-  ts_graph *rw, *mc;
+  int masks = 0, narrowed = 0, copies = 0;
+  ts_graph *rw, *nw = NULL, *mc = NULL;
   /* the ReLU masks first: a mask that reads the ReLU's output leaves batch
-   * norm's output with one user, so it is not recomputed for the mask */
+   * norm's output with one user, so it is not recomputed for the mask; the
+   * bf16-exact values next, so their f32 round trips are copied into users */
   if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
-  if (mask_copy_rewrite(rw ? rw : g0, &mc, &copies) < 0) {
+  if (narrow_rewrite(rw ? rw : g0, &nw, &narrowed) < 0 ||
+      mask_copy_rewrite(nw ? nw : rw ? rw : g0, &mc, &copies) < 0) {
     ts_graph_free(rw);
+    ts_graph_free(nw);
     return NULL;
   }
-  masks += copies;
-  const ts_graph *g = mc ? mc : rw ? rw : g0;
+  masks += narrowed + copies;
+  const ts_graph *g = mc ? mc : nw ? nw : rw ? rw : g0;
   int nn = g->n_nodes;
   opt_users u;
   if (opt_users_build(g, &u) < 0) {
     ts_graph_free(rw);
+    ts_graph_free(nw);
     ts_graph_free(mc);
     return NULL;
   }
@@ -612,6 +723,7 @@ done:
   free(s.n_ext);
   opt_users_free(&u);
   ts_graph_free(rw);
+  ts_graph_free(nw);
   ts_graph_free(mc);
   return out;
 }
