@@ -573,6 +573,10 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   rc = save_snapshot(s, j, t);
   /* Barrier: every process holds its blocks (or the save fails everywhere now). */
   if (ckpt_agree(c, "snapshot", rc) < 0) goto fail;
+  /* A background save copies its blocks now, on this thread and the client's
+   * (a few ms per 100 MB), and lets go of the buffers: the writer needs no CPU
+   * to keep the disk busy, and the next steps update in place. */
+  if (background && ckpt_save_snapshot) save_copy_snapshot(s, j);
   j->snapshot_s = util_now_s() - t0;
   ts_metrics_add("CkptSnapshotTime", TS_METRIC_TIME, (int64_t)(1e9 * j->snapshot_s));
   if (blocked > 0) ts_metrics_add("CkptBlockedTime", TS_METRIC_TIME, (int64_t)(1e9 * blocked));
