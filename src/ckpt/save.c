@@ -8,7 +8,8 @@
  * process's verdict so that one failure fails every process):
  *   prepare   process 0 creates ROOT/.tmp-step-N             | barrier
  *   snapshot  each process holds its buffers                  | barrier
- *             (the caller waits only up to here)
+ *             (a saver then copies them into its snapshot and
+ *             releases them; the caller waits only up to here)
  *   files     each process writes shard-P-of-Q.safetensors    | barrier
  *             from the held buffers (copy, checksums and
  *             writes pipelined; each hold released once

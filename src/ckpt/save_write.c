@@ -11,7 +11,11 @@
  *          disk reads the ring itself; buffered with early write-back where
  *          O_DIRECT is refused) and hand the slots back.
  * So a save takes about max(copy + hash, write), not their sum, and needs
- * SAVE_SLOTS chunks of host memory instead of a copy of the whole state. The
+ * SAVE_SLOTS chunks of host memory instead of a copy of the whole state.
+ * A background save copies the whole image into s->snap in the save call
+ * instead (save_copy_snapshot, on the caller's threads; the holds released
+ * there): then every chunk is ready at once, the I/O threads write them back
+ * to back and the fill loop only hashes, from the snapshot. The
  * bytes are those of the serial copy-then-write (same file, same checksums:
  * XXH64 streamed does not depend on how the bytes are cut). */
 #define _GNU_SOURCE /* sync_file_range */
