@@ -286,6 +286,25 @@ static void test_reduce(void) {
     free(ref);
     ex_free(&e);
   }
+  /* batch norm's [R, K, R] in memory on 2 threads (36000 elements: parallel),
+   * each thread its channels row by row; K = 5 splits 3 + 2 */
+  for (int kind = 0; kind < 2; kind++) {
+    ex_t e;
+    ex_init(&e);
+    int64_t sh[3] = {6, 5, 1200}, osh[1] = {5};
+    ts_tensor x = rinput(&e, TS_F32, 3, sh);
+    ts_attr at = {.reduce = kind ? TS_REDUCE_MAX : TS_REDUCE_SUM, .n_dims = 2, .dims = {0, 2}};
+    ts_tensor y = node(&e, TS_OP_REDUCE, TS_F32, 1, osh, 1, &x, &at);
+    double ref[5];
+    for (int c = 0; c < 5; c++) ref[c] = kind ? -INFINITY : 0;
+    for (int64_t i = 0; i < 36000; i++) {
+      int c = (int)(i / 1200 % 5);
+      ref[c] = kind ? fmax(ref[c], get(&e, x, i)) : ref[c] + get(&e, x, i);
+    }
+    CHECK_OK(run(&e, y));
+    CHECK(max_err(&e, y, ref, 5) < 1e-6, "reduce [R, K, R] kind %d err %g", kind, max_err(&e, y, ref, 5));
+    ex_free(&e);
+  }
 }
 
 /* ================= layout ================= */
