@@ -19,9 +19,6 @@
  *    the others, they waited long in line, so their next large starts over
  *    this host go to the worker (64 KiB in line) for COMM_HOST_BACKOFF
  *    decisions, then up to 4 MiB again;
- *  - every process as a host of its own: a collective of at most the limit
- *    between hosts runs in line, unless its result goes straight to the
- *    caller (comm_start_inline's to_caller), then it goes to the worker;
  *  - in line and on the worker give the same bits: a 3 MB all-reduce and a
  *    reduce-scatter made synchronously (what an in-line start runs) equal
  *    the started ones. */
@@ -82,7 +79,7 @@ static void short_wait(ts_comm *c, int me, const int *group, int P) {
     forget_waits(c, me);
     if (me == P - 1) nanosleep(&(struct timespec){0, 5000000}, NULL); /* 5 ms late */
     CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, x, x, 256) == 0, "%s", ts_last_error());
-    fired = comm_start_inline(c, me, group, P, mib, false) ? 0.0f : 1.0f;
+    fired = comm_start_inline(c, me, group, P, mib) ? 0.0f : 1.0f;
     CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, &fired, &fired, 1) == 0, "%s", ts_last_error());
   }
   CHECK(fired == 0, "after a 5 ms wait for a late peer 1 MiB went to the worker in 10 tries out of 10");
@@ -93,34 +90,16 @@ static void short_wait(ts_comm *c, int me, const int *group, int P) {
 static void late_peer(ts_comm *c, int me, const int *group, int P) {
   comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
   const int64_t mib = (int64_t)1 << 20;
-  CHECK(comm_start_inline(c, me, group, P, mib, false), "1 MiB before any wait: not in line");
+  CHECK(comm_start_inline(c, me, group, P, mib), "1 MiB before any wait: not in line");
   float x[256] = {0};
   if (me == P - 1) nanosleep(&(struct timespec){0, 100000000}, NULL); /* 100 ms late */
   CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, x, x, 256) == 0, "%s", ts_last_error());
   if (me == P - 1) return; /* it did not wait */
-  CHECK(comm_start_inline(c, me, group, P, (int64_t)64 << 10, false), "64 KiB after a long wait: not in line");
+  CHECK(comm_start_inline(c, me, group, P, (int64_t)64 << 10), "64 KiB after a long wait: not in line");
   int worker = 0;
-  while (worker < COMM_HOST_BACKOFF + 8 && !comm_start_inline(c, me, group, P, mib, false)) worker++;
+  while (worker < COMM_HOST_BACKOFF + 8 && !comm_start_inline(c, me, group, P, mib)) worker++;
   CHECK(worker == COMM_HOST_BACKOFF, "after a long wait %d decisions sent 1 MiB to the worker, expected %d", worker,
         COMM_HOST_BACKOFF);
-}
-
-/* Every process as a host of its own (comm_internal.h host): a small
- * collective between hosts runs in line, except one whose result goes
- * straight to the caller (to_caller: the DDP loss's mean, ZeRO-1's closing
- * all-gathers), which goes to the worker so the device does not wait there
- * for the slowest host; a group of this process alone is unaffected. */
-static void other_hosts(ts_comm *c, int me, const int *group, int P) {
-  int saved[MAXP];
-  if (!c->host) return; /* one process */
-  for (int p = 0; p < P; p++) saved[p] = c->host[p], c->host[p] = p;
-  comm_set_inline_bytes(c, 100, 1000, 10); /* shared memory, this host, other hosts */
-  CHECK(comm_start_inline(c, me, group, P, 10, false) && !comm_start_inline(c, me, group, P, 11, false),
-        "the group over hosts does not get the limit between hosts");
-  CHECK(!comm_start_inline(c, me, group, P, 4, true), "4 bytes over hosts for the caller: in line");
-  CHECK(comm_start_inline(c, me, &me, 1, 100, true), "for the caller in shared memory: not in line");
-  for (int p = 0; p < P; p++) c->host[p] = saved[p];
-  CHECK(comm_start_inline(c, me, group, P, 1000, true), "for the caller over this host's processes: not in line");
 }
 
 int main(void) {
@@ -131,20 +110,19 @@ int main(void) {
   if (!c) return ts_test_finish();
 
   if (env_config()->comm_inline_bytes < 0) { /* the defaults */
-    CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20, false), "1 MiB between processes of one host: not in line");
-    CHECK(comm_start_inline(c, me, group, P, (int64_t)4 << 20, false), "4 MiB between processes of one host: not in line");
-    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)4 << 20) + 1, false), "over 4 MiB between processes: in line");
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), "1 MiB between processes of one host: not in line");
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)4 << 20), "4 MiB between processes of one host: not in line");
+    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)4 << 20) + 1), "over 4 MiB between processes: in line");
   } else {
     fprintf(stderr, "mpi_inline: TESSEL_COMM_INLINE_BYTES is set: the default limits are not checked\n");
   }
   comm_set_inline_bytes(c, 100, 1000, 10); /* shared memory, this host, other hosts */
-  CHECK(comm_start_inline(c, me, group, P, 1000, false) && !comm_start_inline(c, me, group, P, 1001, false),
+  CHECK(comm_start_inline(c, me, group, P, 1000) && !comm_start_inline(c, me, group, P, 1001),
         "the group of this host's processes does not get the host limit");
-  CHECK(comm_start_inline(c, me, &me, 1, 100, false) && !comm_start_inline(c, me, &me, 1, 101, false),
+  CHECK(comm_start_inline(c, me, &me, 1, 100) && !comm_start_inline(c, me, &me, 1, 101),
         "a group of this process alone does not get the shared-memory limit");
-  other_hosts(c, me, group, P);
   comm_set_inline_bytes(c, 0, 0, 0);
-  CHECK(!comm_start_inline(c, me, group, P, 1, false), "limit 0: in line");
+  CHECK(!comm_start_inline(c, me, group, P, 1), "limit 0: in line");
 
   short_wait(c, me, group, P);
   late_peer(c, me, group, P);

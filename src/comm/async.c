@@ -204,7 +204,7 @@ int comm_ticket_done(ts_comm *c, int device, int64_t ticket) {
   return done;
 }
 
-bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes, bool to_caller) {
+bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes) {
   if (!c || device < c->first || device >= c->first + c->n_local || !group || n < 1) return false;
   comm_dev *d = &c->dev[device];
   int64_t limit = c->inline_remote;
@@ -217,8 +217,6 @@ bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t 
       d->host_backoff--;
       limit = c->inline_remote;
     }
-  } else if (to_caller) {
-    return false; /* over hosts, for the caller only: the device need not wait for it (comm.h) */
   }
   if (limit < 0 || bytes > limit) return false;
   comm_worker *w = d->worker;

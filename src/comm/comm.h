@@ -113,14 +113,8 @@ int comm_wait_all(ts_comm *c, int device);
  * the size is within the limit for the group: in shared memory (every
  * member in this process), over processes of this host (every member's
  * process runs on this host: same host name), or over hosts. Results are
- * the same bits either way (the same calls, in the same order).
- * to_caller: the result is written straight into the caller's buffer (the
- * plan's deferred collectives: DDP's mean loss, ZeRO-1's closing weight
- * all-gathers). Over hosts such a collective never runs in line: in line the
- * device would stop there until the slowest host arrives and the link's
- * round trip ends, while nothing it computes next needs the result; on the
- * worker it overlaps the rest of the run, or the next run (runtime/carry.c). */
-bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes, bool to_caller);
+ * the same bits either way (the same calls, in the same order). */
+bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
  * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
  * memory, up to 4 MiB between processes of one host (64 KiB for a while

@@ -132,10 +132,9 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     /* a started all-reduce must be done before a user reads it and before
      * the device makes its next collective call */
     bool async = prog->async && prog->async[id];
-    /* ... unless it runs in line (nothing in flight; shared memory or small; over
-     * hosts not when it writes only the caller's buffer, prog->defer): the
+    /* ... unless it runs in line (nothing in flight; shared memory or small): the
      * synchronous call, no hand-off to the worker, no staging copy */
-    if (async && cpu_collective_inline(g, id, prog->device, prog->comm, prog->defer && prog->defer[id])) async = false;
+    if (async && cpu_collective_inline(g, id, prog->device, prog->comm)) async = false;
     /* the worker runs the device's collectives: none may be in flight when
      * the device makes a call itself (started ones queue in order) */
     if (ir_op_is_collective(n->op) && !async) rc = await_all(&p, prog);

@@ -76,9 +76,8 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
 /* cpu_collective.c: true when the asynchronous collective node `id` may run
  * in line, synchronously by cpu_collective, instead of being started
  * (comm.h comm_start_inline: nothing in flight, small enough or in shared
- * memory; to_caller: the result goes straight to the caller's buffer, never
- * in line over hosts); the same bits either way. */
-bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm, bool to_caller);
+ * memory); the same bits either way. */
+bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm);
 int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, struct ts_comm *comm,
                              void **state, bool borrow);
 
