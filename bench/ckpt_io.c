@@ -12,10 +12,11 @@
  * Each round runs two training steps of the model (AdamW, batch 2: the
  * program of tessel train, updating the state in place), saves the state
  * through a background saver (ts_ckpt_saver: the caller waits for the plan
- * and the copy of the blocks into the saver's snapshot; two threads write it
- * (O_DIRECT) while a third hashes it; fsync of every file and the directory,
- * as a real save), runs the next step at once while the save is in flight
- * (in place: nothing is held), waits for the save, then
+ * and the holds of the device buffers only; a thread copies the held blocks
+ * chunk by chunk into a small ring while two more write the chunks before
+ * (O_DIRECT); fsync of every file and the directory, as a real save), runs
+ * the next step at once while the save is in flight (its donated parameters
+ * are held: it computes into their spare memory), waits for the save, then
  * opens the latest and loads every tensor back into the device buffers, cold:
  * the checkpoint's files are evicted from the page cache first
  * (posix_fadvise DONTNEED; run_ckpt.sh evicts dd's file the same way before
@@ -25,9 +26,9 @@
  *          step_during_save_median_s=.. step_wait_median_s=.. step_wait_fraction=..
  *          busy_save_s=.. busy_steps=.. busy_step_s=..
  * (save: from the start of the save to the checkpoint in place; snapshot:
- * the caller's wait inside the save; copy: the copy into the snapshot, part
- * of it (ts_ckpt_save_stats.copy_s); write: the files stage to the fsync, the
- * checksums overlapped with the writes, so save ~ copy + write + commit; step_wait = snapshot + how much longer
+ * the caller's wait inside the save; copy: from the start of the files stage
+ * to the last held byte copied, write: the files stage to the fsync — the
+ * copy overlaps the write, so save ~ write + commit, not copy + write; step_wait = snapshot + how much longer
  * the step during the save took than the faster step before it (0 if not longer),
  * per round; step_wait_fraction = its median / the save's median, the issue's
  * target <= 0.10; busy_*: one more save with steps run back to back, polling,

@@ -78,7 +78,7 @@ print(f"disk write: dd conv=fsync {dwb:.3f} GB/s, oflag=direct {dwd:.3f} GB/s ->
 print(f"disk read (evicted first; {cached} bytes of the file still cached): dd {drb:.3f} GB/s, "
       f"iflag=direct {drd:.3f} GB/s -> reference {dr:.3f} GB/s")
 print(f"save {float(f['save_median_s']):.3f} s = {save:.3f} GB/s = {save / dw:.2f} of the disk "
-      f"(copy {float(f['copy_median_s']):.3f} s, then write {float(f['write_median_s']):.3f} s; "
+      f"(copy {float(f['copy_median_s']):.3f} s overlapped with write {float(f['write_median_s']):.3f} s; "
       f"target >= 0.50: {verdict(save / dw >= 0.5)})")
 print(f"load {float(f['load_median_s']):.3f} s = {load:.3f} GB/s = {load / dr:.2f} of the disk"
       + ("" if f["cold_load"] == "1" else " (the checkpoint could not be evicted: a warm load)")

@@ -18,7 +18,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h" /* ckpt_test_hook, ckpt_write_version, ckpt_xxh64 */
@@ -472,16 +471,13 @@ static void park_release(void) {
   pthread_mutex_unlock(&park_mu);
 }
 
-/* A saver's pipeline from the held buffers (ckpt_save_snapshot 0: the
- * path of ts_ckpt_save; a saver copies in the call by default, below):
- * ts_ckpt_saver_save then copies nothing: it holds the buffers
- * (ts_buffer_hold) and its writer copies them. Steps that run before the copy (the writer is
+/* ts_ckpt_saver_save copies nothing: it holds the buffers (ts_buffer_hold)
+ * and its writer copies them. Steps that run before the copy (the writer is
  * parked at "copy") update the held parameters in place: they compute into
  * other memory instead, and the checkpoint holds the values of the save's
  * step; a buffer freed meanwhile is still saved. The second save reuses the
  * memory the first one left (the spare). Padded blocks (data=2, uneven). */
 static void test_steps_during_copy(void) {
-  ckpt_save_snapshot = 0;
   const ck_layout *l = &CK_LAYOUTS[1]; /* data=2 */
   ts_client *c = client_for(ck_layout_devices(l));
   ts_executable *e = step_exe(c, l);
@@ -531,96 +527,6 @@ static void test_steps_during_copy(void) {
   CHECK_OK(ts_ckpt_saver_wait(s));
   CHECK(ck_check_buffer(b[0], 0, 3) == 0, "the write after the save");
   free(v3);
-  ts_ckpt_saver_free(s);
-  ts_executable_free(e);
-  ck_free_buffers(b);
-  ts_client_free(c);
-  ckpt_save_snapshot = 1;
-}
-
-/* A host write on another thread (test_snapshot_released). */
-typedef struct {
-  ts_buffer *b;
-  const void *v;
-  size_t n;
-  int rc, done;
-} host_write;
-
-static void *host_write_run(void *arg) {
-  host_write *w = arg;
-  int rc = ts_buffer_write(w->b, w->v, w->n);
-  pthread_mutex_lock(&park_mu);
-  w->rc = rc, w->done = 1;
-  pthread_cond_broadcast(&park_cv);
-  pthread_mutex_unlock(&park_mu);
-  return NULL;
-}
-
-/* A background save copies the blocks in the call (ckpt_save_snapshot, the
- * default) and holds nothing when it returns: with the writer parked before
- * it writes anything, a host write to a saved buffer completes at once (a
- * held buffer's write would wait for the writer), steps update in place, and
- * the checkpoint still holds the values of the save's moment. Padded blocks
- * (data=2, uneven), twice (the snapshot memory reused). */
-static void test_snapshot_released(void) {
-  const ck_layout *l = &CK_LAYOUTS[1]; /* data=2 */
-  ts_client *c = client_for(ck_layout_devices(l));
-  ts_executable *e = step_exe(c, l);
-  ts_buffer *b[CK_N] = {0};
-  ts_ckpt_entry en[CK_N];
-  CHECK_OK(ck_make_buffers(c, l, 1, false, b));
-  ck_entries(b, en);
-  char root[512];
-  snprintf(root, sizeof root, "%s/snapshot", tmp_root);
-  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
-  void *want[CK_N];
-  for (int round = 0; round < 2 && e && s; round++) {
-    ts_ckpt_meta m = ck_meta(30 + round);
-    if (round) CHECK_OK(ts_buffer_write(b[0], want[0], ck_bytes(0))); /* the values of 2 steps, as the others */
-    for (int i = 0; round && i < CK_N; i++) free(want[i]);
-    step_expect(2 * round, want);
-    park_until("copy");
-    CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, en, 0));
-    park_wait();
-    void *v3 = ck_values(0, 3);
-    host_write w = {.b = b[0], .v = v3, .n = ck_bytes(0)};
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, host_write_run, &w) == 0, "thread");
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 20;
-    pthread_mutex_lock(&park_mu);
-    while (!w.done && pthread_cond_timedwait(&park_cv, &park_mu, &until) == 0) {
-    }
-    int done = w.done;
-    pthread_mutex_unlock(&park_mu);
-    CHECK(done && w.rc == 0, "round %d: a host write to a saved buffer waited for the parked writer (held)", round);
-    if (!done) { /* held: no step beside the waiting write (one thread per buffer) */
-      park_release();
-      pthread_join(th, NULL);
-      CHECK_OK(ts_ckpt_saver_wait(s));
-      ckpt_test_hook = NULL;
-      free(v3);
-      break;
-    }
-    step_run(e, b); /* in place: nothing is held */
-    step_run(e, b);
-    park_release();
-    pthread_join(th, NULL);
-    CHECK_OK(ts_ckpt_saver_wait(s));
-    ckpt_test_hook = NULL;
-    check_ckpt_values(root, &CK_LAYOUTS[2], want, round ? "second snapshot" : "first snapshot");
-    for (int i = 0; i < CK_N; i++) free(want[i]);
-    step_expect(2 * round + 2, want);
-    for (int i = 1; i < CK_N; i++) {
-      void *got = malloc(ck_bytes(i) + 1);
-      CHECK(ts_buffer_read(b[i], got, ck_bytes(i)) == 0 && memcmp(got, want[i], ck_bytes(i)) == 0,
-            "round %d: buffer %s after the steps", round, CK_TENSORS[i].name);
-      free(got);
-    }
-    free(v3);
-  }
-  for (int i = 0; i < CK_N; i++) free(want[i]);
   ts_ckpt_saver_free(s);
   ts_executable_free(e);
   ck_free_buffers(b);
@@ -721,7 +627,6 @@ int main(void) {
   test_params_big();
   test_continues();
   test_steps_during_copy();
-  test_snapshot_released();
   test_errors();
   test_formats();
   char cmd[300];

@@ -99,21 +99,19 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
 
 /* ---- saving in the background ----
  * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
- * plans the blocks, copies this process's blocks into the saver's snapshot
- * memory (the file's image, kept for the next saves; on the calling thread
- * and up to 3 more, the client's compute threads: a few ms per 100 MB) and
- * returns; a thread of the saver then writes the image with O_DIRECT (the
- * disk reads the snapshot: no CPU needed to keep it busy) while it computes
- * the checksums from the snapshot, fsyncs the file and,
+ * returns once every buffer is held (ts_buffer_hold, tessel/runtime.h: no
+ * copy; the caller waits only for the plan of the blocks and the holds); a
+ * thread of the saver then writes the block file from the held memory as a
+ * pipeline (a chunk is copied into a small ring of host memory and hashed
+ * while the chunks before it are written; each buffer's hold is released as
+ * soon as its bytes are copied), fsyncs it and,
  * alone or once every process is done, the checkpoint is committed exactly as
  * by ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes,
- * the same atomicity. The device buffers may change (the next steps, in
- * place) or be freed as soon as ts_ckpt_saver_save returns. Where the
- * snapshot memory cannot be had, the save holds the buffers instead
- * (ts_buffer_hold, tessel/runtime.h) and the writer copies them a chunk at a
- * time, as ts_ckpt_save does: a step that updates a held buffer in place then
- * computes into other memory (the buffer's spare), and a ts_buffer_write of
- * a held buffer waits until its bytes are copied.
+ * the same atomicity. The device buffers may change (the next steps) or be
+ * freed as soon as ts_ckpt_saver_save returns: a step that updates a held
+ * buffer in place computes into other memory instead (the buffer's spare,
+ * see ts_buffer_hold); a ts_buffer_write of a held buffer waits until its
+ * bytes are copied.
  *
  * At most one save is in flight: ts_ckpt_saver_save first waits for the
  * previous one and finishes it (every requested checkpoint is written; the
@@ -132,14 +130,13 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  * one step after the last process's file is written (every step polls), and
  * no step waits for the commit's disk writes; a wait commits inline. Alone,
  * the commit runs on the saver's thread right after the file. Memory: the
- * snapshot, the size of this process's block file (kept for the next saves:
- * one extra host copy of the saved state, as the spares of held buffers were
- * before). */
+ * saver's ring (32 MiB, kept for the next saves); a buffer a step updated
+ * while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the ring until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
-/* The CPU priority of the saver's threads that do CPU work (the checksums,
- * the copy where buffers are held, the commit; Linux applies it per thread;
+/* The CPU priority of the saver's threads that do CPU work (the copy of the
+ * held blocks and the checksums, the commit; Linux applies it per thread;
  * the two threads that only submit O_DIRECT writes and wait for the disk
  * keep the caller's priority, so the disk never waits for a starved thread;
  * where the writes are buffered they drop to it too). LOW (the
@@ -175,16 +172,14 @@ typedef struct {
   int64_t step;       /* the step of the last completed save (-1: none yet) */
   int saves;          /* saves completed */
   uint64_t bytes;     /* bytes of this process's block file (header + data) */
-  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, the copy into the snapshot (copy_s)
-                       * and the barriers */
+  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
   double write_s;     /* the saver's thread: block file copied, hashed, written and fsync'ed (the whole
                        * pipeline; copy_s overlaps it) */
   double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
-  double copy_s;      /* the copy into the snapshot, inside the save call (part of snapshot_s); where the
-                       * buffers were held instead: from the start of write_s to the last held byte copied */
+  double copy_s;      /* from the start of write_s to the last held byte copied (every hold released) */
   /* Several processes (0 alone): */
   double commit_lag_s;  /* from the last process's block file written to the poll (or wait) that found every
                          * file written: at most the step it happened in, as every step polls */

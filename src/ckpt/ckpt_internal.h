@@ -119,14 +119,6 @@ extern int ckpt_load_direct;
  * Nothing in the library or the CLI changes it. */
 extern int ckpt_save_direct;
 
-/* A background save (ts_ckpt_saver) copies this process's blocks into the
- * saver's snapshot memory inside the save call, on the caller's threads, and
- * releases the holds before it returns (1, the default; save_write.c
- * save_copy_snapshot): the writer then only hashes and writes. Tests set 0
- * to cover a saver's pipeline from held buffers (the path of ts_ckpt_save).
- * Nothing in the library or the CLI changes it. */
-extern int ckpt_save_snapshot;
-
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
  * calls it with the name of each stage just completed — "chunk" (a chunk
  * of the block file copied and handed to the writes; once per chunk), "files" (this

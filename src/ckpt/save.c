@@ -8,8 +8,7 @@
  * process's verdict so that one failure fails every process):
  *   prepare   process 0 creates ROOT/.tmp-step-N             | barrier
  *   snapshot  each process holds its buffers                  | barrier
- *             (a saver then copies them into its snapshot and
- *             releases them; the caller waits only up to here)
+ *             (the caller waits only up to here)
  *   files     each process writes shard-P-of-Q.safetensors    | barrier
  *             from the held buffers (copy, checksums and
  *             writes pipelined; each hold released once
@@ -574,10 +573,6 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   rc = save_snapshot(s, j, t);
   /* Barrier: every process holds its blocks (or the save fails everywhere now). */
   if (ckpt_agree(c, "snapshot", rc) < 0) goto fail;
-  /* A background save copies its blocks now, on this thread and the client's
-   * (a few ms per 100 MB), and lets go of the buffers: the writer needs no CPU
-   * to keep the disk busy, and the next steps update in place. */
-  if (background && ckpt_save_snapshot) save_copy_snapshot(s, j);
   j->snapshot_s = util_now_s() - t0;
   ts_metrics_add("CkptSnapshotTime", TS_METRIC_TIME, (int64_t)(1e9 * j->snapshot_s));
   if (blocked > 0) ts_metrics_add("CkptBlockedTime", TS_METRIC_TIME, (int64_t)(1e9 * blocked));

@@ -17,7 +17,6 @@
 #define SAVE_SLOTS 4           /* chunks in the ring: the filler runs up to SAVE_SLOTS - 1 ahead of the writes */
 #define SAVE_IO_THREADS 2      /* threads writing chunks (two writes in flight keep the disk busy) */
 #define SAVE_ALIGN 4096u    /* O_DIRECT: offsets, lengths and memory in multiples of this */
-#define SAVE_COPY_THREADS 4    /* most threads copying a background save's snapshot (the client's compute threads) */
 #define SAVE_PIECE (256u << 10) /* bytes hashed into the block's and the file's checksum in turn (stays in L2) */
 
 /* A block this process writes: tensor t, range [start, limit) read from device. */
@@ -47,7 +46,6 @@ typedef struct {
                            * where an earlier entry holds the same buffer (same[i]) */
   int *same;           /* (n) the entry whose hold tensor i reads */
   double t_start, snapshot_s, blocked_s;
-  bool copied;         /* the file's image is in the saver's snapshot memory (save_copy_snapshot), the holds released */
   /* written by the writer: */
   char *side;          /* the description of what this process wrote (JSON) */
   int rc;
@@ -77,8 +75,7 @@ struct ts_ckpt_saver {
   pthread_t cth;       /* several processes, process 0: the commit (PHASE_COMMIT) */
   bool cthreaded;
   atomic_int cdone;    /* the commit finished (job->commit_rc) */
-  char *snap;          /* the files stage's chunks: a ring of SAVE_SLOTS, or a background save's whole
-                        * image (save_copy_snapshot); kept for the next saves */
+  char *snap;          /* the ring of the files stage's pipeline (SAVE_SLOTS chunks), kept for the next saves */
   size_t snap_cap;
   ts_ckpt_priority prio; /* of the writer and commit threads (and the copy and hash threads they start) */
   ts_ckpt_save_stats stats;
@@ -89,14 +86,6 @@ struct ts_ckpt_saver {
 void saver_thread_priority(ts_ckpt_priority p);
 /* save.c: releases the holds not released yet. */
 void job_release(save_job *j);
-/* save_write.c, on the caller's thread (a background save, format 2): the
- * file's whole image (header + blocks) copied from the held buffers into
- * s->snap (kept for the next saves) by up to SAVE_COPY_THREADS threads at
- * the caller's priority, then every hold released (the next steps update
- * in place). Sets j->copied and j->copy_s. Best effort: where memory or a
- * thread cannot be had, or a read fails, the holds stay and the pipeline
- * copies from them as before (it reports a read's error itself). */
-void save_copy_snapshot(ts_ckpt_saver *s, save_job *j);
 /* save_write.c, on the writer's thread: the job's block file written from
  * the held buffers through a pipeline (copy + XXH64 of a chunk into the ring
  * s->snap while the chunks before are written with O_DIRECT; each hold

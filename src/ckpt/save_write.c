@@ -11,11 +11,7 @@
  *          disk reads the ring itself; buffered with early write-back where
  *          O_DIRECT is refused) and hand the slots back.
  * So a save takes about max(copy + hash, write), not their sum, and needs
- * SAVE_SLOTS chunks of host memory instead of a copy of the whole state.
- * A background save copies the whole image into s->snap in the save call
- * instead (save_copy_snapshot, on the caller's threads; the holds released
- * there): then every chunk is ready at once, the I/O threads write them back
- * to back and the fill loop only hashes, from the snapshot. The
+ * SAVE_SLOTS chunks of host memory instead of a copy of the whole state. The
  * bytes are those of the serial copy-then-write (same file, same checksums:
  * XXH64 streamed does not depend on how the bytes are cut). */
 #define _GNU_SOURCE /* sync_file_range */
@@ -51,17 +47,6 @@ static int ring_reserve(ts_ckpt_saver *s, size_t bytes) {
 
 uint64_t ckpt_save_chunk = SAVE_CHUNK; /* ckpt_internal.h: tests set a few pages */
 int ckpt_save_direct = 1;              /* ckpt_internal.h: tests set 0 or 2 (the buffered fallbacks) */
-int ckpt_save_snapshot = 1;            /* ckpt_internal.h: tests set 0 (a saver's pipeline from the holds) */
-
-/* How j's file is cut: bytes per chunk (a multiple of SAVE_ALIGN, at most
- * the file rounded up to it) and *nchunks. */
-static uint64_t pipe_chunk(const save_job *j, int *nchunks) {
-  uint64_t total = 8 + j->hlen + j->data_bytes, whole = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
-  uint64_t chunk = ckpt_save_chunk && ckpt_save_chunk % SAVE_ALIGN == 0 ? ckpt_save_chunk : SAVE_CHUNK;
-  if (chunk > whole) chunk = whole;
-  *nchunks = (int)((total + chunk - 1) / chunk);
-  return chunk;
-}
 
 enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_WRITING };
 
@@ -74,7 +59,7 @@ typedef struct {
   const char *path;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int *state;            /* (slots) SLOT_* of each slot */
+  int state[SAVE_SLOTS]; /* SLOT_* of each slot */
   int filled;            /* chunks [0, filled) are filled (or written) */
   int next_write;        /* the next chunk an I/O thread takes */
   bool direct;           /* the fd has O_DIRECT */
@@ -180,8 +165,7 @@ static int read_error(const st_entry *e, const save_block *b) {
 
 /* Copies data bytes [dpos, dend) (offsets in the data part) into dst, a
  * SAVE_PIECE at a time, each piece hashed right after its copy (from
- * cache); a hold is released after its last block. j->copied: the bytes are
- * in dst already (save_copy_snapshot), only hashed. */
+ * cache); a hold is released after its last block. */
 static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uint64_t dend) {
   while (dpos < dend) {
     const save_block *b = &j->bl[fc->k];
@@ -199,14 +183,14 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     uint64_t m = bytes - fc->boff;
     if (m > dend - dpos) m = dend - dpos;
     if (m > SAVE_PIECE) m = SAVE_PIECE;
-    if (!j->copied && ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
+    if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
       return read_error(e, b);
     if (j->version >= 2) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
       ckpt_xxh64_init(&fc->bs);
-      if (fc->last[h] == fc->k && j->holds[h]) { /* nothing more reads this buffer: its memory is its own again */
+      if (fc->last[h] == fc->k) { /* nothing more reads this buffer: its memory is its own again */
         ts_buffer_hold_release(j->holds[h]);
         j->holds[h] = NULL;
       }
@@ -223,15 +207,14 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
 static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, const char *path, fill_cursor *fc,
                          uint64_t *header_hash, uint64_t *file_hash, double t0) {
   uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
-  int nchunks;
-  uint64_t chunk = pipe_chunk(j, &nchunks);
-  /* A copied image: every chunk is in place (a slot each) and ready to be written at once. */
-  int slots = j->copied ? nchunks : nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
+  uint64_t chunk = ckpt_save_chunk && ckpt_save_chunk % SAVE_ALIGN == 0 ? ckpt_save_chunk : SAVE_CHUNK;
+  if (chunk > (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN) chunk = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
+  int nchunks = (int)((total + chunk - 1) / chunk);
+  int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
   if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
   save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
                  .path = path, .direct = direct, .refuse = direct && ckpt_save_direct == 2, .prio = s->prio,
-                 .lower = j->background && j->own_thread, .filled = j->copied ? nchunks : 0};
-  if (!(p.state = calloc((size_t)slots, sizeof *p.state))) return set_error("checkpoint: out of memory");
+                 .lower = j->background && j->own_thread};
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
   *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
@@ -248,22 +231,22 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   for (int c = 0; c < nchunks && rc == 0; c++) {
     int slot = c % slots;
     pthread_mutex_lock(&p.mu);
-    while (!p.stop && !j->copied && p.state[slot] != SLOT_FREE) pthread_cond_wait(&p.cv, &p.mu);
+    while (!p.stop && p.state[slot] != SLOT_FREE) pthread_cond_wait(&p.cv, &p.mu);
     bool stop = p.stop;
     pthread_mutex_unlock(&p.mu);
     if (stop) break;
     char *dst = p.ring + (size_t)slot * chunk;
     uint64_t pos = (uint64_t)c * chunk, end = total - pos < chunk ? total : pos + chunk;
-    if (pos < H && !j->copied) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
+    if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
     if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
-    if (rc == 0 && c == nchunks - 1 && !j->copied) j->copy_s = util_now_s() - t0;
+    if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
     if (rc == 0 && nth == 0) rc = pipe_write_chunk(&p, c); /* no I/O thread to be had: write here */
     char err[1024] = "";
     if (rc != 0) snprintf(err, sizeof err, "%s", ts_last_error());
     pthread_mutex_lock(&p.mu);
     if (rc != 0) pipe_fail(&p, err);
-    else if (nth == 0) p.filled = p.next_write = c + 1;
-    else if (!j->copied) p.state[slot] = SLOT_FILLED, p.filled = c + 1;
+    else if (nth > 0) p.state[slot] = SLOT_FILLED, p.filled = c + 1;
+    else p.filled = p.next_write = c + 1;
     pthread_cond_broadcast(&p.cv);
     pthread_mutex_unlock(&p.mu);
     if (rc == 0) ckpt_test_stage("chunk");
@@ -281,68 +264,8 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   }
   pthread_mutex_destroy(&p.mu);
   pthread_cond_destroy(&p.cv);
-  free(p.state);
   *file_hash = ckpt_xxh64_digest(&fc->fs);
   return rc;
-}
-
-/* A part of a snapshot's copy: data bytes [from, to) of j's file, into img
- * (the data part of the image), from the held buffers. */
-typedef struct {
-  save_job *j;
-  char *img;
-  uint64_t from, to;
-  int rc;
-} copy_part;
-
-static void *copy_part_run(void *arg) {
-  copy_part *cp = arg;
-  save_job *j = cp->j;
-  int k = 0;
-  while (k < j->nb && j->se[k].end <= cp->from) k++;
-  for (uint64_t pos = cp->from; pos < cp->to && cp->rc == 0 && k < j->nb; k++) {
-    const st_entry *e = &j->se[k];
-    const save_block *b = &j->bl[k];
-    uint64_t end = e->end < cp->to ? e->end : cp->to;
-    if (ts_buffer_hold_read_range(j->holds[j->same[b->t]], b->device, (size_t)(pos - e->begin), cp->img + pos,
-                                  (size_t)(end - pos)) < 0)
-      cp->rc = -1;
-    pos = end;
-  }
-  return NULL;
-}
-
-void save_copy_snapshot(ts_ckpt_saver *s, save_job *j) {
-  double t0 = util_now_s();
-  int nchunks;
-  uint64_t chunk = pipe_chunk(j, &nchunks), H = 8 + j->hlen, D = j->data_bytes;
-  /* format 1 hashes whole blocks from the holds (fill_data); a copy that
-   * cannot be had leaves the pipeline to copy from the holds */
-  if (j->version < 2 || ring_reserve(s, (size_t)(chunk * (uint64_t)nchunks)) < 0) return;
-  memcpy(s->snap, j->hdr, (size_t)H);
-  int nt = ts_client_num_threads(s->c);
-  if (nt > SAVE_COPY_THREADS) nt = SAVE_COPY_THREADS;
-  if ((uint64_t)nt > D / SAVE_CHUNK) nt = (int)(D / SAVE_CHUNK); /* a thread a chunk at least */
-  if (nt < 1) nt = 1;
-  copy_part part[SAVE_COPY_THREADS];
-  pthread_t th[SAVE_COPY_THREADS];
-  bool started[SAVE_COPY_THREADS] = {false};
-  for (int t = 0; t < nt; t++) {
-    part[t] = (copy_part){.j = j, .img = s->snap + H, .from = D * (uint64_t)t / (uint64_t)nt,
-                          .to = D * (uint64_t)(t + 1) / (uint64_t)nt};
-    if (t > 0) started[t] = pthread_create(&th[t], NULL, copy_part_run, &part[t]) == 0;
-  }
-  for (int t = 0; t < nt; t++)
-    if (!started[t]) copy_part_run(&part[t]); /* this thread's part, and any a thread could not take */
-  bool ok = true;
-  for (int t = 0; t < nt; t++) {
-    if (started[t]) pthread_join(th[t], NULL);
-    ok = ok && part[t].rc == 0;
-  }
-  if (!ok) return; /* the pipeline copies again from the holds and reports the read's error */
-  job_release(j);  /* the next steps update the buffers in place */
-  j->copied = true;
-  j->copy_s = util_now_s() - t0;
 }
 
 /* The files stage: this process's block file (fsync'ed), from the held
