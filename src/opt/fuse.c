@@ -673,27 +673,46 @@ done:
   return rc;
 }
 
-ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
-  int masks = 0, narrowed = 0, copies = 0;
-  ts_graph *rw, *nw = NULL, *mc = NULL;
-  /* the ReLU masks first: a mask that reads the ReLU's output leaves batch
-   * norm's output with one user, so it is not recomputed for the mask; the
-   * bf16-exact values next, so their f32 round trips are copied into users */
-  if (relu_mask_rewrite(g0, &rw, &masks) < 0) return NULL;
-  if (narrow_rewrite(rw ? rw : g0, &nw, &narrowed) < 0 ||
-      mask_copy_rewrite(nw ? nw : rw ? rw : g0, &mc, &copies) < 0) {
-    ts_graph_free(rw);
-    ts_graph_free(nw);
-    return NULL;
+/* The rewrites before grouping, in order: the ReLU masks first (a mask that
+ * reads the ReLU's output leaves batch norm's output with one user, so it is
+ * not recomputed for the mask), the bf16-exact values next (so their f32
+ * round trips are copied into users), the cheap copies last. Each gives a
+ * new graph or NULL (nothing to rewrite). */
+typedef int (*prefuse_rewrite)(const ts_graph *g, ts_graph **out, int *rewritten);
+static const prefuse_rewrite prefuse_rewrites[] = {relu_mask_rewrite, narrow_rewrite, mask_copy_rewrite};
+
+/* Runs prefuse_rewrites on g0. *owned: the graph they made (NULL: g0 is
+ * unchanged), the caller's to free; *rewritten: nodes rewritten. Returns the
+ * graph to group (g0 or *owned), NULL on error. */
+static const ts_graph *prefuse(const ts_graph *g0, ts_graph **owned, int *rewritten) {
+  *owned = NULL;
+  *rewritten = 0;
+  for (size_t k = 0; k < sizeof prefuse_rewrites / sizeof *prefuse_rewrites; k++) {
+    ts_graph *next;
+    int n = 0;
+    if (prefuse_rewrites[k](*owned ? *owned : g0, &next, &n) < 0) {
+      ts_graph_free(*owned);
+      *owned = NULL;
+      return NULL;
+    }
+    *rewritten += n;
+    if (next) {
+      ts_graph_free(*owned);
+      *owned = next;
+    }
   }
-  masks += narrowed + copies;
-  const ts_graph *g = mc ? mc : nw ? nw : rw ? rw : g0;
+  return *owned ? *owned : g0;
+}
+
+ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
+  int masks;
+  ts_graph *pre;
+  const ts_graph *g = prefuse(g0, &pre, &masks);
+  if (!g) return NULL;
   int nn = g->n_nodes;
   opt_users u;
   if (opt_users_build(g, &u) < 0) {
-    ts_graph_free(rw);
-    ts_graph_free(nw);
-    ts_graph_free(mc);
+    ts_graph_free(pre);
     return NULL;
   }
   fuse_state s = {0};
@@ -722,8 +741,6 @@ done:
   free(s.ext);
   free(s.n_ext);
   opt_users_free(&u);
-  ts_graph_free(rw);
-  ts_graph_free(nw);
-  ts_graph_free(mc);
+  ts_graph_free(pre);
   return out;
 }
