@@ -4,6 +4,7 @@
  * test_conv_kernels.c). Graphs are built with ir_append and run node by node
  * by the tiny executor of kernel_ex.h. */
 #include "kernel_ex.h" /* random data, the tiny executor */
+#include "kernels/kernels_internal.h" /* tk_fused_plan */
 
 /* ================= elementwise ================= */
 static double ref_unary(ts_op op, double x) {
@@ -222,6 +223,86 @@ static void test_fused(void) {
     ts_tensor r = node(&e, TS_OP_FUSED, TS_BF16, 1, &n, 2, ins, &at);
     CHECK_OK(run(&e, r));
     CHECK(memcmp(e.buf[a], e.buf[r], (size_t)n * 2) == 0, "bf16 fused == unfused");
+    ex_free(&e);
+  }
+}
+
+/* The GELU gradient as autodiff writes it, times dy (input 2), x = in0 + in1
+ * (three copies, as fusion leaves the GPT's bias add) or in0 itself; swap:
+ * x/sqrt2 as 1/sqrt2 * x, the same bits but not the pattern fused_plan.c knows. */
+static ts_fused *gelu_grad_prog(bool add_x, bool swap) {
+  ts_fused *f = malloc(sizeof *f);
+  f->ins = calloc(24, sizeof *f->ins);
+  int n = 0;
+#define E(...) (f->ins[n] = (ts_fused_instr){.dtype = TS_F32, __VA_ARGS__}, n++)
+  int32_t x[3];
+  for (int u = 0; u < 3; u++) x[u] = add_x ? E(.op = TS_OP_ADD, .a = -1, .b = -2) : -1;
+  int32_t c = E(.op = TS_OP_CONSTANT, .value = -0.5);
+  int32_t sq = E(.op = TS_OP_MUL, .a = x[0], .b = x[0]);
+  int32_t h = E(.op = TS_OP_MUL, .a = sq, .b = c);
+  int32_t ex = E(.op = TS_OP_EXP, .a = h);
+  int32_t c2 = E(.op = TS_OP_CONSTANT, .value = 0.39894228040143267794);
+  int32_t phi = E(.op = TS_OP_MUL, .a = ex, .b = c2);
+  int32_t t = E(.op = TS_OP_MUL, .a = x[1], .b = phi);
+  int32_t c3 = E(.op = TS_OP_CONSTANT, .value = 0.70710678118654752440);
+  int32_t s = swap ? E(.op = TS_OP_MUL, .a = c3, .b = x[2]) : E(.op = TS_OP_MUL, .a = x[2], .b = c3);
+  int32_t er = E(.op = TS_OP_ERF, .a = s);
+  int32_t one = E(.op = TS_OP_CONSTANT, .value = 1);
+  int32_t a1 = E(.op = TS_OP_ADD, .a = er, .b = one);
+  int32_t half = E(.op = TS_OP_CONSTANT, .value = 0.5);
+  int32_t a = E(.op = TS_OP_MUL, .a = a1, .b = half);
+  int32_t gg = E(.op = TS_OP_ADD, .a = a, .b = t);
+  E(.op = TS_OP_MUL, .a = -3, .b = gg);
+#undef E
+  f->n = n;
+  return f;
+}
+
+/* The GELU gradient done as one step (fused_plan.c) gives the bits of its ten
+ * instructions, over x from -12 to 12 and the special values. */
+static void test_fused_gelu_grad(void) {
+  for (int add_x = 0; add_x < 2; add_x++) {
+    ex_t e;
+    ex_init(&e);
+    int64_t n = 200003;
+    ts_tensor x = input(&e, TS_F32, 1, &n), y = rinput(&e, TS_F32, 1, &n), dy = rinput(&e, TS_F32, 1, &n);
+    float *xv = e.buf[x], *yv = e.buf[y];
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 1e-40f, -1e-40f, 1.f, -1.f, 4.f, -4.f,
+                             3.9999998f, -3.9999998f, 13.5f, -13.5f, 89.f, 200.f, -200.f, 3e38f, -3e38f};
+    int ns = (int)(sizeof special / sizeof *special);
+    for (int64_t i = 0; i < n; i++) {
+      xv[i] = i < ns ? special[i] : (float)(-12 + 24.0 * (double)i / (double)n);
+      if (i < ns) yv[i] = 0;
+      else yv[i] *= 1e-3f;
+    }
+    int32_t ins[3] = {x, y, dy};
+    ts_fused *fp = gelu_grad_prog(add_x, false), *fq = gelu_grad_prog(add_x, true);
+    int8_t kind[24];
+    int32_t arg[24];
+    tk_plan pl = {kind, arg};
+    ts_dtype dts[3] = {TS_F32, TS_F32, TS_F32};
+    tk_fused_plan(fp, dts, &pl);
+    int gi = fp->n - 2; /* the gradient's sum */
+    CHECK(kind[gi] == TK_INS_GELU_GRAD && arg[gi] == (add_x ? 0 : -1), "gelu grad recognized (x %s)",
+          add_x ? "a sum" : "an input");
+    CHECK(kind[gi - 1] == TK_INS_SKIP && kind[fp->n - 1] == TK_INS_RUN, "its instructions are skipped");
+    tk_fused_plan(fq, dts, &pl);
+    for (int i = 0; i < fq->n; i++) CHECK(kind[i] != TK_INS_GELU_GRAD, "swapped operands: not the pattern");
+    if (add_x) CHECK(kind[1] == TK_INS_SAME && arg[1] == 0 && kind[2] == TK_INS_SAME, "equal sums shared");
+    ts_attr ap = {.fused = fp}, aq = {.fused = fq};
+    ts_tensor rp = node(&e, TS_OP_FUSED, TS_F32, 1, &n, 3, ins, &ap);
+    ts_tensor rq = node(&e, TS_OP_FUSED, TS_F32, 1, &n, 3, ins, &aq);
+    CHECK_OK(run(&e, rq));
+    CHECK(memcmp(e.buf[rp], e.buf[rq], (size_t)n * 4) == 0, "gelu grad one step == ten instructions (x %s)",
+          add_x ? "a sum" : "an input");
+    double worst = 0; /* and it is the gradient */
+    for (int64_t i = ns; i < n; i++) {
+      double v = (double)xv[i] + (add_x ? (double)yv[i] : 0), dv = ((float *)e.buf[dy])[i];
+      double ref = dv * (0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-v * v / 2) / sqrt(2 * M_PI));
+      double err = fabs(((float *)e.buf[rp])[i] - ref);
+      if (err > worst) worst = err;
+    }
+    CHECK(worst < 2e-6, "gelu grad err %g", worst);
     ex_free(&e);
   }
 }
@@ -699,6 +780,7 @@ int main(void) {
   rs = ts_test_init("test_kernels", 42);
   test_elementwise();
   test_fused();
+  test_fused_gelu_grad();
   test_reduce();
   test_layout();
   test_dot();

@@ -305,7 +305,12 @@ typedef struct {
   void *out;
   ts_dtype out_dt;
   int64_t numel;
+  tk_plan plan; /* fused_plan.c: instructions skipped, shared or done as one */
 } prog_t;
+
+/* Scratch per thread: a tile per instruction and per input, and one more
+ * (the GELU gradient's second term). */
+static size_t scratch_bytes(const prog_t *P) { return (size_t)(P->p->n + P->n_ext + 1) * TILE * 8; }
 
 /* A BROADCAST instruction's tile: element off + j of the result reads element
  * ((off + j) / inner) % m of the m-element input src (class c into d). */
@@ -366,7 +371,7 @@ static ts_dtype operand_dt(const prog_t *P, int32_t v) {
   return v >= 0 ? P->p->ins[v].dtype : P->ext_dt[-v - 1];
 }
 
-/* Fills scratch ((n_ins + n_ext) * TILE * 8 bytes) with what is the same in
+/* Fills scratch (scratch_bytes) with what is the same in
  * every tile: constants and scalar externals. */
 static void prefill(const prog_t *P, char *scratch) {
   const ts_fused *p = P->p;
@@ -394,12 +399,45 @@ static void broadcast_into(const prog_t *P, const ts_fused_instr *I, int64_t off
   *held_n = n;
 }
 
+/* The tile of operand v (an instruction's, or input -v - 1's: read in place
+ * when its storage is the compute type, else loaded once per tile into its
+ * scratch tile; ext[k] is NULL until then). */
+static const void *operand(const prog_t *P, int32_t v, int64_t off, int n, const void **ext, char *ext_buf,
+                           const void *const *val) {
+  if (v >= 0) return val[v];
+  int k = -v - 1;
+  if (!ext[k]) {
+    ts_dtype edt = P->ext_dt[k];
+    void *buf = ext_buf + (size_t)k * TILE * 8;
+    if (P->ext_numel[k] == 1 && P->numel != 1)
+      ext[k] = buf;
+    else if (edt == TS_F32 || edt == TS_F64 || edt == TS_I64)
+      ext[k] = (const char *)P->in[k] + (size_t)off * ts_dtype_size(edt);
+    else {
+      load_tile(edt, P->in[k], off, n, cls(edt), buf);
+      ext[k] = buf;
+    }
+  }
+  return ext[k];
+}
+
+/* gelu'(x) = (erf(x / sqrt 2) + 1) / 2 + x exp(-x^2 / 2) / sqrt(2 pi) as
+ * autodiff's ten f32 instructions compute it, the same roundings in the same
+ * order: three loops, so no product is fused into the sum that reads it
+ * (the instructions it replaces round every product through memory). */
+static void gelu_grad_tile(const float *x, float *d, float *t, int n) {
+  SIMD for (int j = 0; j < n; j++) t[j] = x[j] * (vexpf(x[j] * x[j] * -0.5f) * TK_GELU_RSQRT2PI);
+  SIMD for (int j = 0; j < n; j++) d[j] = (verff(x[j] * TK_GELU_RSQRT2) + 1.f) * 0.5f;
+  SIMD for (int j = 0; j < n; j++) d[j] = d[j] + t[j];
+}
+
 /* Elements [lo, hi) into out (element lo at out's start), tile by tile, with
  * a prefilled scratch. */
 static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, void *out) {
   const ts_fused *p = P->p;
   int ni = p->n;
   char *ext_buf = scratch + (size_t)ni * TILE * 8;
+  float *extra = (float *)(ext_buf + (size_t)P->n_ext * TILE * 8);
   const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
   bool direct = P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64;
   int64_t held[ni]; /* per BROADCAST instruction: the source element its scratch tile holds, or -1 */
@@ -412,12 +450,23 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
     bool stored = false; /* the last instruction wrote the output tile itself */
     for (int i = 0; i < ni; i++) {
       const ts_fused_instr *I = &p->ins[i];
+      int kind = P->plan.kind[i];
+      if (kind == TK_INS_SKIP) continue;
+      if (kind == TK_INS_SAME) { /* never the last instruction */
+        val[i] = val[P->plan.arg[i]];
+        continue;
+      }
       void *d = scratch + (size_t)i * TILE * 8;
       if (i == ni - 1 && direct)
         d = (char *)out + (size_t)(off - lo) * ts_dtype_size(P->out_dt);
       int c = cls(I->dtype);
       const void *opnd[3] = {NULL, NULL, NULL};
       int32_t ids[3] = {I->a, I->b, I->c};
+      if (kind == TK_INS_GELU_GRAD) {
+        gelu_grad_tile(operand(P, P->plan.arg[i], off, n, ext, ext_buf, val), d, extra, n);
+        val[i] = d;
+        continue;
+      }
       if (I->op == TS_OP_BROADCAST) {
         broadcast_into(P, I, off, n, d, &held[i], &held_n[i]);
         val[i] = d;
@@ -425,28 +474,7 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
       }
       int nops = I->op == TS_OP_SELECT ? 3 : ir_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
                  : I->op == TS_OP_CONSTANT ? 0 : 1;
-      for (int o = 0; o < nops; o++) {
-        int32_t v = ids[o];
-        if (v >= 0) {
-          opnd[o] = val[v];
-          continue;
-        }
-        int k = -v - 1;
-        if (!ext[k]) {
-          ts_dtype edt = P->ext_dt[k];
-          int ec = cls(edt);
-          void *buf = ext_buf + (size_t)k * TILE * 8;
-          if (P->ext_numel[k] == 1 && P->numel != 1)
-            ext[k] = buf;
-          else if (edt == TS_F32 || edt == TS_F64 || edt == TS_I64)
-            ext[k] = (const char *)P->in[k] + (size_t)off * ts_dtype_size(edt);
-          else {
-            load_tile(edt, P->in[k], off, n, ec, buf);
-            ext[k] = buf;
-          }
-        }
-        opnd[o] = ext[k];
-      }
+      for (int o = 0; o < nops; o++) opnd[o] = operand(P, ids[o], off, n, ext, ext_buf, val);
       if (I->op == TS_OP_CONSTANT) {
         if (i == ni - 1) splat_tile(c, I->dtype, I->value, d, n); /* else filled before the loop */
       } else if (I->op == TS_OP_CONVERT) {
@@ -525,11 +553,14 @@ static int prog_check(const prog_t *P) {
 int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
                    const ts_kctx *ctx) {
-  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel};
+  int8_t kind[prog->n > 0 ? prog->n : 1];
+  int32_t arg[prog->n > 0 ? prog->n : 1];
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}};
   if (prog_check(&P) < 0) return -1;
   if (numel == 0) return 0;
+  tk_fused_plan(prog, ext_dt, &P.plan);
   int64_t ntiles = (numel + TILE - 1) / TILE;
-  size_t bytes = (size_t)(prog->n + n_ext) * TILE * 8;
+  size_t bytes = scratch_bytes(&P);
   int nt = tk_threads(ctx, numel);
   if (nt > ntiles) nt = (int)ntiles;
   int err = 0;
@@ -573,7 +604,7 @@ static void *red_begin(const void *user, int64_t max_run) {
   red_state *st = calloc(1, sizeof *st);
   if (!st) return NULL;
   st->P = P;
-  st->scratch = aligned_alloc(64, (size_t)(P->p->n + P->n_ext) * TILE * 8);
+  st->scratch = aligned_alloc(64, scratch_bytes(P));
   st->buf = malloc((size_t)(max_run > 0 ? max_run : 1) * sizeof *st->buf);
   if (!st->scratch || !st->buf) {
     red_end(st);
@@ -597,8 +628,12 @@ static int fused_reduce(const ts_node *n, int n_ext, const ts_dtype *dt, const i
   int rank = n->attr.axis;
   if (rank < 1 || rank > TS_MAX_RANK) return set_error("fused: reduction over an operand of rank %d", rank);
   int64_t numel = ts_shape_numel(rank, n->attr.gshape);
-  prog_t P = {n->attr.fused, n_ext, dt, ne, in, NULL, TS_F32, numel};
+  const ts_fused *prog = n->attr.fused;
+  int8_t kind[prog->n > 0 ? prog->n : 1];
+  int32_t arg[prog->n > 0 ? prog->n : 1];
+  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}};
   if (prog_check(&P) < 0) return -1;
+  tk_fused_plan(prog, dt, &P.plan);
   tk_reduce_src src = {red_begin, red_range, red_end, &P};
   return tk_reduce_from(n, rank, n->attr.gshape, &src, out, ctx);
 }

@@ -128,6 +128,20 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
                    const ts_kctx *ctx);
 
+/* What the fused evaluator does with each instruction (fused_plan.c):
+ * evaluate it, skip it (nothing kept reads it), reuse the tile of the equal
+ * instruction arg, or compute the GELU gradient of operand arg in one step. */
+enum { TK_INS_RUN, TK_INS_SKIP, TK_INS_SAME, TK_INS_GELU_GRAD };
+typedef struct {
+  int8_t *kind;  /* per instruction, TK_INS_* */
+  int32_t *arg;  /* TK_INS_SAME: the instruction; TK_INS_GELU_GRAD: its x (-k - 1: input k) */
+} tk_plan;
+/* The f32 constants of the GELU gradient autodiff writes: 1/sqrt(2), 1/sqrt(2 pi). */
+#define TK_GELU_RSQRT2 ((float)0.70710678118654752440)
+#define TK_GELU_RSQRT2PI ((float)0.39894228040143267794)
+/* Fills pl (p->n entries each) for program p over inputs of dtypes ext_dt. */
+void tk_fused_plan(const ts_fused *p, const ts_dtype *ext_dt, tk_plan *pl);
+
 /* The process-wide oneDNN CPU engine and an in-order stream (created once). */
 struct dnnl_engine;
 struct dnnl_stream;
