@@ -8,6 +8,8 @@
  * the instruction's dtype after every instruction). f32/f64/i64 operands are
  * read in place and the last instruction writes straight into the output when
  * its storage is the compute type. Tiles are split over OpenMP threads.
+ * fused_plan.c decides per call which instructions share an earlier one's
+ * tile, which are skipped, and where the GELU gradient runs as one step.
  * A FUSED node with attr.n_dims > 0 is a fused reduction: its f32 result is
  * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
