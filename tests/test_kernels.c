@@ -307,6 +307,37 @@ static void test_fused_gelu_grad(void) {
   }
 }
 
+/* A bias along the last dim (BROADCAST inner 1) over rows longer than a tile:
+ * tiles inside a row read the bias in place, tiles across two rows copy it;
+ * both give x + b exactly (f32, f64, i64). */
+static void test_fused_bias_rows(void) {
+  ts_dtype dts[3] = {TS_F32, TS_F64, TS_I64};
+  for (int di = 0; di < 3; di++) {
+    ts_dtype dt = dts[di];
+    ex_t e;
+    ex_init(&e);
+    int64_t d = 1031, n = 5 * d; /* 1031: two tiles and a part, so rows start inside tiles */
+    ts_tensor x = rinput(&e, dt, 1, &n), b = rinput(&e, dt, 1, &d);
+    ts_fused *f = malloc(sizeof *f);
+    f->n = 2;
+    f->ins = calloc(2, sizeof *f->ins);
+    f->ins[0] = (ts_fused_instr){.op = TS_OP_BROADCAST, .dtype = dt, .a = -2, .value = 1};
+    f->ins[1] = (ts_fused_instr){.op = TS_OP_ADD, .dtype = dt, .a = -1, .b = 0};
+    ts_attr at = {.fused = f};
+    int32_t ins[2] = {x, b};
+    ts_tensor r = node(&e, TS_OP_FUSED, dt, 1, &n, 2, ins, &at);
+    CHECK_OK(run(&e, r));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (dt == TS_F32) bad += ((float *)e.buf[r])[i] != ((float *)e.buf[x])[i] + ((float *)e.buf[b])[i % d];
+      if (dt == TS_F64) bad += ((double *)e.buf[r])[i] != ((double *)e.buf[x])[i] + ((double *)e.buf[b])[i % d];
+      if (dt == TS_I64) bad += ((int64_t *)e.buf[r])[i] != ((int64_t *)e.buf[x])[i] + ((int64_t *)e.buf[b])[i % d];
+    }
+    CHECK(bad == 0, "bias rows %s: %lld wrong", ts_dtype_name(dt), (long long)bad);
+    ex_free(&e);
+  }
+}
+
 /* ================= reductions ================= */
 static void test_reduce(void) {
   for (int trial = 0; trial < 60; trial++) {
@@ -781,6 +812,7 @@ int main(void) {
   test_elementwise();
   test_fused();
   test_fused_gelu_grad();
+  test_fused_bias_rows();
   test_reduce();
   test_layout();
   test_dot();

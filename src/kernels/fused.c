@@ -386,19 +386,25 @@ static void prefill(const prog_t *P, char *scratch) {
       replicate(P->ext_dt[k], P->in[k], ext_buf + (size_t)k * TILE * 8);
 }
 
-/* A BROADCAST instruction's tile into d, unless d still holds it: a tile that
- * reads one source element (per-channel batch-norm terms over an image of
- * >= TILE pixels) is the same as the previous tile's when that read the same
- * element and filled at least n elements (*held: its index, or -1). */
-static void broadcast_into(const prog_t *P, const ts_fused_instr *I, int64_t off, int n, void *d, int64_t *held,
-                           int *held_n) {
+/* A BROADCAST instruction's tile: read in place when it is one run of
+ * consecutive source elements stored as the compute type (a bias along the
+ * last dim, the tile inside one row), else into d unless d still holds it: a
+ * tile that reads one source element (per-channel batch-norm terms over an
+ * image of >= TILE pixels) is the same as the previous tile's when that read
+ * the same element and filled at least n elements (*held: its index, or -1). */
+static const void *broadcast_into(const prog_t *P, const ts_fused_instr *I, int64_t off, int n, void *d,
+                                  int64_t *held, int *held_n) {
   int k = -I->a - 1;
-  int64_t inner = (int64_t)I->value, s;
-  bool uni = broadcast_uniform(P->ext_numel[k], inner, off, n, &s);
-  if (uni && *held == s && *held_n >= n) return;
-  broadcast_tile(P->ext_dt[k], P->in[k], P->ext_numel[k], inner, off, n, cls(I->dtype), d);
+  int64_t inner = (int64_t)I->value, m = P->ext_numel[k], s;
+  ts_dtype edt = P->ext_dt[k];
+  if (inner == 1 && off % m + n <= m && edt == I->dtype && (edt == TS_F32 || edt == TS_F64 || edt == TS_I64))
+    return (const char *)P->in[k] + (size_t)(off % m) * ts_dtype_size(edt); /* *held stays -1 */
+  bool uni = broadcast_uniform(m, inner, off, n, &s);
+  if (uni && *held == s && *held_n >= n) return d;
+  broadcast_tile(edt, P->in[k], m, inner, off, n, cls(I->dtype), d);
   *held = uni ? s : -1;
   *held_n = n;
+  return d;
 }
 
 /* The tile of operand v (an instruction's, or input -v - 1's: read in place
@@ -470,8 +476,7 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
         continue;
       }
       if (I->op == TS_OP_BROADCAST) {
-        broadcast_into(P, I, off, n, d, &held[i], &held_n[i]);
-        val[i] = d;
+        val[i] = broadcast_into(P, I, off, n, d, &held[i], &held_n[i]);
         continue;
       }
       int nops = I->op == TS_OP_SELECT ? 3 : ir_op_is_binary(I->op) || I->op == TS_OP_COMPARE ? 2
