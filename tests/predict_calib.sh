@@ -12,6 +12,9 @@
 #    data=2 (the 2-device entry) and 1 device do not change;
 #  - with shared_efficiency.4 = 0.5, data=4's predicted compute doubles
 #    exactly, data=2's does not change;
+#  - with op_overhead.4_s = 1 ms (the per-kernel cost measured with 4 devices
+#    in the process), data=4's predicted compute grows by 1 ms per kernel at
+#    least, data=2's does not change;
 #  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it.
 set -u
@@ -79,6 +82,16 @@ if /usr/bin/python3 -c "import sys; sys.exit(not abs(float('$n') / float('$o') -
   ok "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5"
 else bad "plan data=4: compute $o -> $n ms with shared_efficiency.4 = 0.5 (expected twice)"; fi
 same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/eff.txt" data=2 compute_ms)"
+
+# the per-kernel cost measured with 4 devices in the process: every kernel of data=4 pays it
+{ cat "$tmp/old.txt"; echo "op_overhead.4_s = 1e-3"; } >"$tmp/opo.txt"
+o=$(plan_ms "$tmp/old.txt" data=4 compute_ms) n=$(plan_ms "$tmp/opo.txt" data=4 compute_ms)
+TESSEL_CALIBRATION="$tmp/opo.txt" timeout -k 5 120 "$tessel" inspect --model mlp --mesh data=4 --no-graph --no-program >"$tmp/opo.out" 2>&1
+k=$(sed -n 's/.*compute by kernel class (\([0-9]*\) kernels).*/\1/p' "$tmp/opo.out")
+if [ -n "$k" ] && /usr/bin/python3 -c "import sys; sys.exit(not float('$n') - float('$o') >= 0.99 * $k)" 2>/dev/null; then
+  ok "plan data=4: compute $o -> $n ms with op_overhead.4_s = 1 ms ($k kernels)"
+else bad "plan data=4: compute $o -> $n ms with op_overhead.4_s = 1 ms ('$k' kernels: expected 1 ms each more)"; fi
+same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/opo.txt" data=2 compute_ms)"
 
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls

@@ -82,8 +82,9 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
-      char so[64], bz[64], se[64];
+      char so[64], bz[64], se[64], oo[64];
       snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
+      snprintf(oo, sizeof oo, "op_overhead.%d_s", ar_devices[k]);
       snprintf(bz, sizeof bz, "allreduce.%d.busy_s", ar_devices[k]);
       snprintf(se, sizeof se, "shared_efficiency.%d", ar_devices[k]);
       if (strcmp(key, b) == 0) d->ar_bw[k] = x, found = true;
@@ -91,6 +92,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       else if (strcmp(key, so) == 0) d->step_over[k] = x, found = true;
       else if (strcmp(key, bz) == 0) d->ar_busy[k] = x, found = true;
       else if (strcmp(key, se) == 0) d->shared_eff[k] = x, found = true;
+      else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
@@ -100,7 +102,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, step_overhead.N_s, shared_efficiency.N, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -213,6 +215,11 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;
+  /* several devices in this process: their kernels' fixed cost as measured with that many
+   * (the devices' dispatch and hand-offs on shared cores; 1/share of one device's was half
+   * of it: the MLP's 3-8 ms steps of small kernels on 2-8 devices ran 2x the prediction) */
+  int qo = host > 1 ? host_entry(d, host) : -1;
+  if (qo >= 0 && d->op_over[qo] > 0) ao->op_overhead_s = fmax(ao->op_overhead_s, d->op_over[qo]);
   /* kernels of a device with several threads fork and join them */
   if (d->per_core && d->cores > 0 && d->par_overhead_s > 0) {
     int threads = d->threads > 0 ? d->threads : d->cores;
@@ -553,14 +560,15 @@ static int measure_classes(ts_client *c, int rounds, double *t, double *units, d
 }
 
 /* Per-kernel overhead: a chain of 200 tiny matmuls. */
-static double measure_overhead(ts_client *c) {
+/* Seconds per kernel of a chain of 200 2x2 matmuls (replicas: on every device of c at once). */
+static double measure_overhead(ts_client *c, bool replicas) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   int64_t sh[2] = {2, 2};
   ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
   for (int k = 0; k < 200; k++) x = ts_matmul(g, x, w);
   ts_graph_add_output(g, x);
-  double t = time_graph(c, g, false, 20);
+  double t = time_graph(c, g, replicas, 20);
   ts_graph_free(g);
   return t / 200;
 }
@@ -577,12 +585,12 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
-  double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0};
+  double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
   if (measure_classes(c1, rounds, tk, uk, sk) < 0) goto fail;
-  overhead = measure_overhead(c1);
+  overhead = measure_overhead(c1, false);
   step1 = trivial_step(c1, false);
   double chain1 = chain_median(c1); /* the reference of shared_efficiency.N */
   ts_client_free(c1);
@@ -624,8 +632,9 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       ts_graph_free(g);
     }
     double chain = -1, busy = c ? measure_busy_collective(c, &chain) : -1;
+    op_over[q] = c ? measure_overhead(c, true) : -1;
     ts_client_free(c);
-    if (ts <= 0 || tb <= 0 || busy < 0) goto fail;
+    if (ts <= 0 || tb <= 0 || busy < 0 || op_over[q] <= 0) goto fail;
     /* D devices of at most one core each (device_options' share): the chain's speed
      * against one core's, over that share; 0 (not written) above one core */
     double share = fmin(threads / D > 1 ? threads / D : 1, (double)cores / D);
@@ -695,6 +704,9 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
                "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3), beyond back to back\n",
             ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q], ar_devices[q], ar_busy[q]);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
+               "on each\n", ar_devices[q], op_over[q], ar_devices[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     if (shared_eff[q] > 0)
       fprintf(f, "shared_efficiency.%d = %.3g   # %d devices each running the 20 matmuls: speed / (1 thread's x "

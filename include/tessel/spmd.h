@@ -278,7 +278,8 @@ typedef struct {
  * an error giving the smallest achievable modeled peak. Returns 0 or -1. */
 int ts_auto_shard(struct ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info, char **explain);
 /* The same prediction for the shardings g already has (propagated from its
- * annotations, as ts_compile would): info filled, g unchanged. */
+ * annotations, as ts_compile would; per node the strategy the partitioner
+ * applies to those layouts): info filled, g unchanged. */
 int ts_shard_predict(const struct ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info);
 
 #pragma GCC visibility pop

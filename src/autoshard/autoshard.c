@@ -286,6 +286,68 @@ int ts_auto_shard(ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_inf
   return autoshard_annotate(g, o, info, explain);
 }
 
+/* An elementwise node computed in its propagated layout `lay`, its operands
+ * of its shape read in that layout (sliced, if replicated), appended to its
+ * strategies: what the partitioner does where the node's shared variable
+ * (a user-marked parameter's, replicated) has no strategy of that layout.
+ * Without it the hand layouts' AdamW updates (sharded gradient, replicated
+ * moments) were priced with an all-gather per operand: 3x the bytes. */
+static int add_elementwise_layout(as_ctx *c, int v, const uint8_t *lay) {
+  const ts_node *nd = &c->g->nodes[v];
+  as_node *an = &c->nodes[v];
+  if (an->ns == an->cap) {
+    as_strat *s = realloc(an->s, ((size_t)an->cap + 1) * sizeof *s);
+    if (!s) return set_error_code(TS_ERR_OUT_OF_MEMORY, "shard_predict: out of memory");
+    an->s = s, an->cap++;
+  }
+  as_strat *s = &an->s[an->ns];
+  memset(s, 0, sizeof *s);
+  memcpy(s->out, lay, TS_MAX_RANK);
+  for (int k = 0; k < nd->n_in && k < AS_MAX_IN; k++) {
+    const ts_node *x = &c->g->nodes[nd->in[k]];
+    if (x->rank == nd->rank && memcmp(x->shape, nd->shape, (size_t)nd->rank * sizeof nd->shape[0]) == 0)
+      memcpy(s->in[k], lay, TS_MAX_RANK);
+  }
+  double par = (double)as_layout_tiles(c, lay, nd->rank);
+  s->compute = s->cost = as_node_compute(c, v, par);
+  s->mem = as_bytes(nd) / par;
+  return an->ns++;
+}
+
+/* The strategy of node v the partitioner applies, given the propagated
+ * layouts. Of those keeping v's layout: the cheapest that reads every
+ * operand as it is (no collective but its own partial sum: a sum over a
+ * sharded dim is a partial sum and an all-reduce of the result in the
+ * compiled program, never an all-gather of the operand the model may find
+ * cheaper), else the one sending the fewest bytes (an FSDP weight is
+ * all-gathered, never the product reduce-scattered, though the model finds
+ * that hidden behind the compute); ties: the cheapest. None keeps it: the
+ * cheapest with its result resharded. */
+static int propagated_strategy(as_ctx *c, int v, const uint8_t (*lay)[TS_MAX_RANK]) {
+  const ts_node *nd = &c->g->nodes[v];
+  const as_node *an = &c->nodes[v];
+  bool has = false;
+  for (int i = 0; i < an->ns && !has; i++) has = as_lay_eq(an->s[i].out, lay[v], nd->rank);
+  if (!has && ir_op_is_elementwise(nd->op) && nd->rank > 0) return add_elementwise_layout(c, v, lay[v]);
+  int pick = 0;
+  double best = INFINITY, least = INFINITY;
+  bool as_is = false;
+  for (int i = 0; i < an->ns; i++) {
+    bool keeps = as_lay_eq(an->s[i].out, lay[v], nd->rank);
+    if (has && !keeps) continue;
+    double t = an->s[i].cost, moved = 0;
+    for (int k = 0; k < nd->n_in; k++)
+      t += as_reshard_cost(c, lay[nd->in[k]], as_need(&an->s[i], k), &c->g->nodes[nd->in[k]], &moved);
+    if (!keeps) t += as_reshard_cost(c, an->s[i].out, lay[v], nd, NULL);
+    bool here = keeps && moved == 0;
+    if (as_is && !here) continue;
+    moved = keeps ? moved + an->s[i].comm_bytes : 0; /* none keeps v's layout: cost alone */
+    if (here && !as_is) least = best = INFINITY, as_is = true;
+    if (!as_is ? moved < least || (moved == least && t < best) : t < best) least = moved, best = t, pick = i;
+  }
+  return pick;
+}
+
 int ts_shard_predict(const ts_graph *g, const ts_auto_shard_options *o, ts_auto_shard_info *info) {
   if (check_opts(g, o) < 0) return -1;
   if (!info) return set_error("shard_predict: info is NULL");
@@ -303,21 +365,8 @@ int ts_shard_predict(const ts_graph *g, const ts_auto_shard_options *o, ts_auto_
   if (as_build(&p, g, o) < 0) goto done;
   if (spmd_propagate(g, o->mesh, specs, NULL) < 0) goto done;
   for (int v = 0; v < n; v++) as_spec_to_mask(&specs[v], lay[v]);
-  /* each node: the cheapest strategy with its propagated layout (operands as they are) */
-  for (int v = 0; v < n; v++) {
-    const ts_node *nd = &g->nodes[v];
-    const as_node *an = &p.c.nodes[v];
-    double best = INFINITY;
-    for (int pass = 0; pass < 2 && best == INFINITY; pass++)
-      for (int i = 0; i < an->ns; i++) {
-        if (pass == 0 && !as_lay_eq(an->s[i].out, lay[v], nd->rank)) continue;
-        double t = an->s[i].cost;
-        for (int k = 0; k < nd->n_in; k++)
-          t += as_reshard_cost(&p.c, lay[nd->in[k]], as_need(&an->s[i], k), &g->nodes[nd->in[k]], NULL);
-        if (pass == 1) t += as_reshard_cost(&p.c, an->s[i].out, lay[v], nd, NULL);
-        if (t < best) best = t, pick[v] = i;
-      }
-  }
+  for (int v = 0; v < n; v++)
+    if ((pick[v] = propagated_strategy(&p.c, v, (const uint8_t(*)[TS_MAX_RANK])lay)) < 0) goto done;
   predict(&p.c, (const uint8_t(*)[TS_MAX_RANK])lay, pick, info);
   info->objective_s = info->step_s;
   rc = 0;

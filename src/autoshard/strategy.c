@@ -42,6 +42,37 @@ static void add_loop(loop *L, int *n, int64_t size, int out) {
   for (int k = 0; k < AS_MAX_IN; k++) l->in[k] = -1;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+/* A reshape's dims in groups of equal element count (row-major: [16,128] ->
+ * [2048], [256] -> [4,64]): the major dim of an output group splits as the
+ * major dim of its input group, by a factor dividing both (the loop's size),
+ * and the partitioner reshapes such a tile locally. Only an equal prefix
+ * mapped before: a batch-merging or head-splitting reshape of a sharded
+ * tensor was priced with an all-gather the compiled program has not (GPT on
+ * data=2,model=2: 29 of the analytic 66 MB sent). */
+static void reshape_groups(const ts_node *x, const ts_node *n, loop *L) {
+  int i = 0, o = 0;
+  while (i < x->rank && o < n->rank) {
+    int i0 = i, o0 = o;
+    int64_t pi = x->shape[i++], po = n->shape[o++];
+    while (pi != po && pi > 0 && po > 0) {
+      if (pi < po && i < x->rank) pi *= x->shape[i++];
+      else if (po < pi && o < n->rank) po *= n->shape[o++];
+      else break;
+    }
+    if (pi != po || pi <= 0) return;
+    L[o0].in[0] = i0;
+    L[o0].size = gcd64(x->shape[i0], n->shape[o0]);
+  }
+}
+
 /* Loops of node n; *can_partial: contracted loops may be split (a sum). */
 static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_partial) {
   int nl = 0;
@@ -167,9 +198,8 @@ static int node_loops(const ts_graph *g, const ts_node *n, loop *L, bool *can_pa
     for (int d = 0; d < n->rank; d++) add_loop(L, &nl, n->shape[d], d), L[nl - 1].in[0] = n->attr.dims[d];
     return nl;
   case TS_OP_RESHAPE: {
-    const ts_node *x = &g->nodes[n->in[0]];
     for (int d = 0; d < n->rank; d++) add_loop(L, &nl, n->shape[d], d);
-    for (int d = 0; d < n->rank && d < x->rank && n->shape[d] == x->shape[d]; d++) L[d].in[0] = d; /* equal prefix */
+    reshape_groups(&g->nodes[n->in[0]], n, L);
     return nl;
   }
   default: /* elementwise, slice, pad, concatenate, leaves, anything else: dims of equal size map */
