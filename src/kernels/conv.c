@@ -3,7 +3,8 @@
  *   x (N, C, H, W), w (O, C/groups, KH, KW), y (N, O, OH, OW)
  *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
- * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
+ * (format_tag any) and cached reorders move data from/to NCHW / OIHW (bf16
+ * activations to and from nChw16c by blk16.c's transposition: is_blk16) — except
  * 1x1 convolutions without padding (on planes above 14x14; their filter
  * gradients on any), which run on NCHW itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
