@@ -1,8 +1,9 @@
 /* test_conv_kernels.c — the convolution kernels against a naive reference
  * loop: forward, backward-data and backward-filter over strides, padding,
  * dilation and groups in every dtype; the plain (NCHW gemm) and blocked 1x1
- * paths against each other; and a blocked convolution whose weights changed
- * after another used the thread's scratch. Graphs run on kernel_ex.h's
+ * paths against each other; a blocked convolution whose weights changed
+ * after another used the thread's scratch; and blk16.c's bf16 transposition
+ * between NCHW and nChw16c. Graphs run on kernel_ex.h's
  * executor. */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
@@ -171,10 +172,62 @@ static void test_conv_weights_scratch(void) {
   ex_free(&e);
 }
 
+/* blk16.c's NCHW <-> nChw16c transposition of 16-bit values against the
+ * layout's definition (element (n, c, p) at ((n C/16 + c/16) HW + p) 16 + c%16),
+ * on planes below, at and around its 16-wide tiles, on 1 and 2 threads; then
+ * bf16 convolutions whose activations it moves (C and O multiples of 16, 3x3:
+ * the blocked path) equal, bit for bit, the same convolutions through
+ * oneDNN's reorder primitive. */
+static void test_conv_blk16(void) {
+  static const int64_t hws[] = {1, 7, 16, 17, 49, 50};
+  for (int k = 0; k < 6; k++)
+    for (int nt = 1; nt <= 2; nt++) {
+      int64_t N = 2, C = 48, HW = hws[k], n = N * C * HW;
+      uint16_t *x = malloc((size_t)n * 2), *b = malloc((size_t)n * 2), *back = malloc((size_t)n * 2);
+      for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(urand() * 65536);
+      tk_blk16_convert(x, b, N, C, HW, true, nt);
+      tk_blk16_convert(b, back, N, C, HW, false, nt);
+      int64_t bad = -1;
+      for (int64_t i = 0; i < n && bad < 0; i++) {
+        int64_t im = i / (C * HW), c = i / HW % C, p = i % HW;
+        if (b[((im * (C / 16) + c / 16) * HW + p) * 16 + c % 16] != x[i] || back[i] != x[i]) bad = i;
+      }
+      CHECK(bad < 0, "blk16 HW %lld, %d threads: element %lld misplaced", (long long)HW, nt, (long long)bad);
+      free(x), free(b), free(back);
+    }
+  int64_t xs[4] = {2, 32, 9, 7}, ws[4] = {48, 32, 3, 3}, ys[4] = {2, 48, 9, 7};
+  ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  ex_t e;
+  ex_init(&e);
+  ts_tensor x = rinput(&e, TS_BF16, 4, xs), w = rinput(&e, TS_BF16, 4, ws), dy = rinput(&e, TS_BF16, 4, ys);
+  int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+  ts_tensor outs[3] = {node(&e, TS_OP_CONV, TS_BF16, 4, ys, 2, i0, &at),
+                       node(&e, TS_OP_CONV_BWD_DATA, TS_BF16, 4, xs, 2, i1, &at),
+                       node(&e, TS_OP_CONV_BWD_FILTER, TS_BF16, 4, ws, 2, i2, &at)};
+  void *ref[3];
+  for (int pass = 0; pass < 2; pass++) {
+    tk_conv_set_blk16(pass == 1);
+    CHECK_OK(run(&e, outs[2]));
+    for (int k = 0; k < 3; k++) {
+      size_t bytes = (size_t)numel_of(e.g, outs[k]) * 2;
+      if (!pass) {
+        ref[k] = e.buf[outs[k]], e.buf[outs[k]] = NULL;
+      } else {
+        CHECK(!memcmp(ref[k], e.buf[outs[k]], bytes), "blk16: bf16 conv op %d differs from oneDNN's reorders", k);
+        free(ref[k]);
+      }
+      e.st[outs[k]]->free(e.st[outs[k]]), e.st[outs[k]] = NULL;
+    }
+  }
+  tk_conv_set_blk16(true);
+  ex_free(&e);
+}
+
 int main(void) {
   rs = ts_test_init("test_conv_kernels", 42);
   test_conv();
   test_conv_plain_vs_blocked();
   test_conv_weights_scratch();
+  test_conv_blk16();
   return ts_test_finish();
 }

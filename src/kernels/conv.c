@@ -3,7 +3,8 @@
  *   x (N, C, H, W), w (O, C/groups, KH, KW), y (N, O, OH, OW)
  *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
- * (format_tag any) and cached reorders move data from/to NCHW / OIHW — except
+ * (format_tag any) and cached reorders move data from/to NCHW / OIHW (bf16
+ * activations to and from nChw16c by blk16.c's transposition: is_blk16) — except
  * 1x1 convolutions without padding (on planes above 14x14; their filter
  * gradients on any), which run on NCHW itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
@@ -119,7 +120,9 @@ typedef struct {
   dnnl_primitive_t reorder;
   bool is_output;
   bool in_scratch;       /* prim lives in the thread's conv scratch (set per call) */
+  bool blk16;            /* bf16 NCHW <-> nChw16c: blk16.c moves it, not `reorder` */
   int arg;
+  int64_t dims[4];       /* the activation's (N, C, H, W) */
 } conv_arg;
 
 typedef struct {
@@ -209,6 +212,20 @@ static void md_wei(dnnl_memory_desc_t *md, dnnl_data_type_t t, const geom_t *q, 
   }
 }
 
+static bool g_blk16 = true;
+
+void tk_conv_set_blk16(bool on) { __atomic_store_n(&g_blk16, on, __ATOMIC_RELAXED); }
+
+/* A bf16 activation whose user layout is NCHW and primitive layout nChw16c
+ * with C a multiple of 16 (no padded channels): blk16.c's case. */
+static bool is_blk16(const dnnl_memory_desc_t *umd, const dnnl_memory_desc_t *pmd) {
+  if (umd->ndims != 4 || umd->data_type != dnnl_bf16 || umd->dims[1] % 16) return false;
+  dnnl_memory_desc_t nchw, blk;
+  return dnnl_memory_desc_init_by_tag(&nchw, 4, umd->dims, dnnl_bf16, dnnl_nchw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&blk, 4, umd->dims, dnnl_bf16, dnnl_nChw16c) == dnnl_success &&
+         dnnl_memory_desc_equal(umd, &nchw) && dnnl_memory_desc_equal(pmd, &blk);
+}
+
 /* Binds argument slot i: user layout `umd`, primitive layout queried by `what`. */
 static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitive_desc_t pd,
                     dnnl_query_t what, const dnnl_memory_desc_t *umd, int arg, bool is_output) {
@@ -226,6 +243,8 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     return -1;
   if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
   else if (a->in_scratch) s->wei_bytes = dnnl_memory_desc_get_size(pmd);
+  a->blk16 = is_blk16(umd, pmd);
+  memcpy(a->dims, umd->dims, sizeof a->dims);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
   if (dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL) != dnnl_success) return -1;
@@ -342,9 +361,19 @@ done:
   return rc;
 }
 
-static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to, dnnl_stream_t stream) {
+/* Moves slot a between its user and primitive layouts (into the primitive's
+ * for an input, out of it for the output). */
+static int reorder(const conv_arg *a, dnnl_stream_t stream, int nt) {
+  dnnl_memory_t from = a->is_output ? a->prim : a->user, to = a->is_output ? a->user : a->prim;
+  if (a->blk16 && __atomic_load_n(&g_blk16, __ATOMIC_RELAXED)) {
+    void *s, *d;
+    if (dnnl_memory_get_data_handle(from, &s) != dnnl_success || dnnl_memory_get_data_handle(to, &d) != dnnl_success)
+      return -1;
+    tk_blk16_convert(s, d, a->dims[0], a->dims[1], a->dims[2] * a->dims[3], !a->is_output, nt);
+    return 0;
+  }
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-  return dnnl_primitive_execute(r, stream, 2, args) == dnnl_success ? 0 : -1;
+  return dnnl_primitive_execute(a->reorder, stream, 2, args) == dnnl_success ? 0 : -1;
 }
 
 /* ---- reorders shared between the convolutions of one run ----
@@ -399,7 +428,7 @@ static size_t scratch_bytes(const conv_state *s) {
   return up64(s->out_bytes) + up64(s->pad_bytes) + up64(s->wei_bytes);
 }
 
-static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out) {
+static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in, void *out, int nt) {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (tk_dnnl_engine(&eng, &stream)) return -1;
@@ -419,13 +448,13 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
     dnnl_memory_t use = a->prim;
     dnnl_memory_set_data_handle(a->user, i < 2 ? (void *)in[i] : out);
     if (!a->is_output && a->reorder && a->in_scratch) {
-      if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+      if (reorder(a, stream, nt)) return -1;
     } else if (!a->is_output && a->reorder) {
       rc_entry *e = rc_find(g, n->in[i], in[i], a->prim);
       if (e) {
         use = e->prim;
       } else {
-        if (reorder(a->reorder, a->user, a->prim, stream)) return -1;
+        if (reorder(a, stream, nt)) return -1;
         rc_put(g, n->in[i], in[i], a->prim);
       }
     }
@@ -433,7 +462,7 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
   }
   if (s->scratch_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, s->scratch_mem};
   if (dnnl_primitive_execute(s->prim, stream, na, args) != dnnl_success) return -1;
-  if (s->args[2].reorder && reorder(s->args[2].reorder, s->args[2].prim, s->args[2].user, stream)) return -1;
+  if (s->args[2].reorder && reorder(&s->args[2], stream, nt)) return -1;
   return dnnl_stream_wait(stream) == dnnl_success ? 0 : -1;
 }
 
@@ -476,7 +505,7 @@ int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate 
       *st = s ? &s->base : NULL;
     }
     if (s) {
-      int rc = conv_run(s, g, n, in, out);
+      int rc = conv_run(s, g, n, in, out, ctx->num_threads);
       if (rc == -2)
         return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of conv scratch",
                               ir_op_name(n->op), scratch_bytes(s));

@@ -40,5 +40,13 @@ void kernels_set_num_threads(int n);
  * whether the cached state of a conv node is that plain path. */
 void tk_conv_set_plain_1x1(bool on);
 bool tk_conv_state_is_plain(const ts_kstate *state);
+/* bf16 activations into / out of the blocked convolutions by blk16.c's
+ * transposition (on by default) or, off, by oneDNN's reorder primitive. */
+void tk_conv_set_blk16(bool on);
+
+/* blk16.c: N images of C (a multiple of 16) channels of HW 16-bit values,
+ * plain NCHW -> nChw16c (to_blocked) or back; a copy (the same bits as
+ * oneDNN's reorder between those layouts), on nt threads. */
+void tk_blk16_convert(const uint16_t *src, uint16_t *dst, int64_t N, int64_t C, int64_t HW, bool to_blocked, int nt);
 
 #endif
