@@ -15,7 +15,10 @@
  *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4,
  *    sent from the input and received into the output, no copy between
  *    (counter CommHierCopyBytes); with outer 2 the leader packs / unpacks;
- *  - every result is checked against the known sum.
+ *  - every result is checked against the known sum;
+ *  - under Open MPI, net_world asked for the copy-in/copy-out shared-memory
+ *    path (OMPI_MCA_btl_vader_single_copy_mechanism=none; net.c says why)
+ *    since the test's launcher does not set it.
  * With two devices per process it prints what the hierarchical all-reduce
  * sends (each local device's raw contribution crosses, so that the sums are
  * bit-identical to one process: (k+1)(P-1)/P * N * 4 with k local devices). */
@@ -62,6 +65,11 @@ int main(void) {
   if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
   int P = net_size(net), me = net_rank(net);
   ts_metrics_set_enabled(true);
+  if (getenv("OMPI_COMM_WORLD_SIZE")) {
+    const char *mech = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    CHECK(mech && !strcmp(mech, "none"), "process %d: Open MPI's single-copy mechanism is %s, expected none (net.c)",
+          me, mech ? mech : "unset");
+  }
   float *buf = malloc((size_t)N * sizeof *buf), *part = malloc((size_t)N * sizeof *part);
   CHECK(buf && part, "out of memory");
   if (!buf || !part) return ts_test_finish();
