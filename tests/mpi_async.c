@@ -12,7 +12,10 @@
  *  - a started collective interleaved with synchronous ones (the device
  *    waits before its next synchronous call, as the executor does);
  *  - errors come back from the wait: a started all-reduce that the last
- *    process never makes times out, and the wait returns the timeout.
+ *    process never makes times out, and the wait returns the timeout;
+ *  - the pacer (net.h net_pacer, the collective worker's): process 0's
+ *    exchange with peers 30 ms late naps between polls (NET_PATIENT_NAP_NS)
+ *    while nothing is urgent, and naps no more once its result is urgent.
  * No timing thresholds but generous limits (60 s to end; the timeout test
  * 1.5 s): a loaded machine only makes it slower. */
 #include <stdlib.h>
@@ -34,6 +37,43 @@ static double now_s(void) {
 
 static void fill(float *x, int64_t n, int seed) {
   for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + seed * 131) % 1000) * 0.001f + (float)seed;
+}
+
+static int naps;     /* test pacer: naps taken */
+static long nap_ns;  /* the length asked */
+static bool urgent;  /* set after the 5th nap */
+
+static bool test_urgent(void *ctx) { return (void)ctx, urgent; }
+
+static void test_nap(void *ctx, long ns) {
+  (void)ctx;
+  nap_ns = ns;
+  if (++naps == 5) urgent = true;
+  nanosleep(&(struct timespec){0, ns}, NULL);
+}
+
+/* Process 0 exchanges a token with every other process, which posts its
+ * messages 30 ms late, under a pacer that turns urgent after 5 naps. */
+static void check_pacer(ts_net *net, int P, int me) {
+  int mine = 100 + me, got[MAXP] = {0};
+  net_msg m[2 * MAXP];
+  int k = 0;
+  for (int p = 0; p < P; p++) {
+    if (p == me || (me != 0 && p != 0)) continue;
+    m[k++] = (net_msg){p, 7, true, &mine, sizeof mine};
+    m[k++] = (net_msg){p, 7, false, &got[p], sizeof got[p]};
+  }
+  const net_pacer pacer = {test_urgent, test_nap, NULL};
+  if (me == 0) net_set_pacer(&pacer);
+  else nanosleep(&(struct timespec){0, 30000000}, NULL);
+  CHECK_OK(net_exchange_ctl(net, m, k, 20000, "pacer test"));
+  net_set_pacer(NULL);
+  for (int p = 0; p < P; p++)
+    CHECK(p == me || (me != 0 && p != 0) || got[p] == 100 + p, "process %d: token from %d is %d", me, p, got[p]);
+  if (me == 0)
+    CHECK(naps == 5 && nap_ns == NET_PATIENT_NAP_NS,
+          "process 0: a paced exchange waiting 30 ms should nap exactly until urgent (5 naps of %ld ns), took %d "
+          "of %ld ns", NET_PATIENT_NAP_NS, naps, nap_ns);
 }
 
 int main(void) {
@@ -112,6 +152,7 @@ int main(void) {
     CHECK(net_allgather(net, &token, all, sizeof token, 20000, "end of test") == 0, "%s", ts_last_error());
   }
   comm_free(tc);
+  check_pacer(net, P, me);
   comm_free(c);
   free(ar), free(ar_ref), free(ag_in), free(ag), free(ag_ref), free(rs_in), free(rs), free(rs_ref);
   return ts_test_finish();

@@ -9,10 +9,16 @@
  *    grow with P) and receives as much, in 2(P-1) messages (a direct
  *    reduce-scatter then all-gather: one step each, so small messages pay one
  *    latency, not P-1);
+ *  - an all-reduce of at most 4 KiB (hier.c HIER_ONE_STEP_BYTES) goes in one
+ *    step: every process sends its whole vector to every other, (P-1)
+ *    sends and (P-1) receives;
  *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4,
  *    sent from the input and received into the output, no copy between
  *    (counter CommHierCopyBytes); with outer 2 the leader packs / unpacks;
- *  - every result is checked against the known sum.
+ *  - every result is checked against the known sum;
+ *  - under Open MPI, net_world asked for the copy-in/copy-out shared-memory
+ *    path (OMPI_MCA_btl_vader_single_copy_mechanism=none; net.c says why)
+ *    since the test's launcher does not set it.
  * With two devices per process it prints what the hierarchical all-reduce
  * sends (each local device's raw contribution crosses, so that the sums are
  * bit-identical to one process: (k+1)(P-1)/P * N * 4 with k local devices). */
@@ -59,6 +65,11 @@ int main(void) {
   if (!net || net_size(net) < 2 || net_size(net) > MAXP) return ts_test_finish();
   int P = net_size(net), me = net_rank(net);
   ts_metrics_set_enabled(true);
+  if (getenv("OMPI_COMM_WORLD_SIZE")) {
+    const char *mech = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    CHECK(mech && !strcmp(mech, "none"), "process %d: Open MPI's single-copy mechanism is %s, expected none (net.c)",
+          me, mech ? mech : "unset");
+  }
   float *buf = malloc((size_t)N * sizeof *buf), *part = malloc((size_t)N * sizeof *part);
   CHECK(buf && part, "out of memory");
   if (!buf || !part) return ts_test_finish();
@@ -88,6 +99,23 @@ int main(void) {
         (long long)r, ideal);
   CHECK(m == 4 * (P - 1), "process %d: %lld messages (expected 2 steps x (P-1) peers x send+receive = %d)", me,
         (long long)m, 4 * (P - 1));
+
+  /* a small all-reduce: one step, the whole vector to every peer */
+  enum { SMALL = 1024 }; /* floats: 4 KiB */
+  for (int i = 0; i < SMALL; i++) buf[i] = (float)(me + 1) * 0.1f + (float)(i % 3);
+  s0 = sent(), m0 = messages();
+  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, buf, buf, SMALL));
+  s = sent() - s0, m = messages() - m0;
+  bad = 0;
+  for (int i = 0; i < SMALL; i++) { /* member order, as comm_reduce sums */
+    float want = 0.1f + (float)(i % 3);
+    for (int p = 1; p < P; p++) want += (float)(p + 1) * 0.1f + (float)(i % 3);
+    bad += buf[i] != want;
+  }
+  CHECK(bad == 0, "process %d: small all-reduce: %d wrong sums", me, bad);
+  CHECK(m == 2 * (P - 1) && s == (int64_t)(P - 1) * SMALL * 4, "process %d: small all-reduce in %lld messages, "
+        "%lld bytes sent (expected one step: %d messages, %lld bytes)", me, (long long)m, (long long)s, 2 * (P - 1),
+        (long long)(P - 1) * SMALL * 4);
 
   /* all-gather of N/P floats per member, reduce-scatter down to N/P */
   int64_t per = N / P;

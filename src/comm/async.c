@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h> /* clock_gettime: worker_nap */
 
 #include "comm/comm_internal.h"
+#include "comm/net.h" /* net_set_pacer: the worker's exchanges nap while its device computes */
 #include "util/error.h"                /* set_error, ts_last_error */
 #include "metrics/metrics_internal.h" /* collective metrics and trace */
 
@@ -65,13 +67,36 @@ typedef struct comm_worker {
   job q[QUEUE];
   int64_t started, done; /* tickets: jobs [done, started) are queued or running */
   _Atomic int64_t done_pub; /* done, for waits that spin before they sleep */
+  _Atomic int waiting;  /* device threads blocked in comm_wait_ticket: the worker's waits are urgent */
+  net_pacer pacer;      /* the worker's (worker_urgent, worker_nap) */
   bool stop, failed;
   char err[1024];       /* the first failure */
   ts_status err_code;   /* its code, re-raised on the waiting thread */
 } comm_worker;
 
+/* The worker's exchanges between processes (net.h net_pacer): while its
+ * device computes, a poll per nap instead of a hard poll that takes the
+ * device's core; the device's wait (comm_wait_ticket) ends the nap. */
+static bool worker_urgent(void *ctx) {
+  comm_worker *w = ctx;
+  return atomic_load_explicit(&w->waiting, memory_order_acquire) > 0;
+}
+
+static void worker_nap(void *ctx, long ns) {
+  comm_worker *w = ctx;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += ns;
+  t.tv_sec += t.tv_nsec / 1000000000L;
+  t.tv_nsec %= 1000000000L;
+  pthread_mutex_lock(&w->mu);
+  if (!atomic_load_explicit(&w->waiting, memory_order_relaxed)) pthread_cond_timedwait(&w->cv, &w->mu, &t);
+  pthread_mutex_unlock(&w->mu);
+}
+
 static void *worker_main(void *arg) {
   comm_worker *w = arg;
+  net_set_pacer(&w->pacer);
   pthread_mutex_lock(&w->mu);
   for (;;) {
     while (!w->stop && w->done == w->started) pthread_cond_wait(&w->cv, &w->mu);
@@ -120,8 +145,13 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   }
   w->c = c;
   w->device = device;
+  w->pacer = (net_pacer){worker_urgent, worker_nap, w};
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* worker_nap's deadlines */
+  pthread_cond_init(&w->cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
@@ -180,7 +210,12 @@ int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
   for (int i = 0; i < c->spin && atomic_load_explicit(&w->done_pub, memory_order_acquire) <= ticket; i++)
     SPIN_PAUSE();
   pthread_mutex_lock(&w->mu);
-  while (w->done <= ticket && w->done < w->started) pthread_cond_wait(&w->cv, &w->mu);
+  if (w->done <= ticket && w->done < w->started) {
+    atomic_fetch_add_explicit(&w->waiting, 1, memory_order_release);
+    pthread_cond_broadcast(&w->cv); /* wakes a napping worker: its exchange is urgent now */
+    while (w->done <= ticket && w->done < w->started) pthread_cond_wait(&w->cv, &w->mu);
+    atomic_fetch_sub_explicit(&w->waiting, 1, memory_order_relaxed);
+  }
   int rc = w->failed ? set_error_code(w->err_code, "%s", w->err) : 0;
   pthread_mutex_unlock(&w->mu);
   return rc;

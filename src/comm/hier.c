@@ -19,6 +19,11 @@
  * process and call that sends (P-1)/P of the vector per local member, plus
  * (P-1)/P of the result: with one device per process it is the
  * bandwidth-optimal 2(P-1)/P of a ring, in one step instead of P-1.
+ * A vector of at most HIER_ONE_STEP_BYTES (MPI's eager size: BN statistics,
+ * biases, the loss) goes in one exchange instead of two: every local
+ * member's whole input to every other process, and every leader reduces the
+ * whole vector (the same members in the same order, so the same bits); one
+ * latency instead of two for (P-1) x the bytes of a small vector.
  *
  * With TESSEL_HIER_ALLREDUCE=1 and k > 1 devices of the group in every
  * process, all-reduce is two-level instead (all_reduce_2level): a
@@ -220,6 +225,34 @@ static bool use_2level(const hgroup *h) {
   return true;
 }
 
+enum { HIER_ONE_STEP_BYTES = 4096 };
+
+/* The leader's one-exchange all-reduce of a small vector (the file
+ * comment): m has room for n * np messages. */
+static int all_reduce_one_step(ts_comm *c, int device, const int *group, const hgroup *h, ts_dtype dt,
+                               ts_reduce_kind op, void *out, int64_t count, net_msg *m) {
+  const char *what = "all_reduce";
+  comm_dev *d = &c->dev[device];
+  size_t bytes = (size_t)count * ts_dtype_size(dt);
+  char *slots = grow(d, (size_t)(h->n - h->nl) * bytes, what);
+  if (!slots) return -1;
+  int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
+  for (int i = 0; i < h->n; i++) {
+    if (h->pidx[i] == h->me) {
+      for (int j = 0; j < h->np; j++)
+        if (j != h->me) m[k++] = (net_msg){h->proc[j], tag, true, (void *)src_of(c, group[i]), bytes};
+    } else {
+      m[k++] = (net_msg){h->proc[h->pidx[i]], tag, false, slots + (size_t)slot++ * bytes, bytes};
+    }
+  }
+  if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) return -1;
+  slot = 0;
+  for (int i = 0; i < h->n; i++)
+    d->srcs[i] = h->pidx[i] == h->me ? src_of(c, group[i]) : slots + (size_t)slot++ * bytes;
+  if (count > 0) comm_reduce(dt, op, h->n, d->srcs, 1, &out, count, false);
+  return 0;
+}
+
 int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
                     const void *in, void *out, int64_t count) {
   (void)r;
@@ -247,7 +280,14 @@ int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_d
   atomic_store_explicit(&d->src, src, memory_order_relaxed);
   atomic_store_explicit(&d->dst, out, memory_order_relaxed);
   if (comm_sync(c, device, what, h.loc, h.nl, 1)) goto done;
-  if (device == h.loc[0]) {
+  if (device == h.loc[0] && bytes <= HIER_ONE_STEP_BYTES) {
+    m = malloc(((size_t)n * (size_t)h.np + 1) * sizeof *m);
+    if (!m) {
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+      goto done;
+    }
+    if (all_reduce_one_step(c, device, group, &h, dt, op, out, count, m) < 0) goto done;
+  } else if (device == h.loc[0]) {
     /* chunk i = [i*per, (i+1)*per) of the vector, reduced by process i */
     int64_t align = (int64_t)(64 / es);
     int64_t per = ((count + h.np - 1) / h.np + align - 1) / align * align;

@@ -36,6 +36,24 @@ static bool launched_by_mpi(void) {
   return env->mpi >= 0 ? env->mpi == 1 : env->mpi_launcher != NULL;
 }
 
+/* Open MPI between processes of one host (its vader BTL): messages past
+ * the eager size go by single copy (CMA, process_vm_readv, made by the
+ * receiver) unless told otherwise. CMA pins the sender's pages page by page
+ * on every transfer: on the 2-core test machine (loaded, 3 interleaved
+ * pairs) a 1.6 MB all-gather between two processes took a median 666-1914
+ * us with it and 104-646 us through the copy-in/copy-out path of the
+ * shared-memory FIFO (pipelined fragments), and the 2-process benchmark
+ * rows (MLP, CNN; SPMD, DDP, FSDP; 5 interleaved rounds) were faster in all
+ * six (the CNN's 4.7 MB gradient costs more CPU that way: two copies). So before MPI_Init tessel asks for that
+ * path, unless the launcher or the user already set the parameter (any
+ * value wins: OMPI_MCA_btl_vader_single_copy_mechanism=cma restores CMA).
+ * Between hosts (TCP) nothing changes. */
+static void prefer_shared_memory_copies(void) {
+#ifdef OPEN_MPI
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+#endif
+}
+
 static void net_finalize(void) {
   int done = 0;
   MPI_Finalized(&done);
@@ -58,6 +76,7 @@ ts_net *net_world(bool *failed) {
       int inited = 0, provided = 0, rc = MPI_SUCCESS;
       MPI_Initialized(&inited);
       if (!inited) {
+        prefer_shared_memory_copies();
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc == MPI_SUCCESS) atexit(net_finalize);
       } else {
@@ -110,6 +129,59 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
+static _Thread_local const net_pacer *t_pacer;
+
+void net_set_pacer(const net_pacer *p) { t_pacer = p; }
+
+static _Thread_local char t_who[256]; /* timed_out: the processes that never answered */
+
+/* After a timeout: names the peers of the unfinished requests in t_who,
+ * cancels the receives (the buffers go back to the caller: a late message
+ * must not land in them) and frees the requests. */
+static void timed_out(ts_net *n, MPI_Request *req, int k, const net_msg *msgs, const int *owner) {
+  size_t len = 0;
+  int last = -1;
+  t_who[0] = '\0';
+  pthread_mutex_lock(&n->mu);
+  for (int j = 0; j < k; j++) {
+    int done = 0;
+    MPI_Test(&req[j], &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    const net_msg *m = &msgs[owner[j]];
+    if (m->peer != last && len < sizeof t_who - 16 && !strstr(t_who, "...")) /* messages are grouped by peer */
+      len += (size_t)snprintf(t_who + len, sizeof t_who - len, len ? ", %d" : "%d", m->peer);
+    last = m->peer;
+    if (!m->send) MPI_Cancel(&req[j]);
+    MPI_Request_free(&req[j]);
+  }
+  pthread_mutex_unlock(&n->mu);
+}
+
+/* The pause between two polls of a hard wait that began `waited` ms ago. */
+static void pause_poll(double waited) {
+  /* poll hard for about 100 us (a peer that is just behind answers within
+   * that), then yield, then sleep in naps that grow with the wait: 1/50 of
+   * the time waited so far, from 20 us, held at 100 us for the first 100 ms
+   * and up to 1 ms after. A thread that waits long (a late peer) must not
+   * take the core of a computing one: 20 us naps cost about 13% of a core
+   * (measured, 2 s wait), 100 us naps ~10%, 1 ms naps ~2%. But each call
+   * here is what progresses MPI's sockets, and on a slow link the socket
+   * buffers hold less than 1 ms of data: with naps up to 1 ms a 2.36 MB
+   * exchange between two hosts at 1 Gbit/s took 19.5 or 39 ms, switching
+   * between runs (line rate 18.9 ms); capped at 100 us, 19.2-19.9 ms every
+   * run. So transfers (a 5 MB all-reduce is 40 ms at 1 Gbit/s) keep 100 us
+   * naps; only a wait past 100 ms (a late peer) drops to 1 ms. */
+  if (waited < 0.1) return;
+  if (waited < 1.0) {
+    sched_yield();
+  } else {
+    long nap_ns = (long)(waited * 20000.0); /* waited / 50, in ns */
+    long cap_ns = waited < 100.0 ? 100000 : 1000000;
+    nap_ns = nap_ns < 20000 ? 20000 : nap_ns > cap_ns ? cap_ns : nap_ns;
+    nanosleep(&(struct timespec){0, nap_ns}, NULL);
+  }
+}
+
 /* Posts the messages on comm, then polls them to completion. */
 static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int timeout_ms, const char *what) {
   size_t piece = net_piece();
@@ -143,7 +215,9 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     free(owner);
     return mpi_error(what, rc);
   }
-  double start = now_ms(), deadline = timeout_ms > 0 ? start + timeout_ms : 0, waited = 0;
+  /* since: when the current hard wait began (ms after start; -1 while a
+   * pacer naps): a wait that turns urgent polls hard from then on */
+  double start = now_ms(), deadline = timeout_ms > 0 ? start + timeout_ms : 0, waited = 0, since = 0;
   for (long iter = 0;; iter++) {
     int flag = 0;
     pthread_mutex_lock(&n->mu);
@@ -155,56 +229,27 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
       return mpi_error(what, rc);
     }
     if (flag) break;
+    const net_pacer *pc = t_pacer;
+    bool patient = pc && !pc->urgent(pc->ctx);
     /* the clock: every 16th poll while polling hard (a poll of a message
      * that is almost there is cheaper than a clock read), every poll after */
-    if ((iter & 15) == 0 || waited >= 0.1) waited = now_ms() - start;
-    if (deadline > 0 && (iter & 63) == 0 && start + waited > deadline) {
-      char who[256];
-      size_t len = 0;
-      int last = -1;
-      who[0] = '\0';
-      pthread_mutex_lock(&n->mu);
-      for (int j = 0; j < k; j++) {
-        int done = 0;
-        MPI_Test(&req[j], &done, MPI_STATUS_IGNORE);
-        if (done) continue;
-        const net_msg *m = &msgs[owner[j]];
-        if (m->peer != last && len < sizeof who - 16 && !strstr(who, "...")) /* messages are grouped by peer */
-          len += (size_t)snprintf(who + len, sizeof who - len, len ? ", %d" : "%d", m->peer);
-        last = m->peer;
-        /* the buffer goes back to the caller: a late message must not land in it */
-        if (!m->send) MPI_Cancel(&req[j]);
-        MPI_Request_free(&req[j]);
-      }
-      pthread_mutex_unlock(&n->mu);
+    if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
+    if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
+      timed_out(n, req, k, msgs, owner);
       free(req);
       free(owner);
       return set_error_code(TS_ERR_TIMEOUT,
                                "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
                                "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
-                               what, n->rank, timeout_ms / 1000.0, who);
+                               what, n->rank, timeout_ms / 1000.0, t_who);
     }
-    /* poll hard for about 100 us (a peer that is just behind answers within
-     * that), then yield, then sleep in naps that grow with the wait: 1/50 of
-     * the time waited so far, from 20 us, held at 100 us for the first 100 ms
-     * and up to 1 ms after. A thread that waits long (a late peer) must not
-     * take the core of a computing one: 20 us naps cost about 13% of a core
-     * (measured, 2 s wait), 100 us naps ~10%, 1 ms naps ~2%. But each call
-     * here is what progresses MPI's sockets, and on a slow link the socket
-     * buffers hold less than 1 ms of data: with naps up to 1 ms a 2.36 MB
-     * exchange between two hosts at 1 Gbit/s took 19.5 or 39 ms, switching
-     * between runs (line rate 18.9 ms); capped at 100 us, 19.2-19.9 ms every
-     * run. So transfers (a 5 MB all-reduce is 40 ms at 1 Gbit/s) keep 100 us
-     * naps; only a wait past 100 ms (a late peer) drops to 1 ms. */
-    if (waited < 0.1) continue;
-    if (waited < 1.0) {
-      sched_yield();
-    } else {
-      long nap_ns = (long)(waited * 20000.0); /* waited / 50, in ns */
-      long cap_ns = waited < 100.0 ? 100000 : 1000000;
-      nap_ns = nap_ns < 20000 ? 20000 : nap_ns > cap_ns ? cap_ns : nap_ns;
-      nanosleep(&(struct timespec){0, nap_ns}, NULL);
+    if (patient) {
+      since = -1;
+      pc->nap(pc->ctx, NET_PATIENT_NAP_NS);
+      continue;
     }
+    if (since < 0) since = waited;
+    pause_poll(waited - since);
   }
   free(req);
   free(owner);
@@ -263,6 +308,7 @@ ts_net *net_world(bool *failed) {
   }
   return NULL;
 }
+void net_set_pacer(const net_pacer *p) { (void)p; }
 int net_rank(const ts_net *n) { return (void)n, 0; }
 int net_size(const ts_net *n) { return (void)n, 1; }
 int net_tag_ub(const ts_net *n) { return (void)n, 32767; }

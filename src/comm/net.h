@@ -37,6 +37,21 @@ typedef struct {
   size_t bytes;
 } net_msg;
 
+/* How the calling thread waits in its exchanges (net_set_pacer; NULL, the
+ * default: poll hard, then yield, then nap, below). A collective worker
+ * (async.c) sets one: while `urgent` is false nobody waits for its result
+ * (its device thread computes, on a core the worker shares), so an exchange
+ * polls once per `nap` of NET_PATIENT_NAP_NS instead (nap returns early when
+ * the result becomes urgent); once urgent it waits as without a pacer. */
+typedef struct {
+  bool (*urgent)(void *ctx);
+  void (*nap)(void *ctx, long ns);
+  void *ctx;
+} net_pacer;
+#define NET_PATIENT_NAP_NS 100000L
+/* Sets the calling thread's pacer (kept by pointer; NULL: none). */
+void net_set_pacer(const net_pacer *p);
+
 /* Posts every message, then waits until all completed. timeout_ms 0 = no
  * limit; on timeout -1 with a message naming `what` and the processes that
  * never answered. Messages to/from one peer with one tag match in order. */
