@@ -285,15 +285,16 @@ int main(int argc, char **argv) {
   ts_ckpt_saver_free(sv);
   for (int r = 0; r < rounds; r++)
     fprintf(stderr, "round %d: step %.3f s, step during the save %.3f s, snapshot %.4f s, copy %.3f s, write %.3f s, "
-                    "save %.3f s, load %.3f s; CPU ms: fill %.1f (copy %.1f, hash %.1f), write threads %.1f; fsync %.1f ms; "
-                    "process CPU: step %.3f s, save + step beside it %.3f s\n", r + 1, stp[r], during[r], snap[r], copy[r],
-            write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r], fsy[r], cpu_step[r], cpu_during[r]);
+                    "save %.3f s, load %.3f s; CPU ms: fill %.1f (copy %.1f, hash %.1f), write threads %.1f; "
+                    "fsync %.1f ms; process CPU: step %.3f s, save + step beside it %.3f s\n",
+            r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r],
+            fsy[r], cpu_step[r], cpu_during[r]);
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "
          "cold_load=%d snapshot_median_s=%.4f copy_median_s=%.4f write_median_s=%.3f step_median_s=%.3f "
          "step_during_save_median_s=%.3f step_wait_median_s=%.4f step_wait_fraction=%.3f busy_save_s=%.3f "
-         "busy_steps=%d busy_step_s=%.3f fill_cpu_ms=%.1f copy_cpu_ms=%.1f hash_cpu_ms=%.1f io_cpu_ms=%.1f fsync_ms=%.1f "
-         "isolate=%d%s\n",
+         "busy_steps=%d busy_step_s=%.3f fill_cpu_ms=%.1f copy_cpu_ms=%.1f hash_cpu_ms=%.1f io_cpu_ms=%.1f "
+         "fsync_ms=%.1f isolate=%d%s\n",
          model, bytes, ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9, cold, msn,
          median(copy, rounds), median(write, rounds), median(stp, rounds), median(during, rounds), mw, mw / ms, busy_save,
          busy_steps, busy_step, median(fill, rounds), median(cpy, rounds), median(hsh, rounds), median(ioc, rounds),

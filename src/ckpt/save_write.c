@@ -203,7 +203,8 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
         ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
       return read_error(e, b);
     double c1 = thread_cpu_s();
-    if (j->version >= 2 && !(ckpt_save_isolate & CKPT_ISOLATE_NOHASH)) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
+    if (j->version >= 2 && !(ckpt_save_isolate & CKPT_ISOLATE_NOHASH))
+      ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
     fc->copy_cpu_s += c1 - c0, fc->hash_cpu_s += thread_cpu_s() - c1;
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
