@@ -8,6 +8,7 @@
  * 64-token context (--gpt L,D,H,T,V for another; the step's cost grows with T).
  *
  *   bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] [--rounds N]
+ *                 [--isolate nohash,nowrite,nocopy,buffered]
  *
  * Each round runs two training steps of the model (AdamW, batch 2: the
  * program of tessel train, updating the state in place), saves the state
@@ -36,7 +37,18 @@
  * threads run at TESSEL_CKPT_PRIORITY, low by default) and checks every
  * round that what was loaded equals what was saved, bit for bit (a hash of
  * every device value before the save; the step during the save changed
- * them, so the load is what brings them back); exit 1 otherwise. */
+ * them, so the load is what brings them back); exit 1 otherwise.
+ *
+ * Each round's line on stderr also gives the per-stage costs of the save's
+ * files stage (ckpt_last_stage_times: CPU ms of the filler thread, of it in
+ * the copies and in the checksums, of the write threads; the fsync's wall
+ * ms) and the process's CPU seconds over the step before the save and over
+ * the save + the step run beside it: less load-sensitive than wall times.
+ * RESULT adds fill_cpu_ms, copy_cpu_ms, hash_cpu_ms, io_cpu_ms, fsync_ms
+ * (medians). --isolate switches parts of the save off (ckpt_save_isolate;
+ * buffered: no O_DIRECT) to see which one slows the step beside it; the
+ * checkpoints are then not loadable, so the loads and their check are
+ * skipped (load_median_s=0). */
 #define _GNU_SOURCE /* posix_fadvise */
 #include <dirent.h>
 #include <fcntl.h>
@@ -46,7 +58,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <time.h> /* CLOCK_PROCESS_CPUTIME_ID */
+
 #include "bench_util.h" /* now_s, cmp_double, median */
+#include "ckpt/ckpt_internal.h" /* ckpt_save_isolate, ckpt_save_direct, ckpt_last_stage_times */
 #include "model_graph.h" /* the training step of tessel train: parameters + optimizer state */
 
 #include "tessel/tessel.h"
@@ -87,6 +102,30 @@ static int evict_dir(const char *dir) {
   return ok;
 }
 
+/* CPU seconds of the whole process. */
+static double process_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* --isolate LIST: comma-separated nohash, nowrite, nocopy, buffered; -1 on a bad word. */
+static int parse_isolate(const char *list) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+    if (!strcmp(w, "nohash")) ckpt_save_isolate |= CKPT_ISOLATE_NOHASH;
+    else if (!strcmp(w, "nowrite")) ckpt_save_isolate |= CKPT_ISOLATE_NOWRITE;
+    else if (!strcmp(w, "nocopy")) ckpt_save_isolate |= CKPT_ISOLATE_NOCOPY;
+    else if (!strcmp(w, "buffered")) ckpt_save_direct = 0;
+    else {
+      fprintf(stderr, "bench_ckpt_io: --isolate: unknown part '%s' (valid: nohash, nowrite, nocopy, buffered)\n", w);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* A hash of every entry's device values (to check a load bit for bit). */
 static uint64_t state_hash(ts_params *p, ts_client *c) {
   uint64_t h = 1469598103934665603ull;
@@ -119,17 +158,22 @@ static double run_step(ts_executable *e, model_io *io, ts_buffer **out, int n_ou
 int main(int argc, char **argv) {
   const char *model = "resnet50", *dir = "/tmp/tessel_bench_ckpt";
   int rounds = 3;
+  bool isolate = false;
   ts_gpt_config gpt = {.layers = 12, .d_model = 768, .heads = 12, .seq = 64, .vocab = 50257};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--isolate")) {
+      if (parse_isolate(argv[i + 1]) < 0) return 2;
+      isolate = true;
+    }
     else if (!strcmp(argv[i], "--gpt") &&
              sscanf(argv[i + 1], "%ld,%ld,%ld,%ld,%ld", &gpt.layers, &gpt.d_model, &gpt.heads, &gpt.seq,
                     &gpt.vocab) == 5) {
     } else {
       fprintf(stderr, "usage: bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] "
-                      "[--rounds N]\n");
+                      "[--rounds N] [--isolate nohash,nowrite,nocopy,buffered]\n");
       return 2;
     }
   }
@@ -167,6 +211,11 @@ int main(int argc, char **argv) {
   double *wait = malloc((size_t)rounds * sizeof *wait), *copy = malloc((size_t)rounds * sizeof *copy);
   double *save = malloc((size_t)rounds * sizeof *save), *load = malloc((size_t)rounds * sizeof *load);
   double *snap = malloc((size_t)rounds * sizeof *snap), *write = malloc((size_t)rounds * sizeof *write);
+  /* per round: the stage costs (ms), the process's CPU over the step before and over save + step beside it */
+  double *fill = malloc((size_t)rounds * sizeof *fill), *cpy = malloc((size_t)rounds * sizeof *cpy);
+  double *hsh = malloc((size_t)rounds * sizeof *hsh), *ioc = malloc((size_t)rounds * sizeof *ioc);
+  double *fsy = malloc((size_t)rounds * sizeof *fsy), *cpu_step = malloc((size_t)rounds * sizeof *cpu_step);
+  double *cpu_during = malloc((size_t)rounds * sizeof *cpu_during);
   int cold = 1;
   /* One saver for every round, as tessel train keeps one: the snapshot
    * memory is allocated by the first save and reused. */
@@ -175,15 +224,22 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++) {
     ts_ckpt_meta meta = {.step = r + 1};
     stp[r] = run_step(exe, &io, outs, n_out); /* the steps before the save: the faster one */
+    double cpu0 = process_cpu_s();
     double t2 = run_step(exe, &io, outs, n_out);
+    cpu_step[r] = process_cpu_s() - cpu0;
     if (t2 < stp[r]) stp[r] = t2;
     uint64_t want = state_hash(p, c);
     /* The background save: the caller waits for the snapshot only; then the
      * next step runs while the blocks are copied and written; then the save
      * is waited for (the write and the commit). */
+    cpu0 = process_cpu_s();
     if (ts_ckpt_saver_save_params(sv, dir, p, &meta, 1) < 0) die("save");
     during[r] = run_step(exe, &io, outs, n_out);
+    cpu_during[r] = process_cpu_s() - cpu0;
     if (ts_ckpt_saver_wait(sv) < 0) die("save");
+    const ckpt_stage_times *ct = &ckpt_last_stage_times;
+    fill[r] = ct->fill_cpu_s * 1e3, cpy[r] = ct->copy_cpu_s * 1e3, hsh[r] = ct->hash_cpu_s * 1e3;
+    ioc[r] = ct->io_cpu_s * 1e3, fsy[r] = ct->fsync_s * 1e3;
     ts_ckpt_save_stats st;
     ts_ckpt_saver_stats(sv, &st);
     save[r] = st.total_s, snap[r] = st.snapshot_s, write[r] = st.write_s, copy[r] = st.copy_s;
@@ -191,6 +247,10 @@ int main(int argc, char **argv) {
     if (state_hash(p, c) == want) {
       fprintf(stderr, "bench_ckpt_io: the step during the save did not change the state (the load check would prove nothing)\n");
       return 1;
+    }
+    if (isolate) { /* not a loadable checkpoint */
+      load[r] = 0;
+      continue;
     }
     cold &= evict_dir(dir);
     double t0 = now_s();
@@ -225,15 +285,21 @@ int main(int argc, char **argv) {
   ts_ckpt_saver_free(sv);
   for (int r = 0; r < rounds; r++)
     fprintf(stderr, "round %d: step %.3f s, step during the save %.3f s, snapshot %.4f s, copy %.3f s, write %.3f s, "
-                    "save %.3f s, load %.3f s\n", r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r]);
+                    "save %.3f s, load %.3f s; CPU ms: fill %.1f (copy %.1f, hash %.1f), write threads %.1f; "
+                    "fsync %.1f ms; process CPU: step %.3f s, save + step beside it %.3f s\n",
+            r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r],
+            fsy[r], cpu_step[r], cpu_during[r]);
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "
          "cold_load=%d snapshot_median_s=%.4f copy_median_s=%.4f write_median_s=%.3f step_median_s=%.3f "
          "step_during_save_median_s=%.3f step_wait_median_s=%.4f step_wait_fraction=%.3f busy_save_s=%.3f "
-         "busy_steps=%d busy_step_s=%.3f\n",
+         "busy_steps=%d busy_step_s=%.3f fill_cpu_ms=%.1f copy_cpu_ms=%.1f hash_cpu_ms=%.1f io_cpu_ms=%.1f "
+         "fsync_ms=%.1f isolate=%d%s\n",
          model, bytes, ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9, cold, msn,
          median(copy, rounds), median(write, rounds), median(stp, rounds), median(during, rounds), mw, mw / ms, busy_save,
-         busy_steps, busy_step);
+         busy_steps, busy_step, median(fill, rounds), median(cpy, rounds), median(hsh, rounds), median(ioc, rounds),
+         median(fsy, rounds), ckpt_save_isolate, ckpt_save_direct ? "" : ",buffered");
+  free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during);
   free(save), free(load), free(snap), free(write), free(stp), free(during), free(wait), free(copy), free(outs);
   model_io_free(&io);
   ts_executable_free(exe);

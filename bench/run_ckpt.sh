@@ -20,7 +20,11 @@
 #   first round, whose save maps the ring and whose step allocates the spare);
 #   GPT=L,D,H,T,V another GPT (e.g. GPT=2,64,2,16,256 for a quick run);
 #   PRIOS="low" (default) | "low idle normal": the saver's thread priority (TESSEL_CKPT_PRIORITY),
-#   one bench run per value: the trade-off between the step's wait and the save's speed.
+#   one bench run per value: the trade-off between the step's wait and the save's speed;
+#   ISOLATE=nohash,nowrite,nocopy,buffered (any of them): bench_ckpt_io --isolate, parts of the
+#   save switched off to see which one slows the step beside it (no loads then: load= is 0).
+# Each model also prints the save's per-stage costs (medians): CPU ms of the filler thread (of it
+# the copies and the checksums), of the write threads, and the final fsync's wall ms.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
@@ -41,7 +45,7 @@ for model in ${MODELS:-${MODEL:-resnet50 gpt}}; do
   for prio in ${PRIOS:-${TESSEL_CKPT_PRIORITY:-low}}; do
     echo "== $model, saver priority $prio"
     if ! out="$(TESSEL_CKPT_PRIORITY=$prio "$build/bench_ckpt_io" --model "$model" --dir "$dir/ckpt" \
-                --rounds "${ROUNDS:-5}" "${extra[@]}")"; then
+                --rounds "${ROUNDS:-5}" ${ISOLATE:+--isolate "$ISOLATE"} "${extra[@]}")"; then
       echo "FAILED: bench_ckpt_io (see above)"
       status=1
       continue
@@ -71,6 +75,8 @@ def bw(s):
 dwb, dwd, drb, drd = bw(wb), bw(wd), bw(rb), bw(rd)
 dw, dr = max(dwb, dwd), max(drb, drd)
 save, load = float(f["save_GBps"]), float(f["load_GBps"])
+if f.get("isolate", "0") != "0":
+    load = float("nan")  # no loads: the checkpoints of an isolation run are not loadable
 frac = float(f["step_wait_fraction"])
 def verdict(ok):
     return "met" if ok else "MISSED"
@@ -86,9 +92,13 @@ print(f"load {float(f['load_median_s']):.3f} s = {load:.3f} GB/s = {load / dr:.2
 print(f"step wait {float(f['step_wait_median_s']):.4f} s (in the save call {float(f['snapshot_median_s']):.4f} s; "
       f"step {float(f['step_median_s']):.3f} s, during the save {float(f['step_during_save_median_s']):.3f} s) = "
       f"{frac:.3f} of a save (target <= 0.10: {verdict(frac <= 0.10)})")
+print(f"save stages: CPU ms filler {float(f['fill_cpu_ms']):.1f} (copy {float(f['copy_cpu_ms']):.1f}, "
+      f"hash {float(f['hash_cpu_ms']):.1f}), write threads {float(f['io_cpu_ms']):.1f}; fsync {float(f['fsync_ms']):.1f} ms"
+      + ("" if f["isolate"] == "0" else f" (isolate={f['isolate']}: parts switched off, no loads)"))
 print(f"save under a busy step loop: {float(f['busy_save_s']):.3f} s over {f['busy_steps']} steps "
       f"(mean step {float(f['busy_step_s']):.3f} s)")
-print("checked: every round's loaded state equals the saved one, bit for bit")
+print("checked: every round's loaded state equals the saved one, bit for bit" if f.get("isolate", "0") == "0"
+      else "not loaded (isolate: the checkpoints are not loadable)")
 print(f"SUMMARY {model} prio={prio} bytes={B} save={save / dw:.2f}x load={load / dr:.2f}x wait={frac:.3f} "
       f"busy_save_s={float(f['busy_save_s']):.3f} "
       f"{'ALL-MET' if save / dw >= 0.5 and load / dr >= 0.5 and frac <= 0.10 else 'SOME-MISSED'}")

@@ -469,6 +469,68 @@ static void test_write_fails(void) {
   ts_client_free(c);
 }
 
+/* The stage timers of a save (ckpt_last_stage_times) and bench_ckpt_io's
+ * --isolate bits (ckpt_save_isolate): a normal save's filler spent CPU in
+ * the copies and checksums (parts of its total); NOWRITE leaves the block
+ * file's data unwritten (zeros: a sparse file) and NOHASH writes checksums
+ * that do not verify; NOCOPY writes (and hashes) the ring's bytes, not the
+ * state's; every bit off again, the save is whole. */
+static void test_isolate(void) {
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
+  ts_mesh *m = ts_mesh_from_text("data=2");
+  ts_buffer *b[NT];
+  ts_ckpt_entry e[NT];
+  make_buffers(c, m, b, e);
+  void *want[NT];
+  for (int i = 0; i < NT; i++) want[i] = values(i, 1);
+  static const int bits[] = {0, CKPT_ISOLATE_NOWRITE, CKPT_ISOLATE_NOHASH, CKPT_ISOLATE_NOCOPY, 0};
+  for (int k = 0; k < 5; k++) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/isolate%d", tmp_root, k);
+    ckpt_save_isolate = bits[k];
+    memset(&ckpt_last_stage_times, 0, sizeof ckpt_last_stage_times);
+    ts_ckpt_meta meta = {.step = 1};
+    CHECK(ts_ckpt_save(c, root, &meta, NT, e, 0) == 0, "save (isolate %d): %s", bits[k], ts_last_error());
+    ckpt_save_isolate = 0;
+    const ckpt_stage_times *st = &ckpt_last_stage_times;
+    CHECK(st->fill_cpu_s > 0 && st->copy_cpu_s >= 0 && st->hash_cpu_s >= 0 &&
+              st->copy_cpu_s + st->hash_cpu_s <= st->fill_cpu_s + 1e-6 && st->fsync_s >= 0 && st->io_cpu_s >= 0,
+          "isolate %d: stage times fill %g copy %g hash %g io %g fsync %g", bits[k], st->fill_cpu_s, st->copy_cpu_s,
+          st->hash_cpu_s, st->io_cpu_s, st->fsync_s);
+    if (bits[k] == 0) {
+      check_ckpt(root, want, "isolate off");
+      continue;
+    }
+    ts_ckpt *ck = ts_ckpt_open(root);
+    CHECK(ck != NULL, "isolate %d: open: %s", bits[k], ts_last_error());
+    if (bits[k] != CKPT_ISOLATE_NOCOPY)
+      CHECK(ck && ts_ckpt_verify(ck) < 0, "isolate %d: the checkpoint verified", bits[k]);
+    else { /* its checksums are those of the bytes written, which are not the state's */
+      void *got = malloc(nbytes(0) + 1);
+      bool differs = ck && got &&
+                     (ts_ckpt_read_host(ck, T[0].name, got, nbytes(0)) < 0 || memcmp(got, want[0], nbytes(0)) != 0);
+      CHECK(differs, "nocopy: tensor %s was written", T[0].name);
+      free(got);
+    }
+    ts_ckpt_close(ck);
+    if (bits[k] == CKPT_ISOLATE_NOWRITE) { /* the data part is zeros: nothing of the state was written */
+      char path[700];
+      snprintf(path, sizeof path, "%s/step-00000001/shard-00000-of-00001.safetensors", root);
+      size_t n = 0;
+      unsigned char *f = (unsigned char *)slurp(path, &n);
+      uint64_t h = 0;
+      for (int i = 0; f && n >= 8 && i < 8; i++) h |= (uint64_t)f[i] << (8 * i);
+      size_t nz = 0;
+      for (size_t i = 8 + h; f && i < n / 4096 * 4096; i++) nz += f[i] != 0; /* the last partial page is written */
+      CHECK(f && n > 8 + h + 4096 && nz == 0, "nowrite: %zu of the file's data bytes are set", nz);
+      free(f);
+    }
+  }
+  for (int i = 0; i < NT; i++) free(want[i]), ts_buffer_free(b[i]);
+  ts_mesh_free(m);
+  ts_client_free(c);
+}
+
 int main(void) {
   ts_test_init("test_ckpt_pipe", 1);
   snprintf(tmp_root, sizeof tmp_root, "/tmp/tessel_test_ckpt_pipe_%d", (int)getpid());
@@ -476,6 +538,7 @@ int main(void) {
   test_boundaries();
   test_steps_during_pipeline();
   test_write_fails();
+  test_isolate();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
   if (ts_test_failed == 0 && !getenv("TESSEL_TEST_KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);

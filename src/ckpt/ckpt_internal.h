@@ -119,6 +119,27 @@ extern int ckpt_load_direct;
  * Nothing in the library or the CLI changes it. */
 extern int ckpt_save_direct;
 
+/* Benchmark isolation (bench/ckpt_io.c --isolate): bits that switch off one
+ * part of the save's files stage to see what slows a step run beside it.
+ * CKPT_ISOLATE_NOHASH: no XXH64 (the checksums written are those of no
+ * bytes: the checkpoint does not verify); _NOWRITE: the chunks are not
+ * written (the file is left sparse; only its last partial page is written); _NOCOPY: the ring is not filled from
+ * the held buffers (garbage is written and hashed). Any bit makes a
+ * checkpoint that must not be loaded. 0 (the default): nothing is switched
+ * off. Nothing in the library or the CLI changes it. */
+enum { CKPT_ISOLATE_NOHASH = 1, CKPT_ISOLATE_NOWRITE = 2, CKPT_ISOLATE_NOCOPY = 4 };
+extern int ckpt_save_isolate;
+
+/* Per-stage costs of this process's last files stage (save_write.c; set by
+ * the thread that ran it, before the save completes): CPU seconds of the
+ * filler thread (of it: copying from the held buffers, hashing), of the
+ * write threads together, and the wall seconds of the final fsync. For
+ * benchmarks (bench/ckpt_io.c); read after the save is waited for. */
+typedef struct {
+  double fill_cpu_s, copy_cpu_s, hash_cpu_s, io_cpu_s, fsync_s;
+} ckpt_stage_times;
+extern ckpt_stage_times ckpt_last_stage_times;
+
 /* Testing hook (tests/test_ckpt_crash.c): when a program sets it, a save
  * calls it with the name of each stage just completed — "chunk" (a chunk
  * of the block file copied and handed to the writes; once per chunk), "files" (this

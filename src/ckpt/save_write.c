@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h> /* CLOCK_THREAD_CPUTIME_ID */
 #include <unistd.h>
 
 #include "ckpt/save_internal.h"
@@ -47,6 +48,15 @@ static int ring_reserve(ts_ckpt_saver *s, size_t bytes) {
 
 uint64_t ckpt_save_chunk = SAVE_CHUNK; /* ckpt_internal.h: tests set a few pages */
 int ckpt_save_direct = 1;              /* ckpt_internal.h: tests set 0 or 2 (the buffered fallbacks) */
+int ckpt_save_isolate = 0;             /* ckpt_internal.h: bench/ckpt_io.c --isolate */
+ckpt_stage_times ckpt_last_stage_times; /* ckpt_internal.h: the last files stage's costs */
+
+/* CPU seconds of the calling thread. */
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_WRITING };
 
@@ -68,6 +78,7 @@ typedef struct {
   bool lower;            /* a background save on the saver's own thread */
   bool stop;             /* an error: everyone stops */
   char err[1024];        /* the first error */
+  double io_cpu_s;       /* the write threads' CPU seconds (each adds its own at its end) */
 } save_pipe;
 
 /* The first error wins; everyone stops. Under p->mu. */
@@ -111,6 +122,7 @@ static int save_put(save_pipe *p, const char *img, size_t n, uint64_t off) {
 /* Writes chunk c from its slot: whole chunks are multiples of SAVE_ALIGN;
  * of the last one only the aligned part (save_files writes the tail). */
 static int pipe_write_chunk(save_pipe *p, int c) {
+  if (ckpt_save_isolate & CKPT_ISOLATE_NOWRITE) return 0;
   uint64_t pos = (uint64_t)c * p->chunk, len = p->total - pos < p->chunk ? p->total - pos : p->chunk;
   uint64_t al = len / SAVE_ALIGN * SAVE_ALIGN;
   int rc = save_put(p, p->ring + (size_t)(c % p->slots) * p->chunk, (size_t)al, pos);
@@ -122,6 +134,7 @@ static int pipe_write_chunk(save_pipe *p, int c) {
 /* An I/O thread: takes the filled chunks in file order, writes them, frees their slots. */
 static void *pipe_io(void *arg) {
   save_pipe *p = arg;
+  double cpu0 = thread_cpu_s();
   bool lowered = false;
   pthread_mutex_lock(&p->mu);
   for (;;) {
@@ -142,6 +155,7 @@ static void *pipe_io(void *arg) {
     p->state[c % p->slots] = SLOT_FREE;
     pthread_cond_broadcast(&p->cv);
   }
+  p->io_cpu_s += thread_cpu_s() - cpu0;
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
@@ -154,6 +168,7 @@ typedef struct {
   ckpt_xxh64_state bs, fs;
   uint64_t *bh; /* out: each block's checksum */
   int *last;    /* (n) per hold: the last block that reads it (-1: none) */
+  double copy_cpu_s, hash_cpu_s; /* this thread's CPU seconds in the copies and in the checksums */
 } fill_cursor;
 
 /* A hold's read failed: the error names the block. */
@@ -183,9 +198,14 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     uint64_t m = bytes - fc->boff;
     if (m > dend - dpos) m = dend - dpos;
     if (m > SAVE_PIECE) m = SAVE_PIECE;
-    if (ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
+    double c0 = thread_cpu_s();
+    if (!(ckpt_save_isolate & CKPT_ISOLATE_NOCOPY) &&
+        ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
       return read_error(e, b);
-    if (j->version >= 2) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
+    double c1 = thread_cpu_s();
+    if (j->version >= 2 && !(ckpt_save_isolate & CKPT_ISOLATE_NOHASH))
+      ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
+    fc->copy_cpu_s += c1 - c0, fc->hash_cpu_s += thread_cpu_s() - c1;
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
@@ -227,6 +247,7 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   int nth = 0;
   while (nth < SAVE_IO_THREADS && nth < nchunks && pthread_create(&th[nth], NULL, pipe_io, &p) == 0) nth++;
   if (j->background && j->own_thread) saver_thread_priority(s->prio);
+  double cpu0 = thread_cpu_s();
   int rc = 0;
   for (int c = 0; c < nchunks && rc == 0; c++) {
     int slot = c % slots;
@@ -251,7 +272,9 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
     pthread_mutex_unlock(&p.mu);
     if (rc == 0) ckpt_test_stage("chunk");
   }
+  ckpt_last_stage_times.fill_cpu_s = thread_cpu_s() - cpu0;
   for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
+  ckpt_last_stage_times.io_cpu_s = p.io_cpu_s;
   if (p.stop) rc = set_error("%s", p.err);
   uint64_t al = total / SAVE_ALIGN * SAVE_ALIGN;
   if (rc == 0 && al < total) { /* the tail, not a whole page: through the page cache (the ring is kept) */
@@ -303,7 +326,10 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   if (rc == 0) rc = save_pipeline(s, j, fd, direct, path, &fc, &header_hash, &fhash, t0);
   job_release(j); /* after an error: what was not released yet */
   free(last);
+  double fs0 = util_now_s();
   if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
+  ckpt_last_stage_times.fsync_s = util_now_s() - fs0;
+  ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
   if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
   j->write_s = util_now_s() - t0;
   if (rc == 0 && j->version == 1) rc = ckpt_file_hash(path, 1, &fhash, &fbytes);
