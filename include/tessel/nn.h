@@ -271,9 +271,10 @@ int ts_ddp_average_gradients(ts_graph *g, int n, ts_tensor *grads, size_t bucket
  * loss) by its mean over the replicas, packed into the bucket closed last
  * (the first parameters' gradients, the end of the backward pass; a logged
  * value of another dtype is reduced alone after it): no collective of its
- * own, and no replica waits for the others between the forward and the
- * backward pass as it does for ts_replica_all_reduce of the loss there. The
- * values are those of ts_replica_all_reduce (mean), bit for bit. */
+ * own, where a ts_replica_all_reduce of the loss starts right after the
+ * forward pass and, small, runs in line: each replica waits there for the
+ * others. The values are those of ts_replica_all_reduce (mean), bit for bit.
+ * tessel train's DDP step reports its loss so. */
 int ts_ddp_average_gradients_logged(ts_graph *g, int n, ts_tensor *grads, size_t bucket_bytes, int n_logged,
                                     ts_tensor *logged);
 
