@@ -5,7 +5,9 @@
  *  - every gradient reduction (bucket all-reduce, fc1's reduce-scatter)
  *    comes right after its last operand (opt/schedule.c: only inputs,
  *    constants and reshapes between), so fc1's reduce-scatter starts before
- *    the convolutions' backward, and it is started asynchronously;
+ *    the convolutions' backward, and it is started asynchronously; the
+ *    weight gradient it reduces runs before fc1's input gradient (a
+ *    reduction's operand as soon as its operands exist);
  *  - with the loss averaged in the last bucket (ts_ddp_average_gradients_
  *    logged) and the fc2/fc1-bias gradients in the conv bucket (the bucket
  *    stays open across fc1's weight), fc1's reduce-scatter is the program's
@@ -68,11 +70,12 @@ static bool passive(ts_op op) { return op == TS_OP_INPUT || op == TS_OP_CONSTANT
 
 static void check_program(const ts_executable *e, int d) {
   const ts_graph *g = e->g;
-  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1, first_coll = -1, reductions = 0;
+  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1, first_coll = -1, reductions = 0, dx_fc1 = -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     if (!passive(n->op)) last = i;
     if (n->op == TS_OP_CONV_BWD_DATA && bwd_conv < 0) bwd_conv = i;
+    if (n->op == TS_OP_DOT && ts_shape_numel(n->rank, n->shape) == B * 9216) dx_fc1 = i;
     bool reduce = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER;
     if (reduce && first_coll < 0) first_coll = i;
     reductions += reduce;
@@ -97,6 +100,8 @@ static void check_program(const ts_executable *e, int d) {
         "device %d: fc1's gradient reduce-scatter (node %d) starts after the convolutions' backward (node %d)", d,
         rs_fc1, bwd_conv);
   CHECK(last >= 0, "device %d: an empty program", d);
+  CHECK(dx_fc1 > rs_fc1 && rs_fc1 >= 0, "device %d: fc1's input gradient (node %d) runs before its weight gradient's "
+        "reduce-scatter (node %d) starts", d, dx_fc1, rs_fc1);
   CHECK(first_coll == rs_fc1 && reductions == 2, "device %d: first collective %d (%s), fc1's reduce-scatter %d, %d "
         "reductions (expected 2: the loss and the small gradients in the last bucket)", d, first_coll,
         first_coll >= 0 ? ir_op_name(g->nodes[first_coll].op) : "", rs_fc1, reductions);

@@ -3,6 +3,13 @@
  * started collective with the nodes between it and its first user
  * (runtime/), so the earlier it starts the more work hides it.
  *
+ * A node whose result a reduction reads (through its packing: a gradient
+ * that an all-reduce or reduce-scatter averages) runs as soon as its
+ * operands exist, ahead of the nodes between: fc1's weight gradient before
+ * its input gradient, so fc1's reduce-scatter (on the CNN's critical cycle
+ * between hosts: gradient, reduction, update, gather, next forward) starts
+ * one GEMM earlier.
+ *
  * Weight gathers (an all-gather of a program input: FSDP's parameters) are
  * prefetched one layer ahead instead: the first at the start of the
  * program, each next one right before the first user of the one before it
@@ -63,6 +70,27 @@ static void emit(sched *s, int id) {
 
 static bool startable(ts_op op) {
   return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
+}
+
+/* The feeders of reductions in node order (see the top): nodes that compute
+ * something and have an eager user from which eager users lead to an
+ * all-reduce or reduce-scatter. reach: n entries of scratch. Returns their
+ * count, written to feed. */
+static int reduction_feeders(const ts_graph *g, const opt_users *u, const bool *eager, bool *reach, int32_t *feed) {
+  int n = g->n_nodes, count = 0;
+  for (int i = n - 1; i >= 0; i--) { /* users come after their operands */
+    ts_op op = g->nodes[i].op;
+    reach[i] = eager[i] && (op == TS_OP_ALL_REDUCE || op == TS_OP_REDUCE_SCATTER);
+    for (int k = u->off[i]; k < u->off[i + 1] && eager[i] && !reach[i]; k++) reach[i] = reach[u->users[k]];
+  }
+  for (int i = 0; i < n; i++) {
+    ts_op op = g->nodes[i].op;
+    if (eager[i] || op == TS_OP_INPUT || op == TS_OP_CONSTANT) continue;
+    bool f = false;
+    for (int k = u->off[i]; k < u->off[i + 1] && !f; k++) f = reach[u->users[k]];
+    if (f) feed[count++] = i;
+  }
+  return count;
 }
 
 /* Reorders order[] after its last collective of key -1 by key (see the top):
@@ -243,8 +271,22 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
       if (u.users[k] < prev_first) prev_first = u.users[k];
   }
   sched s = {g, &u, eager, done, order, 0};
-  int next = 0, cursor = 0; /* inputs before `cursor` are emitted */
+  int32_t *feed = malloc(((size_t)n + 1) * sizeof *feed);
+  bool *reach = malloc(((size_t)n + 1) * sizeof *reach);
+  int n_feed = feed && reach ? reduction_feeders(g, &u, eager, reach, feed) : -1;
+  free(reach);
+  if (n_feed < 0) {
+    free(pf);
+    free(anchor);
+    free(feed);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  int next = 0, cursor = 0, first_feed = 0; /* inputs before `cursor` are emitted; feed[..first_feed) too */
   for (int i = 0; i < n; i++) {
+    for (int f = first_feed; f < n_feed; f++) /* the reductions' feeders that are ready, ahead of node i */
+      if (!done[feed[f]] && ready(&s, feed[f])) emit(&s, feed[f]);
+    while (first_feed < n_feed && done[feed[first_feed]]) first_feed++;
     for (; next < n_pf && anchor[next] <= i; next++) { /* pull the gathers due before node i */
       /* inputs are numbered in node order: the ones before the gather's go first */
       for (int in = g->nodes[pf[next]].in[0]; cursor <= in; cursor++)
@@ -255,6 +297,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   }
   free(pf);
   free(anchor);
+  free(feed);
   if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
   if (order_carried(g, &u, order) < 0) goto out;
   int moved = 0;
