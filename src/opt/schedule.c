@@ -3,10 +3,10 @@
  * started collective with the nodes between it and its first user
  * (runtime/), so the earlier it starts the more work hides it.
  *
- * A node whose result a reduction reads (through its packing: a gradient
- * that an all-reduce or reduce-scatter averages) runs as soon as its
- * operands exist, ahead of the nodes between: fc1's weight gradient before
- * its input gradient, so fc1's reduce-scatter (on the CNN's critical cycle
+ * The node whose result a reduction reads (through its packing), when it is
+ * the only one (a gradient reduced alone, not a bucket of several), runs as
+ * soon as its operands exist, ahead of the nodes between: fc1's weight
+ * gradient before its input gradient, so fc1's reduce-scatter (on the CNN's critical cycle
  * between hosts: gradient, reduction, update, gather, next forward) starts
  * one GEMM earlier.
  *
@@ -72,24 +72,37 @@ static bool startable(ts_op op) {
   return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
 }
 
-/* The feeders of reductions in node order (see the top): nodes that compute
- * something and have an eager user from which eager users lead to an
- * all-reduce or reduce-scatter. reach: n entries of scratch. Returns their
- * count, written to feed. */
-static int reduction_feeders(const ts_graph *g, const opt_users *u, const bool *eager, bool *reach, int32_t *feed) {
+/* The feeders of reductions in node order (see the top): per all-reduce or
+ * reduce-scatter, the one node that computes its operand (through eager
+ * reshapes and concats), when there is exactly one; a bucket of several
+ * gradients starts with its last one anyway. seen, stack: n entries of
+ * scratch, seen all -1. Returns the count, written to feed. */
+static int reduction_feeders(const ts_graph *g, const bool *eager, int32_t *seen, int32_t *stack, int32_t *feed) {
   int n = g->n_nodes, count = 0;
-  for (int i = n - 1; i >= 0; i--) { /* users come after their operands */
-    ts_op op = g->nodes[i].op;
-    reach[i] = eager[i] && (op == TS_OP_ALL_REDUCE || op == TS_OP_REDUCE_SCATTER);
-    for (int k = u->off[i]; k < u->off[i + 1] && eager[i] && !reach[i]; k++) reach[i] = reach[u->users[k]];
+  for (int c = 0; c < n; c++) {
+    ts_op op = g->nodes[c].op;
+    if (!eager[c] || (op != TS_OP_ALL_REDUCE && op != TS_OP_REDUCE_SCATTER)) continue;
+    int top = 0, producer = -1, producers = 0;
+    stack[top++] = c;
+    while (top) {
+      const ts_node *v = &g->nodes[stack[--top]];
+      for (int k = 0; k < v->n_in; k++) {
+        int w = v->in[k];
+        ts_op wop = g->nodes[w].op;
+        if (seen[w] == c || wop == TS_OP_INPUT || wop == TS_OP_CONSTANT) continue;
+        seen[w] = c; /* reached from reduction c */
+        if (eager[w] && !ir_op_is_collective(wop)) stack[top++] = w;
+        else producers++, producer = w;
+      }
+    }
+    if (producers == 1 && !eager[producer]) feed[count++] = producer;
   }
-  for (int i = 0; i < n; i++) {
-    ts_op op = g->nodes[i].op;
-    if (eager[i] || op == TS_OP_INPUT || op == TS_OP_CONSTANT) continue;
-    bool f = false;
-    for (int k = u->off[i]; k < u->off[i + 1] && !f; k++) f = reach[u->users[k]];
-    if (f) feed[count++] = i;
-  }
+  for (int i = 1; i < count; i++) /* node order: insertion sort */
+    for (int k = i; k > 0 && feed[k - 1] > feed[k]; k--) {
+      int32_t t = feed[k];
+      feed[k] = feed[k - 1];
+      feed[k - 1] = t;
+    }
   return count;
 }
 
@@ -272,9 +285,11 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   }
   sched s = {g, &u, eager, done, order, 0};
   int32_t *feed = malloc(((size_t)n + 1) * sizeof *feed);
-  bool *reach = malloc(((size_t)n + 1) * sizeof *reach);
-  int n_feed = feed && reach ? reduction_feeders(g, &u, eager, reach, feed) : -1;
-  free(reach);
+  int32_t *seen = malloc(((size_t)n + 1) * sizeof *seen), *stack = malloc(((size_t)n + 1) * sizeof *stack);
+  for (int i = 0; seen && i < n; i++) seen[i] = -1;
+  int n_feed = feed && seen && stack ? reduction_feeders(g, eager, seen, stack, feed) : -1;
+  free(seen);
+  free(stack);
   if (n_feed < 0) {
     free(pf);
     free(anchor);
