@@ -14,7 +14,11 @@
  *  - every parameter after 4 steps equals the 1-device one within 1e-4 of
  *    its largest magnitude;
  *  - every process holds bit-identical parameters (ts_client_check_same on
- *    a hash of their bytes). */
+ *    a hash of their bytes);
+ *  - the loss averaged in the last gradient bucket
+ *    (ts_ddp_average_gradients_logged, as tessel train's DDP step) equals
+ *    its own ts_replica_all_reduce bit for bit at every step, and so do the
+ *    parameters after 4 steps. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +29,9 @@
 
 enum { GB = 12, STEPS = 4, PIX = 28 * 28 };
 
-/* The CNN training step on a batch of b rows; replicas: the DDP program. */
-static ts_graph *cnn_step(ts_params *p, int64_t b, bool replicas) {
+/* The CNN training step on a batch of b rows; replicas: the DDP program,
+ * logged: its loss averaged with the last gradient bucket. */
+static ts_graph *cnn_step(ts_params *p, int64_t b, bool replicas, bool logged) {
   ts_graph *g = ts_graph_new();
   ts_tensor x = ts_input(g, "x", TS_F32, 4, (int64_t[]){b, 1, 28, 28}); // (b, 1, 28, 28)
   ts_tensor y = ts_input(g, "y", TS_I32, 1, (int64_t[]){b});            // (b)
@@ -35,16 +40,18 @@ static ts_graph *cnn_step(ts_params *p, int64_t b, bool replicas) {
   ts_nn m;
   ts_nn_init(&m, g, p, true, TS_NONE); /* no dropout: see the top of the file */
   ts_tensor loss = ts_cross_entropy(g, ts_model_mnist_cnn(&m, x), y);
-  CHECK_OK(ts_graph_add_output(g, replicas ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss));
+  if (!logged) CHECK_OK(ts_graph_add_output(g, replicas ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss));
   ts_tensor wrt[16], grads[16];
   int n = 0;
   for (int i = 0; i < ts_params_count(p) && n < 16; i++)
     if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
   CHECK_OK(ts_grad(g, loss, n, wrt, grads));
   if (replicas) {
-    int buckets = ts_ddp_average_gradients(g, n, grads, 64 << 10);
+    int buckets = logged ? ts_ddp_average_gradients_logged(g, n, grads, 64 << 10, 1, &loss)
+                         : ts_ddp_average_gradients(g, n, grads, 64 << 10);
     CHECK(buckets >= 3, "%d gradient buckets (expected several: %s)", buckets, ts_last_error());
   }
+  if (logged) CHECK_OK(ts_graph_add_output(g, loss)); /* output 0, as the other programs' */
   ts_optim_config sgd = {.kind = TS_OPTIM_SGD, .momentum = 0.9};
   CHECK_OK(ts_optim_apply(&m, &sgd, lr, step, n, wrt, grads));
   CHECK_OK(ts_nn_finish(&m));
@@ -102,6 +109,36 @@ static int train(ts_client *c, const ts_graph *g, ts_params *p, bool replicas, i
   return rc;
 }
 
+/* FNV-1a of every parameter's bytes (host copies synced first). */
+static uint64_t params_hash(ts_params *p) {
+  CHECK_OK(ts_params_sync_host(p));
+  uint64_t hash = 1469598103934665603ull;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    const unsigned char *bytes = (const unsigned char *)ts_params_host(p, i);
+    for (int64_t k = 0; bytes && k < ts_params_numel(p, i) * (int64_t)sizeof(float); k++)
+      hash = (hash ^ bytes[k]) * 1099511628211ull;
+  }
+  return hash;
+}
+
+/* The DDP step with the loss averaged in the last bucket against the one
+ * with its own all-reduce (losses `got`, parameters pd after STEPS steps):
+ * bit for bit. */
+static void logged_same(ts_client *c, ts_params *pd, int64_t row0, int64_t b, const float *got) {
+  ts_params *pl = ts_params_new(3);
+  ts_graph *gl = cnn_step(pl, b, true, true);
+  float logged[STEPS] = {0};
+  CHECK(train(c, gl, pl, true, row0, b, logged) == 0, "DDP, loss in the last bucket: %s", ts_last_error());
+  for (int s = 0; s < STEPS; s++)
+    CHECK(memcmp(&logged[s], &got[s], sizeof(float)) == 0, "step %d: loss in the last bucket %.9g, own all-reduce %.9g",
+          s + 1, logged[s], got[s]);
+  uint64_t a = params_hash(pl), d = params_hash(pd);
+  CHECK(a == d, "parameters after %d steps: hash %016llx with the loss in the last bucket, %016llx without", STEPS,
+        (unsigned long long)a, (unsigned long long)d);
+  ts_graph_free(gl);
+  ts_params_free(pl);
+}
+
 int main(void) {
   ts_test_init("mpi_ddp", 0);
   ts_client *c = ts_client_new(&(ts_client_options){.num_devices = 1}); /* one replica per process */
@@ -116,7 +153,7 @@ int main(void) {
   int64_t b = GB / np;
 
   ts_params *pr = ts_params_new(3), *pd = ts_params_new(3); /* the same initial values */
-  ts_graph *gr = cnn_step(pr, GB, false), *gd = cnn_step(pd, b, true);
+  ts_graph *gr = cnn_step(pr, GB, false, false), *gd = cnn_step(pd, b, true, false);
   float ref[STEPS] = {0}, got[STEPS] = {0};
   int rc = train(local, gr, pr, false, 0, GB, ref);
   CHECK(rc == 0, "rank %d: 1 device: %s", rank, ts_last_error());
@@ -131,7 +168,6 @@ int main(void) {
 
   CHECK_OK(ts_params_sync_host(pr));
   CHECK_OK(ts_params_sync_host(pd));
-  uint64_t hash = 1469598103934665603ull; /* FNV-1a of every parameter's bytes */
   double worst = 0;
   for (int i = 0; i < ts_params_count(pr); i++) {
     int j = ts_params_find(pd, ts_params_name(pr, i));
@@ -145,13 +181,12 @@ int main(void) {
     worst = fmax(worst, diff / scale);
     CHECK(diff <= 1e-4 * scale, "rank %d: %s after %d steps differs from 1 device by %.3g (scale %.3g)", rank,
           ts_params_name(pr, i), STEPS, diff, scale);
-    const unsigned char *bytes = (const unsigned char *)d;
-    for (int64_t k = 0; k < n * (int64_t)sizeof(float); k++) hash = (hash ^ bytes[k]) * 1099511628211ull;
   }
   char text[64];
-  snprintf(text, sizeof text, "parameter hash %016llx", (unsigned long long)hash);
+  snprintf(text, sizeof text, "parameter hash %016llx", (unsigned long long)params_hash(pd));
   CHECK(ts_client_check_same(c, "DDP replicas' parameters", text) == 0, "%s", ts_last_error());
   if (rank == 0) printf("parameters after %d steps: worst relative difference from 1 device %.3g\n", STEPS, worst);
+  logged_same(c, pd, rank * b, b, got);
 
   ts_graph_free(gr);
   ts_graph_free(gd);

@@ -5,7 +5,16 @@
  *  - every gradient reduction (bucket all-reduce, fc1's reduce-scatter)
  *    comes right after its last operand (opt/schedule.c: only inputs,
  *    constants and reshapes between), so fc1's reduce-scatter starts before
- *    the convolutions' backward, and it is started asynchronously;
+ *    the convolutions' backward, and it is started asynchronously; the
+ *    weight gradient it reduces runs before fc1's input gradient (a
+ *    reduction's operand as soon as its operands exist);
+ *  - with the loss averaged in the last bucket (ts_ddp_average_gradients_
+ *    logged) and the fc2/fc1-bias gradients in the conv bucket (the bucket
+ *    stays open across fc1's weight), fc1's reduce-scatter is the program's
+ *    first collective and one all-reduce follows: no small collective (in
+ *    line between hosts, waiting for the peer) between forward and
+ *    backward; the losses equal those of the loss's own all-reduce bit for
+ *    bit;
  *  - the weight all-gathers of the update are started asynchronously and may
  *    end after the run (compile.c mark_async: defer), the program's last one
  *    too: it then runs under the next step's first layers (runtime/carry.c)
@@ -29,7 +38,7 @@
 
 enum { B = 4, STEPS = 3, PIX = 28 * 28 };
 
-static ts_graph *step_graph(ts_params *p) {
+static ts_graph *step_graph(ts_params *p, bool logged) {
   ts_graph *g = ts_graph_new();
   ts_tensor x = ts_input(g, "x", TS_F32, 4, (int64_t[]){B, 1, 28, 28});
   ts_tensor y = ts_input(g, "y", TS_I32, 1, (int64_t[]){B});
@@ -38,13 +47,15 @@ static ts_graph *step_graph(ts_params *p) {
   ts_nn m;
   ts_nn_init(&m, g, p, true, TS_NONE);
   ts_tensor loss = ts_cross_entropy(g, ts_model_mnist_cnn(&m, x), y);
-  CHECK_OK(ts_graph_add_output(g, ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN)));
+  if (!logged) CHECK_OK(ts_graph_add_output(g, ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN)));
   ts_tensor wrt[16], grads[16];
   int n = 0;
   for (int i = 0; i < ts_params_count(p) && n < 16; i++)
     if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
   CHECK_OK(ts_grad(g, loss, n, wrt, grads));
-  CHECK(ts_ddp_average_gradients(g, n, grads, 0) >= 1, "buckets: %s", ts_last_error());
+  CHECK((logged ? ts_ddp_average_gradients_logged(g, n, grads, 0, 1, &loss) : ts_ddp_average_gradients(g, n, grads, 0)) >= 1,
+        "buckets: %s", ts_last_error());
+  if (logged) CHECK_OK(ts_graph_add_output(g, loss));
   ts_optim_config adamw = {.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01};
   CHECK_OK(ts_optim_apply(&m, &adamw, lr, step, n, wrt, grads));
   CHECK_OK(ts_nn_finish(&m));
@@ -59,12 +70,15 @@ static bool passive(ts_op op) { return op == TS_OP_INPUT || op == TS_OP_CONSTANT
 
 static void check_program(const ts_executable *e, int d) {
   const ts_graph *g = e->g;
-  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1;
+  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1, first_coll = -1, reductions = 0, dx_fc1 = -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     if (!passive(n->op)) last = i;
     if (n->op == TS_OP_CONV_BWD_DATA && bwd_conv < 0) bwd_conv = i;
+    if (n->op == TS_OP_DOT && ts_shape_numel(n->rank, n->shape) == B * 9216) dx_fc1 = i;
     bool reduce = n->op == TS_OP_ALL_REDUCE || n->op == TS_OP_REDUCE_SCATTER;
+    if (reduce && first_coll < 0) first_coll = i;
+    reductions += reduce;
     if (reduce) {
       int lastop = -1;
       for (int k = 0; k < n->n_in; k++) lastop = n->in[k] > lastop ? n->in[k] : lastop;
@@ -86,6 +100,11 @@ static void check_program(const ts_executable *e, int d) {
         "device %d: fc1's gradient reduce-scatter (node %d) starts after the convolutions' backward (node %d)", d,
         rs_fc1, bwd_conv);
   CHECK(last >= 0, "device %d: an empty program", d);
+  CHECK(dx_fc1 > rs_fc1 && rs_fc1 >= 0, "device %d: fc1's input gradient (node %d) runs before its weight gradient's "
+        "reduce-scatter (node %d) starts", d, dx_fc1, rs_fc1);
+  CHECK(first_coll == rs_fc1 && reductions == 2, "device %d: first collective %d (%s), fc1's reduce-scatter %d, %d "
+        "reductions (expected 2: the loss and the small gradients in the last bucket)", d, first_coll,
+        first_coll >= 0 ? ir_op_name(g->nodes[first_coll].op) : "", rs_fc1, reductions);
   /* after the last reduction starts, nodes run in the order of the
    * collectives they wait for (opt/schedule.c): fc1's update and all-gather
    * (its reduce-scatter started first) before the convolutions' updates
@@ -161,7 +180,7 @@ static void batch(int s, float *x, int32_t *y) {
 
 /* STEPS steps; the losses, then the parameters (ts_params_sync_host). */
 static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_params *p, bool check) {
-  ts_graph *g = step_graph(p);
+  ts_graph *g = step_graph(p, shard); /* the sharded runs: the loss in the last bucket */
   ts_compile_options co = {.replicas = true, .shard_update = shard, .shard_update_min_bytes = min_bytes};
   ts_executable *e = ts_compile(c, g, &co);
   if (!e) return -1;

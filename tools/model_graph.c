@@ -72,9 +72,9 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   m.layout = resnet_layout(o);
   ts_tensor loss = gpt ? ts_gpt_loss(g, ts_model_gpt(&m, &o->gpt, x), y) // nats per token
                        : ts_cross_entropy(g, build_model(&m, o, x), y); // logits (B, classes)
-  /* DDP: every replica reports the mean loss of the global batch */
-  ts_tensor shown = o->ddp ? ts_replica_all_reduce(g, loss, TS_REDUCE_MEAN) : loss;
-  if (shown == TS_NONE || ts_graph_add_output(g, shown) != 0) goto fail;
+  /* DDP: every replica reports the mean loss of the global batch, averaged
+   * with the last gradient bucket (below); output 0 either way */
+  if (loss == TS_NONE || (!o->ddp && ts_graph_add_output(g, loss) != 0)) goto fail;
 
   int np = ts_params_count(p);
   ts_tensor *wrt = calloc((size_t)np + 1, sizeof *wrt);
@@ -90,7 +90,11 @@ ts_graph *model_train_graph(const model_graph_spec *o, ts_params *p) {
   bool scaled = o->amp == TS_F16;
   ts_tensor objective = scaled ? ts_loss_scaler_scale(&m, &sc, &o->scaler, loss) : loss;
   int rc = objective == TS_NONE ? -1 : ts_grad(g, objective, n, wrt, grads);
-  if (rc == 0 && o->ddp && ts_ddp_average_gradients(g, n, grads, o->ddp_bucket_bytes) < 0) rc = -1;
+  ts_tensor shown = loss;
+  if (rc == 0 && o->ddp &&
+      (ts_ddp_average_gradients_logged(g, n, grads, o->ddp_bucket_bytes, 1, &shown) < 0 ||
+       ts_graph_add_output(g, shown) != 0))
+    rc = -1;
   if (rc == 0 && scaled) rc = ts_loss_scaler_unscale(&m, &sc, n, grads);
   if (rc == 0)
     rc = scaled ? ts_optim_apply_masked(&m, &cfg, lr, sc.optim_step, n, wrt, grads, sc.finite)

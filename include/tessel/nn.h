@@ -259,12 +259,24 @@ int ts_optim_apply_masked(ts_nn *m, const ts_optim_config *cfg, ts_tensor lr, ts
  * grads[i] by its mean over all replicas. Gradients are packed into buckets of
  * about bucket_bytes (0 = 1 MiB), from the last parameter to the first (the
  * order the backward pass produces them; a gradient of bucket_bytes or more
- * is a bucket of its own, reduced in place), one ts_replica_all_reduce per
- * bucket; the compiler starts each bucket's all-reduce as soon as its
- * gradients exist and the device keeps computing the rest of the backward
- * pass while it runs (overlap). Then every replica applies the same update.
- * Returns the number of buckets, or -1. */
+ * is a bucket of its own, reduced in place, and the bucket being filled stays
+ * open across it, so small gradients on both sides of a large one share one
+ * all-reduce; a bucket also closes where the dtype changes), one
+ * ts_replica_all_reduce per bucket; the compiler starts each bucket's
+ * all-reduce as soon as its gradients exist and the device keeps computing
+ * the rest of the backward pass while it runs (overlap). Then every replica
+ * applies the same update. Returns the number of buckets, or -1. */
 int ts_ddp_average_gradients(ts_graph *g, int n, ts_tensor *grads, size_t bucket_bytes);
+/* The same, and replaces each logged[i] (a value only reported, such as the
+ * loss) by its mean over the replicas, packed into the bucket closed last
+ * (the first parameters' gradients, the end of the backward pass; a logged
+ * value of another dtype is reduced alone after it): no collective of its
+ * own, where a ts_replica_all_reduce of the loss starts right after the
+ * forward pass and, small, runs in line: each replica waits there for the
+ * others. The values are those of ts_replica_all_reduce (mean), bit for bit.
+ * tessel train's DDP step reports its loss so. */
+int ts_ddp_average_gradients_logged(ts_graph *g, int n, ts_tensor *grads, size_t bucket_bytes, int n_logged,
+                                    ts_tensor *logged);
 
 /* ---- learning-rate schedules ---- */
 typedef enum { TS_LR_CONSTANT, TS_LR_COSINE } ts_lr_kind;

@@ -3,6 +3,13 @@
  * started collective with the nodes between it and its first user
  * (runtime/), so the earlier it starts the more work hides it.
  *
+ * The node whose result a reduction reads (through its packing), when it is
+ * the only one (a gradient reduced alone, not a bucket of several), runs as
+ * soon as its operands exist, ahead of the nodes between: fc1's weight
+ * gradient before its input gradient, so fc1's reduce-scatter (on the CNN's critical cycle
+ * between hosts: gradient, reduction, update, gather, next forward) starts
+ * one GEMM earlier.
+ *
  * Weight gathers (an all-gather of a program input: FSDP's parameters) are
  * prefetched one layer ahead instead: the first at the start of the
  * program, each next one right before the first user of the one before it
@@ -63,6 +70,40 @@ static void emit(sched *s, int id) {
 
 static bool startable(ts_op op) {
   return op == TS_OP_ALL_REDUCE || op == TS_OP_ALL_GATHER || op == TS_OP_REDUCE_SCATTER;
+}
+
+/* The feeders of reductions in node order (see the top): per all-reduce or
+ * reduce-scatter, the one node that computes its operand (through eager
+ * reshapes and concats), when there is exactly one; a bucket of several
+ * gradients starts with its last one anyway. seen, stack: n entries of
+ * scratch, seen all -1. Returns the count, written to feed. */
+static int reduction_feeders(const ts_graph *g, const bool *eager, int32_t *seen, int32_t *stack, int32_t *feed) {
+  int n = g->n_nodes, count = 0;
+  for (int c = 0; c < n; c++) {
+    ts_op op = g->nodes[c].op;
+    if (!eager[c] || (op != TS_OP_ALL_REDUCE && op != TS_OP_REDUCE_SCATTER)) continue;
+    int top = 0, producer = -1, producers = 0;
+    stack[top++] = c;
+    while (top) {
+      const ts_node *v = &g->nodes[stack[--top]];
+      for (int k = 0; k < v->n_in; k++) {
+        int w = v->in[k];
+        ts_op wop = g->nodes[w].op;
+        if (seen[w] == c || wop == TS_OP_INPUT || wop == TS_OP_CONSTANT) continue;
+        seen[w] = c; /* reached from reduction c */
+        if (eager[w] && !ir_op_is_collective(wop)) stack[top++] = w;
+        else producers++, producer = w;
+      }
+    }
+    if (producers == 1 && !eager[producer]) feed[count++] = producer;
+  }
+  for (int i = 1; i < count; i++) /* node order: insertion sort */
+    for (int k = i; k > 0 && feed[k - 1] > feed[k]; k--) {
+      int32_t t = feed[k];
+      feed[k] = feed[k - 1];
+      feed[k - 1] = t;
+    }
+  return count;
 }
 
 /* Reorders order[] after its last collective of key -1 by key (see the top):
@@ -243,8 +284,24 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
       if (u.users[k] < prev_first) prev_first = u.users[k];
   }
   sched s = {g, &u, eager, done, order, 0};
-  int next = 0, cursor = 0; /* inputs before `cursor` are emitted */
+  int32_t *feed = malloc(((size_t)n + 1) * sizeof *feed);
+  int32_t *seen = malloc(((size_t)n + 1) * sizeof *seen), *stack = malloc(((size_t)n + 1) * sizeof *stack);
+  for (int i = 0; seen && i < n; i++) seen[i] = -1;
+  int n_feed = feed && seen && stack ? reduction_feeders(g, eager, seen, stack, feed) : -1;
+  free(seen);
+  free(stack);
+  if (n_feed < 0) {
+    free(pf);
+    free(anchor);
+    free(feed);
+    set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  int next = 0, cursor = 0, first_feed = 0; /* inputs before `cursor` are emitted; feed[..first_feed) too */
   for (int i = 0; i < n; i++) {
+    for (int f = first_feed; f < n_feed; f++) /* the reductions' feeders that are ready, ahead of node i */
+      if (!done[feed[f]] && ready(&s, feed[f])) emit(&s, feed[f]);
+    while (first_feed < n_feed && done[feed[first_feed]]) first_feed++;
     for (; next < n_pf && anchor[next] <= i; next++) { /* pull the gathers due before node i */
       /* inputs are numbered in node order: the ones before the gather's go first */
       for (int in = g->nodes[pf[next]].in[0]; cursor <= in; cursor++)
@@ -255,6 +312,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   }
   free(pf);
   free(anchor);
+  free(feed);
   if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
   if (order_carried(g, &u, order) < 0) goto out;
   int moved = 0;
