@@ -110,6 +110,29 @@ static void make_buffers(ts_client *c, const ts_mesh *m, ts_buffer **b, ts_ckpt_
   }
 }
 
+/* The state most tests save: a 2-device client, a data=2 mesh, the NT
+ * buffers with their entries, and each buffer's values (want). */
+typedef struct {
+  ts_client *c;
+  ts_mesh *m;
+  ts_buffer *b[NT];
+  ts_ckpt_entry e[NT];
+  void *want[NT];
+} pipe_fx;
+
+static void fx_open(pipe_fx *f) {
+  f->c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
+  f->m = ts_mesh_from_text("data=2");
+  make_buffers(f->c, f->m, f->b, f->e);
+  for (int i = 0; i < NT; i++) f->want[i] = values(i, 1);
+}
+
+static void fx_close(pipe_fx *f) {
+  for (int i = 0; i < NT; i++) free(f->want[i]), ts_buffer_free(f->b[i]);
+  ts_mesh_free(f->m);
+  ts_client_free(f->c);
+}
+
 /* The checkpoint at root verifies and holds want[i] for every tensor. */
 static void check_ckpt(const char *root, void **want, const char *what) {
   ts_ckpt *ck = ts_ckpt_open(root);
@@ -248,13 +271,11 @@ static bool direct_ok(const char *dir) {
  * buffered, as on tmpfs; 2: the first direct write refused, the rest
  * buffered): the same files, the values. */
 static void test_boundaries(void) {
-  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
-  ts_mesh *m = ts_mesh_from_text("data=2");
-  ts_buffer *b[NT];
-  ts_ckpt_entry e[NT];
-  make_buffers(c, m, b, e);
-  void *want[NT];
-  for (int i = 0; i < NT; i++) want[i] = values(i, 1);
+  pipe_fx fx;
+  fx_open(&fx);
+  ts_client *c = fx.c;
+  ts_ckpt_entry *e = fx.e;
+  void **want = fx.want;
   static const uint64_t chunks[] = {4096, 8192, 12288, 0 /* SAVE_CHUNK: one chunk here */, 8192, 8192, 4096, 0};
   static const int direct_mode[] = {1, 1, 1, 1, 0, 2, 2, 2};
   char first[600] = "";
@@ -299,7 +320,7 @@ static void test_boundaries(void) {
           direct_mode[k]);
   }
   /* a hold read outside the block is an error; inside, the block's bytes */
-  ts_buffer_hold *h = ts_buffer_hold_new(b[0]);
+  ts_buffer_hold *h = ts_buffer_hold_new(fx.b[0]);
   CHECK(h != NULL, "hold: %s", ts_last_error());
   size_t blk = 501 * 53 * 4; /* device 0's rows */
   char *got = malloc(blk), *ref = malloc(blk);
@@ -315,9 +336,7 @@ static void test_boundaries(void) {
   ts_buffer_hold_release(h);
   free(got);
   free(ref);
-  for (int i = 0; i < NT; i++) free(want[i]), ts_buffer_free(b[i]);
-  ts_mesh_free(m);
-  ts_client_free(c);
+  fx_close(&fx);
 }
 
 /* The writer parks after its second chunk until released. */
@@ -427,13 +446,11 @@ static int count_entries(const char *root, const char *prefix) {
 }
 
 static void test_write_fails(void) {
-  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
-  ts_mesh *m = ts_mesh_from_text("data=2");
-  ts_buffer *b[NT];
-  ts_ckpt_entry e[NT];
-  make_buffers(c, m, b, e);
-  void *want[NT];
-  for (int i = 0; i < NT; i++) want[i] = values(i, 1);
+  pipe_fx fx;
+  fx_open(&fx);
+  ts_client *c = fx.c;
+  ts_ckpt_entry *e = fx.e;
+  void **want = fx.want;
   char root[512];
   snprintf(root, sizeof root, "%s/full", tmp_root);
   ts_ckpt_meta meta = {.step = 1};
@@ -464,9 +481,7 @@ static void test_write_fails(void) {
         ts_last_error());
   check_ckpt(root, want, "the save after the failures");
   ts_ckpt_saver_free(s);
-  for (int i = 0; i < NT; i++) free(want[i]), ts_buffer_free(b[i]);
-  ts_mesh_free(m);
-  ts_client_free(c);
+  fx_close(&fx);
 }
 
 /* The stage timers of a save (ckpt_last_stage_times) and bench_ckpt_io's
@@ -476,13 +491,11 @@ static void test_write_fails(void) {
  * that do not verify; NOCOPY writes (and hashes) the ring's bytes, not the
  * state's; every bit off again, the save is whole. */
 static void test_isolate(void) {
-  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 2, .num_devices = 2});
-  ts_mesh *m = ts_mesh_from_text("data=2");
-  ts_buffer *b[NT];
-  ts_ckpt_entry e[NT];
-  make_buffers(c, m, b, e);
-  void *want[NT];
-  for (int i = 0; i < NT; i++) want[i] = values(i, 1);
+  pipe_fx fx;
+  fx_open(&fx);
+  ts_client *c = fx.c;
+  ts_ckpt_entry *e = fx.e;
+  void **want = fx.want;
   static const int bits[] = {0, CKPT_ISOLATE_NOWRITE, CKPT_ISOLATE_NOHASH, CKPT_ISOLATE_NOCOPY, 0};
   for (int k = 0; k < 5; k++) {
     char root[512];
@@ -526,9 +539,7 @@ static void test_isolate(void) {
       free(f);
     }
   }
-  for (int i = 0; i < NT; i++) free(want[i]), ts_buffer_free(b[i]);
-  ts_mesh_free(m);
-  ts_client_free(c);
+  fx_close(&fx);
 }
 
 int main(void) {
