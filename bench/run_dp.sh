@@ -21,13 +21,13 @@
 #                before in-line starts), for the A/B
 #   mpi-*-inl    mpi-spmd / mpi-ddp / mpi-fsdp with every started collective
 #                in line on the device thread (TESSEL_COMM_INLINE_BYTES=1 TiB;
-#                the default runs those up to 8 MiB in line between
-#                processes of one host: all of the MLP's, ResNet-20's and
-#                the CNN's, so these rows now differ from mpi-* only above
-#                8 MiB), for the A/B that decides that default
+#                the default runs those up to 4 MiB in line between
+#                processes of one host: all of the MLP's and ResNet-20's,
+#                not the CNN's 4.7 MB gradient), for the A/B that decides
+#                that default
 #   mpi-*-64k    the same with in line only up to 64 KiB
 #                (TESSEL_COMM_INLINE_BYTES=65536: the default between
-#                processes before in-line limits for processes of one host), for the A/B
+#                processes before 4 MiB for processes of one host), for the A/B
 # for the MLP (batch 128), the MNIST CNN (64) and ResNet-20 (128, 1x28x28;
 # 3 warm-up and 8 timed steps unless WARMUP / STEPS say otherwise: ~0.5 s a
 # step). DDP runs batch norm over the global batch (sync-bn), so every row

@@ -4,7 +4,7 @@
  * (tests/CMakeLists.txt).
  *
  *  - the default limits (TESSEL_COMM_INLINE_BYTES unset): a group of
- *    processes of one host runs a started collective of up to 8 MiB in line
+ *    processes of one host runs a started collective of up to 4 MiB in line
  *    (the limit between hosts, 64 KiB, would hand a 1 MiB one to the worker),
  *    a larger one goes to the worker;
  *  - the communicator learned that every process is on this host: with the
@@ -18,7 +18,7 @@
  *  - a late peer: when the last process reaches an all-reduce 100 ms after
  *    the others, they waited long in line, so their next large starts over
  *    this host go to the worker (64 KiB in line) for COMM_HOST_BACKOFF
- *    decisions, then up to 8 MiB again;
+ *    decisions, then up to 4 MiB again;
  *  - in line and on the worker give the same bits: a 3 MB all-reduce and a
  *    reduce-scatter made synchronously (what an in-line start runs) equal
  *    the started ones. */
@@ -70,7 +70,7 @@ static void forget_waits(ts_comm *c, int me) {
 
 /* No back-off after one short wait for a late peer (comm_internal.h COMM_WAIT_HURTS_NS). */
 static void short_wait(ts_comm *c, int me, const int *group, int P) {
-  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)8 << 20, (int64_t)64 << 10);
+  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
   const int64_t mib = (int64_t)1 << 20;
   float fired = 1;
   for (int try = 0; try < 10 && fired > 0; try++) {
@@ -88,7 +88,7 @@ static void short_wait(ts_comm *c, int me, const int *group, int P) {
 
 /* The back-off after a long wait for a late peer (comm_internal.h). */
 static void late_peer(ts_comm *c, int me, const int *group, int P) {
-  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)8 << 20, (int64_t)64 << 10);
+  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
   const int64_t mib = (int64_t)1 << 20;
   CHECK(comm_start_inline(c, me, group, P, mib), "1 MiB before any wait: not in line");
   float x[256] = {0};
@@ -111,8 +111,8 @@ int main(void) {
 
   if (env_config()->comm_inline_bytes < 0) { /* the defaults */
     CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), "1 MiB between processes of one host: not in line");
-    CHECK(comm_start_inline(c, me, group, P, (int64_t)8 << 20), "8 MiB between processes of one host: not in line");
-    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)8 << 20) + 1), "over 8 MiB between processes: in line");
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)4 << 20), "4 MiB between processes of one host: not in line");
+    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)4 << 20) + 1), "over 4 MiB between processes: in line");
   } else {
     fprintf(stderr, "mpi_inline: TESSEL_COMM_INLINE_BYTES is set: the default limits are not checked\n");
   }

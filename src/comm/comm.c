@@ -114,19 +114,16 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * the device's computing (measured on a loaded 2-core machine: 2-process
    * DDP all in line 11-16 ms a step, on the worker 3-4 ms; between hosts the
    * wire also works while the device computes). Between processes of one
-   * host up to 8 MiB (comm_set_inline_bytes, find_hosts): no wire there, the
+   * host up to 4 MiB (comm_set_inline_bytes, find_hosts): no wire there, the
    * receiving process's core makes the copy (MPI's shared-memory transport)
    * whichever thread asks, so a worker adds only the hand-off, the staging
    * copy and a thread that competes with the device for its core (measured
    * on 2 cores, 2 processes, bench/run_dp.sh's mpi-*-inl rows, quiet: MLP
    * SPMD/DDP/FSDP 2.60/2.57/2.71 ms all in line vs 2.92/2.97/3.16 on the
    * worker, ResNet-20 SPMD/FSDP 103.0/103.0 vs 106.5/104.7; but the CNN's
-   * 4.7 MB gradient in DDP 30.1 vs 26.6: a late peer is exposed) -- that was
-   * with Open MPI's CMA single copy; through its shared-memory queue (net.c
-   * sets it, stop 26) the CNN's is faster in line too (4 interleaved rounds,
-   * quiet, 2-process CNN, 4 MiB vs 8 MiB: DDP 26.2-27.3 vs 24.8-25.2 ms,
-   * SPMD 26.0-27.3 vs 24.1-24.7, FSDP 26.3-27.1 vs 23.7-24.9): so 8 MiB,
-   * as in shared memory. But on a loaded machine (other jobs on the
+   * 4.7 MB gradient in DDP 30.1 vs 26.6: a late peer is exposed): so a size
+   * that keeps every MLP and ResNet-20 gradient in line and the CNN's
+   * largest on the worker. But on a loaded machine (other jobs on the
    * cores) peers are late often, and a device that waits for them in line
    * loses its core share: MLP SPMD 35-68 ms a step against 3.7-4.2 ms with
    * the 64 KiB limit, load 16-18, interleaved. So a device whose collective
@@ -135,7 +132,7 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * COMM_HOST_BACKOFF decisions (async.c). */
   int64_t env_inline = env_config()->comm_inline_bytes;
   comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
-                        env_inline >= 0 ? env_inline : (int64_t)8 << 20,
+                        env_inline >= 0 ? env_inline : (int64_t)4 << 20,
                         env_inline >= 0 ? env_inline : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
