@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_util.h"
 #include "harness.h"
 #include "tessel/tessel.h"
 
@@ -99,10 +100,7 @@ static void run(ts_dtype dt) {
           (long long)bad, (long long)n);
   }
   free(res);
-  for (int k = 0; k < 4; k++)
-    if (ob[k]) ts_buffer_free(ob[k]);
-  for (int k = 0; k < 6; k++) ts_buffer_free(in[k]);
-  ts_executable_free(e);
+  exec_free(in, 6, ob, 4, e);
 out:
   ts_graph_free(g);
   ts_client_free(c);

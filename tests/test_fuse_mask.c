@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_util.h"
 #include "harness.h"
 #include "tessel/tessel.h"
 
@@ -69,10 +70,7 @@ static void run(ts_dtype ldt) {
           k, (long long)bad, N * C);
     if (k == 0) CHECK(hits == N - 2, "%lld hits (expected %d: 2 labels out of range)", (long long)hits, N - 2);
   }
-  for (int k = 0; k < 3; k++)
-    if (ob[k]) ts_buffer_free(ob[k]);
-  for (int k = 0; k < 3; k++) ts_buffer_free(in[k]);
-  ts_executable_free(e);
+  exec_free(in, 3, ob, 3, e);
 out:
   ts_graph_free(g);
   ts_client_free(c);

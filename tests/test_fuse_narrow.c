@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_util.h"
 #include "harness.h"
 #include "tessel/tessel.h"
 #include "util/half.h"
@@ -119,10 +120,7 @@ int main(void) {
     ts_buffer_read(ob[4], got_c, sizeof got_c);
     check_bits("sum(1.5 g) + sum(1.5 g x)", got_c, w4, C);
   }
-  for (int k = 0; k < 5; k++)
-    if (ob[k]) ts_buffer_free(ob[k]);
-  for (int k = 0; k < 3; k++) ts_buffer_free(in[k]);
-  ts_executable_free(e);
+  exec_free(in, 3, ob, 5, e);
 out:
   ts_graph_free(g);
   ts_client_free(c);
