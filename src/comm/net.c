@@ -133,23 +133,22 @@ static _Thread_local const net_pacer *t_pacer;
 
 void net_set_pacer(const net_pacer *p) { t_pacer = p; }
 
-static _Thread_local char t_who[256]; /* timed_out: the processes that never answered */
-
-/* After a timeout: names the peers of the unfinished requests in t_who,
- * cancels the receives (the buffers go back to the caller: a late message
- * must not land in them) and frees the requests. */
-static void timed_out(ts_net *n, MPI_Request *req, int k, const net_msg *msgs, const int *owner) {
+/* After a timeout: names the peers of the unfinished requests in who
+ * (whosz bytes), cancels the receives (the buffers go back to the caller: a
+ * late message must not land in them) and frees the requests. */
+static void timed_out(ts_net *n, MPI_Request *req, int k, const net_msg *msgs, const int *owner, char *who,
+                      size_t whosz) {
   size_t len = 0;
   int last = -1;
-  t_who[0] = '\0';
+  who[0] = '\0';
   pthread_mutex_lock(&n->mu);
   for (int j = 0; j < k; j++) {
     int done = 0;
     MPI_Test(&req[j], &done, MPI_STATUS_IGNORE);
     if (done) continue;
     const net_msg *m = &msgs[owner[j]];
-    if (m->peer != last && len < sizeof t_who - 16 && !strstr(t_who, "...")) /* messages are grouped by peer */
-      len += (size_t)snprintf(t_who + len, sizeof t_who - len, len ? ", %d" : "%d", m->peer);
+    if (m->peer != last && len < whosz - 16 && !strstr(who, "...")) /* messages are grouped by peer */
+      len += (size_t)snprintf(who + len, whosz - len, len ? ", %d" : "%d", m->peer);
     last = m->peer;
     if (!m->send) MPI_Cancel(&req[j]);
     MPI_Request_free(&req[j]);
@@ -235,13 +234,14 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
      * that is almost there is cheaper than a clock read), every poll after */
     if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
     if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
-      timed_out(n, req, k, msgs, owner);
+      char who[256];
+      timed_out(n, req, k, msgs, owner, who, sizeof who);
       free(req);
       free(owner);
       return set_error_code(TS_ERR_TIMEOUT,
                                "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
                                "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
-                               what, n->rank, timeout_ms / 1000.0, t_who);
+                               what, n->rank, timeout_ms / 1000.0, who);
     }
     if (patient) {
       since = -1;
