@@ -56,7 +56,8 @@
 # from the same best round: the work, a hint that holds on a loaded machine
 # (spinning waits inflate it; OMP_WAIT_POLICY=passive for a fairer 1dev).
 # "backoff": how often rank 0's device went back to 64 KiB in line after
-# losing half of a window to waiting for late peers (metrics CommHostBackoff).
+# losing half of a window to waiting for late peers (metrics CommHostBackoff),
+# warm-up included (a back-off lasts 256 in-line decisions: into the timed steps).
 # Environment: ROUNDS (3), WARMUP (20), STEPS (each model's default), MODELS;
 # NICE=1 runs every configuration in a session of its own at autogroup nice
 # -20 (root, or CAP_SYS_NICE): on a machine shared with other jobs, both the

@@ -154,12 +154,11 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   double *ms = malloc((size_t)steps * sizeof *ms);
   double cpu0 = 0; /* process CPU time over the timed steps: the work, whatever else runs on the cores */
   float final_loss = 0, check_loss = 0; /* check: the loss of the second step (one update done) */
-  int64_t net0 = 0, backoff0 = 0, copy0 = 0; /* NetBytesSent, CommHostBackoff, CommHierCopyBytes (metrics) when
-                                              * the timed steps start */
+  int64_t net0 = 0, copy0 = 0; /* NetBytesSent, CommHierCopyBytes (metrics) when the timed steps start */
+  int64_t backoff0 = ts_counter_value("CommHostBackoff"); /* from the start: one in the warm-up lasts 256 decisions */
   for (int t = 0; t < warmup + steps; t++) {
     if (t == warmup) cpu0 = cpu_s();
-    if (t == warmup) net0 = ts_counter_value("NetBytesSent"), backoff0 = ts_counter_value("CommHostBackoff"),
-      copy0 = ts_counter_value("CommHierCopyBytes");
+    if (t == warmup) net0 = ts_counter_value("NetBytesSent"), copy0 = ts_counter_value("CommHierCopyBytes");
     double t0 = now_s();
     int k = t % N_BATCHES;
     float lrv = 1e-3f, stepv = (float)(t + 1), lossv;
@@ -180,7 +179,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   }
   double cpu_ms = 1e3 * (cpu_s() - cpu0) / (steps > 0 ? steps : 1);
   double net_bytes = (double)(ts_counter_value("NetBytesSent") - net0) / steps; /* to other processes, a step */
-  long long backoffs = (long long)(ts_counter_value("CommHostBackoff") - backoff0); /* rank 0's, timed steps */
+  long long backoffs = (long long)(ts_counter_value("CommHostBackoff") - backoff0); /* rank 0's, warm-up included */
   double copied = (double)(ts_counter_value("CommHierCopyBytes") - copy0) / steps; /* packed/unpacked, a step */
   double ar_ms = D > 1 ? all_reduce_ms(c, ts_params_trainable_numel(p)) : 0;
   qsort(ms, (size_t)steps, sizeof *ms, cmp_double);

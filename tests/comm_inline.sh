@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # comm_inline.sh BUILD_DIR — started collectives run in line on the device
 # thread (comm.h comm_start_inline; the default up to 8 MiB in shared memory,
-# up to 4 MiB between processes of one host, 64 KiB between hosts) log exactly (bit for bit) the losses of the
+# up to 8 MiB between processes of one host, 64 KiB between hosts) log exactly (bit for bit) the losses of the
 # worker path (TESSEL_COMM_INLINE_BYTES=0: every started collective handed
 # to the device's collective worker) and of a mix of both (=65536: the small
 # ones in line, the large ones on the worker, in order behind each other):

@@ -4,9 +4,11 @@
  * (tests/CMakeLists.txt).
  *
  *  - the default limits (TESSEL_COMM_INLINE_BYTES unset): a group of
- *    processes of one host runs a started collective of up to 4 MiB in line
+ *    processes of one host runs a started collective of up to 8 MiB in line
  *    (the limit between hosts, 64 KiB, would hand a 1 MiB one to the worker),
  *    a larger one goes to the worker;
+ *  - start-up: a peer 100 ms late at a device's first collective (process
+ *    launch, first-use set-up) does not back off (COMM_WAIT_STARTUP);
  *  - the communicator learned that every process is on this host: with the
  *    three limits set apart, the host limit is the one that applies to the
  *    whole group, the shared-memory one to a group of this process alone;
@@ -15,7 +17,7 @@
  *    off after any 2 ms wait); up to 10 tries, as a loaded machine (the
  *    suite beside other jobs, load 14) stretched an 8 ms wait past the
  *    20 ms that counts as hurting in 3 tries out of 3;
- *  - a late peer: when the last process reaches an all-reduce 100 ms after
+ *  - a late peer, past start-up: when the last process reaches an all-reduce 100 ms after
  *    the others, they waited long in line, so their next large starts over
  *    this host go to the worker (64 KiB in line) for COMM_HOST_BACKOFF
  *    decisions, then up to 4 MiB again;
@@ -29,7 +31,7 @@
 #include <time.h> /* nanosleep */
 
 #include "comm/comm.h"
-#include "comm/comm_internal.h" /* COMM_HOST_BACKOFF */
+#include "comm/comm_internal.h" /* COMM_HOST_BACKOFF, COMM_WAIT_STARTUP */
 #include "comm/net.h"
 #include "harness.h"
 #include "mpi_world.h"
@@ -63,9 +65,27 @@ done:
   free(a), free(b), free(ra), free(rb), free(in);
 }
 
-/* Forgets the device's waits and back-off (comm_internal.h comm_dev). */
+/* Forgets the device's waits and back-off, and puts it past its start-up
+ * (comm_internal.h comm_dev). */
 static void forget_waits(ts_comm *c, int me) {
   c->dev[me].host_backoff = 0, c->dev[me].wait_t0 = 0, c->dev[me].waited = 0;
+  c->dev[me].noted = COMM_WAIT_STARTUP;
+}
+
+/* No back-off after a long wait at the device's first collective: start-up
+ * skew (comm_internal.h COMM_WAIT_STARTUP). Must run before any other
+ * collective over this host's processes. */
+static void startup_wait(ts_comm *c, int me, const int *group, int P) {
+  comm_set_inline_bytes(c, (int64_t)8 << 20, (int64_t)4 << 20, (int64_t)64 << 10);
+  CHECK(c->dev[me].noted == 0, "the device saw %d collectives before the start-up check", c->dev[me].noted);
+  float x[256] = {0};
+  if (me == P - 1) nanosleep(&(struct timespec){0, 100000000}, NULL); /* 100 ms late */
+  CHECK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, x, x, 256) == 0, "%s", ts_last_error());
+  CHECK(c->dev[me].noted == 1, "the first collective was not noted (%d)", c->dev[me].noted);
+  CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), 
+        "after a 100 ms wait at start-up 1 MiB went to the worker");
+  CHECK(c->dev[me].host_backoff == 0, "a 100 ms wait at start-up backed off (%d decisions)", c->dev[me].host_backoff);
+  forget_waits(c, me);
 }
 
 /* No back-off after one short wait for a late peer (comm_internal.h COMM_WAIT_HURTS_NS). */
@@ -111,8 +131,8 @@ int main(void) {
 
   if (env_config()->comm_inline_bytes < 0) { /* the defaults */
     CHECK(comm_start_inline(c, me, group, P, (int64_t)1 << 20), "1 MiB between processes of one host: not in line");
-    CHECK(comm_start_inline(c, me, group, P, (int64_t)4 << 20), "4 MiB between processes of one host: not in line");
-    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)4 << 20) + 1), "over 4 MiB between processes: in line");
+    CHECK(comm_start_inline(c, me, group, P, (int64_t)8 << 20), "8 MiB between processes of one host: not in line");
+    CHECK(!comm_start_inline(c, me, group, P, ((int64_t)8 << 20) + 1), "over 8 MiB between processes: in line");
   } else {
     fprintf(stderr, "mpi_inline: TESSEL_COMM_INLINE_BYTES is set: the default limits are not checked\n");
   }
@@ -124,6 +144,7 @@ int main(void) {
   comm_set_inline_bytes(c, 0, 0, 0);
   CHECK(!comm_start_inline(c, me, group, P, 1), "limit 0: in line");
 
+  startup_wait(c, me, group, P);
   short_wait(c, me, group, P);
   late_peer(c, me, group, P);
   same_bits(c, me, group, P);

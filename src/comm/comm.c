@@ -114,25 +114,28 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * the device's computing (measured on a loaded 2-core machine: 2-process
    * DDP all in line 11-16 ms a step, on the worker 3-4 ms; between hosts the
    * wire also works while the device computes). Between processes of one
-   * host up to 4 MiB (comm_set_inline_bytes, find_hosts): no wire there, the
+   * host up to 8 MiB (comm_set_inline_bytes, find_hosts): no wire there, the
    * receiving process's core makes the copy (MPI's shared-memory transport)
    * whichever thread asks, so a worker adds only the hand-off, the staging
    * copy and a thread that competes with the device for its core (measured
    * on 2 cores, 2 processes, bench/run_dp.sh's mpi-*-inl rows, quiet: MLP
    * SPMD/DDP/FSDP 2.60/2.57/2.71 ms all in line vs 2.92/2.97/3.16 on the
    * worker, ResNet-20 SPMD/FSDP 103.0/103.0 vs 106.5/104.7; but the CNN's
-   * 4.7 MB gradient in DDP 30.1 vs 26.6: a late peer is exposed): so a size
-   * that keeps every MLP and ResNet-20 gradient in line and the CNN's
-   * largest on the worker. But on a loaded machine (other jobs on the
+   * 4.7 MB gradient in DDP 30.1 vs 26.6 when CMA single copy was on). Since
+   * Open MPI copies through its shared-memory queue (net.c MPI set-up), the
+   * CNN's 4.7 MB gradient too is faster in line (quiet, 12 of 12
+   * interleaved pairs, 4 vs 8 MiB: DDP 26.2-27.3 vs 24.8-25.2 ms): 8 MiB,
+   * as in shared memory. But on a loaded machine (other jobs on the
    * cores) peers are late often, and a device that waits for them in line
    * loses its core share: MLP SPMD 35-68 ms a step against 3.7-4.2 ms with
    * the 64 KiB limit, load 16-18, interleaved. So a device whose collective
    * over this host's processes lost more than half of a 40 ms window to
    * waiting for late peers (host_note) goes back to 64 KiB for its next
-   * COMM_HOST_BACKOFF decisions (async.c). */
+   * COMM_HOST_BACKOFF decisions (async.c), once past its start-up
+   * (COMM_WAIT_STARTUP collectives, whose waits are start-up skew). */
   int64_t env_inline = env_config()->comm_inline_bytes;
   comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
-                        env_inline >= 0 ? env_inline : (int64_t)4 << 20,
+                        env_inline >= 0 ? env_inline : (int64_t)8 << 20,
                         env_inline >= 0 ? env_inline : (int64_t)64 << 10);
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
@@ -233,10 +236,15 @@ static double host_t0(const ts_comm *c, int device, const int *group, int n) {
 /* Ends what host_t0 started: the call's time beyond its own (bytes) was a
  * wait for late peers. A device that lost more than half of a window to such
  * waits sends its next large started collectives over this host's processes
- * to the worker (comm_internal.h COMM_WAIT_HURTS_NS). Returns rc. */
+ * to the worker (comm_internal.h COMM_WAIT_HURTS_NS); its first
+ * COMM_WAIT_STARTUP ones are start-up and do not count. Returns rc. */
 static int host_note(ts_comm *c, int device, double t0, size_t bytes, int rc) {
   if (t0 <= 0) return rc;
   comm_dev *d = &c->dev[device];
+  if (d->noted < COMM_WAIT_STARTUP) { /* start-up skew (comm_internal.h) */
+    d->noted++;
+    return rc;
+  }
   double now = util_now_s(), wait = now - t0 - 1e-9 * ((double)bytes / (1 << 20)) * COMM_SLOW_NS_PER_MB;
   if (d->wait_t0 <= 0 || (t0 - d->wait_t0) * 1e9 > COMM_WAIT_WINDOW_NS) d->wait_t0 = t0, d->waited = 0;
   if (wait > 0) d->waited += wait;

@@ -117,8 +117,9 @@ int comm_wait_all(ts_comm *c, int device);
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
  * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
- * memory, up to 4 MiB between processes of one host (64 KiB for a while
- * after the device waited long for a late peer there: a loaded machine),
+ * memory, up to 8 MiB between processes of one host (64 KiB for a while
+ * after the device, past its start-up, waited long for late peers there:
+ * a loaded machine),
  * up to 64 KiB between hosts. Set before the devices run. (comm_new_world learns the processes'
  * hosts: over several processes it is a collective call.) */
 void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t host, int64_t remote);

@@ -44,6 +44,7 @@ typedef struct {
                          * worker: set when the device waited long in such collectives (comm.c host_note) */
   double wait_t0;       /* start of the current waiting window (s, util_now_s; 0: none yet) */
   double waited;        /* seconds waited for late peers in that window (host_note) */
+  int noted;            /* collectives over this host's processes host_note saw, up to COMM_WAIT_STARTUP */
 } comm_dev;
 
 struct ts_comm {
@@ -97,6 +98,13 @@ bool comm_on_worker(const comm_dev *d);
 #define COMM_WAIT_WINDOW_NS ((int64_t)40000000)
 #define COMM_WAIT_HURTS_NS (COMM_WAIT_WINDOW_NS / 2)
 enum { COMM_HOST_BACKOFF = 256 };
+/* A device's first COMM_WAIT_STARTUP such collectives do not count: their
+ * waits are start-up skew (process launch, connection set-up, every
+ * kernel's first-use work in the first steps), not a loaded machine. Each
+ * process's first collective waited 20-150 ms for its peer on every
+ * 2-process CNN run and so backed off for the whole run (quiet: 36 ms a
+ * step against 27 ms without the back-off). */
+enum { COMM_WAIT_STARTUP = 16 };
 
 /* hier.c: the tag of the messages of the caller's current call about
  * device or group `id` (the same in every process). */
