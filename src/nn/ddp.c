@@ -19,6 +19,11 @@ static size_t value_bytes(ts_graph *g, ts_tensor t) {
   return (size_t)ts_tensor_numel(g, t) * ts_dtype_size(ts_tensor_dtype(g, t));
 }
 
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 /* Averages v[idx[0..k)] (same dtype) with one all-reduce: flattened,
  * concatenated in index order, reduced, sliced back. */
 static int reduce_members(ts_graph *g, ts_tensor *v, int *idx, int k) {
@@ -28,12 +33,7 @@ static int reduce_members(ts_graph *g, ts_tensor *v, int *idx, int k) {
     v[idx[0]] = r;
     return 0;
   }
-  for (int i = 1; i < k; i++) /* insertion sort: a few dozen members */
-    for (int j = i; j > 0 && idx[j - 1] > idx[j]; j--) {
-      int t = idx[j];
-      idx[j] = idx[j - 1];
-      idx[j - 1] = t;
-    }
+  qsort(idx, (size_t)k, sizeof *idx, cmp_int);
   ts_tensor *flat = calloc((size_t)k, sizeof *flat);
   if (!flat) return set_error_code(TS_ERR_OUT_OF_MEMORY, "ddp: out of memory");
   int64_t total = 0;
