@@ -573,6 +573,18 @@ static double measure_overhead(ts_client *c, bool replicas) {
   return t / 200;
 }
 
+void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s) {
+  /* ts is a whole step of one 1-element all-reduce: the step's own fixed cost
+   * (step_overhead.D_s, charged once per step by the prediction) is not the
+   * collective's. Without subtracting it alpha carried it into every
+   * collective, and busy - ts went negative (clamped) whenever the step's
+   * start-up was most of ts. File numbers are > 0: at least 1 ns. */
+  double coll = fmax(ts - step, 1e-9);
+  *latency = coll / (2 * log2((double)D));
+  /* what a collective between kernels takes beyond that back-to-back time */
+  *busy_s = fmax(busy - coll, 1e-9);
+}
+
 int calibrate(const char *cmd, const char *path, int rounds) {
   if (rounds < 1 || rounds > CAL_MAX_ROUNDS) {
     cli_error(cmd, "--rounds %d: not 1..%d", rounds, CAL_MAX_ROUNDS);
@@ -585,7 +597,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
-  double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
+  double ar_step[DEV_AR_SIZES] = {0}, ar_between[DEV_AR_SIZES] = {0}, ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
@@ -639,10 +651,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
      * against one core's, over that share; 0 (not written) above one core */
     double share = fmin(threads / D > 1 ? threads / D : 1, (double)cores / D);
     shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, chain1 / (chain * share))) : 0;
-    /* what a collective between kernels takes beyond the model's back-to-back
-     * time (a file's numbers are > 0: at least 1 ns) */
-    ar_busy[q] = fmax(busy - ts, 1e-9);
-    arl[q] = ts / (2 * log2((double)D));
+    allreduce_terms(D, ts, step_over[q], busy, &arl[q], &ar_busy[q]);
+    ar_step[q] = ts, ar_between[q] = busy;
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
   }
   /* directories of the path */
@@ -701,9 +711,12 @@ int calibrate(const char *cmd, const char *path, int rounds) {
             rounds, threads, 100 * st[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
-               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3), beyond back to back\n",
-            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q], ar_devices[q], ar_busy[q]);
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g   # (a 1-element all-reduce's step, "
+               "%.4g s, less step_overhead.%d_s) / (2 log2 %d)\nstep_overhead.%d_s = %.4g\n"
+               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3): %.4g s, less "
+               "back to back (alpha's 2 log2 %d steps)\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_step[q], ar_devices[q], ar_devices[q], ar_devices[q],
+            step_over[q], ar_devices[q], ar_busy[q], ar_between[q], ar_devices[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each\n", ar_devices[q], op_over[q], ar_devices[q]);
