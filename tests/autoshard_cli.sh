@@ -74,7 +74,7 @@ import math, re, sys
 t = open(sys.argv[1]).read()
 key = lambda k: float(re.search(r"^%s = (\S+)" % re.escape(k), t, re.M).group(1))
 for n in (2, 4, 8):
-    m = re.search(r"^allreduce\.%d\.latency_s = \S+ .*all-reduce's step, (\S+) s, less step_overhead" % n, t, re.M)
+    m = re.search(r"^allreduce\.%d\.latency_s = \S+ .*all-reduce's step, (\S+) s median, less step_overhead" % n, t, re.M)
     b = re.search(r"^allreduce\.%d\.busy_s = \S+ .*256\^3\): (\S+) s, less back" % n, t, re.M)
     lat, step, busy = key("allreduce.%d.latency_s" % n), key("step_overhead.%d_s" % n), key("allreduce.%d.busy_s" % n)
     coll = max(float(m.group(1)) - step, 1e-9)  # 4 significant digits each: 1e-3 of the larger
