@@ -489,26 +489,30 @@ static double measure_par_overhead(ts_client *c) {
 
 /* The matmul chain's collectives: none, blocking (the next matmul reads
  * each), asynchronous (read only after the last matmul). */
-enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC };
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY };
 
-/* 20 matmuls (256^3), each followed by (mode != CHAIN_NONE: a 1-element
- * all-reduce of) one element of its result; CHAIN_ASYNC: the 20 summed after
- * the last matmul (no matmul waits for one: the compiler starts them on the
- * collective worker), else the next matmul reads it. */
+/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3), each followed by (mode
+ * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
+ * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
+ * matmul waits for one: the compiler starts them on the collective worker,
+ * which runs them one after another while the kernels take microseconds),
+ * else the next matmul reads it. */
 static ts_graph *matmul_chain(int mode) {
   ts_graph *g = ts_graph_new();
   if (!g) return NULL;
-  int64_t sh[2] = {256, 256}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
+  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY, late_read = tiny;
+  int64_t n = tiny ? 2 : 256;
+  int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
   int dims[2] = {0, 1};
   ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh), late[20];
   for (int i = 0; i < 20; i++) {
     x = ts_matmul(g, x, w);
     ts_tensor s = ts_slice(g, x, lo, hi, st);
-    if (mode != CHAIN_NONE) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
-    if (mode == CHAIN_ASYNC) late[i] = s;
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (late_read) late[i] = s;
     else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
   }
-  for (int i = 0; mode == CHAIN_ASYNC && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
+  for (int i = 0; late_read && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
   ts_graph_add_output(g, x);
   return g;
 }
@@ -528,11 +532,12 @@ static double chain_median(ts_client *c) {
  * may still be computing or not be scheduled (more devices than cores).
  * Medians, not the least times: the wait is what a typical step sees (a lucky
  * run's schedule hides it), as the measured steps are medians. *compute: the
- * chain's median time without the collectives. mode CHAIN_ASYNC: the
- * collectives started asynchronously instead, what each adds to the chain
- * (devices sharing the cores: every device's worker must get a core). */
+ * chain's median time without the collectives. mode CHAIN_ASYNC: the tiny
+ * chain with its collectives started asynchronously against without, the
+ * worker's time per collective when it is what the step waits for (devices
+ * sharing the cores: every device's worker must be scheduled for each). */
 static double measure_busy_collective(ts_client *c, int mode, double *compute) {
-  ts_graph *g[2] = {matmul_chain(CHAIN_NONE), matmul_chain(mode)};
+  ts_graph *g[2] = {matmul_chain(mode == CHAIN_ASYNC ? CHAIN_TINY : CHAIN_NONE), matmul_chain(mode)};
   double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
   /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
   for (int r = 0; r < 3 && g[0] && g[1]; r++) {
@@ -736,8 +741,9 @@ int calibrate(const char *cmd, const char *path, int rounds) {
             ar_devices[q], arb[q], ar_devices[q], arl[q], ar_step[q], ar_devices[q], ar_devices[q], ar_devices[q],
             step_over[q], ar_devices[q], ar_busy[q], ar_between[q], ar_devices[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of the 20 matmuls, "
-               "read after the last: the chain's median time with them less without\n", ar_devices[q], ar_async[q]);
+    fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of 20 2x2 matmuls, "
+               "read after the last: the chain's median time with them less without (the worker's time each)\n",
+            ar_devices[q], ar_async[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each\n", ar_devices[q], op_over[q], ar_devices[q]);

@@ -10,9 +10,10 @@
  * (plan/async.c plan_mark_async's rule) run on a collective worker beside the
  * compute until their first user waits for them. Every collective also waits
  * for the last device of its group (k->coll_wait: measured between kernels,
- * beyond the back-to-back alpha the ring model charges); an asynchronous one,
- * when k->coll_async was measured, costs the device's timeline that instead
- * (the workers of devices sharing the cores must each be scheduled). */
+ * beyond the back-to-back alpha the ring model charges); an asynchronous one
+ * waits k->coll_async on the worker instead when it was measured (the
+ * worker's time per collective when it runs them one after another: with
+ * devices sharing the cores each worker of the group must be scheduled). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,8 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_
   int gs = n->attr.coll->n;
   double bw, lat;
   group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
-  /* an asynchronous one's wait is k->coll_async on the device's timeline when measured */
-  double wait = gs < 2 || (async && k->coll_async > 0) ? 0 : k->coll_wait;
+  /* an asynchronous one (on the collective worker) waits k->coll_async when measured */
+  double wait = gs < 2 ? 0 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
   return wait + coll_link_seconds(n, x, gs, bw, lat, sent);
 }
 
@@ -139,9 +140,6 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
       double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, async, &sent);
       comm += t;
       if (async) {
-        /* what it costs the device beside its kernels (workers sharing the cores) */
-        double own = nd->attr.coll && nd->attr.coll->n > 1 ? k->coll_async : 0;
-        now += own, exposed += own;
         double start = fmax(now, worker);
         worker = done[i] = start + t;
       } else {
