@@ -77,9 +77,9 @@ same "plan data=1" "$(plan_ms "$tmp/old.txt" data=1)" "$(plan_ms "$tmp/new.txt" 
 o=$(inspect_ms "$tmp/old.txt" data=4) n=$(inspect_ms "$tmp/new.txt" data=4)
 grows "inspect data=4 (the calibration cache)" "$o" "$n"
 
-# an asynchronous collective's cost to its device (allreduce.4.async_s, the workers of
-# devices sharing the cores): data=4's gradient all-reduces start asynchronously, so
-# the step grows by at least 1 ms; it replaces busy_s for them (with busy_s = 1 ms,
+# an asynchronous collective's time on the collective worker (allreduce.4.async_s, the
+# workers of devices sharing the cores): data=4's gradient all-reduces start
+# asynchronously, one after another on the worker, so the step grows by at least 1 ms; it replaces busy_s for them (with busy_s = 1 ms,
 # async_s = 1 ns makes the step shorter); data=2 (its own entry) does not change
 { cat "$tmp/old.txt"; echo "allreduce.4.async_s = 1e-3"; } >"$tmp/async.txt"
 { cat "$tmp/new.txt"; echo "allreduce.4.async_s = 1e-9"; } >"$tmp/async0.txt"
