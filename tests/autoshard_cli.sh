@@ -66,6 +66,24 @@ if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/ca
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi
+# allreduce.N.latency_s and busy_s come from the step of one 1-element all-reduce
+# less the step's own fixed cost (step_overhead.N_s, which the prediction charges once
+# per step): the file's measured numbers (comments) give its keys back
+if /usr/bin/python3 - "$tmp/cal/calibration.txt" <<'PY'
+import math, re, sys
+t = open(sys.argv[1]).read()
+key = lambda k: float(re.search(r"^%s = (\S+)" % re.escape(k), t, re.M).group(1))
+for n in (2, 4, 8):
+    m = re.search(r"^allreduce\.%d\.latency_s = \S+ .*all-reduce's step, (\S+) s median, less step_overhead" % n, t, re.M)
+    b = re.search(r"^allreduce\.%d\.busy_s = \S+ .*256\^3\): (\S+) s, less back" % n, t, re.M)
+    lat, step, busy = key("allreduce.%d.latency_s" % n), key("step_overhead.%d_s" % n), key("allreduce.%d.busy_s" % n)
+    coll = max(float(m.group(1)) - step, 1e-9)  # 4 significant digits each: 1e-3 of the larger
+    assert abs(lat * 2 * math.log2(n) - coll) <= 2e-3 * max(float(m.group(1)), step), (n, lat, coll)
+    want = max(float(b.group(1)) - lat * 2 * math.log2(n), 1e-9)
+    assert abs(busy - want) <= 2e-3 * max(float(b.group(1)), coll) + 1e-12, (n, busy, want)
+PY
+then ok "calibration: allreduce.N.latency_s and busy_s exclude the step's fixed cost (step_overhead.N_s)"
+else bad "calibration: allreduce.N latency/busy do not follow from the measured step less step_overhead.N_s"; fi
 # --calibrate writes a device file that --device reads (the numbers are this busy machine's: not checked;
 # one calibration serves every check: each measures for seconds)
 expect caldev 0 "" plan --model mlp --mesh data=4 --device "$tmp/cal/calibration.txt" --json

@@ -15,6 +15,8 @@
 #  - with op_overhead.4_s = 1 ms (the per-kernel cost measured with 4 devices
 #    in the process), data=4's predicted compute grows by 1 ms per kernel at
 #    least, data=2's does not change;
+#  - with allreduce.4.async_s = 1 ms, data=4's step (asynchronous gradient
+#    all-reduces) grows by at least 1 ms; those take it instead of busy_s;
 #  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it.
 set -u
@@ -75,6 +77,22 @@ same "plan data=1" "$(plan_ms "$tmp/old.txt" data=1)" "$(plan_ms "$tmp/new.txt" 
 o=$(inspect_ms "$tmp/old.txt" data=4) n=$(inspect_ms "$tmp/new.txt" data=4)
 grows "inspect data=4 (the calibration cache)" "$o" "$n"
 
+# an asynchronous collective's time on the collective worker (allreduce.4.async_s, the
+# workers of devices sharing the cores): data=4's gradient all-reduces start
+# asynchronously, one after another on the worker, so the step grows by at least 1 ms; it replaces busy_s for them (with busy_s = 1 ms,
+# async_s = 1 ns makes the step shorter); data=2 (its own entry) does not change
+{ cat "$tmp/old.txt"; echo "allreduce.4.async_s = 1e-3"; } >"$tmp/async.txt"
+{ cat "$tmp/new.txt"; echo "allreduce.4.async_s = 1e-9"; } >"$tmp/async0.txt"
+o=$(plan_ms "$tmp/old.txt" data=4) n=$(plan_ms "$tmp/async.txt" data=4)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 0.999)" 2>/dev/null; then
+  ok "plan data=4: $o -> $n ms with allreduce.4.async_s = 1 ms"
+else bad "plan data=4: '$o' -> '$n' ms with allreduce.4.async_s = 1 ms (expected 1 ms more at least)"; fi
+b=$(plan_ms "$tmp/new.txt" data=4) a=$(plan_ms "$tmp/async0.txt" data=4)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$a') + 0.999 <= float('$b'))" 2>/dev/null; then
+  ok "plan data=4: busy_s = 1 ms: $b -> $a ms with async_s = 1 ns (asynchronous ones take async_s)"
+else bad "plan data=4: busy_s = 1 ms: '$b' -> '$a' ms with async_s = 1 ns (expected 1 ms less at least)"; fi
+same "plan data=2 with allreduce.4.async_s (its own entry)" "$(plan_ms "$tmp/old.txt" data=2)" "$(plan_ms "$tmp/async.txt" data=2)"
+
 # devices taking turns on the cores at half their share's speed: compute twice as long
 { cat "$tmp/old.txt"; echo "shared_efficiency.4 = 0.5"; } >"$tmp/eff.txt"
 o=$(plan_ms "$tmp/old.txt" data=4 compute_ms) n=$(plan_ms "$tmp/eff.txt" data=4 compute_ms)
@@ -115,6 +133,8 @@ sed 's/^allreduce.4.busy_s = 1e-3/allreduce.4.busy_s = -1/' "$tmp/new.txt" >"$tm
 expect badv 2 "allreduce.4.busy_s = '-1' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/badv.txt"
 sed 's/^shared_efficiency.4/shared_efficiency.5/' "$tmp/eff.txt" >"$tmp/bade.txt"
 expect bade 2 "unknown key 'shared_efficiency.5'" plan --model mlp --mesh data=4 --device "$tmp/bade.txt"
+sed 's/^allreduce.4.async_s/allreduce.3.async_s/' "$tmp/async.txt" >"$tmp/bada.txt"
+expect bada 2 "unknown key 'allreduce.3.async_s'" plan --model mlp --mesh data=4 --device "$tmp/bada.txt"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

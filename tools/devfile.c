@@ -82,7 +82,8 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
-      char so[64], bz[64], se[64], oo[64];
+      char so[64], bz[64], se[64], oo[64], as[64];
+      snprintf(as, sizeof as, "allreduce.%d.async_s", ar_devices[k]);
       snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
       snprintf(oo, sizeof oo, "op_overhead.%d_s", ar_devices[k]);
       snprintf(bz, sizeof bz, "allreduce.%d.busy_s", ar_devices[k]);
@@ -93,6 +94,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       else if (strcmp(key, bz) == 0) d->ar_busy[k] = x, found = true;
       else if (strcmp(key, se) == 0) d->shared_eff[k] = x, found = true;
       else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
+      else if (strcmp(key, as) == 0) d->ar_async[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
@@ -102,7 +104,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -230,6 +232,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
   ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
   ao->collective_wait_s = host > 1 && q >= 0 ? d->ar_busy[q] : 0;
+  ao->collective_async_s = host > 1 && q >= 0 ? d->ar_async[q] : 0;
   int64_t span = 1;
   for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
     span *= ts_mesh_axis_size(m, a);
@@ -484,27 +487,39 @@ static double measure_par_overhead(ts_client *c) {
   return t[0] > 0 && t[1] > 0 ? 2 * t[0] - t[1] : -1;
 }
 
-/* 20 matmuls (256^3), each followed by (collectives: a 1-element all-reduce
- * of) one element of its result that the next matmul reads. */
-static ts_graph *matmul_chain(bool collectives) {
+/* The matmul chain's collectives: none, blocking (the next matmul reads
+ * each), asynchronous (read only after the last matmul). */
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY };
+
+/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3), each followed by (mode
+ * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
+ * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
+ * matmul waits for one: the compiler starts them on the collective worker,
+ * which runs them one after another while the kernels take microseconds),
+ * else the next matmul reads it. */
+static ts_graph *matmul_chain(int mode) {
   ts_graph *g = ts_graph_new();
   if (!g) return NULL;
-  int64_t sh[2] = {256, 256}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
+  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY, late_read = tiny;
+  int64_t n = tiny ? 2 : 256;
+  int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
   int dims[2] = {0, 1};
-  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
+  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh), late[20];
   for (int i = 0; i < 20; i++) {
     x = ts_matmul(g, x, w);
     ts_tensor s = ts_slice(g, x, lo, hi, st);
-    if (collectives) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
-    x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (late_read) late[i] = s;
+    else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
   }
+  for (int i = 0; late_read && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
   ts_graph_add_output(g, x);
   return g;
 }
 
 /* The median time of the chain without collectives on every device of c. */
 static double chain_median(ts_client *c) {
-  ts_graph *g = matmul_chain(false);
+  ts_graph *g = matmul_chain(CHAIN_NONE);
   double t = g ? time_graph_stat(c, g, true, 10, true) : -1;
   ts_graph_free(g);
   return t;
@@ -517,9 +532,12 @@ static double chain_median(ts_client *c) {
  * may still be computing or not be scheduled (more devices than cores).
  * Medians, not the least times: the wait is what a typical step sees (a lucky
  * run's schedule hides it), as the measured steps are medians. *compute: the
- * chain's median time without the collectives. */
-static double measure_busy_collective(ts_client *c, double *compute) {
-  ts_graph *g[2] = {matmul_chain(false), matmul_chain(true)};
+ * chain's median time without the collectives. mode CHAIN_ASYNC: the tiny
+ * chain with its collectives started asynchronously against without, the
+ * worker's time per collective when it is what the step waits for (devices
+ * sharing the cores: every device's worker must be scheduled for each). */
+static double measure_busy_collective(ts_client *c, int mode, double *compute) {
+  ts_graph *g[2] = {matmul_chain(mode == CHAIN_ASYNC ? CHAIN_TINY : CHAIN_NONE), matmul_chain(mode)};
   double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
   /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
   for (int r = 0; r < 3 && g[0] && g[1]; r++) {
@@ -573,6 +591,18 @@ static double measure_overhead(ts_client *c, bool replicas) {
   return t / 200;
 }
 
+void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s) {
+  /* ts is a whole step of one 1-element all-reduce: the step's own fixed cost
+   * (step_overhead.D_s, charged once per step by the prediction) is not the
+   * collective's. Without subtracting it alpha carried it into every
+   * collective, and busy - ts went negative (clamped) whenever the step's
+   * start-up was most of ts. File numbers are > 0: at least 1 ns. */
+  double coll = fmax(ts - step, 1e-9);
+  *latency = coll / (2 * log2((double)D));
+  /* what a collective between kernels takes beyond that back-to-back time */
+  *busy_s = fmax(busy - coll, 1e-9);
+}
+
 int calibrate(const char *cmd, const char *path, int rounds) {
   if (rounds < 1 || rounds > CAL_MAX_ROUNDS) {
     cli_error(cmd, "--rounds %d: not 1..%d", rounds, CAL_MAX_ROUNDS);
@@ -585,7 +615,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double rate[TS_KERNEL_CLASSES] = {0}, overhead = -1, eff = 1, par_over = 0;
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
-  double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
+  double ar_async[DEV_AR_SIZES] = {0}, ar_step[DEV_AR_SIZES] = {0}, ar_between[DEV_AR_SIZES] = {0}, ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
@@ -620,7 +650,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   for (int q = 0; q < DEV_AR_SIZES; q++) {
     int D = ar_devices[q];
     ts_client *c = ts_client_new(&(ts_client_options){.num_threads = threads, .num_devices = D});
-    double ts = -1, tb = -1;
+    double ts = -1, tb = -1, ts_med = -1;
     if (c && (step_over[q] = trivial_step(c, true)) <= 0) goto fail;
     const int64_t big = 4 << 20;
     for (int k = 0; k < 2 && c; k++) {
@@ -629,20 +659,23 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       if (!g) break;
       ts_graph_add_output(g, ts_replica_all_reduce(g, ts_input(g, "x", TS_F32, 1, &len), TS_REDUCE_SUM));
       *(k == 0 ? &ts : &tb) = time_graph(c, g, true, k == 0 ? 20 : 5);
+      /* the median too, the statistic of step_overhead.D_s it is set against
+       * (the least less a median went below 0 on a loaded machine) */
+      if (k == 0) ts_med = time_graph_stat(c, g, true, 20, true);
       ts_graph_free(g);
     }
-    double chain = -1, busy = c ? measure_busy_collective(c, &chain) : -1;
+    double chain = -1, busy = c ? measure_busy_collective(c, CHAIN_BLOCKING, &chain) : -1, chain2;
+    ar_async[q] = c ? measure_busy_collective(c, CHAIN_ASYNC, &chain2) : -1;
     op_over[q] = c ? measure_overhead(c, true) : -1;
     ts_client_free(c);
-    if (ts <= 0 || tb <= 0 || busy < 0 || op_over[q] <= 0) goto fail;
+    if (ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || ar_async[q] < 0 || op_over[q] <= 0) goto fail;
+    ar_async[q] = fmax(ar_async[q], 1e-9); /* a file's numbers are > 0 */
     /* D devices of at most one core each (device_options' share): the chain's speed
      * against one core's, over that share; 0 (not written) above one core */
     double share = fmin(threads / D > 1 ? threads / D : 1, (double)cores / D);
     shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, chain1 / (chain * share))) : 0;
-    /* what a collective between kernels takes beyond the model's back-to-back
-     * time (a file's numbers are > 0: at least 1 ns) */
-    ar_busy[q] = fmax(busy - ts, 1e-9);
-    arl[q] = ts / (2 * log2((double)D));
+    allreduce_terms(D, ts_med, step_over[q], busy, &arl[q], &ar_busy[q]);
+    ar_step[q] = ts_med, ar_between[q] = busy;
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
   }
   /* directories of the path */
@@ -701,9 +734,16 @@ int calibrate(const char *cmd, const char *path, int rounds) {
             rounds, threads, 100 * st[k]);
   fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread)\n", step1);
   for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g\nstep_overhead.%d_s = %.4g\n"
-               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3), beyond back to back\n",
-            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_devices[q], step_over[q], ar_devices[q], ar_busy[q]);
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g\nallreduce.%d.latency_s = %.4g   # (a 1-element all-reduce's step, "
+               "%.4g s median, less step_overhead.%d_s) / (2 log2 %d)\nstep_overhead.%d_s = %.4g\n"
+               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3): %.4g s, less "
+               "back to back (alpha's 2 log2 %d steps)\n",
+            ar_devices[q], arb[q], ar_devices[q], arl[q], ar_step[q], ar_devices[q], ar_devices[q], ar_devices[q],
+            step_over[q], ar_devices[q], ar_busy[q], ar_between[q], ar_devices[q]);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of 20 2x2 matmuls, "
+               "read after the last: the chain's median time with them less without (the worker's time each)\n",
+            ar_devices[q], ar_async[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each\n", ar_devices[q], op_over[q], ar_devices[q]);

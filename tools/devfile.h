@@ -30,6 +30,7 @@ typedef struct {
   double step1;                  /* step overhead of 1 device (a trivial program's execute) */
   double step_over[DEV_AR_SIZES]; /* the same with 2, 4, 8 devices */
   double ar_busy[DEV_AR_SIZES];   /* a 1-element all-reduce between kernels on 2, 4, 8 devices, less back to back */
+  double ar_async[DEV_AR_SIZES];  /* the same started asynchronously: what each adds to the step (0: not measured) */
   double shared_eff[DEV_AR_SIZES]; /* 2, 4, 8 devices of at most a core each: speed / their share of the cores */
   double op_over[DEV_AR_SIZES];    /* per kernel of each of 2, 4, 8 devices in this process (0: not measured) */
   char cpu[128];     /* calibration key: the CPU model */
@@ -57,6 +58,12 @@ void device_auto(device_desc *d, char *note, size_t len);
 #define CAL_MAX_ROUNDS 9
 #define CAL_DEFAULT_ROUNDS 3
 int calibrate(const char *cmd, const char *path, int rounds);
+/* The calibration's all-reduce terms on D devices from its measurements: ts,
+ * a step of one 1-element all-reduce (back to back); step, a 1-element
+ * step's fixed cost (step_overhead.D_s); busy, what one such all-reduce adds
+ * between kernels. *latency: alpha of the ring model (ts - step over
+ * 2 log2 D steps); *busy_s: busy beyond that back-to-back time. */
+void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s);
 /* The cost model's options for mesh m (per-axis links: inside a host when the
  * axis and the axes minor to it span at most devices_per_host); in_host per
  * axis may be NULL. */

@@ -241,6 +241,14 @@ typedef struct {
    * between kernels against back to back; devices sharing cores arrive late);
    * ts_predict_program adds it to every collective (0: none) */
   double collective_wait_s;
+  /* a collective started asynchronously (run by the device's collective
+   * worker beside its kernels): the worker's time for it beyond alpha-beta,
+   * in place of collective_wait_s for those (measured: allreduce.N.async_s,
+   * a chain of tiny matmuls with an asynchronous 1-element all-reduce after
+   * each against without, so the worker running them one after another is
+   * what the chain waits for; devices sharing the cores: every worker of the
+   * group must be scheduled, a round trip per collective). 0: collective_wait_s */
+  double collective_async_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same

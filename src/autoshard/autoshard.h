@@ -26,6 +26,7 @@ typedef struct {
   double par_overhead;            /* seconds per kernel run on several threads */
   double step_overhead;           /* seconds per step */
   double coll_wait;               /* seconds per collective: waiting for the group's last device */
+  double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
 

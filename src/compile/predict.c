@@ -10,7 +10,10 @@
  * (plan/async.c plan_mark_async's rule) run on a collective worker beside the
  * compute until their first user waits for them. Every collective also waits
  * for the last device of its group (k->coll_wait: measured between kernels,
- * beyond the back-to-back alpha the ring model charges). */
+ * beyond the back-to-back alpha the ring model charges); an asynchronous one
+ * waits k->coll_async on the worker instead when it was measured (the
+ * worker's time per collective when it runs them one after another: with
+ * devices sharing the cores each worker of the group must be scheduled). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,12 +77,14 @@ static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, doub
 
 /* Seconds and bytes sent of collective node n (operand x) of the local program. */
 static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
-                           double *sent) {
+                           bool async, double *sent) {
   if (!n->attr.coll || !m) return 0;
   int gs = n->attr.coll->n;
   double bw, lat;
   group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
-  return (gs > 1 ? k->coll_wait : 0) + coll_link_seconds(n, x, gs, bw, lat, sent);
+  /* an asynchronous one (on the collective worker) waits k->coll_async when measured */
+  double wait = gs < 2 ? 0 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
+  return wait + coll_link_seconds(n, x, gs, bw, lat, sent);
 }
 
 /* compile.c's mark_async rule: an all-reduce, all-gather or reduce-scatter
@@ -131,9 +136,10 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     if (!autoshard_node_runs(nd)) continue;
     if (ir_op_is_collective(nd->op)) {
-      double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, &sent);
+      bool async = is_async(opt, i, first_use, ndev > 1);
+      double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, async, &sent);
       comm += t;
-      if (is_async(opt, i, first_use, ndev > 1)) {
+      if (async) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
       } else {
