@@ -3,7 +3,7 @@
  * exchange uses. Run by bench/run_netlink.sh over two namespace hosts with a
  * shaped link (issue 17); any 2-process MPI launch works.
  *
- *   mpirun -n 2 bench_net_link [-b BYTES] [-r REPS] [-m MODE] [-p] [-s]
+ *   mpirun -n 2 bench_net_link [-b BYTES] [-r REPS] [-m MODE] [-p] [-s] [-v]
  *
  * BYTES (4718592: the MNIST CNN's fc1 gradient, 9216 x 128 f32) is the
  * vector; MODE:
@@ -15,7 +15,8 @@
  * -p waits as the collective worker does while its device computes (a pacer
  * that is never urgent: one poll per NET_PATIENT_NAP_NS nap) instead of
  * polling hard. -s adds a thread that spins through the whole run, as a
- * device thread computing on the core the exchanging thread shares. Each repetition starts after a 1-byte handshake; rank 0
+ * device thread computing on the core the exchanging thread shares. -v
+ * prints every repetition (and its first exchange's time) on rank 0. Each repetition starts after a 1-byte handshake; rank 0
  * prints `RESULT net_link mode=... bytes=... median_ms=... min_ms=...
  * mbps=...` (mbps: megabits per second of the bytes one direction carries,
  * at the median). */
@@ -47,10 +48,12 @@ static void *spin(void *arg) { /* a computing device: busy until told to stop */
 }
 
 static int usage(const char *why) {
-  fprintf(stderr, "bench_net_link: %s\nusage: bench_net_link [-b BYTES] [-r REPS] [-m allreduce|bidir|oneway] [-p] [-s]\n",
+  fprintf(stderr, "bench_net_link: %s\nusage: bench_net_link [-b BYTES] [-r REPS] [-m allreduce|bidir|oneway] [-p] [-s] [-v]\n",
           why);
   return 2;
 }
+
+static double g_first_ms; /* the last repetition's first exchange (-v) */
 
 /* One repetition: the handshake, then the timed exchange(s). */
 static double one_rep(ts_net *n, const char *mode, char *sbuf, char *rbuf, size_t bytes) {
@@ -69,6 +72,7 @@ static double one_rep(ts_net *n, const char *mode, char *sbuf, char *rbuf, size_
     for (int r = 0; r < rounds; r++) {
       net_msg m[2] = {{peer, 9 + r, true, sbuf, half}, {peer, 9 + r, false, rbuf, half}};
       if (net_exchange(n, m, 2, 60000, "net_link exchange") < 0) return -1;
+      if (r == 0) g_first_ms = (now_s() - t0) * 1e3;
     }
   }
   return (now_s() - t0) * 1e3;
@@ -78,10 +82,12 @@ int main(int argc, char **argv) {
   size_t bytes = 4718592;
   int reps = 20;
   const char *mode = "allreduce";
-  bool patient = false, spinning = false;
+  bool patient = false, spinning = false, verbose = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-p")) {
       patient = true;
+    } else if (!strcmp(argv[i], "-v")) {
+      verbose = true;
     } else if (!strcmp(argv[i], "-s")) {
       spinning = true;
     } else if (i + 1 < argc && !strcmp(argv[i], "-b")) {
@@ -118,6 +124,7 @@ int main(int argc, char **argv) {
     double t = one_rep(n, mode, sbuf, rbuf, bytes);
     if (t < 0) return fprintf(stderr, "bench_net_link: %s\n", ts_last_error()), 1;
     if (i >= 0) ms[i] = t;
+    if (i >= 0 && verbose && net_rank(n) == 0) printf("rep %d: %.2f ms (first exchange %.2f)\n", i, t, g_first_ms);
   }
   atomic_store(&g_stop, true);
   if (spinning) pthread_join(spinner, NULL);
