@@ -54,23 +54,13 @@ static void prefer_shared_memory_copies(void) {
 #endif
 }
 
-/* Between hosts (Open MPI's TCP BTL) a large message is a handshake (the
- * rendezvous header, the receiver's answer) and then a stream that the
- * sender's progress keeps writing into the socket; with progress made only
- * in our polls, every step of that waits until the polling thread runs
- * again, which on a busy machine is milliseconds. The BTL's own progress
- * thread sleeps in epoll and answers as soon as a socket is ready: through a
- * 1 Gbit/s tbf link between two namespace hosts (bench/run_netlink.sh, a 4.7
- * MB 2-process all-reduce as hier.c makes it, 6 interleaved rounds, load ~9
- * on 2 cores) 39.97 ms with it against 43.02 ms without, raw TCP 40.5 ms.
- * Asked for before MPI_Init unless set (OMPI_MCA_btl_tcp_progress_thread=0
- * turns it off). Values and message order do not change. */
-static void prefer_tcp_progress_thread(void) {
-#ifdef OPEN_MPI
-  setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
-#endif
-}
-
+/* Not asked for: Open MPI's TCP progress thread (btl_tcp_progress_thread=1),
+ * which answers rendezvous and refills sockets without our polls. Through a
+ * 1 Gbit/s tbf link (bench/run_netlink.sh, 4.7 MB 2-process all-reduce,
+ * interleaved rounds, loaded 2-core machine) it took a waiting-only exchange
+ * from 43.7 to 41.0 ms (raw TCP 40.2), but with a thread computing beside it
+ * (-s, as in training) 47.5 against 43.5 ms, and the CNN's 2-host DDP and
+ * SPMD steps were not faster (5 pairs each, noise larger than any gain). */
 static void net_finalize(void) {
   int done = 0;
   MPI_Finalized(&done);
@@ -94,7 +84,6 @@ ts_net *net_world(bool *failed) {
       MPI_Initialized(&inited);
       if (!inited) {
         prefer_shared_memory_copies();
-        prefer_tcp_progress_thread();
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc == MPI_SUCCESS) atexit(net_finalize);
       } else {
