@@ -163,7 +163,7 @@ for m in "${models[@]}"; do
 done
 
 # link_use TRACE RATE: per kind of collective of 1 MB or more (rank 0's trace), the median time
-# against the time its bytes sent would take at the link rate (2 processes: a reduce-scatter sends
+# against the time its bytes sent would take at the link rate (raw TCP's, as measured for the bound) (2 processes: a reduce-scatter sends
 # half its operand, an all-gather its block, an all-reduce its operand): how well one collective
 # fills the link while it runs (below 1: MPI's progress or the protocol leaves it idle)
 link_use() {
@@ -239,7 +239,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
           "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
           echo "profile $m $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
-          link_use "$tmp/trace.json" "$r"
+          lr=$(sed -n "s/^link $r .*mbps=\([0-9]*\).*/\1mbit/p" "$tmp/results") # measured, else nominal
+          link_use "$tmp/trace.json" "${lr:-$r}"
           link_gaps "$tmp/trace.json"
         else
           echo "profile $m $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
