@@ -11,7 +11,9 @@
 # next to the modeled full-overlap bound: a host computes half the batch on
 # one thread (measured: 1 process x 1 thread, batch B/2, no network) while
 # its link carries what rank 0 sends a step (metrics NetBytesSent) at the
-# link rate; fully hidden, a step takes max(compute, communication). The
+# rate raw TCP gets through the link (measured per rate before the runs:
+# netns_tcp, 4.7 MB one way; about 0.956 of tbf's nominal rate at MTU 1500,
+# the TCP/IP and Ethernet headers; the nominal rate if it fails); fully hidden, a step takes max(compute, communication). The
 # table gives samples/s, the bound, their ratio (issue 17's targets at
 # 1 Gbit/s: DDP and SPMD >= 0.85x, FSDP >= 0.75x) and the share of the
 # communication hidden: (compute + comm - step) / comm, clipped to [0, 1].
@@ -64,20 +66,6 @@ trap 'exit 1' INT TERM HUP
 netns_up 2 "$tmp" || { echo "run_multihost.sh: cannot create the namespace hosts: $netns_error" >&2; exit 2; }
 echo "hosts ${hosts[*]} on $net" >&2
 
-set_rate() { # both ends of each host's link
-  local i burst
-  # a token bucket of 1 ms at the rate, at least 64 KiB (one GSO packet)
-  burst=$(/usr/bin/python3 -c "
-import re; m = re.fullmatch(r'(\d+(?:\.\d+)?)([kmg]?)bit', '$1'.lower()); assert m, 'rate $1: use e.g. 1gbit'
-b = float(m.group(1)) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m.group(2)] / 8
-print(max(65536, int(b / 1000)))")
-  for i in 0 1; do
-    tc qdisc replace dev "${netns_prefix}v$i" root tbf rate "$1" burst "$burst" latency 100ms &&
-      ip netns exec "${hosts[$i]}" tc qdisc replace dev eth0 root tbf rate "$1" burst "$burst" latency 100ms ||
-      return 1
-  done
-}
-
 : >"$tmp/results"
 failed=0
 run() { # run LABEL RATE CMD...: one benchmark; its RESULT line, labeled, into $tmp/results
@@ -117,7 +105,7 @@ ab_compare() {
   : >"$tmp/ab"
   for m in "${models[@]}"; do
     for r in "${rates[@]}"; do
-      set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
+      netns_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
       for par in "${pars[@]}"; do
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
@@ -164,7 +152,8 @@ for m in "${models[@]}"; do
   run half - env TESSEL_NUM_THREADS=1 "$bin" --model "$m" --threads 1 --batch $((b / 2)) "${steps[@]}"
   run_pair "$m" $((b / 2))
   for r in "${rates[@]}"; do
-    set_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
+    netns_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
+    grep -q "^link $r " "$tmp/results" || netns_tcp 4718592 5 oneway | sed "s/^RESULT [^ ]* /link $r - /" >>"$tmp/results"
     for par in "${pars[@]}"; do
       run "$par" "$r" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
         "$bin" --model "$m" --threads 1 --parallel "$par" "${steps[@]}"
@@ -174,7 +163,7 @@ for m in "${models[@]}"; do
 done
 
 # link_use TRACE RATE: per kind of collective of 1 MB or more (rank 0's trace), the median time
-# against the time its bytes sent would take at the link rate (2 processes: a reduce-scatter sends
+# against the time its bytes sent would take at the link rate (raw TCP's, as measured for the bound) (2 processes: a reduce-scatter sends
 # half its operand, an all-gather its block, an all-reduce its operand): how well one collective
 # fills the link while it runs (below 1: MPI's progress or the protocol leaves it idle)
 link_use() {
@@ -243,14 +232,15 @@ if [ "${PROFILE:-0}" = 1 ]; then
       *) echo "profile $m: no profile settings for this model" >&2; continue ;;
     esac
     for r in "${rates[@]}"; do
-      set_rate "$r" || { failed=1; continue; }
+      netns_rate "$r" || { failed=1; continue; }
       for par in "${pars[@]}"; do
         case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
         if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
           "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
           echo "profile $m $r ${par^^}: $(grep -E 'device 0:' "$tmp/prof" | sed 's/^ *//')"
-          link_use "$tmp/trace.json" "$r"
+          lr=$(sed -n "s/^link $r .*mbps=\([0-9]*\).*/\1mbit/p" "$tmp/results") # measured, else nominal
+          link_use "$tmp/trace.json" "${lr:-$r}"
           link_gaps "$tmp/trace.json"
         else
           echo "profile $m $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
@@ -267,22 +257,28 @@ import re, sys
 rows = []
 for line in open(sys.argv[1]):
     label, rate, model, *kv = line.split()
-    d = dict(x.split("=", 1) for x in kv)
+    d = dict(x.split("=", 1) for x in kv if "=" in x)
     rows.append((label, rate, model, d))
-def rate_bps(r):
+def nominal_bps(r):
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", r.lower())
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+measured = {rate: float(d["mbps"]) * 1e6 / 8 for l, rate, _, d in rows if l == "link" and "mbps" in d}
+def rate_bps(r):  # what TCP carries over the link (measured), else the nominal rate
+    return measured.get(r, nominal_bps(r))
+for r, bps in measured.items():
+    print(f"link {r}: raw TCP carries {bps * 8 / 1e6:.0f} Mbit/s of payload ({bps / nominal_bps(r):.3f} of nominal;"
+          f" headers), the rate of the bound's comm")
 bad = 0
 print(f"{'model':9} {'link':8} {'config':9} {'samples/s':>10} {'bound':>8} {'ratio':>6} {'hidden':>7} "
       f"{'step ms':>8} {'comp ms':>8} {'comm ms':>8} {'MB/step':>8} {'comp2 ms':>9} {'ratio2':>7}")
-for model in dict.fromkeys(r[2] for r in rows):
+for model in dict.fromkeys(r[2] for r in rows if r[0] != "link"):
     one = next((d for l, _, m, d in rows if l == "one" and m == model), None)
     half = next((d for l, _, m, d in rows if l == "half" and m == model), None)
     pair = next((d for l, _, m, d in rows if l == "pair" and m == model), None)
     if one:
         print(f"{model:9} {'-':8} {'1 process':9} {float(one['samples_per_s']):10.0f}")
     for label, rate, m, d in rows:
-        if m != model or label in ("one", "half", "pair"):
+        if m != model or label in ("one", "half", "pair", "link"):
             continue
         B, step = int(d["batch"]), float(d["median_ms"])
         comp = float(half["median_ms"]) if half else float("nan")

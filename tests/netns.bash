@@ -8,6 +8,11 @@
 #                    slot each). Sets hosts=(...), net (the CIDR), br, and
 #                    mpi=(mpirun ... TCP only on $net). Returns non-zero with
 #                    netns_error set when something cannot be created.
+#   netns_rate RATE  limits both ends of hosts 0 and 1's links to RATE (tc's
+#                    units, e.g. 1gbit) with a tbf of 1 ms of burst.
+#   netns_tcp BYTES REPS MODE  raw TCP from host 0 to host 1
+#                    (bench/tcp_link.py; MODE oneway, bidir or allreduce):
+#                    prints its RESULT line (median_ms, mbps of one direction)
 #   netns_kill       kills every process inside the hosts.
 #   netns_down       kills them and removes everything netns_up created.
 # Names start with tsh<pid of the sourcing shell> so runs never collide. The
@@ -28,6 +33,33 @@ netns_kill() {
     [ "$left" = 0 ] && return 0
     sleep 0.2
   done
+}
+
+netns_rate() { # both ends of each host's link
+  local i burst
+  # a token bucket of 1 ms at the rate, at least 64 KiB (one GSO packet)
+  burst=$(/usr/bin/python3 -c "
+import re; m = re.fullmatch(r'(\d+(?:\.\d+)?)([kmg]?)bit', '$1'.lower()); assert m, 'rate $1: use e.g. 1gbit'
+b = float(m.group(1)) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m.group(2)] / 8
+print(max(65536, int(b / 1000)))")
+  for i in 0 1; do
+    tc qdisc replace dev "${netns_prefix}v$i" root tbf rate "$1" burst "$burst" latency 100ms &&
+      ip netns exec "${hosts[$i]}" tc qdisc replace dev eth0 root tbf rate "$1" burst "$burst" latency 100ms ||
+      return 1
+  done
+}
+
+netns_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+netns_tcp() {
+  local spid rc
+  ip netns exec "${hosts[1]}" timeout 60 /usr/bin/python3 "$netns_dir/../bench/tcp_link.py" serve 5599 &
+  spid=$!
+  ip netns exec "${hosts[0]}" timeout 60 /usr/bin/python3 "$netns_dir/../bench/tcp_link.py" run \
+    "${net%.0/24}.11" 5599 "$@"
+  rc=$?
+  wait "$spid" || rc=1
+  return $rc
 }
 
 netns_down() {
