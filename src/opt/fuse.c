@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "opt/opt.h"
-#include "util/half.h" /* bf16 rounding of constants (bf16_value) */
 
 typedef struct {
   int32_t *group;     /* per node: root of its group, or -1 */
@@ -577,39 +576,13 @@ static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
  * g = select(mask, convert(dx, f32), 0) is f32 but every value of it is a
  * bf16 value, and batch norm's backward reads g three times (two sums and the
  * input gradient). Such a value t (an f32 elementwise op whose result is
- * always representable in bf16, bf16_exact) with several users, all of which
+ * always representable in bf16, opt_bf16_exact) with several users, all of which
  * fuse it, is stored as bf16 instead: t -> convert(convert(t, bf16), f32).
  * The inner convert joins t's group, which then writes bf16 (half the bytes);
  * the outer one is cheap arithmetic that every user recomputes (rewrite 4);
  * a user that converts t to bf16 itself reads the bf16 copy. The round trip
  * is the identity on bf16 values (a signaling NaN would come back quiet: the
  * only bits that may change), so the results are the same bits. */
-static bool bf16_value(double v) {
-  float f = (float)v;
-  return (double)f == v && ts_bf16_to_f32(ts_f32_to_bf16(f)) == f;
-}
-
-/* exact[i] for every node: f32 and always a bf16 value. */
-static void find_bf16_exact(const ts_graph *g, bool *exact) {
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ts_node *n = &g->nodes[i];
-    double v;
-    exact[i] = false;
-    if (n->dtype != TS_F32) continue;
-    if (opt_splat_value(g, i, &v)) {
-      exact[i] = bf16_value(v);
-    } else if (n->op == TS_OP_CONVERT) {
-      exact[i] = g->nodes[n->in[0]].dtype == TS_BF16;
-    } else if (n->op == TS_OP_SELECT) {
-      exact[i] = exact[n->in[1]] && exact[n->in[2]];
-    } else if (n->op == TS_OP_MAX || n->op == TS_OP_MIN) {
-      exact[i] = exact[n->in[0]] && exact[n->in[1]];
-    } else if (n->op == TS_OP_NEG || n->op == TS_OP_ABS) {
-      exact[i] = exact[n->in[0]];
-    }
-  }
-}
-
 /* Whether t is worth storing as bf16: bf16_exact, computed (not a convert
  * from bf16 or a splat, which cost nothing to recompute), full-size, no graph
  * output, and read by several users that all fuse it (a bf16 conversion of
@@ -661,7 +634,7 @@ static int narrow_rewrite(const ts_graph *g, ts_graph **out, int *narrowed) {
     rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
-  find_bf16_exact(g, exact);
+  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
   bool any = false;
   for (int i = 0; i < g->n_nodes; i++) any |= narrow[i] = narrow_candidate(g, &u, exact, i);
   narrow_state s = {narrow, bf16, 0};
