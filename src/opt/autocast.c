@@ -3,7 +3,10 @@
  * conv2d and its two backward ops: matmul, linear and convolution in both
  * passes) run in the low-precision type; everything else (softmax, the losses,
  * norms and their statistics, reductions, exp/log/pow, the optimizer, the
- * collectives) stays f32.
+ * collectives) is computed in f32. Under bf16, the activations PyTorch keeps
+ * in bf16 between a convolution and the next (batch norm's output and input
+ * gradient, residual sums) are also rounded to bf16 (below: "bf16
+ * activations").
  *
  *   bf16: op(a, b) f32  ->  convert(op(convert(a, bf16), convert(b, bf16)) bf16, f32)
  *         (oneDNN's bf16 kernels accumulate in f32 and round the result to
