@@ -646,13 +646,97 @@ done:
   return rc;
 }
 
-/* The rewrites before grouping, in order: the ReLU masks first (a mask that
+/* ---- 6. bf16 roundings moved past a select ----
+ * Under bf16 autocast the residual gradient is rounded and then masked by
+ * ReLU's backward, and the masked value is stored as bf16:
+ *   convert(select(m, convert(convert(x, bf16), f32), z), bf16)
+ * with z a bf16 value (0). Selecting commutes with rounding (each element is
+ * round(x) or z = round(z)), so that is convert(select(m, x, z), bf16): the
+ * same bits, one rounding pass fewer. Applied when every user of the select
+ * converts it to bf16, or when rewrite 5 would store it as bf16 (several
+ * users, all fusing it: it reads as f32 from a bf16 copy); then the select of
+ * x is stored as bf16 here, convert(convert(select(m, x, z), bf16), f32),
+ * the values the users read before. */
+static ts_tensor unrounded(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_CONVERT || n->dtype != TS_F32) return TS_NONE;
+  const ts_node *b = &g->nodes[n->in[0]];
+  if (b->op != TS_OP_CONVERT || b->dtype != TS_BF16 || g->nodes[b->in[0]].dtype != TS_F32) return TS_NONE;
+  return b->in[0];
+}
+
+/* 0: no; 1: every user converts to bf16; 2: stored as bf16 (rewrite 5). */
+static int commute_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_SELECT || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return false;
+  bool any = false;
+  for (int k = 1; k < 3; k++) {
+    bool r = unrounded(g, n->in[k]) >= 0;
+    if (!r && !exact[n->in[k]]) return false;
+    any |= r;
+  }
+  int narrowed = 0, users = u->off[t + 1] - u->off[t];
+  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
+    const ts_node *w = &g->nodes[u->users[k]];
+    if (w->op == TS_OP_CONVERT && w->dtype == TS_BF16) continue;
+    if (!fusing_user(g, u->users[k])) return false;
+    narrowed = 1;
+  }
+  if (narrowed && (users < 2 || ts_shape_numel(n->rank, n->shape) <= 1)) return false;
+  return any ? 1 + narrowed : 0;
+}
+
+static ts_tensor commute_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  const int8_t *cand = user;
+  if (!cand[id]) return OPT_KEEP;
+  const ts_node *n = &src->nodes[id];
+  int32_t ins[3] = {map[n->in[0]], map[n->in[1]], map[n->in[2]]};
+  for (int k = 1; k < 3; k++) {
+    ts_tensor x = unrounded(src, n->in[k]);
+    if (x >= 0) ins[k] = map[x];
+  }
+  ts_tensor t = ir_append(dst, n->op, n->dtype, n->rank, n->shape, 3, ins, &n->attr);
+  if (t < 0 || cand[id] == 1) return t;
+  ts_tensor b = ir_append(dst, TS_OP_CONVERT, TS_BF16, n->rank, n->shape, 1, &t, NULL);
+  return b < 0 ? TS_NONE : ir_append(dst, TS_OP_CONVERT, TS_F32, n->rank, n->shape, 1, &b, NULL);
+}
+
+/* *out: the rewritten graph, or NULL when no select qualifies. */
+static int commute_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
+  *out = NULL;
+  *rewritten = 0;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return -1;
+  size_t nn = (size_t)g->n_nodes + 1;
+  bool *exact = malloc(nn * sizeof *exact);
+  int8_t *cand = malloc(nn * sizeof *cand);
+  int rc = 0;
+  if (!exact || !cand) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+    goto done;
+  }
+  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
+  for (int i = 0; i < g->n_nodes; i++) *rewritten += (cand[i] = (int8_t)commute_candidate(g, &u, exact, i)) > 0;
+  if (*rewritten) { /* then without the round trips no one reads (they would keep x from fusing) */
+    ts_graph *r = opt_rebuild(g, commute_node, cand, NULL);
+    if (!r || !(*out = opt_dce(r, NULL))) rc = -1;
+    ts_graph_free(r);
+  }
+done:
+  free(exact), free(cand);
+  opt_users_free(&u);
+  return rc;
+}
+
+/* The rewrites before grouping, in order: the roundings moved past selects
+ * first (a select that stops reading a rounded value may leave it unused), the ReLU masks next (a mask that
  * reads the ReLU's output leaves batch norm's output with one user, so it is
  * not recomputed for the mask), the bf16-exact values next (so their f32
  * round trips are copied into users), the cheap copies last. Each gives a
  * new graph or NULL (nothing to rewrite). */
 typedef int (*prefuse_rewrite)(const ts_graph *g, ts_graph **out, int *rewritten);
-static const prefuse_rewrite prefuse_rewrites[] = {relu_mask_rewrite, narrow_rewrite, mask_copy_rewrite};
+static const prefuse_rewrite prefuse_rewrites[] = {commute_rewrite, relu_mask_rewrite, narrow_rewrite,
+                                                    mask_copy_rewrite};
 
 /* Runs prefuse_rewrites on g0. *owned: the graph they made (NULL: g0 is
  * unchanged), the caller's to free; *rewritten: nodes rewritten. Returns the
