@@ -1,7 +1,8 @@
 /* test_fuse_commute.c — bf16 roundings moved past a select (src/opt/fuse.c,
  * rewrite 6): ReLU's backward of a rounded residual gradient under autocast,
  * s = select(y > 0, convert(convert(x, bf16), f32), 0), (1) stored as bf16
- * and (2) read by two sums (so stored as bf16 by rewrite 5). The compiled
+ * and (2) read by two sums (so stored as bf16 by rewrite 5), and (3)
+ * max(convert(convert(x, bf16), f32), 0) stored as bf16. The compiled
  * program rounds x once (no bf16 -> f32 round trip left inside a fused
  * group), and every result equals the arithmetic on round(x) bit for bit
  * (-0, +-inf, NaN, ties and values below bf16's range among the inputs). */
@@ -32,6 +33,7 @@ static float x_value(int i) {
   if (i == 17) return INFINITY;
   if (i == 29) return NAN;
   if (i % 89 == 5) return 1e-42f; /* an f32 subnormal: rounds to a bf16 subnormal or 0 */
+  if (i % 83 == 6) return -1e-45f; /* rounds to -0 in bf16 */
   if (i % 7 == 1) return ts_bf16_to_f32(0x3f81) + ldexpf(1.0f, -8) * 0.5f; /* a tie: to even */
   return sinf((float)i * 0.37f) * 3.0f;
 }
@@ -48,9 +50,10 @@ int main(void) {
   ts_tensor s = ts_select(g, m, r, ts_scalar(g, TS_F32, 0.0));
   ts_tensor xs = ts_mul(g, x, ts_scalar(g, TS_F32, 0.5)); /* a second selection, read by two sums */
   ts_tensor s2 = ts_select(g, m, ts_convert(g, ts_convert(g, xs, TS_BF16), TS_F32), ts_scalar(g, TS_F32, 0.0));
-  ts_tensor outs[3] = {ts_convert(g, s, TS_BF16), ts_reduce(g, s2, TS_REDUCE_SUM, 3, red, false),
-                       ts_reduce(g, ts_mul(g, s2, s2), TS_REDUCE_SUM, 3, red, false)};
-  for (int k = 0; k < 3; k++) CHECK(ts_graph_add_output(g, outs[k]) == k, "output %d: %s", k, ts_last_error());
+  ts_tensor outs[4] = {ts_convert(g, s, TS_BF16), ts_reduce(g, s2, TS_REDUCE_SUM, 3, red, false),
+                       ts_reduce(g, ts_mul(g, s2, s2), TS_REDUCE_SUM, 3, red, false),
+                       ts_convert(g, ts_relu(g, r), TS_BF16)};
+  for (int k = 0; k < 4; k++) CHECK(ts_graph_add_output(g, outs[k]) == k, "output %d: %s", k, ts_last_error());
   ts_executable *e = ts_compile(c, g, NULL);
   CHECK(e != NULL, "compile: %s", ts_last_error());
   if (!e) goto out;
@@ -58,22 +61,28 @@ int main(void) {
   CHECK(prog && !has_round_trip(prog), "a bf16 -> f32 round trip is left in a fused group:\n%s", prog ? prog : "");
   free(prog);
   static float hx[E], ws2[E];
-  static uint16_t hy[E], got[E], want[E];
+  static uint16_t hy[E], got[E], want[E], wrelu[E];
   for (int i = 0; i < E; i++) {
     hx[i] = x_value(i);
     hy[i] = ts_f32_to_bf16((float)(i % 5) - 2.0f);
     bool on = ts_bf16_to_f32(hy[i]) > 0;
     want[i] = on ? ts_f32_to_bf16(hx[i]) : 0;
+    wrelu[i] = hx[i] > 0 || isnan(hx[i]) ? ts_f32_to_bf16(hx[i]) : 0; /* max propagates NaN; -0 gives +0 */
     ws2[i] = on ? ts_bf16_to_f32(ts_f32_to_bf16(hx[i] * 0.5f)) : 0.0f;
   }
   ts_buffer *in[2] = {ts_buffer_from_host(c, TS_F32, 4, s4, hx), ts_buffer_from_host(c, TS_BF16, 4, s4, hy)};
-  ts_buffer *ob[3] = {0};
+  ts_buffer *ob[4] = {0};
   CHECK(ts_execute(e, in, ob) == 0, "execute: %s", ts_last_error());
   if (ob[0]) {
     ts_buffer_read(ob[0], got, sizeof got);
     int bad = 0;
     for (int i = 0; i < E; i++) bad += got[i] != want[i] && !(isnan(ts_bf16_to_f32(got[i])) && isnan(ts_bf16_to_f32(want[i])));
     CHECK(bad == 0, "select of the rounded x: %d of %d elements differ", bad, E);
+    ts_buffer_read(ob[3], got, sizeof got);
+    bad = 0;
+    for (int i = 0; i < E; i++)
+      if (got[i] != wrelu[i] && bad++ == 0) printf("ReLU element %d: x %.9g, got 0x%04x, want 0x%04x\n", i, hx[i], got[i], wrelu[i]);
+    CHECK(bad == 0, "ReLU of the rounded x: %d of %d elements differ", bad, E);
     /* the sums read the selection of round(0.5 x): NaN / inf make them NaN in every channel they reach */
     float sums[2][C], ref[2][C];
     for (int k = 0; k < C; k++) ref[0][k] = ref[1][k] = 0;
@@ -86,7 +95,7 @@ int main(void) {
               "sum %d channel %d: %.9g, want %.9g", j, k, sums[j][k], ref[j][k]);
   }
   for (int k = 0; k < 2; k++) ts_buffer_free(in[k]);
-  for (int k = 0; k < 3; k++) ts_buffer_free(ob[k]);
+  for (int k = 0; k < 4; k++) ts_buffer_free(ob[k]);
   ts_executable_free(e);
 out:
   ts_graph_free(g);

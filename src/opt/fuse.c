@@ -646,13 +646,16 @@ done:
   return rc;
 }
 
-/* ---- 6. bf16 roundings moved past a select ----
+/* ---- 6. bf16 roundings moved past a select, max or min ----
  * Under bf16 autocast the residual gradient is rounded and then masked by
  * ReLU's backward, and the masked value is stored as bf16:
  *   convert(select(m, convert(convert(x, bf16), f32), z), bf16)
  * with z a bf16 value (0). Selecting commutes with rounding (each element is
  * round(x) or z = round(z)), so that is convert(select(m, x, z), bf16): the
- * same bits, one rounding pass fewer. Applied when every user of the select
+ * same bits, one rounding pass fewer. Likewise max and min (ReLU of batch
+ * norm's rounded output): rounding is monotone and keeps z, so
+ * max(round(x), z) = round(max(x, z)) (a NaN x gives round(x) either way).
+ * Applied when every user of the select
  * converts it to bf16, or when rewrite 5 would store it as bf16 (several
  * users, all fusing it: it reads as f32 from a bf16 copy); then the select of
  * x is stored as bf16 here, convert(convert(select(m, x, z), bf16), f32),
@@ -668,9 +671,10 @@ static ts_tensor unrounded(const ts_graph *g, ts_tensor t) {
 /* 0: no; 1: every user converts to bf16; 2: stored as bf16 (rewrite 5). */
 static int commute_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
   const ts_node *n = &g->nodes[t];
-  if (n->op != TS_OP_SELECT || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return false;
+  bool sel = n->op == TS_OP_SELECT, mono = n->op == TS_OP_MAX || n->op == TS_OP_MIN;
+  if (!(sel || mono) || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return false;
   bool any = false;
-  for (int k = 1; k < 3; k++) {
+  for (int k = sel; k < n->n_in; k++) {
     bool r = unrounded(g, n->in[k]) >= 0;
     if (!r && !exact[n->in[k]]) return false;
     any |= r;
@@ -686,18 +690,26 @@ static int commute_candidate(const ts_graph *g, const opt_users *u, const bool *
   return any ? 1 + narrowed : 0;
 }
 
+typedef struct {
+  const int8_t *cand;
+  int32_t *bf16; /* per candidate stored as bf16 (2): its bf16 copy in dst */
+} commute_state;
+
 static ts_tensor commute_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
-  const int8_t *cand = user;
-  if (!cand[id]) return OPT_KEEP;
+  commute_state *s = user;
+  const int8_t *cand = s->cand;
   const ts_node *n = &src->nodes[id];
-  int32_t ins[3] = {map[n->in[0]], map[n->in[1]], map[n->in[2]]};
-  for (int k = 1; k < 3; k++) {
-    ts_tensor x = unrounded(src, n->in[k]);
-    if (x >= 0) ins[k] = map[x];
+  if (n->op == TS_OP_CONVERT && n->dtype == TS_BF16 && cand[n->in[0]] == 2) return s->bf16[n->in[0]];
+  if (!cand[id]) return OPT_KEEP;
+  int32_t ins[3];
+  for (int k = 0; k < n->n_in; k++) {
+    ts_tensor x = k > 0 || n->op != TS_OP_SELECT ? unrounded(src, n->in[k]) : TS_NONE;
+    ins[k] = map[x >= 0 ? x : n->in[k]];
   }
-  ts_tensor t = ir_append(dst, n->op, n->dtype, n->rank, n->shape, 3, ins, &n->attr);
+  ts_tensor t = ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, ins, &n->attr);
   if (t < 0 || cand[id] == 1) return t;
   ts_tensor b = ir_append(dst, TS_OP_CONVERT, TS_BF16, n->rank, n->shape, 1, &t, NULL);
+  s->bf16[id] = b;
   return b < 0 ? TS_NONE : ir_append(dst, TS_OP_CONVERT, TS_F32, n->rank, n->shape, 1, &b, NULL);
 }
 
@@ -710,32 +722,35 @@ static int commute_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
   size_t nn = (size_t)g->n_nodes + 1;
   bool *exact = malloc(nn * sizeof *exact);
   int8_t *cand = malloc(nn * sizeof *cand);
+  int32_t *bf16 = malloc(nn * sizeof *bf16);
   int rc = 0;
-  if (!exact || !cand) {
+  if (!exact || !cand || !bf16) {
     rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
   for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
   for (int i = 0; i < g->n_nodes; i++) *rewritten += (cand[i] = (int8_t)commute_candidate(g, &u, exact, i)) > 0;
   if (*rewritten) { /* then without the round trips no one reads (they would keep x from fusing) */
-    ts_graph *r = opt_rebuild(g, commute_node, cand, NULL);
+    commute_state st = {cand, bf16};
+    ts_graph *r = opt_rebuild(g, commute_node, &st, NULL);
     if (!r || !(*out = opt_dce(r, NULL))) rc = -1;
     ts_graph_free(r);
   }
 done:
-  free(exact), free(cand);
+  free(exact), free(cand), free(bf16);
   opt_users_free(&u);
   return rc;
 }
 
-/* The rewrites before grouping, in order: the roundings moved past selects
- * first (a select that stops reading a rounded value may leave it unused), the ReLU masks next (a mask that
+/* The rewrites before grouping, in order: the ReLU masks first (a mask that
  * reads the ReLU's output leaves batch norm's output with one user, so it is
- * not recomputed for the mask), the bf16-exact values next (so their f32
+ * not recomputed for the mask; under autocast it reads the ReLU's bf16 copy,
+ * so the ReLU's only users are bf16 converts), the roundings moved past
+ * selects and ReLUs next, the bf16-exact values next (so their f32
  * round trips are copied into users), the cheap copies last. Each gives a
  * new graph or NULL (nothing to rewrite). */
 typedef int (*prefuse_rewrite)(const ts_graph *g, ts_graph **out, int *rewritten);
-static const prefuse_rewrite prefuse_rewrites[] = {commute_rewrite, relu_mask_rewrite, narrow_rewrite,
+static const prefuse_rewrite prefuse_rewrites[] = {relu_mask_rewrite, commute_rewrite, narrow_rewrite,
                                                     mask_copy_rewrite};
 
 /* Runs prefuse_rewrites on g0. *owned: the graph they made (NULL: g0 is
