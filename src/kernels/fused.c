@@ -253,7 +253,11 @@ static void store_tile(ts_dtype dt, const void *src, int n, void *out, int64_t o
 /* CONVERT of one tile from (class ca, dtype fa) to dtype to. */
 static void convert_tile(int ca, const void *a, ts_dtype to, void *d, int n) {
   int cd = cls(to);
-  if (ca == C_F32 && cd == C_F32) {
+  if (ca == C_F32 && to == TS_BF16) { /* one pass (autocast's roundings of f32 activations) */
+    const float *s = a;
+    float *o = d;
+    SIMD for (int j = 0; j < n; j++) o[j] = bf16_round(s[j]);
+  } else if (ca == C_F32 && cd == C_F32) {
     memmove(d, a, (size_t)n * 4);
     round_half(to, d, n);
   } else if (ca == C_F32 && cd == C_F64) {

@@ -3,7 +3,10 @@
  * conv2d and its two backward ops: matmul, linear and convolution in both
  * passes) run in the low-precision type; everything else (softmax, the losses,
  * norms and their statistics, reductions, exp/log/pow, the optimizer, the
- * collectives) stays f32.
+ * collectives) is computed in f32. Under bf16, the activations PyTorch keeps
+ * in bf16 between a convolution and the next (batch norm's output and input
+ * gradient, residual sums) are also rounded to bf16 (below: "bf16
+ * activations").
  *
  *   bf16: op(a, b) f32  ->  convert(op(convert(a, bf16), convert(b, bf16)) bf16, f32)
  *         (oneDNN's bf16 kernels accumulate in f32 and round the result to
@@ -25,6 +28,7 @@
  * backward-data conv), and gradients come back f32 through the result's
  * convert. Run before the other passes so simplify/CSE/fusion see the converts
  * (a convert feeding an elementwise chain is fused into it). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "opt/opt.h"
@@ -82,6 +86,131 @@ static ts_tensor autocast_node(ts_graph *dst, const ts_graph *src, int id, const
   return r;
 }
 
+/* ---- bf16 activations: the values PyTorch's autocast stores as bf16 ----
+ * Under PyTorch's CPU autocast a convolution returns bf16, and the ops after
+ * it (not on any autocast list) keep that type: batch norm reads bf16 x and
+ * returns bf16 y (computed in f32 inside), ReLU of bf16 is bf16, bf16 + bf16
+ * is bf16, and autograd gives each bf16 tensor a bf16 gradient (batch norm's
+ * input gradient, the sum of a residual block input's two gradients). So
+ * under bf16 autocast these values are rounded to bf16, everything between
+ * them still computed in f32:
+ *   (a) batch norm's output y when its input x is a bf16 value,
+ *   (b) batch norm's input gradient dx (bn_adjoint's closed form) when x is,
+ *   (c) the sum of two full-size bf16 values, neither a matmul's result
+ *       (PyTorch sums matmul gradients into the f32 tensor autocast cast
+ *       from: q, k and v read one f32 LayerNorm output; convolutions read the
+ *       bf16 activations above).
+ * "A bf16 value" is opt_bf16_exact: a contraction's converted result, a value
+ * rounded here, or a ReLU / select of those. Each rounding is the round trip
+ * convert(convert(v, bf16), f32): fusion folds the inner convert into v's
+ * group (which then writes bf16: half the bytes) and the outer one into its
+ * users. ReLU commutes with the rounding, so relu(round(y)) is what PyTorch
+ * stores too. */
+typedef struct {
+  bool *exact; /* per dst node */
+  int n_exact, cap;
+  int rounded;
+} round_ctx;
+
+static bool bcast_of_smaller(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == TS_OP_BROADCAST && ts_tensor_numel(g, n->in[0]) < ts_shape_numel(n->rank, n->shape);
+}
+
+/* xc = x - B(mean(x)): returns x, or TS_NONE. */
+static ts_tensor centred_input(const ts_graph *g, ts_tensor xc) {
+  const ts_node *n = &g->nodes[xc];
+  if (n->op != TS_OP_SUB || !bcast_of_smaller(g, n->in[1])) return TS_NONE;
+  const ts_node *m = &g->nodes[g->nodes[n->in[1]].in[0]];
+  return m->op == TS_OP_REDUCE && m->attr.reduce == TS_REDUCE_MEAN && m->in[0] == n->in[0] ? n->in[0] : TS_NONE;
+}
+
+/* op(a, B(.)) with op as given: returns a, or TS_NONE. */
+static ts_tensor scaled(const ts_graph *g, ts_tensor t, ts_op op) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == op && n->n_in == 2 && bcast_of_smaller(g, n->in[1]) ? n->in[0] : TS_NONE;
+}
+
+/* (a) y = xc * B(inv) * B(gamma) + B(beta), x a bf16 value. */
+static bool bn_output(const ts_graph *g, ts_tensor t, const bool *exact) {
+  ts_tensor yg = scaled(g, t, TS_OP_ADD), xhat = yg < 0 ? TS_NONE : scaled(g, yg, TS_OP_MUL);
+  ts_tensor xc = xhat < 0 ? TS_NONE : scaled(g, xhat, TS_OP_MUL);
+  ts_tensor x = xc < 0 ? TS_NONE : centred_input(g, xc);
+  return x >= 0 && exact[x];
+}
+
+/* (b) dx = (dy - B(a) - xc * B(b)) * B(k), x a bf16 value. */
+static bool bn_input_grad(const ts_graph *g, ts_tensor t, const bool *exact) {
+  ts_tensor d = scaled(g, t, TS_OP_MUL);
+  if (d < 0 || g->nodes[d].op != TS_OP_SUB || scaled(g, g->nodes[d].in[0], TS_OP_SUB) < 0) return false;
+  ts_tensor xc = scaled(g, g->nodes[d].in[1], TS_OP_MUL);
+  ts_tensor x = xc < 0 ? TS_NONE : centred_input(g, xc);
+  return x >= 0 && exact[x];
+}
+
+static bool from_matmul(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == TS_OP_CONVERT && g->nodes[n->in[0]].op == TS_OP_DOT;
+}
+
+/* (c) a + b, both full-size bf16 values, neither a matmul's. */
+static bool bf16_sum(const ts_graph *g, ts_tensor t, const bool *exact) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_ADD || n->n_in != 2) return false;
+  int64_t numel = ts_shape_numel(n->rank, n->shape);
+  for (int k = 0; k < 2; k++)
+    if (!exact[n->in[k]] || ts_tensor_numel(g, n->in[k]) != numel || from_matmul(g, n->in[k])) return false;
+  return numel > 1;
+}
+
+/* exact[] for every dst node appended since the last call. */
+static int update_exact(round_ctx *c, const ts_graph *dst) {
+  if (dst->n_nodes > c->cap) {
+    int cap = dst->n_nodes * 2 + 16;
+    bool *e = realloc(c->exact, (size_t)cap * sizeof *e);
+    if (!e) return error_oom("compile: autocast", (size_t)cap);
+    c->exact = e, c->cap = cap;
+  }
+  for (; c->n_exact < dst->n_nodes; c->n_exact++) c->exact[c->n_exact] = opt_bf16_exact(dst, c->n_exact, c->exact);
+  return 0;
+}
+
+/* t = convert(b, f32) with b bf16: returns b, else TS_NONE. */
+static ts_tensor widened_bf16(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == TS_OP_CONVERT && n->dtype == TS_F32 && g->nodes[n->in[0]].dtype == TS_BF16 ? n->in[0] : TS_NONE;
+}
+
+static ts_tensor round_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  round_ctx *c = user;
+  const ts_node *sn = &src->nodes[id];
+  /* convert(convert(b, f32), bf16) = b: a contraction reading a rounded value
+   * reads its bf16 copy (no second rounding pass in the fused kernel) */
+  if (sn->op == TS_OP_CONVERT && sn->dtype == TS_BF16 && map[sn->in[0]] >= 0 && widened_bf16(dst, map[sn->in[0]]) >= 0)
+    return widened_bf16(dst, map[sn->in[0]]);
+  ts_tensor t = opt_copy_node(dst, src, id, map);
+  if (t < 0 || update_exact(c, dst) < 0) return TS_NONE;
+  const ts_node *n = &dst->nodes[t];
+  if (n->dtype != TS_F32 || !(bn_output(dst, t, c->exact) || bn_input_grad(dst, t, c->exact) ||
+                              bf16_sum(dst, t, c->exact)))
+    return t;
+  c->rounded++;
+  int64_t shape[TS_MAX_RANK];
+  memcpy(shape, n->shape, sizeof shape);
+  int rank = n->rank;
+  ts_tensor b = ir_append(dst, TS_OP_CONVERT, TS_BF16, rank, shape, 1, &t, NULL);
+  return b < 0 ? TS_NONE : ir_append(dst, TS_OP_CONVERT, TS_F32, rank, shape, 1, &b, NULL);
+}
+
+static ts_graph *round_activations(ts_graph *g, int *changed) {
+  round_ctx c = {0};
+  ts_graph *out = opt_rebuild(g, round_node, &c, NULL);
+  free(c.exact);
+  ts_graph_free(g);
+  *changed += c.rounded;
+  return out;
+}
+
 ts_graph *opt_autocast(const ts_graph *g, ts_dtype dt, int *changed) {
   autocast_ctx c = {.dt = dt};
   if (dt != TS_BF16 && dt != TS_F16) {
@@ -89,6 +218,7 @@ ts_graph *opt_autocast(const ts_graph *g, ts_dtype dt, int *changed) {
     return opt_rebuild(g, NULL, NULL, NULL);
   }
   ts_graph *out = opt_rebuild(g, autocast_node, &c, NULL);
+  if (out && dt == TS_BF16) out = round_activations(out, &c.changed);
   if (changed) *changed = c.changed;
   return out;
 }

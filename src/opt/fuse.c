@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "opt/opt.h"
-#include "util/half.h" /* bf16 rounding of constants (bf16_value) */
 
 typedef struct {
   int32_t *group;     /* per node: root of its group, or -1 */
@@ -577,39 +576,13 @@ static int mask_copy_rewrite(const ts_graph *g, ts_graph **out, int *copies) {
  * g = select(mask, convert(dx, f32), 0) is f32 but every value of it is a
  * bf16 value, and batch norm's backward reads g three times (two sums and the
  * input gradient). Such a value t (an f32 elementwise op whose result is
- * always representable in bf16, bf16_exact) with several users, all of which
+ * always representable in bf16, opt_bf16_exact) with several users, all of which
  * fuse it, is stored as bf16 instead: t -> convert(convert(t, bf16), f32).
  * The inner convert joins t's group, which then writes bf16 (half the bytes);
  * the outer one is cheap arithmetic that every user recomputes (rewrite 4);
  * a user that converts t to bf16 itself reads the bf16 copy. The round trip
  * is the identity on bf16 values (a signaling NaN would come back quiet: the
  * only bits that may change), so the results are the same bits. */
-static bool bf16_value(double v) {
-  float f = (float)v;
-  return (double)f == v && ts_bf16_to_f32(ts_f32_to_bf16(f)) == f;
-}
-
-/* exact[i] for every node: f32 and always a bf16 value. */
-static void find_bf16_exact(const ts_graph *g, bool *exact) {
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ts_node *n = &g->nodes[i];
-    double v;
-    exact[i] = false;
-    if (n->dtype != TS_F32) continue;
-    if (opt_splat_value(g, i, &v)) {
-      exact[i] = bf16_value(v);
-    } else if (n->op == TS_OP_CONVERT) {
-      exact[i] = g->nodes[n->in[0]].dtype == TS_BF16;
-    } else if (n->op == TS_OP_SELECT) {
-      exact[i] = exact[n->in[1]] && exact[n->in[2]];
-    } else if (n->op == TS_OP_MAX || n->op == TS_OP_MIN) {
-      exact[i] = exact[n->in[0]] && exact[n->in[1]];
-    } else if (n->op == TS_OP_NEG || n->op == TS_OP_ABS) {
-      exact[i] = exact[n->in[0]];
-    }
-  }
-}
-
 /* Whether t is worth storing as bf16: bf16_exact, computed (not a convert
  * from bf16 or a splat, which cost nothing to recompute), full-size, no graph
  * output, and read by several users that all fuse it (a bf16 conversion of
@@ -661,7 +634,7 @@ static int narrow_rewrite(const ts_graph *g, ts_graph **out, int *narrowed) {
     rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
-  find_bf16_exact(g, exact);
+  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
   bool any = false;
   for (int i = 0; i < g->n_nodes; i++) any |= narrow[i] = narrow_candidate(g, &u, exact, i);
   narrow_state s = {narrow, bf16, 0};
@@ -673,13 +646,112 @@ done:
   return rc;
 }
 
+/* ---- 6. bf16 roundings moved past a select, max or min ----
+ * Under bf16 autocast the residual gradient is rounded and then masked by
+ * ReLU's backward, and the masked value is stored as bf16:
+ *   convert(select(m, convert(convert(x, bf16), f32), z), bf16)
+ * with z a bf16 value (0). Selecting commutes with rounding (each element is
+ * round(x) or z = round(z)), so that is convert(select(m, x, z), bf16): the
+ * same bits, one rounding pass fewer. Likewise max and min (ReLU of batch
+ * norm's rounded output): rounding is monotone and keeps z, so
+ * max(round(x), z) = round(max(x, z)) (a NaN x gives round(x) either way).
+ * Applied when every user of the select
+ * converts it to bf16, or when rewrite 5 would store it as bf16 (several
+ * users, all fusing it: it reads as f32 from a bf16 copy); then the select of
+ * x is stored as bf16 here, convert(convert(select(m, x, z), bf16), f32),
+ * the values the users read before. */
+static ts_tensor unrounded(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  if (n->op != TS_OP_CONVERT || n->dtype != TS_F32) return TS_NONE;
+  const ts_node *b = &g->nodes[n->in[0]];
+  if (b->op != TS_OP_CONVERT || b->dtype != TS_BF16 || g->nodes[b->in[0]].dtype != TS_F32) return TS_NONE;
+  return b->in[0];
+}
+
+/* 0: no; 1: every user converts to bf16; 2: stored as bf16 (rewrite 5). */
+static int commute_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
+  const ts_node *n = &g->nodes[t];
+  bool sel = n->op == TS_OP_SELECT, mono = n->op == TS_OP_MAX || n->op == TS_OP_MIN;
+  if (!(sel || mono) || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return false;
+  bool any = false;
+  for (int k = sel; k < n->n_in; k++) {
+    bool r = unrounded(g, n->in[k]) >= 0;
+    if (!r && !exact[n->in[k]]) return false;
+    any |= r;
+  }
+  int narrowed = 0, users = u->off[t + 1] - u->off[t];
+  for (int k = u->off[t]; k < u->off[t + 1]; k++) {
+    const ts_node *w = &g->nodes[u->users[k]];
+    if (w->op == TS_OP_CONVERT && w->dtype == TS_BF16) continue;
+    if (!fusing_user(g, u->users[k])) return false;
+    narrowed = 1;
+  }
+  if (narrowed && (users < 2 || ts_shape_numel(n->rank, n->shape) <= 1)) return false;
+  return any ? 1 + narrowed : 0;
+}
+
+typedef struct {
+  const int8_t *cand;
+  int32_t *bf16; /* per candidate stored as bf16 (2): its bf16 copy in dst */
+} commute_state;
+
+static ts_tensor commute_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
+  commute_state *s = user;
+  const int8_t *cand = s->cand;
+  const ts_node *n = &src->nodes[id];
+  if (n->op == TS_OP_CONVERT && n->dtype == TS_BF16 && cand[n->in[0]] == 2) return s->bf16[n->in[0]];
+  if (!cand[id]) return OPT_KEEP;
+  int32_t ins[3];
+  for (int k = 0; k < n->n_in; k++) {
+    ts_tensor x = k > 0 || n->op != TS_OP_SELECT ? unrounded(src, n->in[k]) : TS_NONE;
+    ins[k] = map[x >= 0 ? x : n->in[k]];
+  }
+  ts_tensor t = ir_append(dst, n->op, n->dtype, n->rank, n->shape, n->n_in, ins, &n->attr);
+  if (t < 0 || cand[id] == 1) return t;
+  ts_tensor b = ir_append(dst, TS_OP_CONVERT, TS_BF16, n->rank, n->shape, 1, &t, NULL);
+  s->bf16[id] = b;
+  return b < 0 ? TS_NONE : ir_append(dst, TS_OP_CONVERT, TS_F32, n->rank, n->shape, 1, &b, NULL);
+}
+
+/* *out: the rewritten graph, or NULL when no select qualifies. */
+static int commute_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
+  *out = NULL;
+  *rewritten = 0;
+  opt_users u;
+  if (opt_users_build(g, &u) < 0) return -1;
+  size_t nn = (size_t)g->n_nodes + 1;
+  bool *exact = malloc(nn * sizeof *exact);
+  int8_t *cand = malloc(nn * sizeof *cand);
+  int32_t *bf16 = malloc(nn * sizeof *bf16);
+  int rc = 0;
+  if (!exact || !cand || !bf16) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
+    goto done;
+  }
+  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
+  for (int i = 0; i < g->n_nodes; i++) *rewritten += (cand[i] = (int8_t)commute_candidate(g, &u, exact, i)) > 0;
+  if (*rewritten) { /* then without the round trips no one reads (they would keep x from fusing) */
+    commute_state st = {cand, bf16};
+    ts_graph *r = opt_rebuild(g, commute_node, &st, NULL);
+    if (!r || !(*out = opt_dce(r, NULL))) rc = -1;
+    ts_graph_free(r);
+  }
+done:
+  free(exact), free(cand), free(bf16);
+  opt_users_free(&u);
+  return rc;
+}
+
 /* The rewrites before grouping, in order: the ReLU masks first (a mask that
  * reads the ReLU's output leaves batch norm's output with one user, so it is
- * not recomputed for the mask), the bf16-exact values next (so their f32
+ * not recomputed for the mask; under autocast it reads the ReLU's bf16 copy,
+ * so the ReLU's only users are bf16 converts), the roundings moved past
+ * selects and ReLUs next, the bf16-exact values next (so their f32
  * round trips are copied into users), the cheap copies last. Each gives a
  * new graph or NULL (nothing to rewrite). */
 typedef int (*prefuse_rewrite)(const ts_graph *g, ts_graph **out, int *rewritten);
-static const prefuse_rewrite prefuse_rewrites[] = {relu_mask_rewrite, narrow_rewrite, mask_copy_rewrite};
+static const prefuse_rewrite prefuse_rewrites[] = {relu_mask_rewrite, commute_rewrite, narrow_rewrite,
+                                                    mask_copy_rewrite};
 
 /* Runs prefuse_rewrites on g0. *owned: the graph they made (NULL: g0 is
  * unchanged), the caller's to free; *rewritten: nodes rewritten. Returns the

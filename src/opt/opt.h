@@ -46,6 +46,11 @@ void opt_users_free(opt_users *u);
  * Returns false otherwise. */
 bool opt_splat_value(const ts_graph *g, ts_tensor t, double *value);
 
+/* Whether t is f32 and every value it can hold is a bf16 value: a splat of
+ * one, a convert from bf16, or a select / max / min / neg / abs of such
+ * values. exact[] holds the answer for t's operands (nodes before t). */
+bool opt_bf16_exact(const ts_graph *g, ts_tensor t, const bool *exact);
+
 /* The passes. Each returns a new graph or NULL with an error; *changed (may
  * be NULL) receives the number of nodes rewritten / removed / fused. */
 ts_graph *opt_simplify(const ts_graph *g, int *changed);
