@@ -59,11 +59,8 @@ if /usr/bin/python3 -c "import sys; sys.exit(float('$load') < 0.5)"; then
   echo "run_multihost.sh: warning: load average $load — other processes share the cores; timings will be noisy" >&2
 fi
 
-tmp="$(mktemp -d)"
 . "$here/../tests/netns.bash"
-trap 'netns_down; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM HUP
-netns_up 2 "$tmp" || { echo "run_multihost.sh: cannot create the namespace hosts: $netns_error" >&2; exit 2; }
+netns_start 2 run_multihost.sh # sets tmp and the traps
 echo "hosts ${hosts[*]} on $net" >&2
 
 : >"$tmp/results"

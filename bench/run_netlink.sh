@@ -34,11 +34,8 @@ fi
 net_env=(${NET_ENV:-})
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-tmp="$(mktemp -d)"
 . "$here/../tests/netns.bash"
-trap 'netns_down; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM HUP
-netns_up 2 "$tmp" || { echo "run_netlink.sh: cannot create the namespace hosts: $netns_error" >&2; exit 2; }
+netns_start 2 run_netlink.sh # sets tmp and the traps
 
 one() { # one ROW MODE: prints the RESULT line
   local row="$1" mode="$2" b="$bin" flags=() envs=("${net_env[@]}") v

@@ -15,8 +15,13 @@
 #                    prints its RESULT line (median_ms, mbps of one direction)
 #   netns_kill       kills every process inside the hosts.
 #   netns_down       kills them and removes everything netns_up created.
+#   netns_start N WHO  for the benchmarks: makes tmp (a temporary directory),
+#                    sets the traps that call netns_down and remove tmp on
+#                    exit, then netns_up N "$tmp"; exits 2 naming WHO when
+#                    the hosts cannot be created.
 # Names start with tsh<pid of the sourcing shell> so runs never collide. The
-# caller owns the trap that calls netns_down (on failure too).
+# caller owns the trap that calls netns_down (on failure too), or lets
+# netns_start set it.
 netns_prefix="tsh$$"
 hosts=()
 netns_started=()
@@ -119,4 +124,11 @@ AGENT
     --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net")
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   return 0
+}
+
+netns_start() {
+  tmp="$(mktemp -d)"
+  trap 'netns_down; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM HUP
+  netns_up "$1" "$tmp" || { echo "$2: cannot create the namespace hosts: $netns_error" >&2; exit 2; }
 }
