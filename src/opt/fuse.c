@@ -672,21 +672,21 @@ static ts_tensor unrounded(const ts_graph *g, ts_tensor t) {
 static int commute_candidate(const ts_graph *g, const opt_users *u, const bool *exact, int t) {
   const ts_node *n = &g->nodes[t];
   bool sel = n->op == TS_OP_SELECT, mono = n->op == TS_OP_MAX || n->op == TS_OP_MIN;
-  if (!(sel || mono) || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return false;
+  if (!(sel || mono) || n->dtype != TS_F32 || u->n_out[t] || u->off[t + 1] == u->off[t]) return 0;
   bool any = false;
   for (int k = sel; k < n->n_in; k++) {
     bool r = unrounded(g, n->in[k]) >= 0;
-    if (!r && !exact[n->in[k]]) return false;
+    if (!r && !exact[n->in[k]]) return 0;
     any |= r;
   }
   int narrowed = 0, users = u->off[t + 1] - u->off[t];
   for (int k = u->off[t]; k < u->off[t + 1]; k++) {
     const ts_node *w = &g->nodes[u->users[k]];
     if (w->op == TS_OP_CONVERT && w->dtype == TS_BF16) continue;
-    if (!fusing_user(g, u->users[k])) return false;
+    if (!fusing_user(g, u->users[k])) return 0;
     narrowed = 1;
   }
-  if (narrowed && (users < 2 || ts_shape_numel(n->rank, n->shape) <= 1)) return false;
+  if (narrowed && (users < 2 || ts_shape_numel(n->rank, n->shape) <= 1)) return 0;
   return any ? 1 + narrowed : 0;
 }
 
