@@ -1,6 +1,7 @@
 /* bn_adjoint.c — train-mode batch norm differentiated in closed form.
  *
- * ts_batch_norm_train (ir/composites.c) builds, over every dim but the
+ * ts_batch_norm_train (ir/composites.c; its structure is matched and the
+ * closed form's dx built in ir/bn_pattern.c) builds, over every dim but the
  * channel axis a (1, or the last dim for channels-last activations; D, n
  * values per channel):
  *   m = mean_D(x), xc = x - B(m), v = mean_D(xc * xc), inv = rsqrt(v + eps),
@@ -22,74 +23,7 @@
 
 #include "ad/ad.h"
 
-enum { BN_MAX_INNER = 16 };
-
-typedef struct {
-  ts_tensor x, gamma, beta, xc, inv, m, ve; /* ve = v + eps */
-  int axis; /* the channel dim (taken from beta's broadcast) */
-  int n_inner;
-  ts_tensor inner[BN_MAX_INNER]; /* nodes whose only cotangents come from y */
-} bn_match;
-
-/* t is broadcast(v) along dim a (>= 1) of a rank-r result, v rank 1; returns
- * v. a < 0: any such dim, stored in *a. */
-static ts_tensor per_channel_src(const ts_graph *g, ts_tensor t, int r, int *a) {
-  const ts_node *n = &g->nodes[t];
-  if (n->op != TS_OP_BROADCAST || n->rank != r || n->attr.n_dims != 1 || n->attr.dims[0] < 1) return TS_NONE;
-  if (*a < 0) *a = n->attr.dims[0];
-  if (n->attr.dims[0] != *a) return TS_NONE;
-  const ts_node *v = &g->nodes[n->in[0]];
-  return v->rank == 1 && v->shape[0] == n->shape[*a] && v->dtype == n->dtype ? n->in[0] : TS_NONE;
-}
-
-/* The mean over every dim of x but a. */
-static bool channel_mean(const ts_graph *g, ts_tensor t, ts_tensor x, int a) {
-  const ts_node *n = &g->nodes[t], *xn = &g->nodes[x];
-  if (n->op != TS_OP_REDUCE || n->in[0] != x || n->attr.reduce != TS_REDUCE_MEAN || n->attr.n_dims != xn->rank - 1)
-    return false;
-  for (int i = 0, d = 0; d < xn->rank; d++)
-    if (d != a && n->attr.dims[i++] != d) return false;
-  return true;
-}
-
-static void add_inner(bn_match *mt, ts_tensor t) { mt->inner[mt->n_inner++] = t; }
-
-/* y = add(mul(mul(xc, B(inv)), B(gamma)), B(beta)) as composites.c builds it. */
-static bool match(const ts_graph *g, ts_tensor y, bn_match *mt) {
-  memset(mt, 0, sizeof *mt);
-  const ts_node *yn = &g->nodes[y];
-  int r = yn->rank;
-  if (yn->op != TS_OP_ADD || r < 2 || !ts_dtype_is_float(yn->dtype)) return false;
-  ts_tensor yg = yn->in[0], bb = yn->in[1];
-  mt->axis = -1;
-  if ((mt->beta = per_channel_src(g, bb, r, &mt->axis)) == TS_NONE) return false;
-  const ts_node *ygn = &g->nodes[yg];
-  if (ygn->op != TS_OP_MUL || (mt->gamma = per_channel_src(g, ygn->in[1], r, &mt->axis)) == TS_NONE) return false;
-  ts_tensor xhat = ygn->in[0];
-  const ts_node *xh = &g->nodes[xhat];
-  if (xh->op != TS_OP_MUL || (mt->inv = per_channel_src(g, xh->in[1], r, &mt->axis)) == TS_NONE) return false;
-  mt->xc = xh->in[0];
-  const ts_node *xcn = &g->nodes[mt->xc];
-  if (xcn->op != TS_OP_SUB || (mt->m = per_channel_src(g, xcn->in[1], r, &mt->axis)) == TS_NONE) return false;
-  mt->x = xcn->in[0];
-  if (!channel_mean(g, mt->m, mt->x, mt->axis)) return false;
-  const ts_node *inv = &g->nodes[mt->inv];
-  if (inv->op != TS_OP_RSQRT) return false;
-  mt->ve = inv->in[0];
-  const ts_node *ve = &g->nodes[mt->ve];
-  if (ve->op != TS_OP_ADD) return false;
-  ts_tensor v = ve->in[0];
-  const ts_node *vn = &g->nodes[v];
-  if (!channel_mean(g, v, vn->in[0], mt->axis)) return false;
-  const ts_node *sq = &g->nodes[vn->in[0]];
-  if (sq->op != TS_OP_MUL || sq->in[0] != mt->xc || sq->in[1] != mt->xc) return false;
-  ts_tensor list[] = {yg, bb, ygn->in[1], xhat, xh->in[1], mt->xc, xcn->in[1], mt->m, mt->inv, inv->in[0], v,
-                      vn->in[0]};
-  for (size_t k = 0; k < sizeof list / sizeof *list; k++) add_inner(mt, list[k]);
-  return true;
-}
-
-static bool is_inner(const bn_match *mt, ts_tensor t) {
+static bool is_inner(const ir_bn *mt, ts_tensor t) {
   for (int k = 0; k < mt->n_inner; k++)
     if (mt->inner[k] == t) return true;
   return false;
@@ -99,7 +33,7 @@ static bool is_inner(const bn_match *mt, ts_tensor t) {
  * sent no cotangent (autodiff has processed it: reverse order), and no inner
  * node holds a cotangent yet (e.g. as an output of ts_vjp). The eps operand
  * of v + eps carries no gradient. */
-static bool closed(const ts_graph *g, ts_tensor y, const bn_match *mt, const ts_tensor *cot, int n_nodes,
+static bool closed(const ts_graph *g, ts_tensor y, const ir_bn *mt, const ts_tensor *cot, int n_nodes,
                    const bool *dep) {
   for (int k = 0; k < mt->n_inner; k++)
     if (cot[mt->inner[k]] != TS_NONE) return false;
@@ -115,18 +49,10 @@ static bool closed(const ts_graph *g, ts_tensor y, const bn_match *mt, const ts_
   return true;
 }
 
-/* B(v) along dim a of x's shape. */
-static ts_tensor bc(ts_graph *g, ts_tensor v, ts_tensor x, int a) {
-  const ts_node *xn = &g->nodes[x];
-  int64_t shape[TS_MAX_RANK];
-  memcpy(shape, xn->shape, sizeof shape);
-  return ts_broadcast_in_dim(g, v, xn->rank, shape, &a);
-}
-
 int ad_batch_norm_adjoint(ts_graph *g, ts_tensor y, const ts_tensor *cot, int n_nodes, const bool *dep,
                           ts_tensor to[3], ts_tensor contrib[3]) {
-  bn_match mt;
-  if (!match(g, y, &mt) || !closed(g, y, &mt, cot, n_nodes, dep)) return 0;
+  ir_bn mt;
+  if (!ir_bn_match(g, y, &mt) || !closed(g, y, &mt, cot, n_nodes, dep)) return 0;
   ts_tensor dy = cot[y];
   const ts_node *mn = &g->nodes[mt.m];
   int nd = mn->attr.n_dims, dims[TS_MAX_RANK];
@@ -143,9 +69,7 @@ int ad_batch_norm_adjoint(ts_graph *g, ts_tensor y, const ts_tensor *cot, int n_
     ts_tensor nn = ts_scalar(g, dt, n);
     ts_tensor a = ts_div(g, sdy, nn);                                         // mean(dy)
     ts_tensor b = ts_mul(g, ts_div(g, p, nn), ts_mul(g, mt.inv, mt.inv));     // mean(dy * xc) * inv^2
-    ts_tensor k = ts_mul(g, mt.inv, mt.gamma);
-    ts_tensor t = ts_sub(g, ts_sub(g, dy, bc(g, a, mt.x, mt.axis)), ts_mul(g, mt.xc, bc(g, b, mt.x, mt.axis)));
-    contrib[0] = ts_mul(g, t, bc(g, k, mt.x, mt.axis));
+    contrib[0] = ir_bn_input_grad(g, &mt, dy, a, b, ts_mul(g, mt.inv, mt.gamma));
   }
   for (int j = 0; j < 3; j++)
     if (contrib[j] == TS_NONE && dep[to[j]])

@@ -213,4 +213,23 @@ bool ir_check_tensor(const ts_graph *g, ts_tensor t, const char *who);
 /* "f32[128,784]" into buf. */
 const char *ir_shape_str(const ts_node *n, char *buf, size_t len);
 
+/* ---- train-mode batch norm's node structure (bn_pattern.c) ----
+ * The one matcher of ts_batch_norm_train_axis's forward and of its closed-form
+ * input gradient, for autodiff (ad/bn_adjoint.c) and bf16 autocast. */
+enum { IR_BN_MAX_INNER = 16 };
+typedef struct {
+  ts_tensor x, gamma, beta, xc, inv, m, ve; /* ve = v + eps */
+  int axis;                                 /* the channel dim */
+  int n_inner;
+  ts_tensor inner[IR_BN_MAX_INNER]; /* the pattern's nodes between x and y (y excluded) */
+} ir_bn;
+/* y = xc * B(inv) * B(gamma) + B(beta) as ts_batch_norm_train_axis builds it
+ * (affine; all B along one channel dim): fills *m and returns true. */
+bool ir_bn_match(const ts_graph *g, ts_tensor y, ir_bn *m);
+/* Appends dx = (dy - B(a) - m->xc * B(b)) * B(k), a, b, k (C) vectors
+ * broadcast along m->axis; returns dx (TS_NONE with the builder's error). */
+ts_tensor ir_bn_input_grad(ts_graph *g, const ir_bn *m, ts_tensor dy, ts_tensor a, ts_tensor b, ts_tensor k);
+/* dx built by ir_bn_input_grad: returns its batch norm's input x, else TS_NONE. */
+ts_tensor ir_bn_input_grad_source(const ts_graph *g, ts_tensor dx);
+
 #endif

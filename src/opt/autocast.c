@@ -112,40 +112,16 @@ typedef struct {
   int rounded;
 } round_ctx;
 
-static bool bcast_of_smaller(const ts_graph *g, ts_tensor t) {
-  const ts_node *n = &g->nodes[t];
-  return n->op == TS_OP_BROADCAST && ts_tensor_numel(g, n->in[0]) < ts_shape_numel(n->rank, n->shape);
-}
-
-/* xc = x - B(mean(x)): returns x, or TS_NONE. */
-static ts_tensor centred_input(const ts_graph *g, ts_tensor xc) {
-  const ts_node *n = &g->nodes[xc];
-  if (n->op != TS_OP_SUB || !bcast_of_smaller(g, n->in[1])) return TS_NONE;
-  const ts_node *m = &g->nodes[g->nodes[n->in[1]].in[0]];
-  return m->op == TS_OP_REDUCE && m->attr.reduce == TS_REDUCE_MEAN && m->in[0] == n->in[0] ? n->in[0] : TS_NONE;
-}
-
-/* op(a, B(.)) with op as given: returns a, or TS_NONE. */
-static ts_tensor scaled(const ts_graph *g, ts_tensor t, ts_op op) {
-  const ts_node *n = &g->nodes[t];
-  return n->op == op && n->n_in == 2 && bcast_of_smaller(g, n->in[1]) ? n->in[0] : TS_NONE;
-}
-
-/* (a) y = xc * B(inv) * B(gamma) + B(beta), x a bf16 value. */
+/* (a) batch norm's output, its input x a bf16 value. */
 static bool bn_output(const ts_graph *g, ts_tensor t, const bool *exact) {
-  ts_tensor yg = scaled(g, t, TS_OP_ADD), xhat = yg < 0 ? TS_NONE : scaled(g, yg, TS_OP_MUL);
-  ts_tensor xc = xhat < 0 ? TS_NONE : scaled(g, xhat, TS_OP_MUL);
-  ts_tensor x = xc < 0 ? TS_NONE : centred_input(g, xc);
-  return x >= 0 && exact[x];
+  ir_bn m;
+  return ir_bn_match(g, t, &m) && exact[m.x];
 }
 
-/* (b) dx = (dy - B(a) - xc * B(b)) * B(k), x a bf16 value. */
+/* (b) batch norm's closed-form input gradient, x a bf16 value. */
 static bool bn_input_grad(const ts_graph *g, ts_tensor t, const bool *exact) {
-  ts_tensor d = scaled(g, t, TS_OP_MUL);
-  if (d < 0 || g->nodes[d].op != TS_OP_SUB || scaled(g, g->nodes[d].in[0], TS_OP_SUB) < 0) return false;
-  ts_tensor xc = scaled(g, g->nodes[d].in[1], TS_OP_MUL);
-  ts_tensor x = xc < 0 ? TS_NONE : centred_input(g, xc);
-  return x >= 0 && exact[x];
+  ts_tensor x = ir_bn_input_grad_source(g, t);
+  return x != TS_NONE && exact[x];
 }
 
 static bool from_matmul(const ts_graph *g, ts_tensor t) {
