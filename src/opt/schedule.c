@@ -42,7 +42,8 @@
  * pass instead of shrinking by the backward left after the reduce-scatter.
  * It pays only with a second lane that lets small collectives pass a
  * running large one (bench/run_multihost.sh PROFILE=1, link_cycle, shows
- * the link's idle time after the reduction, what such a lane could win).
+ * the link's idle time after the reduction: most of what such a lane
+ * could win, with the update placed where the reduce-scatter ends).
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
