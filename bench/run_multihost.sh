@@ -35,7 +35,9 @@
 # measure that does not depend on the modeled compute; per large
 # collective its median time against the link time of the bytes it sends; and
 # the median step's timeline (link_gaps: each collective's start and end, and
-# where device 0 runs no kernel). Run it on a quiet
+# where device 0 runs no kernel); and the steady state's link cycle
+# (link_cycle: from one start of the largest gradient reduction to the next,
+# how long the link is busy and where it idles). Run it on a quiet
 # machine: each host gets one core, so 2 free cores at least.
 #
 # A/B mode: AB_BUILD=DIR (a second build, e.g. of main) runs, per model, rate
@@ -220,6 +222,52 @@ print("\n  no kernel on device 0:", " ".join(f"{ms(a):.1f}-{ms(b):.1f}" for a, b
 PY
 }
 
+# link_cycle TRACE: the steady state of a data-parallel step over a slow link, from rank 0's
+# trace: cycles from one start of the largest gradient reduction (the CNN's fc1 reduce-scatter or
+# all-reduce) to the next, medians over the training steps: the cycle, the time some collective
+# runs (busy), the link idle time (no collective), the part of it between the reduction's end and
+# the next collective's start (the backward pass still running after the reduction ended: the
+# update and all-gather wait for it, because the worker runs collectives in start order and the
+# buckets' reduction starts at the end of the backward pass), the part between the last collective's
+# end and the next reduction's start (the next step's compute up to that gradient, after its last
+# wait), and the time device 0 runs no kernel (waiting for a collective). Full overlap would be a
+# cycle of busy time only.
+link_cycle() {
+  /usr/bin/python3 - "$1" <<'PY' || true
+import json, statistics, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e.get("tid") == 0]
+coll = sorted(((e["ts"], e["ts"] + e["dur"], e["name"], (e.get("args") or {}).get("bytes", 0))
+               for e in ev if e.get("cat") == "collective"), key=lambda c: c[0])
+red = [c for c in coll if c[2] in ("ReduceScatter", "AllReduce")]
+if not red:
+    sys.exit(0)
+big = max(c[3] for c in red)
+starts = [c for c in red if c[3] == big][3:]  # the first steps compile and warm up
+kern = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "kernel")
+def busy(iv, a, b):  # time in [a, b) covered by the intervals iv
+    t, s = a, 0.0
+    for x, y in iv:
+        x, y = max(x, t), min(y, b)
+        if y > x:
+            s, t = s + y - x, y
+    return s
+rows = []
+for r, nxt in zip(starts, starts[1:]):
+    a, b = r[0], nxt[0]
+    after = [c[0] for c in coll if r[1] <= c[0] < b]
+    ended = [c[1] for c in coll if a <= c[0] and c[1] <= b]
+    rows.append((b - a, busy([c[:2] for c in coll], a, b), (min(after) if after else b) - r[1],
+                 b - max(ended), b - a - busy(kern, a, b)))
+if len(rows) < 3:
+    sys.exit(0)
+med = [statistics.median(x[k] for x in rows) / 1e3 for k in range(5)]
+print(f"  link cycle ({big / 1e6:.2f} MB reduction to the next, median of {len(rows)}): {med[0]:.1f} ms, "
+      f"collectives busy {med[1]:.1f}, link idle {med[0] - med[1]:.1f}: {med[2]:.1f} after the reduction's "
+      f"end (backward left), {med[3]:.1f} before the next reduction (its gradient's compute after the "
+      f"last collective); device 0 without a kernel {med[4]:.1f}")
+PY
+}
+
 if [ "${PROFILE:-0}" = 1 ]; then
   tessel="$build/tessel"
   for m in "${models[@]}"; do
@@ -239,6 +287,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
           lr=$(sed -n "s/^link $r .*mbps=\([0-9]*\).*/\1mbit/p" "$tmp/results") # measured, else nominal
           link_use "$tmp/trace.json" "${lr:-$r}"
           link_gaps "$tmp/trace.json"
+          link_cycle "$tmp/trace.json"
         else
           echo "profile $m $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
           failed=1

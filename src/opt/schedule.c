@@ -32,6 +32,19 @@
  * weight stays next to its update). The worker ends collectives in start
  * order, so a node of a later collective could only wait longer.
  *
+ * Not done, on purpose: starting that update and all-gather before the
+ * last bucket's reduction (where the reduce-scatter would have ended under
+ * the backward pass still to run). The worker runs collectives in start
+ * order, so the small bucket of the convolutions' gradients would then wait
+ * for the whole 2.4 MB gather (20 ms at 1 Gbit/s), and their updates, the
+ * step's end and the next step's convolutions after it: the cycle from
+ * fc1's gradient to its next gradient grows by the convolutions' forward
+ * pass instead of shrinking by the backward left after the reduce-scatter.
+ * It pays only with a second lane that lets small collectives pass a
+ * running large one (bench/run_multihost.sh PROFILE=1, link_cycle, shows
+ * the link's idle time after the reduction: most of what such a lane
+ * could win, with the update placed where the reduce-scatter ends).
+ *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
  * in the order that step reads those inputs (order_carried): the worker
