@@ -13,7 +13,12 @@
  * beyond the back-to-back alpha the ring model charges); an asynchronous one
  * waits k->coll_async on the worker instead when it was measured (the
  * worker's time per collective when it runs them one after another: with
- * devices sharing the cores each worker of the group must be scheduled). */
+ * devices sharing the cores each worker of the group must be scheduled). The
+ * worker does not run beside the kernels for free when the devices' threads
+ * fill the cores: an asynchronous collective also adds k->coll_exposed (the
+ * measured share its device's kernels lose to it) of its time to the
+ * device's timeline where it starts; a wait for it then ends at the later of
+ * the two. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,12 +141,14 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     if (!autoshard_node_runs(nd)) continue;
     if (ir_op_is_collective(nd->op)) {
-      bool async = is_async(opt, i, first_use, ndev > 1);
+      bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
       double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, async, &sent);
       comm += t;
       if (async) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
+        /* the cores its worker takes from the kernels (devices sharing the cores) */
+        now += k->coll_exposed * t, exposed += k->coll_exposed * t;
       } else {
         now += t, exposed += t;
       }
