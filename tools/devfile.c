@@ -559,19 +559,22 @@ static double chain_median(ts_client *c) {
 static double measure_busy_collective(ts_client *c, int mode, double *compute) {
   int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_WIDE_ASYNC ? CHAIN_WIDE : CHAIN_NONE;
   ts_graph *g[2] = {matmul_chain(base), matmul_chain(mode)};
-  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
-  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
-  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
+  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference;
+   * 5 times for CHAIN_WIDE_ASYNC, a difference of two long chains */
+  int rounds = mode == CHAIN_WIDE_ASYNC ? 5 : 3;
+  double d[5] = {-1, -1, -1, -1, -1}, t[5] = {-1, -1, -1, -1, -1};
+  for (int r = 0; r < rounds && g[0] && g[1]; r++) {
     double t0 = time_graph_stat(c, g[0], true, 10, true), t1 = time_graph_stat(c, g[1], true, 10, true);
     if (t0 <= 0 || t1 <= 0) break;
     d[r] = (t1 - t0) / 20, t[r] = t0;
   }
   ts_graph_free(g[0]), ts_graph_free(g[1]);
-  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
-  qsort(d, 3, sizeof *d, cmp_double);
-  qsort(t, 3, sizeof *t, cmp_double);
-  *compute = t[1];
-  return fmax(d[1], 0);
+  for (int r = 0; r < rounds; r++)
+    if (t[r] < 0) return -1;
+  qsort(d, (size_t)rounds, sizeof *d, cmp_double);
+  qsort(t, (size_t)rounds, sizeof *t, cmp_double);
+  *compute = t[rounds / 2];
+  return fmax(d[rounds / 2], 0);
 }
 
 /* The share of an asynchronous all-reduce's time that the kernels of D
@@ -582,11 +585,13 @@ static double measure_busy_collective(ts_client *c, int mode, double *compute) {
  * beta: alpha, beta, async_s just measured). Near 0 when the worker has a core
  * of its own; near 1 when the devices fill the cores and the worker's
  * copies, reductions and wake-ups take them from the kernels. In [1e-3, 1]
- * (a file's numbers are > 0); -1 when the measurement failed. */
-static double measure_async_exposed(ts_client *c, int D, double alpha, double beta, double async_s) {
-  double chain, d = measure_busy_collective(c, CHAIN_WIDE_ASYNC, &chain);
-  double bytes = 256.0 * 256 * 4, coll = async_s + 2 * log2((double)D) * alpha + 2 * bytes * (D - 1) / D / beta;
-  return d < 0 ? -1 : fmin(1, fmax(1e-3, d / coll));
+ * (a file's numbers are > 0); -1 when the measurement failed. lost[0]: the
+ * seconds per all-reduce the chain grew by, lost[1]: the model's time. */
+static double measure_async_exposed(ts_client *c, int D, double alpha, double beta, double async_s, double lost[2]) {
+  double chain, bytes = 256.0 * 256 * 4;
+  lost[0] = measure_busy_collective(c, CHAIN_WIDE_ASYNC, &chain);
+  lost[1] = async_s + 2 * log2((double)D) * alpha + 2 * bytes * (D - 1) / D / beta;
+  return lost[0] < 0 ? -1 : fmin(1, fmax(1e-3, lost[0] / lost[1]));
 }
 
 /* Every kernel class on client c in `rounds` rounds, each round timing every
@@ -653,7 +658,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
   double ar_async[DEV_AR_SIZES] = {0}, ar_step[DEV_AR_SIZES] = {0}, ar_between[DEV_AR_SIZES] = {0};
   double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
-  double ar_exposed[DEV_AR_SIZES] = {0};
+  double ar_exposed[DEV_AR_SIZES] = {0}, ar_lost[DEV_AR_SIZES][2] = {{0}};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
@@ -717,7 +722,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     allreduce_terms(D, ts_med, step_over[q], busy, &arl[q], &ar_busy[q]);
     ar_step[q] = ts_med, ar_between[q] = busy;
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
-    ar_exposed[q] = measure_async_exposed(c, D, arl[q], arb[q], ar_async[q]);
+    ar_exposed[q] = measure_async_exposed(c, D, arl[q], arb[q], ar_async[q], ar_lost[q]);
     ts_client_free(c);
     if (ar_exposed[q] < 0) goto fail;
   }
@@ -789,8 +794,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
             ar_devices[q], ar_async[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "allreduce.%d.async_exposed = %.3g   # share of an asynchronous all-reduce's time the kernels lose: "
-               "20 256^3 matmuls, each 256 KiB result all-reduced asynchronously, against without, over async_s + "
-               "alpha-beta\n", ar_devices[q], ar_exposed[q]);
+               "20 256^3 matmuls, each 256 KiB result all-reduced asynchronously, against without: %.3g s each, over "
+               "async_s + alpha-beta: %.3g s\n", ar_devices[q], ar_exposed[q], ar_lost[q][0], ar_lost[q][1]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each\n", ar_devices[q], op_over[q], ar_devices[q]);
