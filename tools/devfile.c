@@ -82,9 +82,8 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", ar_devices[k]);
-      char so[64], bz[64], se[64], oo[64], as[64], ae[64];
+      char so[64], bz[64], se[64], oo[64], as[64];
       snprintf(as, sizeof as, "allreduce.%d.async_s", ar_devices[k]);
-      snprintf(ae, sizeof ae, "allreduce.%d.async_exposed", ar_devices[k]);
       snprintf(so, sizeof so, "step_overhead.%d_s", ar_devices[k]);
       snprintf(oo, sizeof oo, "op_overhead.%d_s", ar_devices[k]);
       snprintf(bz, sizeof bz, "allreduce.%d.busy_s", ar_devices[k]);
@@ -96,11 +95,6 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       else if (strcmp(key, se) == 0) d->shared_eff[k] = x, found = true;
       else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
       else if (strcmp(key, as) == 0) d->ar_async[k] = x, found = true;
-      else if (strcmp(key, ae) == 0 && x > 1) {
-        cli_error(cmd, "device file %s:%d: %s = '%s' is not a share in (0, 1]", path, ln, key, val);
-        rc = -1;
-        found = true;
-      } else if (strcmp(key, ae) == 0) d->ar_exposed[k] = x, found = true;
     }
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
@@ -110,7 +104,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, allreduce.N.async_exposed, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -239,7 +233,6 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
   ao->collective_wait_s = host > 1 && q >= 0 ? d->ar_busy[q] : 0;
   ao->collective_async_s = host > 1 && q >= 0 ? d->ar_async[q] : 0;
-  ao->collective_async_exposed = host > 1 && q >= 0 ? d->ar_exposed[q] : 0;
   int64_t span = 1;
   for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
     span *= ts_mesh_axis_size(m, a);
@@ -502,10 +495,8 @@ static double measure_par_overhead(ts_client *c) {
 }
 
 /* The matmul chain's collectives: none, blocking (the next matmul reads
- * each), asynchronous (read only after the last matmul); CHAIN_WIDE: every
- * 256^3 matmul's whole result read after the last, CHAIN_WIDE_ASYNC: each of
- * those all-reduced asynchronously. */
-enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY, CHAIN_WIDE, CHAIN_WIDE_ASYNC };
+ * each), asynchronous (read only after the last matmul). */
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY };
 
 /* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3), each followed by (mode
  * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
@@ -516,21 +507,19 @@ enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY, CHAIN_WIDE, CHAIN_WI
 static ts_graph *matmul_chain(int mode) {
   ts_graph *g = ts_graph_new();
   if (!g) return NULL;
-  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY, wide = mode == CHAIN_WIDE || mode == CHAIN_WIDE_ASYNC;
-  bool late_read = tiny || wide; /* the sums read after the last matmul */
+  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY; /* also: the sums read after the last matmul */
   int64_t n = tiny ? 2 : 256;
   int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
   int dims[2] = {0, 1};
   ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh), late[20];
   for (int i = 0; i < 20; i++) {
     x = ts_matmul(g, x, w);
-    ts_tensor s = wide ? x : ts_slice(g, x, lo, hi, st);
-    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC || mode == CHAIN_WIDE_ASYNC)
-      s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
-    if (late_read) late[i] = s;
+    ts_tensor s = ts_slice(g, x, lo, hi, st);
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (tiny) late[i] = s;
     else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
   }
-  for (int i = 0; late_read && i < 20; i++) x = ts_add(g, x, wide ? late[i] : ts_broadcast_in_dim(g, late[i], 2, sh, dims));
+  for (int i = 0; tiny && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
   ts_graph_add_output(g, x);
   return g;
 }
@@ -553,45 +542,22 @@ static double chain_median(ts_client *c) {
  * chain's median time without the collectives. mode CHAIN_ASYNC: the tiny
  * chain with its collectives started asynchronously against without, the
  * worker's time per collective when it is what the step waits for (devices
- * sharing the cores: every device's worker must be scheduled for each).
- * CHAIN_WIDE_ASYNC: the 256^3 chain with each result all-reduced
- * asynchronously against reading them without (async_exposed below). */
+ * sharing the cores: every device's worker must be scheduled for each). */
 static double measure_busy_collective(ts_client *c, int mode, double *compute) {
-  int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_WIDE_ASYNC ? CHAIN_WIDE : CHAIN_NONE;
-  ts_graph *g[2] = {matmul_chain(base), matmul_chain(mode)};
-  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference;
-   * 5 times for CHAIN_WIDE_ASYNC, a difference of two long chains */
-  int rounds = mode == CHAIN_WIDE_ASYNC ? 5 : 3;
-  double d[5] = {-1, -1, -1, -1, -1}, t[5] = {-1, -1, -1, -1, -1};
-  for (int r = 0; r < rounds && g[0] && g[1]; r++) {
+  ts_graph *g[2] = {matmul_chain(mode == CHAIN_ASYNC ? CHAIN_TINY : CHAIN_NONE), matmul_chain(mode)};
+  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
+  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
+  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
     double t0 = time_graph_stat(c, g[0], true, 10, true), t1 = time_graph_stat(c, g[1], true, 10, true);
     if (t0 <= 0 || t1 <= 0) break;
     d[r] = (t1 - t0) / 20, t[r] = t0;
   }
   ts_graph_free(g[0]), ts_graph_free(g[1]);
-  for (int r = 0; r < rounds; r++)
-    if (t[r] < 0) return -1;
-  qsort(d, (size_t)rounds, sizeof *d, cmp_double);
-  qsort(t, (size_t)rounds, sizeof *t, cmp_double);
-  *compute = t[rounds / 2];
-  return fmax(d[rounds / 2], 0);
-}
-
-/* The share of an asynchronous all-reduce's time that the kernels of D
- * devices (client c) lose to it: the 256^3 matmul chain with each 256 KiB
- * result all-reduced asynchronously (read after the last matmul) against the
- * chain without, per all-reduce, over the time the prediction gives that
- * all-reduce on the worker (async_s + the ring's 2 log2 D alpha + bytes /
- * beta: alpha, beta, async_s just measured). Near 0 when the worker has a core
- * of its own; near 1 when the devices fill the cores and the worker's
- * copies, reductions and wake-ups take them from the kernels. In [1e-3, 1]
- * (a file's numbers are > 0); -1 when the measurement failed. lost[0]: the
- * seconds per all-reduce the chain grew by, lost[1]: the model's time. */
-static double measure_async_exposed(ts_client *c, int D, double alpha, double beta, double async_s, double lost[2]) {
-  double chain, bytes = 256.0 * 256 * 4;
-  lost[0] = measure_busy_collective(c, CHAIN_WIDE_ASYNC, &chain);
-  lost[1] = async_s + 2 * log2((double)D) * alpha + 2 * bytes * (D - 1) / D / beta;
-  return lost[0] < 0 ? -1 : fmin(1, fmax(1e-3, lost[0] / lost[1]));
+  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
+  qsort(d, 3, sizeof *d, cmp_double);
+  qsort(t, 3, sizeof *t, cmp_double);
+  *compute = t[1];
+  return fmax(d[1], 0);
 }
 
 /* Every kernel class on client c in `rounds` rounds, each round timing every
@@ -658,7 +624,6 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   double arb[DEV_AR_SIZES] = {0}, arl[DEV_AR_SIZES] = {0}, step_over[DEV_AR_SIZES] = {0}, step1 = -1;
   double ar_async[DEV_AR_SIZES] = {0}, ar_step[DEV_AR_SIZES] = {0}, ar_between[DEV_AR_SIZES] = {0};
   double ar_busy[DEV_AR_SIZES] = {0}, shared_eff[DEV_AR_SIZES] = {0}, op_over[DEV_AR_SIZES] = {0};
-  double ar_exposed[DEV_AR_SIZES] = {0}, ar_lost[DEV_AR_SIZES][2] = {{0}};
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
@@ -710,10 +675,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     double chain = -1, busy = c ? measure_busy_collective(c, CHAIN_BLOCKING, &chain) : -1, chain2;
     ar_async[q] = c ? measure_busy_collective(c, CHAIN_ASYNC, &chain2) : -1;
     op_over[q] = c ? measure_overhead(c, true) : -1;
-    if (ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || ar_async[q] < 0 || op_over[q] <= 0) {
-      ts_client_free(c);
-      goto fail;
-    }
+    ts_client_free(c);
+    if (ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || ar_async[q] < 0 || op_over[q] <= 0) goto fail;
     ar_async[q] = fmax(ar_async[q], 1e-9); /* a file's numbers are > 0 */
     /* D devices of at most one core each (device_options' share): the chain's speed
      * against one core's, over that share; 0 (not written) above one core */
@@ -722,9 +685,6 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     allreduce_terms(D, ts_med, step_over[q], busy, &arl[q], &ar_busy[q]);
     ar_step[q] = ts_med, ar_between[q] = busy;
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
-    ar_exposed[q] = measure_async_exposed(c, D, arl[q], arb[q], ar_async[q], ar_lost[q]);
-    ts_client_free(c);
-    if (ar_exposed[q] < 0) goto fail;
   }
   /* directories of the path */
   char dir[1024];
@@ -792,10 +752,6 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of 20 2x2 matmuls, "
                "read after the last: the chain's median time with them less without (the worker's time each)\n",
             ar_devices[q], ar_async[q]);
-  for (int q = 0; q < DEV_AR_SIZES; q++)
-    fprintf(f, "allreduce.%d.async_exposed = %.3g   # share of an asynchronous all-reduce's time the kernels lose: "
-               "20 256^3 matmuls, each 256 KiB result all-reduced asynchronously, against without: %.3g s each, over "
-               "async_s + alpha-beta: %.3g s\n", ar_devices[q], ar_exposed[q], ar_lost[q][0], ar_lost[q][1]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each\n", ar_devices[q], op_over[q], ar_devices[q]);

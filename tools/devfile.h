@@ -31,7 +31,6 @@ typedef struct {
   double step_over[DEV_AR_SIZES]; /* the same with 2, 4, 8 devices */
   double ar_busy[DEV_AR_SIZES];   /* a 1-element all-reduce between kernels on 2, 4, 8 devices, less back to back */
   double ar_async[DEV_AR_SIZES];  /* the same started asynchronously: what each adds to the step (0: not measured) */
-  double ar_exposed[DEV_AR_SIZES]; /* share of an asynchronous all-reduce's time its device's kernels lose (0: none) */
   double shared_eff[DEV_AR_SIZES]; /* 2, 4, 8 devices of at most a core each: speed / their share of the cores */
   double op_over[DEV_AR_SIZES];    /* per kernel of each of 2, 4, 8 devices in this process (0: not measured) */
   char cpu[128];     /* calibration key: the CPU model */

@@ -247,17 +247,10 @@ typedef struct {
    * a chain of tiny matmuls with an asynchronous 1-element all-reduce after
    * each against without, so the worker running them one after another is
    * what the chain waits for; devices sharing the cores: every worker of the
-   * group must be scheduled, a round trip per collective). 0: collective_wait_s */
+   * group must be scheduled, a round trip per collective). 0: collective_wait_s.
+   * ts_predict_program runs one of at most 8 MiB (TESSEL_COMM_INLINE_BYTES)
+   * in line, blocking, when the worker is idle, as the runtime does. */
   double collective_async_s;
-  /* the share (0..1) of an asynchronous collective's time that its device's
-   * kernels lose to it: devices sharing the cores leave the collective worker
-   * no core of its own, so its copies, reductions and wake-ups take the cores
-   * the kernels run on (measured: allreduce.N.async_exposed, a chain of
-   * 256^3 matmuls with each 256 KiB result all-reduced asynchronously against
-   * without, over the model's time of those all-reduces). ts_predict_program
-   * adds it times the collective's time to the device's timeline where the
-   * collective starts. 0: hidden entirely (a worker with a core to itself) */
-  double collective_async_exposed;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
    * shares its variable (an input: when its first user does, at the same

@@ -27,7 +27,6 @@ typedef struct {
   double step_overhead;           /* seconds per step */
   double coll_wait;               /* seconds per collective: waiting for the group's last device */
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
-  double coll_exposed;            /* share of an asynchronous collective's time its device's kernels lose (0..1) */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
 

@@ -260,7 +260,6 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
   k->coll_wait = o->collective_wait_s > 0 ? o->collective_wait_s : 0;
   k->coll_async = o->collective_async_s > 0 ? o->collective_async_s : 0;
-  k->coll_exposed = o->collective_async_exposed > 0 ? fmin(o->collective_async_exposed, 1) : 0;
   k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;

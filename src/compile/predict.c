@@ -13,12 +13,14 @@
  * beyond the back-to-back alpha the ring model charges); an asynchronous one
  * waits k->coll_async on the worker instead when it was measured (the
  * worker's time per collective when it runs them one after another: with
- * devices sharing the cores each worker of the group must be scheduled). The
- * worker does not run beside the kernels for free when the devices' threads
- * fill the cores: an asynchronous collective also adds k->coll_exposed (the
- * measured share its device's kernels lose to it) of its time to the
- * device's timeline where it starts; a wait for it then ends at the later of
- * the two. */
+ * devices sharing the cores each worker of the group must be scheduled).
+ * As the runtime does (runtime/cpu_device.c, comm/async.c), a collective
+ * marked asynchronous runs in line on the device thread, blocking, when the
+ * worker is idle and it moves at most env_inline_bytes (8 MiB between devices
+ * of one host): in-process meshes start none of the MLP's, CNN's or
+ * ResNet's on the worker, so none of them hides behind compute (it still
+ * waits k->coll_async, measured on in-line ones too). The prediction takes
+ * every group as within one host (it has no process layout). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +106,15 @@ static bool is_async(const ts_graph *g, int i, const int *first_use, bool severa
   return false;
 }
 
+/* Whether collective n (operand x), marked asynchronous, runs in line on the
+ * device thread (cpu_collective_inline's rule): the worker idle and at most
+ * env_inline_bytes moved (the larger of operand and result). */
+static bool runs_inline(const ts_node *n, const ts_node *x, bool worker_idle) {
+  int64_t limit = env_inline_bytes(false);
+  double bytes = fmax(node_bytes(n), node_bytes(x));
+  return worker_idle && limit >= 0 && bytes <= (double)limit;
+}
+
 /* Adds a kernel of t seconds to info's entry for its op name. */
 static void add_op(ts_auto_shard_info *info, const char *name, double t) {
   int i = 0;
@@ -141,14 +152,13 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     if (!autoshard_node_runs(nd)) continue;
     if (ir_op_is_collective(nd->op)) {
+      const ts_node *x = nd->n_in ? &opt->nodes[nd->in[0]] : nd;
       bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
-      double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, async, &sent);
+      double t = coll_seconds(m, k, nd, x, async, &sent);
       comm += t;
-      if (async) {
+      if (async && !runs_inline(nd, x, worker <= now)) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
-        /* the cores its worker takes from the kernels (devices sharing the cores) */
-        now += k->coll_exposed * t, exposed += k->coll_exposed * t;
       } else {
         now += t, exposed += t;
       }
