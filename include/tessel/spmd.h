@@ -231,6 +231,12 @@ typedef struct {
    * (tessel plan --calibrate; docs/ARCHITECTURE.md "Calibration"). */
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
+  /* a fused kernel reading several broadcast operands (a batch norm's mean,
+   * scale, shift): seconds per result element per broadcast operand beyond
+   * the first (measured: kernel.broadcast.operand_s, a batch norm's
+   * (x - m) r g + b and ReLU against a bias add and ReLU of the same shape;
+   * 0: none) */
+  double broadcast_operand_s;
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
   /* per kernel large enough to run on several threads (a device with more
    * than one: 32768 elements or more), its fork and join in place of

@@ -166,7 +166,10 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
-    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, node_bytes(nd) / (double)ts_dtype_size(nd->dtype));
+    double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
+    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, elems);
+    int nb = kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
+    if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
     info->class_s[kc] += t;
     add_op(info, ir_op_name(nd->op), t);
     info->kernels++;
