@@ -17,6 +17,13 @@
 #    least, data=2's does not change;
 #  - with allreduce.4.async_s = 1 ms, data=4's step (asynchronous gradient
 #    all-reduces) grows by at least 1 ms; those take it instead of busy_s;
+#  - TESSEL_ASYNC_COLLECTIVES=0: no collective is asynchronous, async_s unused;
+#  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
+#    as the runtime runs them: data=4's step is longer by half its compute at
+#    least than with TESSEL_COMM_INLINE_BYTES=0 (on the worker, overlapped);
+#  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's compute (batch-norm
+#    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
+#    (one bias per kernel) does not;
 #  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it.
 set -u
@@ -49,8 +56,8 @@ EOF
 step_ms() { # [FIELD] JSON on stdin -> predicted.FIELD (step_ms)
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"][sys.argv[1]])' "${1:-step_ms}"
 }
-plan_ms() { # plan_ms CALIBRATION MESH [FIELD]
-  timeout -k 5 60 "$tessel" plan --model mlp --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
+plan_ms() { # plan_ms CALIBRATION MESH [FIELD [MODEL]]
+  timeout -k 5 60 "$tessel" plan --model "${4:-mlp}" --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
 }
 inspect_ms() { # inspect_ms CALIBRATION MESH: inspect reads the cache (this machine's key)
   local out
@@ -92,6 +99,20 @@ if /usr/bin/python3 -c "import sys; sys.exit(not float('$a') + 0.999 <= float('$
   ok "plan data=4: busy_s = 1 ms: $b -> $a ms with async_s = 1 ns (asynchronous ones take async_s)"
 else bad "plan data=4: busy_s = 1 ms: '$b' -> '$a' ms with async_s = 1 ns (expected 1 ms less at least)"; fi
 same "plan data=2 with allreduce.4.async_s (its own entry)" "$(plan_ms "$tmp/old.txt" data=2)" "$(plan_ms "$tmp/async.txt" data=2)"
+# TESSEL_ASYNC_COLLECTIVES=0: the compiler starts none asynchronously, so async_s is not charged
+same "plan data=4, TESSEL_ASYNC_COLLECTIVES=0: async_s unused" "$(TESSEL_ASYNC_COLLECTIVES=0 plan_ms "$tmp/old.txt" data=4)" \
+  "$(TESSEL_ASYNC_COLLECTIVES=0 plan_ms "$tmp/async.txt" data=4)"
+
+# collectives marked asynchronous run in line on the device thread (blocking) up to 8 MiB, as
+# the runtime runs them (the MLP's all are smaller): nothing hides behind compute, so with
+# async_s = 1 ms the step is longer by half the compute at least than with
+# TESSEL_COMM_INLINE_BYTES=0 (every one on the worker, beside the kernels); the compute is the same
+o=$(TESSEL_COMM_INLINE_BYTES=0 plan_ms "$tmp/async.txt" data=4) n=$(plan_ms "$tmp/async.txt" data=4)
+c=$(plan_ms "$tmp/async.txt" data=4 compute_ms)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + float('$c') / 2)" 2>/dev/null; then
+  ok "plan data=4: $o ms on the worker -> $n ms in line (compute $c ms)"
+else bad "plan data=4: '$o' ms on the worker -> '$n' ms in line (expected half the compute '$c' ms more at least)"; fi
+same "plan data=4 compute in line or not" "$(TESSEL_COMM_INLINE_BYTES=0 plan_ms "$tmp/async.txt" data=4 compute_ms)" "$c"
 
 # devices taking turns on the cores at half their share's speed: compute twice as long
 { cat "$tmp/old.txt"; echo "shared_efficiency.4 = 0.5"; } >"$tmp/eff.txt"
@@ -110,6 +131,16 @@ if [ -n "$k" ] && /usr/bin/python3 -c "import sys; sys.exit(not float('$n') - fl
   ok "plan data=4: compute $o -> $n ms with op_overhead.4_s = 1 ms ($k kernels)"
 else bad "plan data=4: compute $o -> $n ms with op_overhead.4_s = 1 ms ('$k' kernels: expected 1 ms each more)"; fi
 same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/opo.txt" data=2 compute_ms)"
+
+# a fused kernel's broadcast operands beyond the first (kernel.broadcast.operand_s: a batch norm's
+# mean, scale, shift): ResNet-20's batch-norm kernels cost more, the MLP's (one bias each) do not
+{ cat "$tmp/old.txt"; echo "kernel.broadcast.operand_s = 1e-9"; } >"$tmp/bop.txt"
+o=$(plan_ms "$tmp/old.txt" data=1 compute_ms resnet20) n=$(plan_ms "$tmp/bop.txt" data=1 compute_ms resnet20)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 1)" 2>/dev/null; then
+  ok "plan resnet20: compute $o -> $n ms with kernel.broadcast.operand_s = 1 ns"
+else bad "plan resnet20: compute '$o' -> '$n' ms with kernel.broadcast.operand_s = 1 ns (expected 1 ms more at least)"; fi
+same "plan mlp data=4 compute with kernel.broadcast.operand_s" "$(plan_ms "$tmp/old.txt" data=4 compute_ms)" \
+  "$(plan_ms "$tmp/bop.txt" data=4 compute_ms)"
 
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls
@@ -133,6 +164,8 @@ sed 's/^allreduce.4.busy_s = 1e-3/allreduce.4.busy_s = -1/' "$tmp/new.txt" >"$tm
 expect badv 2 "allreduce.4.busy_s = '-1' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/badv.txt"
 sed 's/^shared_efficiency.4/shared_efficiency.5/' "$tmp/eff.txt" >"$tmp/bade.txt"
 expect bade 2 "unknown key 'shared_efficiency.5'" plan --model mlp --mesh data=4 --device "$tmp/bade.txt"
+sed 's/^kernel.broadcast.operand_s = 1e-9/kernel.broadcast.operand_s = 0/' "$tmp/bop.txt" >"$tmp/bado.txt"
+expect bado 2 "kernel.broadcast.operand_s = '0' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/bado.txt"
 sed 's/^allreduce.4.async_s/allreduce.3.async_s/' "$tmp/async.txt" >"$tmp/bada.txt"
 expect bada 2 "unknown key 'allreduce.3.async_s'" plan --model mlp --mesh data=4 --device "$tmp/bada.txt"
 

@@ -69,7 +69,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
         {"host_link_bytes_per_s", &d->host_bytes_per_s}, {"host_link_latency_s", &d->host_latency_s},
         {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
         {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency},
-        {"op_overhead.parallel_s", &d->par_overhead_s}};
+        {"op_overhead.parallel_s", &d->par_overhead_s}, {"kernel.broadcast.operand_s", &d->bcast_operand_s}};
     bool found = false;
     for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
@@ -103,7 +103,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
-                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, op_overhead_s, op_overhead.parallel_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.broadcast.operand_s, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
@@ -216,7 +216,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
-  ao->op_overhead_s = d->op_overhead_s * over;
+  ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */  ao->op_overhead_s = d->op_overhead_s * over;
   /* several devices in this process: their kernels' fixed cost as measured with that many
    * (the devices' dispatch and hand-offs on shared cores; 1/share of one device's was half
    * of it: the MLP's 3-8 ms steps of small kernels on 2-8 devices ran 2x the prediction) */
@@ -251,8 +251,10 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* The least (median: the median) time of at least `reps` runs and `window`
- * seconds of g (inputs zero-filled, i32 inputs too) on client c. */
-static double time_graph_window(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window) {
+ * seconds of g (inputs zero-filled, i32 inputs too) on client c; *med_out
+ * (when not NULL): the median of the same runs. */
+static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window,
+                              double *med_out) {
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
   if (!e) return -1;
   int n_in = ts_graph_num_inputs(g);
@@ -283,9 +285,10 @@ static double time_graph_window(ts_client *c, ts_graph *g, bool replicas, int re
     if (k >= 1 && n < 400) times[n++] = t;
     if (k >= 1 && (best < 0 || t < best)) best = t;
   }
-  if (median && n > 0) {
+  if (n > 0 && (median || med_out)) {
     qsort(times, (size_t)n, sizeof *times, cmp_double);
-    best = times[n / 2];
+    if (med_out) *med_out = times[n / 2];
+    if (median) best = times[n / 2];
   }
 done:
   for (int o = 0; o < 8; o++) { /* an aliased output's slot is its input's buffer */
@@ -296,6 +299,10 @@ done:
   for (int i = 0; i < 8; i++) ts_buffer_free(in[i]);
   ts_executable_free(e);
   return best;
+}
+
+static double time_graph_window(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window) {
+  return time_graph_runs(c, g, replicas, reps, median, window, NULL);
 }
 
 static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
@@ -553,6 +560,36 @@ static double measure_busy_collective(ts_client *c, int mode, double *compute) {
   return fmax(d[1], 0);
 }
 
+/* Seconds per result element per broadcast operand beyond the first of a
+ * fused kernel (kernel.broadcast.operand_s), on client c (1 thread): a batch
+ * norm and ReLU, relu((x - m) r g + b) with m, r, g, b per channel (4
+ * broadcast operands, their arithmetic with them), against a bias add and
+ * ReLU, relu(x + b), of the same (128,16,28,28) (a ResNet-20 layer's) and
+ * bytes; each the least of `rounds` interleaved windows. The broadcast rate
+ * alone priced the batch norm's kernels ~3x too fast (runs of 64..1024
+ * elements cost the bias add within 12%: the operands, not the runs). */
+static double measure_bcast_operands(ts_client *c, int rounds) {
+  int64_t sh[4] = {128, 16, 28, 28}, C = 16;
+  int dim = 1;
+  ts_graph *g[2] = {ts_graph_new(), ts_graph_new()};
+  double best[2] = {-1, -1};
+  for (int k = 0; k < 2 && g[0] && g[1]; k++) {
+    ts_tensor x = in_f32(g[k], "x", 4, sh), v[4];
+    const char *nm[4] = {"m", "r", "g", "b"};
+    for (int j = 0; j < 4; j++) v[j] = ts_broadcast_in_dim(g[k], in_f32(g[k], nm[j], 1, &C), 4, sh, &dim);
+    ts_tensor y = k == 0 ? ts_add(g[k], x, v[3]) : ts_add(g[k], ts_mul(g[k], ts_mul(g[k], ts_sub(g[k], x, v[0]), v[1]), v[2]), v[3]);
+    ts_graph_add_output(g[k], ts_relu(g[k], y));
+  }
+  for (int r = 0; r < rounds && g[0] && g[1]; r++)
+    for (int k = 0; k < 2; k++) {
+      double t = time_graph_window(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds);
+      if (t > 0 && (best[k] < 0 || t < best[k])) best[k] = t;
+    }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  if (best[0] <= 0 || best[1] <= 0) return -1;
+  return fmax(1e-13, (best[1] - best[0]) / (3.0 * 128 * 16 * 28 * 28)); /* a file's numbers are > 0 */
+}
+
 /* Every kernel class on client c in `rounds` rounds, each round timing every
  * class once (a shared machine's load drifts over seconds: interleaved, every
  * class gets runs in each quieter spell): per class the least of its rounds'
@@ -622,11 +659,12 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
   if (measure_classes(c1, rounds, tk, uk, sk) < 0) goto fail;
   overhead = measure_overhead(c1, false);
+  double bcast_op = measure_bcast_operands(c1, rounds);
   step1 = trivial_step(c1, false);
   double chain1 = chain_median(c1); /* the reference of shared_efficiency.N */
   ts_client_free(c1);
   c1 = NULL;
-  if (overhead <= 0 || step1 <= 0 || chain1 <= 0) goto fail;
+  if (overhead <= 0 || step1 <= 0 || chain1 <= 0 || bcast_op <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
   double ceff[TS_KERNEL_CLASSES] = {0};
@@ -659,10 +697,10 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       ts_graph *g = ts_graph_new();
       if (!g) break;
       ts_graph_add_output(g, ts_replica_all_reduce(g, ts_input(g, "x", TS_F32, 1, &len), TS_REDUCE_SUM));
-      *(k == 0 ? &ts : &tb) = time_graph(c, g, true, k == 0 ? 20 : 5);
-      /* the median too, the statistic of step_overhead.D_s it is set against
-       * (the least less a median went below 0 on a loaded machine) */
-      if (k == 0) ts_med = time_graph_stat(c, g, true, 20, true);
+      /* 1 element: the least (set against the 16 MiB one's least) and, of the
+       * same runs, the median, the statistic of step_overhead.D_s it is set
+       * against (the least less a median went below 0 on a loaded machine) */
+      *(k == 0 ? &ts : &tb) = time_graph_runs(c, g, true, k == 0 ? 20 : 5, false, 0.15, k == 0 ? &ts_med : NULL);
       ts_graph_free(g);
     }
     double chain = -1, busy = c ? measure_busy_collective(c, CHAIN_BLOCKING, &chain) : -1, chain2;
@@ -724,6 +762,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     fprintf(f, "%s = %.4g   # %s; %d rounds: spread %.0f%%\n", kernel_keys[k], rate[k], what[k], rounds, 100 * sk[k]);
+  fprintf(f, "kernel.broadcast.operand_s = %.4g   # per result element per broadcast operand beyond the first: a batch "
+             "norm + ReLU of (128,16,28,28) against a bias add + ReLU; %d rounds\n", bcast_op, rounds);
   if (par_over > 0)
     fprintf(f, "op_overhead.parallel_s = %.4g   # per kernel on %d threads: chains of 200 adds of 32768 and 65536 "
                "elements\n", par_over, threads);

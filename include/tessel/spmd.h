@@ -231,6 +231,12 @@ typedef struct {
    * (tessel plan --calibrate; docs/ARCHITECTURE.md "Calibration"). */
   double kernel_per_s[TS_KERNEL_CLASSES];
   double op_overhead_s;
+  /* a fused kernel reading several broadcast operands (a batch norm's mean,
+   * scale, shift): seconds per result element per broadcast operand beyond
+   * the first (measured: kernel.broadcast.operand_s, a batch norm's
+   * (x - m) r g + b and ReLU against a bias add and ReLU of the same shape;
+   * 0: none) */
+  double broadcast_operand_s;
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
   /* per kernel large enough to run on several threads (a device with more
    * than one: 32768 elements or more), its fork and join in place of
@@ -247,7 +253,9 @@ typedef struct {
    * a chain of tiny matmuls with an asynchronous 1-element all-reduce after
    * each against without, so the worker running them one after another is
    * what the chain waits for; devices sharing the cores: every worker of the
-   * group must be scheduled, a round trip per collective). 0: collective_wait_s */
+   * group must be scheduled, a round trip per collective). 0: collective_wait_s.
+   * ts_predict_program runs one of at most 8 MiB (TESSEL_COMM_INLINE_BYTES)
+   * in line, blocking, when the worker is idle, as the runtime does. */
   double collective_async_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one

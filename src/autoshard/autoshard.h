@@ -27,6 +27,7 @@ typedef struct {
   double step_overhead;           /* seconds per step */
   double coll_wait;               /* seconds per collective: waiting for the group's last device */
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
+  double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
 } autoshard_costs;
 
@@ -38,6 +39,8 @@ bool autoshard_node_runs(const ts_node *n);
 /* The fixed cost of running a kernel whose result has `elems` elements per device. */
 double autoshard_kernel_overhead(const autoshard_costs *k, double elems);
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units);
+/* The broadcast instructions of fused kernel n (0 for any other node). */
+int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency
  * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter). */
 double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent);

@@ -260,6 +260,7 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
   k->coll_wait = o->collective_wait_s > 0 ? o->collective_wait_s : 0;
   k->coll_async = o->collective_async_s > 0 ? o->collective_async_s : 0;
+  k->bcast_operand = o->broadcast_operand_s > 0 ? o->broadcast_operand_s : 0;
   k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
@@ -320,6 +321,13 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   }
   default: return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_ELEMENTWISE;
   }
+}
+
+int autoshard_broadcast_operands(const ts_node *n) {
+  int b = 0;
+  for (int i = 0; n->op == TS_OP_FUSED && n->attr.fused && i < n->attr.fused->n; i++)
+    b += n->attr.fused->ins[i].op == TS_OP_BROADCAST;
+  return b;
 }
 
 double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent) {

@@ -133,10 +133,7 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
    * waiting for late peers (host_note) goes back to 64 KiB for its next
    * COMM_HOST_BACKOFF decisions (async.c), once past its start-up
    * (COMM_WAIT_STARTUP collectives, whose waits are start-up skew). */
-  int64_t env_inline = env_config()->comm_inline_bytes;
-  comm_set_inline_bytes(c, env_inline >= 0 ? env_inline : (int64_t)8 << 20,
-                        env_inline >= 0 ? env_inline : (int64_t)8 << 20,
-                        env_inline >= 0 ? env_inline : (int64_t)64 << 10);
+  comm_set_inline_bytes(c, env_inline_bytes(false), env_inline_bytes(false), env_inline_bytes(true));
   /* Spin about 20 us while the devices can all be running, about 1 us when
    * there are more devices than cores (a spinning waiter would steal the core
    * of the device it waits for); a pause costs 10..150 ns depending on the

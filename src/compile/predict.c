@@ -13,7 +13,14 @@
  * beyond the back-to-back alpha the ring model charges); an asynchronous one
  * waits k->coll_async on the worker instead when it was measured (the
  * worker's time per collective when it runs them one after another: with
- * devices sharing the cores each worker of the group must be scheduled). */
+ * devices sharing the cores each worker of the group must be scheduled).
+ * As the runtime does (runtime/cpu_device.c, comm/async.c), a collective
+ * marked asynchronous runs in line on the device thread, blocking, when the
+ * worker is idle and it moves at most env_inline_bytes (8 MiB between devices
+ * of one host): in-process meshes start none of the MLP's, CNN's or
+ * ResNet's on the worker, so none of them hides behind compute (it still
+ * waits k->coll_async, measured on in-line ones too). The prediction takes
+ * every group as within one host (it has no process layout). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +106,15 @@ static bool is_async(const ts_graph *g, int i, const int *first_use, bool severa
   return false;
 }
 
+/* Whether collective n (operand x), marked asynchronous, runs in line on the
+ * device thread (cpu_collective_inline's rule): the worker idle and at most
+ * env_inline_bytes moved (the larger of operand and result). */
+static bool runs_inline(const ts_node *n, const ts_node *x, bool worker_idle) {
+  int64_t limit = env_inline_bytes(false);
+  double bytes = fmax(node_bytes(n), node_bytes(x));
+  return worker_idle && limit >= 0 && bytes <= (double)limit;
+}
+
 /* Adds a kernel of t seconds to info's entry for its op name. */
 static void add_op(ts_auto_shard_info *info, const char *name, double t) {
   int i = 0;
@@ -136,10 +152,11 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     if (!autoshard_node_runs(nd)) continue;
     if (ir_op_is_collective(nd->op)) {
-      bool async = is_async(opt, i, first_use, ndev > 1);
-      double t = coll_seconds(m, k, nd, nd->n_in ? &opt->nodes[nd->in[0]] : nd, async, &sent);
+      const ts_node *x = nd->n_in ? &opt->nodes[nd->in[0]] : nd;
+      bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
+      double t = coll_seconds(m, k, nd, x, async, &sent);
       comm += t;
-      if (async) {
+      if (async && !runs_inline(nd, x, worker <= now)) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
       } else {
@@ -149,7 +166,10 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     }
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
-    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, node_bytes(nd) / (double)ts_dtype_size(nd->dtype));
+    double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
+    double t = units / k->rate[kc] + autoshard_kernel_overhead(k, elems);
+    int nb = kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
+    if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
     info->class_s[kc] += t;
     add_op(info, ir_op_name(nd->op), t);
     info->kernels++;

@@ -95,6 +95,12 @@ static void env_read(void) {
   c->ckpt_priority = env_text("TESSEL_CKPT_PRIORITY", false);
 }
 
+int64_t env_inline_bytes(bool between_hosts) {
+  int64_t e = env_config()->comm_inline_bytes;
+  if (e >= 0) return e > 0 ? e : -1;
+  return between_hosts ? (int64_t)64 << 10 : (int64_t)8 << 20;
+}
+
 const ts_env_config *env_config(void) {
   pthread_once(&g_once, env_read);
   return &g_config;

@@ -59,8 +59,7 @@ typedef struct {
    * runs in line on its device thread (no worker hand-off, no staging copy)
    * when nothing earlier is in flight and its operand has at most this many
    * bytes; "0": never (always the worker). Unset or invalid: -1, automatic
-   * (comm/comm.c: up to 8 MiB in shared memory, up to 4 MiB between
-   * processes of one host, up to 64 KiB between hosts). */
+   * (env_inline_bytes below; comm/comm.c says why). */
   int64_t comm_inline_bytes;
 
   /* TESSEL_CACHE_DIR: the persistent compile cache's directory (created if
@@ -110,6 +109,14 @@ typedef struct {
 
 /* The environment as read on the first call; never NULL. */
 const ts_env_config *env_config(void);
+
+/* The most bytes a collective the compiler marked asynchronous may move and
+ * still run in line on its device thread (no collective worker), as comm/
+ * decides it (comm.c: the reasons) and compile/predict.c costs it:
+ * TESSEL_COMM_INLINE_BYTES when set (0: never in line, -1 returned), else
+ * 8 MiB between devices of one host (shared memory, or processes of one
+ * host) and 64 KiB between hosts. */
+int64_t env_inline_bytes(bool between_hosts);
 
 /* Reads the environment again (the pointer env_config returns stays the same;
  * its strings from before are freed). For tests that change the environment
