@@ -71,6 +71,10 @@ int main(void) {
     CHECK(ts_client_max_start(c, 1, NULL) < 0 && strstr(ts_last_error(), "NULL"), "NULL req: %s", ts_last_error());
     CHECK(ts_client_max_finish(NULL, &max) < 0 && strstr(ts_last_error(), "client_max_finish"), "NULL: %s",
           ts_last_error());
+    /* NULL max: an error, but the request is still completed (collectively) and freed */
+    CHECK(ts_client_max_start(c, me, &q) == 0, "%s", ts_last_error());
+    CHECK(ts_client_max_finish(q, NULL) < 0 && strstr(ts_last_error(), "max is NULL"), "NULL max: %s",
+          ts_last_error());
   }
 
   /* a process-local client: immediate, this process's value */

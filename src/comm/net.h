@@ -67,7 +67,8 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
 /* The non-blocking form of net_allgather: posts the messages (on a tag of
  * their own, so they never match a blocking all-gather) and returns at once
  * with *out; net_wait completes them. `mine` and `all` must stay valid until
- * then. Collective: every process starts its non-blocking all-gathers in the
+ * then, and `what` (a static string: the error of net_wait names it).
+ * Collective: every process starts its non-blocking all-gathers in the
  * same order. No process group (n NULL): -1 with an error. */
 typedef struct net_pending net_pending;
 int net_allgather_start(ts_net *n, const void *mine, void *all, size_t bytes, const char *what,

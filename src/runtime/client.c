@@ -264,17 +264,16 @@ int ts_client_max_start(ts_client *c, int64_t value, ts_client_max_req **req) {
 }
 
 int ts_client_max_finish(ts_client_max_req *req, int64_t *max) {
-  if (!req || !max) {
-    free(req ? req->all : NULL); /* a request is freed whatever happens (its messages stay posted) */
-    free(req);
-    return set_error("client_max_finish: req or max is NULL");
-  }
-  *max = req->value;
+  if (!req) return set_error("client_max_finish: req is NULL");
+  int64_t m = req->value;
+  /* waited for even without max: its receive must not land in freed memory */
   int rc = req->pending ? net_wait(req->pending, req->timeout_ms) : 0;
   for (int p = 0; rc == 0 && req->all && p < req->nproc; p++)
-    if (req->all[p] > *max) *max = req->all[p];
+    if (req->all[p] > m) m = req->all[p];
   free(req->all);
   free(req);
+  if (!max) return set_error("client_max_finish: max is NULL (the request is finished and freed)");
+  *max = m;
   return rc;
 }
 
