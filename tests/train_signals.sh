@@ -3,8 +3,9 @@
 # (issue "Hostile inputs, signals and outputs", defect 4): the run stops after
 # the current step, the JSON log holds only complete lines, metrics and trace
 # are written, stdout says what was saved, exit 130 (SIGINT) / 143 (SIGTERM);
-# a second Ctrl-C ends the process at once; under `mpirun -n 2` (which
-# forwards SIGTERM to every rank) both ranks stop after the same step.
+# a second Ctrl-C ends the process at once; under `mpirun -n 2` and `-n 3`
+# (SIGTERM to every rank) all ranks stop after the same step (agreed one step
+# behind: the step after the signal's).
 # A small IDX dataset made here and many epochs: the run lasts until signalled.
 set -u
 build="${1:?usage: train_signals.sh BUILD_DIR}"
@@ -114,7 +115,7 @@ else
   else bad "second SIGINT: exit $rc, $(tail -2 "$tmp/twice.out")"; fi
 fi
 
-# ---- mpirun -n 2: SIGTERM to every rank (as Slurm's scancel and most schedulers
+# ---- mpirun -n 2 and -n 3: SIGTERM to every rank (as Slurm's scancel and most schedulers
 # deliver it), which agree to stop after the same step ----
 # (Not to mpirun itself: OpenMPI 4.1 answers a SIGTERM of its own by tearing the
 # job down, and the ranks' last output and files are lost about a third of the
@@ -124,22 +125,28 @@ if ! command -v mpirun >/dev/null; then
 else
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-  timeout -k 5 120 mpirun -n 2 --oversubscribe --bind-to none "$tessel" "${long[@]}" --all-ranks \
-    --log-json "$tmp/mpi.jsonl" --metrics "$tmp/mpi.m" --trace "$tmp/mpi.t" >"$tmp/mpi.out" 2>"$tmp/mpi.err" &
-  pid=$!
-  if wait_lines "$tmp/mpi.jsonl" 3; then
-    ranks=$(pgrep -f "^$tessel train .*$tmp/mpi.jsonl" | tr '\n' ' ')
-    kill -TERM $ranks
-    finish $pid
-    stops=$(grep -o "interrupted by SIGTERM after step [0-9]*" "$tmp/mpi.out" | sort -u)
-    n=$(grep -c "interrupted by SIGTERM after step" "$tmp/mpi.out")
-    if [ "$n" -eq 2 ] && [ "$(echo "$stops" | wc -l)" -eq 1 ]; then ok "mpirun: both ranks stopped after the same step ($stops)"
-    else bad "mpirun: $n ranks stopped: $stops; rc $rc; stdout: $(grep -v "^epoch" "$tmp/mpi.out" | tail -3); stderr: $(tail -5 "$tmp/mpi.err")"; fi
-    check_outputs mpi
-  else
-    bad "mpirun: no log after 60 s: $(tail -5 "$tmp/mpi.err")"
-    kill -9 $pid
-  fi
+  # 3: an agreement among more than two, one step behind; "3one": SIGTERM to
+  # one rank only (the last), which the two others must follow
+  for case in 2 3 3one; do
+    np=${case%one}
+    timeout -k 5 120 mpirun -n $np --oversubscribe --bind-to none "$tessel" "${long[@]}" --all-ranks \
+      --log-json "$tmp/mpi$case.jsonl" --metrics "$tmp/mpi$case.m" --trace "$tmp/mpi$case.t" >"$tmp/mpi$case.out" 2>"$tmp/mpi$case.err" &
+    pid=$!
+    if wait_lines "$tmp/mpi$case.jsonl" 3; then
+      ranks=$(pgrep -f "^$tessel train .*$tmp/mpi$case.jsonl" | tr '\n' ' ')
+      [ "$case" = 3one ] && ranks=$(echo $ranks | awk '{print $NF}')
+      kill -TERM $ranks
+      finish $pid
+      stops=$(grep -o "interrupted by SIGTERM after step [0-9]*" "$tmp/mpi$case.out" | sort -u)
+      n=$(grep -c "interrupted by SIGTERM after step" "$tmp/mpi$case.out")
+      if [ "$n" -eq $np ] && [ "$(echo "$stops" | wc -l)" -eq 1 ]; then ok "mpirun -n $np ($case): every rank stopped after the same step ($stops)"
+      else bad "mpirun -n $np ($case): $n ranks stopped: $stops; rc $rc; stdout: $(grep -v "^epoch" "$tmp/mpi$case.out" | tail -3); stderr: $(tail -5 "$tmp/mpi$case.err")"; fi
+      check_outputs mpi$case
+    else
+      bad "mpirun -n $np ($case): no log after 60 s: $(tail -5 "$tmp/mpi$case.err")"
+      kill -9 $pid
+    fi
+  done
 fi
 
 echo "$passed passed, $failed failed"

@@ -152,9 +152,12 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
       int erc = train_gpt_evaluate(r, st->step);
       if (erc != CLI_EXIT_OK) return erc;
     }
-    int sig = train_stop_requested(r->client);
+    /* SIGINT/SIGTERM: agreed one step behind while a step of this epoch
+     * follows, at once after its last (nothing left pending, no stop lost) */
+    bool last = s + 1 == r->steps_per_epoch || st->step == r->total_steps;
+    int sig = last ? train_stop_requested(r->client) : train_stop_after_step(r->client);
     if (sig < 0) return train_lib_error();
-    if ((r->stop_signal = sig)) break; /* SIGINT/SIGTERM: this step was the last */
+    if ((r->stop_signal = sig)) break; /* this step was the last */
   }
   st->train_time += train_now_s() - ts0;
   char extra[48] = "";

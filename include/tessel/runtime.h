@@ -106,6 +106,18 @@ int ts_client_check_same(ts_client *c, const char *what, const char *text);
  * e.g. to agree on a flag: tessel train stops every rank at the same step
  * when any of them was interrupted. */
 int ts_client_max(ts_client *c, int64_t value, int64_t *max);
+/* The non-blocking form of ts_client_max, to agree without waiting: start
+ * returns at once (the 8-byte messages go out behind whatever the processes
+ * are exchanging, e.g. a step's collectives still in flight), finish waits
+ * for every process's value and sets *max, then frees req (also on error).
+ * Collective: every process starts its requests in the same order (finishing
+ * may come any time later, after other collectives and executes); the client
+ * must outlive req. One process: immediate (*max = value). tessel train
+ * starts one after step k and finishes it after step k+1, so no step waits
+ * for the agreement on a stop. */
+typedef struct ts_client_max_req ts_client_max_req;
+int ts_client_max_start(ts_client *c, int64_t value, ts_client_max_req **req);
+int ts_client_max_finish(ts_client_max_req *req, int64_t *max);
 /* Ends every process of the job with exit code `code` (MPI_Abort): after an
  * error in one process the others would wait in their next collective until
  * it times out. When the abort has not ended this process within 5 s (the

@@ -188,17 +188,36 @@ static void pause_poll(double waited) {
   }
 }
 
-/* Posts the messages on comm, then polls them to completion. */
-static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int timeout_ms, const char *what) {
+/* Posted messages, not yet complete (net_allgather_start, or inside exchange). */
+struct net_pending {
+  ts_net *n;
+  net_msg *msgs; /* owned when the pending is (net_allgather_start) */
+  int count;     /* messages */
+  MPI_Request *req;
+  int *owner; /* message of each request */
+  int k;      /* requests posted */
+  const char *what;
+};
+
+static void pending_release(net_pending *p) {
+  free(p->req);
+  free(p->owner);
+  p->req = NULL;
+  p->owner = NULL;
+}
+
+/* Posts every message of msgs on comm into p (returned: 0, or -1 with
+ * nothing left posted). */
+static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *what, net_pending *p) {
+  *p = (net_pending){n, msgs, count, NULL, NULL, 0, what};
   size_t piece = net_piece();
   size_t n_req = 0;
   for (int i = 0; i < count; i++) n_req += msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
   if (n_req > (size_t)1 << 24) return set_error("%s: %zu messages are too many", what, n_req);
-  MPI_Request *req = malloc((n_req ? n_req : 1) * sizeof *req);
-  int *owner = malloc((n_req ? n_req : 1) * sizeof *owner); /* message of each request */
-  if (!req || !owner) {
-    free(req);
-    free(owner);
+  p->req = malloc((n_req ? n_req : 1) * sizeof *p->req);
+  p->owner = malloc((n_req ? n_req : 1) * sizeof *p->owner);
+  if (!p->req || !p->owner) {
+    pending_release(p);
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
@@ -208,19 +227,28 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     size_t off = 0;
     do {
       size_t part = m->bytes - off < piece ? m->bytes - off : piece;
-      owner[k] = i;
-      rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &req[k])
-                   : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &req[k]);
+      p->owner[k] = i;
+      rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k])
+                   : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k]);
       k++;
       off += part;
     } while (off < m->bytes && rc == MPI_SUCCESS);
   }
   pthread_mutex_unlock(&n->mu);
+  p->k = k;
   if (rc != MPI_SUCCESS) {
-    free(req);
-    free(owner);
+    pending_release(p);
     return mpi_error(what, rc);
   }
+  return 0;
+}
+
+/* Polls p's requests to completion (or the timeout) and frees them. */
+static int complete(net_pending *p, int timeout_ms) {
+  ts_net *n = p->n;
+  MPI_Request *req = p->req;
+  int k = p->k, rc = MPI_SUCCESS;
+  const char *what = p->what;
   /* since: when the current hard wait began (ms after start; -1 while a
    * pacer naps): a wait that turns urgent polls hard from then on */
   double start = now_ms(), deadline = timeout_ms > 0 ? start + timeout_ms : 0, waited = 0, since = 0;
@@ -230,8 +258,7 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
     pthread_mutex_unlock(&n->mu);
     if (rc != MPI_SUCCESS) {
-      free(req);
-      free(owner);
+      pending_release(p);
       return mpi_error(what, rc);
     }
     if (flag) break;
@@ -242,9 +269,8 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
     if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
       char who[256];
-      timed_out(n, req, k, msgs, owner, who, sizeof who);
-      free(req);
-      free(owner);
+      timed_out(n, req, k, p->msgs, p->owner, who, sizeof who);
+      pending_release(p);
       return set_error_code(TS_ERR_TIMEOUT,
                                "%s: process %d timed out after %.1f s waiting for process(es) %s (a peer died, hangs "
                                "or runs a different program; TESSEL_COLLECTIVE_TIMEOUT sets the limit)",
@@ -258,15 +284,26 @@ static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int time
     if (since < 0) since = waited;
     pause_poll(waited - since);
   }
-  free(req);
-  free(owner);
-  if (TS_METRICS_ON()) { /* what crossed to other processes (other hosts, in a job of one process per host) */
-    int64_t sent = 0, received = 0;
-    for (int i = 0; i < count; i++) *(msgs[i].send ? &sent : &received) += (int64_t)msgs[i].bytes;
-    obs_count("NetBytesSent", sent);
-    obs_count("NetBytesReceived", received);
-    obs_count("NetMessages", count);
-  }
+  pending_release(p);
+  return 0;
+}
+
+/* Counts what crossed to other processes (other hosts, in a job of one
+ * process per host). */
+static void count_bytes(const net_msg *msgs, int count) {
+  if (!TS_METRICS_ON()) return;
+  int64_t sent = 0, received = 0;
+  for (int i = 0; i < count; i++) *(msgs[i].send ? &sent : &received) += (int64_t)msgs[i].bytes;
+  obs_count("NetBytesSent", sent);
+  obs_count("NetBytesReceived", received);
+  obs_count("NetMessages", count);
+}
+
+/* Posts the messages on comm, then polls them to completion. */
+static int exchange(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, int timeout_ms, const char *what) {
+  net_pending p;
+  if (post(n, comm, msgs, count, what, &p) < 0 || complete(&p, timeout_ms) < 0) return -1;
+  count_bytes(msgs, count);
   return 0;
 }
 
@@ -280,22 +317,66 @@ int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const 
   return exchange(n, n->ctl, msgs, count, timeout_ms, what);
 }
 
+/* Tags on ctl: 1 the blocking all-gathers, 2 buffer reads (buffer.c), 3 the
+ * non-blocking all-gathers (never matched against a blocking one another
+ * thread may run meanwhile). */
+enum { TAG_ALLGATHER = 1, TAG_ALLGATHER_ASYNC = 3 };
+
+/* The 2 (size - 1) messages of an all-gather (NULL: out of memory);
+ * copies mine into its own slot of all. */
+static net_msg *allgather_msgs(ts_net *n, const void *mine, void *all, size_t bytes, int tag, int *count) {
+  net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
+  if (!m) return NULL;
+  int k = 0;
+  for (int p = 0; p < n->size; p++) {
+    if (p == n->rank) continue;
+    m[k++] = (net_msg){p, tag, true, (void *)mine, bytes};
+    m[k++] = (net_msg){p, tag, false, (char *)all + (size_t)p * bytes, bytes};
+  }
+  memcpy((char *)all + (size_t)n->rank * bytes, mine, bytes);
+  *count = k;
+  return m;
+}
+
 int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what) {
   if (!n) {
     memcpy(all, mine, bytes);
     return 0;
   }
-  net_msg *m = malloc((size_t)2 * (size_t)n->size * sizeof *m);
-  if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int k = 0;
-  for (int p = 0; p < n->size; p++) {
-    if (p == n->rank) continue;
-    m[k++] = (net_msg){p, 1, true, (void *)mine, bytes};
-    m[k++] = (net_msg){p, 1, false, (char *)all + (size_t)p * bytes, bytes};
-  }
-  memcpy((char *)all + (size_t)n->rank * bytes, mine, bytes);
+  net_msg *m = allgather_msgs(n, mine, all, bytes, TAG_ALLGATHER, &k);
+  if (!m) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
   int rc = exchange(n, n->ctl, m, k, timeout_ms, what);
   free(m);
+  return rc;
+}
+
+int net_allgather_start(ts_net *n, const void *mine, void *all, size_t bytes, const char *what,
+                        net_pending **out) {
+  *out = NULL;
+  if (!n) return set_error("%s: no process group", what);
+  net_pending *p = malloc(sizeof *p);
+  int k = 0;
+  net_msg *m = p ? allgather_msgs(n, mine, all, bytes, TAG_ALLGATHER_ASYNC, &k) : NULL;
+  if (!m) {
+    free(p);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+  }
+  if (post(n, n->ctl, m, k, what, p) < 0) {
+    free(m);
+    free(p);
+    return -1;
+  }
+  *out = p;
+  return 0;
+}
+
+int net_wait(net_pending *p, int timeout_ms) {
+  if (!p) return 0;
+  int rc = complete(p, timeout_ms);
+  if (rc == 0) count_bytes(p->msgs, p->count);
+  free(p->msgs);
+  free(p);
   return rc;
 }
 
@@ -331,6 +412,13 @@ int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int time
   memcpy(all, mine, bytes);
   return 0;
 }
+int net_allgather_start(ts_net *n, const void *mine, void *all, size_t bytes, const char *what,
+                        net_pending **out) {
+  (void)n, (void)mine, (void)all, (void)bytes;
+  *out = NULL;
+  return set_error("%s: no process group (built without MPI)", what);
+}
+int net_wait(net_pending *p, int timeout_ms) { return (void)p, (void)timeout_ms, 0; }
 void net_abort(ts_net *n, int code) {
   (void)n, (void)code;
   fflush(stdout);

@@ -64,6 +64,20 @@ int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const 
 /* all[p * bytes ...] = process p's mine (bytes each), over every process. */
 int net_allgather(ts_net *n, const void *mine, void *all, size_t bytes, int timeout_ms, const char *what);
 
+/* The non-blocking form of net_allgather: posts the messages (on a tag of
+ * their own, so they never match a blocking all-gather) and returns at once
+ * with *out; net_wait completes them. `mine` and `all` must stay valid until
+ * then, and `what` (a static string: the error of net_wait names it).
+ * Collective: every process starts its non-blocking all-gathers in the
+ * same order. No process group (n NULL): -1 with an error. */
+typedef struct net_pending net_pending;
+int net_allgather_start(ts_net *n, const void *mine, void *all, size_t bytes, const char *what,
+                        net_pending **out);
+/* Waits until p's messages completed (timeout_ms 0 = no limit; on timeout -1
+ * naming p's `what` and the processes that never answered) and frees p, also
+ * on error. NULL: 0. */
+int net_wait(net_pending *p, int timeout_ms);
+
 /* Ends the whole job (every process) with exit code `code` (MPI_Abort, which
  * does not return). Without a process group (n NULL or no MPI) it only
  * flushes stdout and stderr and returns: ts_client_abort, the one place in

@@ -233,6 +233,50 @@ int ts_client_max(ts_client *c, int64_t value, int64_t *max) {
   return rc;
 }
 
+/* ts_client_max_start's agreement in flight. */
+struct ts_client_max_req {
+  int64_t value; /* this process's */
+  int64_t *all;  /* every process's (NULL alone) */
+  int nproc, timeout_ms;
+  net_pending *pending;
+};
+
+int ts_client_max_start(ts_client *c, int64_t value, ts_client_max_req **req) {
+  if (req) *req = NULL;
+  if (!c || !req) return set_error("client_max_start: client or req is NULL");
+  ts_client_max_req *r = calloc(1, sizeof *r);
+  if (!r) return error_oom("client_max_start", sizeof *r);
+  *r = (ts_client_max_req){value, NULL, c->process_count, c->timeout_ms, NULL};
+  if (c->process_count > 1) {
+    r->all = calloc((size_t)c->process_count, sizeof *r->all);
+    if (!r->all) {
+      free(r);
+      return error_oom("client_max_start", (size_t)c->process_count * sizeof(int64_t));
+    }
+    if (net_allgather_start(c->net, &r->value, r->all, sizeof r->value, "client_max_finish", &r->pending) < 0) {
+      free(r->all);
+      free(r);
+      return -1;
+    }
+  }
+  *req = r;
+  return 0;
+}
+
+int ts_client_max_finish(ts_client_max_req *req, int64_t *max) {
+  if (!req) return set_error("client_max_finish: req is NULL");
+  int64_t m = req->value;
+  /* waited for even without max: its receive must not land in freed memory */
+  int rc = req->pending ? net_wait(req->pending, req->timeout_ms) : 0;
+  for (int p = 0; rc == 0 && req->all && p < req->nproc; p++)
+    if (req->all[p] > m) m = req->all[p];
+  free(req->all);
+  free(req);
+  if (!max) return set_error("client_max_finish: max is NULL (the request is finished and freed)");
+  *max = m;
+  return rc;
+}
+
 /* Seconds MPI_Abort may take before the process ends by itself: the abort
  * travels through the launcher (the local daemon, mpirun, the other hosts'
  * daemons), and a partition or a lost host can stop it on the way. */
