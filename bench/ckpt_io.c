@@ -25,7 +25,8 @@
  *   RESULT ckpt <model> bytes=B tensors=N save_median_s=.. load_median_s=.. save_GBps=.. load_GBps=..
  *          cold_load=0|1 snapshot_median_s=.. copy_median_s=.. write_median_s=.. step_median_s=..
  *          step_during_save_median_s=.. step_wait_median_s=.. step_wait_fraction=..
- *          busy_save_s=.. busy_steps=.. busy_step_s=..
+ *          busy_save_s=.. busy_steps=.. busy_step_s=.. save_alone_median_s=.. save_alone_GBps=..
+ *          load_alone_median_s=.. alone_fill_cpu_ms=.. alone_io_cpu_ms=..
  * (save: from the start of the save to the checkpoint in place; snapshot:
  * the caller's wait inside the save; copy: from the start of the files stage
  * to the last held byte copied, write: the files stage to the fsync — the
@@ -37,7 +38,13 @@
  * threads run at TESSEL_CKPT_PRIORITY, low by default) and checks every
  * round that what was loaded equals what was saved, bit for bit (a hash of
  * every device value before the save; the step during the save changed
- * them, so the load is what brings them back); exit 1 otherwise.
+ * them, so the load is what brings them back); exit 1 otherwise. Each
+ * round then also saves the same state STANDALONE (save_alone_*: the saver's
+ * save waited for at once, nothing running beside it, as `tessel train`'s
+ * final save: the same files, fsync and renames; like-for-like with dd,
+ * which runs alone too), runs a step (the state changes) and loads that
+ * checkpoint back, checked bit for bit the same way (load_alone_*; alone_*_cpu_ms:
+ * its filler's and write threads' CPU ms).
  *
  * Each round's line on stderr also gives the per-stage costs of the save's
  * files stage (ckpt_last_stage_times: CPU ms of the filler thread, of it in
@@ -155,6 +162,33 @@ static double run_step(ts_executable *e, model_io *io, ts_buffer **out, int n_ou
   return t;
 }
 
+/* Evicts dir's files, loads the latest checkpoint under dir into the device
+ * buffers and checks the state's hash against want (exit 1 otherwise); the
+ * load's seconds. *cold &= whether every file was evicted. */
+static double load_checked(const char *dir, ts_params *p, ts_client *c, uint64_t want, int *cold, const char *which) {
+  *cold &= evict_dir(dir);
+  double t0 = now_s();
+  ts_ckpt *ck = ts_ckpt_open(dir);
+  if (!ck || ts_ckpt_load_params(ck, c, p, false) < 0) die("load");
+  double t = now_s() - t0;
+  ts_ckpt_close(ck);
+  if (state_hash(p, c) != want) {
+    fprintf(stderr, "bench_ckpt_io: the loaded state differs from the saved one (%s save)\n", which);
+    exit(1);
+  }
+  return t;
+}
+
+/* The standalone save: the saver's save, waited for at once with nothing
+ * running beside it (what `tessel train` does for its final save: the same
+ * files, fsync, renames); its seconds from the call to the checkpoint in place. */
+static double save_alone(ts_ckpt_saver *sv, const char *dir, ts_params *p, int64_t step) {
+  ts_ckpt_meta meta = {.step = step};
+  double t0 = now_s();
+  if (ts_ckpt_saver_save_params(sv, dir, p, &meta, 1) < 0 || ts_ckpt_saver_wait(sv) < 0) die("standalone save");
+  return now_s() - t0;
+}
+
 int main(int argc, char **argv) {
   const char *model = "resnet50", *dir = "/tmp/tessel_bench_ckpt";
   int rounds = 3;
@@ -216,13 +250,16 @@ int main(int argc, char **argv) {
   double *hsh = malloc((size_t)rounds * sizeof *hsh), *ioc = malloc((size_t)rounds * sizeof *ioc);
   double *fsy = malloc((size_t)rounds * sizeof *fsy), *cpu_step = malloc((size_t)rounds * sizeof *cpu_step);
   double *cpu_during = malloc((size_t)rounds * sizeof *cpu_during);
+  /* the standalone save per round: its seconds, its load's, its filler's and write threads' CPU ms */
+  double *alone = calloc((size_t)rounds, sizeof *alone), *alone_load = calloc((size_t)rounds, sizeof *alone_load);
+  double *alone_fill = calloc((size_t)rounds, sizeof *alone_fill), *alone_io = calloc((size_t)rounds, sizeof *alone_io);
   int cold = 1;
   /* One saver for every round, as tessel train keeps one: the snapshot
    * memory is allocated by the first save and reused. */
   ts_ckpt_saver *sv = ts_ckpt_saver_new(c);
   if (!sv) die("saver");
   for (int r = 0; r < rounds; r++) {
-    ts_ckpt_meta meta = {.step = r + 1};
+    ts_ckpt_meta meta = {.step = 2 * r + 1}; /* the standalone save's: 2 * r + 2 */
     stp[r] = run_step(exe, &io, outs, n_out); /* the steps before the save: the faster one */
     double cpu0 = process_cpu_s();
     double t2 = run_step(exe, &io, outs, n_out);
@@ -252,16 +289,13 @@ int main(int argc, char **argv) {
       load[r] = 0;
       continue;
     }
-    cold &= evict_dir(dir);
-    double t0 = now_s();
-    ts_ckpt *ck = ts_ckpt_open(dir);
-    if (!ck || ts_ckpt_load_params(ck, c, p, false) < 0) die("load");
-    load[r] = now_s() - t0;
-    ts_ckpt_close(ck);
-    if (state_hash(p, c) != want) {
-      fprintf(stderr, "bench_ckpt_io: the loaded state differs from the saved one\n");
-      return 1;
-    }
+    load[r] = load_checked(dir, p, c, want, &cold, "background");
+    /* The standalone save of the same state (nothing beside it), then a step
+     * (the state changes), then its load brings the saved state back. */
+    alone[r] = save_alone(sv, dir, p, 2 * r + 2);
+    alone_fill[r] = ckpt_last_stage_times.fill_cpu_s * 1e3, alone_io[r] = ckpt_last_stage_times.io_cpu_s * 1e3;
+    run_step(exe, &io, outs, n_out);
+    alone_load[r] = load_checked(dir, p, c, want, &cold, "standalone");
   }
   /* A save under a busy step loop: steps run back to back (polling the saver
    * after each, as tessel train does) until the save is complete. With the
@@ -270,7 +304,7 @@ int main(int argc, char **argv) {
   double busy_save, busy_step = 0;
   int busy_steps = 0;
   {
-    ts_ckpt_meta meta = {.step = rounds + 1};
+    ts_ckpt_meta meta = {.step = 2 * rounds + 1};
     double t0 = now_s();
     if (ts_ckpt_saver_save_params(sv, dir, p, &meta, 1) < 0) die("save");
     int pr;
@@ -286,19 +320,24 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++)
     fprintf(stderr, "round %d: step %.3f s, step during the save %.3f s, snapshot %.4f s, copy %.3f s, write %.3f s, "
                     "save %.3f s, load %.3f s; CPU ms: fill %.1f (copy %.1f, hash %.1f), write threads %.1f; "
-                    "fsync %.1f ms; process CPU: step %.3f s, save + step beside it %.3f s\n",
+                    "fsync %.1f ms; process CPU: step %.3f s, save + step beside it %.3f s; standalone save %.3f s "
+                    "(CPU ms: fill %.1f, write threads %.1f), its load %.3f s\n",
             r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r],
-            fsy[r], cpu_step[r], cpu_during[r]);
+            fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r]);
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "
          "cold_load=%d snapshot_median_s=%.4f copy_median_s=%.4f write_median_s=%.3f step_median_s=%.3f "
          "step_during_save_median_s=%.3f step_wait_median_s=%.4f step_wait_fraction=%.3f busy_save_s=%.3f "
          "busy_steps=%d busy_step_s=%.3f fill_cpu_ms=%.1f copy_cpu_ms=%.1f hash_cpu_ms=%.1f io_cpu_ms=%.1f "
-         "fsync_ms=%.1f isolate=%d%s\n",
+         "fsync_ms=%.1f save_alone_median_s=%.3f save_alone_GBps=%.3f load_alone_median_s=%.3f "
+         "alone_fill_cpu_ms=%.1f alone_io_cpu_ms=%.1f isolate=%d%s\n",
          model, bytes, ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9, cold, msn,
          median(copy, rounds), median(write, rounds), median(stp, rounds), median(during, rounds), mw, mw / ms, busy_save,
          busy_steps, busy_step, median(fill, rounds), median(cpy, rounds), median(hsh, rounds), median(ioc, rounds),
-         median(fsy, rounds), ckpt_save_isolate, ckpt_save_direct ? "" : ",buffered");
+         median(fsy, rounds), median(alone, rounds), isolate ? 0.0 : (double)bytes / median(alone, rounds) / 1e9,
+         median(alone_load, rounds), median(alone_fill, rounds), median(alone_io, rounds), ckpt_save_isolate,
+         ckpt_save_direct ? "" : ",buffered");
+  free(alone), free(alone_load), free(alone_fill), free(alone_io);
   free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during);
   free(save), free(load), free(snap), free(write), free(stp), free(during), free(wait), free(copy), free(outs);
   model_io_free(&io);
