@@ -1,0 +1,198 @@
+/* fused_fast.c — one-pass loops for the fused programs that dominate the
+ * convnets' training steps, chosen by pattern before any tile runs
+ * (tk_fast_match); every other program runs in fused.c's tile interpreter.
+ *
+ * The interpreter makes one pass over a tile per instruction (about twelve
+ * for a batch-norm apply); these loops read each input once and write the
+ * output once, with the per-channel terms as scalars. They compute the same
+ * bits as the interpreter: the same f32 operations on each element in the
+ * same order with the same operands on the same side (a NaN's payload
+ * depends on it), each rounded to f32 (this file is compiled with
+ * -ffp-contract=off: no product is fused into a sum), bf16 roundings exactly
+ * where the program has them, bf16 stores with fused.c's rounding. Patterns
+ * (instructions in f32; x, r, dy: f32 or bf16 inputs of the output's size,
+ * widened; m, a, g, b, c, k, s: f32 inputs broadcast per channel, all with
+ * the same channel count and run length):
+ *   - batch-norm apply: t = ((x - m) * a) * g + b, optionally rounded to bf16
+ *     (CONVERT to bf16 then back);
+ *   - forward: t, t + u or u + t (u: another such t, or r), optionally
+ *     max(., constant) (ReLU), stored as f32 or bf16 (a final CONVERT);
+ *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
+ *     f32 or bf16. */
+#include "kernels/bf16_round.h"
+#include "kernels/kernels_internal.h"
+
+#define SIMD _Pragma("omp simd")
+#define CHUNK 256 /* elements per pass (two float buffers on the stack) */
+
+static bool g_fast = true;
+
+void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
+
+/* ---- matching ---- */
+typedef struct {
+  const ts_fused *p;
+  const ts_dtype *dt;
+  const int64_t *ne;
+  int64_t numel;
+  tk_fast *F; /* its inner and nch: the channel run length and count (0: none yet) */
+} mctx;
+
+/* Instruction v when it is `op` with an f32 result. */
+static const ts_fused_instr *f32_ins(const mctx *M, int32_t v, ts_op op) {
+  if (v < 0 || v >= M->p->n) return NULL;
+  const ts_fused_instr *I = &M->p->ins[v];
+  return I->op == op && I->dtype == TS_F32 ? I : NULL;
+}
+
+/* v is a full-size f32 or bf16 input, read directly or through CONVERT to f32. */
+static bool m_src(const mctx *M, int32_t v, tk_fast_src *s) {
+  const ts_fused_instr *I = f32_ins(M, v, TS_OP_CONVERT);
+  if (I) v = I->a;
+  if (v >= 0) return false;
+  int k = -v - 1;
+  if ((M->dt[k] != TS_F32 && M->dt[k] != TS_BF16) || M->ne[k] != M->numel) return false;
+  s->ext = k, s->bf16 = M->dt[k] == TS_BF16;
+  return true;
+}
+
+/* v is an f32 BROADCAST of an f32 input, with the program's common run length and count. */
+static bool m_chan(const mctx *M, int32_t v, int *k) {
+  const ts_fused_instr *I = f32_ins(M, v, TS_OP_BROADCAST);
+  if (!I || I->a >= 0) return false;
+  *k = -I->a - 1;
+  int64_t inner = (int64_t)I->value, m = M->ne[*k];
+  if (M->dt[*k] != TS_F32 || (double)inner != I->value || inner < 1 || m < 1) return false;
+  if (M->F->inner == 0) M->F->inner = inner, M->F->nch = m;
+  return M->F->inner == inner && M->F->nch == m;
+}
+
+/* v is ((x - m) * a) * g + b, or that rounded to bf16 (CONVERT to bf16, then to f32). */
+static bool m_affine(const mctx *M, int32_t v, tk_fast_term *t) {
+  const ts_fused_instr *R = f32_ins(M, v, TS_OP_CONVERT);
+  t->round = R && R->a >= 0 && M->p->ins[R->a].op == TS_OP_CONVERT && M->p->ins[R->a].dtype == TS_BF16;
+  if (t->round) v = M->p->ins[R->a].a;
+  const ts_fused_instr *B = f32_ins(M, v, TS_OP_ADD);
+  const ts_fused_instr *G = B ? f32_ins(M, B->a, TS_OP_MUL) : NULL;
+  const ts_fused_instr *A = G ? f32_ins(M, G->a, TS_OP_MUL) : NULL;
+  const ts_fused_instr *S = A ? f32_ins(M, A->a, TS_OP_SUB) : NULL;
+  t->affine = S && m_chan(M, B->b, &t->b) && m_chan(M, G->b, &t->g) && m_chan(M, A->b, &t->a) &&
+              m_chan(M, S->b, &t->m) && m_src(M, S->a, &t->x);
+  return t->affine;
+}
+
+static bool m_term(const mctx *M, int32_t v, tk_fast_term *t) {
+  if (m_affine(M, v, t)) return true;
+  t->round = false;
+  return m_src(M, v, &t->x);
+}
+
+/* v is ((dy - c) - (x - m) * k) * s. */
+static bool m_bn_grad(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *S = f32_ins(M, v, TS_OP_MUL);
+  const ts_fused_instr *D = S ? f32_ins(M, S->a, TS_OP_SUB) : NULL;
+  const ts_fused_instr *C = D ? f32_ins(M, D->a, TS_OP_SUB) : NULL;
+  const ts_fused_instr *K = C ? f32_ins(M, D->b, TS_OP_MUL) : NULL;
+  const ts_fused_instr *X = K ? f32_ins(M, K->a, TS_OP_SUB) : NULL;
+  return X && m_chan(M, S->b, &F->s) && m_chan(M, C->b, &F->c) && m_chan(M, K->b, &F->k) &&
+         m_chan(M, X->b, &F->m) && m_src(M, C->a, &F->dy) && m_src(M, X->a, &F->x);
+}
+
+/* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
+static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
+  if (X && X->b >= 0 && M->p->ins[X->b].op == TS_OP_CONSTANT && M->p->ins[X->b].dtype == TS_F32) {
+    F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
+    v = X->a;
+  }
+  if (m_affine(M, v, &F->t[0])) return F->nterm = 1, true;
+  const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
+  F->nterm = 2;
+  return A && m_term(M, A->a, &F->t[0]) && m_term(M, A->b, &F->t[1]) && (F->t[0].affine || F->t[1].affine);
+}
+
+bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
+                   int64_t numel, tk_fast *F) {
+  memset(F, 0, sizeof *F);
+  if (!__atomic_load_n(&g_fast, __ATOMIC_RELAXED) || p->n < 1) return false;
+  mctx M = {p, ext_dt, ext_numel, numel, F};
+  int32_t v = p->n - 1;
+  const ts_fused_instr *L = &p->ins[v];
+  if (out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 && L->a >= 0 &&
+      p->ins[L->a].dtype == TS_F32)
+    F->out_bf16 = true, v = L->a;
+  else if (out_dt != TS_F32 || L->dtype != TS_F32)
+    return false;
+  if (m_bn_grad(&M, v, F)) F->kind = TK_FAST_BN_GRAD;
+  else {
+    bool out_bf16 = F->out_bf16;
+    memset(F, 0, sizeof *F), F->out_bf16 = out_bf16;
+    if (m_forward(&M, v, F)) F->kind = TK_FAST_FORWARD;
+  }
+  return F->kind != TK_FAST_NONE;
+}
+
+/* ---- the loops (n <= CHUNK elements from element e) ---- */
+static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d) {
+  if (s->bf16) {
+    const uint16_t *x = (const uint16_t *)in[s->ext] + e;
+    SIMD for (int j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+  } else {
+    memcpy(d, (const float *)in[s->ext] + e, (size_t)n * 4);
+  }
+}
+
+static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
+
+/* d = term t of elements e .. e + n (channel ch). */
+static void eval_term(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d) {
+  load_src(&t->x, in, e, n, d);
+  if (!t->affine) return;
+  float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
+  if (t->round) {
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(((d[j] - m) * a) * g + b);
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = ((d[j] - m) * a) * g + b;
+  }
+}
+
+static void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *x) {
+  float m = chan(in, F->m, ch), k = chan(in, F->k, ch), c = chan(in, F->c, ch), s = chan(in, F->s, ch);
+  load_src(&F->dy, in, e, n, d);
+  load_src(&F->x, in, e, n, x);
+  SIMD for (int j = 0; j < n; j++) d[j] = ((d[j] - c) - (x[j] - m) * k) * s;
+}
+
+/* max(d, c) as fused.c's MAX (a NaN in d propagates), then the store. */
+static void finish(const tk_fast *F, float *d, int n, void *out, int64_t o) {
+  if (F->relu) {
+    float c = F->relu_c;
+    SIMD for (int j = 0; j < n; j++) d[j] = (d[j] > c || d[j] != d[j]) ? d[j] : c;
+  }
+  if (F->out_bf16) {
+    uint16_t *y = (uint16_t *)out + o;
+    SIMD for (int j = 0; j < n; j++) y[j] = (uint16_t)bf16_bits(d[j]);
+  } else {
+    memcpy((float *)out + o, d, (size_t)n * 4);
+  }
+}
+
+void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
+  float d[CHUNK], u[CHUNK];
+  for (int64_t e = lo; e < hi;) {
+    int64_t ch = e / F->inner % F->nch, left = F->inner - e % F->inner;
+    int n = (int)(left < hi - e ? left : hi - e);
+    if (n > CHUNK) n = CHUNK;
+    if (F->kind == TK_FAST_BN_GRAD) {
+      eval_bn_grad(F, in, e, ch, n, d, u);
+    } else {
+      eval_term(&F->t[0], in, e, ch, n, d);
+      if (F->nterm == 2) {
+        eval_term(&F->t[1], in, e, ch, n, u);
+        SIMD for (int j = 0; j < n; j++) d[j] = d[j] + u[j];
+      }
+    }
+    finish(F, d, n, out, e - lo);
+    e += n;
+  }
+}
