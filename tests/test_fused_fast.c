@@ -8,7 +8,9 @@
  * ties and values that overflow when rounded to bf16; shapes have channel
  * runs of 1, 49, 257 and 600 elements (shorter and longer than the fast
  * loops' chunk and the interpreter's tile) and odd sizes; 1 and 2 threads;
- * one program writes its result over its input (in place). Each pattern must
+ * one program writes its result over its input (in place). The reduced
+ * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
+ * here as elementwise programs (fused reductions read the same loops). Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
 #include <stdlib.h>
@@ -132,7 +134,10 @@ static void run_case(const char *what, case_t *C, int64_t numel, bool expect_mat
     int64_t bad = -1, es = (int64_t)ts_dtype_size(C->out_dt);
     for (int64_t i = 0; i < numel && bad < 0; i++)
       if (memcmp(ref + i * es, got + i * es, (size_t)es)) bad = i;
-    CHECK(bad < 0, "%s, %d threads, %lld elements: element %lld differs", what, nt, (long long)numel, (long long)bad);
+    uint32_t rb = 0, gb = 0;
+    if (bad >= 0) memcpy(&rb, ref + bad * es, (size_t)es), memcpy(&gb, got + bad * es, (size_t)es);
+    CHECK(bad < 0, "%s, %d threads, %lld elements: element %lld differs (bits %#x, interpreter %#x)", what, nt,
+          (long long)numel, (long long)bad, gb, rb);
   }
   /* in place: an f32 result over an f32 input 0 of the same size */
   if (C->out_dt == TS_F32 && C->dt[0] == TS_F32 && C->ne[0] == numel) {
@@ -195,6 +200,24 @@ static void bn_grad(shape s, ts_dtype xdt, ts_dtype dydt, ts_dtype out, bool bad
   run_case(what, &C, numel, !bad);
 }
 
+/* The reduced terms: (x - m) * (x - m) (form 0), dy * (x - m) (1), (x - m) * dy (2);
+ * bad: (x - m) * (m - x), no pattern. f32 results (fused reductions sum them). */
+static void centered(shape s, ts_dtype xdt, ts_dtype dydt, int form, bool bad) {
+  case_t C = {.out_dt = TS_F32};
+  int64_t numel = s.nb * s.nch * s.inner;
+  set_ext(&C, 0, xdt, numel), set_ext(&C, 1, TS_F32, s.nch), set_ext(&C, 2, dydt, numel);
+  prog *P = &C.P;
+  int32_t m = bc(P, 1, s.inner), x = src(P, 0, xdt, false);
+  int32_t t = bin(P, TS_OP_SUB, x, m);
+  if (form == 0) bin(P, TS_OP_MUL, t, bad ? bin(P, TS_OP_SUB, m, x) : t);
+  else if (form == 1) bin(P, TS_OP_MUL, src(P, 2, dydt, rnd32() % 2), t);
+  else bin(P, TS_OP_MUL, t, src(P, 2, dydt, rnd32() % 2));
+  char what[128];
+  snprintf(what, sizeof what, "centered form %d x %s dy %s%s, shape %lldx%lldx%lld", form, ts_dtype_name(xdt),
+           ts_dtype_name(dydt), bad ? " (m - x)" : "", (long long)s.nb, (long long)s.nch, (long long)s.inner);
+  run_case(what, &C, numel, !bad);
+}
+
 int main(void) {
   rs = ts_test_init("test_fused_fast", 7) | 1;
   shape shapes[] = {{2, 3, 49}, {1, 5, 600}, {3, 2, 1}, {2, 4, 257}, {1, 1, 1}};
@@ -212,6 +235,8 @@ int main(void) {
       forward(s, xdt, false, 1, false, true, 0.f, xdt, true);
       for (int oi = 0; oi < 2; oi++) bn_grad(s, xdt, dts[(di + oi) % 2], dts[oi], false);
       bn_grad(s, xdt, xdt, xdt, true);
+      for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
+      centered(s, xdt, xdt, 0, true);
     }
   }
   return ts_test_finish();

@@ -10,8 +10,8 @@
  * its storage is the compute type. Tiles are split over OpenMP threads.
  * fused_plan.c decides per call which instructions share an earlier one's
  * tile, which are skipped, and where the GELU gradient runs as one step;
- * programs fused_fast.c matches (batch-norm apply and gradient) run there
- * instead, in one pass.
+ * programs fused_fast.c matches (batch-norm apply and gradient terms) run
+ * there instead, in one pass (fused reductions too).
  * A FUSED node with attr.n_dims > 0 is a fused reduction: its f32 result is
  * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
@@ -299,6 +299,7 @@ typedef struct {
   ts_dtype out_dt;
   int64_t numel;
   tk_plan plan; /* fused_plan.c: instructions skipped, shared or done as one */
+  const tk_fast *fast; /* fused_fast.c's loop for this program (then no plan, no scratch), or NULL */
 } prog_t;
 
 /* Scratch per thread: a tile per instruction and per input, and one more
@@ -553,7 +554,7 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const ts_kctx *ctx) {
   int8_t kind[prog->n > 0 ? prog->n : 1];
   int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}};
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL};
   if (prog_check(&P) < 0) return -1;
   if (numel == 0) return 0;
   tk_fast F; /* fused_fast.c: a one-pass loop for this program, if it has one */
@@ -607,19 +608,20 @@ static void *red_begin(const void *user, int64_t max_run) {
   red_state *st = calloc(1, sizeof *st);
   if (!st) return NULL;
   st->P = P;
-  st->scratch = aligned_alloc(64, scratch_bytes(P));
+  st->scratch = P->fast ? NULL : aligned_alloc(64, scratch_bytes(P));
   st->buf = malloc((size_t)(max_run > 0 ? max_run : 1) * sizeof *st->buf);
-  if (!st->scratch || !st->buf) {
+  if ((!P->fast && !st->scratch) || !st->buf) {
     red_end(st);
     return NULL;
   }
-  prefill(P, st->scratch);
+  if (!P->fast) prefill(P, st->scratch);
   return st;
 }
 
 static const float *red_range(void *state, int64_t off, int64_t n) {
   red_state *st = state;
-  run_range(st->P, off, off + n, st->scratch, st->buf);
+  if (st->P->fast) tk_fast_run(st->P->fast, st->P->in, st->buf, off, off + n);
+  else run_range(st->P, off, off + n, st->scratch, st->buf);
   return st->buf;
 }
 
@@ -634,9 +636,11 @@ static int fused_reduce(const ts_node *n, int n_ext, const ts_dtype *dt, const i
   const ts_fused *prog = n->attr.fused;
   int8_t kind[prog->n > 0 ? prog->n : 1];
   int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}};
+  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}, NULL};
   if (prog_check(&P) < 0) return -1;
-  tk_fused_plan(prog, dt, &P.plan);
+  tk_fast F;
+  if (tk_fast_match(prog, dt, ne, TS_F32, numel, &F)) P.fast = &F;
+  else tk_fused_plan(prog, dt, &P.plan);
   tk_reduce_src src = {red_begin, red_range, red_end, &P};
   return tk_reduce_from(n, rank, n->attr.gshape, &src, out, ctx);
 }

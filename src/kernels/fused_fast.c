@@ -6,8 +6,8 @@
  * for a batch-norm apply); these loops read each input once and write the
  * output once, with the per-channel terms as scalars. They compute the same
  * bits as the interpreter: the same f32 operations on each element in the
- * same order with the same operands on the same side (a NaN's payload
- * depends on it), each rounded to f32 (this file is compiled with
+ * same order with the same operands on the same side (which NaN's payload
+ * survives depends on it: add_o, mul_o), each rounded to f32 (this file is compiled with
  * -ffp-contract=off: no product is fused into a sum), bf16 roundings exactly
  * where the program has them, bf16 stores with fused.c's rounding. Patterns
  * (instructions in f32; x, r, dy: f32 or bf16 inputs of the output's size,
@@ -18,7 +18,9 @@
  *   - forward: t, t + u or u + t (u: another such t, or r), optionally
  *     max(., constant) (ReLU), stored as f32 or bf16 (a final CONVERT);
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
- *     f32 or bf16. */
+ *     f32 or bf16;
+ *   - the batch-norm gradient's and statistics' reduced terms (fused
+ *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy. */
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
 
@@ -26,6 +28,28 @@
 #define CHUNK 256 /* elements per pass (two float buffers on the stack) */
 
 static bool g_fast = true;
+
+/* x quieted (a NaN's quiet bit set; other values are not passed here). */
+static inline float quiet(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u |= 0x400000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* a + b and a * b with the x86 NaN rule pinned to this operand order (the
+ * first NaN operand, quieted; a compiler may swap a commutative operation's
+ * operands, and with them which of two NaNs' payload survives, as the
+ * interpreter's loops over two arrays do not). */
+static inline float add_o(float a, float b) {
+  float r = a + b;
+  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+}
+static inline float mul_o(float a, float b) {
+  float r = a * b;
+  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+}
 
 void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
 
@@ -98,6 +122,18 @@ static bool m_bn_grad(const mctx *M, int32_t v, tk_fast *F) {
          m_chan(M, X->b, &F->m) && m_src(M, C->a, &F->dy) && m_src(M, X->a, &F->x);
 }
 
+/* v is (x - m) * (x - m) (one instruction read twice), dy * (x - m) or (x - m) * dy. */
+static bool m_centered(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *P = f32_ins(M, v, TS_OP_MUL);
+  if (!P) return false;
+  const ts_fused_instr *A = f32_ins(M, P->a, TS_OP_SUB), *B = f32_ins(M, P->b, TS_OP_SUB);
+  F->square = A && P->a == P->b;
+  F->dy_first = !A;
+  const ts_fused_instr *X = A ? A : B;
+  if (!X || !m_chan(M, X->b, &F->m) || !m_src(M, X->a, &F->x)) return false;
+  return F->square || m_src(M, F->dy_first ? P->a : P->b, &F->dy);
+}
+
 /* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
 static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
   const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
@@ -111,6 +147,17 @@ static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
   return A && m_term(M, A->a, &F->t[0]) && m_term(M, A->b, &F->t[1]) && (F->t[0].affine || F->t[1].affine);
 }
 
+/* Whether v (below the final store) is pattern `kind` (described into M->F). */
+static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
+  memset(M->F, 0, sizeof *M->F);
+  M->F->out_bf16 = out_bf16;
+  bool ok = kind == TK_FAST_BN_GRAD   ? m_bn_grad(M, v, M->F)
+            : kind == TK_FAST_CENTERED ? !out_bf16 && m_centered(M, v, M->F)
+                                       : m_forward(M, v, M->F);
+  M->F->kind = ok ? kind : TK_FAST_NONE;
+  return ok;
+}
+
 bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
                    int64_t numel, tk_fast *F) {
   memset(F, 0, sizeof *F);
@@ -118,18 +165,12 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   mctx M = {p, ext_dt, ext_numel, numel, F};
   int32_t v = p->n - 1;
   const ts_fused_instr *L = &p->ins[v];
-  if (out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 && L->a >= 0 &&
-      p->ins[L->a].dtype == TS_F32)
-    F->out_bf16 = true, v = L->a;
-  else if (out_dt != TS_F32 || L->dtype != TS_F32)
-    return false;
-  if (m_bn_grad(&M, v, F)) F->kind = TK_FAST_BN_GRAD;
-  else {
-    bool out_bf16 = F->out_bf16;
-    memset(F, 0, sizeof *F), F->out_bf16 = out_bf16;
-    if (m_forward(&M, v, F)) F->kind = TK_FAST_FORWARD;
-  }
-  return F->kind != TK_FAST_NONE;
+  bool out_bf16 = out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 && L->a >= 0 &&
+                  p->ins[L->a].dtype == TS_F32;
+  if (out_bf16) v = L->a;
+  else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
+  return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
+         try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
 }
 
 /* ---- the loops (n <= CHUNK elements from element e) ---- */
@@ -150,9 +191,9 @@ static void eval_term(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, in
   if (!t->affine) return;
   float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
   if (t->round) {
-    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(((d[j] - m) * a) * g + b);
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(add_o(mul_o(mul_o(d[j] - m, a), g), b));
   } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = ((d[j] - m) * a) * g + b;
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(mul_o(mul_o(d[j] - m, a), g), b);
   }
 }
 
@@ -160,7 +201,25 @@ static void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int 
   float m = chan(in, F->m, ch), k = chan(in, F->k, ch), c = chan(in, F->c, ch), s = chan(in, F->s, ch);
   load_src(&F->dy, in, e, n, d);
   load_src(&F->x, in, e, n, x);
-  SIMD for (int j = 0; j < n; j++) d[j] = ((d[j] - c) - (x[j] - m) * k) * s;
+  SIMD for (int j = 0; j < n; j++) d[j] = mul_o((d[j] - c) - mul_o(x[j] - m, k), s);
+}
+
+static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *y) {
+  float m = chan(in, F->m, ch);
+  load_src(&F->x, in, e, n, d);
+  if (F->square) {
+    SIMD for (int j = 0; j < n; j++) {
+      float t = d[j] - m;
+      d[j] = t * t; /* one operand: no order to keep */
+    }
+    return;
+  }
+  load_src(&F->dy, in, e, n, y);
+  if (F->dy_first) {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(y[j], d[j] - m);
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(d[j] - m, y[j]);
+  }
 }
 
 /* max(d, c) as fused.c's MAX (a NaN in d propagates), then the store. */
@@ -185,11 +244,13 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
     if (n > CHUNK) n = CHUNK;
     if (F->kind == TK_FAST_BN_GRAD) {
       eval_bn_grad(F, in, e, ch, n, d, u);
+    } else if (F->kind == TK_FAST_CENTERED) {
+      eval_centered(F, in, e, ch, n, d, u);
     } else {
       eval_term(&F->t[0], in, e, ch, n, d);
       if (F->nterm == 2) {
         eval_term(&F->t[1], in, e, ch, n, u);
-        SIMD for (int j = 0; j < n; j++) d[j] = d[j] + u[j];
+        SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], u[j]);
       }
     }
     finish(F, d, n, out, e - lo);
