@@ -185,15 +185,26 @@ static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d)
 
 static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
 
-/* d = term t of elements e .. e + n (channel ch). */
+/* The batch-norm apply of v (term t's channel terms m, a, g, b in scope). */
+#define AFFINE(v) add_o(mul_o(mul_o((v) - m, a), g), b)
+
+/* d = term t of elements e .. e + n (channel ch): one loop from the input. */
 static void eval_term(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d) {
-  load_src(&t->x, in, e, n, d);
-  if (!t->affine) return;
+  if (!t->affine) {
+    load_src(&t->x, in, e, n, d);
+    return;
+  }
   float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
-  if (t->round) {
-    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(add_o(mul_o(mul_o(d[j] - m, a), g), b));
+  const uint16_t *h = (const uint16_t *)in[t->x.ext] + e;
+  const float *x = (const float *)in[t->x.ext] + e;
+  if (t->x.bf16 && t->round) {
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(AFFINE(ts_bf16_to_f32(h[j])));
+  } else if (t->x.bf16) {
+    SIMD for (int j = 0; j < n; j++) d[j] = AFFINE(ts_bf16_to_f32(h[j]));
+  } else if (t->round) {
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(AFFINE(x[j]));
   } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = add_o(mul_o(mul_o(d[j] - m, a), g), b);
+    SIMD for (int j = 0; j < n; j++) d[j] = AFFINE(x[j]);
   }
 }
 
@@ -222,24 +233,30 @@ static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int
   }
 }
 
-/* max(d, c) as fused.c's MAX (a NaN in d propagates), then the store. */
-static void finish(const tk_fast *F, float *d, int n, void *out, int64_t o) {
-  if (F->relu) {
-    float c = F->relu_c;
-    SIMD for (int j = 0; j < n; j++) d[j] = (d[j] > c || d[j] != d[j]) ? d[j] : c;
-  }
-  if (F->out_bf16) {
-    uint16_t *y = (uint16_t *)out + o;
-    SIMD for (int j = 0; j < n; j++) y[j] = (uint16_t)bf16_bits(d[j]);
+/* max(v, c) as fused.c's MAX (a NaN in v propagates). */
+#define RELU(v) (((v) > c || (v) != (v)) ? (v) : c)
+
+/* d, then max(d, c) if F->relu, stored as the result: one loop. */
+static void finish(const tk_fast *F, const float *d, int n, void *out, int64_t o) {
+  float c = F->relu_c;
+  uint16_t *h = (uint16_t *)out + o;
+  float *y = (float *)out + o;
+  if (F->relu && F->out_bf16) {
+    SIMD for (int j = 0; j < n; j++) h[j] = (uint16_t)bf16_bits(RELU(d[j]));
+  } else if (F->relu) {
+    SIMD for (int j = 0; j < n; j++) y[j] = RELU(d[j]);
+  } else if (F->out_bf16) {
+    SIMD for (int j = 0; j < n; j++) h[j] = (uint16_t)bf16_bits(d[j]);
   } else {
-    memcpy((float *)out + o, d, (size_t)n * 4);
+    memcpy(y, d, (size_t)n * 4);
   }
 }
 
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   float d[CHUNK], u[CHUNK];
+  int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
   for (int64_t e = lo; e < hi;) {
-    int64_t ch = e / F->inner % F->nch, left = F->inner - e % F->inner;
+    int64_t left = F->inner - r;
     int n = (int)(left < hi - e ? left : hi - e);
     if (n > CHUNK) n = CHUNK;
     if (F->kind == TK_FAST_BN_GRAD) {
@@ -254,6 +271,7 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
       }
     }
     finish(F, d, n, out, e - lo);
-    e += n;
+    e += n, r += n;
+    if (r == F->inner) r = 0, ch = ch + 1 == F->nch ? 0 : ch + 1;
   }
 }
