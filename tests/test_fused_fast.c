@@ -10,7 +10,8 @@
  * loops' chunk and the interpreter's tile) and odd sizes; 1 and 2 threads;
  * one program writes its result over its input (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
- * here as elementwise programs (fused reductions read the same loops). Each pattern must
+ * here as elementwise programs (fused reductions read the same loops); ReLU's
+ * gradient (a select by a compare with a constant) with every comparison. Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
 #include <stdlib.h>
@@ -218,6 +219,29 @@ static void centered(shape s, ts_dtype xdt, ts_dtype dydt, int form, bool bad) {
   run_case(what, &C, numel, !bad);
 }
 
+/* ReLU's gradient: select(compare(y, k), v [+ w], c), k a bf16 or f32
+ * constant; bad: select(compare(k, y), ...), no pattern. */
+static void mask(shape s, ts_dtype ydt, ts_dtype vdt, ts_cmp cmp, bool sum, ts_dtype kdt, float k, ts_dtype out,
+                 bool bad) {
+  case_t C = {.out_dt = out};
+  int64_t numel = s.nb * s.nch * s.inner;
+  set_ext(&C, 0, vdt, numel), set_ext(&C, 1, vdt, numel), set_ext(&C, 2, ydt, numel);
+  prog *P = &C.P;
+  int32_t v = src(P, 0, vdt, rnd32() % 2);
+  if (sum) v = bin(P, TS_OP_ADD, src(P, 1, vdt, rnd32() % 2), v);
+  int32_t kc = emit(P, TS_OP_CONSTANT, kdt, 0, 0, k), y = src(P, 2, ydt, rnd32() % 2);
+  int32_t m = P->n;
+  P->ins[P->n++] = (ts_fused_instr){.op = TS_OP_COMPARE, .cmp = cmp, .dtype = TS_BOOL, .a = bad ? kc : y, .b = bad ? y : kc};
+  int32_t c = emit(P, TS_OP_CONSTANT, TS_F32, 0, 0, 0.0);
+  P->ins[P->n++] = (ts_fused_instr){.op = TS_OP_SELECT, .dtype = TS_F32, .a = m, .b = v, .c = c};
+  if (out == TS_BF16) emit(P, TS_OP_CONVERT, TS_BF16, P->n - 1, 0, 0);
+  char what[160];
+  snprintf(what, sizeof what, "mask y %s v %s cmp %d sum %d k %s %g -> %s%s, %lld elements", ts_dtype_name(ydt),
+           ts_dtype_name(vdt), (int)cmp, sum, ts_dtype_name(kdt), (double)k, ts_dtype_name(out),
+           bad ? " (k first)" : "", (long long)numel);
+  run_case(what, &C, numel, !bad);
+}
+
 int main(void) {
   rs = ts_test_init("test_fused_fast", 7) | 1;
   shape shapes[] = {{2, 3, 49}, {1, 5, 600}, {3, 2, 1}, {2, 4, 257}, {1, 1, 1}};
@@ -237,6 +261,10 @@ int main(void) {
       bn_grad(s, xdt, xdt, xdt, true);
       for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
       centered(s, xdt, xdt, 0, true);
+      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++)
+        mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
+             dts[(cmp / 2) % 2], false);
+      mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
     }
   }
   return ts_test_finish();

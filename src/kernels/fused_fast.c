@@ -20,7 +20,9 @@
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
  *     f32 or bf16;
  *   - the batch-norm gradient's and statistics' reduced terms (fused
- *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy. */
+ *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy;
+ *   - ReLU's gradient: select(compare(y, constant), v, constant), v an
+ *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16. */
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
 
@@ -134,6 +136,28 @@ static bool m_centered(const mctx *M, int32_t v, tk_fast *F) {
   return F->square || m_src(M, F->dy_first ? P->a : P->b, &F->dy);
 }
 
+/* v is a CONSTANT of a float type: *c its value as the interpreter splats it. */
+static bool m_const(const mctx *M, int32_t v, float *c) {
+  if (v < 0 || v >= M->p->n) return false;
+  const ts_fused_instr *I = &M->p->ins[v];
+  if (I->op != TS_OP_CONSTANT || (I->dtype != TS_F32 && I->dtype != TS_BF16)) return false;
+  *c = I->dtype == TS_BF16 ? bf16_round((float)I->value) : (float)I->value;
+  return true;
+}
+
+/* v is select(compare(y, k), u [+ w], c). */
+static bool m_mask(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *S = f32_ins(M, v, TS_OP_SELECT);
+  const ts_fused_instr *P = S && S->a >= 0 ? &M->p->ins[S->a] : NULL;
+  if (!P || P->op != TS_OP_COMPARE || !m_src(M, P->a, &F->x) || !m_const(M, P->b, &F->mask_k) ||
+      !m_const(M, S->c, &F->mask_c))
+    return false;
+  F->cmp = P->cmp, F->inner = INT64_MAX, F->nch = 1; /* no channels */
+  const ts_fused_instr *A = f32_ins(M, S->b, TS_OP_ADD);
+  F->nterm = A && m_src(M, A->a, &F->t[0].x) && m_src(M, A->b, &F->t[1].x) ? 2 : 1;
+  return F->nterm == 2 || m_src(M, S->b, &F->t[0].x);
+}
+
 /* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
 static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
   const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
@@ -153,6 +177,7 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
   M->F->out_bf16 = out_bf16;
   bool ok = kind == TK_FAST_BN_GRAD   ? m_bn_grad(M, v, M->F)
             : kind == TK_FAST_CENTERED ? !out_bf16 && m_centered(M, v, M->F)
+            : kind == TK_FAST_MASK     ? m_mask(M, v, M->F)
                                        : m_forward(M, v, M->F);
   M->F->kind = ok ? kind : TK_FAST_NONE;
   return ok;
@@ -170,7 +195,7 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   if (out_bf16) v = L->a;
   else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
   return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
-         try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
+         try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
 }
 
 /* ---- the loops (n <= CHUNK elements from element e) ---- */
@@ -233,6 +258,26 @@ static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int
   }
 }
 
+/* d = u [+ w] where compare(y, k), else c (y in x). */
+#define MASK_LOOP(op) SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? d[j] : c
+static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *y) {
+  load_src(&F->t[0].x, in, e, n, d);
+  if (F->nterm == 2) {
+    load_src(&F->t[1].x, in, e, n, y);
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], y[j]);
+  }
+  load_src(&F->x, in, e, n, y);
+  float k = F->mask_k, c = F->mask_c;
+  switch (F->cmp) {
+    case TS_CMP_EQ: MASK_LOOP(==); break;
+    case TS_CMP_NE: MASK_LOOP(!=); break;
+    case TS_CMP_LT: MASK_LOOP(<); break;
+    case TS_CMP_LE: MASK_LOOP(<=); break;
+    case TS_CMP_GT: MASK_LOOP(>); break;
+    case TS_CMP_GE: MASK_LOOP(>=); break;
+  }
+}
+
 /* max(v, c) as fused.c's MAX (a NaN in v propagates). */
 #define RELU(v) (((v) > c || (v) != (v)) ? (v) : c)
 
@@ -263,6 +308,8 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
       eval_bn_grad(F, in, e, ch, n, d, u);
     } else if (F->kind == TK_FAST_CENTERED) {
       eval_centered(F, in, e, ch, n, d, u);
+    } else if (F->kind == TK_FAST_MASK) {
+      eval_mask(F, in, e, n, d, u);
     } else {
       eval_term(&F->t[0], in, e, ch, n, d);
       if (F->nterm == 2) {

@@ -144,7 +144,7 @@ void tk_fused_plan(const ts_fused *p, const ts_dtype *ext_dt, tk_plan *pl);
 
 /* fused_fast.c: one-pass loops for the fused programs that dominate the
  * convnets' steps (batch-norm apply with residual add and ReLU, batch-norm
- * input gradient, batch-norm's reduced terms), the same bits as the interpreter. */
+ * input gradient, batch-norm's reduced terms, ReLU's gradient), the same bits as the interpreter. */
 typedef struct {
   int ext;   /* the input (full size) */
   bool bf16; /* stored as bf16 (else f32) */
@@ -155,7 +155,7 @@ typedef struct {
   tk_fast_src x;
   int m, a, g, b;   /* inputs broadcast per channel */
 } tk_fast_term;
-enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED };
+enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK };
 typedef struct {
   int kind;               /* TK_FAST_* */
   int64_t inner, nch;     /* channel c covers runs of inner elements; nch channels, repeating */
@@ -170,6 +170,9 @@ typedef struct {
   tk_fast_src dy, x;
   int m, k, c, s;
   bool square, dy_first;
+  /* TK_FAST_MASK: t[0].x (+ t[1].x: nterm 2) where x cmp mask_k, else mask_c (no channels) */
+  ts_cmp cmp;
+  float mask_k, mask_c;
 } tk_fast;
 /* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
  * numel elements has a fast path (described into *F); false when the switch
