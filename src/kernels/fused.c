@@ -9,12 +9,15 @@
  * read in place and the last instruction writes straight into the output when
  * its storage is the compute type. Tiles are split over OpenMP threads.
  * fused_plan.c decides per call which instructions share an earlier one's
- * tile, which are skipped, and where the GELU gradient runs as one step.
+ * tile, which are skipped, and where the GELU gradient runs as one step;
+ * programs fused_fast.c matches (batch-norm apply and gradient terms) run
+ * there instead, in one pass (fused reductions too).
  * A FUSED node with attr.n_dims > 0 is a fused reduction: its f32 result is
  * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
 #include <stdlib.h>
 
+#include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/reduce_src.h"
 #include "kernels/vexpf.h"
@@ -37,22 +40,6 @@ static int cls(ts_dtype dt) {
   if (dt == TS_F64) return C_F64;
   if (dt == TS_F32 || dt == TS_BF16 || dt == TS_F16) return C_F32;
   return C_INT;
-}
-
-/* ts_f32_to_bf16 without branches, so `omp simd` vectorizes it (the same
- * bits: round to nearest even, NaN quieted). */
-static inline uint32_t bf16_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
-  return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
-}
-
-static inline float bf16_round(float f) {
-  uint32_t u = bf16_bits(f) << 16;
-  float r;
-  memcpy(&r, &u, 4);
-  return r;
 }
 
 static void round_half(ts_dtype dt, float *x, int n) {
@@ -312,6 +299,7 @@ typedef struct {
   ts_dtype out_dt;
   int64_t numel;
   tk_plan plan; /* fused_plan.c: instructions skipped, shared or done as one */
+  const tk_fast *fast; /* fused_fast.c's loop for this program (then no plan, no scratch), or NULL */
 } prog_t;
 
 /* Scratch per thread: a tile per instruction and per input, and one more
@@ -566,27 +554,32 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const ts_kctx *ctx) {
   int8_t kind[prog->n > 0 ? prog->n : 1];
   int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}};
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL};
   if (prog_check(&P) < 0) return -1;
   if (numel == 0) return 0;
-  tk_fused_plan(prog, ext_dt, &P.plan);
+  tk_fast F; /* fused_fast.c: a one-pass loop for this program, if it has one */
+  bool fast = tk_fast_match(prog, ext_dt, ext_numel, out_dt, numel, &F);
+  if (!fast) tk_fused_plan(prog, ext_dt, &P.plan);
   int64_t ntiles = (numel + TILE - 1) / TILE;
-  size_t bytes = scratch_bytes(&P);
+  size_t bytes = fast ? 0 : scratch_bytes(&P);
   int nt = tk_threads(ctx, numel);
   if (nt > ntiles) nt = (int)ntiles;
   int err = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : err)
   {
-    char *scratch = aligned_alloc(64, bytes);
-    if (!scratch) {
+    char *scratch = fast ? NULL : aligned_alloc(64, bytes);
+    if (!fast && !scratch) {
       err = 1;
     } else {
       int nth = omp_get_num_threads(), me = omp_get_thread_num();
       int64_t per = (ntiles + nth - 1) / nth, t0 = me * per, t1 = t0 + per < ntiles ? t0 + per : ntiles;
-      if (t0 < t1) {
+      int64_t lo = t0 * TILE, hi = t1 * TILE < numel ? t1 * TILE : numel;
+      void *o = (char *)out + (size_t)lo * ts_dtype_size(out_dt);
+      if (t0 < t1 && fast) {
+        tk_fast_run(&F, in, o, lo, hi);
+      } else if (t0 < t1) {
         prefill(&P, scratch);
-        run_range(&P, t0 * TILE, t1 * TILE < numel ? t1 * TILE : numel, scratch,
-                  (char *)out + (size_t)(t0 * TILE) * ts_dtype_size(out_dt));
+        run_range(&P, lo, hi, scratch, o);
       }
       free(scratch);
     }
@@ -615,19 +608,20 @@ static void *red_begin(const void *user, int64_t max_run) {
   red_state *st = calloc(1, sizeof *st);
   if (!st) return NULL;
   st->P = P;
-  st->scratch = aligned_alloc(64, scratch_bytes(P));
+  st->scratch = P->fast ? NULL : aligned_alloc(64, scratch_bytes(P));
   st->buf = malloc((size_t)(max_run > 0 ? max_run : 1) * sizeof *st->buf);
-  if (!st->scratch || !st->buf) {
+  if ((!P->fast && !st->scratch) || !st->buf) {
     red_end(st);
     return NULL;
   }
-  prefill(P, st->scratch);
+  if (!P->fast) prefill(P, st->scratch);
   return st;
 }
 
 static const float *red_range(void *state, int64_t off, int64_t n) {
   red_state *st = state;
-  run_range(st->P, off, off + n, st->scratch, st->buf);
+  if (st->P->fast) tk_fast_run(st->P->fast, st->P->in, st->buf, off, off + n);
+  else run_range(st->P, off, off + n, st->scratch, st->buf);
   return st->buf;
 }
 
@@ -642,9 +636,11 @@ static int fused_reduce(const ts_node *n, int n_ext, const ts_dtype *dt, const i
   const ts_fused *prog = n->attr.fused;
   int8_t kind[prog->n > 0 ? prog->n : 1];
   int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}};
+  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}, NULL};
   if (prog_check(&P) < 0) return -1;
-  tk_fused_plan(prog, dt, &P.plan);
+  tk_fast F;
+  if (tk_fast_match(prog, dt, ne, TS_F32, numel, &F)) P.fast = &F;
+  else tk_fused_plan(prog, dt, &P.plan);
   tk_reduce_src src = {red_begin, red_range, red_end, &P};
   return tk_reduce_from(n, rank, n->attr.gshape, &src, out, ctx);
 }

@@ -44,6 +44,11 @@ bool tk_conv_state_is_plain(const ts_kstate *state);
  * transposition (on by default) or, off, by oneDNN's reorder primitive. */
 void tk_conv_set_blk16(bool on);
 
+/* Fused programs: fast paths (fused_fast.c) for the patterns they match
+ * (on by default) or, off, every program in the tile interpreter (tests
+ * compare the two bit for bit). */
+void tk_fused_set_fast(bool on);
+
 /* blk16.c: N images of C (a multiple of 16) channels of HW 16-bit values,
  * plain NCHW -> nChw16c (to_blocked) or back; a copy (the same bits as
  * oneDNN's reorder between those layouts), on nt threads. */

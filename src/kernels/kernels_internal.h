@@ -142,6 +142,46 @@ typedef struct {
 /* Fills pl (p->n entries each) for program p over inputs of dtypes ext_dt. */
 void tk_fused_plan(const ts_fused *p, const ts_dtype *ext_dt, tk_plan *pl);
 
+/* fused_fast.c: one-pass loops for the fused programs that dominate the
+ * convnets' steps (batch-norm apply with residual add and ReLU, batch-norm
+ * input gradient, batch-norm's reduced terms, ReLU's gradient), the same bits as the interpreter. */
+typedef struct {
+  int ext;   /* the input (full size) */
+  bool bf16; /* stored as bf16 (else f32) */
+} tk_fast_src;
+typedef struct {
+  bool affine;      /* ((x - m) * a) * g + b; else x */
+  bool round;       /* that rounded to bf16 */
+  tk_fast_src x;
+  int m, a, g, b;   /* inputs broadcast per channel */
+} tk_fast_term;
+enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK };
+typedef struct {
+  int kind;               /* TK_FAST_* */
+  int64_t inner, nch;     /* channel c covers runs of inner elements; nch channels, repeating */
+  bool out_bf16;          /* the result stored as bf16 (else f32) */
+  /* TK_FAST_FORWARD: t[0] (+ t[1]), then max(., relu_c) */
+  int nterm;
+  tk_fast_term t[2];
+  bool relu;
+  float relu_c;
+  /* TK_FAST_BN_GRAD: ((dy - c) - (x - m) * k) * s;
+   * TK_FAST_CENTERED: (x - m) * (x - m) (square), dy * (x - m) (dy_first) or (x - m) * dy */
+  tk_fast_src dy, x;
+  int m, k, c, s;
+  bool square, dy_first;
+  /* TK_FAST_MASK: t[0].x (+ t[1].x: nterm 2) where x cmp mask_k, else mask_c (no channels) */
+  ts_cmp cmp;
+  float mask_k, mask_c;
+} tk_fast;
+/* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
+ * numel elements has a fast path (described into *F); false when the switch
+ * tk_fused_set_fast is off. */
+bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
+                   int64_t numel, tk_fast *F);
+/* Elements [lo, hi) of F's program into out (element lo at out's start). */
+void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+
 /* The process-wide oneDNN CPU engine and an in-order stream (created once). */
 struct dnnl_engine;
 struct dnnl_stream;

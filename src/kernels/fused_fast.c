@@ -1,0 +1,324 @@
+/* fused_fast.c — one-pass loops for the fused programs that dominate the
+ * convnets' training steps, chosen by pattern before any tile runs
+ * (tk_fast_match); every other program runs in fused.c's tile interpreter.
+ *
+ * The interpreter makes one pass over a tile per instruction (about twelve
+ * for a batch-norm apply); these loops read each input once and write the
+ * output once, with the per-channel terms as scalars. They compute the same
+ * bits as the interpreter: the same f32 operations on each element in the
+ * same order with the same operands on the same side (which NaN's payload
+ * survives depends on it: add_o, mul_o), each rounded to f32 (this file is compiled with
+ * -ffp-contract=off: no product is fused into a sum), bf16 roundings exactly
+ * where the program has them, bf16 stores with fused.c's rounding. Patterns
+ * (instructions in f32; x, r, dy: f32 or bf16 inputs of the output's size,
+ * widened; m, a, g, b, c, k, s: f32 inputs broadcast per channel, all with
+ * the same channel count and run length):
+ *   - batch-norm apply: t = ((x - m) * a) * g + b, optionally rounded to bf16
+ *     (CONVERT to bf16 then back);
+ *   - forward: t, t + u or u + t (u: another such t, or r), optionally
+ *     max(., constant) (ReLU), stored as f32 or bf16 (a final CONVERT);
+ *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
+ *     f32 or bf16;
+ *   - the batch-norm gradient's and statistics' reduced terms (fused
+ *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy;
+ *   - ReLU's gradient: select(compare(y, constant), v, constant), v an
+ *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16. */
+#include "kernels/bf16_round.h"
+#include "kernels/kernels_internal.h"
+
+#define SIMD _Pragma("omp simd")
+#define CHUNK 256 /* elements per pass (two float buffers on the stack) */
+
+static bool g_fast = true;
+
+/* x quieted (a NaN's quiet bit set; other values are not passed here). */
+static inline float quiet(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u |= 0x400000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* a + b and a * b with the x86 NaN rule pinned to this operand order (the
+ * first NaN operand, quieted; a compiler may swap a commutative operation's
+ * operands, and with them which of two NaNs' payload survives, as the
+ * interpreter's loops over two arrays do not). */
+static inline float add_o(float a, float b) {
+  float r = a + b;
+  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+}
+static inline float mul_o(float a, float b) {
+  float r = a * b;
+  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+}
+
+void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
+
+/* ---- matching ---- */
+typedef struct {
+  const ts_fused *p;
+  const ts_dtype *dt;
+  const int64_t *ne;
+  int64_t numel;
+  tk_fast *F; /* its inner and nch: the channel run length and count (0: none yet) */
+} mctx;
+
+/* Instruction v when it is `op` with an f32 result. */
+static const ts_fused_instr *f32_ins(const mctx *M, int32_t v, ts_op op) {
+  if (v < 0 || v >= M->p->n) return NULL;
+  const ts_fused_instr *I = &M->p->ins[v];
+  return I->op == op && I->dtype == TS_F32 ? I : NULL;
+}
+
+/* v is a full-size f32 or bf16 input, read directly or through CONVERT to f32. */
+static bool m_src(const mctx *M, int32_t v, tk_fast_src *s) {
+  const ts_fused_instr *I = f32_ins(M, v, TS_OP_CONVERT);
+  if (I) v = I->a;
+  if (v >= 0) return false;
+  int k = -v - 1;
+  if ((M->dt[k] != TS_F32 && M->dt[k] != TS_BF16) || M->ne[k] != M->numel) return false;
+  s->ext = k, s->bf16 = M->dt[k] == TS_BF16;
+  return true;
+}
+
+/* v is an f32 BROADCAST of an f32 input, with the program's common run length and count. */
+static bool m_chan(const mctx *M, int32_t v, int *k) {
+  const ts_fused_instr *I = f32_ins(M, v, TS_OP_BROADCAST);
+  if (!I || I->a >= 0) return false;
+  *k = -I->a - 1;
+  int64_t inner = (int64_t)I->value, m = M->ne[*k];
+  if (M->dt[*k] != TS_F32 || (double)inner != I->value || inner < 1 || m < 1) return false;
+  if (M->F->inner == 0) M->F->inner = inner, M->F->nch = m;
+  return M->F->inner == inner && M->F->nch == m;
+}
+
+/* v is ((x - m) * a) * g + b, or that rounded to bf16 (CONVERT to bf16, then to f32). */
+static bool m_affine(const mctx *M, int32_t v, tk_fast_term *t) {
+  const ts_fused_instr *R = f32_ins(M, v, TS_OP_CONVERT);
+  t->round = R && R->a >= 0 && M->p->ins[R->a].op == TS_OP_CONVERT && M->p->ins[R->a].dtype == TS_BF16;
+  if (t->round) v = M->p->ins[R->a].a;
+  const ts_fused_instr *B = f32_ins(M, v, TS_OP_ADD);
+  const ts_fused_instr *G = B ? f32_ins(M, B->a, TS_OP_MUL) : NULL;
+  const ts_fused_instr *A = G ? f32_ins(M, G->a, TS_OP_MUL) : NULL;
+  const ts_fused_instr *S = A ? f32_ins(M, A->a, TS_OP_SUB) : NULL;
+  t->affine = S && m_chan(M, B->b, &t->b) && m_chan(M, G->b, &t->g) && m_chan(M, A->b, &t->a) &&
+              m_chan(M, S->b, &t->m) && m_src(M, S->a, &t->x);
+  return t->affine;
+}
+
+static bool m_term(const mctx *M, int32_t v, tk_fast_term *t) {
+  if (m_affine(M, v, t)) return true;
+  t->round = false;
+  return m_src(M, v, &t->x);
+}
+
+/* v is ((dy - c) - (x - m) * k) * s. */
+static bool m_bn_grad(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *S = f32_ins(M, v, TS_OP_MUL);
+  const ts_fused_instr *D = S ? f32_ins(M, S->a, TS_OP_SUB) : NULL;
+  const ts_fused_instr *C = D ? f32_ins(M, D->a, TS_OP_SUB) : NULL;
+  const ts_fused_instr *K = C ? f32_ins(M, D->b, TS_OP_MUL) : NULL;
+  const ts_fused_instr *X = K ? f32_ins(M, K->a, TS_OP_SUB) : NULL;
+  return X && m_chan(M, S->b, &F->s) && m_chan(M, C->b, &F->c) && m_chan(M, K->b, &F->k) &&
+         m_chan(M, X->b, &F->m) && m_src(M, C->a, &F->dy) && m_src(M, X->a, &F->x);
+}
+
+/* v is (x - m) * (x - m) (one instruction read twice), dy * (x - m) or (x - m) * dy. */
+static bool m_centered(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *P = f32_ins(M, v, TS_OP_MUL);
+  if (!P) return false;
+  const ts_fused_instr *A = f32_ins(M, P->a, TS_OP_SUB), *B = f32_ins(M, P->b, TS_OP_SUB);
+  F->square = A && P->a == P->b;
+  F->dy_first = !A;
+  const ts_fused_instr *X = A ? A : B;
+  if (!X || !m_chan(M, X->b, &F->m) || !m_src(M, X->a, &F->x)) return false;
+  return F->square || m_src(M, F->dy_first ? P->a : P->b, &F->dy);
+}
+
+/* v is a CONSTANT of a float type: *c its value as the interpreter splats it. */
+static bool m_const(const mctx *M, int32_t v, float *c) {
+  if (v < 0 || v >= M->p->n) return false;
+  const ts_fused_instr *I = &M->p->ins[v];
+  if (I->op != TS_OP_CONSTANT || (I->dtype != TS_F32 && I->dtype != TS_BF16)) return false;
+  *c = I->dtype == TS_BF16 ? bf16_round((float)I->value) : (float)I->value;
+  return true;
+}
+
+/* v is select(compare(y, k), u [+ w], c). */
+static bool m_mask(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *S = f32_ins(M, v, TS_OP_SELECT);
+  const ts_fused_instr *P = S && S->a >= 0 ? &M->p->ins[S->a] : NULL;
+  if (!P || P->op != TS_OP_COMPARE || !m_src(M, P->a, &F->x) || !m_const(M, P->b, &F->mask_k) ||
+      !m_const(M, S->c, &F->mask_c))
+    return false;
+  F->cmp = P->cmp, F->inner = INT64_MAX, F->nch = 1; /* no channels */
+  const ts_fused_instr *A = f32_ins(M, S->b, TS_OP_ADD);
+  F->nterm = A && m_src(M, A->a, &F->t[0].x) && m_src(M, A->b, &F->t[1].x) ? 2 : 1;
+  return F->nterm == 2 || m_src(M, S->b, &F->t[0].x);
+}
+
+/* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
+static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
+  if (X && X->b >= 0 && M->p->ins[X->b].op == TS_OP_CONSTANT && M->p->ins[X->b].dtype == TS_F32) {
+    F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
+    v = X->a;
+  }
+  if (m_affine(M, v, &F->t[0])) return F->nterm = 1, true;
+  const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
+  F->nterm = 2;
+  return A && m_term(M, A->a, &F->t[0]) && m_term(M, A->b, &F->t[1]) && (F->t[0].affine || F->t[1].affine);
+}
+
+/* Whether v (below the final store) is pattern `kind` (described into M->F). */
+static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
+  memset(M->F, 0, sizeof *M->F);
+  M->F->out_bf16 = out_bf16;
+  bool ok = kind == TK_FAST_BN_GRAD   ? m_bn_grad(M, v, M->F)
+            : kind == TK_FAST_CENTERED ? !out_bf16 && m_centered(M, v, M->F)
+            : kind == TK_FAST_MASK     ? m_mask(M, v, M->F)
+                                       : m_forward(M, v, M->F);
+  M->F->kind = ok ? kind : TK_FAST_NONE;
+  return ok;
+}
+
+bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
+                   int64_t numel, tk_fast *F) {
+  memset(F, 0, sizeof *F);
+  if (!__atomic_load_n(&g_fast, __ATOMIC_RELAXED) || p->n < 1) return false;
+  mctx M = {p, ext_dt, ext_numel, numel, F};
+  int32_t v = p->n - 1;
+  const ts_fused_instr *L = &p->ins[v];
+  bool out_bf16 = out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 && L->a >= 0 &&
+                  p->ins[L->a].dtype == TS_F32;
+  if (out_bf16) v = L->a;
+  else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
+  return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
+         try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
+}
+
+/* ---- the loops (n <= CHUNK elements from element e) ---- */
+static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d) {
+  if (s->bf16) {
+    const uint16_t *x = (const uint16_t *)in[s->ext] + e;
+    SIMD for (int j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+  } else {
+    memcpy(d, (const float *)in[s->ext] + e, (size_t)n * 4);
+  }
+}
+
+static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
+
+/* The batch-norm apply of v (term t's channel terms m, a, g, b in scope). */
+#define AFFINE(v) add_o(mul_o(mul_o((v) - m, a), g), b)
+
+/* d = term t of elements e .. e + n (channel ch): one loop from the input. */
+static void eval_term(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d) {
+  if (!t->affine) {
+    load_src(&t->x, in, e, n, d);
+    return;
+  }
+  float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
+  const uint16_t *h = (const uint16_t *)in[t->x.ext] + e;
+  const float *x = (const float *)in[t->x.ext] + e;
+  if (t->x.bf16 && t->round) {
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(AFFINE(ts_bf16_to_f32(h[j])));
+  } else if (t->x.bf16) {
+    SIMD for (int j = 0; j < n; j++) d[j] = AFFINE(ts_bf16_to_f32(h[j]));
+  } else if (t->round) {
+    SIMD for (int j = 0; j < n; j++) d[j] = bf16_round(AFFINE(x[j]));
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = AFFINE(x[j]);
+  }
+}
+
+static void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *x) {
+  float m = chan(in, F->m, ch), k = chan(in, F->k, ch), c = chan(in, F->c, ch), s = chan(in, F->s, ch);
+  load_src(&F->dy, in, e, n, d);
+  load_src(&F->x, in, e, n, x);
+  SIMD for (int j = 0; j < n; j++) d[j] = mul_o((d[j] - c) - mul_o(x[j] - m, k), s);
+}
+
+static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *y) {
+  float m = chan(in, F->m, ch);
+  load_src(&F->x, in, e, n, d);
+  if (F->square) {
+    SIMD for (int j = 0; j < n; j++) {
+      float t = d[j] - m;
+      d[j] = t * t; /* one operand: no order to keep */
+    }
+    return;
+  }
+  load_src(&F->dy, in, e, n, y);
+  if (F->dy_first) {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(y[j], d[j] - m);
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(d[j] - m, y[j]);
+  }
+}
+
+/* d = u [+ w] where compare(y, k), else c (y in x). */
+#define MASK_LOOP(op) SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? d[j] : c
+static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *y) {
+  load_src(&F->t[0].x, in, e, n, d);
+  if (F->nterm == 2) {
+    load_src(&F->t[1].x, in, e, n, y);
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], y[j]);
+  }
+  load_src(&F->x, in, e, n, y);
+  float k = F->mask_k, c = F->mask_c;
+  switch (F->cmp) {
+    case TS_CMP_EQ: MASK_LOOP(==); break;
+    case TS_CMP_NE: MASK_LOOP(!=); break;
+    case TS_CMP_LT: MASK_LOOP(<); break;
+    case TS_CMP_LE: MASK_LOOP(<=); break;
+    case TS_CMP_GT: MASK_LOOP(>); break;
+    case TS_CMP_GE: MASK_LOOP(>=); break;
+  }
+}
+
+/* max(v, c) as fused.c's MAX (a NaN in v propagates). */
+#define RELU(v) (((v) > c || (v) != (v)) ? (v) : c)
+
+/* d, then max(d, c) if F->relu, stored as the result: one loop. */
+static void finish(const tk_fast *F, const float *d, int n, void *out, int64_t o) {
+  float c = F->relu_c;
+  uint16_t *h = (uint16_t *)out + o;
+  float *y = (float *)out + o;
+  if (F->relu && F->out_bf16) {
+    SIMD for (int j = 0; j < n; j++) h[j] = (uint16_t)bf16_bits(RELU(d[j]));
+  } else if (F->relu) {
+    SIMD for (int j = 0; j < n; j++) y[j] = RELU(d[j]);
+  } else if (F->out_bf16) {
+    SIMD for (int j = 0; j < n; j++) h[j] = (uint16_t)bf16_bits(d[j]);
+  } else {
+    memcpy(y, d, (size_t)n * 4);
+  }
+}
+
+void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
+  float d[CHUNK], u[CHUNK];
+  int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
+  for (int64_t e = lo; e < hi;) {
+    int64_t left = F->inner - r;
+    int n = (int)(left < hi - e ? left : hi - e);
+    if (n > CHUNK) n = CHUNK;
+    if (F->kind == TK_FAST_BN_GRAD) {
+      eval_bn_grad(F, in, e, ch, n, d, u);
+    } else if (F->kind == TK_FAST_CENTERED) {
+      eval_centered(F, in, e, ch, n, d, u);
+    } else if (F->kind == TK_FAST_MASK) {
+      eval_mask(F, in, e, n, d, u);
+    } else {
+      eval_term(&F->t[0], in, e, ch, n, d);
+      if (F->nterm == 2) {
+        eval_term(&F->t[1], in, e, ch, n, u);
+        SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], u[j]);
+      }
+    }
+    finish(F, d, n, out, e - lo);
+    e += n, r += n;
+    if (r == F->inner) r = 0, ch = ch + 1 == F->nch ? 0 : ch + 1;
+  }
+}
