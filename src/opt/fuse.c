@@ -600,8 +600,34 @@ static bool narrow_candidate(const ts_graph *g, const opt_users *u, const bool *
   return true;
 }
 
+/* What rewrites 5 and 6 start from: the users, opt_bf16_exact of every
+ * node, a per-node mark (the rewrite's candidates) and, per rewritten node,
+ * its bf16 copy in the new graph. bf16_scan_end is safe after any begin. */
 typedef struct {
-  const bool *narrow; /* per node of the source: stored as bf16 */
+  opt_users u;
+  bool *exact;
+  int8_t *mark;
+  int32_t *bf16;
+} bf16_scan;
+
+static int bf16_scan_begin(const ts_graph *g, bf16_scan *s) {
+  memset(s, 0, sizeof *s);
+  if (opt_users_build(g, &s->u) < 0) return -1;
+  size_t nn = (size_t)g->n_nodes + 1;
+  s->exact = malloc(nn * sizeof *s->exact), s->mark = calloc(nn, sizeof *s->mark);
+  s->bf16 = malloc(nn * sizeof *s->bf16);
+  if (!s->exact || !s->mark || !s->bf16) return error_oom("compile: fusion", nn * sizeof *s->bf16);
+  for (int i = 0; i < g->n_nodes; i++) s->exact[i] = opt_bf16_exact(g, i, s->exact);
+  return 0;
+}
+
+static void bf16_scan_end(bf16_scan *s) {
+  free(s->exact), free(s->mark), free(s->bf16);
+  opt_users_free(&s->u);
+}
+
+typedef struct {
+  const int8_t *narrow; /* per node of the source: stored as bf16 */
   int32_t *bf16;      /* per narrowed source node: its bf16 copy in dst */
   int narrowed;
 } narrow_state;
@@ -624,25 +650,14 @@ static ts_tensor narrow_node(ts_graph *dst, const ts_graph *src, int id, const i
 static int narrow_rewrite(const ts_graph *g, ts_graph **out, int *narrowed) {
   *out = NULL;
   *narrowed = 0;
-  opt_users u;
-  if (opt_users_build(g, &u) < 0) return -1;
-  size_t nn = (size_t)g->n_nodes + 1;
-  bool *exact = malloc(nn * sizeof *exact), *narrow = malloc(nn * sizeof *narrow);
-  int32_t *bf16 = malloc(nn * sizeof *bf16);
-  int rc = 0;
-  if (!exact || !narrow || !bf16) {
-    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
-    goto done;
-  }
-  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
+  bf16_scan sc;
+  int rc = bf16_scan_begin(g, &sc);
   bool any = false;
-  for (int i = 0; i < g->n_nodes; i++) any |= narrow[i] = narrow_candidate(g, &u, exact, i);
-  narrow_state s = {narrow, bf16, 0};
-  if (any && !(*out = opt_rebuild(g, narrow_node, &s, NULL))) rc = -1;
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++) any |= sc.mark[i] = narrow_candidate(g, &sc.u, sc.exact, i);
+  narrow_state s = {sc.mark, sc.bf16, 0};
+  if (rc == 0 && any && !(*out = opt_rebuild(g, narrow_node, &s, NULL))) rc = -1;
   *narrowed = s.narrowed;
-done:
-  free(exact), free(narrow), free(bf16);
-  opt_users_free(&u);
+  bf16_scan_end(&sc);
   return rc;
 }
 
@@ -717,28 +732,17 @@ static ts_tensor commute_node(ts_graph *dst, const ts_graph *src, int id, const 
 static int commute_rewrite(const ts_graph *g, ts_graph **out, int *rewritten) {
   *out = NULL;
   *rewritten = 0;
-  opt_users u;
-  if (opt_users_build(g, &u) < 0) return -1;
-  size_t nn = (size_t)g->n_nodes + 1;
-  bool *exact = malloc(nn * sizeof *exact);
-  int8_t *cand = malloc(nn * sizeof *cand);
-  int32_t *bf16 = malloc(nn * sizeof *bf16);
-  int rc = 0;
-  if (!exact || !cand || !bf16) {
-    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
-    goto done;
-  }
-  for (int i = 0; i < g->n_nodes; i++) exact[i] = opt_bf16_exact(g, i, exact);
-  for (int i = 0; i < g->n_nodes; i++) *rewritten += (cand[i] = (int8_t)commute_candidate(g, &u, exact, i)) > 0;
-  if (*rewritten) { /* then without the round trips no one reads (they would keep x from fusing) */
-    commute_state st = {cand, bf16};
+  bf16_scan sc;
+  int rc = bf16_scan_begin(g, &sc);
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++)
+    *rewritten += (sc.mark[i] = (int8_t)commute_candidate(g, &sc.u, sc.exact, i)) > 0;
+  if (rc == 0 && *rewritten) { /* then without the round trips no one reads (they would keep x from fusing) */
+    commute_state st = {sc.mark, sc.bf16};
     ts_graph *r = opt_rebuild(g, commute_node, &st, NULL);
     if (!r || !(*out = opt_dce(r, NULL))) rc = -1;
     ts_graph_free(r);
   }
-done:
-  free(exact), free(cand), free(bf16);
-  opt_users_free(&u);
+  bf16_scan_end(&sc);
   return rc;
 }
 
