@@ -151,19 +151,15 @@ static int update_exact(round_ctx *c, const ts_graph *dst) {
   return 0;
 }
 
-/* t = convert(b, f32) with b bf16: returns b, else TS_NONE. */
-static ts_tensor widened_bf16(const ts_graph *g, ts_tensor t) {
-  const ts_node *n = &g->nodes[t];
-  return n->op == TS_OP_CONVERT && n->dtype == TS_F32 && g->nodes[n->in[0]].dtype == TS_BF16 ? n->in[0] : TS_NONE;
-}
-
 static ts_tensor round_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   round_ctx *c = user;
   const ts_node *sn = &src->nodes[id];
   /* convert(convert(b, f32), bf16) = b: a contraction reading a rounded value
    * reads its bf16 copy (no second rounding pass in the fused kernel) */
-  if (sn->op == TS_OP_CONVERT && sn->dtype == TS_BF16 && map[sn->in[0]] >= 0 && widened_bf16(dst, map[sn->in[0]]) >= 0)
-    return widened_bf16(dst, map[sn->in[0]]);
+  if (sn->op == TS_OP_CONVERT && sn->dtype == TS_BF16 && map[sn->in[0]] >= 0) {
+    ts_tensor b = opt_bf16_widened(dst, map[sn->in[0]]);
+    if (b != TS_NONE) return b;
+  }
   ts_tensor t = opt_copy_node(dst, src, id, map);
   if (t < 0 || update_exact(c, dst) < 0) return TS_NONE;
   const ts_node *n = &dst->nodes[t];

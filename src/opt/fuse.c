@@ -676,11 +676,9 @@ static int narrow_rewrite(const ts_graph *g, ts_graph **out, int *narrowed) {
  * x is stored as bf16 here, convert(convert(select(m, x, z), bf16), f32),
  * the values the users read before. */
 static ts_tensor unrounded(const ts_graph *g, ts_tensor t) {
-  const ts_node *n = &g->nodes[t];
-  if (n->op != TS_OP_CONVERT || n->dtype != TS_F32) return TS_NONE;
-  const ts_node *b = &g->nodes[n->in[0]];
-  if (b->op != TS_OP_CONVERT || b->dtype != TS_BF16 || g->nodes[b->in[0]].dtype != TS_F32) return TS_NONE;
-  return b->in[0];
+  ts_tensor bt = opt_bf16_widened(g, t);
+  const ts_node *b = bt == TS_NONE ? NULL : &g->nodes[bt];
+  return b && b->op == TS_OP_CONVERT && g->nodes[b->in[0]].dtype == TS_F32 ? b->in[0] : TS_NONE;
 }
 
 /* 0: no; 1: every user converts to bf16; 2: stored as bf16 (rewrite 5). */

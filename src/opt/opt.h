@@ -46,6 +46,9 @@ void opt_users_free(opt_users *u);
  * Returns false otherwise. */
 bool opt_splat_value(const ts_graph *g, ts_tensor t, double *value);
 
+/* t = convert(b, f32) with b bf16: returns b, else TS_NONE. */
+ts_tensor opt_bf16_widened(const ts_graph *g, ts_tensor t);
+
 /* Whether t is f32 and every value it can hold is a bf16 value: a splat of
  * one, a convert from bf16, or a select / max / min / neg / abs of such
  * values. exact[] holds the answer for t's operands (nodes before t). */

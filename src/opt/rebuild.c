@@ -154,12 +154,17 @@ static bool bf16_value(double v) {
   return (double)f == v && ts_bf16_to_f32(ts_f32_to_bf16(f)) == f;
 }
 
+ts_tensor opt_bf16_widened(const ts_graph *g, ts_tensor t) {
+  const ts_node *n = &g->nodes[t];
+  return n->op == TS_OP_CONVERT && n->dtype == TS_F32 && g->nodes[n->in[0]].dtype == TS_BF16 ? n->in[0] : TS_NONE;
+}
+
 bool opt_bf16_exact(const ts_graph *g, ts_tensor t, const bool *exact) {
   const ts_node *n = &g->nodes[t];
   double v;
   if (n->dtype != TS_F32) return false;
   if (opt_splat_value(g, t, &v)) return bf16_value(v);
-  if (n->op == TS_OP_CONVERT) return g->nodes[n->in[0]].dtype == TS_BF16;
+  if (n->op == TS_OP_CONVERT) return opt_bf16_widened(g, t) != TS_NONE;
   if (n->op == TS_OP_SELECT) return exact[n->in[1]] && exact[n->in[2]];
   if (n->op == TS_OP_MAX || n->op == TS_OP_MIN) return exact[n->in[0]] && exact[n->in[1]];
   if (n->op == TS_OP_NEG || n->op == TS_OP_ABS) return exact[n->in[0]];
