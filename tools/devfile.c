@@ -216,7 +216,8 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
-  ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */  ao->op_overhead_s = d->op_overhead_s * over;
+  ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */
+  ao->op_overhead_s = d->op_overhead_s * over;
   /* several devices in this process: their kernels' fixed cost as measured with that many
    * (the devices' dispatch and hand-offs on shared cores; 1/share of one device's was half
    * of it: the MLP's 3-8 ms steps of small kernels on 2-8 devices ran 2x the prediction) */
@@ -577,7 +578,8 @@ static double measure_bcast_operands(ts_client *c, int rounds) {
     ts_tensor x = in_f32(g[k], "x", 4, sh), v[4];
     const char *nm[4] = {"m", "r", "g", "b"};
     for (int j = 0; j < 4; j++) v[j] = ts_broadcast_in_dim(g[k], in_f32(g[k], nm[j], 1, &C), 4, sh, &dim);
-    ts_tensor y = k == 0 ? ts_add(g[k], x, v[3]) : ts_add(g[k], ts_mul(g[k], ts_mul(g[k], ts_sub(g[k], x, v[0]), v[1]), v[2]), v[3]);
+    ts_tensor y = k == 0 ? x : ts_mul(g[k], ts_mul(g[k], ts_sub(g[k], x, v[0]), v[1]), v[2]); /* the bias add's x */
+    y = ts_add(g[k], y, v[3]);
     ts_graph_add_output(g[k], ts_relu(g[k], y));
   }
   for (int r = 0; r < rounds && g[0] && g[1]; r++)
