@@ -21,6 +21,7 @@
 #  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
 #    as the runtime runs them: data=4's step is longer by half its compute at
 #    least than with TESSEL_COMM_INLINE_BYTES=0 (on the worker, overlapped);
+#    over an axis across hosts (devices_per_host) the limit is 64 KiB;
 #  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's compute (batch-norm
 #    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
 #    (one bias per kernel) does not;
@@ -113,6 +114,16 @@ if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + fl
   ok "plan data=4: $o ms on the worker -> $n ms in line (compute $c ms)"
 else bad "plan data=4: '$o' ms on the worker -> '$n' ms in line (expected half the compute '$c' ms more at least)"; fi
 same "plan data=4 compute in line or not" "$(TESSEL_COMM_INLINE_BYTES=0 plan_ms "$tmp/async.txt" data=4 compute_ms)" "$c"
+# across hosts (devices_per_host = 2: data=4's axis spans 2 hosts) only those of at most 64 KiB
+# run in line, as comm/ runs them: the MLP's larger gradients go to the worker, so the step is
+# the one with TESSEL_COMM_INLINE_BYTES=65536 and shorter than with 8 MiB
+{ cat "$tmp/async.txt"; echo "devices_per_host = 2"; } >"$tmp/hosts.txt"
+h=$(plan_ms "$tmp/hosts.txt" data=4) h64=$(TESSEL_COMM_INLINE_BYTES=65536 plan_ms "$tmp/hosts.txt" data=4)
+h8=$(TESSEL_COMM_INLINE_BYTES=8388608 plan_ms "$tmp/hosts.txt" data=4)
+same "plan data=4 across 2 hosts: the 64 KiB in-line limit" "$h" "$h64"
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$h') < float('$h8'))" 2>/dev/null; then
+  ok "plan data=4 across 2 hosts: $h ms, $h8 ms with 8 MiB in line"
+else bad "plan data=4 across 2 hosts: '$h' ms, '$h8' ms with 8 MiB in line (expected shorter)"; fi
 
 # devices taking turns on the cores at half their share's speed: compute twice as long
 { cat "$tmp/old.txt"; echo "shared_efficiency.4 = 0.5"; } >"$tmp/eff.txt"

@@ -272,6 +272,55 @@ static void memory_checks(void) {
  *    and the result written once, not every node's operands and result;
  *  - reduce-scatter: a partial sum going to a layout split on the summed axis
  *    moves half an all-reduce's bytes. */
+/* The solver's price of an asynchronous gradient reduction (128 KiB, then
+ * 8 ms of independent compute it could hide behind): it runs in line,
+ * blocking, within a host (at most 8 MiB), as the runtime runs it, and waits
+ * collective_async_s; across hosts (over 64 KiB) it hides on the worker. */
+static void inline_checks(const ts_mesh *m2) {
+  ts_graph *g = ts_graph_new();
+  int64_t xs[2] = {64, 512}, ys[2] = {64, 64}, zs[2] = {1024, 1024};
+  ts_tensor x = ts_input(g, "x", TS_F32, 2, xs), dy = ts_input(g, "dy", TS_F32, 2, ys);
+  ts_dot_dims dd = {.n_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}};
+  ts_tensor dw = ts_dot_general(g, x, dy, &dd);
+  int batch[2] = {1, 0}, none[2] = {0, 0};
+  mark(g, m2, x, 2, batch), mark(g, m2, dy, 2, batch), mark(g, m2, dw, 2, none);
+  ts_tensor z = ts_input(g, "z", TS_F32, 2, zs);
+  ts_tensor a = ts_add(g, z, z);
+  ts_graph_add_output(g, ts_mul(g, a, a));
+  ts_graph_add_output(g, dw);
+  ts_auto_shard_options o = {.mesh = m2, .bytes_per_s = 1e9, .collective_async_s = 1e-3};
+  ts_auto_shard_info host, hosts;
+  CHECK_OK(ts_shard_predict(g, &o, &host));
+  o.axis_between_hosts[0] = true;
+  CHECK_OK(ts_shard_predict(g, &o, &hosts));
+  CHECK(host.step_s >= hosts.step_s + 0.99e-3, "in line: %.4g s within a host vs %.4g s across (want 1 ms more)",
+        host.step_s, hosts.step_s);
+  printf("cost model: a 128 KiB gradient all-reduce in line within a host: step %.3f ms; on the worker across "
+         "hosts: %.3f ms\n", 1e3 * host.step_s, 1e3 * hosts.step_s);
+  ts_graph_free(g);
+}
+
+/* kernel.broadcast.operand_s in the solver: a batch norm's fused kernel
+ * relu((x - m) g + b), three broadcast operands, pays it twice per element. */
+static void broadcast_operand_checks(const ts_mesh *m1) {
+  ts_graph *g = ts_graph_new();
+  int64_t xs[4] = {16, 8, 32, 32}, cs = 8;
+  int ch[1] = {1};
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs), v[3];
+  for (int i = 0; i < 3; i++)
+    v[i] = ts_broadcast_in_dim(g, ts_input(g, i == 0 ? "m" : i == 1 ? "g" : "b", TS_F32, 1, &cs), 4, xs, ch);
+  ts_graph_add_output(g, ts_relu(g, ts_add(g, ts_mul(g, ts_sub(g, x, v[0]), v[1]), v[2])));
+  ts_auto_shard_info without, with;
+  CHECK_OK(ts_shard_predict(g, &(ts_auto_shard_options){.mesh = m1}, &without));
+  CHECK_OK(ts_shard_predict(g, &(ts_auto_shard_options){.mesh = m1, .broadcast_operand_s = 1e-9}, &with));
+  double want = 2 * 16 * 8 * 32 * 32 * 1e-9;
+  CHECK(fabs(with.compute_s - without.compute_s - want) <= 1e-6 * want, "broadcast operands: %.6g s more, want %.6g s",
+        with.compute_s - without.compute_s, want);
+  printf("cost model: a batch norm's 3 broadcast operands add %.3f ms at 1 ns per element each beyond the first\n",
+         1e3 * (with.compute_s - without.compute_s));
+  ts_graph_free(g);
+}
+
 static void cost_model_checks(void) {
   ts_mesh *m1 = ts_mesh_from_text("a=1"), *m2 = ts_mesh_from_text("a=2");
   ts_graph *g = ts_graph_new();
@@ -301,6 +350,8 @@ static void cost_model_checks(void) {
   printf("cost model: a weight gradient reduce-scattered to its row blocks sends %.0f bytes (an all-reduce: %.0f)\n",
          info.comm_bytes_per_device, 2 * rs);
   ts_graph_free(g);
+  inline_checks(m2);
+  broadcast_operand_checks(m1);
   ts_mesh_free(m1), ts_mesh_free(m2);
 }
 

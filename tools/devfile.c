@@ -241,6 +241,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
     if (in_host) in_host[a] = inside;
     ao->axis_bytes_per_s[a] = inside ? hbw : d->net_bytes_per_s;
     ao->axis_latency_s[a] = inside ? hlat : d->net_latency_s;
+    ao->axis_between_hosts[a] = !inside; /* its asynchronous collectives: the between-hosts in-line limit */
   }
 }
 

@@ -224,6 +224,11 @@ typedef struct {
    * device description's links (an axis inside a host vs across hosts) */
   double axis_bytes_per_s[TS_MESH_MAX_RANK];
   double axis_latency_s[TS_MESH_MAX_RANK];
+  /* per mesh axis: it spans hosts (the device description's devices_per_host).
+   * A collective over such an axis runs in line (blocking) only up to the
+   * between-hosts limit (64 KiB, TESSEL_COMM_INLINE_BYTES), as comm/ does;
+   * false: within one host (8 MiB) */
+  bool axis_between_hosts[TS_MESH_MAX_RANK];
   /* calibrated throughput per kernel class (ts_kernel_class; contractions in
    * FLOP/s, the others in bytes read + written per second), per device, where
    * > 0; else flops_per_s / bytes_per_s. op_overhead_s: a fixed cost per

@@ -49,6 +49,9 @@ typedef struct {
   double *moved;
   bool *kernel;
   bool *trans; /* per node: its fused kernel computes a transcendental function */
+  /* per node: a fused kernel's root, (its broadcast operands - 1) x its
+   * result's elements (global), what kernel.broadcast.operand_s prices; 0 else */
+  double *bcast;
   /* per node: estimated seconds of the compute between it and its first
    * user (what an asynchronous collective of its result hides behind) */
   double *window;

@@ -29,6 +29,7 @@ typedef struct {
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
   double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
+  bool remote[TS_MESH_MAX_RANK];  /* per mesh axis: it spans hosts */
 } autoshard_costs;
 
 void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k);
@@ -44,5 +45,11 @@ int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency
  * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter). */
 double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent);
+/* Whether an asynchronous collective moving `bytes` (the larger of operand
+ * and result, per device) over a group spanning the mesh axes `axes` (a bit
+ * mask) runs in line, blocking, on an idle worker's device thread: at most
+ * env_inline_bytes, the between-hosts limit when an axis spans hosts
+ * (cpu_collective_inline / comm_start_inline's rule). */
+bool autoshard_runs_inline(const autoshard_costs *k, uint32_t axes, double bytes);
 
 #endif

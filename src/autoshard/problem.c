@@ -40,6 +40,7 @@ static void ctx_free(as_ctx *c) {
   free(c->kernel);
   free(c->window);
   free(c->trans);
+  free(c->bcast);
 }
 
 static const uint8_t zero_lay[TS_MAX_RANK];

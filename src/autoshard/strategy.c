@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "autoshard/as_internal.h"
+#include "util/config.h" /* env_inline_bytes: which asynchronous collectives run in line */
 
 typedef struct {
   int64_t size;
@@ -265,7 +266,16 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
     k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
+    k->remote[a] = o->axis_between_hosts[a];
   }
+}
+
+bool autoshard_runs_inline(const autoshard_costs *k, uint32_t axes, double bytes) {
+  bool remote = false;
+  for (int a = 0; a < TS_MESH_MAX_RANK; a++)
+    if (axes & (1u << a)) remote |= k->remote[a];
+  int64_t limit = env_inline_bytes(remote);
+  return limit >= 0 && bytes <= (double)limit;
 }
 
 /* kernels/kernels_internal.h TK_PAR_MIN: the work above which a kernel forks */
@@ -360,6 +370,7 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
     if (df < 0 || df == dt) continue; /* same, or a local slice */
     if (dt < 0) t += ring(c, a, local_to, 1, sent);           /* all-gather */
     else t += ring(c, a, local_from / sz, 1, sent);           /* all-to-all */
+    t += c->k.coll_wait; /* blocking: the wait for the group's last device (as ts_predict_program) */
   }
   /* a different axis order within one dim, same axes: a permutation of blocks */
   return t;
@@ -376,6 +387,22 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
  * runs, and sharding weights to split it look worth its all-gathers). */
 
 static bool fusible(const ts_node *n) { return ir_op_has(n->op, TS_OPF_FUSIBLE); }
+
+/* c->bcast: per fused kernel (not a transcendental one: compute-bound), its
+ * broadcast operands beyond the first x its elements (a batch norm's mean,
+ * scale, shift; predict.c charges kernel.broadcast.operand_s for them) */
+static void fusion_broadcasts(as_ctx *c, const bool *absorbed, const int *group, const bool *trans) {
+  const ts_graph *g = c->g;
+  int n = g->n_nodes;
+  c->bcast = calloc((size_t)n + 1, sizeof *c->bcast);
+  if (!c->bcast) return;
+  for (int v = 0; v < n; v++) { /* the count first, in the root's entry; a constant's broadcast is a splat */
+    const ts_node *nd = &g->nodes[v];
+    if (nd->op == TS_OP_BROADCAST && absorbed[v] && g->nodes[nd->in[0]].op != TS_OP_CONSTANT) c->bcast[group[v]] += 1;
+  }
+  for (int v = 0; v < n; v++)
+    c->bcast[v] = c->bcast[v] > 1 && !trans[v] ? (c->bcast[v] - 1) * (double)numel(&g->nodes[v]) : 0;
+}
 
 void as_fusion(as_ctx *c) {
   const ts_graph *g = c->g;
@@ -432,6 +459,7 @@ void as_fusion(as_ctx *c) {
     if (transcendental(g->nodes[v].op)) trans[group[v]] = true;
   c->trans = malloc(((size_t)n + 1) * sizeof *c->trans);
   for (int v = 0; c->trans && v < n; v++) c->trans[v] = fusible(&g->nodes[v]) && trans[group[v]];
+  fusion_broadcasts(c, absorbed, group, trans);
   /* bytes: an external input once per kernel that reads it, the result once */
   int *read_by = malloc(((size_t)n + 1) * sizeof *read_by);
   for (int v = 0; read_by && v < n; v++) read_by[v] = -1;
@@ -495,7 +523,8 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   if (c->trans && c->trans[id] && kc == TS_KERNEL_ELEMENTWISE) kc = TS_KERNEL_TRANSCENDENTAL;
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
   bool runs = c->kernel ? c->kernel[id] : true;
-  return units / c->k.rate[kc] + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
+  double bcast = c->bcast ? c->bcast[id] / par * c->k.bcast_operand : 0;
+  return units / c->k.rate[kc] + bcast + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
 }
 
 /* Appends strategy s to the node's list (grows it). */
@@ -515,9 +544,18 @@ static int push(as_node *an, const as_strat *s) {
  * of which only the part the compute before its first user does not hide:
  * the runtime starts such collectives asynchronously (plan/async.c plan_mark_async),
  * so a weight gradient's reduction overlaps the rest of the backward pass;
- * its latency stays exposed (the start). */
+ * its latency stays exposed (the start). But one of at most env_inline_bytes
+ * (autoshard_runs_inline: 8 MiB within a host, 64 KiB across) runs in line,
+ * blocking, as the runtime runs it when the worker is idle (taken as idle:
+ * ts_predict_program follows the worker), and so does every one without
+ * asynchronous collectives. Each also waits for the group's last device:
+ * k.coll_async (asynchronous) or k.coll_wait, as ts_predict_program charges. */
 static double partial_cost(const as_ctx *c, int id, uint8_t partial, int rs, double local_out, double *sent) {
   double t = 0, lat = 0, bytes = local_out;
+  uint32_t axes = partial | (rs >= 0 ? 1u << rs : 0);
+  if (!axes) return 0;
+  bool async = env_config()->async_collectives;
+  double wait = async && c->k.coll_async > 0 ? c->k.coll_async : c->k.coll_wait;
   if (rs >= 0) {
     t += ring(c, rs, bytes, 1, sent);
     lat += ceil(log2((double)c->m->shape[rs])) * c->k.latency[rs];
@@ -528,6 +566,8 @@ static double partial_cost(const as_ctx *c, int id, uint8_t partial, int rs, dou
       t += ring(c, a, bytes, 2, sent);
       lat += 2 * ceil(log2((double)c->m->shape[a])) * c->k.latency[a];
     }
+  if (!async || autoshard_runs_inline(&c->k, axes, local_out)) return t + wait;
+  t += wait;
   double window = c->window ? c->window[id] : 0;
   return t - lat > window ? t - window : lat;
 }

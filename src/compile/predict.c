@@ -17,10 +17,12 @@
  * As the runtime does (runtime/cpu_device.c, comm/async.c), a collective
  * marked asynchronous runs in line on the device thread, blocking, when the
  * worker is idle and it moves at most env_inline_bytes (8 MiB between devices
- * of one host): in-process meshes start none of the MLP's, CNN's or
+ * of one host, 64 KiB for a group spanning a mesh axis across hosts: the
+ * options' axis_between_hosts, from the device description's
+ * devices_per_host): in-process meshes start none of the MLP's, CNN's or
  * ResNet's on the worker, so none of them hides behind compute (it still
- * waits k->coll_async, measured on in-line ones too). The prediction takes
- * every group as within one host (it has no process layout). */
+ * waits k->coll_async, measured on in-line ones too). Within a host the
+ * prediction takes every group as one process's (it has no process layout). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +41,8 @@ static double node_bytes(const ts_node *n) {
   return e;
 }
 
-/* The slowest link and largest latency over the mesh axes a device group spans. */
-static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_collective *cl, bool pairs, double *bw,
-                        double *lat) {
+/* The mesh axes (a bit mask) a device group spans. */
+static uint32_t group_axes(const ts_mesh *m, const ts_collective *cl, bool pairs) {
   uint32_t axes = 0;
   int64_t c0[TS_MESH_MAX_RANK], ci[TS_MESH_MAX_RANK];
   int cnt = pairs ? 2 * cl->n : cl->n;
@@ -57,6 +58,13 @@ static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_col
       for (int a = 0; a < m->rank; a++)
         if (ci[a] != c0[a]) axes |= 1u << a;
   }
+  return axes;
+}
+
+/* The slowest link and largest latency over the mesh axes a device group spans. */
+static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_collective *cl, bool pairs, double *bw,
+                        double *lat) {
+  uint32_t axes = group_axes(m, cl, pairs);
   *bw = INFINITY, *lat = 0;
   for (int a = 0; a < m->rank; a++)
     if (axes & (1u << a)) *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]);
@@ -108,11 +116,12 @@ static bool is_async(const ts_graph *g, int i, const int *first_use, bool severa
 
 /* Whether collective n (operand x), marked asynchronous, runs in line on the
  * device thread (cpu_collective_inline's rule): the worker idle and at most
- * env_inline_bytes moved (the larger of operand and result). */
-static bool runs_inline(const ts_node *n, const ts_node *x, bool worker_idle) {
-  int64_t limit = env_inline_bytes(false);
-  double bytes = fmax(node_bytes(n), node_bytes(x));
-  return worker_idle && limit >= 0 && bytes <= (double)limit;
+ * env_inline_bytes moved (the larger of operand and result; the limit
+ * between hosts when the group spans an axis across hosts). */
+static bool runs_inline(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
+                        bool worker_idle) {
+  uint32_t axes = group_axes(m, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE);
+  return worker_idle && autoshard_runs_inline(k, axes, fmax(node_bytes(n), node_bytes(x)));
 }
 
 /* Adds a kernel of t seconds to info's entry for its op name. */
@@ -156,7 +165,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
       bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
       double t = coll_seconds(m, k, nd, x, async, &sent);
       comm += t;
-      if (async && !runs_inline(nd, x, worker <= now)) {
+      if (async && !runs_inline(m, k, nd, x, worker <= now)) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
       } else {
