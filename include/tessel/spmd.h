@@ -259,8 +259,9 @@ typedef struct {
    * each against without, so the worker running them one after another is
    * what the chain waits for; devices sharing the cores: every worker of the
    * group must be scheduled, a round trip per collective). 0: collective_wait_s.
-   * ts_predict_program runs one of at most 8 MiB (TESSEL_COMM_INLINE_BYTES)
-   * in line, blocking, when the worker is idle, as the runtime does. */
+   * ts_predict_program (and the solver) run one of at most 8 MiB (64 KiB
+   * over an axis_between_hosts; TESSEL_COMM_INLINE_BYTES) in line, blocking,
+   * when the worker is idle, as the runtime does. */
   double collective_async_s;
   /* Repeated blocks (transformer layers, ResNet blocks): a node of the same
    * op, dtypes, operand and result shapes and attributes as an earlier one
