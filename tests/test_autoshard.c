@@ -298,6 +298,20 @@ static void inline_checks(const ts_mesh *m2) {
   printf("cost model: a 128 KiB gradient all-reduce in line within a host: step %.3f ms; on the worker across "
          "hosts: %.3f ms\n", 1e3 * host.step_s, 1e3 * hosts.step_s);
   ts_graph_free(g);
+  /* a resharding all-gather (batch-split x, its replicated square) waits as well */
+  g = ts_graph_new();
+  x = ts_input(g, "x", TS_F32, 2, xs);
+  ts_tensor sq = ts_mul(g, x, x);
+  mark(g, m2, x, 2, batch), mark(g, m2, sq, 2, none);
+  ts_graph_add_output(g, sq);
+  ts_auto_shard_info nowait;
+  o.axis_between_hosts[0] = false;
+  CHECK_OK(ts_shard_predict(g, &o, &host));
+  o.collective_async_s = 0;
+  CHECK_OK(ts_shard_predict(g, &o, &nowait));
+  CHECK(host.step_s >= nowait.step_s + 0.99e-3, "all-gather: %.4g s with a 1 ms wait, %.4g s without", host.step_s,
+        nowait.step_s);
+  ts_graph_free(g);
 }
 
 /* kernel.broadcast.operand_s in the solver: a batch norm's fused kernel
