@@ -5,6 +5,11 @@
 # the same compiled program (tessel inspect --json "ops", the calibration
 # cache or TESSEL_CALIBRATION), with kernel counts, most measured time first.
 # A row's pred/meas far from the step's own says which op class is mispriced.
+# With a MESH, a line before the table says where device 0's step went: its
+# collectives' time per step (kernels waiting for the group included) against
+# the predicted exposed communication, and every device's kernel time summed
+# (on fewer cores than devices, the work the cores time-share; issue 16's
+# 8 devices on 2 cores).
 # Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), STEPS (8),
 # WARMUP (5), CALIBRATE=1 (tessel plan --calibrate into a scratch file first),
 # NODES=N: then device 0's N slowest kernels, each matched to its node of the
@@ -40,17 +45,19 @@ if [ "${NODES:-0}" -gt 0 ]; then
     { echo "predict_ops.sh: inspect failed: $(tail -2 "$tmp/prog.txt")" >&2; exit 1; }
 fi
 /usr/bin/python3 - "$tmp/trace.json" "$tmp/pred.json" "$warmup" "$tmp/prog.txt" "${NODES:-0}" <<'PY'
-import collections, json, re, statistics, sys
+import collections, json, os, re, statistics, sys
 trace, pred, warm = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])
 prog, slowest = open(sys.argv[4]).read().split("\n"), int(sys.argv[5])
-ev = re.compile(r'\{"name":"([^"]*)","cat":"(kernel|execute)","ph":"X","pid":(\d+),"tid":(\d+),"ts":([\d.]+),"dur":([\d.]+)')
-execs, kernels = [], []
+ev = re.compile(r'\{"name":"([^"]*)","cat":"(kernel|execute|collective)","ph":"X","pid":(\d+),"tid":(\d+),"ts":([\d.]+),"dur":([\d.]+)')
+execs, kernels, colls, others = [], [], [], []  # others: every device's kernels (ts, dur)
 for line in open(trace):
     m = ev.search(line)
     if not m: continue
     name, cat, pid, tid, ts, dur = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), float(m.group(5)), float(m.group(6))
     if cat == "execute" and pid == 1: execs.append((ts, ts + dur))
     elif cat == "kernel" and pid == 0 and tid == 0 and not name.endswith(" (start)"): kernels.append((ts, name, dur))
+    if cat == "collective" and pid == 0 and tid == 0: colls.append((ts, dur))
+    if cat == "kernel" and pid == 0: others.append((ts, dur))
 execs.sort()
 per = [collections.Counter() for _ in execs]; cnt = [collections.Counter() for _ in execs]
 seq = [[] for _ in execs]  # each execute's kernels in order: (name, ms)
@@ -70,6 +77,16 @@ exe = statistics.median(execs[i][1] - execs[i][0] for i in steps) / 1e3
 ops = pred.get("ops", {})
 print("measured: %d steps, median execute %.2f ms (device 0 kernels %.2f ms); predicted step %.2f ms, compute %.2f ms"
       % (len(steps), exe, sum(meas.values()), pred["predicted"]["step_ms"], pred["predicted"]["compute_ms"]))
+def within(evs, i):  # (count, ms) of the events starting inside execute i
+    e = [d for ts, d in evs if execs[i][0] <= ts <= execs[i][1]]
+    return len(e), sum(e) / 1e3
+if colls:  # several devices: where device 0's step went, against the predicted compute and exposed communication
+    nc = within(colls, steps[0])[0]
+    cm = statistics.median(within(colls, i)[1] for i in steps)
+    allk = statistics.median(within(others, i)[1] for i in steps)
+    print("device 0 collectives: %d per step, %.2f ms (predicted exposed %.2f ms); every device's kernels %.2f ms "
+          "together (the cores' work; / %d cores: %.2f ms)" % (nc, cm, pred["predicted"]["comm_ms"], allk,
+          os.cpu_count(), allk / os.cpu_count()))
 print("%-24s %7s %7s %10s %10s %9s" % ("op", "n_meas", "n_pred", "meas_ms", "pred_ms", "pred/meas"))
 for k in sorted(set(meas) | set(ops), key=lambda k: -meas.get(k, 0)):
     m, p = meas.get(k, 0.0), ops.get(k, {}).get("ms", 0.0)
