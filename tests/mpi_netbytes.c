@@ -6,9 +6,10 @@
  * One device per process (P devices), N = 2^20 floats:
  *  - all-reduce sends at most 2(P-1)/P * N * 4 bytes per process (the
  *    bandwidth term of a ring or of recursive halving/doubling: it does not
- *    grow with P) and receives as much, in 2(P-1) messages (a direct
- *    reduce-scatter then all-gather: one step each, so small messages pay one
- *    latency, not P-1);
+ *    grow with P) and receives as much, in 2(P-1) messages per segment (a
+ *    direct reduce-scatter then all-gather: one step each, so small messages
+ *    pay one latency, not P-1; pipelined in segments of HIER_SEGMENT_BYTES
+ *    of each chunk, counted by CommHierSegments);
  *  - an all-reduce of at most 4 KiB (hier.c HIER_ONE_STEP_BYTES) goes in one
  *    step: every process sends its whole vector to every other, (P-1)
  *    sends and (P-1) receives;
@@ -28,6 +29,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_internal.h" /* HIER_SEGMENT_BYTES */
 #include "comm/net.h"
 #include "harness.h"
 #include "tessel/metrics.h"
@@ -97,8 +99,16 @@ int main(void) {
         (long long)s, ideal);
   CHECK(r >= ideal - slack && r <= ideal + slack, "process %d received %lld bytes, expected %.0f", me,
         (long long)r, ideal);
-  CHECK(m == 4 * (P - 1), "process %d: %lld messages (expected 2 steps x (P-1) peers x send+receive = %d)", me,
-        (long long)m, 4 * (P - 1));
+  /* the phases go in segments of HIER_SEGMENT_BYTES of each chunk (hier.c: pipelined), each a message */
+  int64_t chunk = ((N + P - 1) / P + 15) / 16 * 16 * 4, segs = (chunk + HIER_SEGMENT_BYTES - 1) / HIER_SEGMENT_BYTES;
+  CHECK(segs > 1, "P=%d: a chunk of %lld bytes is one segment: the test needs several", P, (long long)chunk);
+  CHECK(m == 4 * (P - 1) * segs && ts_counter_value("CommHierSegments") == segs,
+        "process %d: %lld messages, %lld segments (expected 2 steps x (P-1) peers x send+receive x %lld segments "
+        "= %lld)", me, (long long)m, (long long)ts_counter_value("CommHierSegments"), (long long)segs,
+        (long long)(4 * (P - 1) * segs));
+
+  CHECK(ts_counter_value("NetEagerPieces") == 0, "process %d: %lld eager pieces between processes of one host "
+        "(net.c cuts only messages to other hosts)", me, (long long)ts_counter_value("NetEagerPieces"));
 
   /* a small all-reduce: one step, the whole vector to every peer */
   enum { SMALL = 1024 }; /* floats: 4 KiB */

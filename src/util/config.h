@@ -91,6 +91,14 @@ typedef struct {
    * A count in [1, 2^30]; unset or anything else: 2^30 (1 GiB). */
   size_t net_piece_bytes;
 
+  /* TESSEL_HIER_SEGMENT_BYTES: the segment of the all-reduce between
+   * processes, whose reduce-scatter and all-gather are pipelined
+   * (comm/hier.c); "0": one segment per chunk (the phases one after the
+   * other). Bytes in [0, 2^30]; unset: -1 (the default, HIER_SEGMENT_BYTES);
+   * anything else: hier_segment_invalid (the all-reduce fails naming it). */
+  int64_t hier_segment_bytes;
+  const char *hier_segment_invalid;
+
   /* TESSEL_AUTO_SPMD: "1" auto-shards every compile that is not a replica
    * program (PyTorch/XLA's XLA_AUTO_SPMD; ts_compile_options.auto_shard).
    * TESSEL_AUTO_SPMD_MESH: the mesh shape it uses when the options give no
