@@ -305,7 +305,6 @@ static int all_reduce_pipelined(ts_comm *c, int device, const int *group, const 
   if (cuts_of(count, np, es, &k, what) < 0) return -1;
   int S = k.segs, tag = comm_tag(c, device, group[0]);
   int64_t lo, hi;
-  seg_of(&k, h->me, 0, &lo, &hi);
   size_t cb = (size_t)k.per * es; /* a slot: one remote member's part of our chunk */
   char *slots = grow(d, (size_t)(n - h->nl) * cb, what);
   /* per segment: the reduce-scatter's sends and receives, the all-gather's
