@@ -154,11 +154,11 @@ void net_set_hosts(ts_net *n, const int *host) {
   if (!atomic_compare_exchange_strong(&n->far, &none, far)) free(far);
 }
 
-/* The largest MPI message to or from peer. */
+/* The largest MPI message to or from peer ($TESSEL_NET_PIECE_BYTES, when
+ * set, for every peer). */
 static size_t piece_for(ts_net *n, int peer) {
   bool *far = atomic_load_explicit(&n->far, memory_order_acquire);
-  size_t piece = net_piece();
-  return far && far[peer] && piece > NET_EAGER_PIECE ? NET_EAGER_PIECE : piece;
+  return far && far[peer] && !env_config()->net_piece_set ? NET_EAGER_PIECE : net_piece();
 }
 
 static double now_ms(void) {
