@@ -12,6 +12,9 @@
  *              other half at once (reduce-scatter, then all-gather)
  *   bidir      one such exchange (BYTES/2 each way at once)
  *   oneway     rank 0 sends BYTES to rank 1
+ *   comm       comm_all_reduce of BYTES (f32, one device per process): the
+ *              collective itself (src/comm/hier.c; its reduce-scatter and
+ *              all-gather pipelined in segments, TESSEL_HIER_SEGMENT_BYTES)
  * -p waits as the collective worker does while its device computes (a pacer
  * that is never urgent: one poll per NET_PATIENT_NAP_NS nap) instead of
  * polling hard. -s adds a thread that spins through the whole run, as a
@@ -29,6 +32,7 @@
 
 #include "bench_util.h" /* now_s, median */
 
+#include "comm/comm.h"
 #include "comm/net.h"
 #include "util/error.h"
 
@@ -48,12 +52,13 @@ static void *spin(void *arg) { /* a computing device: busy until told to stop */
 }
 
 static int usage(const char *why) {
-  fprintf(stderr, "bench_net_link: %s\nusage: bench_net_link [-b BYTES] [-r REPS] [-m allreduce|bidir|oneway] [-p] [-s] [-v]\n",
+  fprintf(stderr, "bench_net_link: %s\nusage: bench_net_link [-b BYTES] [-r REPS] [-m allreduce|bidir|oneway|comm] [-p] [-s] [-v]\n",
           why);
   return 2;
 }
 
 static double g_first_ms; /* the last repetition's first exchange (-v) */
+static ts_comm *g_comm;   /* -m comm: one device per process */
 
 /* One repetition: the handshake, then the timed exchange(s). */
 static double one_rep(ts_net *n, const char *mode, char *sbuf, char *rbuf, size_t bytes) {
@@ -66,6 +71,9 @@ static double one_rep(ts_net *n, const char *mode, char *sbuf, char *rbuf, size_
     net_msg m = {peer, 8, me == 0, me == 0 ? sbuf : rbuf, bytes}, a = {peer, 6, me == 1, &hs, 1};
     if (net_exchange(n, &m, 1, 60000, "net_link oneway") < 0 || net_exchange(n, &a, 1, 60000, "net_link ack") < 0)
       return -1;
+  } else if (!strcmp(mode, "comm")) {
+    int group[2] = {0, 1};
+    if (comm_all_reduce(g_comm, me, group, 2, TS_F32, TS_REDUCE_SUM, sbuf, rbuf, (int64_t)(bytes / 4)) < 0) return -1;
   } else {
     size_t half = bytes / 2;
     int rounds = !strcmp(mode, "allreduce") ? 2 : 1;
@@ -99,8 +107,8 @@ int main(int argc, char **argv) {
       if (reps < 1 || reps > 10000) return usage("-r: REPS must be 1 .. 10000");
     } else if (i + 1 < argc && !strcmp(argv[i], "-m")) {
       mode = argv[++i];
-      if (strcmp(mode, "allreduce") && strcmp(mode, "bidir") && strcmp(mode, "oneway"))
-        return usage("-m: MODE must be allreduce, bidir or oneway");
+      if (strcmp(mode, "allreduce") && strcmp(mode, "bidir") && strcmp(mode, "oneway") && strcmp(mode, "comm"))
+        return usage("-m: MODE must be allreduce, bidir, oneway or comm");
     } else {
       return usage(argv[i]);
     }
@@ -110,6 +118,12 @@ int main(int argc, char **argv) {
   if (!n || net_size(n) != 2) {
     fprintf(stderr, "bench_net_link: needs exactly 2 MPI processes (%s)\n", failed ? ts_last_error() : "alone");
     return 2;
+  }
+  if (!strcmp(mode, "comm")) {
+    int proc_of[2] = {0, 1};
+    g_comm = comm_new_world(2, proc_of, net_rank(n), 1, n);
+    if (!g_comm) return fprintf(stderr, "bench_net_link: %s\n", ts_last_error()), 1;
+    comm_set_timeout_ms(g_comm, 60000);
   }
   char *sbuf = malloc(bytes), *rbuf = malloc(bytes);
   double *ms = malloc((size_t)reps * sizeof *ms);
@@ -130,10 +144,11 @@ int main(int argc, char **argv) {
   if (spinning) pthread_join(spinner, NULL);
   double med = median(ms, reps); /* sorts ms */
   /* bytes one direction carries: all of them one way; half per exchange otherwise */
-  double dir_bytes = !strcmp(mode, "bidir") ? bytes / 2.0 : (double)bytes;
+  double dir_bytes = !strcmp(mode, "bidir") ? bytes / 2.0 : (double)bytes; /* comm: as allreduce */
   if (net_rank(n) == 0)
     printf("RESULT net_link mode=%s bytes=%zu patient=%d spin=%d median_ms=%.2f min_ms=%.2f mbps=%.0f\n", mode, bytes,
            patient, spinning, med, ms[0], dir_bytes * 8 / (med * 1e3));
+  comm_free(g_comm);
   free(sbuf);
   free(rbuf);
   free(ms);

@@ -40,7 +40,7 @@ netns_start 2 run_netlink.sh # sets tmp and the traps
 one() { # one ROW MODE: prints the RESULT line
   local row="$1" mode="$2" b="$bin" flags=() envs=("${net_env[@]}") v
   case "$row" in
-    tcp) netns_tcp "$bytes" "$reps" "$mode"; return ;;
+    tcp) netns_tcp "$bytes" "$reps" "${mode/comm/allreduce}"; return ;; # comm: the bytes of allreduce
     *-A) b="$AB_BUILD/bench_net_link" envs=() ;;
   esac
   case "$row" in *-p*) flags+=(-p) ;; esac

@@ -6,16 +6,18 @@
  * One device per process (P devices), N = 2^20 floats:
  *  - all-reduce sends at most 2(P-1)/P * N * 4 bytes per process (the
  *    bandwidth term of a ring or of recursive halving/doubling: it does not
- *    grow with P) and receives as much, in 2(P-1) messages (a direct
- *    reduce-scatter then all-gather: one step each, so small messages pay one
- *    latency, not P-1);
+ *    grow with P) and receives as much, in 2(P-1) messages per segment (a
+ *    direct reduce-scatter then all-gather: one step each, so small messages
+ *    pay one latency, not P-1; pipelined in segments of HIER_SEGMENT_BYTES
+ *    of each chunk, counted by CommHierSegments);
  *  - an all-reduce of at most 4 KiB (hier.c HIER_ONE_STEP_BYTES) goes in one
  *    step: every process sends its whole vector to every other, (P-1)
  *    sends and (P-1) receives;
  *  - all-gather and reduce-scatter of N floats in total: (P-1)/P * N * 4,
  *    sent from the input and received into the output, no copy between
  *    (counter CommHierCopyBytes); with outer 2 the leader packs / unpacks;
- *  - every result is checked against the known sum;
+ *  - every result is checked against the known sum; segment sizes of the
+ *    pipelined all-reduce give the same bits, a bad one fails naming it;
  *  - under Open MPI, net_world asked for the copy-in/copy-out shared-memory
  *    path (OMPI_MCA_btl_vader_single_copy_mechanism=none; net.c says why)
  *    since the test's launcher does not set it.
@@ -28,8 +30,10 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_internal.h" /* HIER_SEGMENT_BYTES */
 #include "comm/net.h"
 #include "harness.h"
+#include "util/config.h" /* env_config_reload */
 #include "tessel/metrics.h"
 
 enum { N = 1 << 20, MAXP = 8 };
@@ -55,6 +59,46 @@ static int64_t sent(void) { return ts_counter_value("NetBytesSent"); }
 static int64_t received(void) { return ts_counter_value("NetBytesReceived"); }
 static int64_t messages(void) { return ts_counter_value("NetMessages"); }
 static int64_t copied(void) { return ts_counter_value("CommHierCopyBytes"); }
+
+/* An all-reduce (op, in place) of count values that round differently in
+ * every order, with TESSEL_HIER_SEGMENT_BYTES = seg (NULL: unset). */
+static int reduce_with(ts_comm *c, int me, const int *group, int P, const char *seg, ts_reduce_kind op, float *x,
+                       int64_t count) {
+  if (seg) setenv("TESSEL_HIER_SEGMENT_BYTES", seg, 1);
+  else unsetenv("TESSEL_HIER_SEGMENT_BYTES");
+  env_config_reload();
+  for (int64_t i = 0; i < count; i++) x[i] = (float)(me + 1) * 0.37f + (float)(i % 11) * 0.013f;
+  return comm_all_reduce(c, me, group, P, TS_F32, op, x, x, count);
+}
+
+/* The pipelined all-reduce's segments only cut ranges: every segment size
+ * (0: one segment; 1000: rounded up to whole 64-byte lines; an uneven last
+ * segment) gives the bits of one segment, for SUM and MEAN of an odd
+ * length; a value that is not bytes fails, naming it. */
+static void segment_sizes(ts_comm *c, int me, const int *group, int P, float *x, float *ref) {
+  enum { COUNT = 300001 };
+  static const char *const segs[] = {NULL, "4096", "1000", "100000"};
+  for (int op = 0; op < 2; op++) {
+    ts_reduce_kind k = op ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
+    CHECK_OK(reduce_with(c, me, group, P, "0", k, ref, COUNT));
+    for (size_t s = 0; s < sizeof segs / sizeof *segs; s++) {
+      int64_t g0 = ts_counter_value("CommHierSegments");
+      CHECK_OK(reduce_with(c, me, group, P, segs[s], k, x, COUNT));
+      CHECK(memcmp(x, ref, (size_t)COUNT * 4) == 0, "process %d: op %d, segments of %s bytes: other bits than one "
+            "segment", me, op, segs[s] ? segs[s] : "(default)");
+      if (segs[s] && !strcmp(segs[s], "4096")) { /* chunks of ceil(COUNT / P) rounded to 16 floats, 1024 a segment */
+        int64_t want = (((COUNT + P - 1) / P + 15) / 16 * 16 + 1023) / 1024;
+        CHECK(ts_counter_value("CommHierSegments") - g0 == want, "process %d: %lld segments of 4096 bytes, want %lld",
+              me, (long long)(ts_counter_value("CommHierSegments") - g0), (long long)want);
+      }
+    }
+  }
+  CHECK(reduce_with(c, me, group, P, "12x", TS_REDUCE_SUM, x, COUNT) < 0 &&
+            strstr(ts_last_error(), "TESSEL_HIER_SEGMENT_BYTES=12x"),
+        "process %d: TESSEL_HIER_SEGMENT_BYTES=12x: %s", me, ts_last_error());
+  unsetenv("TESSEL_HIER_SEGMENT_BYTES");
+  env_config_reload();
+}
 
 int main(void) {
   ts_test_init("mpi_netbytes", 20261203);
@@ -97,8 +141,16 @@ int main(void) {
         (long long)s, ideal);
   CHECK(r >= ideal - slack && r <= ideal + slack, "process %d received %lld bytes, expected %.0f", me,
         (long long)r, ideal);
-  CHECK(m == 4 * (P - 1), "process %d: %lld messages (expected 2 steps x (P-1) peers x send+receive = %d)", me,
-        (long long)m, 4 * (P - 1));
+  /* the phases go in segments of HIER_SEGMENT_BYTES of each chunk (hier.c: pipelined), each a message */
+  int64_t chunk = ((N + P - 1) / P + 15) / 16 * 16 * 4, segs = (chunk + HIER_SEGMENT_BYTES - 1) / HIER_SEGMENT_BYTES;
+  CHECK(segs > 1, "P=%d: a chunk of %lld bytes is one segment: the test needs several", P, (long long)chunk);
+  CHECK(m == 4 * (P - 1) * segs && ts_counter_value("CommHierSegments") == segs,
+        "process %d: %lld messages, %lld segments (expected 2 steps x (P-1) peers x send+receive x %lld segments "
+        "= %lld)", me, (long long)m, (long long)ts_counter_value("CommHierSegments"), (long long)segs,
+        (long long)(4 * (P - 1) * segs));
+
+  CHECK(ts_counter_value("NetEagerPieces") == 0, "process %d: %lld eager pieces between processes of one host "
+        "(net.c cuts only messages to other hosts)", me, (long long)ts_counter_value("NetEagerPieces"));
 
   /* a small all-reduce: one step, the whole vector to every peer */
   enum { SMALL = 1024 }; /* floats: 4 KiB */
@@ -151,6 +203,7 @@ int main(void) {
   CHECK_OK(comm_all_gather(c, me, group, P, part, buf, 2, (size_t)row * 4));
   CHECK(copied() - c1 == (int64_t)(P - 1) * 2 * row * 4, "process %d: outer 2 all-gather unpacked %lld bytes, "
         "expected %lld", me, (long long)(copied() - c1), (long long)(P - 1) * 2 * row * 4);
+  segment_sizes(c, me, group, P, buf, part);
   comm_free(c);
 
   /* two devices per process: what the hierarchical all-reduce sends */

@@ -8,7 +8,7 @@
 #    (2 devices per host), fsdp=2, and --parallel ddp over 2 and 3 hosts follow
 #    the 1-device loss curve within 1e-4 relative;
 #  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
-#    (metrics NetBytesSent);
+#    (metrics NetBytesSent), in pieces of MPI's eager size (NetEagerPieces);
 #  - fsdp=2 hides some communication behind compute (--profile's "hidden":
 #    collectives started on the worker overlap the device's kernels);
 #  - faults in the middle of a run (collective timeout 5 s), each ending every
@@ -110,8 +110,12 @@ for path in sys.argv[1:]:
     print(f"  {path.split('/')[-1].split('.')[0]}: {per / 1e6:.2f} MB sent per step by rank 0 ({per / grad:.3f} x the gradients)")
 per = json.load(open(sys.argv[1]))["counters"]["NetBytesSent"] / 50
 assert grad <= per <= 1.02 * grad, f"data=2 sends {per:.0f} bytes a step, expected about {grad}"
+# between hosts large messages go in eager pieces (src/comm/net.c NET_EAGER_PIECE): the gradient's
+# 1.34 MB a step in 65280-byte pieces, 20 past the first pieces of its messages at least
+c = json.load(open(sys.argv[1]))["counters"]
+assert c.get("NetEagerPieces", 0) >= 20 * 50, f"NetEagerPieces {c.get('NetEagerPieces', 0)}, expected >= 1000"
 PY
-then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent)"; else
+then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent), in eager pieces"; else
   bad "bytes crossing hosts per step (metrics NetBytesSent)"; fi
 
 tessels() { # tessels HOST: the tessel processes in that host

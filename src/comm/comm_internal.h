@@ -112,6 +112,10 @@ int comm_tag(const ts_comm *c, int device, int id);
 /* hier.c: the collectives of a group that spans processes (comm.c calls
  * them after validating the arguments; r = the caller's rank in group). */
 int hier_barrier(ts_comm *c, int device, const int *group, int n);
+/* hier.c: the all-reduce between processes pipelines its reduce-scatter and
+ * all-gather in segments of this many bytes of each process's chunk (the
+ * metrics counter CommHierSegments adds the segments per chunk). */
+enum { HIER_SEGMENT_BYTES = 512 << 10 };
 int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
                     const void *in, void *out, int64_t count);
 int hier_all_gather(ts_comm *c, int device, const int *group, int n, int r, const void *in, void *out,

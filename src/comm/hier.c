@@ -19,6 +19,16 @@
  * process and call that sends (P-1)/P of the vector per local member, plus
  * (P-1)/P of the result: with one device per process it is the
  * bandwidth-optimal 2(P-1)/P of a ring, in one step instead of P-1.
+ * The two phases are pipelined in segments of HIER_SEGMENT_BYTES of each
+ * chunk (all_reduce_pipelined): every reduce-scatter message and every
+ * all-gather receive is posted at once, and as soon as segment s of our
+ * chunk arrived from every member it is summed and its all-gather sends are
+ * posted, behind the reduce-scatter's later segments on the same
+ * connections. So a link never drains between the phases (between two
+ * hosts at 1 Gbit/s it idled for the last segment's flight, the sum of the
+ * whole chunk and a rendezvous of MPI's TCP transport with the peer's
+ * polls, every all-reduce). Segments only cut the ranges: each element is
+ * summed over the same members in the same order, the same bits.
  * A vector of at most HIER_ONE_STEP_BYTES (MPI's eager size: BN statistics,
  * biases, the loss) goes in one exchange instead of two: every local
  * member's whole input to every other process, and every leader reduces the
@@ -253,6 +263,116 @@ static int all_reduce_one_step(ts_comm *c, int device, const int *group, const h
   return 0;
 }
 
+/* The segments of the pipelined all-reduce (the file comment): chunk j of
+ * `count` elements (reduced by process j, starts aligned to 64 bytes) and
+ * segment s of it, [lo, hi), both empty past the end. */
+typedef struct {
+  int64_t count, per, seg; /* elements: the vector, a chunk, a segment */
+  int segs;                /* per chunk (every process cuts the same way) */
+} cuts;
+
+static int cuts_of(int64_t count, int np, size_t es, cuts *k, const char *what) {
+  const ts_env_config *env = env_config();
+  if (env->hier_segment_invalid)
+    return set_error("%s: TESSEL_HIER_SEGMENT_BYTES=%s: expected bytes in [0, 1073741824] (0: one segment)", what,
+                     env->hier_segment_invalid);
+  int64_t align = (int64_t)(64 / es), per = ((count + np - 1) / np + align - 1) / align * align;
+  int64_t sb = env->hier_segment_bytes < 0 ? HIER_SEGMENT_BYTES : env->hier_segment_bytes;
+  int64_t seg = sb == 0 ? per : (sb / (int64_t)es + align - 1) / align * align; /* whole 64-byte lines */
+  if (seg < 1) seg = 1;
+  *k = (cuts){count, per, seg, per ? (int)((per + seg - 1) / seg) : 1};
+  return 0;
+}
+
+static void seg_of(const cuts *k, int j, int s, int64_t *lo, int64_t *hi) {
+  int64_t c_lo = (int64_t)j * k->per < k->count ? (int64_t)j * k->per : k->count;
+  int64_t c_hi = c_lo + k->per < k->count ? c_lo + k->per : k->count;
+  int64_t a = c_lo + (int64_t)s * k->seg, b = a + k->seg;
+  *lo = a < c_hi ? a : c_hi;
+  *hi = b < c_hi ? b : c_hi;
+}
+
+/* The leader's all-reduce of a vector past HIER_ONE_STEP_BYTES (the file
+ * comment): every message of both phases is posted at once but the
+ * all-gather's sends, which go per segment as soon as its sum is done. */
+static int all_reduce_pipelined(ts_comm *c, int device, const int *group, const hgroup *h, ts_dtype dt,
+                                ts_reduce_kind op, void *out, int64_t count) {
+  const char *what = "all_reduce";
+  comm_dev *d = &c->dev[device];
+  int n = h->n, np = h->np, tmo = timeout_of(c);
+  size_t es = ts_dtype_size(dt);
+  cuts k = {0};
+  if (cuts_of(count, np, es, &k, what) < 0) return -1;
+  int S = k.segs, tag = comm_tag(c, device, group[0]);
+  int64_t lo, hi;
+  size_t cb = (size_t)k.per * es; /* a slot: one remote member's part of our chunk */
+  char *slots = grow(d, (size_t)(n - h->nl) * cb, what);
+  /* per segment: the reduce-scatter's sends and receives, the all-gather's
+   * sends; then the all-gather's receives (one pending) */
+  net_msg *m = malloc(((size_t)S * ((size_t)n * (size_t)np + (size_t)np) + (size_t)S * (size_t)np) * sizeof *m);
+  net_pending **p = calloc((size_t)3 * (size_t)S + 1, sizeof *p);
+  int rc = -1, k_msg = 0;
+  if (!slots || !m || !p) {
+    if (slots) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    goto done;
+  }
+  for (int s = 0; s < S; s++) {
+    int first = k_msg;
+    for (int i = 0; i < n; i++) /* our member i's segment s of every other process's chunk */
+      for (int j = 0; j < np && h->pidx[i] == h->me; j++) {
+        if (j == h->me) continue;
+        seg_of(&k, j, s, &lo, &hi);
+        m[k_msg++] = (net_msg){h->proc[j], tag, true, (char *)src_of(c, group[i]) + (size_t)lo * es,
+                               (size_t)(hi - lo) * es};
+      }
+    if (net_start(c->net, m + first, k_msg - first, what, &p[3 * s]) < 0) goto done;
+    first = k_msg;
+    seg_of(&k, h->me, s, &lo, &hi);
+    for (int i = 0, slot = 0; i < n; i++) /* remote member i's segment s of our chunk */
+      if (h->pidx[i] != h->me)
+        m[k_msg++] = (net_msg){h->proc[h->pidx[i]], tag, false,
+                               slots + (size_t)slot++ * cb + (size_t)s * (size_t)k.seg * es, (size_t)(hi - lo) * es};
+    if (net_start(c->net, m + first, k_msg - first, what, &p[3 * s + 1]) < 0) goto done;
+  }
+  int first = k_msg; /* every other process's reduced chunk, into out */
+  for (int s = 0; s < S; s++)
+    for (int j = 0; j < np; j++) {
+      if (j == h->me) continue;
+      seg_of(&k, j, s, &lo, &hi);
+      m[k_msg++] = (net_msg){h->proc[j], tag, false, (char *)out + (size_t)lo * es, (size_t)(hi - lo) * es};
+    }
+  if (net_start(c->net, m + first, k_msg - first, what, &p[3 * S]) < 0) goto done;
+  for (int s = 0; s < S; s++) {
+    if (net_wait(p[3 * s + 1], tmo) < 0) {
+      p[3 * s + 1] = NULL;
+      goto done;
+    }
+    p[3 * s + 1] = NULL;
+    seg_of(&k, h->me, s, &lo, &hi);
+    for (int i = 0, slot = 0; i < n; i++)
+      d->srcs[i] = h->pidx[i] == h->me ? src_of(c, group[i]) + (size_t)lo * es
+                                       : slots + (size_t)slot++ * cb + (size_t)s * (size_t)k.seg * es;
+    void *dst = (char *)out + (size_t)lo * es;
+    if (hi > lo) comm_reduce(dt, op, n, d->srcs, 1, &dst, hi - lo, false);
+    first = k_msg;
+    for (int j = 0; j < np; j++)
+      if (j != h->me) m[k_msg++] = (net_msg){h->proc[j], tag, true, dst, (size_t)(hi - lo) * es};
+    if (net_start(c->net, m + first, k_msg - first, what, &p[3 * s + 2]) < 0) goto done;
+  }
+  rc = 0;
+  for (int i = 0; i <= 3 * S; i++) {
+    if (rc == 0 && net_wait(p[i], tmo) < 0) rc = -1;
+    else if (rc < 0) net_cancel(p[i]);
+    p[i] = NULL;
+  }
+done:
+  for (int i = 0; p && i <= 3 * S; i++) net_cancel(p[i]);
+  if (rc == 0 && TS_METRICS_ON()) obs_count("CommHierSegments", S);
+  free(p);
+  free(m);
+  return rc;
+}
+
 int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_dtype dt, ts_reduce_kind op,
                     const void *in, void *out, int64_t count) {
   (void)r;
@@ -288,45 +408,7 @@ int hier_all_reduce(ts_comm *c, int device, const int *group, int n, int r, ts_d
     }
     if (all_reduce_one_step(c, device, group, &h, dt, op, out, count, m) < 0) goto done;
   } else if (device == h.loc[0]) {
-    /* chunk i = [i*per, (i+1)*per) of the vector, reduced by process i */
-    int64_t align = (int64_t)(64 / es);
-    int64_t per = ((count + h.np - 1) / h.np + align - 1) / align * align;
-#define LO(i) ((int64_t)(i) * per < count ? (int64_t)(i) * per : count)
-#define HI(i) (LO(i) + per < count ? LO(i) + per : count)
-    int64_t lo = LO(h.me), hi = HI(h.me);
-    size_t cb = (size_t)(hi - lo) * es;
-    char *slots = grow(d, (size_t)(n - h.nl) * cb, what);
-    m = malloc(((size_t)n * (size_t)h.np + 2 * (size_t)h.np) * sizeof *m);
-    if (!slots || !m) {
-      if (!m) set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
-      goto done;
-    }
-    int tag = comm_tag(c, device, group[0]), k = 0, slot = 0;
-    for (int i = 0; i < n; i++) {
-      if (h.pidx[i] == h.me) { /* our member i's part of every other process's chunk */
-        for (int j = 0; j < h.np; j++)
-          if (j != h.me)
-            m[k++] = (net_msg){h.proc[j], tag, true, (char *)src_of(c, group[i]) + (size_t)LO(j) * es,
-                               (size_t)(HI(j) - LO(j)) * es};
-      } else { /* remote member i's part of our chunk */
-        m[k++] = (net_msg){h.proc[h.pidx[i]], tag, false, slots + (size_t)slot++ * cb, cb};
-      }
-    }
-    if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
-    slot = 0;
-    for (int i = 0; i < n; i++)
-      d->srcs[i] = h.pidx[i] == h.me ? src_of(c, group[i]) + (size_t)lo * es : slots + (size_t)slot++ * cb;
-    void *dst = (char *)out + (size_t)lo * es;
-    if (hi > lo) comm_reduce(dt, op, n, d->srcs, 1, &dst, hi - lo, false);
-    k = 0; /* every process's reduced chunk to every other */
-    for (int j = 0; j < h.np; j++) {
-      if (j == h.me) continue;
-      m[k++] = (net_msg){h.proc[j], tag, true, dst, cb};
-      m[k++] = (net_msg){h.proc[j], tag, false, (char *)out + (size_t)LO(j) * es, (size_t)(HI(j) - LO(j)) * es};
-    }
-    if (net_exchange(c->net, m, k, timeout_of(c), what) < 0) goto done;
-#undef LO
-#undef HI
+    if (all_reduce_pipelined(c, device, group, &h, dt, op, out, count) < 0) goto done;
   }
   rc = copy_from_leader(c, device, &h, out, bytes, what);
 done:

@@ -26,6 +26,11 @@ int net_rank(const ts_net *n);
 int net_size(const ts_net *n);
 /* The largest tag a message may carry. */
 int net_tag_ub(const ts_net *n);
+/* Tells the transport which processes share a host: host[p] is the same
+ * for processes of one host (comm.c, from the host names). Messages between
+ * hosts then go in pieces of MPI's eager size (net.c NET_EAGER_PIECE says
+ * why). The first call wins (the hosts do not change). */
+void net_set_hosts(ts_net *n, const int *host);
 
 /* One message of an exchange: bytes to or from process `peer` (any size;
  * messages over 1 GiB go as several MPI messages). */
@@ -77,6 +82,17 @@ int net_allgather_start(ts_net *n, const void *mine, void *all, size_t bytes, co
  * naming p's `what` and the processes that never answered) and frees p, also
  * on error. NULL: 0. */
 int net_wait(net_pending *p, int timeout_ms);
+
+/* Posts msgs on the collectives' channel (as net_exchange does) and returns
+ * at once with *out; net_wait completes them. msgs and their buffers must
+ * stay valid until then (msgs is not freed). Several may be pending at once:
+ * messages to/from one peer with one tag match in the order posted, across
+ * them too (hier.c's pipelined all-reduce). */
+int net_start(ts_net *n, net_msg *msgs, int count, const char *what, net_pending **out);
+/* Gives up on p: cancels its unfinished receives (a late message must not
+ * land in their buffers), frees its requests and p. For the error path of a
+ * caller that holds several pendings. NULL: nothing. */
+void net_cancel(net_pending *p);
 
 /* Ends the whole job (every process) with exit code `code` (MPI_Abort, which
  * does not return). Without a process group (n NULL or no MPI) it only

@@ -87,7 +87,18 @@ static void env_read(void) {
 
   const char *p = getenv("TESSEL_NET_PIECE_BYTES");
   long long v = p ? atoll(p) : 0;
-  c->net_piece_bytes = v > 0 && v <= (1ll << 30) ? (size_t)v : (size_t)1 << 30;
+  c->net_piece_set = v > 0 && v <= (1ll << 30);
+  c->net_piece_bytes = c->net_piece_set ? (size_t)v : (size_t)1 << 30;
+
+  const char *sg = env_text("TESSEL_HIER_SEGMENT_BYTES", false);
+  c->hier_segment_bytes = -1;
+  if (sg) {
+    char *end;
+    errno = 0;
+    long long sv = strtoll(sg, &end, 10);
+    if (*end || errno || sv < 0 || sv > (1ll << 30)) c->hier_segment_invalid = sg;
+    else c->hier_segment_bytes = sv;
+  }
 
   const char *as = getenv("TESSEL_AUTO_SPMD");
   c->auto_spmd = as && strcmp(as, "1") == 0;

@@ -88,8 +88,19 @@ typedef struct {
 
   /* TESSEL_NET_PIECE_BYTES: the largest MPI message in bytes; larger
    * transfers are split (tests set a small value to exercise the splitting).
-   * A count in [1, 2^30]; unset or anything else: 2^30 (1 GiB). */
+   * A count in [1, 2^30]; unset or anything else: 2^30 (1 GiB), and
+   * messages between hosts go in MPI's eager size (comm/net.c); set
+   * (net_piece_set), it holds between hosts too. */
   size_t net_piece_bytes;
+  bool net_piece_set;
+
+  /* TESSEL_HIER_SEGMENT_BYTES: the segment of the all-reduce between
+   * processes, whose reduce-scatter and all-gather are pipelined
+   * (comm/hier.c); "0": one segment per chunk (the phases one after the
+   * other). Bytes in [0, 2^30]; unset: -1 (the default, HIER_SEGMENT_BYTES);
+   * anything else: hier_segment_invalid (the all-reduce fails naming it). */
+  int64_t hier_segment_bytes;
+  const char *hier_segment_invalid;
 
   /* TESSEL_AUTO_SPMD: "1" auto-shards every compile that is not a replica
    * program (PyTorch/XLA's XLA_AUTO_SPMD; ts_compile_options.auto_shard).
