@@ -335,10 +335,10 @@ int main(int argc, char **argv) {
             fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r]);
   for (int r = 0; r < rounds; r++) {
     const proc_sample *a = &ps_step[r], *b = &ps_during[r];
-    fprintf(stderr, "round %d step threads (before | beside the save): user %.3f | %.3f s, sys %.3f | %.3f s, "
+    fprintf(stderr, "round %d step threads (before | beside the save): CPU %.3f | %.3f s, user %.3f | %.3f s, sys %.3f | %.3f s, "
                     "run-queue delay %.3f | %.3f s, minflt %ld | %ld, majflt %ld | %ld; machine steal %.2f | %.2f s, "
                     "iowait %.2f | %.2f s\n",
-            r + 1, a->user_s, b->user_s, a->sys_s, b->sys_s, a->delay_s, b->delay_s, a->minflt, b->minflt, a->majflt,
+            r + 1, a->cpu_s, b->cpu_s, a->user_s, b->user_s, a->sys_s, b->sys_s, a->delay_s, b->delay_s, a->minflt, b->minflt, a->majflt,
             b->majflt, a->steal_s, b->steal_s, a->iowait_s, b->iowait_s);
   }
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);

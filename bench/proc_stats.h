@@ -1,5 +1,5 @@
 /* proc_stats.h — where a stretch of a run's time went, from /proc (Linux):
- * per-thread CPU (user, system), page faults and run-queue delay (time a
+ * per-thread CPU (schedstat's run time; user and system, in ticks), page faults and run-queue delay (time a
  * runnable thread waited for a core: /proc/self/task/TID/schedstat), summed
  * over a fixed set of threads (those that existed at proc_threads_init: a
  * benchmark's training threads, before a save starts its own), and the
@@ -16,7 +16,7 @@
 enum { PROC_MAX_THREADS = 256 };
 
 typedef struct {
-  double user_s, sys_s, delay_s; /* CPU in user and kernel mode; waiting runnable */
+  double cpu_s, user_s, sys_s, delay_s; /* CPU (ns-exact), of it in user and kernel mode (ticks); waiting runnable */
   long minflt, majflt;
   double steal_s, iowait_s; /* the machine's (all CPUs) */
 } proc_sample;
@@ -54,7 +54,7 @@ static inline void proc_add_thread(proc_sample *s, int tid) {
   snprintf(p, sizeof p, "/proc/self/task/%d/schedstat", tid);
   unsigned long long run = 0, wait = 0;
   if ((f = fopen(p, "r"))) {
-    if (fscanf(f, "%llu %llu", &run, &wait) == 2) s->delay_s += (double)wait * 1e-9;
+    if (fscanf(f, "%llu %llu", &run, &wait) == 2) s->cpu_s += (double)run * 1e-9, s->delay_s += (double)wait * 1e-9;
     fclose(f);
   }
 }
@@ -76,7 +76,7 @@ static inline proc_sample proc_sample_now(const proc_threads *t) {
 
 /* b - a, field by field. */
 static inline proc_sample proc_diff(proc_sample b, proc_sample a) {
-  return (proc_sample){b.user_s - a.user_s, b.sys_s - a.sys_s, b.delay_s - a.delay_s, b.minflt - a.minflt,
+  return (proc_sample){b.cpu_s - a.cpu_s, b.user_s - a.user_s, b.sys_s - a.sys_s, b.delay_s - a.delay_s, b.minflt - a.minflt,
                        b.majflt - a.majflt, b.steal_s - a.steal_s, b.iowait_s - a.iowait_s};
 }
 
