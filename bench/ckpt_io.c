@@ -255,7 +255,8 @@ int main(int argc, char **argv) {
   double *alone = calloc((size_t)rounds, sizeof *alone), *alone_load = calloc((size_t)rounds, sizeof *alone_load);
   double *alone_fill = calloc((size_t)rounds, sizeof *alone_fill), *alone_io = calloc((size_t)rounds, sizeof *alone_io);
   /* per round: the step threads' counters over the step before the save and over the one beside it */
-  proc_sample *ps_step = calloc((size_t)rounds, sizeof *ps_step), *ps_during = calloc((size_t)rounds, sizeof *ps_during);
+  proc_sample *ps_step = calloc((size_t)rounds, sizeof *ps_step);
+  proc_sample *ps_during = calloc((size_t)rounds, sizeof *ps_during);
   proc_threads steppers; /* the threads before any save: the caller, the device and OpenMP threads */
   int cold = 1;
   /* One saver for every round, as tessel train keeps one: the snapshot
@@ -335,11 +336,12 @@ int main(int argc, char **argv) {
             fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r]);
   for (int r = 0; r < rounds; r++) {
     const proc_sample *a = &ps_step[r], *b = &ps_during[r];
-    fprintf(stderr, "round %d step threads (before | beside the save): CPU %.3f | %.3f s, user %.3f | %.3f s, sys %.3f | %.3f s, "
+    fprintf(stderr, "round %d step threads (before | beside the save): CPU %.3f | %.3f s, user %.3f | %.3f s, "
+                    "sys %.3f | %.3f s, "
                     "run-queue delay %.3f | %.3f s, minflt %ld | %ld, majflt %ld | %ld; machine steal %.2f | %.2f s, "
                     "iowait %.2f | %.2f s\n",
-            r + 1, a->cpu_s, b->cpu_s, a->user_s, b->user_s, a->sys_s, b->sys_s, a->delay_s, b->delay_s, a->minflt, b->minflt, a->majflt,
-            b->majflt, a->steal_s, b->steal_s, a->iowait_s, b->iowait_s);
+            r + 1, a->cpu_s, b->cpu_s, a->user_s, b->user_s, a->sys_s, b->sys_s, a->delay_s, b->delay_s, a->minflt,
+            b->minflt, a->majflt, b->majflt, a->steal_s, b->steal_s, a->iowait_s, b->iowait_s);
   }
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "

@@ -76,8 +76,10 @@ static inline proc_sample proc_sample_now(const proc_threads *t) {
 
 /* b - a, field by field. */
 static inline proc_sample proc_diff(proc_sample b, proc_sample a) {
-  return (proc_sample){b.cpu_s - a.cpu_s, b.user_s - a.user_s, b.sys_s - a.sys_s, b.delay_s - a.delay_s, b.minflt - a.minflt,
-                       b.majflt - a.majflt, b.steal_s - a.steal_s, b.iowait_s - a.iowait_s};
+  proc_sample d = b;
+  d.cpu_s -= a.cpu_s, d.user_s -= a.user_s, d.sys_s -= a.sys_s, d.delay_s -= a.delay_s;
+  d.minflt -= a.minflt, d.majflt -= a.majflt, d.steal_s -= a.steal_s, d.iowait_s -= a.iowait_s;
+  return d;
 }
 
 #endif
