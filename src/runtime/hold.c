@@ -253,7 +253,7 @@ enum { HOLD_HUGE = 2u << 20 };
 /* Fresh host memory p of `bytes` on device d: its whole 2 MiB pages marked
  * for transparent huge pages (best effort: where THP is off, nothing). */
 static void hold_advise_huge(const ts_device *d, void *p, size_t bytes) {
-  if (bytes < HOLD_HUGE || strcmp(d->platform, "cpu") != 0) return;
+  if (bytes < HOLD_HUGE || !d->platform || strcmp(d->platform, "cpu") != 0) return;
   uintptr_t a = ((uintptr_t)p + HOLD_HUGE - 1) & ~(uintptr_t)(HOLD_HUGE - 1);
   uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(HOLD_HUGE - 1);
   if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
