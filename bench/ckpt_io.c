@@ -68,6 +68,7 @@
 #include <time.h> /* CLOCK_PROCESS_CPUTIME_ID */
 
 #include "bench_util.h" /* now_s, cmp_double, median */
+#include "proc_stats.h" /* the step threads' CPU, faults, run-queue delay */
 #include "ckpt/ckpt_internal.h" /* ckpt_save_isolate, ckpt_save_direct, ckpt_last_stage_times */
 #include "model_graph.h" /* the training step of tessel train: parameters + optimizer state */
 
@@ -253,6 +254,10 @@ int main(int argc, char **argv) {
   /* the standalone save per round: its seconds, its load's, its filler's and write threads' CPU ms */
   double *alone = calloc((size_t)rounds, sizeof *alone), *alone_load = calloc((size_t)rounds, sizeof *alone_load);
   double *alone_fill = calloc((size_t)rounds, sizeof *alone_fill), *alone_io = calloc((size_t)rounds, sizeof *alone_io);
+  /* per round: the step threads' counters over the step before the save and over the one beside it */
+  proc_sample *ps_step = calloc((size_t)rounds, sizeof *ps_step);
+  proc_sample *ps_during = calloc((size_t)rounds, sizeof *ps_during);
+  proc_threads steppers; /* the threads before any save: the caller, the device and OpenMP threads */
   int cold = 1;
   /* One saver for every round, as tessel train keeps one: the snapshot
    * memory is allocated by the first save and reused. */
@@ -261,8 +266,11 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++) {
     ts_ckpt_meta meta = {.step = 2 * r + 1}; /* the standalone save's: 2 * r + 2 */
     stp[r] = run_step(exe, &io, outs, n_out); /* the steps before the save: the faster one */
+    if (r == 0) proc_threads_init(&steppers);
     double cpu0 = process_cpu_s();
+    proc_sample q0 = proc_sample_now(&steppers);
     double t2 = run_step(exe, &io, outs, n_out);
+    ps_step[r] = proc_diff(proc_sample_now(&steppers), q0);
     cpu_step[r] = process_cpu_s() - cpu0;
     if (t2 < stp[r]) stp[r] = t2;
     uint64_t want = state_hash(p, c);
@@ -271,7 +279,9 @@ int main(int argc, char **argv) {
      * is waited for (the write and the commit). */
     cpu0 = process_cpu_s();
     if (ts_ckpt_saver_save_params(sv, dir, p, &meta, 1) < 0) die("save");
+    q0 = proc_sample_now(&steppers);
     during[r] = run_step(exe, &io, outs, n_out);
+    ps_during[r] = proc_diff(proc_sample_now(&steppers), q0);
     cpu_during[r] = process_cpu_s() - cpu0;
     if (ts_ckpt_saver_wait(sv) < 0) die("save");
     const ckpt_stage_times *ct = &ckpt_last_stage_times;
@@ -324,6 +334,15 @@ int main(int argc, char **argv) {
                     "(CPU ms: fill %.1f, write threads %.1f), its load %.3f s\n",
             r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r],
             fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r]);
+  for (int r = 0; r < rounds; r++) {
+    const proc_sample *a = &ps_step[r], *b = &ps_during[r];
+    fprintf(stderr, "round %d step threads (before | beside the save): CPU %.3f | %.3f s, user %.3f | %.3f s, "
+                    "sys %.3f | %.3f s, "
+                    "run-queue delay %.3f | %.3f s, minflt %ld | %ld, majflt %ld | %ld; machine steal %.2f | %.2f s, "
+                    "iowait %.2f | %.2f s\n",
+            r + 1, a->cpu_s, b->cpu_s, a->user_s, b->user_s, a->sys_s, b->sys_s, a->delay_s, b->delay_s, a->minflt,
+            b->minflt, a->majflt, b->majflt, a->steal_s, b->steal_s, a->iowait_s, b->iowait_s);
+  }
   double ms = median(save, rounds), ml = median(load, rounds), msn = median(snap, rounds), mw = median(wait, rounds);
   printf("RESULT ckpt %s bytes=%zu tensors=%d save_median_s=%.3f load_median_s=%.3f save_GBps=%.3f load_GBps=%.3f "
          "cold_load=%d snapshot_median_s=%.4f copy_median_s=%.4f write_median_s=%.3f step_median_s=%.3f "
@@ -337,6 +356,7 @@ int main(int argc, char **argv) {
          median(fsy, rounds), median(alone, rounds), isolate ? 0.0 : (double)bytes / median(alone, rounds) / 1e9,
          median(alone_load, rounds), median(alone_fill, rounds), median(alone_io, rounds), ckpt_save_isolate,
          ckpt_save_direct ? "" : ",buffered");
+  free(ps_step), free(ps_during);
   free(alone), free(alone_load), free(alone_fill), free(alone_io);
   free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during);
   free(save), free(load), free(snap), free(write), free(stp), free(during), free(wait), free(copy), free(outs);

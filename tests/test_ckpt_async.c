@@ -7,7 +7,8 @@
  * values and a file's index hash is the XXH64 of its bytes; format-1
  * checkpoints (util_hash64) still load; a filesystem without O_DIRECT
  * (tmpfs) gets the buffered path; the saver's threads run at its priority
- * (TESSEL_CKPT_PRIORITY), the caller's never changes. */
+ * (TESSEL_CKPT_PRIORITY), the caller's never changes; the memory a step
+ * computes a held buffer into is allocated once, with huge pages. */
 #define _GNU_SOURCE /* SCHED_IDLE */
 #include <errno.h>
 #include <sched.h>
@@ -15,13 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sys/resource.h> /* getrusage */
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h" /* ckpt_test_hook, ckpt_write_version, ckpt_xxh64 */
 #include "ckpt_common.h"
+#include "runtime/rt.h"  /* rt_hold_allocs */
 #include "util/config.h" /* env_config_reload */
 
 static char tmp_root[256];
@@ -533,6 +535,57 @@ static void test_steps_during_copy(void) {
   ts_client_free(c);
 }
 
+/* The process's minor page faults so far. */
+static long minor_faults(void) {
+  struct rusage u;
+  return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
+/* Whether transparent huge pages can be had with MADV_HUGEPAGE. */
+static bool thp_madvise(void) {
+  size_t n = 0;
+  char *s = slurp("/sys/kernel/mm/transparent_hugepage/enabled", &n);
+  bool ok = s && (strstr(s, "[madvise]") || strstr(s, "[always]"));
+  free(s);
+  return ok;
+}
+
+/* A step updating a held 64 MiB buffer computes into new memory: allocated
+ * by the first save's step only (the spare is reused by the second), and
+ * faulted in as huge pages (about 32 faults, not 16384 of 4 KiB). */
+static void test_spare_memory(void) {
+  ts_client *c = client_for(1);
+  int64_t n = 16 << 20;
+  ts_graph *g = ts_graph_new();
+  ts_tensor x = ts_input(g, "x", TS_F32, 1, &n);
+  ts_graph_alias_output(g, ts_graph_add_output(g, ts_add(g, x, ts_broadcast_to(g, ts_scalar(g, TS_F32, 1), 1, &n))), x);
+  ts_executable *e = ts_compile(c, g, NULL);
+  CHECK(e != NULL, "compile: %s", ts_last_error());
+  float *v = calloc((size_t)n, sizeof *v);
+  ts_buffer *b = v ? ts_buffer_from_host(c, TS_F32, 1, &n, v) : NULL; /* written: its pages exist */
+  free(v);
+  CHECK(b != NULL, "buffer: %s", ts_last_error());
+  for (int round = 0; round < 2 && e && b; round++) {
+    ts_buffer_hold *h = ts_buffer_hold_new(b);
+    CHECK(h != NULL, "hold: %s", ts_last_error());
+    long a0 = rt_hold_allocs, f0 = minor_faults();
+    ts_buffer *in[1] = {b}, *out[1] = {NULL};
+    CHECK(ts_execute(e, in, out) == 0 && out[0] == b, "step beside the hold: %s", ts_last_error());
+    long allocs = rt_hold_allocs - a0, faults = minor_faults() - f0;
+    ts_buffer_hold_release(h);
+    CHECK(allocs == (round == 0), "round %d: %ld allocations for the held buffer's new values (want %d)", round,
+          allocs, round == 0);
+    printf("  round %d: %ld minor faults in the step beside the hold\n", round, faults);
+    if (round == 0 && thp_madvise())
+      CHECK(faults < 4096, "the first step beside a hold took %ld page faults for 64 MiB: no huge pages", faults);
+    if (round == 1) CHECK(faults < 256, "the step with the spare took %ld page faults", faults);
+  }
+  ts_buffer_free(b);
+  ts_executable_free(e);
+  ts_graph_free(g);
+  ts_client_free(c);
+}
+
 static void test_errors(void) {
   ts_client *c = client_for(1);
   ts_buffer *b[CK_N] = {0};
@@ -627,6 +680,7 @@ int main(void) {
   test_params_big();
   test_continues();
   test_steps_during_copy();
+  test_spare_memory();
   test_errors();
   test_formats();
   char cmd[300];

@@ -101,5 +101,6 @@ void rt_hold_buffer_gone(ts_buffer *b);
 void **rt_hold_out_memory(ts_buffer *b);
 void rt_hold_free_memory(ts_buffer *b, void **mem);
 void rt_hold_move(ts_buffer *b, void **mem);
+extern long rt_hold_allocs; /* memory allocated for held buffers' new values, so far (tests) */
 
 #endif
