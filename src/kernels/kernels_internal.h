@@ -155,7 +155,7 @@ typedef struct {
   tk_fast_src x;
   int m, a, g, b;   /* inputs broadcast per channel */
 } tk_fast_term;
-enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK };
+enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK, TK_FAST_SRC, TK_FAST_SCALED };
 typedef struct {
   int kind;               /* TK_FAST_* */
   int64_t inner, nch;     /* channel c covers runs of inner elements; nch channels, repeating */
@@ -173,6 +173,14 @@ typedef struct {
   /* TK_FAST_MASK: t[0].x (+ t[1].x: nterm 2) where x cmp mask_k, else mask_c (no channels) */
   ts_cmp cmp;
   float mask_k, mask_c;
+  /* TK_FAST_SRC: x, widened (a bf16 -> f32 convert: the bias and batch-norm
+   * sums of bf16 gradients); TK_FAST_SCALED: p = k * x (k_left) or x * k, k
+   * the constant scale_c or the scalar f32 input scale_ext (>= 0), then with
+   * nterm 1: dy + p, p + dy, dy - p or p - dy (comb_sub, dy_first) — SGD's
+   * momentum (0.9 * buf + g) and update (p - lr * g); no channels */
+  int scale_ext;
+  float scale_c;
+  bool k_left, comb_sub;
 } tk_fast;
 /* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
  * numel elements has a fast path (described into *F); false when the switch
