@@ -59,6 +59,7 @@ static inline float mul_o(float a, float b) {
 }
 
 void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
+bool tk_fused_fast_on(void) { return __atomic_load_n(&g_fast, __ATOMIC_RELAXED); }
 
 /* ---- matching ---- */
 typedef struct {
@@ -221,7 +222,7 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
 bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
                    int64_t numel, tk_fast *F) {
   memset(F, 0, sizeof *F);
-  if (!__atomic_load_n(&g_fast, __ATOMIC_RELAXED) || p->n < 1) return false;
+  if (!tk_fused_fast_on() || p->n < 1) return false;
   mctx M = {p, ext_dt, ext_numel, numel, F};
   int32_t v = p->n - 1;
   const ts_fused_instr *L = &p->ins[v];

@@ -108,7 +108,8 @@ void tk_fill(void *dst, int64_t n, size_t esize, const void *val);
 
 /* ---- kernel families (return 0 / -1 with set_error) ---- */
 int tk_elementwise(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
-int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+/* FUSED: *st holds what its runs share (checked program, fast path or plan), made on the first call. */
+int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st, const ts_kctx *ctx);
 int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_layout(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
@@ -187,6 +188,8 @@ typedef struct {
  * tk_fused_set_fast is off. */
 bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
                    int64_t numel, tk_fast *F);
+/* Whether the fast paths are on (tk_fused_set_fast). */
+bool tk_fused_fast_on(void);
 /* Elements [lo, hi) of F's program into out (element lo at out's start). */
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 
