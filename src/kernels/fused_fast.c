@@ -245,6 +245,15 @@ static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d)
   }
 }
 
+/* Elements e .. e + n of s as floats: in place when stored as f32, else widened into buf. */
+static const float *src_at(const tk_fast_src *s, tk_in in, int64_t e, int n, float *buf) {
+  if (s->bf16) {
+    load_src(s, in, e, n, buf);
+    return buf;
+  }
+  return (const float *)in[s->ext] + e;
+}
+
 static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
 
 /* The batch-norm apply of v (term t's channel terms m, a, g, b in scope). */
@@ -315,25 +324,26 @@ static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, fl
   }
 }
 
-/* d = k * x or x * k, then y + d, d + y, y - d or d - y (y in y). */
+/* d = k * x or x * k, then y + d, d + y, y - d or d - y (f32 inputs read in
+ * place; bf16 ones widened into d and y first). */
 static void eval_scaled(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *y) {
   float k = F->scale_ext >= 0 ? ((const float *)in[F->scale_ext])[0] : F->scale_c;
-  load_src(&F->x, in, e, n, d);
+  const float *x = src_at(&F->x, in, e, n, d);
   if (F->k_left) {
-    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(k, d[j]);
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(k, x[j]);
   } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(d[j], k);
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(x[j], k);
   }
   if (F->nterm == 0) return;
-  load_src(&F->dy, in, e, n, y);
+  const float *w = src_at(&F->dy, in, e, n, y);
   if (F->comb_sub && F->dy_first) {
-    SIMD for (int j = 0; j < n; j++) d[j] = y[j] - d[j];
+    SIMD for (int j = 0; j < n; j++) d[j] = w[j] - d[j];
   } else if (F->comb_sub) {
-    SIMD for (int j = 0; j < n; j++) d[j] = d[j] - y[j];
+    SIMD for (int j = 0; j < n; j++) d[j] = d[j] - w[j];
   } else if (F->dy_first) {
-    SIMD for (int j = 0; j < n; j++) d[j] = add_o(y[j], d[j]);
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(w[j], d[j]);
   } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], y[j]);
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], w[j]);
   }
 }
 
