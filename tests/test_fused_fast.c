@@ -11,7 +11,9 @@
  * one program writes its result over its input (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
  * here as elementwise programs (fused reductions read the same loops); ReLU's
- * gradient (a select by a compare with a constant) with every comparison. Each pattern must
+ * gradient (a select by a compare with a constant) with every comparison; a
+ * widening convert alone; the optimizer's scaled terms (k * x, x * k, plus or
+ * minus another input on either side; k a constant or a scalar input). Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
 #include <stdlib.h>
@@ -104,6 +106,7 @@ typedef struct {
   ts_dtype dt[MAX_EXT];
   int64_t ne[MAX_EXT];
   ts_dtype out_dt;
+  int nan_in; /* > 0: input nan_in - 1 is one signaling NaN (a scalar k's payload against x's) */
 } case_t;
 
 static void set_ext(case_t *C, int k, ts_dtype dt, int64_t ne) {
@@ -118,6 +121,10 @@ static void run_case(const char *what, case_t *C, int64_t numel, bool expect_mat
   for (int k = 0; k < C->n_ext; k++) {
     in[k] = malloc((size_t)C->ne[k] * ts_dtype_size(C->dt[k]));
     fill(C->dt[k], in[k], C->ne[k], C->ne[k] == numel ? 70 : 85);
+  }
+  if (C->nan_in > 0) {
+    uint32_t u = 0x7f812345u;
+    memcpy(in[C->nan_in - 1], &u, 4);
   }
   ts_fused prog = {C->P.n, C->P.ins};
   tk_fast F;
@@ -242,6 +249,43 @@ static void mask(shape s, ts_dtype ydt, ts_dtype vdt, ts_cmp cmp, bool sum, ts_d
   run_case(what, &C, numel, !bad);
 }
 
+/* An input alone, widened (x f32 read directly or through CONVERT), stored
+ * as f32 or bf16: a one-instruction convert; fused reductions sum it. */
+static void src_only(int64_t numel, ts_dtype xdt, ts_dtype out) {
+  case_t C = {.out_dt = out};
+  set_ext(&C, 0, xdt, numel);
+  int32_t x = src(&C.P, 0, xdt, true);
+  if (out == TS_BF16) emit(&C.P, TS_OP_CONVERT, TS_BF16, x, 0, 0);
+  char what[96];
+  snprintf(what, sizeof what, "src x %s -> %s, %lld elements", ts_dtype_name(xdt), ts_dtype_name(out),
+           (long long)numel);
+  run_case(what, &C, numel, true);
+}
+
+/* The optimizer's terms: p = k * x (k_left) or x * k, k a constant (f32 or
+ * bf16: kdt) or a scalar f32 input (kdt TS_I32 here; a NaN in half the cases), then (comb 1) p + y or
+ * y + p (y_first), (comb 2) p - y or y - p; bad: k a full-size input (no pattern). */
+static void scaled(int64_t numel, ts_dtype xdt, ts_dtype ydt, ts_dtype kdt, float k, bool k_left, int comb,
+                   bool y_first, ts_dtype out, bool bad) {
+  case_t C = {.out_dt = out, .nan_in = kdt == TS_I32 && numel > 1 && !bad && rnd32() % 2 ? 3 : 0};
+  set_ext(&C, 0, xdt, numel), set_ext(&C, 1, ydt, numel), set_ext(&C, 2, TS_F32, bad ? numel : 1);
+  prog *P = &C.P;
+  int32_t kv = kdt == TS_I32 || bad ? ext(2) : emit(P, TS_OP_CONSTANT, kdt, 0, 0, k);
+  int32_t x = src(P, 0, xdt, rnd32() % 2);
+  int32_t p = k_left ? bin(P, TS_OP_MUL, kv, x) : bin(P, TS_OP_MUL, x, kv);
+  if (comb) {
+    int32_t y = src(P, 1, ydt, rnd32() % 2);
+    ts_op op = comb == 1 ? TS_OP_ADD : TS_OP_SUB;
+    p = y_first ? bin(P, op, y, p) : bin(P, op, p, y);
+  }
+  if (out == TS_BF16) emit(P, TS_OP_CONVERT, TS_BF16, p, 0, 0);
+  char what[160];
+  snprintf(what, sizeof what, "scaled x %s y %s k %s %g left %d comb %d y first %d -> %s%s, %lld elements",
+           ts_dtype_name(xdt), ts_dtype_name(ydt), kdt == TS_I32 ? "input" : ts_dtype_name(kdt), (double)k,
+           k_left, comb, y_first, ts_dtype_name(out), bad ? " (k full size)" : "", (long long)numel);
+  run_case(what, &C, numel, !bad);
+}
+
 int main(void) {
   rs = ts_test_init("test_fused_fast", 7) | 1;
   shape shapes[] = {{2, 3, 49}, {1, 5, 600}, {3, 2, 1}, {2, 4, 257}, {1, 1, 1}};
@@ -267,5 +311,15 @@ int main(void) {
       mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
     }
   }
+  int64_t sizes[] = {1, 7, 256, 1000, 40001};
+  ts_dtype kdts[] = {TS_F32, TS_BF16, TS_I32};
+  for (int zi = 0; zi < 5; zi++)
+    for (int di = 0; di < 2; di++) {
+      for (int oi = 0; oi < 2; oi++) src_only(sizes[zi], dts[di], dts[oi]);
+      for (int v = 0; v < 12; v++)
+        scaled(sizes[zi], dts[di], dts[(di + v) % 2], kdts[v % 3], v % 4 ? 0.9f : 0.1f, v % 2, v % 3, v / 6,
+               dts[(v / 3) % 2], false);
+      if (sizes[zi] > 1) scaled(sizes[zi], dts[di], dts[di], TS_F32, 0.9f, true, 1, false, TS_F32, true);
+    }
   return ts_test_finish();
 }

@@ -201,6 +201,12 @@ static void test_fused(void) {
     ts_kstate *st = NULL;
     CHECK_OK(kernel_run(e.g, r, inp, e.buf[x], &st, &ctx));
     CHECK(max_err(&e, x, ref, n) < (di ? 1e-6 : 1e-14), "fused in place");
+    /* the node's check, match and plan are kept in its state and reused */
+    ts_kstate *st0 = st;
+    CHECK(st0 != NULL, "fused: no kernel state kept after the first call");
+    CHECK_OK(kernel_run(e.g, r, inp, e.buf[r], &st, &ctx));
+    CHECK(st == st0, "fused: the second call replaced the node's state");
+    if (st) st->free(st);
     free(ref);
     ex_free(&e);
   }

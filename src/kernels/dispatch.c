@@ -70,7 +70,7 @@ int kernel_run(const ts_graph *g, int id, const void *const *in, void *out, ts_k
     case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: return tk_attention(g, n, in, out, &local);
     case TS_OP_REDUCE: return tk_reduce(g, n, in, out, &local);
     case TS_OP_GATHER: case TS_OP_SCATTER_ADD: return tk_index(g, n, in, out, &local);
-    case TS_OP_FUSED: return tk_fused(g, n, in, out, &local);
+    case TS_OP_FUSED: return tk_fused(g, n, in, out, state, &local);
     case TS_OP_ALL_REDUCE: case TS_OP_ALL_GATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALL_TO_ALL:
     case TS_OP_COLLECTIVE_PERMUTE:
       return set_error("kernels: %s (node %d) is a collective: the device runs it, not a kernel",

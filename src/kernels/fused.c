@@ -8,10 +8,12 @@
  * the instruction's dtype after every instruction). f32/f64/i64 operands are
  * read in place and the last instruction writes straight into the output when
  * its storage is the compute type. Tiles are split over OpenMP threads.
- * fused_plan.c decides per call which instructions share an earlier one's
- * tile, which are skipped, and where the GELU gradient runs as one step;
- * programs fused_fast.c matches (batch-norm apply and gradient terms) run
- * there instead, in one pass (fused reductions too).
+ * fused_plan.c decides which instructions share an earlier one's tile,
+ * which are skipped, and where the GELU gradient runs as one step; programs
+ * fused_fast.c matches (batch-norm apply and gradient terms, converts, the
+ * optimizer's terms) run there instead, in one pass (fused reductions too).
+ * A FUSED node decides that once, on its first call (its kernel state:
+ * fused_state); a single op, a one-instruction program, on every call.
  * A FUSED node with attr.n_dims > 0 is a fused reduction: its f32 result is
  * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
@@ -549,21 +551,25 @@ static int prog_check(const prog_t *P) {
   return 0;
 }
 
-int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
-                   const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
-                   const ts_kctx *ctx) {
-  int8_t kind[prog->n > 0 ? prog->n : 1];
-  int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL};
-  if (prog_check(&P) < 0) return -1;
-  if (numel == 0) return 0;
-  tk_fast F; /* fused_fast.c: a one-pass loop for this program, if it has one */
-  bool fast = tk_fast_match(prog, ext_dt, ext_numel, out_dt, numel, &F);
-  if (!fast) tk_fused_plan(prog, ext_dt, &P.plan);
-  int64_t ntiles = (numel + TILE - 1) / TILE;
-  size_t bytes = fast ? 0 : scratch_bytes(&P);
+/* Checks P and decides how it runs: fused_fast.c's loop (into *F, then
+ * P->fast) or the interpreter with P->plan (arrays of p->n entries). */
+static int prog_prepare(prog_t *P, tk_fast *F) {
+  if (prog_check(P) < 0) return -1;
+  P->fast = tk_fast_match(P->p, P->ext_dt, P->ext_numel, P->out_dt, P->numel, F) ? F : NULL;
+  if (!P->fast) tk_fused_plan(P->p, P->ext_dt, &P->plan);
+  return 0;
+}
+
+/* Runs a prepared elementwise program over P->numel elements into P->out. */
+static int prog_exec(const prog_t *P, tk_in in, void *out, const ts_kctx *ctx) {
+  if (P->numel == 0) return 0;
+  const tk_fast *fast = P->fast;
+  int64_t numel = P->numel, ntiles = (numel + TILE - 1) / TILE;
+  size_t bytes = fast ? 0 : scratch_bytes(P);
   int nt = tk_threads(ctx, numel);
   if (nt > ntiles) nt = (int)ntiles;
+  prog_t R = *P;
+  R.in = in, R.out = out;
   int err = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : err)
   {
@@ -574,18 +580,29 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
       int nth = omp_get_num_threads(), me = omp_get_thread_num();
       int64_t per = (ntiles + nth - 1) / nth, t0 = me * per, t1 = t0 + per < ntiles ? t0 + per : ntiles;
       int64_t lo = t0 * TILE, hi = t1 * TILE < numel ? t1 * TILE : numel;
-      void *o = (char *)out + (size_t)lo * ts_dtype_size(out_dt);
+      void *o = (char *)out + (size_t)lo * ts_dtype_size(R.out_dt);
       if (t0 < t1 && fast) {
-        tk_fast_run(&F, in, o, lo, hi);
+        tk_fast_run(fast, in, o, lo, hi);
       } else if (t0 < t1) {
-        prefill(&P, scratch);
-        run_range(&P, lo, hi, scratch, o);
+        prefill(&R, scratch);
+        run_range(&R, lo, hi, scratch, o);
       }
       free(scratch);
     }
   }
   if (err) return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %zu bytes of tile scratch", bytes);
   return 0;
+}
+
+int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
+                   const int64_t *ext_numel, tk_in in, void *out, ts_dtype out_dt, int64_t numel,
+                   const ts_kctx *ctx) {
+  int8_t kind[prog->n > 0 ? prog->n : 1];
+  int32_t arg[prog->n > 0 ? prog->n : 1];
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL};
+  tk_fast F; /* fused_fast.c: a one-pass loop for this program, if it has one */
+  if (prog_prepare(&P, &F) < 0) return -1;
+  return prog_exec(&P, in, out, ctx);
 }
 
 /* ---- fused reductions: the program's f32 result folded by reduce.c ----
@@ -628,41 +645,78 @@ static const float *red_range(void *state, int64_t off, int64_t n) {
 /* FUSED with attr.n_dims > 0: the program runs over the operand shape
  * attr.gshape[0 .. attr.axis) and its result is reduced over attr.dims
  * (attr.reduce) into the node's shape. */
-static int fused_reduce(const ts_node *n, int n_ext, const ts_dtype *dt, const int64_t *ne, tk_in in, void *out,
-                        const ts_kctx *ctx) {
-  int rank = n->attr.axis;
-  if (rank < 1 || rank > TS_MAX_RANK) return set_error("fused: reduction over an operand of rank %d", rank);
-  int64_t numel = ts_shape_numel(rank, n->attr.gshape);
-  const ts_fused *prog = n->attr.fused;
-  int8_t kind[prog->n > 0 ? prog->n : 1];
-  int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, dt, ne, in, NULL, TS_F32, numel, {kind, arg}, NULL};
-  if (prog_check(&P) < 0) return -1;
-  tk_fast F;
-  if (tk_fast_match(prog, dt, ne, TS_F32, numel, &F)) P.fast = &F;
-  else tk_fused_plan(prog, dt, &P.plan);
+static int fused_reduce(const ts_node *n, const prog_t *prepared, tk_in in, void *out, const ts_kctx *ctx) {
+  prog_t P = *prepared;
+  P.in = in;
   tk_reduce_src src = {red_begin, red_range, red_end, &P};
-  return tk_reduce_from(n, rank, n->attr.gshape, &src, out, ctx);
+  return tk_reduce_from(n, n->attr.axis, n->attr.gshape, &src, out, ctx);
 }
 
-int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
-  if (!n->attr.fused) return set_error("fused: node has no program");
-  ts_dtype dt_small[16], *dt = dt_small;
-  int64_t ne_small[16], *ne = ne_small;
-  if (n->n_in > 16) {
-    dt = malloc((size_t)n->n_in * sizeof *dt);
-    ne = malloc((size_t)n->n_in * sizeof *ne);
-    if (!dt || !ne) {
-      free(dt), free(ne);
-      return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for %d inputs", n->n_in);
-    }
-  }
+/* A FUSED node's kernel state: what every run of its program shares, decided
+ * on the first (operand dtypes and sizes, the check, the fast path or plan;
+ * again if the fast-path switch changed since). */
+typedef struct {
+  ts_kstate base;
+  bool fast_on; /* tk_fused_fast_on() when prepared */
+  prog_t P;     /* in and out unset */
+  tk_fast F;
+  ts_dtype *dt;
+  int64_t *ne;
+  int8_t *kind;
+  int32_t *arg;
+} fused_state;
+
+static void fused_state_free(ts_kstate *s) {
+  fused_state *f = (fused_state *)s;
+  free(f->dt), free(f->ne), free(f->kind), free(f->arg);
+  free(f);
+}
+
+/* The operand dtypes and sizes and the program's preparation into f. */
+static int fused_state_fill(const ts_graph *g, const ts_node *n, fused_state *f) {
+  const ts_fused *prog = n->attr.fused;
   for (int k = 0; k < n->n_in; k++) {
-    dt[k] = tk_operand(g, n, k)->dtype;
-    ne[k] = tk_numel(tk_operand(g, n, k));
+    f->dt[k] = tk_operand(g, n, k)->dtype;
+    f->ne[k] = tk_numel(tk_operand(g, n, k));
   }
-  int rc = n->attr.n_dims > 0 ? fused_reduce(n, n->n_in, dt, ne, in, out, ctx)
-                              : tk_program_run(n->attr.fused, n->n_in, dt, ne, in, out, n->dtype, tk_numel(n), ctx);
-  if (dt != dt_small) free(dt), free(ne);
-  return rc;
+  bool red = n->attr.n_dims > 0;
+  int rank = n->attr.axis;
+  if (red && (rank < 1 || rank > TS_MAX_RANK)) return set_error("fused: reduction over an operand of rank %d", rank);
+  int64_t numel = red ? ts_shape_numel(rank, n->attr.gshape) : tk_numel(n);
+  f->P = (prog_t){prog, n->n_in, f->dt, f->ne, NULL, NULL, red ? TS_F32 : n->dtype, numel, {f->kind, f->arg}, NULL};
+  f->fast_on = tk_fused_fast_on();
+  return prog_prepare(&f->P, &f->F);
+}
+
+/* n's state (*st), made and prepared on the first call. */
+static fused_state *fused_state_get(const ts_graph *g, const ts_node *n, ts_kstate **st) {
+  fused_state *f = (fused_state *)*st;
+  if (f && f->fast_on == tk_fused_fast_on()) return f;
+  if (!f) {
+    int ni = n->n_in > 0 ? n->n_in : 1, np = n->attr.fused->n > 0 ? n->attr.fused->n : 1;
+    f = calloc(1, sizeof *f);
+    if (f) {
+      f->base.free = fused_state_free;
+      f->dt = malloc((size_t)ni * sizeof *f->dt), f->ne = malloc((size_t)ni * sizeof *f->ne);
+      f->kind = malloc((size_t)np * sizeof *f->kind), f->arg = malloc((size_t)np * sizeof *f->arg);
+    }
+    if (!f || !f->dt || !f->ne || !f->kind || !f->arg) {
+      if (f) fused_state_free(&f->base);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for a node's state (%d inputs)", n->n_in);
+      return NULL;
+    }
+    *st = &f->base;
+  }
+  if (fused_state_fill(g, n, f) < 0) { /* freed with the executable's states */
+    f->fast_on = !tk_fused_fast_on(); /* not prepared: the next call tries again */
+    return NULL;
+  }
+  return f;
+}
+
+int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st, const ts_kctx *ctx) {
+  if (!n->attr.fused) return set_error("fused: node has no program");
+  fused_state *f = fused_state_get(g, n, st);
+  if (!f) return -1;
+  return n->attr.n_dims > 0 ? fused_reduce(n, &f->P, in, out, ctx) : prog_exec(&f->P, in, out, ctx);
 }

@@ -22,7 +22,12 @@
  *   - the batch-norm gradient's and statistics' reduced terms (fused
  *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy;
  *   - ReLU's gradient: select(compare(y, constant), v, constant), v an
- *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16. */
+ *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16;
+ *   - an input alone (a bf16 -> f32 convert; fused reductions of it are
+ *     the bias and batch-norm sums of bf16 gradients);
+ *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
+ *     f32 input), alone or added to / subtracted from y on either side
+ *     (SGD's 0.9 * buf + g and p - lr * g). */
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
 
@@ -54,6 +59,7 @@ static inline float mul_o(float a, float b) {
 }
 
 void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
+bool tk_fused_fast_on(void) { return __atomic_load_n(&g_fast, __ATOMIC_RELAXED); }
 
 /* ---- matching ---- */
 typedef struct {
@@ -158,6 +164,34 @@ static bool m_mask(const mctx *M, int32_t v, tk_fast *F) {
   return F->nterm == 2 || m_src(M, S->b, &F->t[0].x);
 }
 
+/* v is a float CONSTANT (*ext -1, *c its value) or a scalar f32 input (*ext). */
+static bool m_scalar(const mctx *M, int32_t v, int *ext, float *c) {
+  *ext = -1;
+  if (v >= 0) return m_const(M, v, c);
+  *ext = -v - 1;
+  return M->dt[*ext] == TS_F32 && M->ne[*ext] == 1;
+}
+
+/* v is k * x or x * k (k: m_scalar, x: m_src). */
+static bool m_product(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *P = f32_ins(M, v, TS_OP_MUL);
+  if (!P) return false;
+  F->k_left = m_scalar(M, P->a, &F->scale_ext, &F->scale_c) && m_src(M, P->b, &F->x);
+  return F->k_left || (m_scalar(M, P->b, &F->scale_ext, &F->scale_c) && m_src(M, P->a, &F->x));
+}
+
+/* v is k * x, or that added to / subtracted from y on either side. */
+static bool m_scaled(const mctx *M, int32_t v, tk_fast *F) {
+  F->inner = INT64_MAX, F->nch = 1; /* no channels */
+  if (m_product(M, v, F)) return true;
+  const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
+  if (!A) A = f32_ins(M, v, TS_OP_SUB);
+  if (!A) return false;
+  F->nterm = 1, F->comb_sub = A->op == TS_OP_SUB;
+  F->dy_first = m_product(M, A->b, F) && m_src(M, A->a, &F->dy);
+  return F->dy_first || (m_product(M, A->a, F) && m_src(M, A->b, &F->dy));
+}
+
 /* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
 static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
   const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
@@ -178,6 +212,8 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
   bool ok = kind == TK_FAST_BN_GRAD   ? m_bn_grad(M, v, M->F)
             : kind == TK_FAST_CENTERED ? !out_bf16 && m_centered(M, v, M->F)
             : kind == TK_FAST_MASK     ? m_mask(M, v, M->F)
+            : kind == TK_FAST_SRC      ? (M->F->inner = INT64_MAX, M->F->nch = 1, m_src(M, v, &M->F->x))
+            : kind == TK_FAST_SCALED   ? m_scaled(M, v, M->F)
                                        : m_forward(M, v, M->F);
   M->F->kind = ok ? kind : TK_FAST_NONE;
   return ok;
@@ -186,7 +222,7 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
 bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
                    int64_t numel, tk_fast *F) {
   memset(F, 0, sizeof *F);
-  if (!__atomic_load_n(&g_fast, __ATOMIC_RELAXED) || p->n < 1) return false;
+  if (!tk_fused_fast_on() || p->n < 1) return false;
   mctx M = {p, ext_dt, ext_numel, numel, F};
   int32_t v = p->n - 1;
   const ts_fused_instr *L = &p->ins[v];
@@ -195,7 +231,8 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   if (out_bf16) v = L->a;
   else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
   return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
-         try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
+         try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_SRC, out_bf16) ||
+         try_kind(&M, v, TK_FAST_SCALED, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
 }
 
 /* ---- the loops (n <= CHUNK elements from element e) ---- */
@@ -206,6 +243,15 @@ static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d)
   } else {
     memcpy(d, (const float *)in[s->ext] + e, (size_t)n * 4);
   }
+}
+
+/* Elements e .. e + n of s as floats: in place when stored as f32, else widened into buf. */
+static const float *src_at(const tk_fast_src *s, tk_in in, int64_t e, int n, float *buf) {
+  if (s->bf16) {
+    load_src(s, in, e, n, buf);
+    return buf;
+  }
+  return (const float *)in[s->ext] + e;
 }
 
 static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
@@ -278,6 +324,29 @@ static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, fl
   }
 }
 
+/* d = k * x or x * k, then y + d, d + y, y - d or d - y (f32 inputs read in
+ * place; bf16 ones widened into d and y first). */
+static void eval_scaled(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *y) {
+  float k = F->scale_ext >= 0 ? ((const float *)in[F->scale_ext])[0] : F->scale_c;
+  const float *x = src_at(&F->x, in, e, n, d);
+  if (F->k_left) {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(k, x[j]);
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(x[j], k);
+  }
+  if (F->nterm == 0) return;
+  const float *w = src_at(&F->dy, in, e, n, y);
+  if (F->comb_sub && F->dy_first) {
+    SIMD for (int j = 0; j < n; j++) d[j] = w[j] - d[j];
+  } else if (F->comb_sub) {
+    SIMD for (int j = 0; j < n; j++) d[j] = d[j] - w[j];
+  } else if (F->dy_first) {
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(w[j], d[j]);
+  } else {
+    SIMD for (int j = 0; j < n; j++) d[j] = add_o(d[j], w[j]);
+  }
+}
+
 /* max(v, c) as fused.c's MAX (a NaN in v propagates). */
 #define RELU(v) (((v) > c || (v) != (v)) ? (v) : c)
 
@@ -310,6 +379,10 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
       eval_centered(F, in, e, ch, n, d, u);
     } else if (F->kind == TK_FAST_MASK) {
       eval_mask(F, in, e, n, d, u);
+    } else if (F->kind == TK_FAST_SRC) {
+      load_src(&F->x, in, e, n, d);
+    } else if (F->kind == TK_FAST_SCALED) {
+      eval_scaled(F, in, e, n, d, u);
     } else {
       eval_term(&F->t[0], in, e, ch, n, d);
       if (F->nterm == 2) {

@@ -1,5 +1,6 @@
 /* fused_plan.c — what the fused program evaluator (fused.c) may skip or do
- * at once, decided per call before any tile runs, without changing a bit:
+ * at once, decided before any tile runs (once per FUSED node: fused.c keeps
+ * the plan in the node's kernel state), without changing a bit:
  *   - an instruction equal to an earlier one (same op, dtype, operands and
  *     value; fusion copies a producer into each consumer, e.g. the GPT's
  *     bias add three times in the GELU gradient) reuses that one's tile;

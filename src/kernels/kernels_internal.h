@@ -108,7 +108,8 @@ void tk_fill(void *dst, int64_t n, size_t esize, const void *val);
 
 /* ---- kernel families (return 0 / -1 with set_error) ---- */
 int tk_elementwise(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
-int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
+/* FUSED: *st holds what its runs share (checked program, fast path or plan), made on the first call. */
+int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st, const ts_kctx *ctx);
 int tk_reduce(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_layout(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
@@ -155,7 +156,7 @@ typedef struct {
   tk_fast_src x;
   int m, a, g, b;   /* inputs broadcast per channel */
 } tk_fast_term;
-enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK };
+enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK, TK_FAST_SRC, TK_FAST_SCALED };
 typedef struct {
   int kind;               /* TK_FAST_* */
   int64_t inner, nch;     /* channel c covers runs of inner elements; nch channels, repeating */
@@ -173,12 +174,22 @@ typedef struct {
   /* TK_FAST_MASK: t[0].x (+ t[1].x: nterm 2) where x cmp mask_k, else mask_c (no channels) */
   ts_cmp cmp;
   float mask_k, mask_c;
+  /* TK_FAST_SRC: x, widened (a bf16 -> f32 convert: the bias and batch-norm
+   * sums of bf16 gradients); TK_FAST_SCALED: p = k * x (k_left) or x * k, k
+   * the constant scale_c or the scalar f32 input scale_ext (>= 0), then with
+   * nterm 1: dy + p, p + dy, dy - p or p - dy (comb_sub, dy_first) — SGD's
+   * momentum (0.9 * buf + g) and update (p - lr * g); no channels */
+  int scale_ext;
+  float scale_c;
+  bool k_left, comb_sub;
 } tk_fast;
 /* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
  * numel elements has a fast path (described into *F); false when the switch
  * tk_fused_set_fast is off. */
 bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext_numel, ts_dtype out_dt,
                    int64_t numel, tk_fast *F);
+/* Whether the fast paths are on (tk_fused_set_fast). */
+bool tk_fused_fast_on(void);
 /* Elements [lo, hi) of F's program into out (element lo at out's start). */
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 
