@@ -550,6 +550,16 @@ static bool thp_madvise(void) {
   return ok;
 }
 
+/* Huge pages the kernel could not give (/proc/vmstat thp_fault_fallback: it
+ * fell back to 4 KiB pages, a fragmented host); 0 where it does not say. */
+static long thp_fallbacks(void) {
+  size_t n = 0;
+  char *s = slurp("/proc/vmstat", &n), *p = s ? strstr(s, "\nthp_fault_fallback ") : NULL;
+  long v = p ? strtol(p + 20, NULL, 10) : 0;
+  free(s);
+  return v;
+}
+
 /* A step updating a held 64 MiB buffer computes into new memory: allocated
  * by the first save's step only (the spare is reused by the second), and
  * faulted in as huge pages (about 32 faults, not 16384 of 4 KiB). */
@@ -568,15 +578,17 @@ static void test_spare_memory(void) {
   for (int round = 0; round < 2 && e && b; round++) {
     ts_buffer_hold *h = ts_buffer_hold_new(b);
     CHECK(h != NULL, "hold: %s", ts_last_error());
-    long a0 = rt_hold_allocs, f0 = minor_faults();
+    long a0 = rt_hold_allocs, f0 = minor_faults(), fb0 = thp_fallbacks();
     ts_buffer *in[1] = {b}, *out[1] = {NULL};
     CHECK(ts_execute(e, in, out) == 0 && out[0] == b, "step beside the hold: %s", ts_last_error());
-    long allocs = rt_hold_allocs - a0, faults = minor_faults() - f0;
+    long allocs = rt_hold_allocs - a0, faults = minor_faults() - f0, fallbacks = thp_fallbacks() - fb0;
     ts_buffer_hold_release(h);
     CHECK(allocs == (round == 0), "round %d: %ld allocations for the held buffer's new values (want %d)", round,
           allocs, round == 0);
     printf("  round %d: %ld minor faults in the step beside the hold\n", round, faults);
-    if (round == 0 && thp_madvise())
+    if (round == 0 && thp_madvise() && fallbacks > 0)
+      printf("  the kernel had no huge pages to give (thp_fault_fallback +%ld): fault count not checked\n", fallbacks);
+    else if (round == 0 && thp_madvise())
       CHECK(faults < 4096, "the first step beside a hold took %ld page faults for 64 MiB: no huge pages", faults);
     if (round == 1) CHECK(faults < 256, "the step with the spare took %ld page faults", faults);
   }
