@@ -240,10 +240,6 @@ void rt_hold_buffer_gone(ts_buffer *b) {
   b->data = NULL;
 }
 
-/* Memory for the new values of held buffer b (same block sizes): its spare
- * if released, else fresh. Where b's blocks are padded, the old block is
- * copied in first (the padding keeps its bytes, as in place). NULL: out of
- * memory (error set). */
 /* Counts the memory allocated for held buffers' new values (tests: none in
  * steady state). */
 long rt_hold_allocs;
@@ -259,6 +255,10 @@ static void hold_advise_huge(const ts_device *d, void *p, size_t bytes) {
   if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
 
+/* Memory for the new values of held buffer b (same block sizes): its spare
+ * if released, else fresh. Where b's blocks are padded, the old block is
+ * copied in first (the padding keeps its bytes, as in place). NULL: out of
+ * memory (error set). */
 void **rt_hold_out_memory(ts_buffer *b) {
   ts_client *c = b->client;
   void **mem = NULL;
