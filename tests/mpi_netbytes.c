@@ -97,6 +97,17 @@ static void segment_sizes(ts_comm *c, int me, const int *group, int P, float *x,
             strstr(ts_last_error(), "TESSEL_HIER_SEGMENT_BYTES=12x"),
         "process %d: TESSEL_HIER_SEGMENT_BYTES=12x: %s", me, ts_last_error());
   unsetenv("TESSEL_HIER_SEGMENT_BYTES");
+  /* a piece size that is not bytes fails every exchange, naming it (it
+   * used to fall back to the default: 1 GiB, and eager pieces between hosts) */
+  const char *piece = getenv("TESSEL_NET_PIECE_BYTES");
+  char *keep = piece ? strdup(piece) : NULL;
+  setenv("TESSEL_NET_PIECE_BYTES", "64K", 1);
+  CHECK(reduce_with(c, me, group, P, NULL, TS_REDUCE_SUM, x, COUNT) < 0 &&
+            strstr(ts_last_error(), "TESSEL_NET_PIECE_BYTES=64K"),
+        "process %d: TESSEL_NET_PIECE_BYTES=64K: %s", me, ts_last_error());
+  if (keep) setenv("TESSEL_NET_PIECE_BYTES", keep, 1);
+  else unsetenv("TESSEL_NET_PIECE_BYTES");
+  free(keep);
   env_config_reload();
 }
 

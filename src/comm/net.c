@@ -242,6 +242,9 @@ static void pending_release(net_pending *p) {
  * nothing left posted). */
 static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *what, net_pending *p) {
   *p = (net_pending){n, msgs, count, NULL, NULL, 0, what, false};
+  if (env_config()->net_piece_invalid)
+    return set_error("%s: TESSEL_NET_PIECE_BYTES=%s: expected bytes in [1, 1073741824]", what,
+                     env_config()->net_piece_invalid);
   size_t n_req = 0, eager = 0; /* eager: pieces more than one per message, of messages cut for another host */
   for (int i = 0; i < count; i++) {
     size_t piece = piece_for(n, msgs[i].peer), parts = msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;

@@ -85,10 +85,9 @@ static void env_read(void) {
   for (size_t i = 0; i < sizeof launchers / sizeof *launchers && !c->mpi_launcher; i++)
     if (getenv(launchers[i])) c->mpi_launcher = launchers[i];
 
-  const char *p = getenv("TESSEL_NET_PIECE_BYTES");
-  long long v = p ? atoll(p) : 0;
-  c->net_piece_set = v > 0 && v <= (1ll << 30);
-  c->net_piece_bytes = c->net_piece_set ? (size_t)v : (size_t)1 << 30;
+  int piece = env_count("TESSEL_NET_PIECE_BYTES", 1l << 30, &c->net_piece_invalid);
+  c->net_piece_set = piece > 0;
+  c->net_piece_bytes = piece > 0 ? (size_t)piece : (size_t)1 << 30;
 
   const char *sg = env_text("TESSEL_HIER_SEGMENT_BYTES", false);
   c->hier_segment_bytes = -1;
