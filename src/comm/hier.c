@@ -292,6 +292,12 @@ static void seg_of(const cuts *k, int j, int s, int64_t *lo, int64_t *hi) {
   *hi = b < c_hi ? b : c_hi;
 }
 
+/* Where remote member `slot`'s segment s of our chunk lands: slot `slot` of
+ * `slots` (one chunk of cb bytes each), s segments in. */
+static char *slot_segment(char *slots, int slot, size_t cb, const cuts *k, int s, size_t es) {
+  return slots + (size_t)slot * cb + (size_t)s * (size_t)k->seg * es;
+}
+
 /* The leader's all-reduce of a vector past HIER_ONE_STEP_BYTES (the file
  * comment): every message of both phases is posted at once but the
  * all-gather's sends, which go per segment as soon as its sum is done. */
@@ -330,8 +336,8 @@ static int all_reduce_pipelined(ts_comm *c, int device, const int *group, const 
     seg_of(&k, h->me, s, &lo, &hi);
     for (int i = 0, slot = 0; i < n; i++) /* remote member i's segment s of our chunk */
       if (h->pidx[i] != h->me)
-        m[k_msg++] = (net_msg){h->proc[h->pidx[i]], tag, false,
-                               slots + (size_t)slot++ * cb + (size_t)s * (size_t)k.seg * es, (size_t)(hi - lo) * es};
+        m[k_msg++] = (net_msg){h->proc[h->pidx[i]], tag, false, slot_segment(slots, slot++, cb, &k, s, es),
+                               (size_t)(hi - lo) * es};
     if (net_start(c->net, m + first, k_msg - first, what, &p[3 * s + 1]) < 0) goto done;
   }
   int first = k_msg; /* every other process's reduced chunk, into out */
@@ -351,7 +357,7 @@ static int all_reduce_pipelined(ts_comm *c, int device, const int *group, const 
     seg_of(&k, h->me, s, &lo, &hi);
     for (int i = 0, slot = 0; i < n; i++)
       d->srcs[i] = h->pidx[i] == h->me ? src_of(c, group[i]) + (size_t)lo * es
-                                       : slots + (size_t)slot++ * cb + (size_t)s * (size_t)k.seg * es;
+                                       : slot_segment(slots, slot++, cb, &k, s, es);
     void *dst = (char *)out + (size_t)lo * es;
     if (hi > lo) comm_reduce(dt, op, n, d->srcs, 1, &dst, hi - lo, false);
     first = k_msg;

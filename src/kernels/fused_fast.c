@@ -151,6 +151,9 @@ static bool m_const(const mctx *M, int32_t v, float *c) {
   return true;
 }
 
+/* F's terms are not per channel (masks, converts, the optimizer's terms). */
+static void no_channels(tk_fast *F) { F->inner = INT64_MAX, F->nch = 1; }
+
 /* v is select(compare(y, k), u [+ w], c). */
 static bool m_mask(const mctx *M, int32_t v, tk_fast *F) {
   const ts_fused_instr *S = f32_ins(M, v, TS_OP_SELECT);
@@ -158,10 +161,17 @@ static bool m_mask(const mctx *M, int32_t v, tk_fast *F) {
   if (!P || P->op != TS_OP_COMPARE || !m_src(M, P->a, &F->x) || !m_const(M, P->b, &F->mask_k) ||
       !m_const(M, S->c, &F->mask_c))
     return false;
-  F->cmp = P->cmp, F->inner = INT64_MAX, F->nch = 1; /* no channels */
+  F->cmp = P->cmp;
+  no_channels(F);
   const ts_fused_instr *A = f32_ins(M, S->b, TS_OP_ADD);
   F->nterm = A && m_src(M, A->a, &F->t[0].x) && m_src(M, A->b, &F->t[1].x) ? 2 : 1;
   return F->nterm == 2 || m_src(M, S->b, &F->t[0].x);
+}
+
+/* v is an input alone (m_src), without channels. */
+static bool m_plain(const mctx *M, int32_t v, tk_fast *F) {
+  no_channels(F);
+  return m_src(M, v, &F->x);
 }
 
 /* v is a float CONSTANT (*ext -1, *c its value) or a scalar f32 input (*ext). */
@@ -182,7 +192,7 @@ static bool m_product(const mctx *M, int32_t v, tk_fast *F) {
 
 /* v is k * x, or that added to / subtracted from y on either side. */
 static bool m_scaled(const mctx *M, int32_t v, tk_fast *F) {
-  F->inner = INT64_MAX, F->nch = 1; /* no channels */
+  no_channels(F);
   if (m_product(M, v, F)) return true;
   const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
   if (!A) A = f32_ins(M, v, TS_OP_SUB);
@@ -212,7 +222,7 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
   bool ok = kind == TK_FAST_BN_GRAD   ? m_bn_grad(M, v, M->F)
             : kind == TK_FAST_CENTERED ? !out_bf16 && m_centered(M, v, M->F)
             : kind == TK_FAST_MASK     ? m_mask(M, v, M->F)
-            : kind == TK_FAST_SRC      ? (M->F->inner = INT64_MAX, M->F->nch = 1, m_src(M, v, &M->F->x))
+            : kind == TK_FAST_SRC      ? m_plain(M, v, M->F)
             : kind == TK_FAST_SCALED   ? m_scaled(M, v, M->F)
                                        : m_forward(M, v, M->F);
   M->F->kind = ok ? kind : TK_FAST_NONE;
