@@ -108,6 +108,13 @@ static void segment_sizes(ts_comm *c, int me, const int *group, int P, float *x,
   if (keep) setenv("TESSEL_NET_PIECE_BYTES", keep, 1);
   else unsetenv("TESSEL_NET_PIECE_BYTES");
   free(keep);
+  /* so does a TESSEL_NET_EAGER that is not 0 or 1 (net.c: pieces between
+   * hosts always, never, or by the link measured at the start) */
+  setenv("TESSEL_NET_EAGER", "yes", 1);
+  CHECK(reduce_with(c, me, group, P, NULL, TS_REDUCE_SUM, x, COUNT) < 0 &&
+            strstr(ts_last_error(), "TESSEL_NET_EAGER=yes"),
+        "process %d: TESSEL_NET_EAGER=yes: %s", me, ts_last_error());
+  unsetenv("TESSEL_NET_EAGER");
   env_config_reload();
 }
 

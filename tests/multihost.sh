@@ -8,7 +8,9 @@
 #    (2 devices per host), fsdp=2, and --parallel ddp over 2 and 3 hosts follow
 #    the 1-device loss curve within 1e-4 relative;
 #  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
-#    (metrics NetBytesSent), in pieces of MPI's eager size (NetEagerPieces);
+#    (metrics NetBytesSent), in pieces of MPI's eager size (NetEagerPieces;
+#    TESSEL_NET_EAGER=1); unset, pieces go only over a link measured (at the
+#    start, NetLinkMbps) below 1600 Mbit/s, and =0 never;
 #  - fsdp=2 hides some communication behind compute (--profile's "hidden":
 #    collectives started on the worker overlap the device's kernels);
 #  - faults in the middle of a run (collective timeout 5 s), each ending every
@@ -63,14 +65,16 @@ EOF
 chmod +x "$tmp/rec"
 mlp=(train --model mlp --epochs 1 --eval-batch 5000 --data-dir "$fm")
 
-run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads)
+run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads); $eager,
+  # when set: the ranks' TESSEL_NET_EAGER (eager pieces between hosts: 1 always, 0 never; unset: by the link)
   local name="$1" n="$2" rc=0
   shift 2
   if [ "$n" = 0 ]; then
     TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   else
-    TESSEL_NUM_THREADS=1 timeout -k 5 60 "${mpi[@]}" --hostfile "$tmp/hostfile$n" -n "$n" \
+    TESSEL_NUM_THREADS=1 TESSEL_NET_EAGER="${eager:-}" timeout -k 5 60 "${mpi[@]}" ${eager:+-x TESSEL_NET_EAGER} \
+      --hostfile "$tmp/hostfile$n" -n "$n" \
       "$tmp/rec" "$tmp/$name" "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   fi
@@ -80,9 +84,9 @@ run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0:
 
 run one 0
 run one126 0 --batch 126
-run h_d2 2 --mesh data=2 --metrics "$tmp/h_d2.metrics"
+eager=1 run h_d2 2 --mesh data=2 --metrics "$tmp/h_d2.metrics"
 run h_d2m2 2 --mesh data=2,model=2 --metrics "$tmp/h_d2m2.metrics"
-run h_f2 2 --mesh fsdp=2 --profile
+eager=0 run h_f2 2 --mesh fsdp=2 --profile --metrics "$tmp/h_f2.metrics"
 run h_ddp2 2 --parallel ddp --check-replicas 10
 run h_ddp3 3 --parallel ddp --batch 126 --check-replicas 10
 echo "equivalence runs: $(($(date +%s) - t_start)) s"
@@ -117,6 +121,21 @@ assert c.get("NetEagerPieces", 0) >= 20 * 50, f"NetEagerPieces {c.get('NetEagerP
 PY
 then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent), in eager pieces"; else
   bad "bytes crossing hosts per step (metrics NetBytesSent)"; fi
+# eager pieces by the link (net.c NET_EAGER_BELOW_MBPS): unset, process 0 measures the link at the start (metrics
+# NetLinkMbps, every rank) and pieces go only below 1600 Mbit/s (this unshaped link is usually faster: whichever
+# way it measured, pieces and measurement agree); TESSEL_NET_EAGER=0 never cuts, =1 (h_d2, above) always
+if /usr/bin/python3 - "$tmp/h_d2m2.metrics" "$tmp/h_f2.metrics" "$tmp/h_d2.metrics" <<'PY'
+import json, sys
+auto, never, always = (json.load(open(p))["counters"] for p in sys.argv[1:])
+mbps, pieces = auto.get("NetLinkMbps", 0), auto.get("NetEagerPieces", 0)
+print(f"  data=2,model=2: link measured at {mbps} Mbit/s, {pieces} eager pieces")
+assert mbps > 0, "no NetLinkMbps: the link between hosts was not measured"
+assert (pieces > 0) == (mbps < 1600), f"{pieces} eager pieces on a link of {mbps} Mbit/s (pieces below 1600)"
+assert never.get("NetEagerPieces", 0) == 0, f"TESSEL_NET_EAGER=0: {never.get('NetEagerPieces')} eager pieces"
+assert "NetLinkMbps" not in never and "NetLinkMbps" not in always, "TESSEL_NET_EAGER set, and the link measured"
+PY
+then ok "eager pieces between hosts by the link measured at the start; TESSEL_NET_EAGER=0/1 decides without it"; else
+  bad "eager pieces by the link (NetLinkMbps, NetEagerPieces, TESSEL_NET_EAGER)"; fi
 
 tessels() { # tessels HOST: the tessel processes in that host
   ip netns pids "$1" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null | grep -c '^tessel' || true

@@ -68,7 +68,7 @@ static int find_hosts(ts_comm *c) {
       if (!strncmp(names + (size_t)p * NAME, names + (size_t)q * NAME, NAME)) c->host[p] = c->host[q];
   }
   free(names);
-  if (rc == 0) net_set_hosts(c->net, c->host);
+  if (rc == 0) rc = net_set_hosts(c->net, c->host, 20000);
   return rc;
 }
 

@@ -26,7 +26,8 @@ struct ts_net {
   int rank, size, tag_ub;
   MPI_Comm data, ctl;
   pthread_mutex_t mu; /* every MPI call goes through it */
-  _Atomic(bool *) far; /* per process: on another host (net_set_hosts); NULL: unknown */
+  _Atomic(bool *) far; /* per process: messages to it go in eager pieces (net_set_hosts); NULL: none */
+  _Atomic bool hosts_set; /* net_set_hosts ran (the first call wins) */
 };
 
 static ts_net g_net;
@@ -142,17 +143,21 @@ static size_t net_piece(void) {
  * against 39-42, both directions of a phase one after the other: the
  * answer sat behind 2.36 MB); in eager pieces none did (39.6 ms median,
  * the line rate). Pieces cost a copy out of MPI's fragments on receipt.
- * Metrics counter NetEagerPieces: the pieces past each message's first. */
+ * Metrics counter NetEagerPieces: the pieces past each message's first.
+ *
+ * On a fast link the pieces cost more than the rendezvous they avoid (the
+ * peer's queued bulk data drains in a tenth of the time at 10 Gbit/s, while
+ * the copies and the messages per piece stay): stop 29's CNN DDP over 2
+ * hosts took 30.6 ms a step in pieces against 27.7 whole at 10 Gbit/s, and
+ * 49.5 against 52.5 at 1 Gbit/s. So pieces go only over links slower than
+ * NET_EAGER_BELOW_MBPS, measured once when the hosts become known
+ * (net_set_hosts, probe_links): between what the 1 Gbit/s link gives and
+ * what a 10 Gbit/s one gives on a loaded machine (namespace hosts on this
+ * 2-core machine at load 8-10, best of three 2 MiB probes, 3 runs each:
+ * 594-908 Mbit/s at 1 Gbit/s, 2644-3582 at 10 Gbit/s, 8748-54606
+ * unshaped). TESSEL_NET_EAGER=0/1 decides without measuring. */
 enum { NET_EAGER_PIECE = 65536 - 256 };
-
-void net_set_hosts(ts_net *n, const int *host) {
-  if (!n || atomic_load(&n->far)) return;
-  bool *far = calloc((size_t)n->size, sizeof *far);
-  if (!far) return; /* pieces stay whole: slower, still right */
-  for (int p = 0; p < n->size; p++) far[p] = host[p] != host[n->rank];
-  bool *none = NULL;
-  if (!atomic_compare_exchange_strong(&n->far, &none, far)) free(far);
-}
+#define NET_EAGER_BELOW_MBPS 1600.0
 
 /* The largest MPI message to or from peer ($TESSEL_NET_PIECE_BYTES, when
  * set, for every peer). */
@@ -245,6 +250,9 @@ static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *
   if (env_config()->net_piece_invalid)
     return set_error("%s: TESSEL_NET_PIECE_BYTES=%s: expected bytes in [1, 1073741824]", what,
                      env_config()->net_piece_invalid);
+  if (env_config()->net_eager_invalid)
+    return set_error("%s: TESSEL_NET_EAGER=%s: expected 0 or 1 (unset: measure the link)", what,
+                     env_config()->net_eager_invalid);
   size_t n_req = 0, eager = 0; /* eager: pieces more than one per message, of messages cut for another host */
   for (int i = 0; i < count; i++) {
     size_t piece = piece_for(n, msgs[i].peer), parts = msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
@@ -358,8 +366,88 @@ int net_exchange_ctl(ts_net *n, net_msg *msgs, int count, int timeout_ms, const 
 
 /* Tags on ctl: 1 the blocking all-gathers, 2 buffer reads (buffer.c), 3 the
  * non-blocking all-gathers (never matched against a blocking one another
- * thread may run meanwhile). */
-enum { TAG_ALLGATHER = 1, TAG_ALLGATHER_ASYNC = 3 };
+ * thread may run meanwhile), 4 the link probe (net_set_hosts). */
+enum { TAG_ALLGATHER = 1, TAG_ALLGATHER_ASYNC = 3, TAG_PROBE = 4 };
+
+/* The link probe: PROBE_BYTES from another host's first process to
+ * process 0 after a 1-byte request from it (not counted as traffic), the
+ * best of PROBE_ROUNDS; 2 MiB is 17 ms at 1 Gbit/s, 1.7 ms at 10. */
+enum { PROBE_BYTES = 2 << 20, PROBE_ROUNDS = 3 };
+static const char *const probe_what = "comm_new: measuring the links between hosts";
+
+static int probe_quiet(ts_net *n, net_msg *m, int count, int timeout_ms) {
+  net_pending p;
+  return post(n, n->ctl, m, count, probe_what, &p) < 0 || complete(&p, timeout_ms) < 0 ? -1 : 0;
+}
+
+/* Process 0: the rate from process q in Mbit/s (*mbps); q: answers. */
+static int probe_pair(ts_net *n, int q, char *buf, int timeout_ms, double *mbps) {
+  char token = 0;
+  *mbps = 0;
+  for (int r = 0; r < PROBE_ROUNDS; r++) {
+    bool first = n->rank == 0;
+    net_msg ask = {first ? q : 0, TAG_PROBE, first, &token, 1};
+    net_msg data = {first ? q : 0, TAG_PROBE, !first, buf, PROBE_BYTES};
+    double t0 = now_ms();
+    if (first) {
+      net_msg both[2] = {ask, data};
+      if (probe_quiet(n, both, 2, timeout_ms) < 0) return -1;
+    } else if (probe_quiet(n, &ask, 1, timeout_ms) < 0 || probe_quiet(n, &data, 1, timeout_ms) < 0) {
+      return -1;
+    }
+    double rate = PROBE_BYTES * 8e-3 / (now_ms() - t0 + 1e-6);
+    if (rate > *mbps) *mbps = rate;
+  }
+  return 0;
+}
+
+/* *mbps: the slowest link from another host's first process to process 0
+ * (host[p]: the first process of p's host), measured by process 0 and
+ * shared with every process (an all-gather: a collective call). */
+static int probe_links(ts_net *n, const int *host, int timeout_ms, double *mbps) {
+  char *buf = malloc(PROBE_BYTES);
+  if (!buf) return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", probe_what);
+  double slowest = 0, rate = 0;
+  int rc = 0;
+  for (int q = 1; rc == 0 && q < n->size; q++) {
+    if (host[q] != q || host[q] == host[0] || (n->rank != 0 && n->rank != q)) continue;
+    rc = probe_pair(n, q, buf, timeout_ms, &rate);
+    if (rc == 0 && n->rank == 0 && (slowest == 0 || rate < slowest)) slowest = rate;
+  }
+  free(buf);
+  double *all = rc == 0 ? malloc((size_t)n->size * sizeof *all) : NULL;
+  if (rc == 0 && !all) rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", probe_what);
+  if (rc == 0) rc = net_allgather(n, &slowest, all, sizeof slowest, timeout_ms, probe_what);
+  if (rc == 0) *mbps = all[0];
+  free(all);
+  return rc;
+}
+
+int net_set_hosts(ts_net *n, const int *host, int timeout_ms) {
+  if (!n || atomic_exchange(&n->hosts_set, true)) return 0;
+  const ts_env_config *env = env_config();
+  bool any = false;
+  for (int p = 0; p < n->size; p++) any |= host[p] != host[n->rank];
+  int eager = env->net_eager;
+  if (env->net_piece_set) eager = 0; /* one piece size everywhere: nothing to decide */
+  double mbps = 0;
+  if (eager < 0) {
+    /* every process probes when any process has a peer on another host (a
+     * collective call: the probe's all-gather needs all of them) */
+    bool multi = false;
+    for (int p = 0; p < n->size; p++) multi |= host[p] != host[0];
+    if (!multi) return 0;
+    if (probe_links(n, host, timeout_ms, &mbps) < 0) return -1;
+    eager = mbps < NET_EAGER_BELOW_MBPS;
+    if (TS_METRICS_ON()) obs_count("NetLinkMbps", (int64_t)(mbps + 0.5));
+  }
+  if (!eager || !any) return 0;
+  bool *far = calloc((size_t)n->size, sizeof *far);
+  if (!far) return 0; /* pieces stay whole: slower, still right */
+  for (int p = 0; p < n->size; p++) far[p] = host[p] != host[n->rank];
+  atomic_store(&n->far, far);
+  return 0;
+}
 
 /* The 2 (size - 1) messages of an all-gather (NULL: out of memory);
  * copies mine into its own slot of all. */
@@ -459,7 +547,7 @@ ts_net *net_world(bool *failed) {
   return NULL;
 }
 void net_set_pacer(const net_pacer *p) { (void)p; }
-void net_set_hosts(ts_net *n, const int *host) { (void)n, (void)host; }
+int net_set_hosts(ts_net *n, const int *host, int timeout_ms) { return (void)n, (void)host, (void)timeout_ms, 0; }
 int net_rank(const ts_net *n) { return (void)n, 0; }
 int net_size(const ts_net *n) { return (void)n, 1; }
 int net_tag_ub(const ts_net *n) { return (void)n, 32767; }

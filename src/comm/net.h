@@ -26,11 +26,17 @@ int net_rank(const ts_net *n);
 int net_size(const ts_net *n);
 /* The largest tag a message may carry. */
 int net_tag_ub(const ts_net *n);
-/* Tells the transport which processes share a host: host[p] is the same
- * for processes of one host (comm.c, from the host names). Messages between
- * hosts then go in pieces of MPI's eager size (net.c NET_EAGER_PIECE says
- * why). The first call wins (the hosts do not change). */
-void net_set_hosts(ts_net *n, const int *host);
+/* Tells the transport which processes share a host: host[p] is the lowest
+ * process of p's host (comm.c, from the host names). Messages between hosts
+ * then go in pieces of MPI's eager size (net.c NET_EAGER_PIECE says why)
+ * when the link is slow: with processes on several hosts, process 0
+ * measures the link from each other host (2 MiB, three times; metrics
+ * counter NetLinkMbps: the slowest link's best, in Mbit/s) and tells every
+ * process, unless TESSEL_NET_EAGER or TESSEL_NET_PIECE_BYTES decides. A
+ * collective call of every process; the first call wins (the hosts do not
+ * change), later ones return at once. -1 with an error when the
+ * measurement fails (timeout_ms as in net_exchange). */
+int net_set_hosts(ts_net *n, const int *host, int timeout_ms);
 
 /* One message of an exchange: bytes to or from process `peer` (any size;
  * messages over 1 GiB go as several MPI messages). */

@@ -88,6 +88,9 @@ static void env_read(void) {
   int piece = env_count("TESSEL_NET_PIECE_BYTES", 1l << 30, &c->net_piece_invalid);
   c->net_piece_set = piece > 0;
   c->net_piece_bytes = piece > 0 ? (size_t)piece : (size_t)1 << 30;
+  const char *eager = env_text("TESSEL_NET_EAGER", false);
+  c->net_eager = !eager ? -1 : !strcmp(eager, "0") ? 0 : !strcmp(eager, "1") ? 1 : -1;
+  if (eager && c->net_eager < 0) c->net_eager_invalid = eager;
 
   const char *sg = env_text("TESSEL_HIER_SEGMENT_BYTES", false);
   c->hier_segment_bytes = -1;

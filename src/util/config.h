@@ -96,6 +96,14 @@ typedef struct {
   bool net_piece_set;
   const char *net_piece_invalid;
 
+  /* TESSEL_NET_EAGER: whether messages between hosts go in MPI's eager
+   * size (comm/net.c NET_EAGER_PIECE): "1" always, "0" never; unset or
+   * empty (-1): when the link measured at the start is slower than
+   * NET_EAGER_BELOW_MBPS. Anything else: net_eager_invalid (every exchange
+   * fails naming it). */
+  int net_eager;
+  const char *net_eager_invalid;
+
   /* TESSEL_HIER_SEGMENT_BYTES: the segment of the all-reduce between
    * processes, whose reduce-scatter and all-gather are pipelined
    * (comm/hier.c); "0": one segment per chunk (the phases one after the
