@@ -74,7 +74,8 @@ static int find_hosts(ts_comm *c) {
 
 ts_comm *comm_new(int n_devices) { return comm_new_world(n_devices, NULL, 0, n_devices, NULL); }
 
-ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
+/* A communicator's state, without the host exchange (comm_new_world). */
+static ts_comm *comm_make(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
   if (n_devices < 1) {
     set_error("comm_new: n_devices is %d, must be >= 1", n_devices);
     return NULL;
@@ -184,15 +185,55 @@ ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_loca
     }
   }
   pthread_condattr_destroy(&ca);
-  if (find_hosts(c) < 0) {
+  return c;
+}
+
+/* The small lane (async.c): a twin of c with its own sequence numbers,
+ * scratch and tags (the upper half of c's tag range), for the collectives
+ * comm_lane picks. TESSEL_COMM_LANES=0, one process, or too few tags: none. */
+static int add_lane(ts_comm *c, const int *proc_of) {
+  const ts_env_config *env = env_config();
+  if (env->comm_lanes_invalid)
+    return set_error("comm_new: TESSEL_COMM_LANES=%s: expected 0 or 1 (unset: between hosts)",
+                     env->comm_lanes_invalid);
+  if (!c->net || env->comm_lanes == 0 || c->tag_span < 2) return 0;
+  ts_comm *l = comm_make(c->n, proc_of, c->first, c->n_local, c->net);
+  int P = net_size(c->net);
+  if (!l || !(l->host = malloc((size_t)P * sizeof *l->host))) {
+    comm_free(l);
+    return -1;
+  }
+  memcpy(l->host, c->host, (size_t)P * sizeof *l->host);
+  c->tag_span /= 2;
+  l->tag_span = c->tag_span;
+  l->tag_base = c->tag_span * c->n;
+  l->lanes_all = c->lanes_all = env->comm_lanes == 1;
+  c->lane = l;
+  return 0;
+}
+
+ts_comm *comm_new_world(int n_devices, const int *proc_of, int first, int n_local, struct ts_net *net) {
+  ts_comm *c = comm_make(n_devices, proc_of, first, n_local, net);
+  if (c && (find_hosts(c) < 0 || add_lane(c, proc_of) < 0)) {
     comm_free(c);
     return NULL;
   }
   return c;
 }
 
+int comm_lanes(const ts_comm *c) { return c && c->lane ? 2 : 1; }
+
+int comm_lane(const ts_comm *c, const int *group, int n, double bytes) {
+  if (!c->lane || bytes > COMM_LANE_BYTES || !group || n < 1) return 0;
+  for (int i = 0; i < n; i++)
+    if (group[i] < 0 || group[i] >= c->n) return 0; /* the call names the bad id */
+  if (comm_group_local(c, group, n)) return 0;
+  return c->lanes_all || !comm_group_same_host(c, group, n);
+}
+
 void comm_free(ts_comm *c) {
   if (!c) return;
+  comm_free(c->lane); /* no worker there: the device's runs both lanes (async.c) */
   for (int i = 0; i < c->n; i++) {
     comm_dev *d = &c->dev[i];
     pthread_mutex_destroy(&d->mu);
@@ -263,6 +304,7 @@ void comm_set_inline_bytes(ts_comm *c, int64_t local, int64_t host, int64_t remo
 
 void comm_set_timeout_ms(ts_comm *c, int ms) {
   if (c) atomic_store(&c->timeout_ms, ms < 0 ? 0 : ms);
+  if (c && c->lane) comm_set_timeout_ms(c->lane, ms);
 }
 
 /* ---- barrier primitives ---- */
@@ -436,6 +478,7 @@ int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt
     return set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
+    if (comm_lane(c, group, n, (double)bytes)) c = c->lane;
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, bytes, hier_all_reduce(c, device, group, n, r, dt, op, in, out, count));
   }
@@ -492,6 +535,7 @@ int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtyp
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
+    if (comm_lane(c, group, n, (double)in_bytes)) c = c->lane;
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, in_bytes,
                      hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk));
@@ -534,6 +578,7 @@ int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void 
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
+    if (comm_lane(c, group, n, (double)out_bytes)) c = c->lane;
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, out_bytes, hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes));
   }

@@ -88,7 +88,8 @@ int comm_permute(ts_comm *c, int device, const int *pairs, int n_pairs, const vo
  * but must not touch buf, nor call another collective, before
  * comm_wait_ticket returns for it (comm_wait_all for all of them):
  * the worker runs each device's started collectives in order, so every
- * device still makes every call in the same order. group is borrowed until
+ * device still makes every call in the same order (with a small lane, every
+ * call of each lane: async.c). group is borrowed until
  * the wait. Errors (timeouts) come back from the wait. */
 int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                  void *buf, int64_t count);
@@ -100,10 +101,18 @@ int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, c
                               int64_t outer, size_t chunk_bytes);
 int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                   const void *in, void *out, int64_t outer, int64_t chunk);
+/* Waits until the started collective `ticket` and every one started before
+ * it ended (in start order, whichever lane ran them). */
 int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);
-/* 1 when the started collective `ticket` has ended (its wait would not
- * block; an error still comes back from the wait), 0 while it runs. */
+/* 1 when the started collective `ticket` and every earlier one have ended
+ * (its wait would not block; an error still comes back from the wait), 0
+ * while one runs. */
 int comm_ticket_done(ts_comm *c, int device, int64_t ticket);
+/* 1 when the started collective `ticket` itself has ended: between hosts a
+ * small one (comm_internal.h COMM_LANE_BYTES, TESSEL_COMM_LANES) runs on a
+ * lane of its own beside a large one started before it, and may end first
+ * (async.c). Its result is ready; the wait still returns its error. */
+int comm_ticket_ended(ts_comm *c, int device, int64_t ticket);
 int comm_wait_all(ts_comm *c, int device);
 
 /* In-line starts: true when a collective of `bytes` over group that the

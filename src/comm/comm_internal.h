@@ -60,6 +60,9 @@ struct ts_comm {
   int *host;              /* (processes) per process: the lowest process index on its host (NULL: one process) */
   int first, n_local;     /* local devices: [first, first + n_local) */
   int tag_span;           /* tags per group id (hier.c) */
+  int tag_base;           /* added to every tag: the small lane's tags are not the main one's */
+  struct ts_comm *lane;   /* the small lane's twin (comm_lane); NULL: one lane */
+  bool lanes_all;         /* TESSEL_COMM_LANES=1: the small lane for groups over one host's processes too */
   /* async.c: a started collective of at most this many bytes runs in line
    * on the device thread (-1: never); in shared memory, over processes of
    * this host, and over processes of several hosts. */
@@ -105,6 +108,18 @@ enum { COMM_HOST_BACKOFF = 256 };
  * 2-process CNN run and so backed off for the whole run (quiet: 36 ms a
  * step against 27 ms without the back-off). */
 enum { COMM_WAIT_STARTUP = 16 };
+
+/* The small lane (async.c says why): collectives of a group that spans
+ * processes (by default: hosts; TESSEL_COMM_LANES=1: processes of one host
+ * too, =0: no lane) that move at most this many bytes (the larger of
+ * operand and result) run on c->lane, a twin communicator with its own
+ * sequence numbers, scratch and tags, on a worker thread of their own.
+ * The same rule on every process, whether started or called (comm.c). */
+#define COMM_LANE_BYTES (1 << 20)
+/* 1 when the collective goes on the small lane, else 0. */
+int comm_lane(const ts_comm *c, const int *group, int n, double bytes);
+/* The lanes of c's workers: 2 with a small lane, else 1. */
+int comm_lanes(const ts_comm *c);
 
 /* hier.c: the tag of the messages of the caller's current call about
  * device or group `id` (the same in every process). */

@@ -56,7 +56,7 @@
 #include "util/error.h"
 
 int comm_tag(const ts_comm *c, int device, int id) {
-  return (int)(c->dev[device].seq % (uint32_t)c->tag_span) * c->n + id;
+  return c->tag_base + (int)(c->dev[device].seq % (uint32_t)c->tag_span) * c->n + id;
 }
 
 /* A group seen by process: which members are local, which processes take

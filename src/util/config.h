@@ -104,6 +104,13 @@ typedef struct {
   int net_eager;
   const char *net_eager_invalid;
 
+  /* TESSEL_COMM_LANES: the small lane of collectives between processes
+   * (comm/comm_internal.h COMM_LANE_BYTES): "0" none, "1" for every group
+   * over several processes; unset or empty (-1): over several hosts.
+   * Anything else: comm_lanes_invalid (comm_new_world fails naming it). */
+  int comm_lanes;
+  const char *comm_lanes_invalid;
+
   /* TESSEL_HIER_SEGMENT_BYTES: the segment of the all-reduce between
    * processes, whose reduce-scatter and all-gather are pipelined
    * (comm/hier.c); "0": one segment per chunk (the phases one after the
