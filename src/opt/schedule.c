@@ -43,7 +43,11 @@
  * It pays only with a second lane that lets small collectives pass a
  * running large one (bench/run_multihost.sh PROFILE=1, link_cycle, shows
  * the link's idle time after the reduction: most of what such a lane
- * could win, with the update placed where the reduce-scatter ends).
+ * could win, with the update placed where the reduce-scatter ends). The
+ * lane exists between hosts now (comm/async.c: small collectives run beside
+ * a large one), but the executor still waits in start order, so the
+ * convolutions' updates would still wait for the gather: it needs waits by
+ * ticket (comm.h comm_ticket_ended) in runtime/ first.
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
