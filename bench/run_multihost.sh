@@ -45,7 +45,9 @@
 # (3; A B A B ...) and prints each run's median step and per side the median
 # of those, with B/A, instead of the table (on a shared machine only such
 # interleaved pairs compare two builds). The second-step losses of A and B
-# must be equal (bit for bit), else exit 1.
+# must be equal (bit for bit), else exit 1. AB_ENV_A="VAR=VALUE ..." gives
+# side A's ranks those variables (mpirun -x), e.g. AB_BUILD=build
+# AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -109,8 +111,10 @@ ab_compare() {
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
             [ $side = A ] && b="$a" || b="$bin"
+            xa=() # AB_ENV_A: side A's ranks get these variables
+            [ $side = A ] && for v in ${AB_ENV_A:-}; do xa+=(-x "$v"); done
             out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
-              -x TESSEL_NUM_THREADS "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" 2>"$tmp/err" |
+              -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" 2>"$tmp/err" |
               grep '^RESULT ') || { echo "  $side failed: $(tail -3 "$tmp/err")" >&2; failed=1; }
             netns_kill
             [ -n "$out" ] && echo "$m $r $par $side $i ${out#RESULT }" | tee -a "$tmp/ab" >&2
