@@ -89,7 +89,8 @@ typedef struct {
   /* TESSEL_NET_PIECE_BYTES: the largest MPI message in bytes; larger
    * transfers are split (tests set a small value to exercise the splitting).
    * A count in [1, 2^30]; unset: 2^30 (1 GiB), and messages between hosts
-   * go in MPI's eager size (comm/net.c); set (net_piece_set), it holds
+   * go in MPI's eager size over a slow link (comm/net.c, TESSEL_NET_EAGER
+   * below); set (net_piece_set), it holds
    * between hosts too. Anything else: net_piece_invalid (every exchange
    * fails naming it). */
   size_t net_piece_bytes;
