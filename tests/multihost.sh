@@ -10,7 +10,8 @@
 #  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
 #    (metrics NetBytesSent), in pieces of MPI's eager size (NetEagerPieces;
 #    TESSEL_NET_EAGER=1); unset, pieces go only over a link measured (at the
-#    start, NetLinkMbps) below 1600 Mbit/s, and =0 never;
+#    start, NetLinkMbps) below 1600 Mbit/s, and =0 never; collectives of at
+#    most 1 MiB between hosts run on the small lane (CommLaneCollectives);
 #  - fsdp=2 hides some communication behind compute (--profile's "hidden":
 #    collectives started on the worker overlap the device's kernels);
 #  - faults in the middle of a run (collective timeout 5 s), each ending every
@@ -133,9 +134,13 @@ assert mbps > 0, "no NetLinkMbps: the link between hosts was not measured"
 assert (pieces > 0) == (mbps < 1600), f"{pieces} eager pieces on a link of {mbps} Mbit/s (pieces below 1600)"
 assert never.get("NetEagerPieces", 0) == 0, f"TESSEL_NET_EAGER=0: {never.get('NetEagerPieces')} eager pieces"
 assert "NetLinkMbps" not in never and "NetLinkMbps" not in always, "TESSEL_NET_EAGER set, and the link measured"
+# the small lane between hosts (src/comm/async.c): the biases' and the loss's all-reduces run on it
+lane = auto.get("CommLaneCollectives", 0)
+print(f"  data=2,model=2: {lane} collectives on the small lane")
+assert lane >= 50, f"CommLaneCollectives {lane}: the small lane between hosts is not used"
 PY
-then ok "eager pieces between hosts by the link measured at the start; TESSEL_NET_EAGER=0/1 decides without it"; else
-  bad "eager pieces by the link (NetLinkMbps, NetEagerPieces, TESSEL_NET_EAGER)"; fi
+then ok "eager pieces between hosts by the link measured at the start; TESSEL_NET_EAGER=0/1 decides without it; small lane used"; else
+  bad "eager pieces by the link (NetLinkMbps, NetEagerPieces, TESSEL_NET_EAGER), small lane (CommLaneCollectives)"; fi
 
 tessels() { # tessels HOST: the tessel processes in that host
   ip netns pids "$1" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null | grep -c '^tessel' || true

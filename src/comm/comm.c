@@ -190,15 +190,19 @@ static ts_comm *comm_make(int n_devices, const int *proc_of, int first, int n_lo
 
 /* The small lane (async.c): a twin of c with its own sequence numbers,
  * scratch and tags (the upper half of c's tag range), for the collectives
- * comm_lane picks. TESSEL_COMM_LANES=0, one process, or too few tags: none. */
+ * comm_lane picks. TESSEL_COMM_LANES=0, one process, one host (unless
+ * TESSEL_COMM_LANES=1) or too few tags: none. */
 static int add_lane(ts_comm *c, const int *proc_of) {
   const ts_env_config *env = env_config();
   if (env->comm_lanes_invalid)
     return set_error("comm_new: TESSEL_COMM_LANES=%s: expected 0 or 1 (unset: between hosts)",
                      env->comm_lanes_invalid);
   if (!c->net || env->comm_lanes == 0 || c->tag_span < 2) return 0;
-  ts_comm *l = comm_make(c->n, proc_of, c->first, c->n_local, c->net);
   int P = net_size(c->net);
+  bool hosts = false; /* several: the default lane's groups can exist */
+  for (int p = 0; p < P; p++) hosts |= c->host[p] != c->host[0];
+  if (!hosts && env->comm_lanes != 1) return 0;
+  ts_comm *l = comm_make(c->n, proc_of, c->first, c->n_local, c->net);
   if (!l || !(l->host = malloc((size_t)P * sizeof *l->host))) {
     comm_free(l);
     return -1;
@@ -229,6 +233,14 @@ int comm_lane(const ts_comm *c, const int *group, int n, double bytes) {
     if (group[i] < 0 || group[i] >= c->n) return 0; /* the call names the bad id */
   if (comm_group_local(c, group, n)) return 0;
   return c->lanes_all || !comm_group_same_host(c, group, n);
+}
+
+/* The communicator a collective of a group spanning processes runs on: the
+ * small lane's (metrics counter CommLaneCollectives) or c. */
+static ts_comm *lane_for(ts_comm *c, const int *group, int n, double bytes) {
+  if (!comm_lane(c, group, n, bytes)) return c;
+  if (TS_METRICS_ON()) obs_count("CommLaneCollectives", 1);
+  return c->lane;
 }
 
 void comm_free(ts_comm *c) {
@@ -478,7 +490,7 @@ int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt
     return set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    if (comm_lane(c, group, n, (double)bytes)) c = c->lane;
+    c = lane_for(c, group, n, (double)bytes);
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, bytes, hier_all_reduce(c, device, group, n, r, dt, op, in, out, count));
   }
@@ -535,7 +547,7 @@ int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtyp
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    if (comm_lane(c, group, n, (double)in_bytes)) c = c->lane;
+    c = lane_for(c, group, n, (double)in_bytes);
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, in_bytes,
                      hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk));
@@ -578,7 +590,7 @@ int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void 
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    if (comm_lane(c, group, n, (double)out_bytes)) c = c->lane;
+    c = lane_for(c, group, n, (double)out_bytes);
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, out_bytes, hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes));
   }
