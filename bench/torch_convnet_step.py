@@ -10,13 +10,17 @@ torchvision). Random data, 4 batches cycled.
 
   usage: torch_convnet_step.py [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
                                [--steps N] [--warmup N] [--threads N (2)] [--batch B]
+                               [--profile N]
 
 Prints per configuration, like the C side:
   RESULT torch <model> amp=<none|bf16> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
          samples_per_s=.. final_loss=L rss_mib=R gflop_per_step=F
 F = 3 x the forward FLOPs of the convolutions and the linear layer (2 per
 multiply-add), counted with forward hooks: the FLOP count both sides'
-GFLOP/s use. Run with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp
+GFLOP/s use. --profile N: then N more steps under torch.profiler, printed as
+  PROFILE torch <model> amp=<none|bf16> cat=<category> ms_per_step=X
+(bench/torch_op_profile.py: the categories; bench/run_op_profile.sh puts them
+next to tessel's kernels). Run with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp
 (bench/run_convnets.sh does).
 """
 import argparse
@@ -30,6 +34,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from torch_resnet import ResNet  # noqa: E402
+from torch_op_profile import OPT_LABEL, profile_steps  # noqa: E402
 
 N_BATCHES = 4
 SHAPES = {"resnet20": (3, 32, 10, 128, 20, 3), "resnet18": (3, 32, 10, 32, 20, 3),
@@ -54,7 +59,7 @@ def forward_flops(net, x):
     return total[0]
 
 
-def bench(model, amp, b, steps, warmup):
+def bench(model, amp, b, steps, warmup, profile):
     c, hw, classes, _, _, _ = SHAPES[model]
     torch.manual_seed(1)
     net = ResNet(model, c, classes).train()
@@ -62,10 +67,11 @@ def bench(model, amp, b, steps, warmup):
     xs = torch.rand(N_BATCHES, b, c, hw, hw) * 2 - 1
     ys = torch.arange(N_BATCHES * b).reshape(N_BATCHES, b) * 7 % classes
     flops = 3 * forward_flops(net, xs[0]) if b else 0
-    ms, last = [], float("nan")
-    for t in range(warmup + steps):
-        t0 = time.perf_counter()
-        k = t % N_BATCHES
+    ms, last, t = [], float("nan"), [0]
+
+    def step():
+        k = t[0] % N_BATCHES
+        t[0] += 1
         opt.zero_grad(set_to_none=True)
         if amp == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -73,9 +79,14 @@ def bench(model, amp, b, steps, warmup):
         else:
             loss = nn.functional.cross_entropy(net(xs[k]), ys[k])
         loss.backward()
-        opt.step()
-        last = loss.item()
-        if t >= warmup:
+        with torch.profiler.record_function(OPT_LABEL):
+            opt.step()
+        return loss.item()
+
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        last = step()
+        if i >= warmup:
             ms.append(1e3 * (time.perf_counter() - t0))
     ms.sort()
     med, p25, p75 = (ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]) if steps else (0, 0, 0)
@@ -83,6 +94,9 @@ def bench(model, amp, b, steps, warmup):
     print(f"RESULT torch {model} amp={amp} batch={b} steps={steps} warmup={warmup} median_ms={med:.3f} "
           f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * b / med if med else 0:.2f} "
           f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f}", flush=True)
+    if profile:
+        for cat, v in sorted(profile_steps(step, profile).items()):
+            print(f"PROFILE torch {model} amp={amp} cat={cat} ms_per_step={v:.3f}", flush=True)
 
 
 def main():
@@ -93,6 +107,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then N more steps under torch.profiler: ms per step per op category")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     for m in ("resnet20", "resnet18", "resnet50"):
@@ -101,7 +117,8 @@ def main():
         _, _, _, b, steps, warmup = SHAPES[m]
         for amp in ("none", "bf16"):
             if a.amp in ("all", amp):
-                bench(m, amp, a.batch or b, steps if a.steps < 0 else a.steps, warmup if a.warmup < 0 else a.warmup)
+                bench(m, amp, a.batch or b, steps if a.steps < 0 else a.steps, warmup if a.warmup < 0 else a.warmup,
+                      a.profile)
 
 
 if __name__ == "__main__":

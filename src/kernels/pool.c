@@ -3,7 +3,11 @@
  * row-major order. Avg: divides by the full window KH*KW (PyTorch's
  * count_include_pad=True). f32/f64 run natively; bf16/f16 through double.
  * NHWC tensors (N, H, W, C) are read into planar (N, C, H, W) doubles, pooled
- * there and written back (pool_nhwc): the same planes, in another order. */
+ * there and written back (pool_nhwc): the same planes, in another order.
+ * 3x3 max windows of stride 2 (ResNet-50's stem pool) run a row of windows at
+ * a time on the row's even and odd columns split apart (row33s2): unit-stride
+ * loops the compiler vectorizes, the gradient added in the same order (so to
+ * the same bits) as one window at a time. */
 #include <stdlib.h>
 
 #include "kernels/kernels_internal.h"
@@ -12,6 +16,61 @@ typedef struct {
   int64_t planes, H, W, OH, OW;
   int kh, kw, sh, sw, ph, pw;
 } pgeom;
+
+/* cn (<= 64) adjacent 3x3 max windows of stride 2 whose top-left input is rb
+ * (row stride W; the last window's columns end inside the row): forward
+ * (db NULL) writes yo[k]; backward adds dy db[k] to the first max of window k
+ * (or its first NaN) in gb (the gradient at rb's position), window by window
+ * as before. Each input row is split into its even columns e (2k, 2k+2:
+ * window k's first and last) and odd ones o (2k+1: its middle), so window k
+ * reads e[k], o[k], e[k+1] of 3 rows: unit strides, a vectorized loop where
+ * the stride-2 reads were scalar. */
+/* window k's 9 values v (row-major), their max m and whether one is NaN */
+#define WIN33S2(T)                                                                            \
+  T v[9] = {e[0][k], o[0][k], e[0][k + 1], e[1][k], o[1][k], e[1][k + 1],                     \
+            e[2][k], o[2][k], e[2][k + 1]};                                                   \
+  T m = v[0];                                                                                 \
+  bool nan = false;                                                                           \
+  _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;                \
+  _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q]
+
+#define ROW33S2_IMPL(T, SUF)                                                                  \
+  /* s[0..2n] -> e[k] = s[2k] (k <= n), o[k] = s[2k+1] (k < n) */                             \
+  static inline void row_split_##SUF(const T *restrict s, int64_t n, T *restrict e, T *restrict o) { \
+    _Pragma("omp simd")                                                                       \
+    for (int64_t k = 0; k < n; k++) e[k] = s[2 * k];                                          \
+    _Pragma("omp simd")                                                                       \
+    for (int64_t k = 0; k < n; k++) o[k] = s[2 * k + 1];                                      \
+    e[n] = s[2 * n];                                                                          \
+  }                                                                                           \
+  static void row33s2_##SUF(const T *rb, int64_t W, int64_t cn, const T *db, T *yo, T *gb) { \
+    T e[3][65], o[3][64];                                                                     \
+    int32_t at[64];                                                                           \
+    for (int r = 0; r < 3; r++) {                                                             \
+      const T *s = rb + r * W;                                                                \
+      row_split_##SUF(s, cn, e[r], o[r]);                                                     \
+    }                                                                                         \
+    if (!db) {                                                                                \
+      _Pragma("omp simd")                                                                     \
+      for (int64_t k = 0; k < cn; k++) {                                                      \
+        WIN33S2(T);                                                                           \
+        yo[k] = nan ? (T)NAN : m;                                                             \
+      }                                                                                       \
+      return;                                                                                 \
+    }                                                                                         \
+    _Pragma("omp simd")                                                                       \
+    for (int64_t k = 0; k < cn; k++) {                                                        \
+      WIN33S2(T);                                                                             \
+      int32_t a = 8;                                                                          \
+      _Pragma("GCC unroll 9") for (int q = 7; q >= 0; q--)                                    \
+        a = (nan ? v[q] != v[q] : v[q] == m) ? q : a;                                         \
+      at[k] = a;                                                                              \
+    }                                                                                         \
+    for (int64_t k = 0; k < cn; k++) gb[2 * k + (at[k] / 3) * W + at[k] % 3] += db[k];       \
+  }
+
+ROW33S2_IMPL(float, f32)
+ROW33S2_IMPL(double, f64)
 
 #define POOL_IMPL(T, SUF)                                                                   \
   static void pool_##SUF(const pgeom *p, ts_op op, const T *x, const T *dy, T *out, int nt) { \
@@ -63,6 +122,11 @@ typedef struct {
               int32_t aa[64];                                                               \
               const T *rb = xp + h0 * W_ + c0 * sw - p->pw;                                 \
               T *yo = op_ + oh * p->OW + c0;                                                \
+              if (sw == 2) {                                                                \
+                row33s2_##SUF(rb, W_, cn, grad ? dp + oh * p->OW + c0 : NULL, yo,           \
+                              op_ + h0 * W_ + c0 * sw - p->pw);                             \
+                continue;                                                                   \
+              }                                                                             \
               if (!grad) {                                                                  \
                 _Pragma("omp simd")                                                         \
                 for (int64_t k = 0; k < cn; k++) {                                          \
