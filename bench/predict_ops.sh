@@ -14,7 +14,8 @@
 # (MESH data=N unless given; process 0's trace, its device against the
 # prediction of one process's N devices): whether the GPT's 2-process step
 # (0.72 of its prediction in stop 29, 2 devices of one process 0.87) loses its
-# time in kernels or in collectives.
+# time in kernels or in collectives, and how many of its collectives run on
+# the collective worker (comm/async.c) rather than in line.
 # Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), STEPS (8),
 # WARMUP (5), CALIBRATE=1 (tessel plan --calibrate into a scratch file first),
 # NODES=N: then device 0's N slowest kernels, each matched to its node of the
@@ -58,6 +59,7 @@ procs = sys.argv[6]  # several processes: the trace is process 0's (its one devi
 prog, slowest = open(sys.argv[4]).read().split("\n"), int(sys.argv[5])
 ev = re.compile(r'\{"name":"([^"]*)","cat":"(kernel|execute|collective)","ph":"X","pid":(\d+),"tid":(\d+),"ts":([\d.]+),"dur":([\d.]+)')
 execs, kernels, colls, others = [], [], [], []  # others: every device's kernels (ts, dur)
+starts = []  # device 0's collectives started on its collective worker (not in line)
 for line in open(trace):
     m = ev.search(line)
     if not m: continue
@@ -66,6 +68,7 @@ for line in open(trace):
     elif cat == "kernel" and pid == 0 and tid == 0 and not name.endswith(" (start)"): kernels.append((ts, name, dur))
     if cat == "collective" and pid == 0 and tid == 0: colls.append((ts, dur))
     if cat == "kernel" and pid == 0: others.append((ts, dur))
+    if cat == "kernel" and pid == 0 and tid == 0 and name.endswith(" (start)"): starts.append((ts, dur))
 execs.sort()
 per = [collections.Counter() for _ in execs]; cnt = [collections.Counter() for _ in execs]
 seq = [[] for _ in execs]  # each execute's kernels in order: (name, ms)
@@ -90,8 +93,9 @@ def within(evs, i):  # (count, ms) of the events starting inside execute i
     return len(e), sum(e) / 1e3
 if colls and procs:  # over processes: device 0's collectives (with its waits for the other processes)
     print("process 0's device: collectives %d per step, %.2f ms (predicted exposed %.2f ms, as %s devices of one "
-          "process)" % (within(colls, steps[0])[0], statistics.median(within(colls, i)[1] for i in steps),
-                        pred["predicted"]["comm_ms"], procs))
+          "process), %.0f per step started on the collective worker (median; the prediction, as one process, runs them in line)" % (
+              within(colls, steps[0])[0], statistics.median(within(colls, i)[1] for i in steps),
+              pred["predicted"]["comm_ms"], procs, statistics.median(within(starts, i)[0] for i in steps)))
 elif colls:  # several devices: where device 0's step went, against the predicted compute and exposed communication
     nc = within(colls, steps[0])[0]
     cm = statistics.median(within(colls, i)[1] for i in steps)
