@@ -76,7 +76,8 @@ for model, shape, plan, meas, then in rows:
         now = float("nan")
         print("  %s %s %s: inspect failed: %s" % (model, shape, plan, r.stderr.strip()[-200:]))
     out.append((meas, then, now))
-    print("%-9s %-6s %-5s %9.2f %9.2f %9.2f %9.2f %9.2f" % (model, shape, plan, meas, then, then / meas, now, now / meas),
+    ratio = lambda p: p / meas if meas > 0 else float("nan")
+    print("%-9s %-6s %-5s %9.2f %9.2f %9.2f %9.2f %9.2f" % (model, shape, plan, meas, then, ratio(then), now, ratio(now)),
           flush=True)
 os.unlink(tmp.name)
 within = lambda i: sum(0.75 <= r[i] / r[0] <= 1.25 for r in out if r[0] > 0 and not math.isnan(r[i]))
