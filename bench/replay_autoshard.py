@@ -8,7 +8,9 @@ by the model alone). Logs written before stop 30 printed part of the
 calibration (the kernel rates, overheads, all-reduce terms): the rest is
 derived as tessel plan --calibrate writes it (flops_per_s from kernel.matmul,
 memory_bytes_per_s from kernel.elementwise, the host links from allreduce.2,
-the CPU, threads and cores from the log's lines)."""
+the CPU, threads and cores from the log's lines). An auto row is solved again:
+when the model change moves the solver's choice, its prediction is of another
+plan than the one measured (compare the hand rows)."""
 import json, math, os, re, subprocess, sys, tempfile
 
 if len(sys.argv) < 2:
