@@ -10,6 +10,12 @@
 # the predicted exposed communication, and every device's kernel time summed
 # (on fewer cores than devices, the work the cores time-share; issue 16's
 # 8 devices on 2 cores).
+# PROCS=N: the same over N mpirun processes of one device and one thread each
+# (MESH data=N unless given; process 0's trace, its device against the
+# prediction of one process's N devices): whether the GPT's 2-process step
+# (0.72 of its prediction in stop 29, 2 devices of one process 0.87) loses its
+# time in kernels or in collectives, and how many of its collectives run on
+# the collective worker (comm/async.c) rather than in line.
 # Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), STEPS (8),
 # WARMUP (5), CALIBRATE=1 (tessel plan --calibrate into a scratch file first),
 # NODES=N: then device 0's N slowest kernels, each matched to its node of the
@@ -30,12 +36,14 @@ if [ "${CALIBRATE:-}" = 1 ]; then
   export TESSEL_CALIBRATION="$tmp/calibration.txt"
   "$tessel" plan --calibrate "$TESSEL_CALIBRATION" >/dev/null || exit 1
 fi
-mesh=()
+mesh=() launch=()
+[ -n "${PROCS:-}" ] && : "${MESH:=data=$PROCS}" && launch=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  TESSEL_NUM_THREADS=1 "${MPIRUN:-mpirun}" -n "$PROCS" --oversubscribe --bind-to none)
 [ -n "${MESH:-}" ] && mesh=(--mesh "$MESH")
 extra=(--eval-batch 1000)
 [ "$model" = gpt ] && extra=(--eval-batches 1 --sample 0)
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
-"$tessel" train --model "$model" ${mesh[@]+"${mesh[@]}"} --steps $((steps + warmup)) --epochs 1 "${extra[@]}" \
+${launch[@]+"${launch[@]}"} "$tessel" train --model "$model" ${mesh[@]+"${mesh[@]}"} --steps $((steps + warmup)) --epochs 1 "${extra[@]}" \
   --trace "$tmp/trace.json" >"$tmp/train.out" 2>&1 || { echo "predict_ops.sh: train failed: $(tail -2 "$tmp/train.out")" >&2; exit 1; }
 "$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --json >"$tmp/pred.json" 2>"$tmp/pred.err" ||
   { echo "predict_ops.sh: inspect failed: $(cat "$tmp/pred.err")" >&2; exit 1; }
@@ -44,12 +52,14 @@ if [ "${NODES:-0}" -gt 0 ]; then
   "$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --no-graph >"$tmp/prog.txt" 2>&1 ||
     { echo "predict_ops.sh: inspect failed: $(tail -2 "$tmp/prog.txt")" >&2; exit 1; }
 fi
-/usr/bin/python3 - "$tmp/trace.json" "$tmp/pred.json" "$warmup" "$tmp/prog.txt" "${NODES:-0}" <<'PY'
+/usr/bin/python3 - "$tmp/trace.json" "$tmp/pred.json" "$warmup" "$tmp/prog.txt" "${NODES:-0}" "${PROCS:-}" <<'PY'
 import collections, json, os, re, statistics, sys
 trace, pred, warm = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])
+procs = sys.argv[6]  # several processes: the trace is process 0's (its one device)
 prog, slowest = open(sys.argv[4]).read().split("\n"), int(sys.argv[5])
 ev = re.compile(r'\{"name":"([^"]*)","cat":"(kernel|execute|collective)","ph":"X","pid":(\d+),"tid":(\d+),"ts":([\d.]+),"dur":([\d.]+)')
 execs, kernels, colls, others = [], [], [], []  # others: every device's kernels (ts, dur)
+starts = []  # device 0's collectives started on its collective worker (not in line)
 for line in open(trace):
     m = ev.search(line)
     if not m: continue
@@ -58,6 +68,7 @@ for line in open(trace):
     elif cat == "kernel" and pid == 0 and tid == 0 and not name.endswith(" (start)"): kernels.append((ts, name, dur))
     if cat == "collective" and pid == 0 and tid == 0: colls.append((ts, dur))
     if cat == "kernel" and pid == 0: others.append((ts, dur))
+    if cat == "kernel" and pid == 0 and tid == 0 and name.endswith(" (start)"): starts.append((ts, dur))
 execs.sort()
 per = [collections.Counter() for _ in execs]; cnt = [collections.Counter() for _ in execs]
 seq = [[] for _ in execs]  # each execute's kernels in order: (name, ms)
@@ -80,7 +91,12 @@ print("measured: %d steps, median execute %.2f ms (device 0 kernels %.2f ms); pr
 def within(evs, i):  # (count, ms) of the events starting inside execute i
     e = [d for ts, d in evs if execs[i][0] <= ts <= execs[i][1]]
     return len(e), sum(e) / 1e3
-if colls:  # several devices: where device 0's step went, against the predicted compute and exposed communication
+if colls and procs:  # over processes: device 0's collectives (with its waits for the other processes)
+    print("process 0's device: collectives %d per step, %.2f ms (predicted exposed %.2f ms, as %s devices of one "
+          "process), %.0f per step started on the collective worker (median; the prediction, as one process, runs them in line)" % (
+              within(colls, steps[0])[0], statistics.median(within(colls, i)[1] for i in steps),
+              pred["predicted"]["comm_ms"], procs, statistics.median(within(starts, i)[0] for i in steps)))
+elif colls:  # several devices: where device 0's step went, against the predicted compute and exposed communication
     nc = within(colls, steps[0])[0]
     cm = statistics.median(within(colls, i)[1] for i in steps)
     allk = statistics.median(within(others, i)[1] for i in steps)

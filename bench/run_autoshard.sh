@@ -29,11 +29,19 @@
 # column old/meas, against the same measured step. AB_BUILD=DIR instead: that
 # column is DIR/tessel's model (its own calibration, made right after this
 # one, and its inspect), e.g. the main branch's build.
+# REPLAY=LOG: measure nothing; re-predict LOG's rows (an earlier run of this
+# script, e.g. a quiet one) with this build's model and LOG's calibration,
+# against LOG's measured steps (bench/replay_autoshard.py): a model change
+# checked on a quiet run's numbers while the machine is loaded. Logs before
+# stop 30 printed part of the calibration: the rest is derived (README).
 set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -n "${REPLAY:-}" ]; then
+  exec /usr/bin/python3 "$here/replay_autoshard.py" "$REPLAY" "${1:-$here/../build}"
+fi
 if [ "${QUICK:-}" = 1 ]; then
   : "${STEPS:=6}" "${WARMUP:=3}" "${GPT_WARMUP:=10}" "${MESHES:=1 2 4 8}" "${PLANS:=hand}" "${PROCS:=2}"
 fi
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 tessel="$build/tessel"
 [ -x "$tessel" ] || { echo "run_autoshard.sh: no $tessel (build first)" >&2; exit 2; }
@@ -45,7 +53,8 @@ export TESSEL_CALIBRATION="$tmp/calibration.txt"
 start=$(date +%s)
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 "$tessel" plan --calibrate "$TESSEL_CALIBRATION" ${ROUNDS:+--rounds "$ROUNDS"} || exit 1
-grep -E "^# .*load average|^kernel|^op_overhead|^parallel|^allreduce|^step_overhead|^shared" "$TESSEL_CALIBRATION" | sed 's/^/  /'
+# all of it: REPLAY=<this log> re-predicts the rows with it
+grep -E "^# .*load average|^[a-z]" "$TESSEL_CALIBRATION" | sed 's/^/  /'
 old_tessel="$tessel"
 if [ -n "${AB_BUILD:-}" ]; then
   old_tessel="$AB_BUILD/tessel" AB_DROP="${AB_DROP:-^$}"
