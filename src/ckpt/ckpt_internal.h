@@ -30,6 +30,15 @@ void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n);
 void ckpt_xxh64_update2(ckpt_xxh64_state *s, ckpt_xxh64_state *t, const void *data, size_t n);
 uint64_t ckpt_xxh64_digest(const ckpt_xxh64_state *s);
 uint64_t ckpt_xxh64(const void *data, size_t n);
+/* copyhash.c: the save's filler copy. ckpt_copy_hash2: dst[0..n) = src[0..n)
+ * and = ckpt_xxh64_update2(s, t, src, n), in one pass over src (a slice
+ * copied, then hashed from L1); ckpt_copy_stream: the copy alone. Both store
+ * dst's 64-byte aligned lines non-temporally (ckpt_copy_nt: -1, the default,
+ * streams on x86 with AVX-512F or SSE2 by the CPU's flags at run time; 0
+ * plain stores: tests compare the two) and fence them before returning. */
+void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t);
+void ckpt_copy_stream(void *dst, const void *src, size_t n);
+extern int ckpt_copy_nt;
 /* The checksum of bytes (a block, a header) in format `version`: 1
  * util_hash64(data, n, 0), 2 XXH64. */
 uint64_t ckpt_sum(int version, const void *data, size_t n);
