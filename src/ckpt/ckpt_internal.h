@@ -141,7 +141,9 @@ extern int ckpt_save_isolate;
 
 /* Per-stage costs of this process's last files stage (save_write.c; set by
  * the thread that ran it, before the save completes): CPU seconds of the
- * filler thread (of it: copying from the held buffers, hashing), of the
+ * filler thread (of it: copying from the held buffers, hashing; the fused
+ * pass of format 2 with nothing isolated counts both in copy_cpu_s and
+ * leaves hash_cpu_s 0), of the
  * write threads together, and the wall seconds of the final fsync. For
  * benchmarks (bench/ckpt_io.c); read after the save is waited for. */
 typedef struct {
