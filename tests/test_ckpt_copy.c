@@ -5,7 +5,8 @@
  *   ckpt_xxh64_update2 over the same bytes leaves them, for odd lengths
  *   (under a line, across slices), odd source and destination alignments and
  *   states already part-way into a stripe; with streamed stores (the CPU's
- *   own choice, AVX-512F or SSE2), forced on, and plain (ckpt_copy_nt 0);
+ *   own choice, AVX-512F or SSE2), forced on, SSE2's even on an AVX-512F
+ *   CPU (ckpt_copy_nt 2), and plain (0);
  *   the digests are also checked against XXH64 of the whole byte string;
  * - ckpt_copy_stream equals memcpy the same way;
  * - ts_buffer_hold_visit_range visits, in order, exactly the bytes
@@ -78,8 +79,8 @@ static void test_copy_hash(void) {
   size_t pool_n = 70001 + 256;
   unsigned char *pool = malloc(pool_n);
   fill_random(pool, pool_n, 7);
-  static const int modes[] = {-1, 1, 0};
-  for (int md = 0; md < 3; md++) {
+  static const int modes[] = {-1, 1, 2, 0}; /* the CPU's choice, forced, SSE2 forced, plain */
+  for (int md = 0; md < 4; md++) {
     ckpt_copy_nt = modes[md];
     for (size_t a = 0; a < sizeof lens / sizeof *lens; a++)
       for (size_t so = 0; so < sizeof offs / sizeof *offs; so++)

@@ -35,7 +35,8 @@ uint64_t ckpt_xxh64(const void *data, size_t n);
  * copied, then hashed from L1); ckpt_copy_stream: the copy alone. Both store
  * dst's 64-byte aligned lines non-temporally (ckpt_copy_nt: -1, the default,
  * streams on x86 with AVX-512F or SSE2 by the CPU's flags at run time; 0
- * plain stores: tests compare the two) and fence them before returning. */
+ * plain stores; 2 streamed with SSE2 even where AVX-512F is there: tests
+ * compare the three) and fence them before returning. */
 void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t);
 void ckpt_copy_stream(void *dst, const void *src, size_t n);
 extern int ckpt_copy_nt;

@@ -14,7 +14,7 @@
  *   disk reads next (O_DIRECT), does not evict the step's working set from
  *   the caches. The unaligned ends (below a 64-byte line) are plain stores;
  *   an sfence orders the streamed stores before the caller hands the ring on.
- * ckpt_copy_nt selects the stores (tests compare the two paths). */
+ * ckpt_copy_nt selects the stores (tests compare the three paths). */
 #include <stdint.h>
 #include <string.h>
 
@@ -27,7 +27,7 @@
 
 #define COPY_SLICE 4096u /* bytes copied, then hashed from L1 */
 
-int ckpt_copy_nt = -1; /* ckpt_internal.h: -1 auto (the CPU's flags), 0 plain stores, 1 streamed */
+int ckpt_copy_nt = -1; /* ckpt_internal.h: -1 auto, 0 plain stores, 2 streamed with SSE2 only (tests) */
 
 #ifdef COPY_X86
 /* 64-byte lines of dst (64-byte aligned) from src, streamed. */
@@ -56,10 +56,11 @@ static lines_fn stream_lines(void) {
 }
 #endif
 
-/* Whether this copy streams its stores (ckpt_copy_nt; auto: x86). */
+/* How this copy stores (ckpt_copy_nt; auto: streamed on x86): 0 plain,
+ * 1 streamed by the CPU's flags, 2 streamed with SSE2. */
 static int streaming(void) {
 #ifdef COPY_X86
-  return ckpt_copy_nt != 0;
+  return ckpt_copy_nt == 0 ? 0 : ckpt_copy_nt == 2 ? 2 : 1;
 #else
   return 0;
 #endif
@@ -75,7 +76,7 @@ static void copy_slice(char *d, const char *s, size_t n, int nt) {
     memcpy(d, s, head);
     d += head, s += head, n -= head;
     size_t body = n & ~(size_t)63;
-    if (body) stream_lines()(d, s, body);
+    if (body) (nt == 2 ? lines_sse2 : stream_lines())(d, s, body);
     memcpy(d + body, s + body, n - body);
     return;
   }
