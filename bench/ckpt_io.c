@@ -52,6 +52,7 @@
  * ms) and the process's CPU seconds over the step before the save and over
  * the save + the step run beside it: less load-sensitive than wall times.
  * RESULT adds fill_cpu_ms, copy_cpu_ms, hash_cpu_ms, io_cpu_ms, fsync_ms
+ * (hash_cpu_ms 0 where the copy hashes in the same pass: format 2, no --isolate)
  * (medians). --isolate switches parts of the save off (ckpt_save_isolate;
  * buffered: no O_DIRECT) to see which one slows the step beside it; the
  * checkpoints are then not loadable, so the loads and their check are

@@ -31,7 +31,8 @@
 #   ISOLATE=nohash,nowrite,nocopy,buffered (any of them): bench_ckpt_io --isolate, parts of the
 #   save switched off to see which one slows the step beside it (no loads then: load= is 0).
 # Each model also prints the save's per-stage costs (medians): CPU ms of the filler thread (of it
-# the copies and the checksums), of the write threads, and the final fsync's wall ms.
+# the copies and the checksums, or "hashed in the same pass" where one pass does both), of the write
+# threads, and the final fsync's wall ms.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
@@ -103,8 +104,9 @@ print(f"load {float(f['load_median_s']):.3f} s = {load:.3f} GB/s = {load / dr:.2
 print(f"step wait {float(f['step_wait_median_s']):.4f} s (in the save call {float(f['snapshot_median_s']):.4f} s; "
       f"step {float(f['step_median_s']):.3f} s, during the save {float(f['step_during_save_median_s']):.3f} s) = "
       f"{frac:.3f} of a save (target <= 0.10: {verdict(frac <= 0.10)})")
+fused = float(f['hash_cpu_ms']) == 0 and f["isolate"] == "0"  # copy and hash in one pass: all in copy
 print(f"save stages: CPU ms filler {float(f['fill_cpu_ms']):.1f} (copy {float(f['copy_cpu_ms']):.1f}, "
-      f"hash {float(f['hash_cpu_ms']):.1f}), write threads {float(f['io_cpu_ms']):.1f}; fsync {float(f['fsync_ms']):.1f} ms"
+      + ("hashed in the same pass" if fused else f"hash {float(f['hash_cpu_ms']):.1f}") + f"), write threads {float(f['io_cpu_ms']):.1f}; fsync {float(f['fsync_ms']):.1f} ms"
       + ("" if f["isolate"] == "0" else f" (isolate={f['isolate']}: parts switched off, no loads)"))
 print(f"save under a busy step loop: {float(f['busy_save_s']):.3f} s over {f['busy_steps']} steps "
       f"(mean step {float(f['busy_step_s']):.3f} s)")

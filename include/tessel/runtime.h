@@ -197,6 +197,16 @@ int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, si
  * give (the block's row-major contents): a large block read a piece at a
  * time (a checkpoint's pipelined save). */
 int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes);
+/* The same bytes [offset, offset + bytes), visited instead of copied: fn(ctx,
+ * p, n) is called on consecutive pieces of them, in order (p: read-only
+ * host memory, valid during the call). On CPU devices p is the held memory
+ * itself (no intermediate copy: a checkpoint's writer copies and hashes
+ * each byte in one pass); a padded block comes a row of its last dim at a
+ * time. fn returns 0 to go on; a nonzero return stops the visit and is
+ * returned (fn sets the error). */
+typedef int (*ts_hold_visit_fn)(void *ctx, const void *p, size_t n);
+int ts_buffer_hold_visit_range(const ts_buffer_hold *h, int device, size_t offset, size_t bytes, ts_hold_visit_fn fn,
+                               void *ctx);
 void ts_buffer_hold_release(ts_buffer_hold *h);
 
 /* ---- compile ---- */

@@ -30,6 +30,16 @@ void ckpt_xxh64_update(ckpt_xxh64_state *s, const void *data, size_t n);
 void ckpt_xxh64_update2(ckpt_xxh64_state *s, ckpt_xxh64_state *t, const void *data, size_t n);
 uint64_t ckpt_xxh64_digest(const ckpt_xxh64_state *s);
 uint64_t ckpt_xxh64(const void *data, size_t n);
+/* copyhash.c: the save's filler copy. ckpt_copy_hash2: dst[0..n) = src[0..n)
+ * and = ckpt_xxh64_update2(s, t, src, n), in one pass over src (a slice
+ * copied, then hashed from L1); ckpt_copy_stream: the copy alone. Both store
+ * dst's 64-byte aligned lines non-temporally (ckpt_copy_nt: -1, the default,
+ * streams on x86 with AVX-512F or SSE2 by the CPU's flags at run time; 0
+ * plain stores; 2 streamed with SSE2 even where AVX-512F is there: tests
+ * compare the three) and fence them before returning. */
+void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t);
+void ckpt_copy_stream(void *dst, const void *src, size_t n);
+extern int ckpt_copy_nt;
 /* The checksum of bytes (a block, a header) in format `version`: 1
  * util_hash64(data, n, 0), 2 XXH64. */
 uint64_t ckpt_sum(int version, const void *data, size_t n);
@@ -132,7 +142,9 @@ extern int ckpt_save_isolate;
 
 /* Per-stage costs of this process's last files stage (save_write.c; set by
  * the thread that ran it, before the save completes): CPU seconds of the
- * filler thread (of it: copying from the held buffers, hashing), of the
+ * filler thread (of it: copying from the held buffers, hashing; the fused
+ * pass of format 2 with nothing isolated counts both in copy_cpu_s and
+ * leaves hash_cpu_s 0), of the
  * write threads together, and the wall seconds of the final fsync. For
  * benchmarks (bench/ckpt_io.c); read after the save is waited for. */
 typedef struct {

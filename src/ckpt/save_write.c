@@ -3,9 +3,11 @@
  * the file's image (header + blocks) cut into SAVE_CHUNK pieces at aligned
  * file offsets, through a ring of SAVE_SLOTS chunk buffers:
  *   fill   (this thread) copies the chunk's bytes from the held device blocks
- *          (ts_buffer_hold_read_range) a SAVE_PIECE at a time and hashes each
- *          piece at once, from cache, into its block's and the file's XXH64
- *          (one pass for both: ckpt_xxh64_update2);
+ *          a SAVE_PIECE at a time, read in place (ts_buffer_hold_visit_range)
+ *          and hashed into its block's and the file's XXH64 in the same pass
+ *          over them, the ring written with non-temporal stores
+ *          (ckpt_copy_hash2, copyhash.c: the copy beside a training step
+ *          takes as little memory bandwidth and cache as it can);
  *          a buffer's hold is released as soon as its last byte is copied;
  *   write  (SAVE_IO_THREADS threads) write filled chunks with O_DIRECT (the
  *          disk reads the ring itself; buffered with early write-back where
@@ -177,7 +179,7 @@ typedef struct {
   ckpt_xxh64_state bs, fs;
   uint64_t *bh; /* out: each block's checksum */
   int *last;    /* (n) per hold: the last block that reads it (-1: none) */
-  double copy_cpu_s, hash_cpu_s; /* this thread's CPU seconds in the copies and in the checksums */
+  double copy_cpu_s, hash_cpu_s; /* this thread's CPU seconds in the copies and in the checksums (the fused pass: all in copy_cpu_s) */
 } fill_cursor;
 
 /* A hold's read failed: the error names the block. */
@@ -187,9 +189,44 @@ static int read_error(const st_entry *e, const save_block *b) {
   return set_error("checkpoint: reading %s from device %d: %s", e->name, b->device, err);
 }
 
-/* Copies data bytes [dpos, dend) (offsets in the data part) into dst, a
- * SAVE_PIECE at a time, each piece hashed right after its copy (from
- * cache); a hold is released after its last block. */
+/* The fused pass's visitor (ts_buffer_hold_visit_range): the held bytes
+ * copied into the ring at dst and hashed into the block's and the file's
+ * checksums in one pass (copyhash.c). */
+typedef struct {
+  char *dst;
+  fill_cursor *fc;
+} fill_visit;
+static int fill_visit_run(void *ctx, const void *p, size_t n) {
+  fill_visit *v = ctx;
+  ckpt_copy_hash2(v->dst, p, n, &v->fc->bs, &v->fc->fs);
+  v->dst += n;
+  return 0;
+}
+
+/* m bytes of block b (hold h) from byte fc->boff into dst, and into the
+ * checksums (format 2). Format 2 with nothing isolated: one pass, read in
+ * place (visit) and copied with streamed stores while hashed; else the copy
+ * (read_range), then the hash of the copy, from cache. */
+static int fill_piece(save_job *j, fill_cursor *fc, const ts_buffer_hold *h, int device, char *dst, uint64_t m) {
+  double c0 = thread_cpu_s();
+  if (j->version >= 2 && !(ckpt_save_isolate & (CKPT_ISOLATE_NOCOPY | CKPT_ISOLATE_NOHASH))) {
+    fill_visit v = {.dst = dst, .fc = fc};
+    int rc = ts_buffer_hold_visit_range(h, device, (size_t)fc->boff, (size_t)m, fill_visit_run, &v);
+    fc->copy_cpu_s += thread_cpu_s() - c0; /* the checksums' CPU included */
+    return rc;
+  }
+  if (!(ckpt_save_isolate & CKPT_ISOLATE_NOCOPY) &&
+      ts_buffer_hold_read_range(h, device, (size_t)fc->boff, dst, (size_t)m) < 0)
+    return -1;
+  double c1 = thread_cpu_s();
+  if (j->version >= 2 && !(ckpt_save_isolate & CKPT_ISOLATE_NOHASH)) ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
+  fc->copy_cpu_s += c1 - c0, fc->hash_cpu_s += thread_cpu_s() - c1;
+  return 0;
+}
+
+/* Copies data bytes [dpos, dend) (offsets in the data part) into dst and
+ * into the checksums, a SAVE_PIECE at a time (fill_piece); a hold is
+ * released after its last block. */
 static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uint64_t dend) {
   while (dpos < dend) {
     const save_block *b = &j->bl[fc->k];
@@ -207,14 +244,7 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     uint64_t m = bytes - fc->boff;
     if (m > dend - dpos) m = dend - dpos;
     if (m > SAVE_PIECE) m = SAVE_PIECE;
-    double c0 = thread_cpu_s();
-    if (!(ckpt_save_isolate & CKPT_ISOLATE_NOCOPY) &&
-        ts_buffer_hold_read_range(j->holds[h], b->device, (size_t)fc->boff, dst, (size_t)m) < 0)
-      return read_error(e, b);
-    double c1 = thread_cpu_s();
-    if (j->version >= 2 && !(ckpt_save_isolate & CKPT_ISOLATE_NOHASH))
-      ckpt_xxh64_update2(&fc->bs, &fc->fs, dst, (size_t)m);
-    fc->copy_cpu_s += c1 - c0, fc->hash_cpu_s += thread_cpu_s() - c1;
+    if (fill_piece(j, fc, j->holds[h], b->device, dst, m) < 0) return read_error(e, b);
     dst += m, dpos += m, fc->boff += m;
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);

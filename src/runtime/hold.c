@@ -20,6 +20,11 @@
  * 512 times fewer faults, and the copies of the next saves, which read it,
  * miss the TLB less.
  *
+ * The holder reads the held bytes copied out (ts_buffer_hold_read_range) or
+ * visited in place (ts_buffer_hold_visit_range: host memory on CPU devices,
+ * staged through a bounce buffer elsewhere); both walk the same runs
+ * (hold_runs: one per row of the last dim in a padded block).
+ *
  * Threads: the buffer's fields (b->hold, b->spare, b->shards) belong to the
  * thread using the buffer; the holder (any thread) touches only the hold's
  * fields, under its mutex. A hold object is freed by whichever of the two
@@ -139,24 +144,31 @@ int ts_buffer_hold_read_shard(const ts_buffer_hold *h, int device, void *dst, si
   return ts_buffer_hold_read_range(h, device, 0, dst, bytes); /* the whole block */
 }
 
-int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes) {
-  if (!h) return set_error("buffer_hold_read_range: hold is NULL");
+/* Checks [offset, offset + bytes) against device's held block: 0, or -1
+ * (error set, naming the caller `fn`). */
+static int hold_check_range(const ts_buffer_hold *h, const char *fn, int device, size_t offset, size_t bytes) {
+  if (!h) return set_error("%s: hold is NULL", fn);
   if (device < 0 || device >= h->n_shards || !h->shards[device])
-    return set_error("buffer_hold_read_range: device %d is not a local device of the held buffer", device);
-  size_t es = ts_dtype_size(h->dtype), want = (size_t)ts_shape_numel(h->rank, h->ext[device]) * es;
+    return set_error("%s: device %d is not a local device of the held buffer", fn, device);
+  size_t want = (size_t)ts_shape_numel(h->rank, h->ext[device]) * ts_dtype_size(h->dtype);
   if (offset > want || bytes > want - offset)
-    return set_error("buffer_hold_read_range: bytes [%zu, %zu) are outside device %d's block of %zu bytes", offset,
-                     offset + bytes, device, want);
-  if (bytes == 0) return 0;
-  if (!dst) return set_error("buffer_hold_read_range: host memory is NULL");
-  const ts_device *d = &h->c->devs[device];
-  /* Device memory is addressed by byte offset (host memory on CPU devices). */
-  const char *base = h->shards[device];
-  if (want == h->shard_bytes) return d->to_host(d->ctx, dst, base + offset, bytes);
-  /* A padded block: runs of the last dim, each at its place in the padded layout. */
+    return set_error("%s: bytes [%zu, %zu) are outside device %d's block of %zu bytes", fn, offset, offset + bytes,
+                     device, want);
+  return 0;
+}
+
+/* Calls run(ctx, p, n) on the contiguous runs of device memory that hold
+ * bytes [offset, offset + bytes) of the block's row-major contents, in
+ * order: one run for an unpadded block; in a padded block one per row of
+ * the last dim (each at its place in the padded layout). Stops at the first
+ * nonzero return and returns it. */
+static int hold_runs(const ts_buffer_hold *h, int device, size_t offset, size_t bytes,
+                     int (*run)(void *ctx, const char *p, size_t n), void *ctx) {
+  size_t es = ts_dtype_size(h->dtype), want = (size_t)ts_shape_numel(h->rank, h->ext[device]) * es;
+  const char *base = h->shards[device]; /* device memory is addressed by byte offset */
+  if (want == h->shard_bytes) return run(ctx, base + offset, bytes);
   int r = h->rank;
   size_t row = (size_t)h->ext[device][r - 1] * es;
-  char *out = dst;
   while (bytes > 0) {
     size_t ri = offset / row, in = offset % row, src = 0, stride = (size_t)h->local_shape[r - 1] * es;
     for (int k = r - 2; k >= 0; k--) { /* row ri's multi-index in ext, its place in the padded block */
@@ -165,11 +177,68 @@ int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset
       stride *= (size_t)h->local_shape[k];
     }
     size_t m = row - in < bytes ? row - in : bytes;
-    int rc = d->to_host(d->ctx, out, base + src + in, m);
+    int rc = run(ctx, base + src + in, m);
     if (rc != 0) return rc;
-    out += m, offset += m, bytes -= m;
+    offset += m, bytes -= m;
   }
   return 0;
+}
+
+/* ts_buffer_hold_read_range's run: to_host into the next bytes of dst. */
+typedef struct {
+  const ts_device *d;
+  char *out;
+} read_ctx;
+static int read_run(void *ctx, const char *p, size_t n) {
+  read_ctx *rc = ctx;
+  int r = rc->d->to_host(rc->d->ctx, rc->out, p, n);
+  rc->out += n;
+  return r;
+}
+
+int ts_buffer_hold_read_range(const ts_buffer_hold *h, int device, size_t offset, void *dst, size_t bytes) {
+  if (hold_check_range(h, "buffer_hold_read_range", device, offset, bytes) < 0) return -1;
+  if (bytes == 0) return 0;
+  if (!dst) return set_error("buffer_hold_read_range: host memory is NULL");
+  read_ctx rc = {.d = &h->c->devs[device], .out = dst};
+  return hold_runs(h, device, offset, bytes, read_run, &rc);
+}
+
+enum { HOLD_BOUNCE = 1u << 20 }; /* bytes staged at a time where device memory is not host memory */
+
+/* ts_buffer_hold_visit_range's run: the device memory itself where it is
+ * host memory (CPU devices), else staged through a bounce buffer. */
+typedef struct {
+  const ts_device *d;
+  bool host;
+  char *bounce;
+  ts_hold_visit_fn fn;
+  void *ctx;
+} visit_ctx;
+static int visit_run(void *ctx, const char *p, size_t n) {
+  visit_ctx *v = ctx;
+  if (v->host) return v->fn(v->ctx, p, n);
+  for (size_t o = 0; o < n; o += HOLD_BOUNCE) {
+    size_t m = n - o < HOLD_BOUNCE ? n - o : HOLD_BOUNCE;
+    int rc = v->d->to_host(v->d->ctx, v->bounce, p + o, m);
+    if (rc == 0) rc = v->fn(v->ctx, v->bounce, m);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+int ts_buffer_hold_visit_range(const ts_buffer_hold *h, int device, size_t offset, size_t bytes, ts_hold_visit_fn fn,
+                               void *ctx) {
+  if (hold_check_range(h, "buffer_hold_visit_range", device, offset, bytes) < 0) return -1;
+  if (!fn) return set_error("buffer_hold_visit_range: visitor is NULL");
+  if (bytes == 0) return 0;
+  visit_ctx v = {.d = &h->c->devs[device], .fn = fn, .ctx = ctx};
+  v.host = v.d->platform && strcmp(v.d->platform, "cpu") == 0;
+  if (!v.host && !(v.bounce = malloc(HOLD_BOUNCE)))
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer_hold_visit_range: out of memory");
+  int rc = hold_runs(h, device, offset, bytes, visit_run, &v);
+  free(v.bounce);
+  return rc;
 }
 
 void ts_buffer_hold_release(ts_buffer_hold *h) {
