@@ -15,14 +15,25 @@ typedef struct {
   const float *(*range)(void *state, int64_t off, int64_t n);
   void (*end)(void *state);
   const void *user;
+  /* results per element (0 or 1: one; a stacked fused reduction of k sibling
+   * sums: k). Result q of a range of n elements is at tk_src_at(p, q, n) of
+   * the pointer range returns; each is folded exactly as a single result
+   * would be, into output block q (the node's outputs are k blocks). */
+  int n_res;
 } tk_reduce_src;
+
+/* Where result q of a range of n elements starts: blocks of n rounded up to
+ * 16 floats (64 bytes), so each block keeps the first's alignment. */
+static inline int64_t tk_src_stride(int64_t n) { return (n + 15) & ~(int64_t)15; }
+#define tk_src_at(p, q, n) ((p) + (q) * tk_src_stride(n))
 
 /* Longest contiguous run the reduction of shape (rank, shape) over n's
  * attr.dims asks of its source (the fusion pass keeps it bounded). */
 int64_t tk_reduce_max_run(const ts_node *n, int rank, const int64_t *shape);
 
 /* Reduce node n (attr.reduce sum or mean, attr.dims; f32 result) over an f32
- * operand of shape (rank, shape) produced by src. */
+ * operand of shape (rank, shape) produced by src (src->n_res results: the
+ * node's numel is n_res times the reduced shape's). */
 int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_reduce_src *src, void *out,
                    const ts_kctx *ctx);
 
