@@ -611,11 +611,16 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
  * opt/fuse.c) runs each result as the program of its own instructions and
  * inputs (tk_fused_extract: the program it had alone, so the same loop and
  * the same bits), one after the other on each range: the later ones find the
- * range's inputs in cache, so the shared operand is read from memory once. */
+ * range's inputs in cache, so the shared operand is read from memory once. A
+ * result that is an f32 input alone (a plain sum's) is folded in place. */
 typedef struct {
   const prog_t *P; /* k programs, one per result */
+  const bool *direct; /* per result: an f32 input alone, read in place (no program run) */
   int k;
 } red_src;
+
+/* Result q's block of a buffer for ranges of n: n rounded up to 16 floats. */
+static int64_t block_stride(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 typedef struct {
   const red_src *R;
@@ -637,10 +642,10 @@ static void *red_begin(const void *user, int64_t max_run) {
   if (!st) return NULL;
   st->R = R;
   st->scratch = calloc((size_t)R->k, sizeof *st->scratch);
-  st->buf = aligned_alloc(64, (size_t)R->k * (size_t)tk_src_stride(max_run > 0 ? max_run : 1) * sizeof *st->buf);
+  st->buf = aligned_alloc(64, (size_t)R->k * (size_t)block_stride(max_run > 0 ? max_run : 1) * sizeof *st->buf);
   bool ok = st->scratch && st->buf;
   for (int q = 0; ok && q < R->k; q++) {
-    if (R->P[q].fast) continue;
+    if (R->P[q].fast || R->direct[q]) continue;
     ok = (st->scratch[q] = aligned_alloc(64, scratch_bytes(&R->P[q]))) != NULL;
     if (ok) prefill(&R->P[q], st->scratch[q]);
   }
@@ -651,21 +656,23 @@ static void *red_begin(const void *user, int64_t max_run) {
   return st;
 }
 
-static const float *red_range(void *state, int64_t off, int64_t n) {
+static void red_range(void *state, int64_t off, int64_t n, const float **res) {
   red_state *st = state;
   for (int q = 0; q < st->R->k; q++) {
     const prog_t *P = &st->R->P[q];
-    float *b = tk_src_at(st->buf, q, n);
-    if (P->fast) tk_fast_run(P->fast, P->in, b, off, off + n);
+    float *b = st->buf + q * block_stride(n);
+    res[q] = b;
+    if (st->R->direct[q]) res[q] = (const float *)P->in[0] + off;
+    else if (P->fast) tk_fast_run(P->fast, P->in, b, off, off + n);
     else run_range(P, off, off + n, st->scratch[q], b);
   }
-  return st->buf;
 }
 
 /* One result of a stacked fused reduction: its program and inputs. */
 typedef struct {
   ts_fused p;
   int32_t *ext; /* its input j is the node's input ext[j] */
+  bool direct;  /* the program is an f32 input alone (a plain sum's): read in place */
   prog_t P;     /* in unset */
   tk_fast F;
   ts_dtype *dt;
@@ -686,6 +693,10 @@ static void res_progs_free(res_prog *r, int k) {
  * numel elements; its inputs' dtypes dt and sizes ne), prepared. */
 static res_prog *res_progs_make(const ts_node *n, const ts_dtype *dt, const int64_t *ne, int64_t numel, int k) {
   const ts_fused *prog = n->attr.fused;
+  if (k > TK_SRC_MAX_RES) {
+    set_error("fused: a stacked reduction of %d results (at most %d)", k, TK_SRC_MAX_RES);
+    return NULL;
+  }
   res_prog *r = calloc((size_t)k, sizeof *r);
   int ni = n->n_in > 0 ? n->n_in : 1;
   for (int q = 0; r && q < k; q++) {
@@ -700,6 +711,8 @@ static res_prog *res_progs_make(const ts_node *n, const ts_dtype *dt, const int6
       return NULL;
     }
     for (int j = 0; j < m; j++) R->dt[j] = dt[R->ext[j]], R->ne[j] = ne[R->ext[j]];
+    R->direct = R->p.n == 1 && R->p.ins[0].op == TS_OP_CONVERT && R->p.ins[0].dtype == TS_F32 && m == 1 &&
+                R->dt[0] == TS_F32 && R->ne[0] == numel;
     R->P = (prog_t){&R->p, m, R->dt, R->ne, NULL, NULL, TS_F32, numel, {R->kind, R->arg}, NULL};
     if (prog_prepare(&R->P, &R->F) < 0) {
       res_progs_free(r, k);
@@ -716,18 +729,20 @@ static res_prog *res_progs_make(const ts_node *n, const ts_dtype *dt, const int6
 static int fused_reduce(const ts_node *n, const prog_t *prepared, const res_prog *res, int k, tk_in in, void *out,
                         const ts_kctx *ctx) {
   prog_t P[k];
+  bool direct[k];
   int total = 0;
   for (int q = 0; q < k; q++) total += res ? res[q].P.n_ext : 0;
   const void *cin[total > 0 ? total : 1];
   for (int q = 0, c = 0; q < k; q++) {
     P[q] = res ? res[q].P : *prepared;
     P[q].in = in;
+    direct[q] = res && res[q].direct;
     if (!res) continue;
     for (int j = 0; j < res[q].P.n_ext; j++) cin[c + j] = in[res[q].ext[j]];
     P[q].in = cin + c;
     c += res[q].P.n_ext;
   }
-  red_src R = {P, k};
+  red_src R = {P, direct, k};
   tk_reduce_src src = {red_begin, red_range, red_end, &R, k};
   return tk_reduce_from(n, n->attr.axis, n->attr.gshape, &src, out, ctx);
 }

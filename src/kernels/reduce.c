@@ -116,7 +116,8 @@ MINMAX_FAST(double, f64, 8, int64_t)
 
 /* The operand run [off, off + n): in memory, or computed by a fused
  * reduction's source S (f32 only) into the thread's state st. */
-#define GET(T, off, n) (S ? (const T *)(const void *)S->range(st, (off), (n)) : x + (off))
+#define GET(T, ps, off, n) \
+  (S ? S->range(st, (off), (n), (const float **)(void *)(ps)) : (void)((ps)[0] = x + (off)))
 
 /* Elements a fused source computes per call when its runs are shorter: runs
  * that follow each other in memory are asked for together and folded one by
@@ -161,9 +162,9 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
         err = S && !st;                                                                      \
         _Pragma("omp for")                                                                   \
         for (int64_t o = 0; o < G->size[0]; o++) {                                           \
-          const T *p = !S || st ? GET(T, o * inner, inner) : NULL;                           \
-          for (int q = 0; p && q < nr; q++)                                                  \
-            acc[q * out_n + o] = run_##SUF(tk_src_at(p, q, inner), inner, k, init);          \
+          const T *ps[TK_SRC_MAX_RES] = {NULL};                                              \
+          if (!S || st) GET(T, ps, o * inner, inner);                                        \
+          for (int q = 0; ps[0] && q < nr; q++) acc[q * out_n + o] = run_##SUF(ps[q], inner, k, init); \
         }                                                                                    \
         if (st) S->end(st);                                                                  \
       }                                                                                      \
@@ -191,9 +192,10 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
           for (int64_t r = 0; r < R && (!S || st); r++)                                      \
             for (int64_t o = k0; o < k1; o += nb) {                                          \
               int64_t cnt = k1 - o < nb ? k1 - o : nb;                                       \
-              const T *blk = GET(T, (r * K + o) * in3, cnt * in3);                           \
+              const T *ps[TK_SRC_MAX_RES];                                                   \
+              GET(T, ps, (r * K + o) * in3, cnt * in3);                                      \
               for (int q = 0; q < nr; q++) {                                                 \
-                const T *bq = tk_src_at(blk, q, cnt * in3);                                  \
+                const T *bq = ps[q];                                                         \
                 double *aq = acc + q * out_n;                                                \
                 for (int64_t j = 0; j < cnt; j++) aq[o + j] = run_##SUF(bq + j * in3, in3, k, aq[o + j]); \
               }                                                                              \
@@ -203,9 +205,10 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
           for (int64_t o = 0; o < K; o++) {                                                  \
             for (int q = 0; q < nr; q++) acc[q * out_n + o] = init;                          \
             for (int64_t r = 0; r < R && (!S || st); r++) {                                  \
-              const T *p = GET(T, (r * K + o) * in3, in3);                                   \
+              const T *ps[TK_SRC_MAX_RES];                                                   \
+              GET(T, ps, (r * K + o) * in3, in3);                                            \
               for (int q = 0; q < nr; q++)                                                   \
-                acc[q * out_n + o] = run_##SUF(tk_src_at(p, q, in3), in3, k, acc[q * out_n + o]); \
+                acc[q * out_n + o] = run_##SUF(ps[q], in3, k, acc[q * out_n + o]);           \
             }                                                                                \
           }                                                                                  \
         } else {                                                                             \
@@ -214,8 +217,9 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
           for (int q = 0; q < nr; q++)                                                       \
             for (int64_t o = k0; o < k1; o++) acc[q * out_n + o] = init;                     \
           for (int64_t r = 0; r < R && k0 < k1 && (!S || st); r++) {                         \
-            const T *p = GET(T, r * K + k0, k1 - k0);                                        \
-            for (int q = 0; q < nr; q++) row_##SUF(tk_src_at(p, q, k1 - k0), k1 - k0, k, acc + q * out_n + k0); \
+            const T *ps[TK_SRC_MAX_RES];                                                     \
+            GET(T, ps, r * K + k0, k1 - k0);                                                 \
+            for (int q = 0; q < nr; q++) row_##SUF(ps[q], k1 - k0, k, acc + q * out_n + k0); \
           }                                                                                  \
         }                                                                                    \
         if (st) S->end(st);                                                                  \
@@ -232,17 +236,17 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
     for (int gi = G->ng - 1; gi >= 0; gi--)                                                  \
       if (!G->red[gi]) ost[gi] = s, s *= G->size[gi];                                        \
       else ost[gi] = 0;                                                                      \
-    const T *blk = NULL; /* runs [r0, r0 + nb) of the source, in order */                    \
+    const T *bs[TK_SRC_MAX_RES] = {NULL}; /* runs [r0, r0 + nb) of the source, in order */    \
     int64_t blk_n = 0;                                                                       \
     for (int64_t r = 0; r < outer; r++) {                                                    \
       int64_t o = 0;                                                                         \
       for (int gi = 0; gi < last; gi++) o += idx[gi] * ost[gi];                              \
       if (r % nb == 0) {                                                                     \
         blk_n = (outer - r < nb ? outer - r : nb) * inner;                                   \
-        blk = GET(T, r * inner, blk_n);                                                      \
+        GET(T, bs, r * inner, blk_n);                                                        \
       }                                                                                      \
       for (int q = 0; q < nr; q++) {                                                         \
-        const T *run = tk_src_at(blk, q, blk_n) + r % nb * inner;                            \
+        const T *run = bs[q] + r % nb * inner;                                               \
         double *aq = acc + q * out_n;                                                        \
         if (G->red[last]) aq[o] = run_##SUF(run, inner, k, aq[o]);                           \
         else row_##SUF(run, inner, k, aq + o);                                               \

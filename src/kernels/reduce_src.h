@@ -8,24 +8,22 @@
 
 #include "kernels/kernels_internal.h"
 
+/* Results per element a source may give (a stacked fused reduction's k). */
+#define TK_SRC_MAX_RES 4
+
 typedef struct {
   /* per-thread state for ranges of at most max_run elements, NULL when out of memory */
   void *(*begin)(const void *user, int64_t max_run);
-  /* elements [off, off + n) of the operand, valid until the next call */
-  const float *(*range)(void *state, int64_t off, int64_t n);
+  /* elements [off, off + n) of the operand into res[0] (res[q]: result q of
+   * a source of several), each valid until the next call */
+  void (*range)(void *state, int64_t off, int64_t n, const float **res);
   void (*end)(void *state);
   const void *user;
-  /* results per element (0 or 1: one; a stacked fused reduction of k sibling
-   * sums: k). Result q of a range of n elements is at tk_src_at(p, q, n) of
-   * the pointer range returns; each is folded exactly as a single result
-   * would be, into output block q (the node's outputs are k blocks). */
+  /* results per element (0 or 1: one; a stacked fused reduction of k
+   * sibling sums: k <= TK_SRC_MAX_RES), each folded exactly as a single
+   * result would be, into output block q (the node's outputs are k blocks) */
   int n_res;
 } tk_reduce_src;
-
-/* Where result q of a range of n elements starts: blocks of n rounded up to
- * 16 floats (64 bytes), so each block keeps the first's alignment. */
-static inline int64_t tk_src_stride(int64_t n) { return (n + 15) & ~(int64_t)15; }
-#define tk_src_at(p, q, n) ((p) + (q) * tk_src_stride(n))
 
 /* Longest contiguous run the reduction of shape (rank, shape) over n's
  * attr.dims asks of its source (the fusion pass keeps it bounded). */
