@@ -15,7 +15,8 @@
  * becomes a BROADCAST instruction reading its operand by index, so it is never
  * materialized. A group of one op stays that op, unless it reads such a
  * broadcast. A sum or mean of such a group is fused with it (fused
- * reductions, below). */
+ * reductions, below); sibling reductions that read the same input are then
+ * stacked into one pass (fuse_siblings.c). */
 #include <stdlib.h>
 #include <string.h>
 
