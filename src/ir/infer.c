@@ -407,11 +407,16 @@ static int infer_fused(const ts_graph *g, const char *who, int n_in, const int32
   if (!f || f->n < 1 || !f->ins) return ERR("%s: empty program", who);
   int64_t numel = ts_shape_numel(rank, shape);
   if (at->n_dims > 0) { /* a fused reduction (opt/fuse.c): the program runs over gshape[0 .. axis) */
-    if (at->axis < 1 || at->axis > TS_MAX_RANK || at->n_dims > at->axis || rank != at->axis - at->n_dims ||
-        (at->reduce != TS_REDUCE_SUM && at->reduce != TS_REDUCE_MEAN) || f->ins[f->n - 1].dtype != TS_F32)
+    int64_t k = ir_fused_results(at, rank, shape); /* stacked: k results in front */
+    int lead = rank == at->axis - at->n_dims + 1;
+    if (at->axis < 1 || at->axis > TS_MAX_RANK || at->n_dims > at->axis || rank != at->axis - at->n_dims + lead ||
+        (at->reduce != TS_REDUCE_SUM && at->reduce != TS_REDUCE_MEAN) || (lead && (k < 2 || k > f->n)))
       return ERR("%s: a fused reduction must be an f32 sum or mean from rank %d to rank %d (over %d dims)", who,
                  at->axis, rank, at->n_dims);
-    int i = 0, j = 0;
+    for (int64_t q = 0; q < k; q++)
+      if (f->ins[f->n - 1 - q].dtype != TS_F32)
+        return ERR("%s: fused reduction result %lld is not f32", who, (long long)(k - 1 - q));
+    int i = 0, j = lead;
     for (int d = 0; d < at->axis; d++) {
       if (i < at->n_dims && at->dims[i] == d) {
         i++;

@@ -98,7 +98,11 @@ typedef struct {
  * element i reads its element (i / .value) % m). The result is the last
  * instruction. A FUSED node with attr.n_dims > 0 is a fused reduction: the
  * program runs over the shape attr.gshape[0 .. attr.axis) and its f32 result
- * is summed (attr.reduce sum or mean) over attr.dims into the node's shape. */
+ * is summed (attr.reduce sum or mean) over attr.dims into the node's shape.
+ * A stacked fused reduction (opt/fuse.c's sibling sums read in one pass) has
+ * one dim more than the reduced shape, in front: k >= 2 results, the
+ * program's last k instructions, result q summed into block q (see
+ * ir_fused_results). */
 typedef struct {
   ts_op op;
   ts_cmp cmp;
@@ -139,6 +143,13 @@ typedef struct {
   bool global;
   int64_t goffset[TS_MAX_RANK], gshape[TS_MAX_RANK];
 } ts_attr;
+
+/* The number of results of a fused reduction whose node has rank `rank`
+ * and attributes at: 1, or k = shape[0] when stacked (rank one more than the
+ * reduced shape's). */
+static inline int64_t ir_fused_results(const ts_attr *at, int rank, const int64_t *shape) {
+  return at->n_dims > 0 && rank == at->axis - at->n_dims + 1 ? shape[0] : 1;
+}
 
 typedef struct {
   ts_op op;

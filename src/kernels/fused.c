@@ -606,49 +606,144 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
 }
 
 /* ---- fused reductions: the program's f32 result folded by reduce.c ----
- * Each thread evaluates the runs reduce.c asks for into its own buffer. */
+ * Each thread evaluates the runs reduce.c asks for into its own buffer. A
+ * stacked fused reduction (k = ir_fused_results > 1: sibling sums merged by
+ * opt/fuse.c) runs each result as the program of its own instructions and
+ * inputs (tk_fused_extract: the program it had alone, so the same loop and
+ * the same bits), one after the other on each range: the later ones find the
+ * range's inputs in cache, so the shared operand is read from memory once. A
+ * result that is an f32 input alone (a plain sum's) is folded in place. */
 typedef struct {
-  const prog_t *P;
-  char *scratch;
-  float *buf;
+  const prog_t *P; /* k programs, one per result */
+  const bool *direct; /* per result: an f32 input alone, read in place (no program run) */
+  int k;
+} red_src;
+
+/* Result q's block of a buffer for ranges of n: n rounded up to 16 floats. */
+static int64_t block_stride(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+typedef struct {
+  const red_src *R;
+  char **scratch; /* per program (NULL: fused_fast.c's loop) */
+  float *buf;     /* k blocks of tk_src_stride(max_run) */
 } red_state;
 
 static void red_end(void *state) {
   red_state *st = state;
+  for (int q = 0; st->scratch && q < st->R->k; q++) free(st->scratch[q]);
   free(st->scratch);
   free(st->buf);
   free(st);
 }
 
 static void *red_begin(const void *user, int64_t max_run) {
-  const prog_t *P = user;
+  const red_src *R = user;
   red_state *st = calloc(1, sizeof *st);
   if (!st) return NULL;
-  st->P = P;
-  st->scratch = P->fast ? NULL : aligned_alloc(64, scratch_bytes(P));
-  st->buf = malloc((size_t)(max_run > 0 ? max_run : 1) * sizeof *st->buf);
-  if ((!P->fast && !st->scratch) || !st->buf) {
+  st->R = R;
+  st->scratch = calloc((size_t)R->k, sizeof *st->scratch);
+  st->buf = aligned_alloc(64, (size_t)R->k * (size_t)block_stride(max_run > 0 ? max_run : 1) * sizeof *st->buf);
+  bool ok = st->scratch && st->buf;
+  for (int q = 0; ok && q < R->k; q++) {
+    if (R->P[q].fast || R->direct[q]) continue;
+    ok = (st->scratch[q] = aligned_alloc(64, scratch_bytes(&R->P[q]))) != NULL;
+    if (ok) prefill(&R->P[q], st->scratch[q]);
+  }
+  if (!ok) {
     red_end(st);
     return NULL;
   }
-  if (!P->fast) prefill(P, st->scratch);
   return st;
 }
 
-static const float *red_range(void *state, int64_t off, int64_t n) {
+static void red_range(void *state, int64_t off, int64_t n, const float **res) {
   red_state *st = state;
-  if (st->P->fast) tk_fast_run(st->P->fast, st->P->in, st->buf, off, off + n);
-  else run_range(st->P, off, off + n, st->scratch, st->buf);
-  return st->buf;
+  for (int q = 0; q < st->R->k; q++) {
+    const prog_t *P = &st->R->P[q];
+    float *b = st->buf + q * block_stride(n);
+    res[q] = b;
+    if (st->R->direct[q]) res[q] = (const float *)P->in[0] + off;
+    else if (P->fast) tk_fast_run(P->fast, P->in, b, off, off + n);
+    else run_range(P, off, off + n, st->scratch[q], b);
+  }
+}
+
+/* One result of a stacked fused reduction: its program and inputs. */
+typedef struct {
+  ts_fused p;
+  int32_t *ext; /* its input j is the node's input ext[j] */
+  bool direct;  /* the program is an f32 input alone (a plain sum's): read in place */
+  prog_t P;     /* in unset */
+  tk_fast F;
+  ts_dtype *dt;
+  int64_t *ne;
+  int8_t *kind;
+  int32_t *arg;
+} res_prog;
+
+static void res_progs_free(res_prog *r, int k) {
+  for (int q = 0; r && q < k; q++) {
+    free(r[q].p.ins), free(r[q].ext), free(r[q].dt), free(r[q].ne);
+    free(r[q].kind), free(r[q].arg);
+  }
+  free(r);
+}
+
+/* The k result programs of stacked fused reduction n (program prog over
+ * numel elements; its inputs' dtypes dt and sizes ne), prepared. */
+static res_prog *res_progs_make(const ts_node *n, const ts_dtype *dt, const int64_t *ne, int64_t numel, int k) {
+  const ts_fused *prog = n->attr.fused;
+  if (k > TK_SRC_MAX_RES) {
+    set_error("fused: a stacked reduction of %d results (at most %d)", k, TK_SRC_MAX_RES);
+    return NULL;
+  }
+  res_prog *r = calloc((size_t)k, sizeof *r);
+  int ni = n->n_in > 0 ? n->n_in : 1;
+  for (int q = 0; r && q < k; q++) {
+    res_prog *R = &r[q];
+    R->ext = malloc((size_t)ni * sizeof *R->ext), R->dt = malloc((size_t)ni * sizeof *R->dt);
+    R->ne = malloc((size_t)ni * sizeof *R->ne);
+    int m = 0;
+    if (!R->ext || !R->dt || !R->ne || tk_fused_extract(prog, n->n_in, prog->n - k + q, &R->p, R->ext, &m) < 0 ||
+        !(R->kind = malloc((size_t)R->p.n)) || !(R->arg = malloc((size_t)R->p.n * sizeof *R->arg))) {
+      res_progs_free(r, k);
+      set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for a stacked reduction's results");
+      return NULL;
+    }
+    for (int j = 0; j < m; j++) R->dt[j] = dt[R->ext[j]], R->ne[j] = ne[R->ext[j]];
+    R->direct = R->p.n == 1 && R->p.ins[0].op == TS_OP_CONVERT && R->p.ins[0].dtype == TS_F32 && m == 1 &&
+                R->dt[0] == TS_F32 && R->ne[0] == numel;
+    R->P = (prog_t){&R->p, m, R->dt, R->ne, NULL, NULL, TS_F32, numel, {R->kind, R->arg}, NULL};
+    if (prog_prepare(&R->P, &R->F) < 0) {
+      res_progs_free(r, k);
+      return NULL;
+    }
+  }
+  if (!r) set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for a stacked reduction's results");
+  return r;
 }
 
 /* FUSED with attr.n_dims > 0: the program runs over the operand shape
  * attr.gshape[0 .. attr.axis) and its result is reduced over attr.dims
- * (attr.reduce) into the node's shape. */
-static int fused_reduce(const ts_node *n, const prog_t *prepared, tk_in in, void *out, const ts_kctx *ctx) {
-  prog_t P = *prepared;
-  P.in = in;
-  tk_reduce_src src = {red_begin, red_range, red_end, &P};
+ * (attr.reduce) into the node's shape (k results: res, k of them). */
+static int fused_reduce(const ts_node *n, const prog_t *prepared, const res_prog *res, int k, tk_in in, void *out,
+                        const ts_kctx *ctx) {
+  prog_t P[k];
+  bool direct[k];
+  int total = 0;
+  for (int q = 0; q < k; q++) total += res ? res[q].P.n_ext : 0;
+  const void *cin[total > 0 ? total : 1];
+  for (int q = 0, c = 0; q < k; q++) {
+    P[q] = res ? res[q].P : *prepared;
+    P[q].in = in;
+    direct[q] = res && res[q].direct;
+    if (!res) continue;
+    for (int j = 0; j < res[q].P.n_ext; j++) cin[c + j] = in[res[q].ext[j]];
+    P[q].in = cin + c;
+    c += res[q].P.n_ext;
+  }
+  red_src R = {P, direct, k};
+  tk_reduce_src src = {red_begin, red_range, red_end, &R, k};
   return tk_reduce_from(n, n->attr.axis, n->attr.gshape, &src, out, ctx);
 }
 
@@ -664,10 +759,13 @@ typedef struct {
   int64_t *ne;
   int8_t *kind;
   int32_t *arg;
+  int n_res;      /* results (a stacked fused reduction: k > 1, then res) */
+  res_prog *res;
 } fused_state;
 
 static void fused_state_free(ts_kstate *s) {
   fused_state *f = (fused_state *)s;
+  res_progs_free(f->res, f->n_res);
   free(f->dt), free(f->ne), free(f->kind), free(f->arg);
   free(f);
 }
@@ -685,6 +783,10 @@ static int fused_state_fill(const ts_graph *g, const ts_node *n, fused_state *f)
   int64_t numel = red ? ts_shape_numel(rank, n->attr.gshape) : tk_numel(n);
   f->P = (prog_t){prog, n->n_in, f->dt, f->ne, NULL, NULL, red ? TS_F32 : n->dtype, numel, {f->kind, f->arg}, NULL};
   f->fast_on = tk_fused_fast_on();
+  res_progs_free(f->res, f->n_res);
+  f->res = NULL;
+  f->n_res = (int)ir_fused_results(&n->attr, n->rank, n->shape);
+  if (f->n_res > 1) return (f->res = res_progs_make(n, f->dt, f->ne, numel, f->n_res)) ? 0 : -1;
   return prog_prepare(&f->P, &f->F);
 }
 
@@ -718,5 +820,5 @@ int tk_fused(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate
   if (!n->attr.fused) return set_error("fused: node has no program");
   fused_state *f = fused_state_get(g, n, st);
   if (!f) return -1;
-  return n->attr.n_dims > 0 ? fused_reduce(n, &f->P, in, out, ctx) : prog_exec(&f->P, in, out, ctx);
+  return n->attr.n_dims > 0 ? fused_reduce(n, &f->P, f->res, f->n_res, in, out, ctx) : prog_exec(&f->P, in, out, ctx);
 }

@@ -10,6 +10,7 @@
  *     the same roundings in the same order);
  *   - instructions no kept instruction reads are not evaluated. */
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "kernels/kernels_internal.h"
 
@@ -105,4 +106,40 @@ void tk_fused_plan(const ts_fused *p, const ts_dtype *ext_dt, tk_plan *pl) {
     if (live[i]) mark_operands(p, pl, i, live);
     else pl->kind[i] = TK_INS_SKIP;
   }
+}
+
+int tk_fused_extract(const ts_fused *p, int n_ext, int r, ts_fused *out, int32_t *ext, int *out_n_ext) {
+  bool live[r + 1];
+  int32_t at[r + 1], ext_at[n_ext > 0 ? n_ext : 1];
+  for (int i = 0; i <= r; i++) live[i] = i == r;
+  for (int k = 0; k < n_ext; k++) ext_at[k] = -1;
+  for (int i = r; i >= 0; i--) {
+    const ts_fused_instr *I = &p->ins[i];
+    int32_t ids[3] = {I->a, I->b, I->c};
+    for (int o = 0; live[i] && o < nops(I->op); o++)
+      if (ids[o] >= 0) live[ids[o]] = true;
+  }
+  int n = 0, ne = 0;
+  for (int i = 0; i <= r; i++) n += live[i];
+  if (!(out->ins = malloc((size_t)n * sizeof *out->ins)))
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "fused: out of memory for a result's program");
+  out->n = 0;
+  for (int i = 0; i <= r; i++) {
+    if (!live[i]) continue;
+    ts_fused_instr I = p->ins[i];
+    int32_t *ids[3] = {&I.a, &I.b, &I.c};
+    for (int o = 0; o < nops(I.op); o++) {
+      int32_t v = *ids[o];
+      if (v >= 0) {
+        *ids[o] = at[v];
+        continue;
+      }
+      if (ext_at[-v - 1] < 0) ext[ne] = -v - 1, ext_at[-v - 1] = ne++;
+      *ids[o] = -ext_at[-v - 1] - 1;
+    }
+    at[i] = out->n;
+    out->ins[out->n++] = I;
+  }
+  *out_n_ext = ne;
+  return 0;
 }

@@ -142,6 +142,11 @@ typedef struct {
 #define TK_GELU_RSQRT2PI ((float)0.39894228040143267794)
 /* Fills pl (p->n entries each) for program p over inputs of dtypes ext_dt. */
 void tk_fused_plan(const ts_fused *p, const ts_dtype *ext_dt, tk_plan *pl);
+/* Result instruction r of p as a program of its own (a stacked fused
+ * reduction's result, fused.c): the instructions r reads, in order and
+ * renumbered, into out (out->ins malloc'd; r last), and its inputs: out's
+ * input j is p's input ext[j] (*out_n_ext of them; ext has n_ext entries). */
+int tk_fused_extract(const ts_fused *p, int n_ext, int r, ts_fused *out, int32_t *ext, int *out_n_ext);
 
 /* fused_fast.c: one-pass loops for the fused programs that dominate the
  * convnets' steps (batch-norm apply with residual add and ReLU, batch-norm

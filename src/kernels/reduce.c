@@ -116,7 +116,8 @@ MINMAX_FAST(double, f64, 8, int64_t)
 
 /* The operand run [off, off + n): in memory, or computed by a fused
  * reduction's source S (f32 only) into the thread's state st. */
-#define GET(T, off, n) (S ? (const T *)(const void *)S->range(st, (off), (n)) : x + (off))
+#define GET(T, ps, off, n) \
+  (S ? S->range(st, (off), (n), (const float **)(void *)(ps)) : (void)((ps)[0] = x + (off)))
 
 /* Elements a fused source computes per call when its runs are shorter: runs
  * that follow each other in memory are asked for together and folded one by
@@ -152,7 +153,7 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
   }                                                                                          \
   static int reduce_##SUF(const groups_t *G, const T *x, const tk_reduce_src *S, ts_reduce_kind k, \
                           double *acc, int64_t out_n, double init, int nt) {                 \
-    int last = G->ng - 1, err = 0;                                                           \
+    int last = G->ng - 1, err = 0, nr = S && S->n_res > 1 ? S->n_res : 1;                  \
     int64_t inner = G->size[last];                                                           \
     if (G->ng == 2 && !G->red[0]) { /* [K, R]: independent rows */                           \
       _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)")                 \
@@ -160,8 +161,11 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
         void *st = S ? S->begin(S->user, inner) : NULL;                                      \
         err = S && !st;                                                                      \
         _Pragma("omp for")                                                                   \
-        for (int64_t o = 0; o < G->size[0]; o++)                                             \
-          if (!S || st) acc[o] = run_##SUF(GET(T, o * inner, inner), inner, k, init);        \
+        for (int64_t o = 0; o < G->size[0]; o++) {                                           \
+          const T *ps[TK_SRC_MAX_RES] = {NULL};                                              \
+          if (!S || st) GET(T, ps, o * inner, inner);                                        \
+          for (int q = 0; ps[0] && q < nr; q++) acc[q * out_n + o] = run_##SUF(ps[q], inner, k, init); \
+        }                                                                                    \
         if (st) S->end(st);                                                                  \
       }                                                                                      \
       return err ? -1 : 0;                                                                   \
@@ -183,27 +187,40 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
         if (G->ng == 3 && (nb > 1 || !S)) { /* row by row, a thread's channels each */      \
           int nth = omp_get_num_threads(), me = omp_get_thread_num();                        \
           int64_t per = (K + nth - 1) / nth, k0 = me * per, k1 = k0 + per < K ? k0 + per : K; \
-          for (int64_t o = k0; o < k1; o++) acc[o] = init;                                   \
+          for (int q = 0; q < nr; q++)                                                       \
+            for (int64_t o = k0; o < k1; o++) acc[q * out_n + o] = init;                     \
           for (int64_t r = 0; r < R && (!S || st); r++)                                      \
             for (int64_t o = k0; o < k1; o += nb) {                                          \
               int64_t cnt = k1 - o < nb ? k1 - o : nb;                                       \
-              const T *blk = GET(T, (r * K + o) * in3, cnt * in3);                           \
-              for (int64_t j = 0; j < cnt; j++) acc[o + j] = run_##SUF(blk + j * in3, in3, k, acc[o + j]); \
+              const T *ps[TK_SRC_MAX_RES];                                                   \
+              GET(T, ps, (r * K + o) * in3, cnt * in3);                                      \
+              for (int q = 0; q < nr; q++) {                                                 \
+                const T *bq = ps[q];                                                         \
+                double *aq = acc + q * out_n;                                                \
+                for (int64_t j = 0; j < cnt; j++) aq[o + j] = run_##SUF(bq + j * in3, in3, k, aq[o + j]); \
+              }                                                                              \
             }                                                                                \
         } else if (G->ng == 3) {                                                             \
           _Pragma("omp for schedule(static)")                                                \
           for (int64_t o = 0; o < K; o++) {                                                  \
-            double a = init;                                                                 \
-            for (int64_t r = 0; r < R && (!S || st); r++)                                    \
-              a = run_##SUF(GET(T, (r * K + o) * in3, in3), in3, k, a);                      \
-            acc[o] = a;                                                                      \
+            for (int q = 0; q < nr; q++) acc[q * out_n + o] = init;                          \
+            for (int64_t r = 0; r < R && (!S || st); r++) {                                  \
+              const T *ps[TK_SRC_MAX_RES];                                                   \
+              GET(T, ps, (r * K + o) * in3, in3);                                            \
+              for (int q = 0; q < nr; q++)                                                   \
+                acc[q * out_n + o] = run_##SUF(ps[q], in3, k, acc[q * out_n + o]);           \
+            }                                                                                \
           }                                                                                  \
         } else {                                                                             \
           int nth = omp_get_num_threads(), me = omp_get_thread_num();                        \
           int64_t per = (K + nth - 1) / nth, k0 = me * per, k1 = k0 + per < K ? k0 + per : K; \
-          for (int64_t o = k0; o < k1; o++) acc[o] = init;                                   \
-          for (int64_t r = 0; r < R && k0 < k1 && (!S || st); r++)                           \
-            row_##SUF(GET(T, r * K + k0, k1 - k0), k1 - k0, k, acc + k0);                    \
+          for (int q = 0; q < nr; q++)                                                       \
+            for (int64_t o = k0; o < k1; o++) acc[q * out_n + o] = init;                     \
+          for (int64_t r = 0; r < R && k0 < k1 && (!S || st); r++) {                         \
+            const T *ps[TK_SRC_MAX_RES];                                                     \
+            GET(T, ps, r * K + k0, k1 - k0);                                                 \
+            for (int q = 0; q < nr; q++) row_##SUF(ps[q], k1 - k0, k, acc + q * out_n + k0); \
+          }                                                                                  \
         }                                                                                    \
         if (st) S->end(st);                                                                  \
       }                                                                                      \
@@ -212,21 +229,28 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
     int64_t nb = runs_per_call(S, inner);                                                    \
     void *st = S ? S->begin(S->user, nb * inner) : NULL;                                     \
     if (S && !st) return -1;                                                                 \
-    for (int64_t o = 0; o < out_n; o++) acc[o] = init;                                       \
+    for (int64_t o = 0; o < nr * out_n; o++) acc[o] = init;                                  \
     int64_t outer = 1;                                                                       \
     for (int gi = 0; gi < last; gi++) outer *= G->size[gi];                                  \
     int64_t idx[TS_MAX_RANK] = {0}, ost[TS_MAX_RANK], s = 1;                                 \
     for (int gi = G->ng - 1; gi >= 0; gi--)                                                  \
       if (!G->red[gi]) ost[gi] = s, s *= G->size[gi];                                        \
       else ost[gi] = 0;                                                                      \
-    const T *blk = NULL; /* runs [r0, r0 + nb) of the source, in order */                    \
+    const T *bs[TK_SRC_MAX_RES] = {NULL}; /* runs [r0, r0 + nb) of the source, in order */    \
+    int64_t blk_n = 0;                                                                       \
     for (int64_t r = 0; r < outer; r++) {                                                    \
       int64_t o = 0;                                                                         \
       for (int gi = 0; gi < last; gi++) o += idx[gi] * ost[gi];                              \
-      if (r % nb == 0) blk = GET(T, r * inner, (outer - r < nb ? outer - r : nb) * inner);   \
-      const T *run = blk + r % nb * inner;                                                   \
-      if (G->red[last]) acc[o] = run_##SUF(run, inner, k, acc[o]);                           \
-      else row_##SUF(run, inner, k, acc + o);                                                \
+      if (r % nb == 0) {                                                                     \
+        blk_n = (outer - r < nb ? outer - r : nb) * inner;                                   \
+        GET(T, bs, r * inner, blk_n);                                                        \
+      }                                                                                      \
+      for (int q = 0; q < nr; q++) {                                                         \
+        const T *run = bs[q] + r % nb * inner;                                               \
+        double *aq = acc + q * out_n;                                                        \
+        if (G->red[last]) aq[o] = run_##SUF(run, inner, k, aq[o]);                           \
+        else row_##SUF(run, inner, k, aq + o);                                               \
+      }                                                                                      \
       for (int gi = last - 1; gi >= 0; gi--) {                                               \
         if (++idx[gi] < G->size[gi]) break;                                                  \
         idx[gi] = 0;                                                                         \
@@ -325,11 +349,11 @@ int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_re
                      k == TS_REDUCE_MAX ? "max" : "min");
   groups_t G;
   make_groups(rank, shape, n, &G);
-  int64_t on = tk_numel(n);
+  int64_t on = tk_numel(n), nr = src->n_res > 1 ? src->n_res : 1;
   double *acc = malloc((size_t)(on ? on : 1) * 8);
   if (!acc) return set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for %lld outputs", (long long)on);
   int nt = tk_threads(ctx, ts_shape_numel(rank, shape));
-  if (reduce_f32(&G, NULL, src, k, acc, on, 0.0, nt) < 0) {
+  if (reduce_f32(&G, NULL, src, k, acc, on / nr, 0.0, nt) < 0) {
     free(acc);
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "reduce: out of memory for a fused reduction's runs of %lld",
                           (long long)G.size[G.ng - 1]);

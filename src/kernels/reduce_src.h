@@ -8,13 +8,21 @@
 
 #include "kernels/kernels_internal.h"
 
+/* Results per element a source may give (a stacked fused reduction's k). */
+#define TK_SRC_MAX_RES 4
+
 typedef struct {
   /* per-thread state for ranges of at most max_run elements, NULL when out of memory */
   void *(*begin)(const void *user, int64_t max_run);
-  /* elements [off, off + n) of the operand, valid until the next call */
-  const float *(*range)(void *state, int64_t off, int64_t n);
+  /* elements [off, off + n) of the operand into res[0] (res[q]: result q of
+   * a source of several), each valid until the next call */
+  void (*range)(void *state, int64_t off, int64_t n, const float **res);
   void (*end)(void *state);
   const void *user;
+  /* results per element (0 or 1: one; a stacked fused reduction of k
+   * sibling sums: k <= TK_SRC_MAX_RES), each folded exactly as a single
+   * result would be, into output block q (the node's outputs are k blocks) */
+  int n_res;
 } tk_reduce_src;
 
 /* Longest contiguous run the reduction of shape (rank, shape) over n's
@@ -22,7 +30,8 @@ typedef struct {
 int64_t tk_reduce_max_run(const ts_node *n, int rank, const int64_t *shape);
 
 /* Reduce node n (attr.reduce sum or mean, attr.dims; f32 result) over an f32
- * operand of shape (rank, shape) produced by src. */
+ * operand of shape (rank, shape) produced by src (src->n_res results: the
+ * node's numel is n_res times the reduced shape's). */
 int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_reduce_src *src, void *out,
                    const ts_kctx *ctx);
 

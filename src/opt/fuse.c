@@ -15,19 +15,12 @@
  * becomes a BROADCAST instruction reading its operand by index, so it is never
  * materialized. A group of one op stays that op, unless it reads such a
  * broadcast. A sum or mean of such a group is fused with it (fused
- * reductions, below). */
+ * reductions, below); sibling reductions that read the same input are then
+ * stacked into one pass (fuse_siblings.c). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "opt/opt.h"
-
-typedef struct {
-  int32_t *group;     /* per node: root of its group, or -1 */
-  ts_fused **prog;    /* per root: the program */
-  int32_t **ext;      /* per root: external inputs (source node ids) */
-  int *n_ext;
-  int fused_nodes;    /* source nodes absorbed into FUSED nodes */
-} fuse_state;
+#include "opt/fuse_internal.h"
 
 static bool splat_instr(const ts_graph *g, ts_tensor t, double *v) {
   return g->nodes[t].dtype != TS_I64 && opt_splat_value(g, t, v);
@@ -100,7 +93,7 @@ static int64_t innermost_run(const ts_node *x, const ts_node *r) {
   return run;
 }
 
-static bool fusible_reduce(const ts_graph *g, int t) {
+bool fuse_reducible(const ts_graph *g, int t) {
   const ts_node *n = &g->nodes[t];
   if (n->op != TS_OP_REDUCE || n->n_in != 1 || n->dtype != TS_F32 || n->attr.n_dims < 1 ||
       (n->attr.reduce != TS_REDUCE_SUM && n->attr.reduce != TS_REDUCE_MEAN))
@@ -254,7 +247,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
   int rc = 0;
   for (int root = nn - 1; root >= 0 && rc == 0; root--) {
     const ts_node *r = &g->nodes[root];
-    bool red = fusible_reduce(g, root);
+    bool red = fuse_reducible(g, root);
     if (s->group[root] >= 0 || !(red || ir_op_has(r->op, TS_OPF_FUSIBLE))) continue;
     int64_t numel = group_numel(g, root);
     s->group[root] = root;
@@ -286,6 +279,7 @@ static int find_groups(const ts_graph *g, const opt_users *u, fuse_state *s) {
 
 static ts_tensor fuse_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   fuse_state *s = user;
+  if (s->sib[id] >= 0) return fuse_sibling_node(dst, src, id, map, s);
   if (s->group[id] < 0) return OPT_KEEP;
   if (s->group[id] != id) return OPT_DROP;
   const ts_node *n = &src->nodes[id];
@@ -497,7 +491,7 @@ static int chain_source(const ts_graph *g, ts_tensor t) {
  * copy can join, or a fused reduction). */
 static bool fusing_user(const ts_graph *g, int w) {
   const ts_node *wn = &g->nodes[w];
-  return (ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) || (wn->op == TS_OP_REDUCE && fusible_reduce(g, w));
+  return (ir_op_has(wn->op, TS_OPF_FUSIBLE) && wn->n_in <= 3) || (wn->op == TS_OP_REDUCE && fuse_reducible(g, w));
 }
 
 /* t is cheap arithmetic with several users, all of which fuse it. */
@@ -526,7 +520,7 @@ static ts_tensor copy_chain(ts_graph *dst, const ts_graph *src, mask_copy_state 
 static ts_tensor mask_copy_node(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
   mask_copy_state *s = user;
   const ts_node *n = &src->nodes[id];
-  bool red = n->op == TS_OP_REDUCE && fusible_reduce(src, id);
+  bool red = n->op == TS_OP_REDUCE && fuse_reducible(src, id);
   if ((!ir_op_has(n->op, TS_OPF_FUSIBLE) && !red) || n->n_in > 3) return OPT_KEEP;
   int32_t ins[3];
   bool any = false;
@@ -795,12 +789,16 @@ ts_graph *opt_fuse(const ts_graph *g0, int *changed) {
   s.ext = calloc((size_t)nn + 1, sizeof *s.ext);
   s.n_ext = calloc((size_t)nn + 1, sizeof *s.n_ext);
   ts_graph *out = NULL;
-  if (!s.group || !s.prog || !s.ext || !s.n_ext) {
+  s.sib = malloc(((size_t)nn + 1) * sizeof *s.sib);
+  s.sib_q = calloc((size_t)nn + 1, sizeof *s.sib_q);
+  s.sib_dst = calloc((size_t)nn + 1, sizeof *s.sib_dst);
+  s.sib_members = calloc((size_t)nn + 1, sizeof *s.sib_members);
+  if (!s.group || !s.prog || !s.ext || !s.n_ext || !s.sib || !s.sib_q || !s.sib_dst || !s.sib_members) {
     set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory in fusion");
     goto done;
   }
-  for (int i = 0; i < nn; i++) s.group[i] = -1;
-  if (find_groups(g, &u, &s) == 0) out = opt_rebuild(g, fuse_node, &s, NULL);
+  for (int i = 0; i < nn; i++) s.group[i] = s.sib[i] = -1;
+  if (find_groups(g, &u, &s) == 0 && fuse_find_siblings(g, &u, &s) == 0) out = opt_rebuild(g, fuse_node, &s, NULL);
   if (changed) *changed = s.fused_nodes + masks;
 done:
   for (int i = 0; i < nn && s.prog; i++) {
@@ -810,6 +808,7 @@ done:
     }
     if (s.ext) free(s.ext[i]);
   }
+  fuse_siblings_free(&s, nn);
   free(s.group);
   free(s.prog);
   free(s.ext);
