@@ -8,9 +8,7 @@ by the model alone). Logs written before stop 30 printed part of the
 calibration (the kernel rates, overheads, all-reduce terms): the rest is
 derived as tessel plan --calibrate writes it (flops_per_s from kernel.matmul,
 memory_bytes_per_s from kernel.elementwise, the host links from allreduce.2,
-the CPU, threads and cores from the log's lines); their conv rates, timed on
-ResNet-20 stage 1's shape alone, are scaled to the three stages' mix that
-tessel plan --calibrate now times (CONV_MIX below; REPLAY_STAGE1=1 keeps them). An auto row is solved again:
+the CPU, threads and cores from the log's lines). An auto row is solved again:
 when the model change moves the solver's choice, its prediction is of another
 plan than the one measured (compare the hand rows)."""
 import json, math, os, re, subprocess, sys, tempfile
@@ -47,19 +45,6 @@ if "allreduce.2.bytes_per_s" in keys:
     derived["host_link_latency_s"] = num("allreduce.2.latency_s")
 for k, v in derived.items():
     keys.setdefault(k, v)
-# conv rates timed on ResNet-20 stage 1's shape alone (logs before stop 30):
-# scaled to the three stages' mix (tools/devfile.c conv_mix) by the ratio of
-# the two calibrations' best rates, measured interleaved at stop 30 (main's
-# and this build's tessel plan --calibrate, A B A B, load 11-12)
-CONV_MIX = {"kernel.conv": 1.34, "kernel.conv_bwd_data": 1.21, "kernel.conv_bwd_filter": 1.07}
-# kernel.typical_ratio (measured since stop 30): absent from older logs, so 1
-# (the least kernel times); REPLAY_TYPICAL=R replays them as if it had been R
-if "kernel.typical_ratio" not in keys and os.environ.get("REPLAY_TYPICAL"):
-    keys["kernel.typical_ratio"] = derived["kernel.typical_ratio"] = os.environ["REPLAY_TYPICAL"]
-if "(64,16,32,32)" in keys.get("kernel.conv", "") and not os.environ.get("REPLAY_STAGE1"):
-    for k, f in CONV_MIX.items():
-        keys[k] = "%.4g   # derived: the log's stage-1 rate x %.2f" % (float(num(k)) * f, f)
-        derived[k] = keys[k]
 tmp = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
 tmp.write("".join("%s = %s\n" % kv for kv in keys.items()))
 tmp.close()

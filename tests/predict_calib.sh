@@ -25,8 +25,6 @@
 #  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's compute (batch-norm
 #    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
 #    (one bias per kernel) does not;
-#  - with kernel.typical_ratio = 2 (a kernel's typical time over the calibration's least),
-#    the compute doubles exactly on 1 device and on 4, for the MLP and ResNet-20;
 #  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it.
 set -u
@@ -155,18 +153,6 @@ else bad "plan resnet20: compute '$o' -> '$n' ms with kernel.broadcast.operand_s
 same "plan mlp data=4 compute with kernel.broadcast.operand_s" "$(plan_ms "$tmp/old.txt" data=4 compute_ms)" \
   "$(plan_ms "$tmp/bop.txt" data=4 compute_ms)"
 
-# a kernel's typical time over the calibration's least (kernel.typical_ratio, measured by
-# --calibrate): every kernel's time, rates and overheads, scaled by it: compute exactly twice
-# with 2, on 1 device and on 4 (devices sharing the cores), the MLP and ResNet-20
-{ cat "$tmp/old.txt"; echo "kernel.typical_ratio = 2"; } >"$tmp/typ.txt"
-for case in "data=1 mlp" "data=4 mlp" "data=1 resnet20"; do
-  set -- $case
-  o=$(plan_ms "$tmp/old.txt" "$1" compute_ms "$2") n=$(plan_ms "$tmp/typ.txt" "$1" compute_ms "$2")
-  if /usr/bin/python3 -c "import sys; sys.exit(not abs(float('$n') / float('$o') - 2) < 1e-5)  # JSON: 6 digits" 2>/dev/null; then
-    ok "plan $2 $1: compute $o -> $n ms with kernel.typical_ratio = 2"
-  else bad "plan $2 $1: compute '$o' -> '$n' ms with kernel.typical_ratio = 2 (expected twice)"; fi
-done
-
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls
 TESSEL_CALIBRATION="$tmp/old.txt" timeout -k 5 120 "$tessel" inspect --model mlp --mesh data=4 --json >"$tmp/ops.json" 2>&1
@@ -191,8 +177,6 @@ sed 's/^shared_efficiency.4/shared_efficiency.5/' "$tmp/eff.txt" >"$tmp/bade.txt
 expect bade 2 "unknown key 'shared_efficiency.5'" plan --model mlp --mesh data=4 --device "$tmp/bade.txt"
 sed 's/^kernel.broadcast.operand_s = 1e-9/kernel.broadcast.operand_s = 0/' "$tmp/bop.txt" >"$tmp/bado.txt"
 expect bado 2 "kernel.broadcast.operand_s = '0' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/bado.txt"
-sed 's/^kernel.typical_ratio = 2/kernel.typical_ratio = 0.5/' "$tmp/typ.txt" >"$tmp/badt.txt"
-expect badt 2 "kernel.typical_ratio = '0.5' is below 1" plan --model mlp --mesh data=4 --device "$tmp/badt.txt"
 sed 's/^allreduce.4.async_s/allreduce.3.async_s/' "$tmp/async.txt" >"$tmp/bada.txt"
 expect bada 2 "unknown key 'allreduce.3.async_s'" plan --model mlp --mesh data=4 --device "$tmp/bada.txt"
 

@@ -84,8 +84,8 @@ static void test_conv(void) {
       CHECK(max_err(&e, dx, dxr, xn) < tol * scale, "conv bwd data geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dx, dxr, xn));
       CHECK(max_err(&e, dw, dwr, wn) < tol * scale * 4, "conv bwd filter geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dw, dwr, wn));
       CHECK(dt == TS_F64 || (e.st[y] && e.st[dx] && e.st[dw]), "conv geom %zu %s: oneDNN not used", gi, ts_dtype_name(dt));
-      bool plain_1x1 = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
-      bool plain = plain_1x1 && q.OH * q.OW > 14 * 14, plain_dw = plain_1x1 && dt == TS_F32; /* conv.c's plain_fits */
+      bool plain_dw = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
+      bool plain = plain_dw && q.OH * q.OW > 14 * 14; /* conv.c's plain_fits */
       CHECK(tk_conv_state_is_plain(e.st[y]) == plain && tk_conv_state_is_plain(e.st[dx]) == plain &&
                 tk_conv_state_is_plain(e.st[dw]) == plain_dw,
             "conv geom %zu %s: plain NCHW path y/dx/dw %d/%d/%d, expected %d/%d/%d", gi, ts_dtype_name(dt),
@@ -107,10 +107,7 @@ static void test_conv(void) {
  * (oneDNN's gemm convolution, no reorders) against the blocked path the other
  * convolutions take, the same three ops on the same data. Both accumulate in
  * f32, in different orders: f32 agrees to 1e-5 relative (sums of 48 to 225 terms),
- * bf16 results to one bf16 rounding (2^-8) plus the f32 difference. A bf16
- * filter gradient never runs plain (oneDNN's gemm one took 3-4x the blocked
- * jit_bf16_1x1 kernel's time on ResNet-50's shapes): it compares blocked with
- * blocked. */
+ * bf16 results to one bf16 rounding (2^-8) plus the f32 difference. */
 static void test_conv_plain_vs_blocked(void) {
   for (int si = 0; si < 2; si++)
     for (int di = 0; di < 2; di++) {
@@ -129,9 +126,7 @@ static void test_conv_plain_vs_blocked(void) {
       double *plain[3];
       for (int k = 0; k < 3; k++) {
         int64_t n = numel_of(e.g, outs[k]);
-        bool want = !(dt == TS_BF16 && k == 2); /* bf16 filter gradients: blocked (jit_bf16_1x1) */
-        CHECK(tk_conv_state_is_plain(e.st[outs[k]]) == want, "conv 1x1 %s op %d: plain path %s", ts_dtype_name(dt), k,
-              want ? "not taken" : "taken (bf16 filter gradients run blocked)");
+        CHECK(tk_conv_state_is_plain(e.st[outs[k]]), "conv 1x1 %s op %d: plain path not taken", ts_dtype_name(dt), k);
         plain[k] = malloc((size_t)n * sizeof(double));
         for (int64_t i = 0; i < n; i++) plain[k][i] = get(&e, outs[k], i);
         free(e.buf[outs[k]]), e.buf[outs[k]] = NULL;

@@ -63,19 +63,13 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       rc = -1;
       break;
     }
-    if (strcmp(key, "kernel.typical_ratio") == 0 && x < 1) {
-      cli_error(cmd, "device file %s:%d: %s = '%s' is below 1 (a typical time under the least)", path, ln, key, val);
-      rc = -1;
-      break;
-    }
     struct { const char *k; double *v; } keys[] = {
         {"flops_per_s.f32", &d->flops_f32},       {"flops_per_s.bf16", &d->flops_bf16},
         {"memory_bytes_per_s", &d->bytes_per_s},   {"memory_bytes", &d->memory_bytes},
         {"host_link_bytes_per_s", &d->host_bytes_per_s}, {"host_link_latency_s", &d->host_latency_s},
         {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
         {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency},
-        {"op_overhead.parallel_s", &d->par_overhead_s}, {"kernel.broadcast.operand_s", &d->bcast_operand_s},
-        {"kernel.typical_ratio", &d->typical}};
+        {"op_overhead.parallel_s", &d->par_overhead_s}, {"kernel.broadcast.operand_s", &d->bcast_operand_s}};
     bool found = false;
     for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
@@ -109,7 +103,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
-                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.broadcast.operand_s, kernel.typical_ratio, op_overhead_s, op_overhead.parallel_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.broadcast.operand_s, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
@@ -219,10 +213,6 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
     }
     over = share < 1 ? 1 / share : 1;
   }
-  /* the calibration's least kernel times as a step's typical ones (kernel.typical_ratio) */
-  double typ = d->typical >= 1 ? d->typical : 1;
-  share /= typ, over *= typ;
-  for (int k = 0; k < TS_KERNEL_CLASSES; k++) cls_share[k] /= typ;
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
@@ -232,7 +222,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
    * (the devices' dispatch and hand-offs on shared cores; 1/share of one device's was half
    * of it: the MLP's 3-8 ms steps of small kernels on 2-8 devices ran 2x the prediction) */
   int qo = host > 1 ? host_entry(d, host) : -1;
-  if (qo >= 0 && d->op_over[qo] > 0) ao->op_overhead_s = fmax(ao->op_overhead_s, d->op_over[qo] * typ);
+  if (qo >= 0 && d->op_over[qo] > 0) ao->op_overhead_s = fmax(ao->op_overhead_s, d->op_over[qo]);
   /* kernels of a device with several threads fork and join them */
   if (d->per_core && d->cores > 0 && d->par_overhead_s > 0) {
     int threads = d->threads > 0 ? d->threads : d->cores;
@@ -262,9 +252,6 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The most inputs and outputs a timed graph has (conv_mix: 9 inputs). */
-#define TIME_MAX_IO 12
-
 /* The least (median: the median) time of at least `reps` runs and `window`
  * seconds of g (inputs zero-filled, i32 inputs too) on client c; *med_out
  * (when not NULL): the median of the same runs. */
@@ -273,9 +260,9 @@ static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
   if (!e) return -1;
   int n_in = ts_graph_num_inputs(g);
-  ts_buffer *in[TIME_MAX_IO] = {0}, *out[TIME_MAX_IO] = {0};
+  ts_buffer *in[8] = {0}, *out[8] = {0};
   double best = -1;
-  for (int i = 0; i < n_in && i < TIME_MAX_IO; i++) {
+  for (int i = 0; i < n_in && i < 8; i++) {
     ts_tensor t = ts_graph_input(g, i);
     int r = ts_tensor_rank(g, t);
     const int64_t *sh = ts_tensor_shape(g, t);
@@ -306,12 +293,12 @@ static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps
     if (median) best = times[n / 2];
   }
 done:
-  for (int o = 0; o < TIME_MAX_IO; o++) { /* an aliased output's slot is its input's buffer */
+  for (int o = 0; o < 8; o++) { /* an aliased output's slot is its input's buffer */
     bool alias = false;
-    for (int i = 0; i < TIME_MAX_IO && out[o]; i++) alias |= out[o] == in[i];
+    for (int i = 0; i < 8 && out[o]; i++) alias |= out[o] == in[i];
     if (!alias) ts_buffer_free(out[o]);
   }
-  for (int i = 0; i < TIME_MAX_IO; i++) ts_buffer_free(in[i]);
+  for (int i = 0; i < 8; i++) ts_buffer_free(in[i]);
   ts_executable_free(e);
   return best;
 }
@@ -332,41 +319,13 @@ static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *
   return ts_input(g, name, TS_F32, rank, shape);
 }
 
-/* The conv classes' graph: one 3x3 conv (pad 1) of each ResNet-20 stage,
- * batch 64, 16 channels at 28x28, 32 at 14x14, 64 at 7x7 (the same FLOPs
- * each, as the model's stages), out of cache; cls TS_KERNEL_CONV: the convs,
- * else their data or filter gradients. Stage 1's shape alone priced the
- * model's convs slow (its 16 channels run the slowest; the rates' A/B at
- * stop 30: forward 1.34x, data gradient 1.21x, filter gradient 1.07x);
- * timed together, the rate is the stages' total FLOPs over their total time.
- * *units: the FLOPs. */
-static int conv_mix(ts_graph *g, int cls, double *units) {
-  ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
-  *units = 0;
-  for (int s = 0; s < 3; s++) {
-    int64_t ch = 16 << s, hw = 28 >> s, xs[4] = {64, ch, hw, hw}, ws[4] = {ch, ch, 3, 3};
-    char nx[4] = {'x', (char)('0' + s), 0}, nw[4] = {'w', (char)('0' + s), 0}, nd[4] = {'d', (char)('0' + s), 0};
-    ts_tensor x = in_f32(g, nx, 4, xs), w = in_f32(g, nw, 4, ws);
-    ts_tensor y = ts_conv2d(g, x, w, &p);
-    *units += 2.0 * (double)(64 * ch * hw * hw * ch * 9);
-    if (cls == TS_KERNEL_CONV) {
-      ts_graph_add_output(g, y);
-      continue;
-    }
-    ts_tensor dy = in_f32(g, nd, 4, xs), wrt = cls == TS_KERNEL_CONV_BWD_DATA ? x : w, grad = TS_NONE;
-    if (ts_vjp(g, 1, &y, &dy, 1, &wrt, &grad) < 0) return -1;
-    ts_graph_add_output(g, grad);
-  }
-  return 0;
-}
-
 /* Seconds a kernel class is timed for, over all of calibrate's rounds. */
 #define CAL_CLASS_WINDOW_S 0.3
 
 /* Seconds of one kernel class's graph (1 device) in one of `rounds` rounds:
  * the least of runs over CAL_CLASS_WINDOW_S / rounds (and at least the
  * class's repetitions / rounds); *units its work. */
-static double measure_class(ts_client *c, int cls, int rounds, double *units, double *median) {
+static double measure_class(ts_client *c, int cls, int rounds, double *units) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   ts_params *pp = NULL;
@@ -389,9 +348,19 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units, do
   }
   case TS_KERNEL_CONV:
   case TS_KERNEL_CONV_BWD_DATA:
-  case TS_KERNEL_CONV_BWD_FILTER: { /* ResNet-20's 3x3 convs: conv_mix */
-    if (conv_mix(g, cls, units) < 0) break;
-    reps = 3;
+  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of cache) */
+    int64_t xs[4] = {64, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
+    ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
+    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
+    ts_tensor y = ts_conv2d(g, x, w, &p);
+    *units = 2.0 * 64 * 16 * 32 * 32 * 16 * 9;
+    if (cls == TS_KERNEL_CONV) {
+      ts_graph_add_output(g, y);
+    } else {
+      ts_tensor wrt = cls == TS_KERNEL_CONV_BWD_DATA ? x : w, grad = TS_NONE;
+      if (ts_vjp(g, 1, &y, &dy, 1, &wrt, &grad) < 0) break;
+      ts_graph_add_output(g, grad);
+    }
     break;
   }
   case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select (8 MiB tensors) */
@@ -478,7 +447,7 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units, do
   }
   }
   if (ts_graph_num_outputs(g) > 0)
-    t = time_graph_runs(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds, median);
+    t = time_graph_window(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds);
   /* the work in the cost model's own units: its prediction of the compiled
    * program with every rate 1 and no overhead (fusion as compiled) */
   int64_t one = 1;
@@ -633,22 +602,18 @@ static double measure_bcast_operands(ts_client *c, int rounds) {
  * interleaved with the single 0.15 s window's, a class's rate moved 1.76x
  * (max / min, median over the classes) with the median of 3 rounds against
  * the single window's 1.20x, and 1.10x with the least against its 1.32x. */
-static int measure_classes(ts_client *c, int rounds, double *t, double *units, double *spread, double *typical) {
-  double r[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES], med[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES], ratio[TS_KERNEL_CLASSES];
+static int measure_classes(ts_client *c, int rounds, double *t, double *units, double *spread) {
+  double r[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES];
   for (int q = 0; q < rounds; q++)
     for (int k = 0; k < TS_KERNEL_CLASSES; k++)
-      if ((r[q][k] = measure_class(c, k, rounds, &units[k], &med[q][k])) <= 0) return -1;
+      if ((r[q][k] = measure_class(c, k, rounds, &units[k])) <= 0) return -1;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
-    double v[CAL_MAX_ROUNDS], m[CAL_MAX_ROUNDS];
-    for (int q = 0; q < rounds; q++) v[q] = r[q][k], m[q] = med[q][k];
+    double v[CAL_MAX_ROUNDS];
+    for (int q = 0; q < rounds; q++) v[q] = r[q][k];
     qsort(v, (size_t)rounds, sizeof *v, cmp_double);
-    qsort(m, (size_t)rounds, sizeof *m, cmp_double);
     t[k] = v[0];
     spread[k] = (v[rounds - 1] - v[0]) / t[k];
-    ratio[k] = fmax(1, m[rounds / 2] / t[k]); /* its runs' typical time over the least */
   }
-  qsort(ratio, TS_KERNEL_CLASSES, sizeof *ratio, cmp_double);
-  *typical = ratio[TS_KERNEL_CLASSES / 2];
   return 0;
 }
 
@@ -695,8 +660,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
-  double typical = 1, typical_t = 1; /* typical_t: the threaded rounds' (not written: steps price 1 thread's) */
-  if (measure_classes(c1, rounds, tk, uk, sk, &typical) < 0) goto fail;
+  if (measure_classes(c1, rounds, tk, uk, sk) < 0) goto fail;
   overhead = measure_overhead(c1, false);
   double bcast_op = measure_bcast_operands(c1, rounds);
   step1 = trivial_step(c1, false);
@@ -715,7 +679,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     if (s > step1) step1 = s;
     par_over = fmax(po, overhead);
     double tt[TS_KERNEL_CLASSES], ut[TS_KERNEL_CLASSES];
-    int mc = ct ? measure_classes(ct, rounds, tt, ut, st, &typical_t) : -1;
+    int mc = ct ? measure_classes(ct, rounds, tt, ut, st) : -1;
     ts_client_free(ct);
     if (mc < 0) goto fail;
     for (int k = 0; k < TS_KERNEL_CLASSES; k++) ceff[k] = fmin(1, fmax(0.05, tk[k] / tt[k] / threads));
@@ -793,17 +757,14 @@ int calibrate(const char *cmd, const char *path, int rounds) {
           threads, cores, rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_MATMUL], rate[TS_KERNEL_ELEMENTWISE],
           (double)pages * (double)psz);
   static const char *const what[TS_KERNEL_CLASSES] = {
-      "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients", "FLOP/s, 3x3 convs of ResNet-20's stages (64,16,28,28) (64,32,14,14) (64,64,7,7)", "FLOP/s, their data gradients",
-      "FLOP/s, their filter gradients", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum and column sum of 2048x1024",
+      "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients", "FLOP/s, 3x3 conv (64,16,32,32)", "FLOP/s, its data gradient",
+      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum and column sum of 2048x1024",
       "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
       "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
       "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
       "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     fprintf(f, "%s = %.4g   # %s; %d rounds: spread %.0f%%\n", kernel_keys[k], rate[k], what[k], rounds, 100 * sk[k]);
-  fprintf(f, "kernel.typical_ratio = %.3g   # a kernel's typical time over its least (the calibration's): per class "
-             "the median of its runs over the least, the median of the %d classes (1 thread)\n", typical,
-          TS_KERNEL_CLASSES);
   fprintf(f, "kernel.broadcast.operand_s = %.4g   # per result element per broadcast operand beyond the first: a batch "
              "norm + ReLU of (128,16,28,28) against a bias add + ReLU; %d rounds\n", bcast_op, rounds);
   if (par_over > 0)

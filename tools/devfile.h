@@ -26,7 +26,6 @@ typedef struct {
   double op_overhead_s, parallel_efficiency;
   double bcast_operand_s; /* kernel.broadcast.operand_s: per element per broadcast operand beyond the first */
   double par_overhead_s; /* a kernel's fixed cost on every thread (its fork and join) */
-  double typical;        /* kernel.typical_ratio: a kernel's typical time over its least (0: 1) */
   double kernel_eff[TS_KERNEL_CLASSES]; /* per class: its own parallel efficiency (0: parallel_efficiency) */
   double ar_bw[DEV_AR_SIZES], ar_lat[DEV_AR_SIZES];
   double step1;                  /* step overhead of 1 device (a trivial program's execute) */

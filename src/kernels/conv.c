@@ -263,27 +263,22 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
  * output planes (<= 14x14: ResNet-50's last two stages and the stride-2
  * projections into them): there the gemm convolution's forward and
  * backward-data run up to 3x slower than the blocked kernels, more than the
- * reorders cost, while its f32 filter gradient stays ahead on every ResNet shape.
+ * reorders cost, while its filter gradient stays ahead on every ResNet shape.
  * A one-off per-shape timing of ResNet-50 b8's 1x1 convolutions (oneDNN 2.6,
  * one thread, CPU time, reorders included; not kept in bench/) put the gain
  * at 30 (bf16) / 40 (f32) ms per step; the reproducible measurement is the
  * whole step, `build/bench_convnet_step --model resnet50 --amp bf16` against
- * the previous build (README: 765 / 757 -> 590 / 616 ms). Except bf16 filter
- * gradients: there oneDNN's gemm convolution (x64:gemm:jit) took 3-4x the
- * time of the blocked bf16 kernel (jit_bf16_1x1, what PyTorch runs) on
- * ResNet-50 b8's 36 of them, more than the reorders it saves (ONEDNN_VERBOSE=1
- * exec times of one step on a loaded host: 2155 -> 480 ms; found by
- * bench/run_op_profile.sh's comparison with PyTorch). */
+ * the previous build (README: 765 / 757 -> 590 / 616 ms). */
 static bool g_plain_1x1 = true;
 
 void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMIC_RELAXED); }
 
 #define PLAIN_MIN_PLANE (14 * 14)
 
-static bool plain_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
+static bool plain_fits(const geom_t *q, ts_op op) {
   return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && !q->nhwc && q->KH == 1 && q->KW == 1 && q->G == 1 &&
          q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1] &&
-         (op == TS_OP_CONV_BWD_FILTER ? t == dnnl_f32 : q->OH * q->OW > PLAIN_MIN_PLANE);
+         (op == TS_OP_CONV_BWD_FILTER || q->OH * q->OW > PLAIN_MIN_PLANE);
 }
 
 /* oneDNN's reference implementations are loops: the blocked path is better. */
@@ -476,7 +471,7 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
  * takes neither (the loops run), with *oom set when memory ran out. */
 static conv_state *conv_state_new(const ts_node *n, ts_dtype in_dt, const geom_t *q, bool *oom) {
   dnnl_data_type_t t = in_dt == TS_F32 ? dnnl_f32 : dnnl_bf16, tw = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
-  for (int plain = plain_fits(q, n->op, t); plain >= 0; plain--) {
+  for (int plain = plain_fits(q, n->op); plain >= 0; plain--) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) {
       *oom = true;
