@@ -236,7 +236,9 @@ int comm_lane(const ts_comm *c, const int *group, int n, double bytes) {
 }
 
 /* The communicator a collective of a group spanning processes runs on: the
- * small lane's (metrics counter CommLaneCollectives) or c. */
+ * small lane's (metrics counter CommLaneCollectives) or c. host_t0 and
+ * host_note still take c: the back-off they keep is c's devices' state,
+ * which the in-line decision (async.c) reads for either lane. */
 static ts_comm *lane_for(ts_comm *c, const int *group, int n, double bytes) {
   if (!comm_lane(c, group, n, bytes)) return c;
   if (TS_METRICS_ON()) obs_count("CommLaneCollectives", 1);
@@ -490,9 +492,9 @@ int comm_all_reduce(ts_comm *c, int device, const int *group, int n, ts_dtype dt
     return set_error("%s: bad element count %lld", what, (long long)count);
   if (bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    c = lane_for(c, group, n, (double)bytes);
+    ts_comm *l = lane_for(c, group, n, (double)bytes);
     double t0 = host_t0(c, device, group, n);
-    return host_note(c, device, t0, bytes, hier_all_reduce(c, device, group, n, r, dt, op, in, out, count));
+    return host_note(c, device, t0, bytes, hier_all_reduce(l, device, group, n, r, dt, op, in, out, count));
   }
   comm_dev *d = &c->dev[device];
   d->seq++;
@@ -547,10 +549,10 @@ int comm_reduce_scatter(ts_comm *c, int device, const int *group, int n, ts_dtyp
                         (long long)chunk);
   if (out_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    c = lane_for(c, group, n, (double)in_bytes);
+    ts_comm *l = lane_for(c, group, n, (double)in_bytes);
     double t0 = host_t0(c, device, group, n);
     return host_note(c, device, t0, in_bytes,
-                     hier_reduce_scatter(c, device, group, n, r, dt, op, in, out, outer, chunk));
+                     hier_reduce_scatter(l, device, group, n, r, dt, op, in, out, outer, chunk));
   }
   comm_dev *d = &c->dev[device];
   d->seq++;
@@ -590,9 +592,9 @@ int comm_all_gather(ts_comm *c, int device, const int *group, int n, const void 
                         chunk_bytes);
   if (in_bytes && (!in || !out)) return set_error("%s: NULL buffer on device %d", what, device);
   if (!comm_group_local(c, group, n)) {
-    c = lane_for(c, group, n, (double)out_bytes);
+    ts_comm *l = lane_for(c, group, n, (double)out_bytes);
     double t0 = host_t0(c, device, group, n);
-    return host_note(c, device, t0, out_bytes, hier_all_gather(c, device, group, n, r, in, out, outer, chunk_bytes));
+    return host_note(c, device, t0, out_bytes, hier_all_gather(l, device, group, n, r, in, out, outer, chunk_bytes));
   }
   comm_dev *d = &c->dev[device];
   d->seq++;
