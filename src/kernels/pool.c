@@ -25,14 +25,19 @@ typedef struct {
  * window k's first and last) and odd ones o (2k+1: its middle), so window k
  * reads e[k], o[k], e[k+1] of 3 rows: unit strides, a vectorized loop where
  * the stride-2 reads were scalar. */
+/* The max m of 3x3 window values v[9] (T) and whether one is NaN (nan):
+ * declares m and nan. */
+#define MAX9(T, v, m, nan)                                                                    \
+  T m = v[0];                                                                                 \
+  bool nan = false;                                                                           \
+  _Pragma("GCC unroll 9") for (int q_ = 1; q_ < 9; q_++) m = v[q_] > m ? v[q_] : m;           \
+  _Pragma("GCC unroll 9") for (int q_ = 0; q_ < 9; q_++) nan |= v[q_] != v[q_]
+
 /* window k's 9 values v (row-major), their max m and whether one is NaN */
 #define WIN33S2(T)                                                                            \
   T v[9] = {e[0][k], o[0][k], e[0][k + 1], e[1][k], o[1][k], e[1][k + 1],                     \
             e[2][k], o[2][k], e[2][k + 1]};                                                   \
-  T m = v[0];                                                                                 \
-  bool nan = false;                                                                           \
-  _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;                \
-  _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q]
+  MAX9(T, v, m, nan)
 
 #define ROW33S2_IMPL(T, SUF)                                                                  \
   /* s[0..2n] -> e[k] = s[2k] (k <= n), o[k] = s[2k+1] (k < n) */                             \
@@ -133,10 +138,7 @@ ROW33S2_IMPL(double, f64)
                   const T *r = rb + k * sw;                                                 \
                   T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                  \
                             r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                       \
-                  T m = v[0];                                                               \
-                  bool nan = false;                                                         \
-                  _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;\
-                  _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q];  \
+                  MAX9(T, v, m, nan);                                                    \
                   yo[k] = nan ? (T)NAN : m;                                                 \
                 }                                                                           \
                 continue;                                                                   \
@@ -146,10 +148,7 @@ ROW33S2_IMPL(double, f64)
                 const T *r = rb + k * sw;                                                   \
                 T v[9] = {r[0], r[1], r[2], r[W_], r[W_ + 1], r[W_ + 2],                    \
                           r[2 * W_], r[2 * W_ + 1], r[2 * W_ + 2]};                         \
-                T m = v[0];                                                                 \
-                bool nan = false;                                                           \
-                _Pragma("GCC unroll 9") for (int q = 1; q < 9; q++) m = v[q] > m ? v[q] : m;\
-                _Pragma("GCC unroll 9") for (int q = 0; q < 9; q++) nan |= v[q] != v[q];    \
+                MAX9(T, v, m, nan);                                                      \
                 int32_t a = (int32_t)(2 * W_ + 2);                                          \
                 _Pragma("GCC unroll 9") for (int q = 7; q >= 0; q--)                        \
                   a = (nan ? v[q] != v[q] : v[q] == m) ? (int32_t)((q / 3) * W_ + q % 3) : a;\
