@@ -37,7 +37,8 @@
 # the median step's timeline (link_gaps: each collective's start and end, and
 # where device 0 runs no kernel); and the steady state's link cycle
 # (link_cycle: from one start of the largest gradient reduction to the next,
-# how long the link is busy and where it idles). Run it on a quiet
+# how long the link is busy and where it idles); TRACE_DIR=DIR keeps each
+# profile run's trace there as MODEL-RATE-CONFIG.json. Run it on a quiet
 # machine: each host gets one core, so 2 free cores at least.
 #
 # A/B mode: AB_BUILD=DIR (a second build, e.g. of main) runs, per model, rate
@@ -292,6 +293,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
           link_use "$tmp/trace.json" "${lr:-$r}"
           link_gaps "$tmp/trace.json"
           link_cycle "$tmp/trace.json"
+          [ -n "${TRACE_DIR:-}" ] && mkdir -p "$TRACE_DIR" && cp "$tmp/trace.json" "$TRACE_DIR/$m-$r-$par.json"
         else
           echo "profile $m $r ${par^^}: failed: $(tail -2 "$tmp/prof")"
           failed=1
