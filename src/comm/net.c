@@ -22,27 +22,10 @@
 #include <stdatomic.h>
 #include <time.h>
 
-/* A send piece waiting for the send window (pump). */
-typedef struct {
-  struct net_pending *p;
-  void *buf;
-  int bytes, peer, tag;
-  MPI_Comm comm;
-} pace_item;
-
-enum { NET_PACE_WINDOW = 4 }; /* paced pieces in flight (MPI_Isend not complete) */
-
 struct ts_net {
   int rank, size, tag_ub;
   MPI_Comm data, ctl;
   pthread_mutex_t mu; /* every MPI call goes through it */
-  /* the send window (pump), under mu: queued pieces [q_head, q_head + q_n)
-   * of q (a ring of q_cap), and the ones in flight */
-  pace_item *q;
-  int q_head, q_n, q_cap;
-  MPI_Request fl_req[NET_PACE_WINDOW];
-  struct net_pending *fl_p[NET_PACE_WINDOW];
-  int n_fl;
   _Atomic(bool *) far; /* per process: messages to it go in eager pieces (net_set_hosts); NULL: none */
   _Atomic bool hosts_set; /* net_set_hosts ran (the first call wins) */
 };
@@ -251,75 +234,7 @@ struct net_pending {
   int k;      /* requests posted */
   const char *what;
   bool owns_msgs; /* net_wait frees msgs (net_allgather_start) */
-  int paced_left; /* pieces in the send window's queue or in flight (under n->mu) */
 };
-
-/* The send window: retires the paced pieces in flight that completed, then
- * posts queued ones, in post order, up to NET_PACE_WINDOW in flight. Every
- * thread that polls an exchange pumps (under n->mu), so pieces of a pending
- * nobody waits for yet still go. Returns an MPI code. */
-static int pump(ts_net *n) {
-  int rc = MPI_SUCCESS;
-  for (int j = 0; j < n->n_fl && rc == MPI_SUCCESS;) {
-    int done = 0;
-    rc = MPI_Test(&n->fl_req[j], &done, MPI_STATUS_IGNORE);
-    if (!done) {
-      j++;
-      continue;
-    }
-    n->fl_p[j]->paced_left--;
-    n->n_fl--;
-    n->fl_req[j] = n->fl_req[n->n_fl];
-    n->fl_p[j] = n->fl_p[n->n_fl];
-  }
-  while (rc == MPI_SUCCESS && n->n_fl < NET_PACE_WINDOW && n->q_n) {
-    pace_item *it = &n->q[n->q_head];
-    rc = MPI_Isend(it->buf, it->bytes, MPI_BYTE, it->peer, it->tag, it->comm, &n->fl_req[n->n_fl]);
-    if (rc != MPI_SUCCESS) break;
-    n->fl_p[n->n_fl++] = it->p;
-    n->q_head = (n->q_head + 1) % n->q_cap;
-    n->q_n--;
-  }
-  return rc;
-}
-
-/* Room for `more` queued pieces (under n->mu). */
-static int pace_reserve(ts_net *n, int more) {
-  if (n->q_n + more <= n->q_cap) return 0;
-  int cap = n->q_cap ? n->q_cap : 64;
-  while (cap < n->q_n + more) cap *= 2;
-  pace_item *q = malloc((size_t)cap * sizeof *q);
-  if (!q) return -1;
-  for (int i = 0; i < n->q_n; i++) q[i] = n->q[(n->q_head + i) % n->q_cap];
-  free(n->q);
-  n->q = q;
-  n->q_head = 0;
-  n->q_cap = cap;
-  return 0;
-}
-
-/* Drops p's pieces from the send window (a timeout or cancel; under n->mu):
- * queued ones are never sent, sent ones are freed (they end unobserved). */
-static void pace_drop(ts_net *n, struct net_pending *p) {
-  if (!p->paced_left) return;
-  int m = 0;
-  for (int i = 0; i < n->q_n; i++) {
-    pace_item it = n->q[(n->q_head + i) % n->q_cap];
-    if (it.p != p) n->q[(n->q_head + m++) % n->q_cap] = it;
-  }
-  n->q_n = m;
-  for (int j = 0; j < n->n_fl;) {
-    if (n->fl_p[j] != p) {
-      j++;
-      continue;
-    }
-    MPI_Request_free(&n->fl_req[j]);
-    n->n_fl--;
-    n->fl_req[j] = n->fl_req[n->n_fl];
-    n->fl_p[j] = n->fl_p[n->n_fl];
-  }
-  p->paced_left = 0;
-}
 
 static void pending_release(net_pending *p) {
   free(p->req);
@@ -331,15 +246,13 @@ static void pending_release(net_pending *p) {
 /* Posts every message of msgs on comm into p (returned: 0, or -1 with
  * nothing left posted). */
 static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *what, net_pending *p) {
-  *p = (net_pending){n, msgs, count, NULL, NULL, 0, what, false, 0};
+  *p = (net_pending){n, msgs, count, NULL, NULL, 0, what, false};
   if (env_config()->net_piece_invalid)
     return set_error("%s: TESSEL_NET_PIECE_BYTES=%s: expected bytes in [1, 1073741824]", what,
                      env_config()->net_piece_invalid);
   if (env_config()->net_eager_invalid)
     return set_error("%s: TESSEL_NET_EAGER=%s: expected 0 or 1 (unset: measure the link)", what,
                      env_config()->net_eager_invalid);
-  if (env_config()->net_pace_invalid)
-    return set_error("%s: TESSEL_NET_PACE=%s: expected 0 or 1", what, env_config()->net_pace_invalid);
   size_t n_req = 0, eager = 0; /* eager: pieces more than one per message, of messages cut for another host */
   for (int i = 0; i < count; i++) {
     size_t piece = piece_for(n, msgs[i].peer), parts = msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
@@ -355,39 +268,22 @@ static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
-  bool pace = t_pacer && t_pacer->paced && env_config()->net_pace != 0;
   pthread_mutex_lock(&n->mu);
-  if (pace && pace_reserve(n, (int)n_req) < 0) {
-    pthread_mutex_unlock(&n->mu);
-    pending_release(p);
-    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu messages", what, n_req);
-  }
   for (int i = 0; i < count && rc == MPI_SUCCESS; i++) {
     net_msg *m = &msgs[i];
     size_t off = 0, piece = piece_for(n, m->peer);
-    bool paced = pace && m->send && piece == NET_EAGER_PIECE;
     do {
       size_t part = m->bytes - off < piece ? m->bytes - off : piece;
       p->owner[k] = i;
-      if (paced) { /* the send window posts it (pump) */
-        p->req[k] = MPI_REQUEST_NULL;
-        n->q[(n->q_head + n->q_n++) % n->q_cap] = (pace_item){p, (char *)m->buf + off, (int)part, m->peer, m->tag, comm};
-        p->paced_left++;
-      } else {
-        rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k])
-                     : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k]);
-      }
+      rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k])
+                   : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k]);
       k++;
       off += part;
     } while (off < m->bytes && rc == MPI_SUCCESS);
   }
-  if (rc == MPI_SUCCESS && n->q_n) rc = pump(n);
   pthread_mutex_unlock(&n->mu);
   p->k = k;
   if (rc != MPI_SUCCESS) {
-    pthread_mutex_lock(&n->mu);
-    pace_drop(n, p);
-    pthread_mutex_unlock(&n->mu);
     pending_release(p);
     return mpi_error(what, rc);
   }
@@ -406,10 +302,7 @@ static int complete(net_pending *p, int timeout_ms) {
   for (long iter = 0;; iter++) {
     int flag = 0;
     pthread_mutex_lock(&n->mu);
-    if (n->q_n || n->n_fl) rc = pump(n); /* any thread's paced pieces */
-    if (rc == MPI_SUCCESS) rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
-    flag = flag && !p->paced_left;
-    if (rc != MPI_SUCCESS) pace_drop(n, p);
+    rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
     pthread_mutex_unlock(&n->mu);
     if (rc != MPI_SUCCESS) {
       pending_release(p);
@@ -423,9 +316,6 @@ static int complete(net_pending *p, int timeout_ms) {
     if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
     if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
       char who[256];
-      pthread_mutex_lock(&n->mu);
-      pace_drop(n, p);
-      pthread_mutex_unlock(&n->mu);
       timed_out(n, req, k, p->msgs, p->owner, who, sizeof who);
       pending_release(p);
       return set_error_code(TS_ERR_TIMEOUT,
@@ -634,9 +524,6 @@ int net_wait(net_pending *p, int timeout_ms) {
 void net_cancel(net_pending *p) {
   if (!p) return;
   char who[256];
-  pthread_mutex_lock(&p->n->mu);
-  pace_drop(p->n, p);
-  pthread_mutex_unlock(&p->n->mu);
   timed_out(p->n, p->req, p->k, p->msgs, p->owner, who, sizeof who);
   pending_release(p);
   if (p->owns_msgs) free(p->msgs);

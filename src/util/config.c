@@ -91,9 +91,6 @@ static void env_read(void) {
   const char *eager = env_text("TESSEL_NET_EAGER", false);
   c->net_eager = !eager ? -1 : !strcmp(eager, "0") ? 0 : !strcmp(eager, "1") ? 1 : -1;
   if (eager && c->net_eager < 0) c->net_eager_invalid = eager;
-  const char *pace = env_text("TESSEL_NET_PACE", false);
-  c->net_pace = !pace ? -1 : !strcmp(pace, "0") ? 0 : !strcmp(pace, "1") ? 1 : -1;
-  if (pace && c->net_pace < 0) c->net_pace_invalid = pace;
   const char *lanes = env_text("TESSEL_COMM_LANES", false);
   c->comm_lanes = !lanes ? -1 : !strcmp(lanes, "0") ? 0 : !strcmp(lanes, "1") ? 1 : -1;
   if (lanes && c->comm_lanes < 0) c->comm_lanes_invalid = lanes;
