@@ -370,32 +370,6 @@ static void sync_checks(void) {
   ts_mesh_free(m4);
 }
 
-/* A slice reads the elements it copies, not its operand (the collective
- * combiner's slices of one all-reduced buffer: priced at the whole buffer,
- * the MLP's 2x2 step predicted its slices 10x the traced time): 64 of 1024
- * rows costs 2 x its 256 KiB at 1 GB/s in the analytic model and in the
- * compiled program's; every 4th column of those rows reads their cache
- * lines (4 x the result, at most the operand). */
-static void slice_checks(const ts_mesh *m1) {
-  for (int strided = 0; strided < 2; strided++) {
-    ts_graph *g = ts_graph_new();
-    int64_t sh[2] = {1024, 1024}, lo[2] = {0, 0}, hi[2] = {64, 1024}, st[2] = {1, strided ? 4 : 1};
-    ts_tensor x = ts_input(g, "x", TS_F32, 2, sh);
-    ts_graph_add_output(g, ts_slice(g, x, lo, hi, st));
-    double out = 64.0 * 1024 * 4 / (double)st[1], want = (out + out * (double)st[1]) / 1e9;
-    ts_auto_shard_info an, pr;
-    ts_auto_shard_options o = {.mesh = m1, .bytes_per_s = 1e9};
-    CHECK_OK(ts_shard_predict(g, &o, &an));
-    CHECK_OK(ts_predict_program(g, &o, NULL, &pr));
-    CHECK(fabs(an.compute_s - want) <= 1e-9 * want && fabs(pr.compute_s - want) <= 1e-9 * want,
-          "slice of 64 rows%s: analytic %.6g s, compiled %.6g s, want %.6g s (its operand's 4 MiB: %.6g s)",
-          strided ? ", every 4th column" : "", an.compute_s, pr.compute_s, want, (out + 4.0 * 1024 * 1024) / 1e9);
-    printf("cost model: a slice of 64 of 1024 rows%s costs %.3f ms at 1 GB/s (what it reads and writes)\n",
-           strided ? " (every 4th column)" : "", 1e3 * pr.compute_s);
-    ts_graph_free(g);
-  }
-}
-
 static void cost_model_checks(void) {
   ts_mesh *m1 = ts_mesh_from_text("a=1"), *m2 = ts_mesh_from_text("a=2");
   ts_graph *g = ts_graph_new();
@@ -428,7 +402,6 @@ static void cost_model_checks(void) {
   inline_checks(m2);
   broadcast_operand_checks(m1);
   sync_checks();
-  slice_checks(m1);
   ts_mesh_free(m1), ts_mesh_free(m2);
 }
 

@@ -294,21 +294,9 @@ static bool transcendental(ts_op op) {
   return op == TS_OP_EXP || op == TS_OP_LOG || op == TS_OP_TANH || op == TS_OP_ERF || op == TS_OP_GELU;
 }
 
-/* What a slice reads: the elements it copies, not its operand (the
- * collective combiner's slices of one all-reduced buffer each read their
- * piece; priced at the whole buffer, the MLP's 2x2 step predicted its 6
- * slices at 1.1 ms against 0.1 ms traced). A stride in the last dim reads
- * the rows' cache lines between the elements: up to stride x, at most the
- * operand. 0 for any other node. */
-static double slice_read_bytes(const ts_graph *g, const ts_node *n) {
-  if (n->op != TS_OP_SLICE || n->n_in < 1) return 0;
-  double operand = as_bytes(&g->nodes[n->in[0]]), stride = n->rank > 0 ? (double)n->attr.stride[n->rank - 1] : 1;
-  return fmin(operand, as_bytes(n) * fmax(1, stride));
-}
-
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
-  double bytes = as_bytes(n) + slice_read_bytes(g, n);
-  for (int k = 0; n->op != TS_OP_SLICE && k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
+  double bytes = as_bytes(n);
+  for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
   double f = node_flops(g, n) / par;
   *units = bytes / par;
   switch (n->op) {
