@@ -68,9 +68,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_par_small: %s\n", ts_last_error());
     return 1;
   }
-  const int64_t adds[] = {32768, 65536, 262144, 1048576}, mms[] = {32, 128, 512};
+  const int64_t adds[] = {32768, 65536, 262144, 1048576}, mms[] = {32, 128, 256, 512};
   for (int kind = 0; kind < 3; kind++)
-    for (int s = 0; s < (kind ? 3 : 4); s++) {
+    for (int s = 0; s < 4; s++) {
       int64_t n = kind ? mms[s] : adds[s], xs[2], ws[2];
       ts_graph *g = chain(kind, n, xs, ws);
       float *h = calloc((size_t)(xs[0] * xs[1] + ws[0] * ws[1]), sizeof *h);
