@@ -22,6 +22,8 @@
 # program (tessel inspect's listing, in the order the device runs it): op,
 # shape, a fused kernel's instructions and the bytes it moves per second (what
 # found the GELU gradient's fused kernel at a quarter of the GELU's rate).
+# LEAST=1: also each kernel's least time over the steps, summed per op, and the
+# least execute (a loaded machine's estimate of the quiet step's kernels).
 # Run it on a quiet machine: on a loaded one short kernels wait for a core
 # (fork and join) far more than long ones, which skews the shares.
 set -uo pipefail
@@ -108,6 +110,24 @@ for k in sorted(set(meas) | set(ops), key=lambda k: -meas.get(k, 0)):
     m, p = meas.get(k, 0.0), ops.get(k, {}).get("ms", 0.0)
     print("%-24s %7d %7d %10.3f %10.3f %9s" % (k, cnt[steps[0]].get(k, 0), ops.get(k, {}).get("count", 0), m, p,
           "%.2f" % (p / m) if m > 0 else "-"))
+# LEAST=1: per op, the sum over its kernels of each kernel's least time over the
+# steps (the k-th kernel of every step is the same node): on a loaded machine a
+# kernel preempted in one step runs alone in another, so this estimates the
+# quiet step's kernels (the calibration's rates are least times too); and the
+# least execute against them: what the device spends outside its kernels.
+if os.environ.get("LEAST") == "1":
+    runs = [i for i in steps if [n for n, _ in seq[i]] == [n for n, _ in seq[steps[0]]]]
+    least = collections.Counter()
+    for k, (name, _) in enumerate(seq[steps[0]]):
+        least[name] += min(seq[i][k][1] for i in runs)
+    fast = min(runs, key=lambda i: execs[i][1] - execs[i][0])  # the fastest step, its own kernels
+    exe_min, own = (execs[fast][1] - execs[fast][0]) / 1e3, sum(d for _, d in seq[fast])
+    print("LEAST over %d steps: kernels %.3f ms (each its least); the fastest execute %.3f ms, its kernels %.3f ms, "
+          "outside them %.3f ms; predicted step %.3f ms" % (len(runs), sum(least.values()), exe_min, own, exe_min - own,
+                                                           pred["predicted"]["step_ms"]))
+    for k in sorted(least, key=lambda k: -least[k]):
+        p = ops.get(k, {}).get("ms", 0.0)
+        print("  least %-20s %10.3f ms  pred %10.3f ms  pred/least %s" % (k, least[k], p, "%.2f" % (p / least[k]) if least[k] > 0 else "-"))
 if slowest > 0:  # the program's kernels in order: "%N = op(args) ... : dtype[shape]", a fused kernel's "  iK = op" lines
     shapes, nodes = {}, []
     size = lambda dt, sh: {"f32": 4, "i32": 4, "i64": 8, "bf16": 2}.get(dt, 4) * eval("*".join(sh.split(",")) or "1")

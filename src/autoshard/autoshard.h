@@ -43,8 +43,16 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
 /* The broadcast instructions of fused kernel n (0 for any other node). */
 int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency
- * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter). */
-double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent);
+ * moving `bytes` per device per pass (passes: 2 all-reduce, 1 gather/scatter).
+ * latency is charged for autoshard_sync_steps(n, passes, remote) steps. */
+double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, bool remote, double *sent);
+/* The latency steps of a collective over `n` devices: across hosts passes x
+ * log2 n (recursive halving / doubling per pass); within a host (comm/'s
+ * shared-memory collectives: remote false) every all-reduce, all-gather,
+ * reduce-scatter and all-to-all is the same two group syncs (publish the
+ * buffers, then wait for every reader), 2 log2 n steps whatever its passes:
+ * the 1-element all-reduce the latency was calibrated on. */
+double autoshard_sync_steps(int n, int passes, bool remote);
 /* Whether an asynchronous collective moving `bytes` (the larger of operand
  * and result, per device) over a group spanning the mesh axes `axes` (a bit
  * mask) runs in line, blocking, on an idle worker's device thread: at most

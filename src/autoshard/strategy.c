@@ -340,19 +340,26 @@ int autoshard_broadcast_operands(const ts_node *n) {
   return b;
 }
 
-double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, double *sent) {
+double autoshard_sync_steps(int n, int passes, bool remote) {
+  /* within a host: measured (bench_collectives -m 1K -M 4K, 8 devices on 2
+   * cores) a 1 KiB all-gather 0.209 ms and reduce-scatter 0.198 ms against
+   * the all-reduce's 0.203 ms; priced at one pass they read half of it */
+  return n <= 1 ? 0 : (remote ? passes : 2) * ceil(log2((double)n));
+}
+
+double autoshard_ring_s(double bw, double latency, int n, double bytes, int passes, bool remote, double *sent) {
   if (n <= 1) return 0;
   double b = passes * bytes * (n - 1) / n;
   if (sent) *sent += b;
-  /* latency: log2(n) steps per pass (recursive halving / doubling, as
-   * tuned libraries do at scale); bandwidth: the ring's (n-1)/n */
-  return passes * ceil(log2((double)n)) * latency + b / bw;
+  /* latency: autoshard_sync_steps; bandwidth: the ring's (n-1)/n */
+  return autoshard_sync_steps(n, passes, remote) * latency + b / bw;
 }
 
 /* Seconds of an all-reduce (passes 2) / all-gather (1) over one mesh axis
  * moving `bytes` per device (the size of the full result). */
 static double ring(const as_ctx *c, int axis, double bytes, int passes, double *sent) {
-  return autoshard_ring_s(c->k.link_bw[axis], c->k.latency[axis], (int)c->m->shape[axis], bytes, passes, sent);
+  return autoshard_ring_s(c->k.link_bw[axis], c->k.latency[axis], (int)c->m->shape[axis], bytes, passes,
+                          c->k.remote[axis], sent);
 }
 
 /* A collective's wait for its group's last device beyond alpha-beta, as
@@ -570,13 +577,13 @@ static double partial_cost(const as_ctx *c, int id, uint8_t partial, int rs, dou
   double wait = coll_wait(c);
   if (rs >= 0) {
     t += ring(c, rs, bytes, 1, sent);
-    lat += ceil(log2((double)c->m->shape[rs])) * c->k.latency[rs];
+    lat += autoshard_sync_steps((int)c->m->shape[rs], 1, c->k.remote[rs]) * c->k.latency[rs];
     bytes /= (double)c->m->shape[rs];
   }
   for (int a = 0; a < c->m->rank; a++)
     if ((partial & (1u << a)) && a != rs) {
       t += ring(c, a, bytes, 2, sent);
-      lat += 2 * ceil(log2((double)c->m->shape[a])) * c->k.latency[a];
+      lat += autoshard_sync_steps((int)c->m->shape[a], 2, c->k.remote[a]) * c->k.latency[a];
     }
   if (!async || autoshard_runs_inline(&c->k, axes, local_out)) return t + wait;
   t += wait;

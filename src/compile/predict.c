@@ -61,27 +61,30 @@ static uint32_t group_axes(const ts_mesh *m, const ts_collective *cl, bool pairs
   return axes;
 }
 
-/* The slowest link and largest latency over the mesh axes a device group spans. */
+/* The slowest link and largest latency over the mesh axes a device group
+ * spans; *remote: one of them spans hosts. */
 static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_collective *cl, bool pairs, double *bw,
-                        double *lat) {
+                        double *lat, bool *remote) {
   uint32_t axes = group_axes(m, cl, pairs);
-  *bw = INFINITY, *lat = 0;
+  *bw = INFINITY, *lat = 0, *remote = false;
   for (int a = 0; a < m->rank; a++)
-    if (axes & (1u << a)) *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]);
-  if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0];
+    if (axes & (1u << a)) *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]), *remote |= k->remote[a];
+  if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0], *remote = k->remote[0];
 }
 
-/* The alpha-beta part of coll_seconds over a group of gs with links bw / lat. */
-static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, double bw, double lat, double *sent) {
+/* The alpha-beta part of coll_seconds over a group of gs with links bw / lat
+ * (remote: across hosts; within one, autoshard_sync_steps' two group syncs). */
+static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, double bw, double lat, bool remote,
+                                double *sent) {
   switch (n->op) {
-  case TS_OP_ALL_REDUCE: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 2, sent);
-  case TS_OP_ALL_GATHER: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 1, sent);
-  case TS_OP_REDUCE_SCATTER: return autoshard_ring_s(bw, lat, gs, node_bytes(x), 1, sent);
+  case TS_OP_ALL_REDUCE: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 2, remote, sent);
+  case TS_OP_ALL_GATHER: return autoshard_ring_s(bw, lat, gs, node_bytes(n), 1, remote, sent);
+  case TS_OP_REDUCE_SCATTER: return autoshard_ring_s(bw, lat, gs, node_bytes(x), 1, remote, sent);
   case TS_OP_ALL_TO_ALL: {
     if (gs <= 1) return 0;
     double b = node_bytes(n) * (gs - 1) / gs;
     *sent += b;
-    return lat * (gs - 1) + b / bw;
+    return (remote ? gs - 1 : autoshard_sync_steps(gs, 1, false)) * lat + b / bw;
   }
   case TS_OP_COLLECTIVE_PERMUTE:
     *sent += node_bytes(n);
@@ -96,10 +99,11 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_
   if (!n->attr.coll || !m) return 0;
   int gs = n->attr.coll->n;
   double bw, lat;
-  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat);
+  bool remote;
+  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote);
   /* an asynchronous one (on the collective worker) waits k->coll_async when measured */
   double wait = gs < 2 ? 0 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
-  return wait + coll_link_seconds(n, x, gs, bw, lat, sent);
+  return wait + coll_link_seconds(n, x, gs, bw, lat, remote, sent);
 }
 
 /* compile.c's mark_async rule: an all-reduce, all-gather or reduce-scatter
