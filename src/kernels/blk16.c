@@ -1,5 +1,5 @@
-/* blk16.c — 16-bit and 32-bit activations between plain NCHW and oneDNN's
- * channel-blocked nChw16c (aBcd16b: [n][c / 16][h][w][c % 16]), C a multiple of 16.
+/* blk16.c — 16-bit activations between plain NCHW and oneDNN's channel-blocked
+ * nChw16c (aBcd16b: [n][c / 16][h][w][c % 16]), C a multiple of 16.
  *
  * conv.c moves bf16 activations into and out of the blocked convolutions with
  * these instead of oneDNN 2.6's reorder primitive: for bf16 that primitive is
@@ -7,13 +7,7 @@
  * tensor (which moves twice the bytes), and ResNet-50's bf16 step runs ~230 of
  * them. A pure copy: the same bits as the reorder. Each (image, channel block)
  * is a 16 x HW matrix of 16-bit values transposed to HW x 16, in 16 x 16 tiles
- * (AVX2 where the compiler targets it).
- *
- * f32 activations move the same way, in 16 x 16 tiles of AVX-512 registers
- * (only where the compiler targets AVX-512F: tk_blk16_has32): oneDNN 2.6's
- * f32 reorder ("jit:blk") takes 2.2-3x a memcpy of the same tensor on
- * ResNet-20's activations (one thread, buffers out of cache), and a ResNet-20
- * step runs 77 of them (~11% of its CPU, perf). */
+ * (AVX2 where the compiler targets it). */
 #include <string.h>
 
 #include "kernels/kernels_internal.h"
@@ -84,85 +78,3 @@ void tk_blk16_convert(const uint16_t *src, uint16_t *dst, int64_t N, int64_t C, 
     else block_from(src + off, dst + off, HW);
   }
 }
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-/* r[i] = row i of a 16 x 16 tile of floats; on return r[j] = column j.
- * Inlined with every loop unrolled (GCC unroll), so the tile stays in the
- * 32 zmm registers (at -O2 a call with the loops rolled ran 2x slower than
- * oneDNN's reorder, through the stack). */
-#define PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) PRAGMA(GCC unroll n)
-static inline __attribute__((always_inline)) void tr16x16_ps(__m512 r[16]) {
-  __m512 t[16];
-  UNROLL(8) for (int i = 0; i < 8; i++) { /* pairs of rows interleaved by 32 bits */
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  UNROLL(4) for (int q = 0; q < 4; q++) { /* 4 x 4 blocks in each 128-bit lane */
-    r[4 * q] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  UNROLL(2) for (int h = 0; h < 2; h++) /* lanes 0, 2 and 1, 3 of row groups 4 apart */
-    UNROLL(4) for (int k = 0; k < 4; k++) {
-      t[8 * h + k] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + 4 + k], 0x88);
-      t[8 * h + 4 + k] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + 4 + k], 0xdd);
-    }
-  UNROLL(8) for (int k = 0; k < 8; k++) { /* the two halves joined */
-    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-  }
-}
-
-static void block_to32(const float *s, float *d, int64_t HW) {
-  int64_t p0 = 0;
-  for (; p0 + 16 <= HW; p0 += 16) {
-    __m512 r[16];
-    UNROLL(16) for (int c = 0; c < 16; c++) r[c] = _mm512_loadu_ps(s + c * HW + p0);
-    tr16x16_ps(r);
-    UNROLL(16) for (int p = 0; p < 16; p++) _mm512_storeu_ps(d + (p0 + p) * 16, r[p]);
-  }
-  for (int64_t p = p0; p < HW; p++)
-    for (int c = 0; c < 16; c++) d[p * 16 + c] = s[c * HW + p];
-}
-
-static void block_from32(const float *s, float *d, int64_t HW) {
-  int64_t p0 = 0;
-  for (; p0 + 16 <= HW; p0 += 16) {
-    __m512 r[16];
-    UNROLL(16) for (int p = 0; p < 16; p++) r[p] = _mm512_loadu_ps(s + (p0 + p) * 16);
-    tr16x16_ps(r);
-    UNROLL(16) for (int c = 0; c < 16; c++) _mm512_storeu_ps(d + c * HW + p0, r[c]);
-  }
-  for (int64_t p = p0; p < HW; p++)
-    for (int c = 0; c < 16; c++) d[c * HW + p] = s[p * 16 + c];
-}
-
-bool tk_blk16_has32(void) { return true; }
-
-void tk_blk16_convert32(const float *src, float *dst, int64_t N, int64_t C, int64_t HW, bool to_blocked, int nt) {
-  int64_t nb = N * (C / 16);
-#pragma omp parallel for num_threads(nt) if (nt > 1 && nb > 1)
-  for (int64_t b = 0; b < nb; b++) {
-    int64_t off = b * 16 * HW; /* the same offset in both layouts */
-    if (to_blocked) block_to32(src + off, dst + off, HW);
-    else block_from32(src + off, dst + off, HW);
-  }
-}
-#else
-bool tk_blk16_has32(void) { return false; }
-
-void tk_blk16_convert32(const float *src, float *dst, int64_t N, int64_t C, int64_t HW, bool to_blocked, int nt) {
-  (void)nt;
-  for (int64_t b = 0; b < N * (C / 16); b++)
-    for (int64_t p = 0; p < HW; p++)
-      for (int c = 0; c < 16; c++) {
-        int64_t pl = b * 16 * HW + c * HW + p, bl = b * 16 * HW + p * 16 + c;
-        if (to_blocked) dst[bl] = src[pl];
-        else dst[pl] = src[bl];
-      }
-}
-#endif

@@ -4,8 +4,7 @@
  *   layout NHWC: x (N, H, W, C), y (N, OH, OW, O), w as above
  * f32 and bf16 run on oneDNN: the convolution picks its own (blocked) layouts
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW (bf16
- * and f32 activations to and from nChw16c by blk16.c's transposition:
- * is_blk16) — except
+ * activations to and from nChw16c by blk16.c's transposition: is_blk16) — except
  * 1x1 convolutions without padding (on planes above 14x14; their filter
  * gradients on any), which run on NCHW itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
@@ -121,8 +120,7 @@ typedef struct {
   dnnl_primitive_t reorder;
   bool is_output;
   bool in_scratch;       /* prim lives in the thread's conv scratch (set per call) */
-  bool blk16;            /* bf16 or f32 NCHW <-> nChw16c: blk16.c moves it, not `reorder` */
-  bool f32;              /* its values are f32 (else bf16) */
+  bool blk16;            /* bf16 NCHW <-> nChw16c: blk16.c moves it, not `reorder` */
   int arg;
   int64_t dims[4];       /* the activation's (N, C, H, W) */
 } conv_arg;
@@ -218,16 +216,13 @@ static bool g_blk16 = true;
 
 void tk_conv_set_blk16(bool on) { __atomic_store_n(&g_blk16, on, __ATOMIC_RELAXED); }
 
-/* A bf16 (or, where blk16.c has AVX-512 tiles for them, f32) activation
- * whose user layout is NCHW and primitive layout nChw16c with C a multiple
- * of 16 (no padded channels): blk16.c's case. */
+/* A bf16 activation whose user layout is NCHW and primitive layout nChw16c
+ * with C a multiple of 16 (no padded channels): blk16.c's case. */
 static bool is_blk16(const dnnl_memory_desc_t *umd, const dnnl_memory_desc_t *pmd) {
-  dnnl_data_type_t t = umd->data_type;
-  if (umd->ndims != 4 || !(t == dnnl_bf16 || (t == dnnl_f32 && tk_blk16_has32())) || umd->dims[1] % 16)
-    return false;
+  if (umd->ndims != 4 || umd->data_type != dnnl_bf16 || umd->dims[1] % 16) return false;
   dnnl_memory_desc_t nchw, blk;
-  return dnnl_memory_desc_init_by_tag(&nchw, 4, umd->dims, t, dnnl_nchw) == dnnl_success &&
-         dnnl_memory_desc_init_by_tag(&blk, 4, umd->dims, t, dnnl_nChw16c) == dnnl_success &&
+  return dnnl_memory_desc_init_by_tag(&nchw, 4, umd->dims, dnnl_bf16, dnnl_nchw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&blk, 4, umd->dims, dnnl_bf16, dnnl_nChw16c) == dnnl_success &&
          dnnl_memory_desc_equal(umd, &nchw) && dnnl_memory_desc_equal(pmd, &blk);
 }
 
@@ -248,7 +243,7 @@ static int bind_arg(conv_state *s, int i, dnnl_engine_t eng, const dnnl_primitiv
     return -1;
   if (is_output) s->out_bytes = dnnl_memory_desc_get_size(pmd);
   else if (a->in_scratch) s->wei_bytes = dnnl_memory_desc_get_size(pmd);
-  a->blk16 = is_blk16(umd, pmd), a->f32 = umd->data_type == dnnl_f32;
+  a->blk16 = is_blk16(umd, pmd);
   memcpy(a->dims, umd->dims, sizeof a->dims);
   dnnl_primitive_desc_t rpd;
   const dnnl_memory_desc_t *src = is_output ? pmd : umd, *dst = is_output ? umd : pmd;
@@ -374,8 +369,7 @@ static int reorder(const conv_arg *a, dnnl_stream_t stream, int nt) {
     void *s, *d;
     if (dnnl_memory_get_data_handle(from, &s) != dnnl_success || dnnl_memory_get_data_handle(to, &d) != dnnl_success)
       return -1;
-    if (a->f32) tk_blk16_convert32(s, d, a->dims[0], a->dims[1], a->dims[2] * a->dims[3], !a->is_output, nt);
-    else tk_blk16_convert(s, d, a->dims[0], a->dims[1], a->dims[2] * a->dims[3], !a->is_output, nt);
+    tk_blk16_convert(s, d, a->dims[0], a->dims[1], a->dims[2] * a->dims[3], !a->is_output, nt);
     return 0;
   }
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};

@@ -40,9 +40,8 @@ void kernels_set_num_threads(int n);
  * whether the cached state of a conv node is that plain path. */
 void tk_conv_set_plain_1x1(bool on);
 bool tk_conv_state_is_plain(const ts_kstate *state);
-/* bf16 (and, where tk_blk16_has32, f32) activations into / out of the
- * blocked convolutions by blk16.c's transposition (on by default) or, off,
- * by oneDNN's reorder primitive. */
+/* bf16 activations into / out of the blocked convolutions by blk16.c's
+ * transposition (on by default) or, off, by oneDNN's reorder primitive. */
 void tk_conv_set_blk16(bool on);
 
 /* Fused programs: fast paths (fused_fast.c) for the patterns they match
@@ -54,10 +53,5 @@ void tk_fused_set_fast(bool on);
  * plain NCHW -> nChw16c (to_blocked) or back; a copy (the same bits as
  * oneDNN's reorder between those layouts), on nt threads. */
 void tk_blk16_convert(const uint16_t *src, uint16_t *dst, int64_t N, int64_t C, int64_t HW, bool to_blocked, int nt);
-/* The same for 32-bit values (f32 activations), in AVX-512 tiles where
- * tk_blk16_has32() (the build targets AVX-512F; else plain loops, and conv.c
- * leaves f32 to oneDNN's reorder). */
-bool tk_blk16_has32(void);
-void tk_blk16_convert32(const float *src, float *dst, int64_t N, int64_t C, int64_t HW, bool to_blocked, int nt);
 
 #endif
