@@ -5,11 +5,13 @@
 # --model resnet20 --amp none --steps 20 --warmup 2), the last 60% of the
 # samples (the timed steps; compile and warm-up come first), summed into
 # groups: oneDNN's convolution kernels (conv), its reorders (reorder), the
-# fused programs and reductions with the copies they make (fused), the rest.
+# fused programs and reductions with the copies they make (fused), the rest
+# (reorders: oneDNN's jit:blk kernels and blk16.c's transpositions).
 # Samples count only while the process runs, so on a loaded host the shares
 # move far less than wall times do: the convolutions are the same code on
-# both sides, so fused/conv compares two builds' fused work (A B A B ... for
-# $ROUNDS rounds, default 2). Needs perf; oneDNN names its JIT kernels through
+# both sides, so fused/conv, reorder/conv and step/conv (all samples over the
+# convolutions') compare two builds' work (A B A B ... for $ROUNDS rounds,
+# default 2). Needs perf; oneDNN names its JIT kernels through
 # ONEDNN_JIT_PROFILE=2 (a /tmp/perf-PID.map).
 set -euo pipefail
 a="$1"
@@ -38,11 +40,13 @@ for line in sys.stdin:
         continue
     p, s = float(m.group(1)), m.group(2)
     if "conv" in s and "kernel" in s: g["conv"] += p
-    elif "single_blk" in s: g["reorder"] += p
+    elif "single_blk" in s or s.startswith(("tk_blk16", "block_to", "block_from")): g["reorder"] += p
     elif s in fused or s.startswith(("eval_", "load_src")): g["fused"] += p
     else: g["other"] += p
-ratio = g["fused"] / max(g["conv"], 1e-9)
-print(" ".join(f"{k}={v:.1f}%" for k, v in g.items()), f"fused/conv={ratio:.3f}", end=" ")
+c = max(g["conv"], 1e-9)
+fr, rr = g["fused"] / c, g["reorder"] / c
+print(" ".join(f"{k}={v:.1f}%" for k, v in g.items()), f"fused/conv={fr:.3f}",
+      f"reorder/conv={rr:.3f} step/conv={100 / c:.3f}", end=" ")
 '
   echo "$(cat "$tmp/res")"
 }
