@@ -4,7 +4,8 @@
 # record, cpu-clock, 1999 Hz): BUILD/bench_convnet_step --threads 1 (default
 # --model resnet20 --amp none --steps 20 --warmup 2), the last 60% of the
 # samples (the timed steps; compile and warm-up come first), summed into
-# groups: oneDNN's convolution kernels (conv), its reorders (reorder), the
+# groups: oneDNN's convolution kernels (conv; bf16's with their transposes
+# jit_trans_*), its reorders (reorder), the
 # fused programs and reductions with the copies they make (fused), the rest
 # (reorders: oneDNN's jit:blk kernels and blk16.c's transpositions).
 # Samples count only while the process runs, so on a loaded host the shares
@@ -39,8 +40,8 @@ for line in sys.stdin:
     if not m:
         continue
     p, s = float(m.group(1)), m.group(2)
-    if "conv" in s and "kernel" in s: g["conv"] += p
-    elif "single_blk" in s or s.startswith(("tk_blk16", "block_to", "block_from")): g["reorder"] += p
+    if s.startswith(("jit_trans_", "_jit_avx512_core_bf16_")) or ("conv" in s and "kernel" in s): g["conv"] += p
+    elif "single_blk" in s or s.startswith(("tk_blk16", "block_to", "block_from", "tr16x16")): g["reorder"] += p
     elif s in fused or s.startswith(("eval_", "load_src")): g["fused"] += p
     else: g["other"] += p
 c = max(g["conv"], 1e-9)
