@@ -8,7 +8,8 @@
  * ties and values that overflow when rounded to bf16; shapes have channel
  * runs of 1, 49, 257 and 600 elements (shorter and longer than the fast
  * loops' chunk and the interpreter's tile) and odd sizes; 1 and 2 threads;
- * one program writes its result over its input (in place). The reduced
+ * each program writes its result over each of its f32 inputs of the result's
+ * size in turn (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
  * here as elementwise programs (fused reductions read the same loops); ReLU's
  * gradient (a select by a compare with a constant) with every comparison; a
@@ -114,8 +115,8 @@ static void set_ext(case_t *C, int k, ts_dtype dt, int64_t ne) {
   if (k >= C->n_ext) C->n_ext = k + 1;
 }
 
-/* Runs C (interpreter, then fast path on 1 and 2 threads; in_place: the
- * result over input 0) and compares the bits. */
+/* Runs C (interpreter, then fast path on 1 and 2 threads; then the result
+ * over each full-size f32 input) and compares the bits. */
 static void run_case(const char *what, case_t *C, int64_t numel, bool expect_match) {
   void *in[MAX_EXT];
   for (int k = 0; k < C->n_ext; k++) {
@@ -147,12 +148,16 @@ static void run_case(const char *what, case_t *C, int64_t numel, bool expect_mat
     CHECK(bad < 0, "%s, %d threads, %lld elements: element %lld differs (bits %#x, interpreter %#x)", what, nt,
           (long long)numel, (long long)bad, gb, rb);
   }
-  /* in place: an f32 result over an f32 input 0 of the same size */
-  if (C->out_dt == TS_F32 && C->dt[0] == TS_F32 && C->ne[0] == numel) {
+  /* in place: an f32 result over each f32 input of the same size in turn
+   * (the fast loops write f32 results straight into the output) */
+  for (int k = 0; k < C->n_ext && C->out_dt == TS_F32; k++) {
+    if (C->dt[k] != TS_F32 || C->ne[k] != numel) continue;
     ts_kctx ctx = {.num_threads = 2};
+    memcpy(got, in[k], ob);
     CHECK_OK(tk_program_run(&prog, C->n_ext, C->dt, C->ne, (tk_in)in, ref, C->out_dt, numel, &ctx));
-    CHECK_OK(tk_program_run(&prog, C->n_ext, C->dt, C->ne, (tk_in)in, in[0], C->out_dt, numel, &ctx));
-    CHECK(memcmp(ref, in[0], ob) == 0, "%s: in place differs", what);
+    CHECK_OK(tk_program_run(&prog, C->n_ext, C->dt, C->ne, (tk_in)in, in[k], C->out_dt, numel, &ctx));
+    CHECK(memcmp(ref, in[k], ob) == 0, "%s: in place over input %d differs", what, k);
+    memcpy(in[k], got, ob);
   }
   free(ref), free(got);
   for (int k = 0; k < C->n_ext; k++) free(in[k]);
