@@ -139,6 +139,10 @@ extern int ckpt_save_direct;
  * off. Nothing in the library or the CLI changes it. */
 enum { CKPT_ISOLATE_NOHASH = 1, CKPT_ISOLATE_NOWRITE = 2, CKPT_ISOLATE_NOCOPY = 4 };
 extern int ckpt_save_isolate;
+/* How a saver snapshots (save.c; TESSEL_CKPT_SNAPSHOT): -1 (default) as the
+ * environment says (copy unless "hold"), 1 copy mode, 0 hold mode (tests of
+ * the holds set it). Read by ts_ckpt_saver_new. */
+extern int ckpt_save_capture;
 
 /* Per-stage costs of this process's last files stage (save_write.c; set by
  * the thread that ran it, before the save completes): CPU seconds of the
@@ -149,6 +153,8 @@ extern int ckpt_save_isolate;
  * benchmarks (bench/ckpt_io.c); read after the save is waited for. */
 typedef struct {
   double fill_cpu_s, copy_cpu_s, hash_cpu_s, io_cpu_s, fsync_s;
+  double capture_cpu_s; /* copy mode: the caller's thread's CPU in save_capture (the copy and checksums
+                         * are then counted in copy_cpu_s/hash_cpu_s, not in fill_cpu_s); hold mode 0 */
 } ckpt_stage_times;
 extern ckpt_stage_times ckpt_last_stage_times;
 

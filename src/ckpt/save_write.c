@@ -80,7 +80,7 @@ typedef struct {
   const char *path;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int state[SAVE_SLOTS]; /* SLOT_* of each slot */
+  int *state;            /* (slots) SLOT_* of each slot */
   int filled;            /* chunks [0, filled) are filled (or written) */
   int next_write;        /* the next chunk an I/O thread takes */
   bool direct;           /* the fd has O_DIRECT */
@@ -269,15 +269,19 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   uint64_t chunk = ckpt_save_chunk && ckpt_save_chunk % SAVE_ALIGN == 0 ? ckpt_save_chunk : SAVE_CHUNK;
   if (chunk > (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN) chunk = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
   int nchunks = (int)((total + chunk - 1) / chunk);
-  int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
-  if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
+  /* copy mode: the image is whole in s->snap, chunk c at c * chunk (one slot per chunk, nothing to fill) */
+  int slots = j->captured ? nchunks : nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
+  if (!j->captured && ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
   save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
                  .path = path, .direct = direct, .refuse = direct && ckpt_save_direct == 2, .prio = s->prio,
                  .lower = j->background && j->own_thread};
+  if (!(p.state = calloc((size_t)slots, sizeof *p.state))) return set_error("checkpoint: out of memory");
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
-  *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
-  ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
+  if (!j->captured) {
+    *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
+    ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
+  }
   /* The write threads keep the priority this thread has now (the caller's):
    * they only submit O_DIRECT writes and wait for the disk, and a starved one
    * would leave the disk idle. This thread, which copies and hashes (the
@@ -297,9 +301,11 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
     if (stop) break;
     char *dst = p.ring + (size_t)slot * chunk;
     uint64_t pos = (uint64_t)c * chunk, end = total - pos < chunk ? total : pos + chunk;
-    if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
-    if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
-    if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
+    if (!j->captured) { /* copy mode: copied and hashed already (save_capture) */
+      if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
+      if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
+      if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
+    }
     if (rc == 0 && nth == 0) rc = pipe_write_chunk(&p, c); /* no I/O thread to be had: write here */
     char err[1024] = "";
     if (rc != 0) snprintf(err, sizeof err, "%s", ts_last_error());
@@ -326,8 +332,59 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   }
   pthread_mutex_destroy(&p.mu);
   pthread_cond_destroy(&p.cv);
-  *file_hash = ckpt_xxh64_digest(&fc->fs);
+  free(p.state);
+  *file_hash = j->captured ? j->file_hash : ckpt_xxh64_digest(&fc->fs);
+  if (j->captured) *header_hash = j->header_hash;
   return rc;
+}
+
+/* The filler's cursor at the start of the data part: the checksums, each
+ * block's (bh: j->nb), per hold the last block that reads it (last); holds
+ * no block of this process reads are released now. 0 or -1 (out of memory:
+ * every hold released). */
+static int cursor_start(save_job *j, fill_cursor *fc) {
+  memset(fc, 0, sizeof *fc);
+  fc->bh = calloc((size_t)j->nb + 1, sizeof *fc->bh);
+  fc->last = malloc(((size_t)j->n + 1) * sizeof *fc->last);
+  if (!fc->bh || !fc->last) {
+    free(fc->bh), free(fc->last);
+    fc->bh = NULL, fc->last = NULL;
+    job_release(j);
+    return set_error("checkpoint: out of memory");
+  }
+  for (int i = 0; i < j->n; i++) fc->last[i] = -1;
+  for (int k = 0; k < j->nb; k++) fc->last[j->same[j->bl[k].t]] = k;
+  for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
+    if (fc->last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
+  ckpt_xxh64_init(&fc->bs);
+  ckpt_xxh64_init(&fc->fs);
+  return 0;
+}
+
+int save_capture(ts_ckpt_saver *s, save_job *j) {
+  if (!s->capture || !j->background) return 0;
+  uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
+  uint64_t image = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
+  if (ring_reserve(s, (size_t)image) < 0)
+    return 0; /* no memory for the image (or a huge file): hold mode, the writer copies */
+  double t0 = util_now_s(), c0 = thread_cpu_s();
+  fill_cursor fc;
+  if (cursor_start(j, &fc) < 0) return -1;
+  memcpy(s->snap, j->hdr, (size_t)H);
+  j->header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
+  ckpt_xxh64_update(&fc.fs, j->hdr, (size_t)H);
+  int rc = fill_data(j, &fc, s->snap + H, 0, j->data_bytes);
+  job_release(j); /* after an error: what was not released yet */
+  free(fc.last);
+  if (rc != 0) {
+    free(fc.bh);
+    return -1;
+  }
+  j->bh = fc.bh, j->file_hash = ckpt_xxh64_digest(&fc.fs), j->captured = true;
+  j->copy_s = util_now_s() - t0;
+  ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
+  ckpt_last_stage_times.capture_cpu_s = thread_cpu_s() - c0;
+  return 0;
 }
 
 /* The files stage: this process's block file (fsync'ed), from the held
@@ -340,17 +397,10 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   char name[128], path[PATH_MAX_LEN + 256];
   snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", j->rank, j->np);
   snprintf(path, sizeof path, "%s/%s", j->tmp, name);
-  uint64_t *bh = calloc((size_t)j->nb + 1, sizeof *bh);
-  int *last = malloc(((size_t)j->n + 1) * sizeof *last);
-  if (!bh || !last) {
-    free(bh), free(last);
-    job_release(j);
-    return set_error("checkpoint: out of memory");
-  }
-  for (int i = 0; i < j->n; i++) last[i] = -1;
-  for (int k = 0; k < j->nb; k++) last[j->same[j->bl[k].t]] = k;
-  for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
-    if (last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
+  fill_cursor fc = {0};
+  if (j->captured) fc.bh = j->bh, j->bh = NULL; /* copy mode: copied and hashed, nothing held */
+  else if (cursor_start(j, &fc) < 0) return -1;
+  uint64_t *bh = fc.bh;
   bool direct = ckpt_save_direct != 0;
   int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
   if (fd < 0 && direct && errno == EINVAL) {
@@ -359,16 +409,16 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   }
   if (fd < 0) rc = set_error("%s: cannot create: %s", path, strerror(errno));
   uint64_t H = 8 + j->hlen, total = H + j->data_bytes, header_hash = 0, fhash = 0, fbytes = total;
-  fill_cursor fc = {.bh = bh, .last = last};
-  ckpt_xxh64_init(&fc.bs);
-  ckpt_xxh64_init(&fc.fs);
   if (rc == 0) rc = save_pipeline(s, j, fd, direct, path, &fc, &header_hash, &fhash, t0);
   job_release(j); /* after an error: what was not released yet */
-  free(last);
+  free(fc.last);
   double fs0 = util_now_s();
   if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
   ckpt_last_stage_times.fsync_s = util_now_s() - fs0;
-  ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
+  if (!j->captured) { /* copy mode: save_capture's, on the caller's thread */
+    ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
+    ckpt_last_stage_times.capture_cpu_s = 0;
+  }
   if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
   j->write_s = util_now_s() - t0;
   if (rc == 0 && j->version == 1) rc = ckpt_file_hash(path, 1, &fhash, &fbytes);
