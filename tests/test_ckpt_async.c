@@ -540,8 +540,8 @@ static void test_steps_during_copy(void) {
  * parked at "copy" no buffer is held any more (a new hold is granted), a
  * step updates the buffers in place (no memory allocated for held values)
  * and a host write does not wait; the checkpoint holds the save-time values
- * and its files equal ts_ckpt_save's byte for byte. Twice (the image is
- * reused). Hold mode (TESSEL_CKPT_SNAPSHOT=hold) keeps the buffers held
+ * and its files equal ts_ckpt_save's byte for byte. Four times (the image
+ * is reused), the copy on one thread and on two. Hold mode (TESSEL_CKPT_SNAPSHOT=hold) keeps the buffers held
  * until the writer copies them; another value fails ts_ckpt_saver_new. */
 static void test_copy_mode(void) {
   const ck_layout *l = &CK_LAYOUTS[1]; /* data=2, padded blocks */
@@ -557,13 +557,16 @@ static void test_copy_mode(void) {
   ts_ckpt_saver *s = ts_ckpt_saver_new(c);
   CHECK(s != NULL, "saver: %s", ts_last_error());
   void *want[CK_N];
-  for (int round = 0; round < 2 && s && e; round++) {
+  for (int round = 0; round < 4 && s && e; round++) {
+    ckpt_capture_threads = 1 + round % 2; /* one thread, then two (the blocks split where no hold spans) */
     ts_ckpt_meta m = ck_meta(30 + round);
     CHECK_OK(ts_ckpt_save(c, ref, &m, CK_N, en, 0));
     step_expect(round, want);
     park_until("copy");
     CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, en, 0));
     park_wait();
+    CHECK(ckpt_last_stage_times.capture_threads == ckpt_capture_threads, "round %d: the copy ran on %d threads",
+          round, ckpt_last_stage_times.capture_threads);
     for (int i = 0; i < CK_N; i++) {
       ts_buffer_hold *h = ts_buffer_hold_new(b[i]);
       CHECK(h != NULL, "round %d: %s is still held after the save call: %s", round, CK_TENSORS[i].name,
@@ -588,6 +591,7 @@ static void test_copy_mode(void) {
       CHECK(same_file(pa, pb) == 0, "round %d: %s differs from ts_ckpt_save's", round, files[f]);
     }
   }
+  ckpt_capture_threads = -1;
   ts_ckpt_saver_free(s);
   setenv("TESSEL_CKPT_SNAPSHOT", "hold", 1);
   env_config_reload();

@@ -550,7 +550,9 @@ int main(void) {
   ckpt_save_capture = 0; /* hold mode: the writer copies chunk by chunk while the steps run */
   test_steps_during_pipeline();
   ckpt_save_capture = 1; /* copy mode: the writer writes the image's chunks */
+  ckpt_capture_threads = 2;
   test_steps_during_pipeline();
+  ckpt_capture_threads = -1;
   ckpt_save_capture = -1;
   test_write_fails();
   test_isolate();

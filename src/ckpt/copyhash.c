@@ -111,3 +111,16 @@ void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, 
   }
   fence(nt);
 }
+
+void ckpt_copy_hash1(void *dst, const void *src, size_t n, ckpt_xxh64_state *s) {
+  int nt = streaming();
+  char *d = dst;
+  const char *p = src;
+  while (n > 0) {
+    size_t m = n < COPY_SLICE ? n : COPY_SLICE;
+    copy_slice(d, p, m, nt);
+    ckpt_xxh64_update(s, p, m); /* the source slice, from L1 */
+    d += m, p += m, n -= m;
+  }
+  fence(nt);
+}

@@ -180,7 +180,20 @@ typedef struct {
   uint64_t *bh; /* out: each block's checksum */
   int *last;    /* (n) per hold: the last block that reads it (-1: none) */
   double copy_cpu_s, hash_cpu_s; /* this thread's CPU seconds in the copies and in the checksums (the fused pass: all in copy_cpu_s) */
+  bool block_only; /* copy mode's second thread: the blocks' checksums only (fs untouched) */
+  struct capture_share *share; /* copy mode's second thread: where it says how far it copied */
 } fill_cursor;
+
+/* Copy mode's two threads (capture_split): the second one copies the
+ * blocks from `split` on and says after each piece how far the image is
+ * written (ready: a data offset; done once it stopped); the caller hashes
+ * those bytes into the file's checksum behind it. */
+typedef struct capture_share {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t ready;
+  bool done;
+} capture_share;
 
 /* A hold's read failed: the error names the block. */
 static int read_error(const st_entry *e, const save_block *b) {
@@ -198,7 +211,8 @@ typedef struct {
 } fill_visit;
 static int fill_visit_run(void *ctx, const void *p, size_t n) {
   fill_visit *v = ctx;
-  ckpt_copy_hash2(v->dst, p, n, &v->fc->bs, &v->fc->fs);
+  if (v->fc->block_only) ckpt_copy_hash1(v->dst, p, n, &v->fc->bs);
+  else ckpt_copy_hash2(v->dst, p, n, &v->fc->bs, &v->fc->fs);
   v->dst += n;
   return 0;
 }
@@ -246,6 +260,12 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     if (m > SAVE_PIECE) m = SAVE_PIECE;
     if (fill_piece(j, fc, j->holds[h], b->device, dst, m) < 0) return read_error(e, b);
     dst += m, dpos += m, fc->boff += m;
+    if (fc->share) { /* the bytes before dpos are in the image (the copy fenced its streamed stores) */
+      pthread_mutex_lock(&fc->share->mu);
+      fc->share->ready = dpos;
+      pthread_cond_signal(&fc->share->cv);
+      pthread_mutex_unlock(&fc->share->mu);
+    }
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
       ckpt_xxh64_init(&fc->bs);
@@ -361,6 +381,100 @@ static int cursor_start(save_job *j, fill_cursor *fc) {
   return 0;
 }
 
+int ckpt_capture_threads = -1; /* ckpt_internal.h: tests and bench_ckpt_io set 1 or 2 */
+
+/* Where copy mode's work splits between two threads: the block at about a
+ * quarter of the data (the caller copies and hashes the blocks before it
+ * into both checksums, then hashes the rest into the file's behind the
+ * second thread, which copies the rest with the blocks' checksums only:
+ * about even work), at a boundary no hold spans (each hold is read and
+ * released by one thread). -1: one thread. */
+static int capture_split(const save_job *j, const int *last) {
+  int want = ckpt_capture_threads;
+  if (want < 0) want = sysconf(_SC_NPROCESSORS_ONLN) >= 2 && j->data_bytes >= (16u << 20) ? 2 : 1;
+  if (want < 2 || j->version < 2 || ckpt_save_isolate || j->nb < 2) return -1;
+  int *open = calloc((size_t)j->nb + 1, sizeof *open); /* open[k]: holds read both before and from block k */
+  if (!open) return -1;
+  for (int k = 0, h; k < j->nb; k++)
+    if (last[h = j->same[j->bl[k].t]] > k)
+      for (int q = k + 1; q <= last[h]; q++) open[q]++;
+  uint64_t target = j->data_bytes / 4;
+  int best = -1;
+  for (int k = 1; k < j->nb; k++) {
+    uint64_t b = j->se[k].begin, d = b > target ? b - target : target - b;
+    if (!open[k] && (best < 0 || d < (j->se[best].begin > target ? j->se[best].begin - target
+                                                                  : target - j->se[best].begin)))
+      best = k;
+  }
+  free(open);
+  return best;
+}
+
+/* Copy mode's second thread: fill_data over [from, to) of the data part. */
+typedef struct {
+  save_job *j;
+  fill_cursor *fc;
+  char *dst;
+  uint64_t from, to;
+  int rc;
+  char err[1024];
+  double cpu_s;
+} capture_helper;
+static void *capture_helper_run(void *arg) {
+  capture_helper *a = arg;
+  double c0 = thread_cpu_s();
+  a->rc = fill_data(a->j, a->fc, a->dst, a->from, a->to);
+  if (a->rc != 0) snprintf(a->err, sizeof a->err, "%s", ts_last_error());
+  a->cpu_s = thread_cpu_s() - c0;
+  pthread_mutex_lock(&a->fc->share->mu);
+  a->fc->share->done = true;
+  pthread_cond_signal(&a->fc->share->cv);
+  pthread_mutex_unlock(&a->fc->share->mu);
+  return NULL;
+}
+
+/* The data part into img (the image's data) on two threads, split at block
+ * ks (capture_split): fc's checksums as one thread's fill_data would leave
+ * them. 0 or -1 (error set). */
+static int capture_two(save_job *j, fill_cursor *fc, char *img, int ks) {
+  uint64_t mid = j->se[ks].begin, end = j->data_bytes;
+  capture_share sh = {.ready = mid};
+  fill_cursor hc = {.k = ks, .bh = fc->bh, .last = fc->last, .block_only = true, .share = &sh};
+  ckpt_xxh64_init(&hc.bs);
+  capture_helper a = {.j = j, .fc = &hc, .dst = img + mid, .from = mid, .to = end};
+  pthread_mutex_init(&sh.mu, NULL);
+  pthread_cond_init(&sh.cv, NULL);
+  pthread_t th;
+  if (pthread_create(&th, NULL, capture_helper_run, &a) != 0) { /* no thread: all here */
+    pthread_mutex_destroy(&sh.mu);
+    pthread_cond_destroy(&sh.cv);
+    return fill_data(j, fc, img, 0, end);
+  }
+  int rc = fill_data(j, fc, img, 0, mid);
+  uint64_t pos = mid;
+  while (rc == 0 && pos < end) { /* the file's checksum over what the second thread copied */
+    pthread_mutex_lock(&sh.mu);
+    while (sh.ready <= pos && !sh.done) pthread_cond_wait(&sh.cv, &sh.mu);
+    uint64_t r = sh.ready;
+    bool done = sh.done;
+    pthread_mutex_unlock(&sh.mu);
+    if (r > pos) {
+      double c0 = thread_cpu_s();
+      ckpt_xxh64_update(&fc->fs, img + pos, (size_t)(r - pos));
+      fc->copy_cpu_s += thread_cpu_s() - c0;
+      pos = r;
+    } else if (done) {
+      break; /* it failed: its error below */
+    }
+  }
+  pthread_join(th, NULL);
+  pthread_mutex_destroy(&sh.mu);
+  pthread_cond_destroy(&sh.cv);
+  fc->copy_cpu_s += a.cpu_s;
+  if (rc == 0 && a.rc != 0) rc = set_error("%s", a.err);
+  return rc;
+}
+
 int save_capture(ts_ckpt_saver *s, save_job *j) {
   if (!s->capture || !j->background) return 0;
   uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
@@ -373,7 +487,8 @@ int save_capture(ts_ckpt_saver *s, save_job *j) {
   memcpy(s->snap, j->hdr, (size_t)H);
   j->header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
   ckpt_xxh64_update(&fc.fs, j->hdr, (size_t)H);
-  int rc = fill_data(j, &fc, s->snap + H, 0, j->data_bytes);
+  int ks = capture_split(j, fc.last);
+  int rc = ks > 0 ? capture_two(j, &fc, s->snap + H, ks) : fill_data(j, &fc, s->snap + H, 0, j->data_bytes);
   job_release(j); /* after an error: what was not released yet */
   free(fc.last);
   if (rc != 0) {
@@ -384,6 +499,7 @@ int save_capture(ts_ckpt_saver *s, save_job *j) {
   j->copy_s = util_now_s() - t0;
   ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
   ckpt_last_stage_times.capture_cpu_s = thread_cpu_s() - c0;
+  ckpt_last_stage_times.capture_threads = ks > 0 ? 2 : 1;
   return 0;
 }
 
@@ -417,7 +533,7 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   ckpt_last_stage_times.fsync_s = util_now_s() - fs0;
   if (!j->captured) { /* copy mode: save_capture's, on the caller's thread */
     ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
-    ckpt_last_stage_times.capture_cpu_s = 0;
+    ckpt_last_stage_times.capture_cpu_s = 0, ckpt_last_stage_times.capture_threads = 0;
   }
   if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
   j->write_s = util_now_s() - t0;
