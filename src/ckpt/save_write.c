@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h> /* sched_getaffinity */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,7 +392,11 @@ int ckpt_capture_threads = -1; /* ckpt_internal.h: tests and bench_ckpt_io set 1
  * released by one thread). -1: one thread. */
 static int capture_split(const save_job *j, const int *last) {
   int want = ckpt_capture_threads;
-  if (want < 0) want = sysconf(_SC_NPROCESSORS_ONLN) >= 2 && j->data_bytes >= (16u << 20) ? 2 : 1;
+  if (want < 0) { /* the CPUs this process may run on (taskset, mpirun --bind-to) */
+    cpu_set_t cs;
+    long ncpu = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : sysconf(_SC_NPROCESSORS_ONLN);
+    want = ncpu >= 2 && j->data_bytes >= (16u << 20) ? 2 : 1;
+  }
   if (want < 2 || j->version < 2 || ckpt_save_isolate || j->nb < 2) return -1;
   int *open = calloc((size_t)j->nb + 1, sizeof *open); /* open[k]: holds read both before and from block k */
   if (!open) return -1;
