@@ -15,7 +15,13 @@
  * So a save takes about max(copy + hash, write), not their sum, and needs
  * SAVE_SLOTS chunks of host memory instead of a copy of the whole state. The
  * bytes are those of the serial copy-then-write (same file, same checksums:
- * XXH64 streamed does not depend on how the bytes are cut). */
+ * XXH64 streamed does not depend on how the bytes are cut).
+ *
+ * A saver's copy mode (the default; save_capture, on the caller's thread in
+ * the save call) fills the whole file image at once instead, with the same
+ * fill_data (on two threads where it can: capture_two), into the saver's
+ * memory; the pipeline then has one slot per chunk, all filled, and its
+ * I/O threads only write. */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
