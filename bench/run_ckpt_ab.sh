@@ -16,7 +16,7 @@ run() { # run SIDE MODEL: one run_ckpt.sh of that side's build, its output shown
   echo "=== $model $side ($build ${envs})"
   env $envs MODELS=$model ROUNDS=${ROUNDS:-3} PRIOS=${PRIOS:-low} bash "$here/run_ckpt.sh" "$build" "$dir" >"$tmp" 2>&1
   cat "$tmp"
-  out+=("$side $(grep '^SUMMARY' "$tmp")")
+  out+=("$side $(grep -m1 '^SUMMARY' "$tmp")")
 }
 for model in ${MODELS:-gpt resnet50}; do
   for ((k = 0; k < ${PAIRS:-1}; k++)); do
