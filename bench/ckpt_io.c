@@ -8,12 +8,7 @@
  * 64-token context (--gpt L,D,H,T,V for another; the step's cost grows with T).
  *
  *   bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] [--rounds N]
- *                 [--isolate nohash,nowrite,nocopy,buffered] [--capture-threads 1|2]
- *
- * (TESSEL_CKPT_SNAPSHOT=copy, the default, copies the blocks inside the
- * save call, on --capture-threads threads (default: two where there are two
- * CPUs; capture_cpu_ms / capture_threads in RESULT); =hold holds them and
- * the saver's thread copies them beside the next step.)
+ *                 [--isolate nohash,nowrite,nocopy,buffered]
  *
  * Each round runs two training steps of the model (AdamW, batch 2: the
  * program of tessel train, updating the state in place), saves the state
@@ -205,7 +200,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--capture-threads")) ckpt_capture_threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--isolate")) {
       if (parse_isolate(argv[i + 1]) < 0) return 2;
       isolate = true;
@@ -215,7 +209,7 @@ int main(int argc, char **argv) {
                     &gpt.vocab) == 5) {
     } else {
       fprintf(stderr, "usage: bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] "
-                      "[--rounds N] [--isolate nohash,nowrite,nocopy,buffered] [--capture-threads 1|2]\n");
+                      "[--rounds N] [--isolate nohash,nowrite,nocopy,buffered]\n");
       return 2;
     }
   }
@@ -258,8 +252,6 @@ int main(int argc, char **argv) {
   double *hsh = malloc((size_t)rounds * sizeof *hsh), *ioc = malloc((size_t)rounds * sizeof *ioc);
   double *fsy = malloc((size_t)rounds * sizeof *fsy), *cpu_step = malloc((size_t)rounds * sizeof *cpu_step);
   double *cpu_during = malloc((size_t)rounds * sizeof *cpu_during);
-  double *capc = calloc((size_t)rounds, sizeof *capc); /* copy mode: the save call's copy CPU ms (all threads) */
-  int cap_threads = 0;
   /* the standalone save per round: its seconds, its load's, its filler's and write threads' CPU ms */
   double *alone = calloc((size_t)rounds, sizeof *alone), *alone_load = calloc((size_t)rounds, sizeof *alone_load);
   double *alone_fill = calloc((size_t)rounds, sizeof *alone_fill), *alone_io = calloc((size_t)rounds, sizeof *alone_io);
@@ -296,7 +288,6 @@ int main(int argc, char **argv) {
     const ckpt_stage_times *ct = &ckpt_last_stage_times;
     fill[r] = ct->fill_cpu_s * 1e3, cpy[r] = ct->copy_cpu_s * 1e3, hsh[r] = ct->hash_cpu_s * 1e3;
     ioc[r] = ct->io_cpu_s * 1e3, fsy[r] = ct->fsync_s * 1e3;
-    capc[r] = ct->capture_threads ? ct->copy_cpu_s * 1e3 : 0, cap_threads = ct->capture_threads;
     ts_ckpt_save_stats st;
     ts_ckpt_saver_stats(sv, &st);
     save[r] = st.total_s, snap[r] = st.snapshot_s, write[r] = st.write_s, copy[r] = st.copy_s;
@@ -341,11 +332,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "round %d: step %.3f s, step during the save %.3f s, snapshot %.4f s, copy %.3f s, write %.3f s, "
                     "save %.3f s, load %.3f s; CPU ms: fill %.1f (copy %.1f, hash %.1f), write threads %.1f; "
                     "fsync %.1f ms; process CPU: step %.3f s, save + step beside it %.3f s; standalone save %.3f s "
-                    "(CPU ms: fill %.1f, write threads %.1f), its load %.3f s; copy mode: the save call's copy "
-                    "%.1f CPU ms on %d threads\n",
+                    "(CPU ms: fill %.1f, write threads %.1f), its load %.3f s\n",
             r + 1, stp[r], during[r], snap[r], copy[r], write[r], save[r], load[r], fill[r], cpy[r], hsh[r], ioc[r],
-            fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r], capc[r],
-            cap_threads);
+            fsy[r], cpu_step[r], cpu_during[r], alone[r], alone_fill[r], alone_io[r], alone_load[r]);
   for (int r = 0; r < rounds; r++) {
     const proc_sample *a = &ps_step[r], *b = &ps_during[r];
     fprintf(stderr, "round %d step threads (before | beside the save): CPU %.3f | %.3f s, user %.3f | %.3f s, "
@@ -361,17 +350,16 @@ int main(int argc, char **argv) {
          "step_during_save_median_s=%.3f step_wait_median_s=%.4f step_wait_fraction=%.3f busy_save_s=%.3f "
          "busy_steps=%d busy_step_s=%.3f fill_cpu_ms=%.1f copy_cpu_ms=%.1f hash_cpu_ms=%.1f io_cpu_ms=%.1f "
          "fsync_ms=%.1f save_alone_median_s=%.3f save_alone_GBps=%.3f load_alone_median_s=%.3f "
-         "alone_fill_cpu_ms=%.1f alone_io_cpu_ms=%.1f capture_cpu_ms=%.1f capture_threads=%d isolate=%d%s\n",
+         "alone_fill_cpu_ms=%.1f alone_io_cpu_ms=%.1f isolate=%d%s\n",
          model, bytes, ts_params_count(p), ms, ml, (double)bytes / ms / 1e9, (double)bytes / ml / 1e9, cold, msn,
          median(copy, rounds), median(write, rounds), median(stp, rounds), median(during, rounds), mw, mw / ms, busy_save,
          busy_steps, busy_step, median(fill, rounds), median(cpy, rounds), median(hsh, rounds), median(ioc, rounds),
          median(fsy, rounds), median(alone, rounds), isolate ? 0.0 : (double)bytes / median(alone, rounds) / 1e9,
-         median(alone_load, rounds), median(alone_fill, rounds), median(alone_io, rounds), median(capc, rounds),
-         cap_threads, ckpt_save_isolate,
+         median(alone_load, rounds), median(alone_fill, rounds), median(alone_io, rounds), ckpt_save_isolate,
          ckpt_save_direct ? "" : ",buffered");
   free(ps_step), free(ps_during);
   free(alone), free(alone_load), free(alone_fill), free(alone_io);
-  free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during), free(capc);
+  free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during);
   free(save), free(load), free(snap), free(write), free(stp), free(during), free(wait), free(copy), free(outs);
   model_io_free(&io);
   ts_executable_free(exe);

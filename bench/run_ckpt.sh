@@ -108,9 +108,6 @@ fused = float(f['hash_cpu_ms']) == 0 and f["isolate"] == "0"  # copy and hash in
 print(f"save stages: CPU ms filler {float(f['fill_cpu_ms']):.1f} (copy {float(f['copy_cpu_ms']):.1f}, "
       + ("hashed in the same pass" if fused else f"hash {float(f['hash_cpu_ms']):.1f}") + f"), write threads {float(f['io_cpu_ms']):.1f}; fsync {float(f['fsync_ms']):.1f} ms"
       + ("" if f["isolate"] == "0" else f" (isolate={f['isolate']}: parts switched off, no loads)"))
-if f.get("capture_threads", "0") != "0":
-    print(f"copy mode: the save call copied and hashed the blocks on {f['capture_threads']} threads, "
-          f"{float(f['capture_cpu_ms']):.1f} CPU ms (the step beside the save then runs in place)")
 print(f"save under a busy step loop: {float(f['busy_save_s']):.3f} s over {f['busy_steps']} steps "
       f"(mean step {float(f['busy_step_s']):.3f} s)")
 print("checked: every round's loaded state equals the saved one, bit for bit" if f.get("isolate", "0") == "0"

@@ -535,91 +535,6 @@ static void test_steps_during_copy(void) {
   ts_client_free(c);
 }
 
-/* Copy mode (TESSEL_CKPT_SNAPSHOT=copy, the default): ts_ckpt_saver_save
- * copies and hashes the blocks before it returns, so with the writer
- * parked at "copy" no buffer is held any more (a new hold is granted), a
- * step updates the buffers in place (no memory allocated for held values)
- * and a host write does not wait; the checkpoint holds the save-time values
- * and its files equal ts_ckpt_save's byte for byte. Four times (the image
- * is reused), the copy on one thread and on two. Hold mode (TESSEL_CKPT_SNAPSHOT=hold) keeps the buffers held
- * until the writer copies them; another value fails ts_ckpt_saver_new. */
-static void test_copy_mode(void) {
-  const ck_layout *l = &CK_LAYOUTS[1]; /* data=2, padded blocks */
-  ts_client *c = client_for(ck_layout_devices(l));
-  ts_executable *e = step_exe(c, l);
-  ts_buffer *b[CK_N] = {0};
-  ts_ckpt_entry en[CK_N];
-  CHECK_OK(ck_make_buffers(c, l, 1, false, b));
-  ck_entries(b, en);
-  char root[512], ref[512], pa[700], pb[700];
-  snprintf(root, sizeof root, "%s/copy_mode", tmp_root);
-  snprintf(ref, sizeof ref, "%s/copy_mode_ref", tmp_root);
-  ts_ckpt_saver *s = ts_ckpt_saver_new(c);
-  CHECK(s != NULL, "saver: %s", ts_last_error());
-  void *want[CK_N];
-  for (int round = 0; round < 4 && s && e; round++) {
-    ckpt_capture_threads = 1 + round % 2; /* one thread, then two (the blocks split where no hold spans) */
-    ts_ckpt_meta m = ck_meta(30 + round);
-    CHECK_OK(ts_ckpt_save(c, ref, &m, CK_N, en, 0));
-    step_expect(round, want);
-    park_until("copy");
-    CHECK_OK(ts_ckpt_saver_save(s, root, &m, CK_N, en, 0));
-    park_wait();
-    CHECK(ckpt_last_stage_times.capture_threads == ckpt_capture_threads, "round %d: the copy ran on %d threads",
-          round, ckpt_last_stage_times.capture_threads);
-    for (int i = 0; i < CK_N; i++) {
-      ts_buffer_hold *h = ts_buffer_hold_new(b[i]);
-      CHECK(h != NULL, "round %d: %s is still held after the save call: %s", round, CK_TENSORS[i].name,
-            ts_last_error());
-      ts_buffer_hold_release(h);
-    }
-    long a0 = rt_hold_allocs;
-    step_run(e, b);
-    CHECK(rt_hold_allocs == a0, "round %d: the step beside the save allocated %ld times", round, rt_hold_allocs - a0);
-    park_release();
-    CHECK_OK(ts_ckpt_saver_wait(s));
-    ckpt_test_hook = NULL;
-    ts_ckpt_save_stats st;
-    CHECK(ts_ckpt_saver_stats(s, &st) == 0 && st.copy_s > 0 && st.copy_s <= st.snapshot_s,
-          "round %d: copy %g s not inside the save call's %g s", round, st.copy_s, st.snapshot_s);
-    check_ckpt_values(root, &CK_LAYOUTS[2], want, "copy mode");
-    for (int i = 0; i < CK_N; i++) free(want[i]);
-    const char *files[] = {"index.json", "shard-00000-of-00001.safetensors"};
-    for (int f = 0; f < 2; f++) {
-      snprintf(pa, sizeof pa, "%s/step-%08d/%s", ref, 30 + round, files[f]);
-      snprintf(pb, sizeof pb, "%s/step-%08d/%s", root, 30 + round, files[f]);
-      CHECK(same_file(pa, pb) == 0, "round %d: %s differs from ts_ckpt_save's", round, files[f]);
-    }
-  }
-  ckpt_capture_threads = -1;
-  ts_ckpt_saver_free(s);
-  setenv("TESSEL_CKPT_SNAPSHOT", "hold", 1);
-  env_config_reload();
-  s = ts_ckpt_saver_new(c);
-  ts_ckpt_meta m = ck_meta(40);
-  park_until("copy");
-  CHECK(s && ts_ckpt_saver_save(s, root, &m, CK_N, en, 0) == 0, "hold mode: %s", ts_last_error());
-  park_wait();
-  ts_buffer_hold *h = ts_buffer_hold_new(b[0]);
-  CHECK(h == NULL, "hold mode: the buffer was not held after the save call");
-  ts_buffer_hold_release(h);
-  park_release();
-  CHECK_OK(ts_ckpt_saver_wait(s));
-  ckpt_test_hook = NULL;
-  ts_ckpt_saver_free(s);
-  setenv("TESSEL_CKPT_SNAPSHOT", "snapshot", 1);
-  env_config_reload();
-  s = ts_ckpt_saver_new(c);
-  CHECK(s == NULL && strstr(ts_last_error(), "TESSEL_CKPT_SNAPSHOT=snapshot"), "TESSEL_CKPT_SNAPSHOT=snapshot: %s",
-        s ? "accepted" : ts_last_error());
-  ts_ckpt_saver_free(s);
-  unsetenv("TESSEL_CKPT_SNAPSHOT");
-  env_config_reload();
-  ts_executable_free(e);
-  ck_free_buffers(b);
-  ts_client_free(c);
-}
-
 /* The process's minor page faults so far. */
 static long minor_faults(void) {
   struct rusage u;
@@ -791,10 +706,7 @@ int main(void) {
   test_big();
   test_params_big();
   test_continues();
-  ckpt_save_capture = 0; /* hold mode: steps beside the writer's copy compute into other memory */
   test_steps_during_copy();
-  ckpt_save_capture = -1;
-  test_copy_mode();
   test_spare_memory();
   test_errors();
   test_formats();

@@ -62,18 +62,6 @@ static void check_copy_hash(const unsigned char *pool, size_t n, size_t so, size
   memcpy(whole, pool + 7, pb), memcpy(whole + pb, src, n);
   CHECK(ckpt_xxh64_digest(&t) == ckpt_xxh64(whole, pb + n), "n %zu pre %zu: not XXH64 of the whole string", n, pb);
   free(whole);
-  /* one state (copy mode's second thread) */
-  ckpt_xxh64_state u, ru;
-  ckpt_xxh64_init(&u);
-  ckpt_xxh64_update(&u, pool, pa);
-  ru = u;
-  memset(got, 0x3C, cap), memset(want, 0x3C, cap);
-  ckpt_copy_hash1(got + GUARD + doff, src, n, &u);
-  memcpy(want + GUARD + doff, src, n);
-  ckpt_xxh64_update(&ru, src, n);
-  CHECK(memcmp(got, want, cap) == 0 && ckpt_xxh64_digest(&u) == ckpt_xxh64_digest(&ru),
-        "n %zu src+%zu dst+%zu pre %zu nt %d: ckpt_copy_hash1 differs from memcpy + ckpt_xxh64_update", n, so, doff,
-        pa, ckpt_copy_nt);
   /* the copy alone */
   memset(got, 0x5A, cap), memset(want, 0x5A, cap);
   ckpt_copy_stream(got + GUARD + doff, src, n);

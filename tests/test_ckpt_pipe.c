@@ -547,13 +547,7 @@ int main(void) {
   snprintf(tmp_root, sizeof tmp_root, "/tmp/tessel_test_ckpt_pipe_%d", (int)getpid());
   mkdir(tmp_root, 0755);
   test_boundaries();
-  ckpt_save_capture = 0; /* hold mode: the writer copies chunk by chunk while the steps run */
   test_steps_during_pipeline();
-  ckpt_save_capture = 1; /* copy mode: the writer writes the image's chunks */
-  ckpt_capture_threads = 2;
-  test_steps_during_pipeline();
-  ckpt_capture_threads = -1;
-  ckpt_save_capture = -1;
   test_write_fails();
   test_isolate();
   char cmd[300];

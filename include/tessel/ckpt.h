@@ -98,29 +98,20 @@ int ts_ckpt_save(ts_client *c, const char *root, const ts_ckpt_meta *meta, int n
 int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_ckpt_meta *meta, int keep);
 
 /* ---- saving in the background ----
- * A saver writes checkpoints while training goes on. Two ways to take the
- * snapshot (TESSEL_CKPT_SNAPSHOT; README):
- * - copy (the default): ts_ckpt_saver_save copies this process's blocks into
- *   the saver's host memory (the block file's whole image, kept for the next
- *   saves) and hashes them in the same pass, on two threads where the
- *   process has two CPUs, and returns; the buffers are its caller's again
- *   (the next steps update them in place, nothing waits). A thread of the
- *   saver then only writes the image (O_DIRECT) and fsyncs it. The step's
- *   wait for a save is the save call itself (about the state's bytes at
- *   memory speed), and no CPU work of the save runs beside the steps.
- *   Falls back to hold mode where the image's memory cannot be had.
- * - hold: ts_ckpt_saver_save returns once every buffer is held
- *   (ts_buffer_hold, tessel/runtime.h: no copy); a thread of the saver then
- *   writes the block file from the held memory as a pipeline (a chunk is
- *   copied into a small ring of host memory and hashed while the chunks
- *   before it are written; each buffer's hold is released as soon as its
- *   bytes are copied). A step that updates a held buffer in place computes
- *   into other memory instead (the buffer's spare, see ts_buffer_hold); a
- *   ts_buffer_write of a held buffer waits until its bytes are copied.
- * Either way the device buffers may change or be freed as soon as
- * ts_ckpt_saver_save returns, and, alone or once every process is done, the
- * checkpoint is committed exactly as by ts_ckpt_save (index.json, renames,
- * `latest`, pruning): the same bytes, the same atomicity.
+ * A saver writes checkpoints while training goes on. ts_ckpt_saver_save
+ * returns once every buffer is held (ts_buffer_hold, tessel/runtime.h: no
+ * copy; the caller waits only for the plan of the blocks and the holds); a
+ * thread of the saver then writes the block file from the held memory as a
+ * pipeline (a chunk is copied into a small ring of host memory and hashed
+ * while the chunks before it are written; each buffer's hold is released as
+ * soon as its bytes are copied), fsyncs it and,
+ * alone or once every process is done, the checkpoint is committed exactly as
+ * by ts_ckpt_save (index.json, renames, `latest`, pruning): the same bytes,
+ * the same atomicity. The device buffers may change (the next steps) or be
+ * freed as soon as ts_ckpt_saver_save returns: a step that updates a held
+ * buffer in place computes into other memory instead (the buffer's spare,
+ * see ts_buffer_hold); a ts_buffer_write of a held buffer waits until its
+ * bytes are copied.
  *
  * At most one save is in flight: ts_ckpt_saver_save first waits for the
  * previous one and finishes it (every requested checkpoint is written; the
@@ -138,15 +129,14 @@ int ts_ckpt_save_params(ts_client *c, const char *root, ts_params *p, const ts_c
  * barrier and completes the save. The checkpoint is thus committed at most
  * one step after the last process's file is written (every step polls), and
  * no step waits for the commit's disk writes; a wait commits inline. Alone,
- * the commit runs on the saver's thread right after the file. Memory, kept
- * for the next saves: copy mode, the image (the size of this process's
- * blocks); hold mode, the saver's ring (32 MiB) and, per buffer a step
- * updated while it was held, a spare of its size. */
+ * the commit runs on the saver's thread right after the file. Memory: the
+ * saver's ring (32 MiB, kept for the next saves); a buffer a step updated
+ * while it was held keeps a spare of its size. */
 typedef struct ts_ckpt_saver ts_ckpt_saver;
 /* Not collective; nothing is allocated for the ring until a save. */
 ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c);
-/* The CPU priority of the saver's threads that do CPU work (hold mode: the
- * copy of the held blocks and the checksums; the commit; Linux applies it per thread;
+/* The CPU priority of the saver's threads that do CPU work (the copy of the
+ * held blocks and the checksums, the commit; Linux applies it per thread;
  * the two threads that only submit O_DIRECT writes and wait for the disk
  * keep the caller's priority, so the disk never waits for a starved thread;
  * where the writes are buffered they drop to it too). LOW (the
@@ -182,16 +172,14 @@ typedef struct {
   int64_t step;       /* the step of the last completed save (-1: none yet) */
   int saves;          /* saves completed */
   uint64_t bytes;     /* bytes of this process's block file (header + data) */
-  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds, the prepare barrier and
-                       * (copy mode) the copy */
+  double snapshot_s;  /* the caller's wait inside ts_ckpt_saver_save: plan, holds and the prepare barrier */
   double blocked_s;   /* of that, waiting for the previous save to finish */
   double write_s;     /* the saver's thread: block file copied, hashed, written and fsync'ed (the whole
                        * pipeline; copy_s overlaps it) */
   double total_s;     /* from the start of the save to `latest` naming it (complete and durable; process 0;
                        * the others: to the end of the save) */
   double prune_s;     /* after that: the replaced step and those beyond `keep` deleted (process 0) */
-  double copy_s;      /* hold mode: from the start of write_s to the last held byte copied (every hold
-                       * released); copy mode: the copy inside snapshot_s */
+  double copy_s;      /* from the start of write_s to the last held byte copied (every hold released) */
   /* Several processes (0 alone): */
   double commit_lag_s;  /* from the last process's block file written to the poll (or wait) that found every
                          * file written: at most the step it happened in, as every step polls */

@@ -39,9 +39,6 @@ uint64_t ckpt_xxh64(const void *data, size_t n);
  * compare the three) and fence them before returning. */
 void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t);
 void ckpt_copy_stream(void *dst, const void *src, size_t n);
-/* = ckpt_copy_hash2 with one checksum state (copy mode's second thread:
- * the blocks' checksums only). */
-void ckpt_copy_hash1(void *dst, const void *src, size_t n, ckpt_xxh64_state *s);
 extern int ckpt_copy_nt;
 /* The checksum of bytes (a block, a header) in format `version`: 1
  * util_hash64(data, n, 0), 2 XXH64. */
@@ -142,15 +139,6 @@ extern int ckpt_save_direct;
  * off. Nothing in the library or the CLI changes it. */
 enum { CKPT_ISOLATE_NOHASH = 1, CKPT_ISOLATE_NOWRITE = 2, CKPT_ISOLATE_NOCOPY = 4 };
 extern int ckpt_save_isolate;
-/* How a saver snapshots (save.c; TESSEL_CKPT_SNAPSHOT): -1 (default) as the
- * environment says (copy unless "hold"), 1 copy mode, 0 hold mode (tests of
- * the holds set it). Read by ts_ckpt_saver_new. */
-extern int ckpt_save_capture;
-/* Threads of copy mode's copy (save_write.c): -1 (default) two where the
- * process has two CPUs and the blocks are 16 MiB or more, else one; 1 one;
- * 2 two whenever the blocks can be split (tests, bench_ckpt_io
- * --capture-threads). */
-extern int ckpt_capture_threads;
 
 /* Per-stage costs of this process's last files stage (save_write.c; set by
  * the thread that ran it, before the save completes): CPU seconds of the
@@ -161,9 +149,6 @@ extern int ckpt_capture_threads;
  * benchmarks (bench/ckpt_io.c); read after the save is waited for. */
 typedef struct {
   double fill_cpu_s, copy_cpu_s, hash_cpu_s, io_cpu_s, fsync_s;
-  double capture_cpu_s; /* copy mode: the caller's thread's CPU in save_capture (the copy and checksums
-                         * are then counted in copy_cpu_s/hash_cpu_s, not in fill_cpu_s); hold mode 0 */
-  int capture_threads;  /* copy mode: the threads that copied (1 or 2); hold mode 0 */
 } ckpt_stage_times;
 extern ckpt_stage_times ckpt_last_stage_times;
 

@@ -99,24 +99,15 @@ void ckpt_copy_stream(void *dst, const void *src, size_t n) {
   fence(nt);
 }
 
-/* The copy, hashed a slice at a time into s (and t, if not NULL: one pass
- * for both) from L1. */
-static void copy_hash(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t) {
+void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t) {
   int nt = streaming();
   char *d = dst;
   const char *p = src;
   while (n > 0) {
     size_t m = n < COPY_SLICE ? n : COPY_SLICE;
     copy_slice(d, p, m, nt);
-    if (t) ckpt_xxh64_update2(s, t, p, m); /* the source slice, from L1 */
-    else ckpt_xxh64_update(s, p, m);
+    ckpt_xxh64_update2(s, t, p, m); /* the source slice, from L1 */
     d += m, p += m, n -= m;
   }
   fence(nt);
 }
-
-void ckpt_copy_hash2(void *dst, const void *src, size_t n, ckpt_xxh64_state *s, ckpt_xxh64_state *t) {
-  copy_hash(dst, src, n, s, t);
-}
-
-void ckpt_copy_hash1(void *dst, const void *src, size_t n, ckpt_xxh64_state *s) { copy_hash(dst, src, n, s, NULL); }

@@ -51,7 +51,6 @@
 
 void (*ckpt_test_hook)(const char *stage); /* ckpt_internal.h: NULL unless a test sets it */
 int ckpt_write_version = CKPT_FORMAT_VERSION; /* ckpt_internal.h: tests set 1 */
-int ckpt_save_capture = -1;                    /* ckpt_internal.h: tests set 0 (hold mode) */
 
 void ckpt_test_stage(const char *stage) {
   if (ckpt_test_hook) ckpt_test_hook(stage);
@@ -472,15 +471,6 @@ ts_ckpt_saver *ts_ckpt_saver_new(ts_client *c) {
     free(s);
     return NULL;
   }
-  const char *sn = env_config()->ckpt_snapshot;
-  if (ckpt_save_capture >= 0) s->capture = ckpt_save_capture != 0;
-  else if (!sn || strcmp(sn, "copy") == 0) s->capture = true;
-  else if (strcmp(sn, "hold") == 0) s->capture = false;
-  else {
-    set_error("TESSEL_CKPT_SNAPSHOT=%s: expected copy or hold", sn);
-    free(s);
-    return NULL;
-  }
   return s;
 }
 
@@ -581,8 +571,7 @@ static int saver_start(ts_ckpt_saver *s, const char *root, const ts_ckpt_meta *m
   /* Barrier: the temporary directory exists before anyone writes into it. */
   if (ckpt_agree(c, "prepare", rc) < 0) goto fail;
   rc = save_snapshot(s, j, t);
-  if (rc == 0) rc = save_capture(s, j); /* copy mode: the blocks copied now, the holds released */
-  /* Barrier: every process holds (or has copied) its blocks (or the save fails everywhere now). */
+  /* Barrier: every process holds its blocks (or the save fails everywhere now). */
   if (ckpt_agree(c, "snapshot", rc) < 0) goto fail;
   j->snapshot_s = util_now_s() - t0;
   ts_metrics_add("CkptSnapshotTime", TS_METRIC_TIME, (int64_t)(1e9 * j->snapshot_s));

@@ -46,12 +46,6 @@ typedef struct {
                            * where an earlier entry holds the same buffer (same[i]) */
   int *same;           /* (n) the entry whose hold tensor i reads */
   double t_start, snapshot_s, blocked_s;
-  /* A copy-mode snapshot (save_capture, on the caller's thread): the file's
-   * whole image is in the saver's memory (s->snap), every hold released;
-   * bh its blocks' checksums, header_hash and file_hash the file's. */
-  bool captured;
-  uint64_t *bh;
-  uint64_t header_hash, file_hash;
   /* written by the writer: */
   char *side;          /* the description of what this process wrote (JSON) */
   int rc;
@@ -81,12 +75,9 @@ struct ts_ckpt_saver {
   pthread_t cth;       /* several processes, process 0: the commit (PHASE_COMMIT) */
   bool cthreaded;
   atomic_int cdone;    /* the commit finished (job->commit_rc) */
-  char *snap;          /* the ring of the files stage's pipeline (SAVE_SLOTS chunks), or in copy mode the
-                        * file's whole image; kept for the next saves */
+  char *snap;          /* the ring of the files stage's pipeline (SAVE_SLOTS chunks), kept for the next saves */
   size_t snap_cap;
   ts_ckpt_priority prio; /* of the writer and commit threads (and the copy and hash threads they start) */
-  bool capture;        /* copy mode (TESSEL_CKPT_SNAPSHOT=copy, the default): save_capture copies the blocks
-                        * in the save call; hold mode: the writer copies them from the held buffers */
   ts_ckpt_save_stats stats;
 };
 
@@ -95,14 +86,6 @@ struct ts_ckpt_saver {
 void saver_thread_priority(ts_ckpt_priority p);
 /* save.c: releases the holds not released yet. */
 void job_release(save_job *j);
-/* save_write.c, on the caller's thread, after the holds (copy mode, a
- * saver's save): the file's whole image (header and blocks) copied into
- * s->snap and hashed in one pass, every hold released as its last byte is
- * copied, so the steps after the save call update the buffers in place and
- * the writer only writes. j->captured says whether it was done: where the
- * image's memory cannot be had the save stays in hold mode. 0 or -1 (a
- * read failed; error set). */
-int save_capture(ts_ckpt_saver *s, save_job *j);
 /* save_write.c, on the writer's thread: the job's block file written from
  * the held buffers through a pipeline (copy + XXH64 of a chunk into the ring
  * s->snap while the chunks before are written with O_DIRECT; each hold

@@ -15,19 +15,12 @@
  * So a save takes about max(copy + hash, write), not their sum, and needs
  * SAVE_SLOTS chunks of host memory instead of a copy of the whole state. The
  * bytes are those of the serial copy-then-write (same file, same checksums:
- * XXH64 streamed does not depend on how the bytes are cut).
- *
- * A saver's copy mode (the default; save_capture, on the caller's thread in
- * the save call) fills the whole file image at once instead, with the same
- * fill_data (on two threads where it can: capture_two), into the saver's
- * memory; the pipeline then has one slot per chunk, all filled, and its
- * I/O threads only write. */
+ * XXH64 streamed does not depend on how the bytes are cut). */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <sched.h> /* sched_getaffinity */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +80,7 @@ typedef struct {
   const char *path;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int *state;            /* (slots) SLOT_* of each slot */
+  int state[SAVE_SLOTS]; /* SLOT_* of each slot */
   int filled;            /* chunks [0, filled) are filled (or written) */
   int next_write;        /* the next chunk an I/O thread takes */
   bool direct;           /* the fd has O_DIRECT */
@@ -187,20 +180,7 @@ typedef struct {
   uint64_t *bh; /* out: each block's checksum */
   int *last;    /* (n) per hold: the last block that reads it (-1: none) */
   double copy_cpu_s, hash_cpu_s; /* this thread's CPU seconds in the copies and in the checksums (the fused pass: all in copy_cpu_s) */
-  bool block_only; /* copy mode's second thread: the blocks' checksums only (fs untouched) */
-  struct capture_share *share; /* copy mode's second thread: where it says how far it copied */
 } fill_cursor;
-
-/* Copy mode's two threads (capture_split): the second one copies the
- * blocks from `split` on and says after each piece how far the image is
- * written (ready: a data offset; done once it stopped); the caller hashes
- * those bytes into the file's checksum behind it. */
-typedef struct capture_share {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t ready;
-  bool done;
-} capture_share;
 
 /* A hold's read failed: the error names the block. */
 static int read_error(const st_entry *e, const save_block *b) {
@@ -218,8 +198,7 @@ typedef struct {
 } fill_visit;
 static int fill_visit_run(void *ctx, const void *p, size_t n) {
   fill_visit *v = ctx;
-  if (v->fc->block_only) ckpt_copy_hash1(v->dst, p, n, &v->fc->bs);
-  else ckpt_copy_hash2(v->dst, p, n, &v->fc->bs, &v->fc->fs);
+  ckpt_copy_hash2(v->dst, p, n, &v->fc->bs, &v->fc->fs);
   v->dst += n;
   return 0;
 }
@@ -267,12 +246,6 @@ static int fill_data(save_job *j, fill_cursor *fc, char *dst, uint64_t dpos, uin
     if (m > SAVE_PIECE) m = SAVE_PIECE;
     if (fill_piece(j, fc, j->holds[h], b->device, dst, m) < 0) return read_error(e, b);
     dst += m, dpos += m, fc->boff += m;
-    if (fc->share) { /* the bytes before dpos are in the image (the copy fenced its streamed stores) */
-      pthread_mutex_lock(&fc->share->mu);
-      fc->share->ready = dpos;
-      pthread_cond_signal(&fc->share->cv);
-      pthread_mutex_unlock(&fc->share->mu);
-    }
     if (fc->boff == bytes) { /* the block is complete */
       if (j->version >= 2) fc->bh[fc->k] = ckpt_xxh64_digest(&fc->bs);
       ckpt_xxh64_init(&fc->bs);
@@ -296,19 +269,15 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   uint64_t chunk = ckpt_save_chunk && ckpt_save_chunk % SAVE_ALIGN == 0 ? ckpt_save_chunk : SAVE_CHUNK;
   if (chunk > (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN) chunk = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
   int nchunks = (int)((total + chunk - 1) / chunk);
-  /* copy mode: the image is whole in s->snap, chunk c at c * chunk (one slot per chunk, nothing to fill) */
-  int slots = j->captured ? nchunks : nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
-  if (!j->captured && ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
+  int slots = nchunks < SAVE_SLOTS ? nchunks : SAVE_SLOTS;
+  if (ring_reserve(s, (size_t)(chunk * (uint64_t)slots)) < 0) return -1;
   save_pipe p = {.ring = s->snap, .chunk = chunk, .total = total, .nchunks = nchunks, .slots = slots, .fd = fd,
                  .path = path, .direct = direct, .refuse = direct && ckpt_save_direct == 2, .prio = s->prio,
                  .lower = j->background && j->own_thread};
-  if (!(p.state = calloc((size_t)slots, sizeof *p.state))) return set_error("checkpoint: out of memory");
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
-  if (!j->captured) {
-    *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
-    ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
-  }
+  *header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
+  ckpt_xxh64_update(&fc->fs, j->hdr, (size_t)H);
   /* The write threads keep the priority this thread has now (the caller's):
    * they only submit O_DIRECT writes and wait for the disk, and a starved one
    * would leave the disk idle. This thread, which copies and hashes (the
@@ -328,11 +297,9 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
     if (stop) break;
     char *dst = p.ring + (size_t)slot * chunk;
     uint64_t pos = (uint64_t)c * chunk, end = total - pos < chunk ? total : pos + chunk;
-    if (!j->captured) { /* copy mode: copied and hashed already (save_capture) */
-      if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
-      if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
-      if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
-    }
+    if (pos < H) memcpy(dst, j->hdr + pos, (size_t)((end < H ? end : H) - pos));
+    if (end > H) rc = fill_data(j, fc, dst + (pos < H ? H - pos : 0), pos < H ? 0 : pos - H, end - H);
+    if (rc == 0 && c == nchunks - 1) j->copy_s = util_now_s() - t0;
     if (rc == 0 && nth == 0) rc = pipe_write_chunk(&p, c); /* no I/O thread to be had: write here */
     char err[1024] = "";
     if (rc != 0) snprintf(err, sizeof err, "%s", ts_last_error());
@@ -359,159 +326,8 @@ static int save_pipeline(ts_ckpt_saver *s, save_job *j, int fd, bool direct, con
   }
   pthread_mutex_destroy(&p.mu);
   pthread_cond_destroy(&p.cv);
-  free(p.state);
-  *file_hash = j->captured ? j->file_hash : ckpt_xxh64_digest(&fc->fs);
-  if (j->captured) *header_hash = j->header_hash;
+  *file_hash = ckpt_xxh64_digest(&fc->fs);
   return rc;
-}
-
-/* The filler's cursor at the start of the data part: the checksums, each
- * block's (bh: j->nb), per hold the last block that reads it (last); holds
- * no block of this process reads are released now. 0 or -1 (out of memory:
- * every hold released). */
-static int cursor_start(save_job *j, fill_cursor *fc) {
-  memset(fc, 0, sizeof *fc);
-  fc->bh = calloc((size_t)j->nb + 1, sizeof *fc->bh);
-  fc->last = malloc(((size_t)j->n + 1) * sizeof *fc->last);
-  if (!fc->bh || !fc->last) {
-    free(fc->bh), free(fc->last);
-    fc->bh = NULL, fc->last = NULL;
-    job_release(j);
-    return set_error("checkpoint: out of memory");
-  }
-  for (int i = 0; i < j->n; i++) fc->last[i] = -1;
-  for (int k = 0; k < j->nb; k++) fc->last[j->same[j->bl[k].t]] = k;
-  for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
-    if (fc->last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
-  ckpt_xxh64_init(&fc->bs);
-  ckpt_xxh64_init(&fc->fs);
-  return 0;
-}
-
-int ckpt_capture_threads = -1; /* ckpt_internal.h: tests and bench_ckpt_io set 1 or 2 */
-
-/* Where copy mode's work splits between two threads: the block at about a
- * quarter of the data (the caller copies and hashes the blocks before it
- * into both checksums, then hashes the rest into the file's behind the
- * second thread, which copies the rest with the blocks' checksums only:
- * about even work), at a boundary no hold spans (each hold is read and
- * released by one thread). -1: one thread. */
-static int capture_split(const save_job *j, const int *last) {
-  int want = ckpt_capture_threads;
-  if (want < 0) { /* the CPUs this process may run on (taskset, mpirun --bind-to) */
-    cpu_set_t cs;
-    long ncpu = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : sysconf(_SC_NPROCESSORS_ONLN);
-    want = ncpu >= 2 && j->data_bytes >= (16u << 20) ? 2 : 1;
-  }
-  if (want < 2 || j->version < 2 || ckpt_save_isolate || j->nb < 2) return -1;
-  int *open = calloc((size_t)j->nb + 1, sizeof *open); /* open[k]: holds read both before and from block k */
-  if (!open) return -1;
-  for (int k = 0, h; k < j->nb; k++)
-    if (last[h = j->same[j->bl[k].t]] > k)
-      for (int q = k + 1; q <= last[h]; q++) open[q]++;
-  uint64_t target = j->data_bytes / 4;
-  int best = -1;
-  for (int k = 1; k < j->nb; k++) {
-    uint64_t b = j->se[k].begin, d = b > target ? b - target : target - b;
-    if (!open[k] && (best < 0 || d < (j->se[best].begin > target ? j->se[best].begin - target
-                                                                  : target - j->se[best].begin)))
-      best = k;
-  }
-  free(open);
-  return best;
-}
-
-/* Copy mode's second thread: fill_data over [from, to) of the data part. */
-typedef struct {
-  save_job *j;
-  fill_cursor *fc;
-  char *dst;
-  uint64_t from, to;
-  int rc;
-  char err[1024];
-  double cpu_s;
-} capture_helper;
-static void *capture_helper_run(void *arg) {
-  capture_helper *a = arg;
-  double c0 = thread_cpu_s();
-  a->rc = fill_data(a->j, a->fc, a->dst, a->from, a->to);
-  if (a->rc != 0) snprintf(a->err, sizeof a->err, "%s", ts_last_error());
-  a->cpu_s = thread_cpu_s() - c0;
-  pthread_mutex_lock(&a->fc->share->mu);
-  a->fc->share->done = true;
-  pthread_cond_signal(&a->fc->share->cv);
-  pthread_mutex_unlock(&a->fc->share->mu);
-  return NULL;
-}
-
-/* The data part into img (the image's data) on two threads, split at block
- * ks (capture_split): fc's checksums as one thread's fill_data would leave
- * them. 0 or -1 (error set). */
-static int capture_two(save_job *j, fill_cursor *fc, char *img, int ks) {
-  uint64_t mid = j->se[ks].begin, end = j->data_bytes;
-  capture_share sh = {.ready = mid};
-  fill_cursor hc = {.k = ks, .bh = fc->bh, .last = fc->last, .block_only = true, .share = &sh};
-  ckpt_xxh64_init(&hc.bs);
-  capture_helper a = {.j = j, .fc = &hc, .dst = img + mid, .from = mid, .to = end};
-  pthread_mutex_init(&sh.mu, NULL);
-  pthread_cond_init(&sh.cv, NULL);
-  pthread_t th;
-  if (pthread_create(&th, NULL, capture_helper_run, &a) != 0) { /* no thread: all here */
-    pthread_mutex_destroy(&sh.mu);
-    pthread_cond_destroy(&sh.cv);
-    return fill_data(j, fc, img, 0, end);
-  }
-  int rc = fill_data(j, fc, img, 0, mid);
-  uint64_t pos = mid;
-  while (rc == 0 && pos < end) { /* the file's checksum over what the second thread copied */
-    pthread_mutex_lock(&sh.mu);
-    while (sh.ready <= pos && !sh.done) pthread_cond_wait(&sh.cv, &sh.mu);
-    uint64_t r = sh.ready;
-    bool done = sh.done;
-    pthread_mutex_unlock(&sh.mu);
-    if (r > pos) {
-      double c0 = thread_cpu_s();
-      ckpt_xxh64_update(&fc->fs, img + pos, (size_t)(r - pos));
-      fc->copy_cpu_s += thread_cpu_s() - c0;
-      pos = r;
-    } else if (done) {
-      break; /* it failed: its error below */
-    }
-  }
-  pthread_join(th, NULL);
-  pthread_mutex_destroy(&sh.mu);
-  pthread_cond_destroy(&sh.cv);
-  fc->copy_cpu_s += a.cpu_s;
-  if (rc == 0 && a.rc != 0) rc = set_error("%s", a.err);
-  return rc;
-}
-
-int save_capture(ts_ckpt_saver *s, save_job *j) {
-  if (!s->capture || !j->background) return 0;
-  uint64_t H = 8 + j->hlen, total = H + j->data_bytes;
-  uint64_t image = (total + SAVE_ALIGN - 1) / SAVE_ALIGN * SAVE_ALIGN;
-  if (ring_reserve(s, (size_t)image) < 0)
-    return 0; /* no memory for the image (or a huge file): hold mode, the writer copies */
-  double t0 = util_now_s(), c0 = thread_cpu_s();
-  fill_cursor fc;
-  if (cursor_start(j, &fc) < 0) return -1;
-  memcpy(s->snap, j->hdr, (size_t)H);
-  j->header_hash = ckpt_sum(j->version, j->hdr, (size_t)H);
-  ckpt_xxh64_update(&fc.fs, j->hdr, (size_t)H);
-  int ks = capture_split(j, fc.last);
-  int rc = ks > 0 ? capture_two(j, &fc, s->snap + H, ks) : fill_data(j, &fc, s->snap + H, 0, j->data_bytes);
-  job_release(j); /* after an error: what was not released yet */
-  free(fc.last);
-  if (rc != 0) {
-    free(fc.bh);
-    return -1;
-  }
-  j->bh = fc.bh, j->file_hash = ckpt_xxh64_digest(&fc.fs), j->captured = true;
-  j->copy_s = util_now_s() - t0;
-  ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
-  ckpt_last_stage_times.capture_cpu_s = thread_cpu_s() - c0;
-  ckpt_last_stage_times.capture_threads = ks > 0 ? 2 : 1;
-  return 0;
 }
 
 /* The files stage: this process's block file (fsync'ed), from the held
@@ -524,10 +340,17 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   char name[128], path[PATH_MAX_LEN + 256];
   snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", j->rank, j->np);
   snprintf(path, sizeof path, "%s/%s", j->tmp, name);
-  fill_cursor fc = {0};
-  if (j->captured) fc.bh = j->bh, j->bh = NULL; /* copy mode: copied and hashed, nothing held */
-  else if (cursor_start(j, &fc) < 0) return -1;
-  uint64_t *bh = fc.bh;
+  uint64_t *bh = calloc((size_t)j->nb + 1, sizeof *bh);
+  int *last = malloc(((size_t)j->n + 1) * sizeof *last);
+  if (!bh || !last) {
+    free(bh), free(last);
+    job_release(j);
+    return set_error("checkpoint: out of memory");
+  }
+  for (int i = 0; i < j->n; i++) last[i] = -1;
+  for (int k = 0; k < j->nb; k++) last[j->same[j->bl[k].t]] = k;
+  for (int i = 0; i < j->n; i++) /* buffers with no block here: released now */
+    if (last[i] < 0 && j->holds[i]) ts_buffer_hold_release(j->holds[i]), j->holds[i] = NULL;
   bool direct = ckpt_save_direct != 0;
   int rc = 0, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
   if (fd < 0 && direct && errno == EINVAL) {
@@ -536,16 +359,16 @@ int save_files(ts_ckpt_saver *s, save_job *j) {
   }
   if (fd < 0) rc = set_error("%s: cannot create: %s", path, strerror(errno));
   uint64_t H = 8 + j->hlen, total = H + j->data_bytes, header_hash = 0, fhash = 0, fbytes = total;
+  fill_cursor fc = {.bh = bh, .last = last};
+  ckpt_xxh64_init(&fc.bs);
+  ckpt_xxh64_init(&fc.fs);
   if (rc == 0) rc = save_pipeline(s, j, fd, direct, path, &fc, &header_hash, &fhash, t0);
   job_release(j); /* after an error: what was not released yet */
-  free(fc.last);
+  free(last);
   double fs0 = util_now_s();
   if (rc == 0 && fsync(fd) != 0) rc = set_error("%s: fsync failed: %s", path, strerror(errno));
   ckpt_last_stage_times.fsync_s = util_now_s() - fs0;
-  if (!j->captured) { /* copy mode: save_capture's, on the caller's thread */
-    ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
-    ckpt_last_stage_times.capture_cpu_s = 0, ckpt_last_stage_times.capture_threads = 0;
-  }
+  ckpt_last_stage_times.copy_cpu_s = fc.copy_cpu_s, ckpt_last_stage_times.hash_cpu_s = fc.hash_cpu_s;
   if (fd >= 0 && close(fd) != 0 && rc == 0) rc = set_error("%s: close failed: %s", path, strerror(errno));
   j->write_s = util_now_s() - t0;
   if (rc == 0 && j->version == 1) rc = ckpt_file_hash(path, 1, &fhash, &fbytes);

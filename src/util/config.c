@@ -109,7 +109,6 @@ static void env_read(void) {
   c->auto_spmd = as && strcmp(as, "1") == 0;
   c->auto_spmd_mesh = env_text("TESSEL_AUTO_SPMD_MESH", false);
   c->ckpt_priority = env_text("TESSEL_CKPT_PRIORITY", false);
-  c->ckpt_snapshot = env_text("TESSEL_CKPT_SNAPSHOT", false);
 }
 
 int64_t env_inline_bytes(bool between_hosts) {

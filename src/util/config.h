@@ -134,14 +134,6 @@ typedef struct {
    * then takes longer while steps run. ts_ckpt_saver_new fails on any other
    * value. */
   const char *ckpt_priority; /* NULL: unset (low) */
-  /* TESSEL_CKPT_SNAPSHOT: how a background saver takes its snapshot: "copy"
-   * (the default: the save call copies and hashes the blocks into the
-   * saver's memory, so the training steps after it run as if no save were
-   * in flight and the saver's thread only writes) or "hold" (the save call
-   * holds the buffers; the saver's thread copies them while the steps run,
-   * computing held buffers' new values into other memory).
-   * ts_ckpt_saver_new fails on any other value. */
-  const char *ckpt_snapshot; /* NULL: unset (copy) */
 } ts_env_config;
 
 /* The environment as read on the first call; never NULL. */
