@@ -44,14 +44,10 @@
  * running large one (bench/run_multihost.sh PROFILE=1, link_cycle, shows
  * the link's idle time after the reduction: most of what such a lane
  * could win, with the update placed where the reduce-scatter ends). The
- * lane exists between hosts (comm/async.c: small collectives run beside a
- * large one) and the executor waits per collective (runtime/cpu_device.c,
- * comm.h comm_wait_alone), but on a slow link the small one still does not
- * pass: net.c posts every piece of the gather at once, and Open MPI's TCP
- * queue and the socket send them first (bench_net_link -m pass: an 80 KiB
- * all-reduce started 2 ms after a 4.7 MB one ends with it, ~40 ms later, at
- * 1 Gbit/s). It needs net.c to pace a large message's pieces (a window in
- * flight, the small lane's pieces posted ahead of the rest) first.
+ * lane exists between hosts now (comm/async.c: small collectives run beside
+ * a large one), but the executor still waits in start order, so the
+ * convolutions' updates would still wait for the gather: it needs waits by
+ * ticket (comm.h comm_ticket_ended) in runtime/ first.
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
