@@ -47,7 +47,12 @@
  * lane exists between hosts now (comm/async.c: small collectives run beside
  * a large one), but the executor still waits in start order, so the
  * convolutions' updates would still wait for the gather: it needs waits by
- * ticket (comm.h comm_ticket_ended) in runtime/ first.
+ * ticket (comm.h comm_ticket_ended) in runtime/ first, and before that net.c
+ * must pace a large message's pieces: it posts them all at once, so Open
+ * MPI's TCP queue and the socket send them ahead of the small lane's
+ * (bench_net_link -m pass: an 80 KiB all-reduce started 2 ms after a 4.7 MB
+ * one ends with it, ~40 ms later, at 1 Gbit/s; stop 31's per-ticket waits
+ * alone gained nothing and were left out).
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
