@@ -29,6 +29,16 @@ static const char *env_text(const char *name, bool keep_empty) {
   return copy;
 }
 
+/* "0" -> 0, "1" -> 1; unset or empty -> -1; anything else -> -1 with *invalid = text. */
+static int env_switch(const char *name, const char **invalid) {
+  const char *t = env_text(name, false);
+  *invalid = NULL;
+  if (!t) return -1;
+  if (!strcmp(t, "0") || !strcmp(t, "1")) return t[0] - '0';
+  *invalid = t;
+  return -1;
+}
+
 /* An integer in [1, max], or 0 with *invalid = text. */
 static int env_count(const char *name, long max, const char **invalid) {
   const char *t = env_text(name, false);
@@ -88,12 +98,8 @@ static void env_read(void) {
   int piece = env_count("TESSEL_NET_PIECE_BYTES", 1l << 30, &c->net_piece_invalid);
   c->net_piece_set = piece > 0;
   c->net_piece_bytes = piece > 0 ? (size_t)piece : (size_t)1 << 30;
-  const char *eager = env_text("TESSEL_NET_EAGER", false);
-  c->net_eager = !eager ? -1 : !strcmp(eager, "0") ? 0 : !strcmp(eager, "1") ? 1 : -1;
-  if (eager && c->net_eager < 0) c->net_eager_invalid = eager;
-  const char *lanes = env_text("TESSEL_COMM_LANES", false);
-  c->comm_lanes = !lanes ? -1 : !strcmp(lanes, "0") ? 0 : !strcmp(lanes, "1") ? 1 : -1;
-  if (lanes && c->comm_lanes < 0) c->comm_lanes_invalid = lanes;
+  c->net_eager = env_switch("TESSEL_NET_EAGER", &c->net_eager_invalid);
+  c->comm_lanes = env_switch("TESSEL_COMM_LANES", &c->comm_lanes_invalid);
 
   const char *sg = env_text("TESSEL_HIER_SEGMENT_BYTES", false);
   c->hier_segment_bytes = -1;
