@@ -58,6 +58,25 @@ static inline float mul_o(float a, float b) {
   return a != a ? quiet(a) : b != b ? quiet(b) : r;
 }
 
+/* The loops below run each chunk with plain + and * first (`exact` false)
+ * and again with add_o / mul_o only when a result of the chunk is NaN. The
+ * two differ only in which NaN payload an operation returns: an element whose
+ * result is not NaN had no NaN operand in any operation that reached it (NaN
+ * propagates through +, -, * and the ReLU; a select that drops a NaN drops it
+ * in both), so its bits are the same; a chunk with a NaN result is
+ * recomputed exactly. The pinned order costs six instructions per operation
+ * (two compares, two quiets, two blends): most of a batch-norm apply's
+ * arithmetic, for payloads only NaNs have. The rerun reads the chunk's
+ * inputs again, so a chunk whose f32 output overlaps one of its inputs (the
+ * memory plan's in-place writes) is computed into a buffer on the stack and
+ * copied into the output after the check (tk_fast_run). */
+#define ADD(a, b) (exact ? add_o(a, b) : (a) + (b))
+#define MUL(a, b) (exact ? mul_o(a, b) : (a) * (b))
+#define INLINE static inline __attribute__((always_inline))
+
+static int64_t g_reruns; /* chunks run again with add_o / mul_o (tk_fast_reruns) */
+int64_t tk_fast_reruns(void) { return __atomic_load_n(&g_reruns, __ATOMIC_RELAXED); }
+
 void tk_fused_set_fast(bool on) { __atomic_store_n(&g_fast, on, __ATOMIC_RELAXED); }
 bool tk_fused_fast_on(void) { return __atomic_load_n(&g_fast, __ATOMIC_RELAXED); }
 
@@ -253,7 +272,9 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
  * were ~19% of ResNet-20's fp32 step on one thread, perf). The output may be
  * one of the inputs (the memory plan writes in place): each loop reads
  * element j of its operands before it writes element j, and a term computed
- * into a buffer is computed before the output is written. */
+ * into a buffer is computed before the output is written; a program with an
+ * add or a mul whose output overlaps an input is computed into a buffer
+ * (the exact rerun of a chunk with a NaN result reads the inputs again). */
 static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d) {
   if (s->bf16) {
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
@@ -275,10 +296,10 @@ static const float *src_at(const tk_fast_src *s, tk_in in, int64_t e, int n, flo
 static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
 
 /* The batch-norm apply of v (term t's channel terms m, a, g, b in scope). */
-#define AFFINE(v) add_o(mul_o(mul_o((v) - m, a), g), b)
+#define AFFINE(v) ADD(MUL(MUL((v) - m, a), g), b)
 
 /* d = affine term t of elements e .. e + n (channel ch): one loop from the input. */
-static void eval_affine(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d) {
+INLINE void eval_affine(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d, bool exact) {
   float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
   const uint16_t *h = (const uint16_t *)in[t->x.ext] + e;
   const float *x = (const float *)in[t->x.ext] + e;
@@ -294,32 +315,33 @@ static void eval_affine(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, 
 }
 
 /* Term t of elements e .. e + n: its input in place (not affine, f32), else computed into buf. */
-static const float *term_at(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *buf) {
+INLINE const float *term_at(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *buf,
+                            bool exact) {
   if (!t->affine) return src_at(&t->x, in, e, n, buf);
-  eval_affine(t, in, e, ch, n, buf);
+  eval_affine(t, in, e, ch, n, buf, exact);
   return buf;
 }
 
 /* d = t[0] or t[0] + t[1] (a one-term forward is an affine term). */
-static void eval_forward(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                         float *b1) {
+INLINE void eval_forward(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
+                         float *b1, bool exact) {
   if (F->nterm == 1) {
-    eval_affine(&F->t[0], in, e, ch, n, d);
+    eval_affine(&F->t[0], in, e, ch, n, d, exact);
     return;
   }
-  const float *p = term_at(&F->t[0], in, e, ch, n, b0), *q = term_at(&F->t[1], in, e, ch, n, b1);
-  SIMD for (int j = 0; j < n; j++) d[j] = add_o(p[j], q[j]);
+  const float *p = term_at(&F->t[0], in, e, ch, n, b0, exact), *q = term_at(&F->t[1], in, e, ch, n, b1, exact);
+  SIMD for (int j = 0; j < n; j++) d[j] = ADD(p[j], q[j]);
 }
 
-static void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                         float *b1) {
+INLINE void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
+                         float *b1, bool exact) {
   float m = chan(in, F->m, ch), k = chan(in, F->k, ch), c = chan(in, F->c, ch), s = chan(in, F->s, ch);
   const float *dy = src_at(&F->dy, in, e, n, b0), *x = src_at(&F->x, in, e, n, b1);
-  SIMD for (int j = 0; j < n; j++) d[j] = mul_o((dy[j] - c) - mul_o(x[j] - m, k), s);
+  SIMD for (int j = 0; j < n; j++) d[j] = MUL((dy[j] - c) - MUL(x[j] - m, k), s);
 }
 
-static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                          float *b1) {
+INLINE void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
+                          float *b1, bool exact) {
   float m = chan(in, F->m, ch);
   const float *x = src_at(&F->x, in, e, n, b0);
   if (F->square) {
@@ -331,9 +353,9 @@ static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int
   }
   const float *y = src_at(&F->dy, in, e, n, b1);
   if (F->dy_first) {
-    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(y[j], x[j] - m);
+    SIMD for (int j = 0; j < n; j++) d[j] = MUL(y[j], x[j] - m);
   } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = mul_o(x[j] - m, y[j]);
+    SIMD for (int j = 0; j < n; j++) d[j] = MUL(x[j] - m, y[j]);
   }
 }
 
@@ -341,12 +363,13 @@ static void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int
 #define MASK_LOOP(op)                                                                     \
   do {                                                                                    \
     if (w) {                                                                              \
-      SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? add_o(u[j], w[j]) : c;          \
+      SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? ADD(u[j], w[j]) : c;            \
     } else {                                                                              \
       SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? u[j] : c;                       \
     }                                                                                     \
   } while (0)
-static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1, float *b2) {
+INLINE void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1, float *b2,
+                      bool exact) {
   const float *u = src_at(&F->t[0].x, in, e, n, b0), *y = src_at(&F->x, in, e, n, b2);
   const float *w = F->nterm == 2 ? src_at(&F->t[1].x, in, e, n, b1) : NULL;
   float k = F->mask_k, c = F->mask_c;
@@ -370,16 +393,16 @@ static void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, fl
     } else if (F->comb_sub) {                                             \
       SIMD for (int j = 0; j < n; j++) d[j] = P - w[j];                   \
     } else if (F->dy_first) {                                             \
-      SIMD for (int j = 0; j < n; j++) d[j] = add_o(w[j], P);             \
+      SIMD for (int j = 0; j < n; j++) d[j] = ADD(w[j], P);               \
     } else {                                                              \
-      SIMD for (int j = 0; j < n; j++) d[j] = add_o(P, w[j]);             \
+      SIMD for (int j = 0; j < n; j++) d[j] = ADD(P, w[j]);               \
     }                                                                     \
   } while (0)
-static void eval_scaled(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1) {
+INLINE void eval_scaled(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1, bool exact) {
   float k = F->scale_ext >= 0 ? ((const float *)in[F->scale_ext])[0] : F->scale_c;
   const float *x = src_at(&F->x, in, e, n, b0), *w = F->nterm ? src_at(&F->dy, in, e, n, b1) : NULL;
-  if (F->k_left) SCALED_LOOPS(mul_o(k, x[j]));
-  else SCALED_LOOPS(mul_o(x[j], k));
+  if (F->k_left) SCALED_LOOPS(MUL(k, x[j]));
+  else SCALED_LOOPS(MUL(x[j], k));
 }
 
 /* max(v, c) as fused.c's MAX (a NaN in v propagates). */
@@ -399,28 +422,97 @@ static void finish(const tk_fast *F, float *d, int n, void *out, int64_t o) {
   }
 }
 
+/* d = F's program over elements e .. e + n (channel ch), before finish (b0 .. b2: buffers). */
+INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0, float *b1,
+                       float *b2, bool exact) {
+  if (F->kind == TK_FAST_BN_GRAD) {
+    eval_bn_grad(F, in, e, ch, n, d, b0, b1, exact);
+  } else if (F->kind == TK_FAST_CENTERED) {
+    eval_centered(F, in, e, ch, n, d, b0, b1, exact);
+  } else if (F->kind == TK_FAST_MASK) {
+    eval_mask(F, in, e, n, d, b0, b1, b2, exact);
+  } else if (F->kind == TK_FAST_SRC) {
+    load_src(&F->x, in, e, n, d); /* memmove: d may be the input itself */
+  } else if (F->kind == TK_FAST_SCALED) {
+    eval_scaled(F, in, e, n, d, b0, b1, exact);
+  } else {
+    eval_forward(F, in, e, ch, n, d, b0, b1, exact);
+  }
+}
+static void eval_plain(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[3]) {
+  eval_chunk(F, in, e, ch, n, d, b[0], b[1], b[2], false);
+}
+static void eval_exact(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[3]) {
+  eval_chunk(F, in, e, ch, n, d, b[0], b[1], b[2], true);
+}
+
+static bool any_nan(const float *d, int n) {
+  int r = 0;
+  _Pragma("omp simd reduction(| : r)") for (int j = 0; j < n; j++) r |= d[j] != d[j];
+  return r != 0;
+}
+
+/* Whether F has an add or a mul to redo (a square, a lone select and a load have none). */
+static bool has_arith(const tk_fast *F) {
+  if (F->kind == TK_FAST_CENTERED) return !F->square;
+  if (F->kind == TK_FAST_MASK) return F->nterm == 2;
+  return F->kind != TK_FAST_SRC;
+}
+
+/* Whether bytes [b + lo, b + hi) meet [o0, o1). */
+static bool meets(const void *b, uintptr_t lo, uintptr_t hi, uintptr_t o0, uintptr_t o1) {
+  return (uintptr_t)b + lo < o1 && o0 < (uintptr_t)b + hi;
+}
+
+/* Whether the f32 output over elements [lo, hi) (out: element lo) overlaps
+ * an input F reads there: a full-size one's elements [lo, hi), a per-channel
+ * one's (all its channels) or the scalar scale. */
+static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi) {
+  uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * 4, cb = (uintptr_t)F->nch * 4;
+  const tk_fast_src *s[3];
+  int ns = 0, nc = 0, c[9];
+  if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_MASK) {
+    for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
+      const tk_fast_term *t = &F->t[i];
+      s[ns++] = &t->x;
+      if (t->affine) c[nc++] = t->m, c[nc++] = t->a, c[nc++] = t->g, c[nc++] = t->b;
+    }
+    if (F->kind == TK_FAST_MASK) s[ns++] = &F->x;
+  } else {
+    s[ns++] = &F->x;
+    if (F->kind == TK_FAST_BN_GRAD || (F->kind == TK_FAST_CENTERED && !F->square) ||
+        (F->kind == TK_FAST_SCALED && F->nterm))
+      s[ns++] = &F->dy;
+    if (F->kind == TK_FAST_BN_GRAD) c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
+    if (F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_CENTERED) c[nc++] = F->m;
+  }
+  for (int i = 0; i < ns; i++) {
+    uintptr_t es = s[i]->bf16 ? 2 : 4;
+    if (meets(in[s[i]->ext], (uintptr_t)lo * es, (uintptr_t)hi * es, o0, o1)) return true;
+  }
+  for (int i = 0; i < nc; i++)
+    if (meets(in[c[i]], 0, cb, o0, o1)) return true;
+  return F->kind == TK_FAST_SCALED && F->scale_ext >= 0 && meets(in[F->scale_ext], 0, 4, o0, o1);
+}
+
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
-  float buf[CHUNK], b0[CHUNK], b1[CHUNK], b2[CHUNK];
+  float buf[CHUNK], b0[CHUNK], b1[CHUNK], b2[CHUNK], *b[3] = {b0, b1, b2};
   int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
+  bool arith = has_arith(F);
+  /* an f32 result over its own inputs: into buf, so that a rerun reads them intact */
+  bool staged = F->out_bf16 || (arith && out_overlaps(F, in, out, lo, hi));
   for (int64_t e = lo; e < hi;) {
     int64_t left = F->inner - r;
     int n = (int)(left < hi - e ? left : hi - e);
     if (n > CHUNK) n = CHUNK;
-    float *d = F->out_bf16 ? buf : (float *)out + (e - lo);
-    if (F->kind == TK_FAST_BN_GRAD) {
-      eval_bn_grad(F, in, e, ch, n, d, b0, b1);
-    } else if (F->kind == TK_FAST_CENTERED) {
-      eval_centered(F, in, e, ch, n, d, b0, b1);
-    } else if (F->kind == TK_FAST_MASK) {
-      eval_mask(F, in, e, n, d, b0, b1, b2);
-    } else if (F->kind == TK_FAST_SRC) {
-      load_src(&F->x, in, e, n, d); /* memmove: d may be the input itself */
-    } else if (F->kind == TK_FAST_SCALED) {
-      eval_scaled(F, in, e, n, d, b0, b1);
-    } else {
-      eval_forward(F, in, e, ch, n, d, b0, b1);
+    float *o = (float *)out + (e - lo), *d = staged ? buf : o;
+    eval_plain(F, in, e, ch, n, d, b);
+    if (arith && any_nan(d, n)) {
+      __atomic_fetch_add(&g_reruns, 1, __ATOMIC_RELAXED);
+      eval_exact(F, in, e, ch, n, d, b);
     }
     finish(F, d, n, out, e - lo);
+    if (staged && !F->out_bf16) memcpy(o, d, (size_t)n * 4);
     e += n, r += n;
     if (r == F->inner) r = 0, ch = ch + 1 == F->nch ? 0 : ch + 1;
   }
