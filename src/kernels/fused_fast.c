@@ -359,13 +359,21 @@ INLINE void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int
   }
 }
 
-/* d = u [+ w] where compare(y, k), else c. */
+/* d = u [+ w] where compare(y, k), else c (u and w loaded, and added, on
+ * every element: a load under the condition compiled to a masked load that
+ * merged into a stack slot, a store-to-load chain per vector). */
 #define MASK_LOOP(op)                                                                     \
   do {                                                                                    \
     if (w) {                                                                              \
-      SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? ADD(u[j], w[j]) : c;            \
+      SIMD for (int j = 0; j < n; j++) {                                                  \
+        float v = ADD(u[j], w[j]);                                                        \
+        d[j] = y[j] op k ? v : c;                                                         \
+      }                                                                                   \
     } else {                                                                              \
-      SIMD for (int j = 0; j < n; j++) d[j] = y[j] op k ? u[j] : c;                       \
+      SIMD for (int j = 0; j < n; j++) {                                                  \
+        float v = u[j];                                                                   \
+        d[j] = y[j] op k ? v : c;                                                         \
+      }                                                                                   \
     }                                                                                     \
   } while (0)
 INLINE void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1, float *b2,

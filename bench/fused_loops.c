@@ -1,0 +1,115 @@
+/* fused_loops.c — benchmark: the fused programs' fast loops
+ * (src/kernels/fused_fast.c) alone, one pattern over an f32 (N, C, H, W)
+ * tensor through tk_program_run, out of place or written over its first
+ * full-size input (--inplace: the memory plan's in-place writes).
+ *
+ *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|apply_relu|bn_grad (relu_grad_add)]
+ *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|1 (0)] [--threads T (1)] [--reps R (21)]
+ *
+ * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
+ * R runs; CPU = process CPU time per run: a 1-thread run gives a usable
+ * number on a busy host) and a checksum of the result (%.9g: A and B builds
+ * must print the same). Build it against another tree's library for an A/B:
+ *   cc -O2 -fopenmp -I$A/src bench/fused_loops.c $A/build/libtessel_static.a -lm -o fused_loops_A */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/kernels_internal.h"
+
+static double clk(clockid_t c) {
+  struct timespec t;
+  clock_gettime(c, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static ts_fused_instr I(ts_op op, int32_t a, int32_t b, double v) {
+  return (ts_fused_instr){.op = op, .dtype = TS_F32, .a = a, .b = b, .value = v};
+}
+
+/* The pattern's instructions into ins (returns their count) and its inputs' kinds (1: full size, 0: per channel). */
+static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full, int *n_ext) {
+  int n = 0;
+  if (!strncmp(pat, "relu_grad", 9)) {
+    bool add = !strcmp(pat, "relu_grad_add");
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
+    ins[n] = I(TS_OP_COMPARE, -1, 0, 0), ins[n++].cmp = TS_CMP_GT; /* y > 0 */
+    if (add) ins[n++] = I(TS_OP_ADD, -2, -3, 0);
+    ins[n] = I(TS_OP_SELECT, 1, add ? 2 : -2, 0), ins[n].c = 0, n++;
+    *n_ext = add ? 3 : 2;
+    for (int k = 0; k < *n_ext; k++) full[k] = 1;
+    return n;
+  }
+  for (int k = 1; k <= 4; k++) ins[n++] = I(TS_OP_BROADCAST, -k - 1, 0, (double)inner), full[k] = 0;
+  full[0] = 1;
+  if (!strcmp(pat, "apply_relu")) { /* max(((x - m) * a) * g + b, 0) */
+    ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_MUL, 5, 2, 0);
+    ins[n++] = I(TS_OP_ADD, 6, 3, 0);
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
+    ins[n++] = I(TS_OP_MAX, 7, 8, 0);
+    *n_ext = 5;
+    return n;
+  }
+  /* bn_grad: ((dy - c) - (x - m) * k) * s, dy: input 5 */
+  full[5] = 1, *n_ext = 6;
+  ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_SUB, -6, 2, 0);
+  ins[n++] = I(TS_OP_SUB, 6, 5, 0), ins[n++] = I(TS_OP_MUL, 7, 3, 0);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  long long s[4] = {128, 16, 32, 32};
+  int inplace = 0, nt = 1, reps = 21;
+  const char *pat = "relu_grad_add";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
+      continue;
+    if (!strcmp(argv[i], "--pattern")) pat = argv[i + 1];
+    else if (!strcmp(argv[i], "--inplace")) inplace = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    else {
+      fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  int64_t numel = s[0] * s[1] * s[2] * s[3], inner = s[2] * s[3];
+  ts_fused_instr ins[16];
+  int full[8], n_ext;
+  int n = build(pat, inner, ins, full, &n_ext);
+  ts_fused prog = {n, ins};
+  ts_dtype dt[8];
+  int64_t ne[8];
+  float *in[8], *keep = malloc((size_t)numel * 4), *out = malloc((size_t)numel * 4);
+  for (int k = 0; k < n_ext; k++) {
+    dt[k] = TS_F32, ne[k] = full[k] ? numel : s[1];
+    in[k] = malloc((size_t)ne[k] * 4);
+    for (int64_t i = 0; i < ne[k]; i++) in[k][i] = (float)((i * 7 + k * 13) % 101) * 0.02f - 1.f;
+  }
+  memcpy(keep, in[0], (size_t)numel * 4);
+  tk_fast F;
+  if (!tk_fast_match(&prog, dt, ne, TS_F32, numel, &F)) {
+    fprintf(stderr, "bench_fused_loops: %s has no fast path\n", pat);
+    return 1;
+  }
+  ts_kctx ctx = {.num_threads = nt};
+  double *w = malloc(sizeof(double) * (size_t)reps), *c = malloc(sizeof(double) * (size_t)reps);
+  for (int r = 0; r < reps; r++) {
+    if (inplace) memcpy(in[0], keep, (size_t)numel * 4); /* the same input every run */
+    double w0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
+    tk_program_run(&prog, n_ext, dt, ne, (tk_in)in, inplace ? in[0] : out, TS_F32, numel, &ctx);
+    w[r] = 1e3 * (clk(CLOCK_MONOTONIC) - w0), c[r] = 1e3 * (clk(CLOCK_PROCESS_CPUTIME_ID) - c0);
+  }
+  qsort(w, (size_t)reps, sizeof *w, cmp_d), qsort(c, (size_t)reps, sizeof *c, cmp_d);
+  double sum = 0;
+  const float *res = inplace ? in[0] : out;
+  for (int64_t i = 0; i < numel; i++) sum += res[i];
+  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f checksum=%.9g\n",
+         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], sum);
+  return 0;
+}
