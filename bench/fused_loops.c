@@ -1,10 +1,11 @@
 /* fused_loops.c — benchmark: the fused programs' fast loops
  * (src/kernels/fused_fast.c) alone, one pattern over an f32 (N, C, H, W)
- * tensor through tk_program_run, out of place or written over its first
- * full-size input (--inplace: the memory plan's in-place writes).
+ * tensor through tk_program_run, out of place or written over a full-size
+ * input (--inplace K: over input K - 1; the memory plan's in-place writes;
+ * relu_grad*: y, u[, w], apply_relu and bn_grad: x first).
  *
  *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|apply_relu|bn_grad (relu_grad_add)]
- *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|1 (0)] [--threads T (1)] [--reps R (21)]
+ *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
  * R runs; CPU = process CPU time per run: a 1-thread run gives a usable
@@ -91,7 +92,12 @@ int main(int argc, char **argv) {
     in[k] = malloc((size_t)ne[k] * 4);
     for (int64_t i = 0; i < ne[k]; i++) in[k][i] = (float)((i * 7 + k * 13) % 101) * 0.02f - 1.f;
   }
-  memcpy(keep, in[0], (size_t)numel * 4);
+  float *over = inplace > 0 && inplace <= n_ext && full[inplace - 1] ? in[inplace - 1] : NULL;
+  if (inplace && !over) {
+    fprintf(stderr, "bench_fused_loops: --inplace %d is not a full-size input\n", inplace);
+    return 2;
+  }
+  if (over) memcpy(keep, over, (size_t)numel * 4);
   tk_fast F;
   if (!tk_fast_match(&prog, dt, ne, TS_F32, numel, &F)) {
     fprintf(stderr, "bench_fused_loops: %s has no fast path\n", pat);
@@ -100,14 +106,14 @@ int main(int argc, char **argv) {
   ts_kctx ctx = {.num_threads = nt};
   double *w = malloc(sizeof(double) * (size_t)reps), *c = malloc(sizeof(double) * (size_t)reps);
   for (int r = 0; r < reps; r++) {
-    if (inplace) memcpy(in[0], keep, (size_t)numel * 4); /* the same input every run */
+    if (over) memcpy(over, keep, (size_t)numel * 4); /* the same input every run */
     double w0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
-    tk_program_run(&prog, n_ext, dt, ne, (tk_in)in, inplace ? in[0] : out, TS_F32, numel, &ctx);
+    tk_program_run(&prog, n_ext, dt, ne, (tk_in)in, over ? over : out, TS_F32, numel, &ctx);
     w[r] = 1e3 * (clk(CLOCK_MONOTONIC) - w0), c[r] = 1e3 * (clk(CLOCK_PROCESS_CPUTIME_ID) - c0);
   }
   qsort(w, (size_t)reps, sizeof *w, cmp_d), qsort(c, (size_t)reps, sizeof *c, cmp_d);
   double sum = 0;
-  const float *res = inplace ? in[0] : out;
+  const float *res = over ? over : out;
   for (int64_t i = 0; i < numel; i++) sum += res[i];
   printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f checksum=%.9g\n",
          pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], sum);
