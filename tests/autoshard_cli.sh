@@ -61,9 +61,8 @@ if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/ca
   grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" &&
   grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt" &&
   [ "$(grep -c "^kernel\.[a-z_]* = .*# .*; 3 rounds: spread [0-9]*%$" "$tmp/cal/calibration.txt")" = 14 ] &&
-  grep -q "^kernel classes over 3 rounds (1 thread): largest spread" "$tmp/cal.out" &&
-  grep -q "^kernel.elementwise = .*# bytes/s, 5 kernels of (128,16,28,28) as the models run them: ReLU gradient, of a sum, dropout mask, its apply, a residual add;" "$tmp/cal/calibration.txt"; then
-  ok "plan --calibrate writes every kernel class (3 rounds and their spread; elementwise: the models' five kernels, all priced elementwise), the all-reduce alpha/beta, busy wait and shared efficiency"
+  grep -q "^kernel classes over 3 rounds (1 thread): largest spread" "$tmp/cal.out"; then
+  ok "plan --calibrate writes every kernel class (3 rounds and their spread), the all-reduce alpha/beta, busy wait and shared efficiency"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi
