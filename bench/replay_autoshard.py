@@ -10,7 +10,9 @@ derived as tessel plan --calibrate writes it (flops_per_s from kernel.matmul,
 memory_bytes_per_s from kernel.elementwise, the host links from allreduce.2,
 the CPU, threads and cores from the log's lines). An auto row is solved again:
 when the model change moves the solver's choice, its prediction is of another
-plan than the one measured (compare the hand rows)."""
+plan than the one measured (compare the hand rows).
+SET="key=value ...": those calibration keys replaced before the replay (the
+rows' sensitivity to one term: which term puts a row outside the bounds)."""
 import json, math, os, re, subprocess, sys, tempfile
 
 if len(sys.argv) < 2:
@@ -45,6 +47,19 @@ if "allreduce.2.bytes_per_s" in keys:
     derived["host_link_latency_s"] = num("allreduce.2.latency_s")
 for k, v in derived.items():
     keys.setdefault(k, v)
+# SET="key=value ...": those calibration keys replaced (or added) before the
+# replay: how far one term moves the rows (e.g. SET=shared_efficiency.2=1)
+changed = []
+for kv in os.environ.get("SET", "").split():
+    k, sep, v = kv.partition("=")
+    try:
+        float(v)
+    except ValueError:
+        sep = ""
+    if not sep or not re.match(r"^[a-z][\w.]*$", k):
+        sys.exit("replay_autoshard.py: SET: '%s' is not key=number" % kv)
+    changed.append("%s %s -> %s" % (k, num(k) if k in keys else "(unset)", v))
+    keys[k] = v
 tmp = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
 tmp.write("".join("%s = %s\n" % kv for kv in keys.items()))
 tmp.close()
@@ -54,6 +69,8 @@ row = re.compile(r"^(\w+)\s+(\d+proc|[\d,]+)\s+(hand|auto)\s+([\d.]+|nan)\s+([\d
 rows, out = row.findall(text), []
 print("replaying %d rows of %s with %s (calibration: %d keys of the log, %d derived)" % (
     len(rows), log, tessel, len(keys) - sum(k in derived for k in keys), sum(k in derived for k in keys)))
+for c in changed:
+    print("SET %s" % c)
 print("%-9s %-6s %-5s %9s %9s %9s %9s %9s" % ("model", "mesh", "plan", "meas_ms", "then_ms", "then/meas", "now_ms",
                                               "now/meas"))
 for model, shape, plan, meas, then in rows:

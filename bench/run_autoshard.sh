@@ -34,6 +34,8 @@
 # against LOG's measured steps (bench/replay_autoshard.py): a model change
 # checked on a quiet run's numbers while the machine is loaded. Logs before
 # stop 30 printed part of the calibration: the rest is derived (README).
+# With SET="key=value ..." those calibration keys are replaced first: how
+# far one term moves the rows (SET=shared_efficiency.2=1 REPLAY=LOG ...).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -n "${REPLAY:-}" ]; then

@@ -26,7 +26,11 @@
 #    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
 #    (one bias per kernel) does not;
 #  - inspect's compute per op name adds up to its compute and kernel count;
-#  - a bad key or value is an error naming it.
+#  - a bad key or value is an error naming it;
+#  - bench/run_autoshard.sh's REPLAY with SET="key=value" replays a log's
+#    rows with that calibration key replaced (a 1-row log: a slower
+#    optimizer class lengthens the MLP's step; the same value changes
+#    nothing; a SET without a number is an error).
 set -u
 build="${1:?usage: predict_calib.sh BUILD_DIR}"
 tessel="$build/tessel"
@@ -179,6 +183,32 @@ sed 's/^kernel.broadcast.operand_s = 1e-9/kernel.broadcast.operand_s = 0/' "$tmp
 expect bado 2 "kernel.broadcast.operand_s = '0' is not a positive number" plan --model mlp --mesh data=4 --device "$tmp/bado.txt"
 sed 's/^allreduce.4.async_s/allreduce.3.async_s/' "$tmp/async.txt" >"$tmp/bada.txt"
 expect bada 2 "unknown key 'allreduce.3.async_s'" plan --model mlp --mesh data=4 --device "$tmp/bada.txt"
+
+
+# bench/run_autoshard.sh REPLAY=LOG with SET="key=value": the log's calibration
+# with that key replaced (the rows' sensitivity to one term): a 1-row log on
+# the fixed calibration; kernel.optimizer = 1e8 B/s makes the MLP's update
+# (8 MiB of weights, its Adam moments) take 0.1 s and more
+{ echo "load at start: 0.00 0.00 0.00 (2 cores)"; sed 's/^/  /' "$tmp/old.txt"
+  echo "model     mesh   plan    meas_ms   pred_ms pred/meas"
+  echo "mlp       1      hand       2.00      2.00      1.00"; } >"$tmp/replay.log"
+replay_now() { # replay_now [SET]: the row's re-predicted step (now_ms)
+  SET="${1:-}" timeout -k 5 60 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../bench/replay_autoshard.py" \
+    "$tmp/replay.log" "$build" 2>&1 | tee "$tmp/replay.out" | awk '$1 == "mlp" {print $7}'
+}
+r0=$(replay_now) r1=$(replay_now "kernel.optimizer=1e8")
+if grep -q "^SET kernel.optimizer (unset) -> 1e8$" "$tmp/replay.out" &&
+  /usr/bin/python3 -c "import sys; sys.exit(not (float('$r1') >= float('$r0') + 100))" 2>/dev/null; then
+  ok "replay SET=kernel.optimizer=1e8: the MLP's step $r0 -> $r1 ms"
+else bad "replay SET: '$r0' -> '$r1' ms: $(tail -2 "$tmp/replay.out")"; fi
+r2=$(replay_now "kernel.matmul=1e11")
+if grep -q "^SET kernel.matmul 1e11 -> 1e11$" "$tmp/replay.out" && [ -n "$r0" ] && [ "$r2" = "$r0" ]; then
+  ok "replay SET of a key to its own value: the same step ($r2 ms)"
+else bad "replay SET kernel.matmul=1e11: '$r2' against '$r0' ms: $(tail -2 "$tmp/replay.out")"; fi
+if ! SET="kernel.matmul" /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../bench/replay_autoshard.py" "$tmp/replay.log" \
+  "$build" >"$tmp/replay.out" 2>&1 && grep -q "SET: 'kernel.matmul' is not key=number" "$tmp/replay.out"; then
+  ok "replay SET without a number: an error naming it"
+else bad "replay SET=kernel.matmul: $(tail -2 "$tmp/replay.out")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# calib_spread.sh A_BUILD [B_BUILD] — how much `tessel plan --calibrate` moves
+# between invocations (issue 16: the step predictions are only as steady as
+# the calibration). Runs A's and B's calibration alternately (A B A B ...,
+# ROUNDS pairs, default 4: a shared machine's load drifts, so both sides see
+# the same spells) into scratch files and prints, per side, each run's value
+# of every key matching KEYS (default: the memory-bound kernel classes) and
+# its max / min over the runs. Each calibration takes 15-80 s (quiet /
+# loaded). The load average is printed before and after.
+set -uo pipefail
+a="${1:?usage: calib_spread.sh A_BUILD [B_BUILD]}"
+b="${2:-}"
+n=${ROUNDS:-4}
+keys=${KEYS:-'^kernel\.(elementwise|broadcast|reduce|optimizer|pool|broadcast_rows|transcendental) ='}
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+sides=(A)
+[ -n "$b" ] && sides+=(B)
+for ((r = 0; r < n; r++)); do
+  for s in "${sides[@]}"; do
+    dir=$a
+    [ "$s" = B ] && dir=$b
+    "$dir/tessel" plan --calibrate "$tmp/$s.$r.txt" >/dev/null || { echo "calib_spread.sh: $s calibration failed" >&2; exit 1; }
+  done
+done
+/usr/bin/python3 - "$tmp" "$n" "$keys" "${sides[@]}" <<'PY'
+import os, re, sys
+tmp, n, keys, sides = sys.argv[1], int(sys.argv[2]), re.compile(sys.argv[3]), sys.argv[4:]
+for s in sides:
+    runs = [open(os.path.join(tmp, "%s.%d.txt" % (s, r))).read().split("\n") for r in range(n)]
+    vals = {}
+    for lines in runs:
+        for l in lines:
+            if keys.search(l):
+                k, v = l.split("=", 1)
+                vals.setdefault(k.strip(), []).append(float(v.split("#")[0]))
+    for k, v in vals.items():
+        print("%s %-24s %s  max/min %.2f" % (s, k, " ".join("%.3g" % x for x in v), max(v) / min(v)))
+PY
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
