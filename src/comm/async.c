@@ -193,7 +193,8 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   pthread_condattr_destroy(&ca);
   w->n_lanes = comm_lanes(c);
   for (int l = 0; l < w->n_lanes; l++) {
-    w->lt[l] = (lane_thread){w, l, 0, false, 0, {worker_urgent, worker_nap, w}};
+    /* the main lane's large sends are paced when a small lane runs beside it */
+    w->lt[l] = (lane_thread){w, l, 0, false, 0, {worker_urgent, worker_nap, w, l == 0 && w->n_lanes > 1}};
     if (pthread_create(&w->lt[l].th, NULL, worker_main, &w->lt[l]) != 0) break;
     w->lt[l].running = true;
   }
