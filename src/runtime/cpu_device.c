@@ -104,8 +104,8 @@ static int finish(pending *p, const ts_program *prog, void *const *values, bool 
   for (int i = 0; i < p->n && rc == 0; i++)
     if (!prog->defer[p->node[i]]) rc = comm_wait_alone(prog->comm, prog->device, p->ticket[i]);
   const ts_graph *g = prog->g;
-  for (int i = 0; i < p->n && rc == 0; i++)
-    if (prog->defer[p->node[i]])
+  for (int i = 0; i < p->n && rc == 0; i++) /* one that ended meanwhile needs no carry */
+    if (prog->defer[p->node[i]] && !comm_ticket_ended(prog->comm, prog->device, p->ticket[i]))
       rc = rt_carry_add(prog->carry, values[p->node[i]], node_bytes(&g->nodes[p->node[i]]), p->ticket[i]);
   if (rc) {
     rt_carry_wait_all(prog->carry);
