@@ -92,7 +92,12 @@ static void prefer_shared_memory_copies(void) {
  * 0.21x with the receive buffer bounded as well (not needed: the receiver
  * drains it). So tessel asks for NET_SEND_BUFFER, unless the launcher or
  * the user set the parameter (any value wins; 0 gives the kernel's
- * autotuning back). */
+ * autotuning back). The cost: the link now idles whenever no thread polls
+ * for 1 ms (the buffer's time at 1 Gbit/s). In training that did not show
+ * (CNN DDP over 2 hosts at 1 Gbit/s, bench/run_multihost.sh PROFILE=1, load
+ * 5-7, 2 runs each: the 4.72 MB reduce-scatter's median 23.2-24.9 ms with
+ * 128 KiB, 22.9-23.9 with 512 KiB, 21.1-24.9 on main; line 19.7), but with
+ * the machine's cores busier (load ~10) one run took 40 ms. */
 #define NET_SEND_BUFFER "131072"
 static void bound_send_buffers(void) {
 #ifdef OPEN_MPI
