@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
   if (!sbuf || !rbuf || !ms || !large) return fprintf(stderr, "bench_net_link: out of memory\n"), 1;
   memset(sbuf, 1 + net_rank(n), bytes);
   memset(rbuf, 0, bytes);
-  net_pacer pacer = {never_urgent, nap, NULL};
+  net_pacer pacer = {never_urgent, nap, NULL, false};
   if (patient) net_set_pacer(&pacer);
   pthread_t spinner;
   if (spinning && pthread_create(&spinner, NULL, spin, NULL) != 0) spinning = false;

@@ -16,7 +16,9 @@
 # A/B: AB_BUILD=DIR adds, per net row, ROW-A from DIR's bench_net_link (e.g.
 # a build of the previous commit), alternating with this build's in every
 # round (every other round in reverse order). NET_ENV="VAR=VALUE ..." is given to this build's net rows only
-# (e.g. OMPI_MCA_ parameters to try).
+# (e.g. OMPI_MCA_ parameters to try). VARIANTS="NAME:VAR=VALUE,VAR=VALUE ..." adds, per net row
+# ROW, ROW+NAME: this build's bench_net_link with those variables (instead of NET_ENV), in the
+# same rounds, e.g. VARIANTS="kbuf:OMPI_MCA_btl_tcp_sndbuf=0,OMPI_MCA_btl_tcp_rcvbuf=0 nopace:TESSEL_NET_PACE=0".
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -31,6 +33,12 @@ if [ -n "${AB_BUILD:-}" ]; then
   [ -x "$AB_BUILD/bench_net_link" ] || { echo "run_netlink.sh: AB_BUILD=$AB_BUILD: no bench_net_link" >&2; exit 2; }
   for r in "${rows[@]}"; do [ "$r" = tcp ] || rows+=("$r-A"); done
 fi
+declare -A variant=() # NAME -> "VAR=VALUE VAR=VALUE"
+base_rows=("${rows[@]}")
+for v in ${VARIANTS:-}; do
+  variant[${v%%:*}]="$(tr , ' ' <<<"${v#*:}")"
+  for r in "${base_rows[@]}"; do case "$r" in tcp | *-A) ;; *) rows+=("$r+${v%%:*}") ;; esac; done
+done
 net_env=(${NET_ENV:-})
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
@@ -42,13 +50,14 @@ one() { # one ROW MODE: prints the RESULT line
   case "$row" in
     tcp) netns_tcp "$bytes" "$reps" "${mode/comm/allreduce}"; return ;; # comm: the bytes of allreduce
     *-A) b="$AB_BUILD/bench_net_link" envs=() ;;
+    *+*) envs=(${variant[${row#*+}]}) row="${row%%+*}" ;;
   esac
   case "$row" in *-p*) flags+=(-p) ;; esac
   case "$row" in *-s*) flags+=(-s) ;; esac
   local xs=()
   for v in "${envs[@]}"; do xs+=(-x "${v%%=*}"); done
   timeout -k 10 120 env "${envs[@]}" "${mpi[@]}" "${xs[@]}" --hostfile "$tmp/hostfile2" -n 2 "$b" -b "$bytes" -r "$reps" -m "$mode" "${flags[@]}" |
-    grep '^RESULT '
+    grep '^RESULT ' | paste -sd' ' # -m pass: its second line (the large one's time) joins the first
   netns_kill
 }
 
@@ -73,9 +82,15 @@ for line in open(sys.argv[1]):
     r, mode, row, i, *kv = line.split()
     d = dict(x.split("=", 1) for x in kv if "=" in x)
     if "median_ms" in d:
-        runs.setdefault((r, mode, row), []).append((float(d["median_ms"]), float(d["mbps"])))
+        runs.setdefault((r, mode, row), []).append(
+            (float(d["median_ms"]), float(d["mbps"]), float(d.get("large_median_ms", "nan"))))
+# -m pass: ms is the small all-reduce's, large_ms the large one's (same runs), ratio small/large per round
 print(f"{'link':7} {'mode':9} {'row':7} {'ms':>7} {'Mbit/s':>7}  rounds (ms)")
 for (r, mode, row), v in runs.items():
-    print(f"{r:7} {mode:9} {row:7} {statistics.median(x[0] for x in v):7.2f} "
-          f"{statistics.median(x[1] for x in v):7.0f}  {' '.join(f'{x[0]:.1f}' for x in v)}")
+    line = (f"{r:7} {mode:9} {row:7} {statistics.median(x[0] for x in v):7.2f} "
+            f"{statistics.median(x[1] for x in v):7.0f}  {' '.join(f'{x[0]:.1f}' for x in v)}")
+    if mode == "pass":
+        line += (f"  large_ms {statistics.median(x[2] for x in v):.2f} ({' '.join(f'{x[2]:.1f}' for x in v)})"
+                 f"  small/large {statistics.median(x[0] / x[2] for x in v):.2f}")
+    print(line)
 PY

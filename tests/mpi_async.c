@@ -63,7 +63,7 @@ static void check_pacer(ts_net *net, int P, int me) {
     m[k++] = (net_msg){p, 7, true, &mine, sizeof mine};
     m[k++] = (net_msg){p, 7, false, &got[p], sizeof got[p]};
   }
-  const net_pacer pacer = {test_urgent, test_nap, NULL};
+  const net_pacer pacer = {test_urgent, test_nap, NULL, false};
   if (me == 0) net_set_pacer(&pacer);
   else nanosleep(&(struct timespec){0, 30000000}, NULL);
   CHECK_OK(net_exchange_ctl(net, m, k, 20000, "pacer test"));

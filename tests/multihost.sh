@@ -230,6 +230,25 @@ if names cut 1 0 && grep -q "exiting by itself" "$tmp/cut.err.1" && [ "$r1" != n
   ok "cut daemon: host 1's rank names process 0 and exits by itself (exit $r1) when MPI_Abort cannot finish"
 else bad "cut daemon: host 1's rank exit $r1: $(head -c 600 "$tmp/cut.err.1" 2>/dev/null)"; fi
 
+# the small lane passes a large transfer on a slow link (src/comm/net.c's send window and bounded socket
+# buffers): on the hosts' link shaped to 1 Gbit/s, bench_net_link -m pass starts a 4.7 MB all-reduce on the
+# collective worker and, 2 ms later, an 80 KiB one on the small lane; the small one must end well before the
+# large one (measured 0.2x its time; posted all at once, behind the large one's pieces in MPI's TCP queue and
+# the kernel's socket buffers, 0.9x). A ratio of the two in the same run, not a time.
+netns_rate 1gbit || bad "tc tbf at 1gbit on the hosts' links failed"
+pass=$(TESSEL_NET_EAGER=1 timeout -k 5 120 "${mpi[@]}" -x TESSEL_NET_EAGER --hostfile "$tmp/hostfile2" -n 2 \
+  "$build/bench_net_link" -m pass -r 5 2>&1 | grep '^RESULT net_link_pass')
+netns_kill
+if /usr/bin/python3 - "$pass" <<'PY'
+import sys
+d = dict(x.split("=", 1) for x in sys.argv[1].split()[2:])
+small, large = float(d["small_median_ms"]), float(d["large_median_ms"])
+print(f"  1 Gbit/s: the 80 KiB all-reduce ends {small:.1f} ms after its start, the 4.7 MB one {large:.1f} ms ({small / large:.2f}x)")
+assert small < 0.5 * large, "the small lane's all-reduce waited behind the large one's bytes"
+PY
+then ok "1 Gbit/s: a small collective on the small lane passes a large one (net.c send window)"; else
+  bad "1 Gbit/s: the small lane does not pass a large transfer: ${pass:-no RESULT line from bench_net_link}"; fi
+
 echo "multihost: $(($(date +%s) - t_start)) s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

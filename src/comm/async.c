@@ -13,9 +13,9 @@
  * order and the lanes never match each other's messages; a small
  * collective started after a large one runs beside it instead of after it
  * (on a slow link: the convolutions' 80 KB gradient bucket beside fc1's 4.7
- * MB). Tickets still end in start order for the waits (comm_wait_ticket:
- * that one and every earlier one); comm_ticket_ended tells one that ended
- * before earlier ones. */
+ * MB). comm_wait_ticket waits in start order (that one and every earlier
+ * one); comm_wait_alone waits for one job alone, and comm_ticket_ended tells
+ * one that ended before earlier ones. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -193,7 +193,8 @@ static comm_worker *worker_of(ts_comm *c, int device) {
   pthread_condattr_destroy(&ca);
   w->n_lanes = comm_lanes(c);
   for (int l = 0; l < w->n_lanes; l++) {
-    w->lt[l] = (lane_thread){w, l, 0, false, 0, {worker_urgent, worker_nap, w}};
+    /* the main lane's large sends are paced when a small lane runs beside it */
+    w->lt[l] = (lane_thread){w, l, 0, false, 0, {worker_urgent, worker_nap, w, l == 0 && w->n_lanes > 1}};
     if (pthread_create(&w->lt[l].th, NULL, worker_main, &w->lt[l]) != 0) break;
     w->lt[l].running = true;
   }
@@ -271,6 +272,31 @@ int comm_wait_ticket(ts_comm *c, int device, int64_t ticket) {
   return rc;
 }
 
+/* Whether ticket t ended (its own job; earlier ones may still run). Under w->mu. */
+static bool ended_locked(const comm_worker *w, int64_t t) {
+  return t < w->done || t >= w->started || w->q[t % QUEUE].ended;
+}
+
+int comm_wait_alone(ts_comm *c, int device, int64_t ticket) {
+  if (!c || device < c->first || device >= c->first + c->n_local)
+    return set_error("comm_wait: device %d is not a device of this process", device);
+  comm_worker *w = c->dev[device].worker;
+  if (!w) return ticket < 0 ? 0 : set_error("comm_wait: device %d started nothing", device);
+  if (w->n_lanes < 2) return comm_wait_ticket(c, device, ticket); /* one lane: they end in start order */
+  for (int i = 0; i < c->spin && atomic_load_explicit(&w->done_pub, memory_order_acquire) <= ticket; i++)
+    SPIN_PAUSE();
+  pthread_mutex_lock(&w->mu);
+  if (!ended_locked(w, ticket)) {
+    atomic_fetch_add_explicit(&w->waiting, 1, memory_order_release);
+    pthread_cond_broadcast(&w->cv); /* wakes a napping worker: its exchange is urgent now */
+    while (!ended_locked(w, ticket)) pthread_cond_wait(&w->cv, &w->mu);
+    atomic_fetch_sub_explicit(&w->waiting, 1, memory_order_relaxed);
+  }
+  int rc = w->failed ? set_error_code(w->err_code, "%s", w->err) : 0;
+  pthread_mutex_unlock(&w->mu);
+  return rc;
+}
+
 int comm_wait_all(ts_comm *c, int device) {
   comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
   if (!w) return 0;
@@ -284,7 +310,7 @@ int comm_ticket_ended(ts_comm *c, int device, int64_t ticket) {
   comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
   if (!w) return 1;
   pthread_mutex_lock(&w->mu);
-  int ended = ticket < w->done || ticket >= w->started || w->q[ticket % QUEUE].ended;
+  int ended = ended_locked(w, ticket);
   pthread_mutex_unlock(&w->mu);
   return ended;
 }

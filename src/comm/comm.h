@@ -113,6 +113,12 @@ int comm_ticket_done(ts_comm *c, int device, int64_t ticket);
  * lane of its own beside a large one started before it, and may end first
  * (async.c). Its result is ready; the wait still returns its error. */
 int comm_ticket_ended(ts_comm *c, int device, int64_t ticket);
+/* Waits until the started collective `ticket` itself ended (comm_ticket_ended),
+ * not the ones started before it: a small one on its own lane may end
+ * first. The device still must not call a collective itself, nor touch the
+ * buffers of the others, before their waits. Returns the worker's first
+ * error (of any ticket), as comm_wait_ticket. */
+int comm_wait_alone(ts_comm *c, int device, int64_t ticket);
 int comm_wait_all(ts_comm *c, int device);
 
 /* In-line starts: true when a collective of `bytes` over group that the

@@ -22,10 +22,33 @@
 #include <stdatomic.h>
 #include <time.h>
 
+/* A send piece waiting for the send window (pump). */
+typedef struct {
+  struct net_pending *p;
+  void *buf;
+  int bytes, peer, tag;
+  MPI_Comm comm;
+} pace_item;
+
+/* Paced pieces in flight (MPI_Isend not complete: not yet in the socket).
+ * The main lane's eager pieces to another host wait in a per-process queue
+ * and go NET_PACE_WINDOW at a time, so a small lane's message posted
+ * meanwhile is behind at most that many (256 KiB) in Open MPI's TCP queue,
+ * plus the socket's send buffer (bound_send_buffers). Alone neither helps
+ * (bench_net_link -m pass, see bound_send_buffers). */
+enum { NET_PACE_WINDOW = 4 };
+
 struct ts_net {
   int rank, size, tag_ub;
   MPI_Comm data, ctl;
   pthread_mutex_t mu; /* every MPI call goes through it */
+  /* the send window (pump), under mu: queued pieces [q_head, q_head + q_n)
+   * of q (a ring of q_cap), and the ones in flight */
+  pace_item *q;
+  int q_head, q_n, q_cap;
+  MPI_Request fl_req[NET_PACE_WINDOW];
+  struct net_pending *fl_p[NET_PACE_WINDOW];
+  int n_fl;
   _Atomic(bool *) far; /* per process: messages to it go in eager pieces (net_set_hosts); NULL: none */
   _Atomic bool hosts_set; /* net_set_hosts ran (the first call wins) */
 };
@@ -54,6 +77,31 @@ static bool launched_by_mpi(void) {
 static void prefer_shared_memory_copies(void) {
 #ifdef OPEN_MPI
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+#endif
+}
+
+/* Between hosts, Open MPI's TCP sockets keep the kernel's buffer sizes
+ * (btl_tcp_sndbuf 0: autotuned, up to net.ipv4.tcp_wmem's 4 MiB), and the
+ * send buffer (with the qdisc's queue it bounds) is a FIFO of megabytes in
+ * front of every message to that peer: a small lane's collective (async.c)
+ * posted behind a large one's pieces waits until they all left, whatever
+ * the send window (pump) holds back. bench_net_link -m pass at 1 Gbit/s
+ * (bench/run_netlink.sh VARIANTS, 3 interleaved rounds, load ~10): the
+ * 80 KiB all-reduce started 2 ms after a 4.7 MB one took 0.94x the large
+ * one's time with the window alone, 0.19x with a 128 KiB send buffer too,
+ * 0.21x with the receive buffer bounded as well (not needed: the receiver
+ * drains it). So tessel asks for NET_SEND_BUFFER, unless the launcher or
+ * the user set the parameter (any value wins; 0 gives the kernel's
+ * autotuning back). The cost: the link now idles whenever no thread polls
+ * for 1 ms (the buffer's time at 1 Gbit/s). In training that did not show
+ * (CNN DDP over 2 hosts at 1 Gbit/s, bench/run_multihost.sh PROFILE=1, load
+ * 5-7, 2 runs each: the 4.72 MB reduce-scatter's median 23.2-24.9 ms with
+ * 128 KiB, 22.9-23.9 with 512 KiB, 21.1-24.9 on main; line 19.7), but with
+ * the machine's cores busier (load ~10) one run took 40 ms. */
+#define NET_SEND_BUFFER "131072"
+static void bound_send_buffers(void) {
+#ifdef OPEN_MPI
+  setenv("OMPI_MCA_btl_tcp_sndbuf", NET_SEND_BUFFER, 0);
 #endif
 }
 
@@ -87,6 +135,7 @@ ts_net *net_world(bool *failed) {
       MPI_Initialized(&inited);
       if (!inited) {
         prefer_shared_memory_copies();
+        bound_send_buffers();
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc == MPI_SUCCESS) atexit(net_finalize);
       } else {
@@ -234,7 +283,75 @@ struct net_pending {
   int k;      /* requests posted */
   const char *what;
   bool owns_msgs; /* net_wait frees msgs (net_allgather_start) */
+  int paced_left; /* pieces in the send window's queue or in flight (under n->mu) */
 };
+
+/* The send window: retires the paced pieces in flight that completed, then
+ * posts queued ones, in post order, up to NET_PACE_WINDOW in flight. Every
+ * thread that polls an exchange pumps (under n->mu), so pieces of a pending
+ * nobody waits for yet still go. Returns an MPI code. */
+static int pump(ts_net *n) {
+  int rc = MPI_SUCCESS;
+  for (int j = 0; j < n->n_fl && rc == MPI_SUCCESS;) {
+    int done = 0;
+    rc = MPI_Test(&n->fl_req[j], &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      j++;
+      continue;
+    }
+    n->fl_p[j]->paced_left--;
+    n->n_fl--;
+    n->fl_req[j] = n->fl_req[n->n_fl];
+    n->fl_p[j] = n->fl_p[n->n_fl];
+  }
+  while (rc == MPI_SUCCESS && n->n_fl < NET_PACE_WINDOW && n->q_n) {
+    pace_item *it = &n->q[n->q_head];
+    rc = MPI_Isend(it->buf, it->bytes, MPI_BYTE, it->peer, it->tag, it->comm, &n->fl_req[n->n_fl]);
+    if (rc != MPI_SUCCESS) break;
+    n->fl_p[n->n_fl++] = it->p;
+    n->q_head = (n->q_head + 1) % n->q_cap;
+    n->q_n--;
+  }
+  return rc;
+}
+
+/* Room for `more` queued pieces (under n->mu). */
+static int pace_reserve(ts_net *n, int more) {
+  if (n->q_n + more <= n->q_cap) return 0;
+  int cap = n->q_cap ? n->q_cap : 64;
+  while (cap < n->q_n + more) cap *= 2;
+  pace_item *q = malloc((size_t)cap * sizeof *q);
+  if (!q) return -1;
+  for (int i = 0; i < n->q_n; i++) q[i] = n->q[(n->q_head + i) % n->q_cap];
+  free(n->q);
+  n->q = q;
+  n->q_head = 0;
+  n->q_cap = cap;
+  return 0;
+}
+
+/* Drops p's pieces from the send window (a timeout or cancel; under n->mu):
+ * queued ones are never sent, sent ones are freed (they end unobserved). */
+static void pace_drop(ts_net *n, struct net_pending *p) {
+  if (!p->paced_left) return;
+  int m = 0;
+  for (int i = 0; i < n->q_n; i++) {
+    pace_item it = n->q[(n->q_head + i) % n->q_cap];
+    if (it.p != p) n->q[(n->q_head + m++) % n->q_cap] = it;
+  }
+  n->q_n = m;
+  for (int j = 0; j < n->n_fl;) {
+    if (n->fl_p[j] != p) {
+      j++;
+      continue;
+    }
+    MPI_Request_free(&n->fl_req[j]);
+    n->n_fl--;
+    n->fl_req[j] = n->fl_req[n->n_fl];
+    n->fl_p[j] = n->fl_p[n->n_fl];
+  }
+  p->paced_left = 0;
+}
 
 static void pending_release(net_pending *p) {
   free(p->req);
@@ -246,13 +363,15 @@ static void pending_release(net_pending *p) {
 /* Posts every message of msgs on comm into p (returned: 0, or -1 with
  * nothing left posted). */
 static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *what, net_pending *p) {
-  *p = (net_pending){n, msgs, count, NULL, NULL, 0, what, false};
+  *p = (net_pending){n, msgs, count, NULL, NULL, 0, what, false, 0};
   if (env_config()->net_piece_invalid)
     return set_error("%s: TESSEL_NET_PIECE_BYTES=%s: expected bytes in [1, 1073741824]", what,
                      env_config()->net_piece_invalid);
   if (env_config()->net_eager_invalid)
     return set_error("%s: TESSEL_NET_EAGER=%s: expected 0 or 1 (unset: measure the link)", what,
                      env_config()->net_eager_invalid);
+  if (env_config()->net_pace_invalid)
+    return set_error("%s: TESSEL_NET_PACE=%s: expected 0 or 1", what, env_config()->net_pace_invalid);
   size_t n_req = 0, eager = 0; /* eager: pieces more than one per message, of messages cut for another host */
   for (int i = 0; i < count; i++) {
     size_t piece = piece_for(n, msgs[i].peer), parts = msgs[i].bytes ? (msgs[i].bytes + piece - 1) / piece : 1;
@@ -268,22 +387,39 @@ static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *
     return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %d messages", what, count);
   }
   int k = 0, rc = MPI_SUCCESS;
+  bool pace = t_pacer && t_pacer->paced && env_config()->net_pace != 0;
   pthread_mutex_lock(&n->mu);
+  if (pace && pace_reserve(n, (int)n_req) < 0) {
+    pthread_mutex_unlock(&n->mu);
+    pending_release(p);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu messages", what, n_req);
+  }
   for (int i = 0; i < count && rc == MPI_SUCCESS; i++) {
     net_msg *m = &msgs[i];
     size_t off = 0, piece = piece_for(n, m->peer);
+    bool paced = pace && m->send && piece == NET_EAGER_PIECE;
     do {
       size_t part = m->bytes - off < piece ? m->bytes - off : piece;
       p->owner[k] = i;
-      rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k])
-                   : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k]);
+      if (paced) { /* the send window posts it (pump) */
+        p->req[k] = MPI_REQUEST_NULL;
+        n->q[(n->q_head + n->q_n++) % n->q_cap] = (pace_item){p, (char *)m->buf + off, (int)part, m->peer, m->tag, comm};
+        p->paced_left++;
+      } else {
+        rc = m->send ? MPI_Isend((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k])
+                     : MPI_Irecv((char *)m->buf + off, (int)part, MPI_BYTE, m->peer, m->tag, comm, &p->req[k]);
+      }
       k++;
       off += part;
     } while (off < m->bytes && rc == MPI_SUCCESS);
   }
+  if (rc == MPI_SUCCESS && n->q_n) rc = pump(n);
   pthread_mutex_unlock(&n->mu);
   p->k = k;
   if (rc != MPI_SUCCESS) {
+    pthread_mutex_lock(&n->mu);
+    pace_drop(n, p);
+    pthread_mutex_unlock(&n->mu);
     pending_release(p);
     return mpi_error(what, rc);
   }
@@ -302,7 +438,10 @@ static int complete(net_pending *p, int timeout_ms) {
   for (long iter = 0;; iter++) {
     int flag = 0;
     pthread_mutex_lock(&n->mu);
-    rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
+    if (n->q_n || n->n_fl) rc = pump(n); /* any thread's paced pieces */
+    if (rc == MPI_SUCCESS) rc = MPI_Testall(k, req, &flag, MPI_STATUSES_IGNORE);
+    flag = flag && !p->paced_left;
+    if (rc != MPI_SUCCESS) pace_drop(n, p);
     pthread_mutex_unlock(&n->mu);
     if (rc != MPI_SUCCESS) {
       pending_release(p);
@@ -316,6 +455,9 @@ static int complete(net_pending *p, int timeout_ms) {
     if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
     if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
       char who[256];
+      pthread_mutex_lock(&n->mu);
+      pace_drop(n, p);
+      pthread_mutex_unlock(&n->mu);
       timed_out(n, req, k, p->msgs, p->owner, who, sizeof who);
       pending_release(p);
       return set_error_code(TS_ERR_TIMEOUT,
@@ -524,6 +666,9 @@ int net_wait(net_pending *p, int timeout_ms) {
 void net_cancel(net_pending *p) {
   if (!p) return;
   char who[256];
+  pthread_mutex_lock(&p->n->mu);
+  pace_drop(p->n, p);
+  pthread_mutex_unlock(&p->n->mu);
   timed_out(p->n, p->req, p->k, p->msgs, p->owner, who, sizeof who);
   pending_release(p);
   if (p->owns_msgs) free(p->msgs);

@@ -58,6 +58,11 @@ typedef struct {
   bool (*urgent)(void *ctx);
   void (*nap)(void *ctx, long ns);
   void *ctx;
+  /* The thread's sends to another host in eager pieces go through the
+   * process's send window (net.c pump: NET_PACE_WINDOW pieces in flight, in
+   * post order), so another thread's unpaced ones (the small lane's) pass
+   * them instead of queueing behind every piece in MPI's TCP queue. */
+  bool paced;
 } net_pacer;
 #define NET_PATIENT_NAP_NS 100000L
 /* Sets the calling thread's pacer (kept by pointer; NULL: none). */

@@ -43,16 +43,15 @@
  * It pays only with a second lane that lets small collectives pass a
  * running large one (bench/run_multihost.sh PROFILE=1, link_cycle, shows
  * the link's idle time after the reduction: most of what such a lane
- * could win, with the update placed where the reduce-scatter ends). The
- * lane exists between hosts now (comm/async.c: small collectives run beside
- * a large one), but the executor still waits in start order, so the
- * convolutions' updates would still wait for the gather: it needs waits by
- * ticket (comm.h comm_ticket_ended) in runtime/ first, and before that net.c
- * must pace a large message's pieces: it posts them all at once, so Open
- * MPI's TCP queue and the socket send them ahead of the small lane's
- * (bench_net_link -m pass: an 80 KiB all-reduce started 2 ms after a 4.7 MB
- * one ends with it, ~40 ms later, at 1 Gbit/s; stop 31's per-ticket waits
- * alone gained nothing and were left out).
+ * could win, with the update placed where the reduce-scatter ends). All
+ * three pieces exist now: the lane between hosts (comm/async.c), the
+ * executor's waits per collective (runtime/cpu_device.c, comm.h
+ * comm_wait_alone), and net.c's send window with a bounded socket send
+ * buffer, without which the small one waited behind every piece of the
+ * large one (bench_net_link -m pass at 1 Gbit/s: an 80 KiB all-reduce
+ * started 2 ms after a 4.7 MB one took 0.94x the large one's time, 0.17x
+ * with them; stop 32). Moving the update and all-gather here is what is
+ * left, untried.
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start

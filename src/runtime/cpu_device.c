@@ -44,15 +44,25 @@ static int32_t base_of(const ts_graph *g, int32_t t) {
   return t;
 }
 
-/* Waits until node `id`'s started all-reduce (and every earlier one) is
- * done, if it is pending. */
+/* Waits until node `id`'s started collective is done, if it is pending:
+ * that one alone (comm_wait_alone), not every one started before it. A small
+ * collective between hosts runs on a lane of its own (comm/async.c) and may
+ * end while a large one started earlier still runs; its users go on then
+ * (the convolutions' bucket and updates under fc1's transfer). The ones
+ * before it stay pending (their users, the run's end or the device's next
+ * own collective call wait for them); the ones that ended with it leave the
+ * list. */
 static int await_node(pending *p, const ts_program *prog, int32_t id) {
   for (int i = 0; i < p->n; i++) {
     if (p->node[i] != id) continue;
-    int rc = comm_wait_ticket(prog->comm, prog->device, p->ticket[i]);
-    memmove(p->node, p->node + i + 1, (size_t)(p->n - i - 1) * sizeof *p->node);
-    memmove(p->ticket, p->ticket + i + 1, (size_t)(p->n - i - 1) * sizeof *p->ticket);
-    p->n -= i + 1;
+    int rc = comm_wait_alone(prog->comm, prog->device, p->ticket[i]);
+    int keep = 0; /* the earlier ones still running keep their order */
+    for (int j = 0; j < i; j++)
+      if (rc || !comm_ticket_done(prog->comm, prog->device, p->ticket[j]))
+        p->node[keep] = p->node[j], p->ticket[keep++] = p->ticket[j];
+    memmove(p->node + keep, p->node + i + 1, (size_t)(p->n - i - 1) * sizeof *p->node);
+    memmove(p->ticket + keep, p->ticket + i + 1, (size_t)(p->n - i - 1) * sizeof *p->ticket);
+    p->n -= i + 1 - keep;
     return rc;
   }
   return 0;
@@ -79,17 +89,24 @@ static int await_carried(const ts_program *prog, void *const *values, int32_t id
   return rt_carry_wait_range(prog->carry, values[id], node_bytes(n));
 }
 
-/* The end of a run: waits for its started collectives, except the trailing
- * ones that may end later (prog->defer), which go to the device's carry. */
+/* The end of a run: waits for its started collectives, except those that
+ * may end later (prog->defer: results only in the caller's buffers), which
+ * go to the device's carry. Each other one is awaited alone
+ * (comm_wait_alone), so a deferred one started before a small one on the
+ * other lane (fc1's new weight before the convolutions' bucket) stays in
+ * flight. */
 static int finish(pending *p, const ts_program *prog, void *const *values, bool ok) {
   if (!p->n) return 0; /* what earlier runs left stays in flight */
-  int last = p->n - 1;   /* the last one to wait for */
-  while (ok && prog->defer && prog->carry && last >= 0 && prog->defer[p->node[last]]) last--;
-  if (last == p->n - 1) return await_all(p, prog);
-  int rc = last >= 0 ? comm_wait_ticket(prog->comm, prog->device, p->ticket[last]) : 0;
+  int n_defer = 0;
+  for (int i = 0; ok && prog->defer && prog->carry && i < p->n; i++) n_defer += prog->defer[p->node[i]];
+  if (!n_defer) return await_all(p, prog);
+  int rc = 0;
+  for (int i = 0; i < p->n && rc == 0; i++)
+    if (!prog->defer[p->node[i]]) rc = comm_wait_alone(prog->comm, prog->device, p->ticket[i]);
   const ts_graph *g = prog->g;
-  for (int i = last + 1; i < p->n && rc == 0; i++)
-    rc = rt_carry_add(prog->carry, values[p->node[i]], node_bytes(&g->nodes[p->node[i]]), p->ticket[i]);
+  for (int i = 0; i < p->n && rc == 0; i++) /* one that ended meanwhile needs no carry */
+    if (prog->defer[p->node[i]] && !comm_ticket_ended(prog->comm, prog->device, p->ticket[i]))
+      rc = rt_carry_add(prog->carry, values[p->node[i]], node_bytes(&g->nodes[p->node[i]]), p->ticket[i]);
   if (rc) {
     rt_carry_wait_all(prog->carry);
     comm_wait_all(prog->comm, prog->device);

@@ -99,6 +99,7 @@ static void env_read(void) {
   c->net_piece_set = piece > 0;
   c->net_piece_bytes = piece > 0 ? (size_t)piece : (size_t)1 << 30;
   c->net_eager = env_switch("TESSEL_NET_EAGER", &c->net_eager_invalid);
+  c->net_pace = env_switch("TESSEL_NET_PACE", &c->net_pace_invalid);
   c->comm_lanes = env_switch("TESSEL_COMM_LANES", &c->comm_lanes_invalid);
 
   const char *sg = env_text("TESSEL_HIER_SEGMENT_BYTES", false);

@@ -105,6 +105,13 @@ typedef struct {
   int net_eager;
   const char *net_eager_invalid;
 
+  /* TESSEL_NET_PACE: "0" posts the main lane's eager pieces between hosts
+   * at once; unset, empty or "1" (-1 / 1): through the send window (comm/net.c
+   * pump) when a small lane runs beside it. Anything else: net_pace_invalid
+   * (every exchange fails naming it). */
+  int net_pace;
+  const char *net_pace_invalid;
+
   /* TESSEL_COMM_LANES: the small lane of collectives between processes
    * (comm/comm_internal.h COMM_LANE_BYTES): "0" none, "1" for every group
    * over several processes; unset or empty (-1): over several hosts.
