@@ -59,11 +59,10 @@ compare gpt1 gpt4 10
 # (timeout 180 s: a hang guard only; on a loaded machine the measurement took 75 s)
 if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
   grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" &&
-  grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" &&
-  grep -q "^shared_efficiency.8 = .*; the median of 3 ratios, each timed beside 1 thread's)$" "$tmp/cal/calibration.txt" &&
+  grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt" &&
   [ "$(grep -c "^kernel\.[a-z_]* = .*# .*; 3 rounds: spread [0-9]*%$" "$tmp/cal/calibration.txt")" = 14 ] &&
   grep -q "^kernel classes over 3 rounds (1 thread): largest spread" "$tmp/cal.out"; then
-  ok "plan --calibrate writes every kernel class (3 rounds and their spread), the all-reduce alpha/beta, busy wait and shared efficiency (3 ratios, each beside its 1-thread reference)"
+  ok "plan --calibrate writes every kernel class (3 rounds and their spread), the all-reduce alpha/beta, busy wait and shared efficiency"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi

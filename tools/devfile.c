@@ -534,25 +534,6 @@ static double chain_median(ts_client *c) {
   return t;
 }
 
-/* The speed of the matmul chain on every device of c against one device of
- * one thread (c1): the median of 3 ratios, each of the two medians timed one
- * right after the other (shared_efficiency.N is it over the devices' share
- * of the cores). One reference timed once, seconds before the N-device
- * chains, carried the machine's drift between them into the ratio, and
- * every 2-device prediction scales with it (stop 31, load 2-3 on 2 cores:
- * shared_efficiency.2 = 0.678 put ResNet-20's 2-device rows at 1.32 of
- * their measured steps, 0.90 with 1: bench/run_autoshard.sh REPLAY, SET). */
-static double shared_speed(ts_client *c1, ts_client *c) {
-  double r[3];
-  for (int k = 0; k < 3; k++) {
-    double t1 = chain_median(c1), t = chain_median(c);
-    if (t1 <= 0 || t <= 0) return -1;
-    r[k] = t1 / t;
-  }
-  qsort(r, 3, sizeof *r, cmp_double);
-  return r[1];
-}
-
 /* A blocking collective between kernels, on every device of c: the matmul
  * chain with its all-reduces against the chain without them, seconds per
  * collective. A collective waits for the last device to arrive; back to back
@@ -683,8 +664,10 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   overhead = measure_overhead(c1, false);
   double bcast_op = measure_bcast_operands(c1, rounds);
   step1 = trivial_step(c1, false);
-  /* c1 stays: the reference of shared_efficiency.N, timed beside each N */
-  if (overhead <= 0 || step1 <= 0 || bcast_op <= 0) goto fail;
+  double chain1 = chain_median(c1); /* the reference of shared_efficiency.N */
+  ts_client_free(c1);
+  c1 = NULL;
+  if (overhead <= 0 || step1 <= 0 || chain1 <= 0 || bcast_op <= 0) goto fail;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) rate[k] = uk[k] / (tk[k] > 2 * overhead ? tk[k] - overhead : tk[k] / 2);
   double ceff[TS_KERNEL_CLASSES] = {0};
@@ -724,22 +707,19 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       ts_graph_free(g);
     }
     double chain = -1, busy = c ? measure_busy_collective(c, CHAIN_BLOCKING, &chain) : -1, chain2;
-    double speed = c ? shared_speed(c1, c) : -1;
     ar_async[q] = c ? measure_busy_collective(c, CHAIN_ASYNC, &chain2) : -1;
     op_over[q] = c ? measure_overhead(c, true) : -1;
     ts_client_free(c);
-    if (ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || ar_async[q] < 0 || op_over[q] <= 0 || speed <= 0) goto fail;
+    if (ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || ar_async[q] < 0 || op_over[q] <= 0) goto fail;
     ar_async[q] = fmax(ar_async[q], 1e-9); /* a file's numbers are > 0 */
     /* D devices of at most one core each (device_options' share): the chain's speed
      * against one core's, over that share; 0 (not written) above one core */
     double share = fmin(threads / D > 1 ? threads / D : 1, (double)cores / D);
-    shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, speed / share)) : 0;
+    shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, chain1 / (chain * share))) : 0;
     allreduce_terms(D, ts_med, step_over[q], busy, &arl[q], &ar_busy[q]);
     ar_step[q] = ts_med, ar_between[q] = busy;
     arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
   }
-  ts_client_free(c1);
-  c1 = NULL;
   /* directories of the path */
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", path);
@@ -814,7 +794,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   for (int q = 0; q < DEV_AR_SIZES; q++)
     if (shared_eff[q] > 0)
       fprintf(f, "shared_efficiency.%d = %.3g   # %d devices each running the 20 matmuls: speed / (1 thread's x "
-                 "their share of the cores; the median of 3 ratios, each timed beside 1 thread's)\n", ar_devices[q], shared_eff[q], ar_devices[q]);
+                 "their share of the cores)\n", ar_devices[q], shared_eff[q], ar_devices[q]);
   fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
              "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
              "net_link_latency_s = 2e-5   # not measured\n"
