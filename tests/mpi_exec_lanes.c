@@ -30,19 +30,7 @@
 
 enum { MAXP = 8, BIG = 2 << 20, SMALL = 1024 };
 
-static void fill(float *x, int64_t n, int seed) {
-  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + seed * 131) % 1000) * 0.00137f + (float)seed * 0.1f;
-}
 
-/* Process 0's token to every other process on the host channel. */
-static int token(ts_net *net, int P, int me) {
-  net_msg m[MAXP];
-  char t[MAXP] = {0};
-  int k = 0;
-  for (int p = 1; p < P; p++)
-    if (me == 0 || p == me) m[k++] = (net_msg){me == 0 ? p : 0, 9, me == 0, &t[p], 1};
-  return net_exchange_ctl(net, m, k, 30000, "mpi_exec_lanes token");
-}
 
 static ts_tensor all_reduce(ts_graph *g, ts_tensor x, int P, int64_t n) {
   ts_attr a = {0};
@@ -73,8 +61,8 @@ static void run_zero(ts_comm *c, ts_net *net, int P, bool read, const float *ref
   float *v[5] = {0};
   int64_t len[5] = {BIG, SMALL, BIG, SMALL, SMALL};
   for (int i = 0; i < n; i++) v[i] = malloc((size_t)len[i] * sizeof(float));
-  fill(v[0], BIG, 1);
-  fill(v[1], SMALL, 5);
+  mpi_fill(v[0], BIG, 1);
+  mpi_fill(v[1], SMALL, 5);
   bool async[5] = {false, false, true, true, false}, defer[5] = {false, false, true, false, false};
   void *state[5] = {0};
   rt_carry *carry = rt_carry_new(c, 0);
@@ -85,7 +73,7 @@ static void run_zero(ts_comm *c, ts_net *net, int P, bool read, const float *ref
   CHECK(rc == 0, "process 0 (%s): the run did not end while the large all-reduce waits for the others: %s",
         read ? "x reads the small all-reduce" : "nothing reads the small all-reduce", ts_last_error());
   CHECK(rt_carry_pending(carry), "process 0: the large all-reduce is not in the carry");
-  CHECK_OK(token(net, P, 0)); /* the others start the large one now */
+  CHECK_OK(mpi_token(net, P, 0, 9, "mpi_exec_lanes token")); /* the others start the large one now */
   CHECK_OK(rt_carry_wait_all(carry));
   CHECK(!memcmp(v[2], ref_big, (size_t)BIG * sizeof(float)), "process 0: the large all-reduce: other bits");
   CHECK(!memcmp(v[3], ref_small, (size_t)SMALL * sizeof(float)), "process 0: the small all-reduce: other bits");
@@ -105,18 +93,18 @@ static void run_zero(ts_comm *c, ts_net *net, int P, bool read, const float *ref
 /* The others: the small all-reduce, then the large one after the token. */
 static void run_other(ts_comm *c, ts_net *net, int P, int me, const int *group) {
   float *big = malloc((size_t)BIG * sizeof *big), small[SMALL];
-  fill(big, BIG, me + 1);
-  fill(small, SMALL, me + 5);
+  mpi_fill(big, BIG, me + 1);
+  mpi_fill(small, SMALL, me + 5);
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small, small, SMALL));
-  CHECK_OK(token(net, P, me));
+  CHECK_OK(mpi_token(net, P, me, 9, "mpi_exec_lanes token"));
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, big, BIG));
   free(big);
 }
 
 /* The references: the same sums, synchronously (every process). */
 static void reference(ts_comm *c, int P, int me, const int *group, float *big, float *small) {
-  fill(big, BIG, me + 1);
-  fill(small, SMALL, me + 5);
+  mpi_fill(big, BIG, me + 1);
+  mpi_fill(small, SMALL, me + 5);
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, big, BIG));
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small, small, SMALL));
 }

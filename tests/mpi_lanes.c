@@ -25,27 +25,15 @@
 
 enum { MAXP = 8, BIG = 2 << 20, SMALL = 1024 };
 
-static void fill(float *x, int64_t n, int seed) {
-  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + seed * 131) % 1000) * 0.00137f + (float)seed * 0.1f;
-}
 
-/* Process 0's token to every other process on the host channel. */
-static int token(ts_net *net, int P, int me) {
-  net_msg m[MAXP];
-  char t[MAXP] = {0};
-  int k = 0;
-  for (int p = 1; p < P; p++)
-    if (me == 0 || p == me) m[k++] = (net_msg){me == 0 ? p : 0, 7, me == 0, &t[p], 1};
-  return net_exchange_ctl(net, m, k, 30000, "mpi_lanes token");
-}
 
 static void lanes(ts_comm *c, ts_net *net, int P, int me, const int *group) {
   float *big = malloc((size_t)BIG * sizeof *big), *ref = malloc((size_t)BIG * sizeof *ref);
   float small[SMALL], small_ref[SMALL];
   CHECK(big && ref, "out of memory");
   if (!big || !ref) goto out;
-  fill(big, BIG, me + 1);
-  fill(small, SMALL, me + 5);
+  mpi_fill(big, BIG, me + 1);
+  mpi_fill(small, SMALL, me + 5);
   int64_t tb = -1, ts;
   if (me == 0) tb = comm_all_reduce_start(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, BIG);
   ts = comm_all_reduce_start(c, me, group, P, TS_F32, TS_REDUCE_SUM, small, SMALL);
@@ -64,13 +52,13 @@ static void lanes(ts_comm *c, ts_net *net, int P, int me, const int *group) {
   } else {
     CHECK_OK(comm_wait_ticket(c, me, ts));
   }
-  CHECK_OK(token(net, P, me));
+  CHECK_OK(mpi_token(net, P, me, 7, "mpi_lanes token"));
   if (me != 0) tb = comm_all_reduce_start(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, BIG);
   CHECK_OK(comm_wait_ticket(c, me, tb));
   CHECK(comm_ticket_done(c, me, ts), "process %d: waited the large one, the small one not done", me);
   /* the same sums, synchronously */
-  fill(ref, BIG, me + 1);
-  fill(small_ref, SMALL, me + 5);
+  mpi_fill(ref, BIG, me + 1);
+  mpi_fill(small_ref, SMALL, me + 5);
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, ref, ref, BIG));
   CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small_ref, small_ref, SMALL));
   CHECK(!memcmp(big, ref, (size_t)BIG * sizeof *big), "process %d: the large all-reduce: other bits", me);

@@ -24,4 +24,21 @@ static inline ts_comm *mpi_world_comm(int maxp, ts_net **net_out, int *P, int *m
   return c;
 }
 
+/* x[i] for i < n: deterministic values that differ per seed (the lane tests' operands). */
+static inline void mpi_fill(float *x, int64_t n, int seed) {
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + seed * 131) % 1000) * 0.00137f + (float)seed * 0.1f;
+}
+
+/* Process 0's token (tag) to every other process on the host channel: the
+ * others block until process 0 sends it (what: the error's name). */
+static inline int mpi_token(ts_net *net, int P, int me, int tag, const char *what) {
+  net_msg m[16];
+  char t[16] = {0};
+  int k = 0;
+  if (P > 16) return -1;
+  for (int p = 1; p < P; p++)
+    if (me == 0 || p == me) m[k++] = (net_msg){me == 0 ? p : 0, tag, me == 0, &t[p], 1};
+  return net_exchange_ctl(net, m, k, 30000, what);
+}
+
 #endif
