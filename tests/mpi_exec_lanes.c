@@ -26,11 +26,8 @@
 #include "mpi_world.h"
 #include "runtime/device.h"
 #include "runtime/rt.h" /* rt_carry */
-#include "util/config.h" /* env_config_reload */
 
 enum { MAXP = 8, BIG = 2 << 20, SMALL = 1024 };
-
-
 
 static ts_tensor all_reduce(ts_graph *g, ts_tensor x, int P, int64_t n) {
   ts_attr a = {0};
@@ -101,18 +98,9 @@ static void run_other(ts_comm *c, ts_net *net, int P, int me, const int *group) 
   free(big);
 }
 
-/* The references: the same sums, synchronously (every process). */
-static void reference(ts_comm *c, int P, int me, const int *group, float *big, float *small) {
-  mpi_fill(big, BIG, me + 1);
-  mpi_fill(small, SMALL, me + 5);
-  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, big, BIG));
-  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small, small, SMALL));
-}
-
 int main(void) {
   ts_test_init("mpi_exec_lanes", 20261205);
-  setenv("TESSEL_COMM_LANES", "1", 1);
-  env_config_reload();
+  mpi_set_lanes("1");
   ts_net *net = NULL;
   int P = 0, me = 0, proc_of[MAXP], group[MAXP];
   ts_comm *c = mpi_world_comm(MAXP, &net, &P, &me, proc_of, group);
@@ -120,14 +108,13 @@ int main(void) {
   comm_set_timeout_ms(c, 20000);
   comm_set_inline_bytes(c, 0, 0, 0); /* every started collective goes to the worker */
   float *ref_big = malloc((size_t)BIG * sizeof *ref_big), ref_small[SMALL];
-  reference(c, P, me, group, ref_big, ref_small);
+  mpi_lane_sums(c, P, me, group, ref_big, BIG, ref_small, SMALL); /* the references */
   for (int read = 1; read >= 0; read--) {
     if (me == 0) run_zero(c, net, P, read, ref_big, ref_small);
     else run_other(c, net, P, me, group);
   }
   free(ref_big);
   comm_free(c);
-  unsetenv("TESSEL_COMM_LANES");
-  env_config_reload();
+  mpi_set_lanes(NULL);
   return ts_test_finish();
 }

@@ -21,11 +21,8 @@
 #include "comm/net.h"
 #include "harness.h"
 #include "mpi_world.h"
-#include "util/config.h" /* env_config_reload */
 
 enum { MAXP = 8, BIG = 2 << 20, SMALL = 1024 };
-
-
 
 static void lanes(ts_comm *c, ts_net *net, int P, int me, const int *group) {
   float *big = malloc((size_t)BIG * sizeof *big), *ref = malloc((size_t)BIG * sizeof *ref);
@@ -57,10 +54,7 @@ static void lanes(ts_comm *c, ts_net *net, int P, int me, const int *group) {
   CHECK_OK(comm_wait_ticket(c, me, tb));
   CHECK(comm_ticket_done(c, me, ts), "process %d: waited the large one, the small one not done", me);
   /* the same sums, synchronously */
-  mpi_fill(ref, BIG, me + 1);
-  mpi_fill(small_ref, SMALL, me + 5);
-  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, ref, ref, BIG));
-  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small_ref, small_ref, SMALL));
+  mpi_lane_sums(c, P, me, group, ref, BIG, small_ref, SMALL);
   CHECK(!memcmp(big, ref, (size_t)BIG * sizeof *big), "process %d: the large all-reduce: other bits", me);
   CHECK(!memcmp(small, small_ref, sizeof small), "process %d: the small all-reduce: other bits", me);
 out:
@@ -70,8 +64,7 @@ out:
 
 int main(void) {
   ts_test_init("mpi_lanes", 20261205);
-  setenv("TESSEL_COMM_LANES", "1", 1);
-  env_config_reload();
+  mpi_set_lanes("1");
   ts_net *net = NULL;
   int P = 0, me = 0, proc_of[MAXP], group[MAXP];
   ts_comm *c = mpi_world_comm(MAXP, &net, &P, &me, proc_of, group);
@@ -79,13 +72,11 @@ int main(void) {
   comm_set_timeout_ms(c, 30000);
   lanes(c, net, P, me, group);
   comm_free(c);
-  setenv("TESSEL_COMM_LANES", "2", 1);
-  env_config_reload();
+  mpi_set_lanes("2");
   ts_comm *bad = comm_new_world(P, proc_of, me, 1, net);
   CHECK(!bad && strstr(ts_last_error(), "TESSEL_COMM_LANES=2"), "TESSEL_COMM_LANES=2: %s",
         bad ? "accepted" : ts_last_error());
   comm_free(bad);
-  unsetenv("TESSEL_COMM_LANES");
-  env_config_reload();
+  mpi_set_lanes(NULL);
   return ts_test_finish();
 }

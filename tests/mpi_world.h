@@ -6,9 +6,12 @@
 #ifndef TESSEL_TESTS_MPI_WORLD_H
 #define TESSEL_TESTS_MPI_WORLD_H
 
+#include <stdlib.h>
+
 #include "comm/comm.h"
 #include "comm/net.h"
 #include "harness.h"
+#include "util/config.h" /* env_config_reload */
 
 static inline ts_comm *mpi_world_comm(int maxp, ts_net **net_out, int *P, int *me, int *proc_of, int *group) {
   bool failed = false;
@@ -39,6 +42,23 @@ static inline int mpi_token(ts_net *net, int P, int me, int tag, const char *wha
   for (int p = 1; p < P; p++)
     if (me == 0 || p == me) m[k++] = (net_msg){me == 0 ? p : 0, tag, me == 0, &t[p], 1};
   return net_exchange_ctl(net, m, k, 30000, what);
+}
+
+/* The lane tests' references: big (nb) and small (ns) filled for process me
+ * (mpi_fill) and all-reduced synchronously over group. */
+static inline void mpi_lane_sums(ts_comm *c, int P, int me, const int *group, float *big, int64_t nb, float *small,
+                                 int64_t ns) {
+  mpi_fill(big, nb, me + 1);
+  mpi_fill(small, ns, me + 5);
+  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, big, big, nb));
+  CHECK_OK(comm_all_reduce(c, me, group, P, TS_F32, TS_REDUCE_SUM, small, small, ns));
+}
+
+/* TESSEL_COMM_LANES for the communicators created next (NULL: unset). */
+static inline void mpi_set_lanes(const char *value) {
+  if (value) setenv("TESSEL_COMM_LANES", value, 1);
+  else unsetenv("TESSEL_COMM_LANES");
+  env_config_reload();
 }
 
 #endif
