@@ -353,6 +353,13 @@ static void pace_drop(ts_net *n, struct net_pending *p) {
   p->paced_left = 0;
 }
 
+/* pace_drop, taking n->mu (a failed post, a timeout, a cancel). */
+static void pace_cancel(ts_net *n, struct net_pending *p) {
+  pthread_mutex_lock(&n->mu);
+  pace_drop(n, p);
+  pthread_mutex_unlock(&n->mu);
+}
+
 static void pending_release(net_pending *p) {
   free(p->req);
   free(p->owner);
@@ -417,9 +424,7 @@ static int post(ts_net *n, MPI_Comm comm, net_msg *msgs, int count, const char *
   pthread_mutex_unlock(&n->mu);
   p->k = k;
   if (rc != MPI_SUCCESS) {
-    pthread_mutex_lock(&n->mu);
-    pace_drop(n, p);
-    pthread_mutex_unlock(&n->mu);
+    pace_cancel(n, p);
     pending_release(p);
     return mpi_error(what, rc);
   }
@@ -455,9 +460,7 @@ static int complete(net_pending *p, int timeout_ms) {
     if (patient || (iter & 15) == 0 || waited - since >= 0.1) waited = now_ms() - start;
     if (deadline > 0 && (patient || (iter & 63) == 0) && start + waited > deadline) {
       char who[256];
-      pthread_mutex_lock(&n->mu);
-      pace_drop(n, p);
-      pthread_mutex_unlock(&n->mu);
+      pace_cancel(n, p);
       timed_out(n, req, k, p->msgs, p->owner, who, sizeof who);
       pending_release(p);
       return set_error_code(TS_ERR_TIMEOUT,
@@ -666,9 +669,7 @@ int net_wait(net_pending *p, int timeout_ms) {
 void net_cancel(net_pending *p) {
   if (!p) return;
   char who[256];
-  pthread_mutex_lock(&p->n->mu);
-  pace_drop(p->n, p);
-  pthread_mutex_unlock(&p->n->mu);
+  pace_cancel(p->n, p);
   timed_out(p->n, p->req, p->k, p->msgs, p->owner, who, sizeof who);
   pending_release(p);
   if (p->owns_msgs) free(p->msgs);
