@@ -1,10 +1,10 @@
 /* test_conv_kernels.c — the convolution kernels against a naive reference
  * loop: forward, backward-data and backward-filter over strides, padding,
  * dilation and groups in every dtype; the plain (NCHW gemm) and blocked 1x1
- * paths against each other; a blocked convolution whose weights changed
- * after another used the thread's scratch; and blk16.c's bf16 transposition
- * between NCHW and nChw16c. Graphs run on kernel_ex.h's
- * executor. */
+ * paths against each other, and which 1x1 convolutions take which; a
+ * blocked convolution whose weights changed after another used the thread's
+ * scratch; and blk16.c's bf16 transposition between NCHW and nChw16c. Graphs
+ * run on kernel_ex.h's executor. */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
 /* ================= convolution ================= */
@@ -35,10 +35,10 @@ static void test_conv(void) {
       {2, 4, 9, 8, 6, 3, 3, 2, {2, 2}, {1, 1}, {1, 0}, {2, 2}, 0, 0}, /* stride 2, pad, dilation 2, groups 2 */
       {3, 3, 8, 8, 5, 3, 3, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* plain valid */
       {1, 2, 7, 5, 4, 2, 3, 1, {1, 2}, {2, 0}, {1, 1}, {1, 1}, 0, 0}, /* asymmetric everything */
-      /* 1x1 on planes <= 14x14: forward and backward-data blocked, filter gradient on plain NCHW */
+      /* 1x1 on planes <= 14x14: forward and backward-data blocked, filter gradient on plain NCHW (f32) */
       {2, 5, 4, 3, 6, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0},
       {2, 3, 5, 6, 4, 1, 1, 1, {2, 2}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* stride 2 */
-      {1, 2, 15, 14, 3, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 on 15x14: all three plain */
+      {1, 2, 15, 14, 3, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 0, 0}, /* 1x1 on 15x14: all three plain (f32) */
   };
   for (size_t gi = 0; gi < sizeof geoms / sizeof *geoms; gi++) {
     cgeom q = geoms[gi];
@@ -84,8 +84,10 @@ static void test_conv(void) {
       CHECK(max_err(&e, dx, dxr, xn) < tol * scale, "conv bwd data geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dx, dxr, xn));
       CHECK(max_err(&e, dw, dwr, wn) < tol * scale * 4, "conv bwd filter geom %zu %s err %g", gi, ts_dtype_name(dt), max_err(&e, dw, dwr, wn));
       CHECK(dt == TS_F64 || (e.st[y] && e.st[dx] && e.st[dw]), "conv geom %zu %s: oneDNN not used", gi, ts_dtype_name(dt));
-      bool plain_dw = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 && q.ph[1] == 0;
-      bool plain = plain_dw && q.OH * q.OW > 14 * 14; /* conv.c's plain_fits */
+      /* conv.c's plain_fits: bf16 only with 64+ input channels, so every bf16 geometry here is blocked */
+      bool plain_dw = dt != TS_F64 && q.KH == 1 && q.KW == 1 && q.pl[0] == 0 && q.pl[1] == 0 && q.ph[0] == 0 &&
+                      q.ph[1] == 0 && (dt != TS_BF16 || q.C >= 64);
+      bool plain = plain_dw && q.OH * q.OW > 14 * 14;
       CHECK(tk_conv_state_is_plain(e.st[y]) == plain && tk_conv_state_is_plain(e.st[dx]) == plain &&
                 tk_conv_state_is_plain(e.st[dw]) == plain_dw,
             "conv geom %zu %s: plain NCHW path y/dx/dw %d/%d/%d, expected %d/%d/%d", gi, ts_dtype_name(dt),
@@ -145,6 +147,30 @@ static void test_conv_plain_vs_blocked(void) {
       }
       ex_free(&e);
     }
+}
+
+/* ResNet-20's projection shortcut (1x1, stride 2, 16 -> 32 channels, 32x32 ->
+ * 16x16): f32 takes the plain NCHW path in all three directions, bf16 the
+ * blocked one (conv.c's PLAIN_MIN_BF16_CHANNELS: oneDNN's bf16 gemm
+ * convolution is up to 70x slower there). */
+static void test_conv_bf16_small_1x1(void) {
+  for (int di = 0; di < 2; di++) {
+    ts_dtype dt = di ? TS_BF16 : TS_F32;
+    int64_t xs[4] = {2, 16, 32, 32}, ws[4] = {32, 16, 1, 1}, ys[4] = {2, 32, 16, 16};
+    ts_attr at = {.conv = {{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1}};
+    ex_t e;
+    ex_init(&e);
+    ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
+    int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+    ts_tensor outs[3] = {node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at), node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at),
+                         node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at)};
+    CHECK_OK(run(&e, outs[2]));
+    for (int k = 0; k < 3; k++)
+      CHECK(e.st[outs[k]] && tk_conv_state_is_plain(e.st[outs[k]]) == (dt == TS_F32),
+            "conv 1x1 16->32 stride 2 %s op %d: plain %d, expected %d", ts_dtype_name(dt), k,
+            e.st[outs[k]] ? tk_conv_state_is_plain(e.st[outs[k]]) : -1, dt == TS_F32);
+    ex_free(&e);
+  }
 }
 
 /* The blocked weights of a convolution live in the thread's conv scratch,
@@ -227,6 +253,7 @@ int main(void) {
   rs = ts_test_init("test_conv_kernels", 42);
   test_conv();
   test_conv_plain_vs_blocked();
+  test_conv_bf16_small_1x1();
   test_conv_weights_scratch();
   test_conv_blk16();
   return ts_test_finish();

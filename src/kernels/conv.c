@@ -6,7 +6,8 @@
  * (format_tag any) and cached reorders move data from/to NCHW / OIHW (bf16
  * activations to and from nChw16c by blk16.c's transposition: is_blk16) — except
  * 1x1 convolutions without padding (on planes above 14x14; their filter
- * gradients on any), which run on NCHW itself (plain_fits).
+ * gradients on any; bf16 ones with 64+ input channels), which run on NCHW
+ * itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
  * weights are reordered (to the layout the primitive picks) and back. The
  * primitives, reorders and blocked buffers are created once per node and kept
@@ -275,9 +276,19 @@ void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMI
 
 #define PLAIN_MIN_PLANE (14 * 14)
 
-static bool plain_fits(const geom_t *q, ts_op op) {
+/* bf16 with fewer than 64 input channels (ResNet-20's projections 16->32 and
+ * 32->64): the gemm convolution is far behind the blocked kernels there, in
+ * all three directions. oneDNN verbose least times, 1 thread, b128 32x32
+ * (bench/run_onednn_least.sh): 16->32 1x1/2 forward 26.7 ms plain against
+ * 0.36 blocked (PyTorch's jit_bf16_1x1), backward-data 1.36 / 0.41, filter
+ * gradient 23.8 / 0.33; 32->64 filter gradient 0.55 / 0.28. f32 keeps the
+ * plain path on every shape (its results stay bit-identical to before). */
+#define PLAIN_MIN_BF16_CHANNELS 64
+
+static bool plain_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
   return __atomic_load_n(&g_plain_1x1, __ATOMIC_RELAXED) && !q->nhwc && q->KH == 1 && q->KW == 1 && q->G == 1 &&
          q->d[0] == 1 && q->d[1] == 1 && !q->pl[0] && !q->pl[1] && !q->ph[0] && !q->ph[1] &&
+         (t != dnnl_bf16 || q->C >= PLAIN_MIN_BF16_CHANNELS) &&
          (op == TS_OP_CONV_BWD_FILTER || q->OH * q->OW > PLAIN_MIN_PLANE);
 }
 
@@ -471,7 +482,7 @@ static int conv_run(conv_state *s, const ts_graph *g, const ts_node *n, tk_in in
  * takes neither (the loops run), with *oom set when memory ran out. */
 static conv_state *conv_state_new(const ts_node *n, ts_dtype in_dt, const geom_t *q, bool *oom) {
   dnnl_data_type_t t = in_dt == TS_F32 ? dnnl_f32 : dnnl_bf16, tw = n->dtype == TS_F32 ? dnnl_f32 : dnnl_bf16;
-  for (int plain = plain_fits(q, n->op); plain >= 0; plain--) {
+  for (int plain = plain_fits(q, n->op, t); plain >= 0; plain--) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) {
       *oom = true;
