@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # run_op_profile.sh [BUILD_DIR (build/)] [--model M] [--amp A] [--steps N] [--warmup W] [--batch B]
+#                   [--threads T (2)] [--least]
 # Where the ResNet training step's time goes, op category by op category,
 # tessel next to PyTorch (2 threads each, the models, batches and amp of
 # run_convnets.sh): tessel's bench_convnet_step with TESSEL_TRACE, its kernels
@@ -11,13 +12,17 @@
 # as batch norm, ReLU, residual adds, the optimizer and the loss: those rows
 # are compared as one sum ("elementwise"). Defaults: --model resnet50 --amp
 # all, 3 timed steps after 2 warm-up (profiling adds a little to both sides).
+# --least (with --threads 1): every kernel / op of the step at its least time
+# over the N steps, by position (trace_ops.py --least, torch_convnet_step.py
+# --least), where sums follow the host's load; the "step" row is then the
+# sum of least kernel / op times (traced) next to the sides' median steps.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
 . "$here/prologue.bash"
 bench_prologue run_op_profile.sh bench_convnet_step torch
-model=resnet50 amp=all steps=3 warmup=2 batch=()
+model=resnet50 amp=all steps=3 warmup=2 batch=() threads=2 least=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2" ;;
@@ -25,6 +30,8 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     --batch) batch=(--batch "$2") ;;
+    --threads) threads="$2" ;;
+    --least) least=(--least); shift; continue ;;
     *) echo "run_op_profile.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -32,13 +39,13 @@ done
 [ "$amp" = all ] && amps="none bf16" || amps="$amp"
 for a in $amps; do
   echo "$model amp=$a: tessel ..." >&2
-  TESSEL_NUM_THREADS=2 TESSEL_TRACE="$tmp/trace.json" "$bin" --threads 2 --model "$model" --amp "$a" \
+  TESSEL_NUM_THREADS=$threads TESSEL_TRACE="$tmp/trace.json" "$bin" --threads "$threads" --model "$model" --amp "$a" \
     --steps "$steps" --warmup "$warmup" "${batch[@]}" | tee -a "$tmp/out.txt" >&2
-  /usr/bin/python3 "$here/trace_ops.py" "$tmp/trace.json" --steps "$steps" --label "$model amp=$a" >>"$tmp/out.txt"
+  /usr/bin/python3 "$here/trace_ops.py" "$tmp/trace.json" --steps "$steps" --label "$model amp=$a" "${least[@]}" >>"$tmp/out.txt"
   echo "$model amp=$a: PyTorch ..." >&2
-  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=2 \
-    /usr/bin/python3 "$here/torch_convnet_step.py" --threads 2 --model "$model" --amp "$a" --steps "$steps" \
-    --warmup "$warmup" --profile "$steps" "${batch[@]}" | tee -a "$tmp/out.txt" | grep RESULT >&2
+  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=$threads \
+    /usr/bin/python3 "$here/torch_convnet_step.py" --threads "$threads" --model "$model" --amp "$a" --steps "$steps" \
+    --warmup "$warmup" --profile "$steps" "${batch[@]}" "${least[@]}" | tee -a "$tmp/out.txt" | grep RESULT >&2
 done
 /usr/bin/python3 - "$tmp/out.txt" <<'PY'
 import sys

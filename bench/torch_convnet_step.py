@@ -10,7 +10,7 @@ torchvision). Random data, 4 batches cycled.
 
   usage: torch_convnet_step.py [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
                                [--steps N] [--warmup N] [--threads N (2)] [--batch B]
-                               [--profile N]
+                               [--profile N [--least]]
 
 Prints per configuration, like the C side:
   RESULT torch <model> amp=<none|bf16> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
@@ -19,7 +19,8 @@ F = 3 x the forward FLOPs of the convolutions and the linear layer (2 per
 multiply-add), counted with forward hooks: the FLOP count both sides'
 GFLOP/s use. --profile N: then N more steps under torch.profiler, printed as
   PROFILE torch <model> amp=<none|bf16> cat=<category> ms_per_step=X
-(bench/torch_op_profile.py: the categories; bench/run_op_profile.sh puts them
+(bench/torch_op_profile.py: the categories; --least: each op at its least
+time over the N steps, by position; bench/run_op_profile.sh puts them
 next to tessel's kernels). Run with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp
 (bench/run_convnets.sh does).
 """
@@ -59,7 +60,7 @@ def forward_flops(net, x):
     return total[0]
 
 
-def bench(model, amp, b, steps, warmup, profile):
+def bench(model, amp, b, steps, warmup, profile, least=False):
     c, hw, classes, _, _, _ = SHAPES[model]
     torch.manual_seed(1)
     net = ResNet(model, c, classes).train()
@@ -95,7 +96,7 @@ def bench(model, amp, b, steps, warmup, profile):
           f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * b / med if med else 0:.2f} "
           f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f}", flush=True)
     if profile:
-        for cat, v in sorted(profile_steps(step, profile).items()):
+        for cat, v in sorted(profile_steps(step, profile, least).items()):
             print(f"PROFILE torch {model} amp={amp} cat={cat} ms_per_step={v:.3f}", flush=True)
 
 
@@ -109,6 +110,8 @@ def main():
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then N more steps under torch.profiler: ms per step per op category")
+    ap.add_argument("--least", action="store_true",
+                    help="with --profile: each op of the step at its least time over the N steps")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     for m in ("resnet20", "resnet18", "resnet50"):
@@ -118,7 +121,7 @@ def main():
         for amp in ("none", "bf16"):
             if a.amp in ("all", amp):
                 bench(m, amp, a.batch or b, steps if a.steps < 0 else a.steps, warmup if a.warmup < 0 else a.warmup,
-                      a.profile)
+                      a.profile, a.least)
 
 
 if __name__ == "__main__":

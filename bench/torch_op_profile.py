@@ -62,19 +62,62 @@ def category(ev):
 _VERBOSE = re.compile(r"(?:onednn|dnnl)_verbose,exec,cpu,([a-z_]+),([^,]*),([a-z_]+),.*,([0-9.]+)\s*$")
 
 
-def _verbose_split(path):
-    """ms of oneDNN's convolution backward_data / backward_weights primitives in the log."""
-    tot = defaultdict(float)
+def _verbose_split(path, n=1, least=False):
+    """ms of oneDNN's convolution backward_data / backward_weights primitives in
+    the log; with least, per step: the log's n steps' i-th such primitives at
+    their least time (the log must hold the same sequence n times)."""
+    rows = []
     with open(path, errors="replace") as f:
         for line in f:
             m = _VERBOSE.match(line)
             if m and m.group(1) == "convolution" and m.group(3) in ("backward_data", "backward_weights"):
-                tot[m.group(3)] += float(m.group(4))
+                rows.append((m.group(3), float(m.group(4))))
+    tot = defaultdict(float)
+    if least and rows and len(rows) % n == 0:
+        k = len(rows) // n
+        for i in range(k):
+            tot[rows[i][0]] += min(rows[j * k + i][1] for j in range(n)) * n
+    else:
+        for kind, ms in rows:
+            tot[kind] += ms
     return tot
 
 
-def profile_steps(step, n):
-    """Runs step() n times under the profiler; {category: ms per step}."""
+STEP_LABEL = "## step ##"
+
+
+def _least_by_position(events, n):
+    """{category: ms over n steps} where each op of the step, keyed by its name
+    and category and which occurrence of that key in the step it is (the
+    steps' op sequences differ by a few ops), counts n times its least self
+    time over the steps that have it (at least half of them)."""
+    steps = sorted((e for e in events if e.name == STEP_LABEL), key=lambda e: e.time_range.start)
+    idx = {id(e): i for i, e in enumerate(steps)}
+    per = [defaultdict(list) for _ in steps]
+    for ev in sorted(events, key=lambda e: e.time_range.start):
+        if ev.name in (OPT_LABEL, STEP_LABEL) or ev.name.startswith("autograd::engine"):
+            continue
+        p = ev.cpu_parent
+        while p is not None and id(p) not in idx:
+            p = p.cpu_parent
+        if p is not None:
+            per[idx[id(p)]][(category(ev), ev.name)].append(ev.self_cpu_time_total / 1e3)
+    best = defaultdict(list)
+    for st in per:
+        for key, times in st.items():
+            for k, ms in enumerate(times):
+                best[key + (k,)].append(ms)
+    tot = defaultdict(float)
+    for key, times in best.items():
+        if 2 * len(times) >= len(per):
+            tot[key[0]] += min(times) * n
+    return tot
+
+
+def profile_steps(step, n, least=False):
+    """Runs step() n times under the profiler; {category: ms per step}: sums of
+    self times, or with least each op of the step at its least time (by
+    position: on a loaded host nearer the unloaded time)."""
     log = tempfile.NamedTemporaryFile(prefix="torch_op_profile", suffix=".log", delete=False)
     saved = os.dup(1)
     os.dup2(log.fileno(), 1)  # oneDNN's verbose lines (C stdout) go to the log
@@ -82,15 +125,19 @@ def profile_steps(step, n):
         with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON), \
                 torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(n):
-                step()
+                with torch.profiler.record_function(STEP_LABEL):
+                    step()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
     tot = defaultdict(float)
-    for ev in prof.events():
-        if ev.name != OPT_LABEL and not ev.name.startswith("autograd::engine"):
-            tot[category(ev)] += ev.self_cpu_time_total / 1e3
-    split = _verbose_split(log.name)
+    if least:
+        tot = _least_by_position(prof.events(), n)
+    else:
+        for ev in prof.events():
+            if ev.name not in (OPT_LABEL, STEP_LABEL) and not ev.name.startswith("autograd::engine"):
+                tot[category(ev)] += ev.self_cpu_time_total / 1e3
+    split = _verbose_split(log.name, n, least)
     os.unlink(log.name)
     if split:
         tot["conv_bwd_data"] = split["backward_data"]

@@ -4,11 +4,12 @@ TESSEL_TRACE): the kernel events ("cat":"kernel") inside the last N "execute"
 events (the timed steps; the earlier ones are compile, warm-up, evaluation),
 summed by kernel name and put in the categories of bench/torch_op_profile.py.
 
-  usage: trace_ops.py TRACE.json --steps N [--label 'resnet50 amp=bf16'] [--names]
+  usage: trace_ops.py TRACE.json --steps N [--label 'resnet50 amp=bf16'] [--names] [--least]
 
 Prints one line per category (and with --names one per kernel name):
   PROFILE tessel <label> cat=<category> ms_per_step=X
-"fused" is tessel's fused elementwise programs (batch norm, ReLU, residual
+--least: each kernel of the step (by position, 1 thread) at its least time
+over the N steps, "(step)" the least step. "fused" is tessel's fused elementwise programs (batch norm, ReLU, residual
 adds, the optimizer, loss); PyTorch has these as separate ops.
 """
 import argparse
@@ -35,17 +36,38 @@ def kernel_ms(events, steps):
     return tot
 
 
+def kernel_least_ms(events, steps):
+    """{kernel name: ms per step} where each of a step's kernels (the i-th
+    kernel event of every timed step, by start time) counts its least time
+    over the steps: on a loaded host nearer the unloaded time than a sum."""
+    ex = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "execute"), key=lambda e: e["ts"])
+    if len(ex) < steps:
+        raise SystemExit(f"trace_ops.py: --steps {steps} but the trace has {len(ex)} execute events")
+    ks = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    per_step = [[e for e in ks if s["ts"] <= e["ts"] < s["ts"] + s["dur"]] for s in ex[len(ex) - steps:]]
+    names = [[e["name"] for e in st] for st in per_step]
+    if any(n != names[0] for n in names):
+        raise SystemExit("trace_ops.py: --least needs the same kernel sequence in every step (1 thread)")
+    tot = defaultdict(float)
+    for i, name in enumerate(names[0]):
+        tot[name] += min(st[i]["dur"] for st in per_step) / 1e3
+    tot["(step)"] = min(s["dur"] for s in ex[len(ex) - steps:]) / 1e3
+    return tot
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--label", default="")
     ap.add_argument("--names", action="store_true", help="also one line per kernel name")
+    ap.add_argument("--least", action="store_true", help="each kernel's least time over the steps (1 thread)")
     a = ap.parse_args()
     if a.steps < 1:
         raise SystemExit(f"trace_ops.py: --steps must be >= 1, not {a.steps}")
     with open(a.trace) as f:
-        by_name = kernel_ms(json.load(f)["traceEvents"], a.steps)
+        events = json.load(f)["traceEvents"]
+    by_name = (kernel_least_ms if a.least else kernel_ms)(events, a.steps)
     cats = defaultdict(float)
     for name, ms in by_name.items():
         cats[CATEGORY.get(name, "step" if name == "(step)" else "other")] += ms
