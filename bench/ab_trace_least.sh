@@ -4,7 +4,8 @@
 # BUILD_A and BUILD_B's bench_convnet_step with TESSEL_TRACE, A B A B ... for
 # $ROUNDS rounds (default 2), under nice; each kernel of the step (by position)
 # at its least time over all rounds' timed steps (bench/trace_ops.py --least),
-# summed per kernel name, A next to B, and the positions where B differs most.
+# summed per kernel name, A next to B, and the $TOP (8) positions where B
+# differs most.
 # Least times stay near the unloaded ones on a loaded host, where the step's
 # wall and CPU medians move by 5-10% between runs of the same build.
 set -euo pipefail
@@ -27,7 +28,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 /usr/bin/python3 - "$tmp" "${ROUNDS:-2}" "$steps" <<'PY'
-import json, sys
+import json, os, sys
 from collections import defaultdict
 tmp, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def seqs(path):
@@ -50,7 +51,7 @@ for n, (x, y) in sorted(names.items(), key=lambda kv: -kv[1][0]):
 x, y = sum(v[0] for v in names.values()), sum(v[1] for v in names.values())
 print(f"  {'all kernels':26s} {x:9.2f} {y:9.2f} {y - x:+8.2f}")
 if [n for n, _ in least["A"]] == [n for n, _ in least["B"]]:
-    d = sorted(range(len(least["A"])), key=lambda i: -abs(least["B"][i][1] - least["A"][i][1]))[:8]
+    d = sorted(range(len(least["A"])), key=lambda i: -abs(least["B"][i][1] - least["A"][i][1]))[:int(os.environ.get("TOP", "8"))]
     for i in d:
         print(f"  position {i:4d} {least['A'][i][0]:16s} A {least['A'][i][1]:8.3f} B {least['B'][i][1]:8.3f}")
 PY
