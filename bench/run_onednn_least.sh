@@ -32,6 +32,16 @@
 #  elementwise work (+3 ms, 7%; src/kernels/fused_fast.c); on 1 thread tessel's
 #  kernels sum to 0.74x PyTorch's ops, so the 2-thread ratio (0.95-1.11x in
 #  stop 32) is lost in how the step scales to 2 threads, not in a kernel.
+#  Left (same script on 4a86539, load 10-11, 6-8 runs): ResNet-18 bf16 b32's
+#  1x1 projections (64+ channels) still run plain and lose to jit_bf16_1x1 too:
+#  64->128 fwd 3.130 / 0.609, bwd-data 1.670 / 0.633, bwd-weights 2.563 /
+#  0.868; 128->256 and 256->512 bwd-weights 0.709 / 0.465, 0.763 / 0.569 ms
+#  (about 5.7 ms of a ~430 ms 1-thread step, reorders not counted). ResNet-50
+#  b8's plain filter gradients are at or ahead of PyTorch's (e.g. 2048->512
+#  7x7 2.461 / 3.288), its plain forward/backward-data 30-50% behind on the
+#  primitive alone (the reorders they save paid for that when plain_fits was
+#  measured). A per-image size rule (C*O*OH*OW: ResNet-18's 2.1M against
+#  ResNet-50's 12.8M+) would separate them; not tried.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
