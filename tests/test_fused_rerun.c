@@ -6,7 +6,9 @@
  * per-channel input (numel == channels) still reruns from the inputs as they
  * were: there a NaN residual's payload, which the rerun would otherwise see
  * through the overwritten mean and truncate by the bf16 rounding, must come
- * out whole. test_fused_fast compares the bits on random inputs. */
+ * out whole. ReLU's gradient has no rerun (fused_mask.c): its sum with
+ * NaNs keeps the interpreter's bits in one pass, also in place. test_fused_fast
+ * compares the bits on random inputs. */
 #include <string.h>
 
 #include "harness.h"
@@ -109,9 +111,39 @@ static void over_channel_input(void) {
   CHECK(memcmp(ref, m, sizeof m) == 0, "over m: element 1 %#x, interpreter %#x (m was %g)", got, want, (double)m0[1]);
 }
 
+/* ReLU's gradient of a sum, select(y > 0, u + w, 0) (fused_mask.c): one
+ * pass with no rerun, NaNs in u, w or both (any payloads) included, out of
+ * place and written over u (the memory plan's in-place gradient). */
+static void mask_sum(void) {
+  enum { N = 600 };
+  static float u[N], w[N], y[N], out[N], keep[N];
+  for (int i = 0; i < N; i++) {
+    u[i] = (float)(i % 13) - 6.f, w[i] = (float)(i % 7) * 0.5f - 1.f, y[i] = (float)(i % 5) - 2.f;
+    if (i % 37 == 0) u[i] = nan_bits(0x7f800001u + (uint32_t)i);
+    if (i % 41 == 0) w[i] = nan_bits(0xffa00000u + (uint32_t)i);
+    if (i % 11 == 0) y[i] = 1.f; /* both NaN where i % 1517 == 0, selected */
+  }
+  float *in[3] = {y, u, w};
+  int64_t ne[3] = {N, N, N};
+  prog P = {.n = 0};
+  int32_t k = emit(&P, TS_OP_CONSTANT, TS_F32, 0, 0, 0.0);
+  int32_t cmp = emit(&P, TS_OP_COMPARE, TS_BOOL, -1, k, 0);
+  P.ins[cmp].cmp = TS_CMP_GT;
+  int32_t v = bin(&P, TS_OP_ADD, -2, -3);
+  P.ins[P.n++] = (ts_fused_instr){.op = TS_OP_SELECT, .dtype = TS_F32, .a = cmp, .b = v, .c = k};
+  int64_t r0 = tk_fast_reruns();
+  CHECK(same_as_interpreter(&P, 3, ne, in, out, N), "relu grad + add, NaN inputs: bits differ");
+  memcpy(keep, out, sizeof out);
+  CHECK(same_as_interpreter(&P, 3, ne, in, u, N), "relu grad + add over u: bits differ");
+  CHECK(memcmp(keep, u, sizeof u) == 0, "relu grad + add over u: not the out-of-place result");
+  CHECK(tk_fast_reruns() == r0, "relu grad + add: %lld chunks rerun, expected none (one pass)",
+        (long long)(tk_fast_reruns() - r0));
+}
+
 int main(void) {
   ts_test_init("test_fused_rerun", 1);
   counts();
   over_channel_input();
+  mask_sum();
   return ts_test_finish();
 }
