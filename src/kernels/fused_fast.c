@@ -20,7 +20,8 @@
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
  *     f32 or bf16;
  *   - the batch-norm gradient's and statistics' reduced terms (fused
- *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy;
+ *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy (its
+ *     loop is fused_centered.c's);
  *   - ReLU's gradient: select(compare(y, constant), v, constant), v an
  *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16
  *     (its loop is fused_mask.c's);
@@ -276,10 +277,10 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
  * into a buffer is computed before the output is written; a program with an
  * add or a mul whose output overlaps an input is computed into a buffer
  * (the exact rerun of a chunk with a NaN result reads the inputs again). */
-static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d) {
+static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int64_t n, float *d) {
   if (s->bf16) {
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
-    SIMD for (int j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+    SIMD for (int64_t j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
   } else {
     memmove(d, (const float *)in[s->ext] + e, (size_t)n * 4);
   }
@@ -341,25 +342,6 @@ INLINE void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int 
   SIMD for (int j = 0; j < n; j++) d[j] = MUL((dy[j] - c) - MUL(x[j] - m, k), s);
 }
 
-INLINE void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                          float *b1, bool exact) {
-  float m = chan(in, F->m, ch);
-  const float *x = src_at(&F->x, in, e, n, b0);
-  if (F->square) {
-    SIMD for (int j = 0; j < n; j++) {
-      float t = x[j] - m;
-      d[j] = t * t; /* one operand: no order to keep */
-    }
-    return;
-  }
-  const float *y = src_at(&F->dy, in, e, n, b1);
-  if (F->dy_first) {
-    SIMD for (int j = 0; j < n; j++) d[j] = MUL(y[j], x[j] - m);
-  } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = MUL(x[j] - m, y[j]);
-  }
-}
-
 /* d = p, then y + p, p + y, y - p or p - y, with p = P (k * x or x * k). */
 #define SCALED_LOOPS(P)                                                   \
   do {                                                                    \
@@ -404,8 +386,6 @@ INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n,
                        bool exact) {
   if (F->kind == TK_FAST_BN_GRAD) {
     eval_bn_grad(F, in, e, ch, n, d, b0, b1, exact);
-  } else if (F->kind == TK_FAST_CENTERED) {
-    eval_centered(F, in, e, ch, n, d, b0, b1, exact);
   } else if (F->kind == TK_FAST_SRC) {
     load_src(&F->x, in, e, n, d); /* memmove: d may be the input itself */
   } else if (F->kind == TK_FAST_SCALED) {
@@ -427,11 +407,8 @@ static bool any_nan(const float *d, int n) {
   return r != 0;
 }
 
-/* Whether F has an add or a mul to redo (a square and a load have none). */
-static bool has_arith(const tk_fast *F) {
-  if (F->kind == TK_FAST_CENTERED) return !F->square;
-  return F->kind != TK_FAST_SRC;
-}
+/* Whether F has an add or a mul to redo (a load has none). */
+static bool has_arith(const tk_fast *F) { return F->kind != TK_FAST_SRC; }
 
 /* Whether bytes [b + lo, b + hi) meet [o0, o1). */
 static bool meets(const void *b, uintptr_t lo, uintptr_t hi, uintptr_t o0, uintptr_t o1) {
@@ -453,11 +430,8 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
     }
   } else {
     s[ns++] = &F->x;
-    if (F->kind == TK_FAST_BN_GRAD || (F->kind == TK_FAST_CENTERED && !F->square) ||
-        (F->kind == TK_FAST_SCALED && F->nterm))
-      s[ns++] = &F->dy;
-    if (F->kind == TK_FAST_BN_GRAD) c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
-    if (F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_CENTERED) c[nc++] = F->m;
+    if (F->kind == TK_FAST_BN_GRAD || (F->kind == TK_FAST_SCALED && F->nterm)) s[ns++] = &F->dy;
+    if (F->kind == TK_FAST_BN_GRAD) c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s, c[nc++] = F->m;
   }
   for (int i = 0; i < ns; i++) {
     uintptr_t es = s[i]->bf16 ? 2 : 4;
@@ -471,6 +445,14 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   if (F->kind == TK_FAST_MASK) { /* fused_mask.c: one pass, no rerun */
     tk_fast_mask_run(F, in, out, lo, hi);
+    return;
+  }
+  if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
+    tk_fast_centered_run(F, in, out, lo, hi);
+    return;
+  }
+  if (F->kind == TK_FAST_SRC && !F->out_bf16) { /* widened (or moved) in one call, not per chunk */
+    load_src(&F->x, in, lo, hi - lo, out);
     return;
   }
   float buf[CHUNK], b0[CHUNK], b1[CHUNK], *b[2] = {b0, b1};
