@@ -401,10 +401,26 @@ static void eval_exact(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n,
   eval_chunk(F, in, e, ch, n, d, b[0], b[1], true);
 }
 
+/* Whether d[0 .. n) holds a NaN: 16 lanes OR-ed in a vector, then folded by
+ * shuffles (`omp simd reduction(|)` finished with a scalar loop over the 16
+ * lanes through the stack: ~1% of a 1-thread ResNet-20 bf16 step, perf). */
+typedef float nan_f __attribute__((vector_size(64)));
+typedef int32_t nan_i __attribute__((vector_size(64)));
 static bool any_nan(const float *d, int n) {
+  nan_i acc = {0};
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    nan_f v;
+    memcpy(&v, d + j, sizeof v);
+    acc |= v != v;
+  }
   int r = 0;
-  _Pragma("omp simd reduction(| : r)") for (int j = 0; j < n; j++) r |= d[j] != d[j];
-  return r != 0;
+  for (; j < n; j++) r |= d[j] != d[j];
+  acc |= __builtin_shuffle(acc, (nan_i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  acc |= __builtin_shuffle(acc, (nan_i){4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15});
+  acc |= __builtin_shuffle(acc, (nan_i){2, 3, 0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  acc |= __builtin_shuffle(acc, (nan_i){1, 0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  return (r | acc[0]) != 0;
 }
 
 /* Whether F has an add or a mul to redo (a load has none). */
