@@ -2,9 +2,12 @@
  * (src/kernels/fused_fast.c) alone, one pattern over an f32 (N, C, H, W)
  * tensor through tk_program_run, out of place or written over a full-size
  * input (--inplace K: over input K - 1; the memory plan's in-place writes;
- * relu_grad*: y, u[, w], apply_relu and bn_grad: x first).
+ * relu_grad*: y, u[, w], apply_relu and bn_grad: x first; relu_grad_add_amp:
+ * a bf16 step's ReLU gradient of a sum, y and w bf16, u f32, --inplace 2 as
+ * the memory plan writes it; relu_grad_amp: its plain ReLU gradient, y and u
+ * bf16, a bf16 result).
  *
- *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|apply_relu|bn_grad (relu_grad_add)]
+ *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu|bn_grad]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
@@ -33,9 +36,33 @@ static ts_fused_instr I(ts_op op, int32_t a, int32_t b, double v) {
   return (ts_fused_instr){.op = op, .dtype = TS_F32, .a = a, .b = b, .value = v};
 }
 
-/* The pattern's instructions into ins (returns their count) and its inputs' kinds (1: full size, 0: per channel). */
-static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full, int *n_ext) {
+/* The pattern's instructions into ins (returns their count) and its inputs' kinds (1: full size, 0: per channel;
+ * bf[k]: input k is bf16). */
+static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full, int *bf, int *n_ext) {
   int n = 0;
+  if (!strcmp(pat, "relu_grad_amp")) { /* a bf16 step's: bf16(select(y > 0, float(u), 0)), y and u bf16 */
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONVERT, .dtype = TS_F32, .a = -2};
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_BF16, .value = 0};
+    ins[n] = I(TS_OP_COMPARE, -1, 1, 0), ins[n++].cmp = TS_CMP_GT;
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
+    ins[n] = I(TS_OP_SELECT, 2, 0, 0), ins[n].c = 3, n++;
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONVERT, .dtype = TS_BF16, .a = 4};
+    *n_ext = 2;
+    full[0] = full[1] = 1, bf[0] = bf[1] = 1;
+    return n;
+  }
+  if (!strcmp(pat, "relu_grad_add_amp")) { /* a bf16 step's: select(y > 0, u + float(w), 0), y and w bf16 */
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONVERT, .dtype = TS_F32, .a = -3};
+    ins[n++] = I(TS_OP_ADD, -2, 0, 0);
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_BF16, .value = 0};
+    ins[n] = I(TS_OP_COMPARE, -1, 2, 0), ins[n++].cmp = TS_CMP_GT;
+    ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
+    ins[n] = I(TS_OP_SELECT, 3, 1, 0), ins[n].c = 4, n++;
+    *n_ext = 3;
+    for (int k = 0; k < 3; k++) full[k] = 1;
+    bf[0] = bf[2] = 1;
+    return n;
+  }
   if (!strncmp(pat, "relu_grad", 9)) {
     bool add = !strcmp(pat, "relu_grad_add");
     ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
@@ -81,25 +108,35 @@ int main(int argc, char **argv) {
   }
   int64_t numel = s[0] * s[1] * s[2] * s[3], inner = s[2] * s[3];
   ts_fused_instr ins[16];
-  int full[8], n_ext;
-  int n = build(pat, inner, ins, full, &n_ext);
+  int full[8], bf[8] = {0}, n_ext;
+  int n = build(pat, inner, ins, full, bf, &n_ext);
   ts_fused prog = {n, ins};
   ts_dtype dt[8];
   int64_t ne[8];
   float *in[8], *keep = malloc((size_t)numel * 4), *out = malloc((size_t)numel * 4);
   for (int k = 0; k < n_ext; k++) {
-    dt[k] = TS_F32, ne[k] = full[k] ? numel : s[1];
+    dt[k] = bf[k] ? TS_BF16 : TS_F32, ne[k] = full[k] ? numel : s[1];
     in[k] = malloc((size_t)ne[k] * 4);
-    for (int64_t i = 0; i < ne[k]; i++) in[k][i] = (float)((i * 7 + k * 13) % 101) * 0.02f - 1.f;
+    for (int64_t i = 0; i < ne[k]; i++) {
+      float v = (float)((i * 7 + k * 13) % 101) * 0.02f - 1.f;
+      if (bf[k]) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        ((uint16_t *)in[k])[i] = (uint16_t)(u >> 16);
+      } else {
+        in[k][i] = v;
+      }
+    }
   }
-  float *over = inplace > 0 && inplace <= n_ext && full[inplace - 1] ? in[inplace - 1] : NULL;
+  float *over = inplace > 0 && inplace <= n_ext && full[inplace - 1] && !bf[inplace - 1] ? in[inplace - 1] : NULL;
   if (inplace && !over) {
     fprintf(stderr, "bench_fused_loops: --inplace %d is not a full-size input\n", inplace);
     return 2;
   }
   if (over) memcpy(keep, over, (size_t)numel * 4);
   tk_fast F;
-  if (!tk_fast_match(&prog, dt, ne, TS_F32, numel, &F)) {
+  ts_dtype odt = ins[n - 1].op == TS_OP_CONVERT && ins[n - 1].dtype == TS_BF16 ? TS_BF16 : TS_F32;
+  if (!tk_fast_match(&prog, dt, ne, odt, numel, &F)) {
     fprintf(stderr, "bench_fused_loops: %s has no fast path\n", pat);
     return 1;
   }
@@ -108,13 +145,20 @@ int main(int argc, char **argv) {
   for (int r = 0; r < reps; r++) {
     if (over) memcpy(over, keep, (size_t)numel * 4); /* the same input every run */
     double w0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
-    tk_program_run(&prog, n_ext, dt, ne, (tk_in)in, over ? over : out, TS_F32, numel, &ctx);
+    tk_program_run(&prog, n_ext, dt, ne, (tk_in)in, over ? over : out, odt, numel, &ctx);
     w[r] = 1e3 * (clk(CLOCK_MONOTONIC) - w0), c[r] = 1e3 * (clk(CLOCK_PROCESS_CPUTIME_ID) - c0);
   }
   qsort(w, (size_t)reps, sizeof *w, cmp_d), qsort(c, (size_t)reps, sizeof *c, cmp_d);
   double sum = 0;
   const float *res = over ? over : out;
-  for (int64_t i = 0; i < numel; i++) sum += res[i];
+  for (int64_t i = 0; i < numel; i++) {
+    float v = res[i];
+    if (odt == TS_BF16) {
+      uint32_t u = (uint32_t)((const uint16_t *)res)[i] << 16;
+      memcpy(&v, &u, 4);
+    }
+    sum += v;
+  }
   printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f checksum=%.9g\n",
          pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], sum);
   return 0;

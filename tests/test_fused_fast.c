@@ -12,11 +12,13 @@
  * size in turn (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
  * here as elementwise programs (fused reductions read the same loops); ReLU's
- * gradient (a select by a compare with a constant) with every comparison; a
+ * gradient (a select by a compare with a constant) with every comparison,
+ * the two terms of a sum of the same or different types, a NaN constant; a
  * widening convert alone; the optimizer's scaled terms (k * x, x * k, plus or
  * minus another input on either side; k a constant or a scalar input). Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,15 +234,16 @@ static void centered(shape s, ts_dtype xdt, ts_dtype dydt, int form, bool bad) {
 }
 
 /* ReLU's gradient: select(compare(y, k), v [+ w], c), k a bf16 or f32
- * constant; bad: select(compare(k, y), ...), no pattern. */
-static void mask(shape s, ts_dtype ydt, ts_dtype vdt, ts_cmp cmp, bool sum, ts_dtype kdt, float k, ts_dtype out,
-                 bool bad) {
+ * constant (w of type wdt: a bf16 step adds a bf16 gradient to an f32 one,
+ * w + v); bad: select(compare(k, y), ...), no pattern. */
+static void mask_w(shape s, ts_dtype ydt, ts_dtype vdt, ts_dtype wdt, ts_cmp cmp, bool sum, ts_dtype kdt, float k,
+                   ts_dtype out, bool bad) {
   case_t C = {.out_dt = out};
   int64_t numel = s.nb * s.nch * s.inner;
-  set_ext(&C, 0, vdt, numel), set_ext(&C, 1, vdt, numel), set_ext(&C, 2, ydt, numel);
+  set_ext(&C, 0, vdt, numel), set_ext(&C, 1, wdt, numel), set_ext(&C, 2, ydt, numel);
   prog *P = &C.P;
   int32_t v = src(P, 0, vdt, rnd32() % 2);
-  if (sum) v = bin(P, TS_OP_ADD, src(P, 1, vdt, rnd32() % 2), v);
+  if (sum) v = bin(P, TS_OP_ADD, src(P, 1, wdt, rnd32() % 2), v);
   int32_t kc = emit(P, TS_OP_CONSTANT, kdt, 0, 0, k), y = src(P, 2, ydt, rnd32() % 2);
   int32_t m = P->n;
   P->ins[P->n++] = (ts_fused_instr){.op = TS_OP_COMPARE, .cmp = cmp, .dtype = TS_BOOL, .a = bad ? kc : y, .b = bad ? y : kc};
@@ -248,10 +251,14 @@ static void mask(shape s, ts_dtype ydt, ts_dtype vdt, ts_cmp cmp, bool sum, ts_d
   P->ins[P->n++] = (ts_fused_instr){.op = TS_OP_SELECT, .dtype = TS_F32, .a = m, .b = v, .c = c};
   if (out == TS_BF16) emit(P, TS_OP_CONVERT, TS_BF16, P->n - 1, 0, 0);
   char what[160];
-  snprintf(what, sizeof what, "mask y %s v %s cmp %d sum %d k %s %g -> %s%s, %lld elements", ts_dtype_name(ydt),
-           ts_dtype_name(vdt), (int)cmp, sum, ts_dtype_name(kdt), (double)k, ts_dtype_name(out),
-           bad ? " (k first)" : "", (long long)numel);
+  snprintf(what, sizeof what, "mask y %s v %s w %s cmp %d sum %d k %s %g -> %s%s, %lld elements",
+           ts_dtype_name(ydt), ts_dtype_name(vdt), ts_dtype_name(wdt), (int)cmp, sum, ts_dtype_name(kdt), (double)k,
+           ts_dtype_name(out), bad ? " (k first)" : "", (long long)numel);
   run_case(what, &C, numel, !bad);
+}
+static void mask(shape s, ts_dtype ydt, ts_dtype vdt, ts_cmp cmp, bool sum, ts_dtype kdt, float k, ts_dtype out,
+                 bool bad) {
+  mask_w(s, ydt, vdt, vdt, cmp, sum, kdt, k, out, bad);
 }
 
 /* An input alone, widened (x f32 read directly or through CONVERT), stored
@@ -314,6 +321,11 @@ int main(void) {
         mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
              dts[(cmp / 2) % 2], false);
       mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
+      /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
+      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
+        mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);
+        mask_w(s, xdt, dts[di], dts[cmp % 2], (ts_cmp)cmp, cmp % 2, TS_F32, NAN, dts[(cmp / 3 + di) % 2], false);
+      }
     }
   }
   int64_t sizes[] = {1, 7, 256, 1000, 40001};

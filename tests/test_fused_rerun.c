@@ -6,7 +6,10 @@
  * per-channel input (numel == channels) still reruns from the inputs as they
  * were: there a NaN residual's payload, which the rerun would otherwise see
  * through the overwritten mean and truncate by the bf16 rounding, must come
- * out whole. test_fused_fast compares the bits on random inputs. */
+ * out whole. ReLU's gradient (fused_mask.c) and batch norm's reduced terms
+ * (fused_centered.c) have no rerun: with NaNs they keep the interpreter's
+ * bits in one pass, also in place. test_fused_fast
+ * compares the bits on random inputs. */
 #include <string.h>
 
 #include "harness.h"
@@ -109,9 +112,66 @@ static void over_channel_input(void) {
   CHECK(memcmp(ref, m, sizeof m) == 0, "over m: element 1 %#x, interpreter %#x (m was %g)", got, want, (double)m0[1]);
 }
 
+/* ReLU's gradient of a sum, select(y > 0, u + w, 0) (fused_mask.c): one
+ * pass with no rerun, NaNs in u, w or both (any payloads) included, out of
+ * place and written over u (the memory plan's in-place gradient). */
+static void mask_sum(void) {
+  enum { N = 600 };
+  static float u[N], w[N], y[N], out[N], keep[N];
+  for (int i = 0; i < N; i++) {
+    u[i] = (float)(i % 13) - 6.f, w[i] = (float)(i % 7) * 0.5f - 1.f, y[i] = (float)(i % 5) - 2.f;
+    if (i % 37 == 0) u[i] = nan_bits(0x7f800001u + (uint32_t)i);
+    if (i % 41 == 0) w[i] = nan_bits(0xffa00000u + (uint32_t)i);
+    if (i % 11 == 0) y[i] = 1.f; /* both NaN where i % 1517 == 0, selected */
+  }
+  float *in[3] = {y, u, w};
+  int64_t ne[3] = {N, N, N};
+  prog P = {.n = 0};
+  int32_t k = emit(&P, TS_OP_CONSTANT, TS_F32, 0, 0, 0.0);
+  int32_t cmp = emit(&P, TS_OP_COMPARE, TS_BOOL, -1, k, 0);
+  P.ins[cmp].cmp = TS_CMP_GT;
+  int32_t v = bin(&P, TS_OP_ADD, -2, -3);
+  P.ins[P.n++] = (ts_fused_instr){.op = TS_OP_SELECT, .dtype = TS_F32, .a = cmp, .b = v, .c = k};
+  int64_t r0 = tk_fast_reruns();
+  CHECK(same_as_interpreter(&P, 3, ne, in, out, N), "relu grad + add, NaN inputs: bits differ");
+  memcpy(keep, out, sizeof out);
+  CHECK(same_as_interpreter(&P, 3, ne, in, u, N), "relu grad + add over u: bits differ");
+  CHECK(memcmp(keep, u, sizeof u) == 0, "relu grad + add over u: not the out-of-place result");
+  CHECK(tk_fast_reruns() == r0, "relu grad + add: %lld chunks rerun, expected none (one pass)",
+        (long long)(tk_fast_reruns() - r0));
+}
+
+/* Batch norm's reduced term dy * (x - m) (fused_centered.c), runs of 49 as
+ * at 7x7: one loop per run with no rerun, NaNs in dy, x, both and in a
+ * channel's mean included, out of place and over dy. */
+static void centered_runs(void) {
+  enum { NCH = 3, INNER = 49, N = 2 * NCH * INNER };
+  static float dy[N], x[N], m[NCH] = {0.5f, -1.f, 2.f}, out[N], keep[N];
+  for (int i = 0; i < N; i++) {
+    dy[i] = (float)(i % 9) - 4.f, x[i] = (float)(i % 11) * 0.25f;
+    if (i % 23 == 0) dy[i] = nan_bits(0x7f800001u + (uint32_t)i);
+    if (i % 29 == 0) x[i] = nan_bits(0xffa00000u + (uint32_t)i);
+  }
+  m[2] = nan_bits(0x7fc00123u);
+  float *in[3] = {dy, x, m};
+  int64_t ne[3] = {N, N, NCH};
+  prog P = {.n = 0};
+  int32_t t = bin(&P, TS_OP_SUB, -2, bc(&P, 2, INNER));
+  bin(&P, TS_OP_MUL, -1, t);
+  int64_t r0 = tk_fast_reruns();
+  CHECK(same_as_interpreter(&P, 3, ne, in, out, N), "dy * (x - m), NaN inputs: bits differ");
+  memcpy(keep, out, sizeof out);
+  CHECK(same_as_interpreter(&P, 3, ne, in, dy, N), "dy * (x - m) over dy: bits differ");
+  CHECK(memcmp(keep, dy, sizeof dy) == 0, "dy * (x - m) over dy: not the out-of-place result");
+  CHECK(tk_fast_reruns() == r0, "dy * (x - m): %lld chunks rerun, expected none (a loop per run)",
+        (long long)(tk_fast_reruns() - r0));
+}
+
 int main(void) {
   ts_test_init("test_fused_rerun", 1);
   counts();
   over_channel_input();
+  mask_sum();
+  centered_runs();
   return ts_test_finish();
 }

@@ -20,9 +20,11 @@
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
  *     f32 or bf16;
  *   - the batch-norm gradient's and statistics' reduced terms (fused
- *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy;
+ *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy (its
+ *     loop is fused_centered.c's);
  *   - ReLU's gradient: select(compare(y, constant), v, constant), v an
- *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16;
+ *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16
+ *     (its loop is fused_mask.c's);
  *   - an input alone (a bf16 -> f32 convert; fused reductions of it are
  *     the bias and batch-norm sums of bf16 gradients);
  *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
@@ -275,10 +277,10 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
  * into a buffer is computed before the output is written; a program with an
  * add or a mul whose output overlaps an input is computed into a buffer
  * (the exact rerun of a chunk with a NaN result reads the inputs again). */
-static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int n, float *d) {
+static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int64_t n, float *d) {
   if (s->bf16) {
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
-    SIMD for (int j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+    SIMD for (int64_t j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
   } else {
     memmove(d, (const float *)in[s->ext] + e, (size_t)n * 4);
   }
@@ -340,57 +342,6 @@ INLINE void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int 
   SIMD for (int j = 0; j < n; j++) d[j] = MUL((dy[j] - c) - MUL(x[j] - m, k), s);
 }
 
-INLINE void eval_centered(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                          float *b1, bool exact) {
-  float m = chan(in, F->m, ch);
-  const float *x = src_at(&F->x, in, e, n, b0);
-  if (F->square) {
-    SIMD for (int j = 0; j < n; j++) {
-      float t = x[j] - m;
-      d[j] = t * t; /* one operand: no order to keep */
-    }
-    return;
-  }
-  const float *y = src_at(&F->dy, in, e, n, b1);
-  if (F->dy_first) {
-    SIMD for (int j = 0; j < n; j++) d[j] = MUL(y[j], x[j] - m);
-  } else {
-    SIMD for (int j = 0; j < n; j++) d[j] = MUL(x[j] - m, y[j]);
-  }
-}
-
-/* d = u [+ w] where compare(y, k), else c (u and w loaded, and added, on
- * every element: a load under the condition compiled to a masked load that
- * merged into a stack slot, a store-to-load chain per vector). */
-#define MASK_LOOP(op)                                                                     \
-  do {                                                                                    \
-    if (w) {                                                                              \
-      SIMD for (int j = 0; j < n; j++) {                                                  \
-        float v = ADD(u[j], w[j]);                                                        \
-        d[j] = y[j] op k ? v : c;                                                         \
-      }                                                                                   \
-    } else {                                                                              \
-      SIMD for (int j = 0; j < n; j++) {                                                  \
-        float v = u[j];                                                                   \
-        d[j] = y[j] op k ? v : c;                                                         \
-      }                                                                                   \
-    }                                                                                     \
-  } while (0)
-INLINE void eval_mask(const tk_fast *F, tk_in in, int64_t e, int n, float *d, float *b0, float *b1, float *b2,
-                      bool exact) {
-  const float *u = src_at(&F->t[0].x, in, e, n, b0), *y = src_at(&F->x, in, e, n, b2);
-  const float *w = F->nterm == 2 ? src_at(&F->t[1].x, in, e, n, b1) : NULL;
-  float k = F->mask_k, c = F->mask_c;
-  switch (F->cmp) {
-    case TS_CMP_EQ: MASK_LOOP(==); break;
-    case TS_CMP_NE: MASK_LOOP(!=); break;
-    case TS_CMP_LT: MASK_LOOP(<); break;
-    case TS_CMP_LE: MASK_LOOP(<=); break;
-    case TS_CMP_GT: MASK_LOOP(>); break;
-    case TS_CMP_GE: MASK_LOOP(>=); break;
-  }
-}
-
 /* d = p, then y + p, p + y, y - p or p - y, with p = P (k * x or x * k). */
 #define SCALED_LOOPS(P)                                                   \
   do {                                                                    \
@@ -430,15 +381,11 @@ static void finish(const tk_fast *F, float *d, int n, void *out, int64_t o) {
   }
 }
 
-/* d = F's program over elements e .. e + n (channel ch), before finish (b0 .. b2: buffers). */
+/* d = F's program over elements e .. e + n (channel ch), before finish (b0, b1: buffers). */
 INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0, float *b1,
-                       float *b2, bool exact) {
+                       bool exact) {
   if (F->kind == TK_FAST_BN_GRAD) {
     eval_bn_grad(F, in, e, ch, n, d, b0, b1, exact);
-  } else if (F->kind == TK_FAST_CENTERED) {
-    eval_centered(F, in, e, ch, n, d, b0, b1, exact);
-  } else if (F->kind == TK_FAST_MASK) {
-    eval_mask(F, in, e, n, d, b0, b1, b2, exact);
   } else if (F->kind == TK_FAST_SRC) {
     load_src(&F->x, in, e, n, d); /* memmove: d may be the input itself */
   } else if (F->kind == TK_FAST_SCALED) {
@@ -447,25 +394,37 @@ INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n,
     eval_forward(F, in, e, ch, n, d, b0, b1, exact);
   }
 }
-static void eval_plain(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[3]) {
-  eval_chunk(F, in, e, ch, n, d, b[0], b[1], b[2], false);
+static void eval_plain(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[2]) {
+  eval_chunk(F, in, e, ch, n, d, b[0], b[1], false);
 }
-static void eval_exact(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[3]) {
-  eval_chunk(F, in, e, ch, n, d, b[0], b[1], b[2], true);
+static void eval_exact(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[2]) {
+  eval_chunk(F, in, e, ch, n, d, b[0], b[1], true);
 }
 
+/* Whether d[0 .. n) holds a NaN: 16 lanes OR-ed in a vector, then folded by
+ * shuffles (`omp simd reduction(|)` finished with a scalar loop over the 16
+ * lanes through the stack: ~1% of a 1-thread ResNet-20 bf16 step, perf). */
+typedef float nan_f __attribute__((vector_size(64)));
+typedef int32_t nan_i __attribute__((vector_size(64)));
 static bool any_nan(const float *d, int n) {
+  nan_i acc = {0};
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    nan_f v;
+    memcpy(&v, d + j, sizeof v);
+    acc |= v != v;
+  }
   int r = 0;
-  _Pragma("omp simd reduction(| : r)") for (int j = 0; j < n; j++) r |= d[j] != d[j];
-  return r != 0;
+  for (; j < n; j++) r |= d[j] != d[j];
+  acc |= __builtin_shuffle(acc, (nan_i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  acc |= __builtin_shuffle(acc, (nan_i){4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15});
+  acc |= __builtin_shuffle(acc, (nan_i){2, 3, 0, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  acc |= __builtin_shuffle(acc, (nan_i){1, 0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  return (r | acc[0]) != 0;
 }
 
-/* Whether F has an add or a mul to redo (a square, a lone select and a load have none). */
-static bool has_arith(const tk_fast *F) {
-  if (F->kind == TK_FAST_CENTERED) return !F->square;
-  if (F->kind == TK_FAST_MASK) return F->nterm == 2;
-  return F->kind != TK_FAST_SRC;
-}
+/* Whether F has an add or a mul to redo (a load has none). */
+static bool has_arith(const tk_fast *F) { return F->kind != TK_FAST_SRC; }
 
 /* Whether bytes [b + lo, b + hi) meet [o0, o1). */
 static bool meets(const void *b, uintptr_t lo, uintptr_t hi, uintptr_t o0, uintptr_t o1) {
@@ -479,20 +438,16 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
   uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * 4, cb = (uintptr_t)F->nch * 4;
   const tk_fast_src *s[3];
   int ns = 0, nc = 0, c[9];
-  if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_MASK) {
+  if (F->kind == TK_FAST_FORWARD) {
     for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
       const tk_fast_term *t = &F->t[i];
       s[ns++] = &t->x;
       if (t->affine) c[nc++] = t->m, c[nc++] = t->a, c[nc++] = t->g, c[nc++] = t->b;
     }
-    if (F->kind == TK_FAST_MASK) s[ns++] = &F->x;
   } else {
     s[ns++] = &F->x;
-    if (F->kind == TK_FAST_BN_GRAD || (F->kind == TK_FAST_CENTERED && !F->square) ||
-        (F->kind == TK_FAST_SCALED && F->nterm))
-      s[ns++] = &F->dy;
-    if (F->kind == TK_FAST_BN_GRAD) c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
-    if (F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_CENTERED) c[nc++] = F->m;
+    if (F->kind == TK_FAST_BN_GRAD || (F->kind == TK_FAST_SCALED && F->nterm)) s[ns++] = &F->dy;
+    if (F->kind == TK_FAST_BN_GRAD) c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s, c[nc++] = F->m;
   }
   for (int i = 0; i < ns; i++) {
     uintptr_t es = s[i]->bf16 ? 2 : 4;
@@ -504,7 +459,19 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
 }
 
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
-  float buf[CHUNK], b0[CHUNK], b1[CHUNK], b2[CHUNK], *b[3] = {b0, b1, b2};
+  if (F->kind == TK_FAST_MASK) { /* fused_mask.c: one pass, no rerun */
+    tk_fast_mask_run(F, in, out, lo, hi);
+    return;
+  }
+  if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
+    tk_fast_centered_run(F, in, out, lo, hi);
+    return;
+  }
+  if (F->kind == TK_FAST_SRC && !F->out_bf16) { /* widened (or moved) in one call, not per chunk */
+    load_src(&F->x, in, lo, hi - lo, out);
+    return;
+  }
+  float buf[CHUNK], b0[CHUNK], b1[CHUNK], *b[2] = {b0, b1};
   int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
   bool arith = has_arith(F);
   /* an f32 result over its own inputs: into buf, so that a rerun reads them intact */

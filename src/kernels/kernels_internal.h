@@ -197,6 +197,10 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
 bool tk_fused_fast_on(void);
 /* Elements [lo, hi) of F's program into out (element lo at out's start). */
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+/* fused_mask.c: tk_fast_run of a TK_FAST_MASK program (ReLU's gradient). */
+void tk_fast_mask_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+/* fused_centered.c: tk_fast_run of a TK_FAST_CENTERED program (batch norm's reduced terms). */
+void tk_fast_centered_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* How many chunks the fast loops have run again with the NaN-ordered add and
  * mul (a chunk with a NaN result) since the process started (tests). */
 int64_t tk_fast_reruns(void);
