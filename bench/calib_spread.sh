@@ -6,7 +6,7 @@
 # the same spells) into scratch files and prints, per side, each run's value
 # of every key matching KEYS (default: the memory-bound kernel classes; ALL=1:
 # every kernel class, parallel efficiency and broadcast operand key) and its
-# max / min over the runs, and each calibration's wall time. KEEP=DIR keeps
+# max / min over the runs, and each calibration's wall and CPU time. KEEP=DIR keeps
 # the calibration files there. A_ARGS / B_ARGS: more arguments of each side's
 # tessel plan --calibrate (the same build twice: B_ARGS="--rounds 6" ...). Each calibration takes 15-80 s (quiet /
 # loaded). The load average is printed before and after.
@@ -28,8 +28,9 @@ for ((r = 0; r < n; r++)); do
     args=${A_ARGS:-}
     [ "$s" = B ] && args=${B_ARGS:-}
     # shellcheck disable=SC2086 # A_ARGS / B_ARGS: words, e.g. "--rounds 6"
-    "$dir/tessel" plan --calibrate "$tmp/$s.$r.txt" $args >"$tmp/$s.$r.out" || { echo "calib_spread.sh: $s calibration failed" >&2; exit 1; }
-    echo "$s $r: $(grep -o 'calibrated in [0-9.]* s' "$tmp/$s.$r.out"), load $(cut -d' ' -f1 /proc/loadavg)"
+    /usr/bin/time -f "%U %S" -o "$tmp/$s.$r.time" "$dir/tessel" plan --calibrate "$tmp/$s.$r.txt" $args >"$tmp/$s.$r.out" ||
+      { echo "calib_spread.sh: $s calibration failed" >&2; exit 1; }
+    echo "$s $r: $(grep -o 'calibrated in [0-9.]* s' "$tmp/$s.$r.out") ($(awk '{printf "%.1f", $1 + $2}' "$tmp/$s.$r.time") s CPU), load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done
 /usr/bin/python3 - "$tmp" "$n" "$keys" "${sides[@]}" <<'PY'
