@@ -750,8 +750,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     fclose(la);
   }
   fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
-             "# Kernel throughput of one core (1 thread; per class the best run of interleaved rounds,\n"
-             "# and the spread of the rounds' best runs, (max - min) / min), the per-kernel\n"
+             "# Kernel throughput of one core (1 thread; per class the least CPU time of the runs of\n"
+             "# interleaved rounds, and the spread of the rounds' least, (max - min) / min), the per-kernel\n"
              "# overhead, in-process all-reduce alpha/beta (16 MiB per device); load average %.2f when measured%s.\n"
              "name = CPU virtual devices (calibrated: %s)\n"
              "calibration.cpu = %s\n"
