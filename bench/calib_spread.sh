@@ -4,16 +4,20 @@
 # the calibration). Runs A's and B's calibration alternately (A B A B ...,
 # ROUNDS pairs, default 4: a shared machine's load drifts, so both sides see
 # the same spells) into scratch files and prints, per side, each run's value
-# of every key matching KEYS (default: the memory-bound kernel classes) and
-# its max / min over the runs. Each calibration takes 15-80 s (quiet /
+# of every key matching KEYS (default: the memory-bound kernel classes; ALL=1:
+# every kernel class, parallel efficiency and broadcast operand key) and its
+# max / min over the runs, and each calibration's wall and CPU time. KEEP=DIR keeps
+# the calibration files there. A_ARGS / B_ARGS: more arguments of each side's
+# tessel plan --calibrate (the same build twice: B_ARGS="--rounds 6" ...). Each calibration takes 15-80 s (quiet /
 # loaded). The load average is printed before and after.
 set -uo pipefail
 a="${1:?usage: calib_spread.sh A_BUILD [B_BUILD]}"
 b="${2:-}"
 n=${ROUNDS:-4}
 keys=${KEYS:-'^kernel\.(elementwise|broadcast|reduce|optimizer|pool|broadcast_rows|transcendental) ='}
+[ "${ALL:-0}" = 1 ] && keys='^(kernel\.|parallel_efficiency)'
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp"/* "$KEEP"/; rm -rf "$tmp"' EXIT
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 sides=(A)
 [ -n "$b" ] && sides+=(B)
@@ -21,7 +25,12 @@ for ((r = 0; r < n; r++)); do
   for s in "${sides[@]}"; do
     dir=$a
     [ "$s" = B ] && dir=$b
-    "$dir/tessel" plan --calibrate "$tmp/$s.$r.txt" >/dev/null || { echo "calib_spread.sh: $s calibration failed" >&2; exit 1; }
+    args=${A_ARGS:-}
+    [ "$s" = B ] && args=${B_ARGS:-}
+    # shellcheck disable=SC2086 # A_ARGS / B_ARGS: words, e.g. "--rounds 6"
+    /usr/bin/time -f "%U %S" -o "$tmp/$s.$r.time" "$dir/tessel" plan --calibrate "$tmp/$s.$r.txt" $args >"$tmp/$s.$r.out" ||
+      { echo "calib_spread.sh: $s calibration failed" >&2; exit 1; }
+    echo "$s $r: $(grep -o 'calibrated in [0-9.]* s' "$tmp/$s.$r.out") ($(awk '{printf "%.1f", $1 + $2}' "$tmp/$s.$r.time") s CPU), load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done
 /usr/bin/python3 - "$tmp" "$n" "$keys" "${sides[@]}" <<'PY'

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "calrun.h"  /* cal_run, cal_least: a probe's work time from its runs */
 #include "util/clock.h"  /* util_now_s */
 #include "util/config.h" /* TESSEL_CALIBRATION, XDG_CACHE_HOME, HOME, TESSEL_NUM_THREADS */
 
@@ -254,9 +255,11 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The least (median: the median) time of at least `reps` runs and `window`
  * seconds of g (inputs zero-filled, i32 inputs too) on client c; *med_out
- * (when not NULL): the median of the same runs. */
+ * (when not NULL): the median of the same runs. work_threads > 0 (c's
+ * threads): instead the time of the work alone from the runs' wall and CPU
+ * times (calrun.h's cal_least: a loaded machine's waits for a core left out). */
 static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window,
-                              double *med_out) {
+                              double *med_out, int work_threads) {
   ts_executable *e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas});
   if (!e) return -1;
   int n_in = ts_graph_num_inputs(g);
@@ -266,27 +269,23 @@ static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps
     ts_tensor t = ts_graph_input(g, i);
     int r = ts_tensor_rank(g, t);
     const int64_t *sh = ts_tensor_shape(g, t);
-    ts_dtype dt = ts_tensor_dtype(g, t);
-    size_t nb = (size_t)ts_tensor_numel(g, t) * ts_dtype_size(dt);
-    in[i] = ts_buffer_new(c, dt, r, sh);
-    void *z = calloc(nb ? nb : 1, 1);
-    if (!in[i] || !z || ts_buffer_write(in[i], z, nb) < 0) {
-      free(z);
-      goto done;
-    }
-    free(z);
+    /* zero-filled (ts_buffer_new's contract): no host copy to write (the
+     * memory-bound classes' 24 MiB inputs cost a calloc and a copy each) */
+    if (!(in[i] = ts_buffer_new(c, ts_tensor_dtype(g, t), r, sh))) goto done;
   }
   /* the warm-up run allocates the outputs; the others write into them; the
    * least of at least `reps` runs and `window` s (a shared machine's quiet moments) */
   double t_end = util_now_s() + window, times[400];
+  cal_run runs[400];
   int n = 0;
   for (int k = 0; k < reps + 1 || (util_now_s() < t_end && k < 400); k++) {
-    double t0 = util_now_s();
+    double c0 = cal_cpu_now(), t0 = util_now_s();
     if (ts_execute(e, in, out) < 0) goto done;
     double t = util_now_s() - t0;
-    if (k >= 1 && n < 400) times[n++] = t;
+    if (k >= 1 && n < 400) runs[n] = (cal_run){t, cal_cpu_now() - c0}, times[n++] = t;
     if (k >= 1 && (best < 0 || t < best)) best = t;
   }
+  if (work_threads > 0) best = cal_least(runs, n, work_threads, NULL);
   if (n > 0 && (median || med_out)) {
     qsort(times, (size_t)n, sizeof *times, cmp_double);
     if (med_out) *med_out = times[n / 2];
@@ -304,7 +303,7 @@ done:
 }
 
 static double time_graph_window(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window) {
-  return time_graph_runs(c, g, replicas, reps, median, window, NULL);
+  return time_graph_runs(c, g, replicas, reps, median, window, NULL, 0);
 }
 
 static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
@@ -322,10 +321,19 @@ static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *
 /* Seconds a kernel class is timed for, over all of calibrate's rounds. */
 #define CAL_CLASS_WINDOW_S 0.3
 
-/* Seconds of one kernel class's graph (1 device) in one of `rounds` rounds:
- * the least of runs over CAL_CLASS_WINDOW_S / rounds (and at least the
- * class's repetitions / rounds); *units its work. */
-static double measure_class(ts_client *c, int cls, int rounds, double *units) {
+/* Seconds of one kernel class's graph (1 device, c of `threads` threads) in
+ * one of `rounds` rounds: the work alone (calrun.h) of the runs over
+ * CAL_CLASS_WINDOW_S / rounds (and at least the class's repetitions /
+ * rounds); *units its work. The memory-bound classes (elementwise, reduce,
+ * optimizer, broadcast, pool, broadcast_rows, transcendental) run on 48-144
+ * MiB, well beyond the 32 MiB L3 cache: at 8-40 MiB (the L3's size) the
+ * share of their bytes still in the cache, and so the rate, moved with what
+ * the other processes on the machine did (elementwise 1.85e10 and 3.59e10 B/s
+ * in two calibrations of one invocation, 115% between one's rounds). Not
+ * powers of two: the elementwise graph on (4096,2048) took 76-80 ms of CPU
+ * per run in the calibration against 7 ms on (3072,2048) (unexplained; the
+ * same graph alone in a program took 9-17 ms). */
+static double measure_class(ts_client *c, int threads, int cls, int rounds, double *units) {
   ts_graph *g = ts_graph_new();
   if (!g) return -1;
   ts_params *pp = NULL;
@@ -363,8 +371,8 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units) {
     }
     break;
   }
-  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select (8 MiB tensors) */
-    int64_t sh[2] = {2048, 1024};
+  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select (24 MiB tensors) */
+    int64_t sh[2] = {3072, 2048};
     ts_tensor x = in_f32(g, "x", 2, sh), r = in_f32(g, "r", 2, sh), dy = in_f32(g, "dy", 2, sh);
     ts_tensor y = ts_relu(g, ts_add(g, x, r)), gx = TS_NONE;
     if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
@@ -372,21 +380,21 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units) {
     *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
     break;
   }
-  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (32,64,32,32) + bias (64) */
-    int64_t sh[4] = {32, 64, 32, 32}, bn = 64;
+  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (96,64,32,32) + bias (64) */
+    int64_t sh[4] = {96, 64, 32, 32}, bn = 64;
     int dim = 1;
     ts_tensor x = in_f32(g, "x", 4, sh), b = in_f32(g, "b", 1, &bn);
     ts_graph_add_output(g, ts_relu(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 4, sh, &dim))));
-    *units = 2.0 * 4 * (double)(32 * 64 * 32 * 32);
+    *units = 2.0 * 4 * (double)(96 * 64 * 32 * 32);
     break;
   }
-  case TS_KERNEL_POOL: { /* 2x2 max pooling of (64,32,32,32) and its gradient */
-    int64_t sh[4] = {64, 32, 32, 32}, ys[4] = {64, 32, 16, 16};
+  case TS_KERNEL_POOL: { /* 2x2 max pooling of (192,32,32,32) and its gradient */
+    int64_t sh[4] = {192, 32, 32, 32}, ys[4] = {192, 32, 16, 16};
     ts_tensor x = in_f32(g, "x", 4, sh), dy = in_f32(g, "dy", 4, ys), gx = TS_NONE;
     ts_tensor y = ts_max_pool2d(g, x, &(ts_pool_params){.kernel = {2, 2}});
     if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
     ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
-    *units = 4.0 * (2 * 64 * 32 * 32 * 32 + 2 * 64 * 32 * 16 * 16);
+    *units = 4.0 * (2 * 192 * 32 * 32 * 32 + 2 * 192 * 32 * 16 * 16);
     break;
   }
   case TS_KERNEL_ATTENTION: { /* a GPT layer's attention (batch 16, 4 heads, seq 128, head 64) and gradient */
@@ -399,31 +407,31 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units) {
     *units = 7.0 * 16 * 4 * 128 * 128 * 64;
     break;
   }
-  case TS_KERNEL_BROADCAST_ROWS: { /* a linear layer's bias: (2048,1024) + bias (1024) along the last dim */
-    int64_t sh[2] = {2048, 1024}, bn = 1024;
+  case TS_KERNEL_BROADCAST_ROWS: { /* a linear layer's bias: (6144,1024) + bias (1024) along the last dim */
+    int64_t sh[2] = {6144, 1024}, bn = 1024;
     int dim = 1;
     ts_tensor x = in_f32(g, "x", 2, sh), b = in_f32(g, "b", 1, &bn);
     ts_graph_add_output(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 2, sh, &dim)));
-    *units = 2.0 * 4 * (double)(2048 * 1024);
+    *units = 2.0 * 4 * (double)(6144 * 1024);
     break;
   }
-  case TS_KERNEL_TRANSCENDENTAL: { /* a GPT MLP's GELU (erf) of (2048,1024) and its gradient */
-    int64_t sh[2] = {2048, 1024};
+  case TS_KERNEL_TRANSCENDENTAL: { /* a GPT MLP's GELU (erf) of (3072,2048) and its gradient */
+    int64_t sh[2] = {3072, 2048};
     ts_tensor x = in_f32(g, "x", 2, sh), dy = in_f32(g, "dy", 2, sh), gx = TS_NONE;
     ts_tensor y = ts_gelu(g, x);
     if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
     ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
-    *units = 5.0 * 4 * (double)(2048 * 1024);
+    *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
     break;
   }
-  case TS_KERNEL_REDUCE: { /* training's two kinds on (2048,1024): a row sum (norms, softmax) and a
+  case TS_KERNEL_REDUCE: { /* training's two kinds on (6144,2048): a row sum (norms, softmax) and a
                             * column sum (a bias gradient) */
-    int64_t sh[2] = {2048, 1024};
+    int64_t sh[2] = {6144, 2048};
     int d1 = 1, d0 = 0;
     ts_tensor a = in_f32(g, "a", 2, sh);
     ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d1, false));
     ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d0, false));
-    *units = 4.0 * (2 * 2048 * 1024 + 2048 + 1024);
+    *units = 4.0 * (2 * 6144 * 2048 + 6144 + 2048);
     break;
   }
   case TS_KERNEL_GATHER: { /* GPT-like embedding rows */
@@ -432,8 +440,8 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units) {
     *units = 4.0 * (4096 * 256 + 8192 + 8192 * 256);
     break;
   }
-  case TS_KERNEL_OPTIMIZER: { /* the library's AdamW update of a 1024x1024 weight (ts_optim_apply) */
-    int64_t sh[2] = {1024, 1024};
+  case TS_KERNEL_OPTIMIZER: { /* the library's AdamW update of a 1536x2048 weight (ts_optim_apply) */
+    int64_t sh[2] = {1536, 2048};
     pp = ts_params_new(1);
     ts_tensor w = pp ? ts_params_use(pp, g, "w", TS_F32, 2, sh, (ts_init){0}, true) : TS_NONE, gr = in_f32(g, "g", 2, sh);
     ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
@@ -447,7 +455,7 @@ static double measure_class(ts_client *c, int cls, int rounds, double *units) {
   }
   }
   if (ts_graph_num_outputs(g) > 0)
-    t = time_graph_window(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds);
+    t = time_graph_runs(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds, NULL, threads);
   /* the work in the cost model's own units: its prediction of the compiled
    * program with every rate 1 and no overhead (fusion as compiled) */
   int64_t one = 1;
@@ -585,7 +593,7 @@ static double measure_bcast_operands(ts_client *c, int rounds) {
   }
   for (int r = 0; r < rounds && g[0] && g[1]; r++)
     for (int k = 0; k < 2; k++) {
-      double t = time_graph_window(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds);
+      double t = time_graph_runs(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds, NULL, 1);
       if (t > 0 && (best[k] < 0 || t < best[k])) best[k] = t;
     }
   ts_graph_free(g[0]), ts_graph_free(g[1]);
@@ -602,11 +610,11 @@ static double measure_bcast_operands(ts_client *c, int rounds) {
  * interleaved with the single 0.15 s window's, a class's rate moved 1.76x
  * (max / min, median over the classes) with the median of 3 rounds against
  * the single window's 1.20x, and 1.10x with the least against its 1.32x. */
-static int measure_classes(ts_client *c, int rounds, double *t, double *units, double *spread) {
+static int measure_classes(ts_client *c, int threads, int rounds, double *t, double *units, double *spread) {
   double r[CAL_MAX_ROUNDS][TS_KERNEL_CLASSES];
   for (int q = 0; q < rounds; q++)
     for (int k = 0; k < TS_KERNEL_CLASSES; k++)
-      if ((r[q][k] = measure_class(c, k, rounds, &units[k])) <= 0) return -1;
+      if ((r[q][k] = measure_class(c, threads, k, rounds, &units[k])) <= 0) return -1;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
     double v[CAL_MAX_ROUNDS];
     for (int q = 0; q < rounds; q++) v[q] = r[q][k];
@@ -660,7 +668,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   ts_client *c1 = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
   if (!c1) goto fail;
   double tk[TS_KERNEL_CLASSES], uk[TS_KERNEL_CLASSES], sk[TS_KERNEL_CLASSES], st[TS_KERNEL_CLASSES] = {0};
-  if (measure_classes(c1, rounds, tk, uk, sk) < 0) goto fail;
+  if (measure_classes(c1, 1, rounds, tk, uk, sk) < 0) goto fail;
   overhead = measure_overhead(c1, false);
   double bcast_op = measure_bcast_operands(c1, rounds);
   step1 = trivial_step(c1, false);
@@ -679,7 +687,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     if (s > step1) step1 = s;
     par_over = fmax(po, overhead);
     double tt[TS_KERNEL_CLASSES], ut[TS_KERNEL_CLASSES];
-    int mc = ct ? measure_classes(ct, rounds, tt, ut, st) : -1;
+    int mc = ct ? measure_classes(ct, threads, rounds, tt, ut, st) : -1;
     ts_client_free(ct);
     if (mc < 0) goto fail;
     for (int k = 0; k < TS_KERNEL_CLASSES; k++) ceff[k] = fmin(1, fmax(0.05, tk[k] / tt[k] / threads));
@@ -703,7 +711,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
       /* 1 element: the least (set against the 16 MiB one's least) and, of the
        * same runs, the median, the statistic of step_overhead.D_s it is set
        * against (the least less a median went below 0 on a loaded machine) */
-      *(k == 0 ? &ts : &tb) = time_graph_runs(c, g, true, k == 0 ? 20 : 5, false, 0.15, k == 0 ? &ts_med : NULL);
+      *(k == 0 ? &ts : &tb) = time_graph_runs(c, g, true, k == 0 ? 20 : 5, false, 0.15, k == 0 ? &ts_med : NULL, 0);
       ts_graph_free(g);
     }
     double chain = -1, busy = c ? measure_busy_collective(c, CHAIN_BLOCKING, &chain) : -1, chain2;
@@ -742,8 +750,8 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     fclose(la);
   }
   fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
-             "# Kernel throughput of one core (1 thread; per class the best run of interleaved rounds,\n"
-             "# and the spread of the rounds' best runs, (max - min) / min), the per-kernel\n"
+             "# Kernel throughput of one core (1 thread; per class the least CPU time of the runs of\n"
+             "# interleaved rounds, and the spread of the rounds' least, (max - min) / min), the per-kernel\n"
              "# overhead, in-process all-reduce alpha/beta (16 MiB per device); load average %.2f when measured%s.\n"
              "name = CPU virtual devices (calibrated: %s)\n"
              "calibration.cpu = %s\n"
@@ -758,11 +766,11 @@ int calibrate(const char *cmd, const char *path, int rounds) {
           (double)pages * (double)psz);
   static const char *const what[TS_KERNEL_CLASSES] = {
       "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients", "FLOP/s, 3x3 conv (64,16,32,32)", "FLOP/s, its data gradient",
-      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 2048x1024 and its gradient", "bytes/s, row sum and column sum of 2048x1024",
-      "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1024x1024 weight",
-      "bytes/s, bias add + ReLU of (32,64,32,32)", "bytes/s, 2x2 max pooling of (64,32,32,32) and its gradient",
-      "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (2048,1024)",
-      "bytes/s, GELU (erf) of (2048,1024) and its gradient"};
+      "FLOP/s, its filter gradient", "bytes/s, add + ReLU of 3072x2048 and its gradient", "bytes/s, row sum and column sum of 6144x2048",
+      "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1536x2048 weight",
+      "bytes/s, bias add + ReLU of (96,64,32,32)", "bytes/s, 2x2 max pooling of (192,32,32,32) and its gradient",
+      "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (6144,1024)",
+      "bytes/s, GELU (erf) of (3072,2048) and its gradient"};
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     fprintf(f, "%s = %.4g   # %s; %d rounds: spread %.0f%%\n", kernel_keys[k], rate[k], what[k], rounds, 100 * sk[k]);
   fprintf(f, "kernel.broadcast.operand_s = %.4g   # per result element per broadcast operand beyond the first: a batch "
