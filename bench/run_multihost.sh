@@ -284,7 +284,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
     for r in "${rates[@]}"; do
       netns_rate "$r" || { failed=1; continue; }
       for par in "${pars[@]}"; do
-        case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
+        # DDP with --sync-bn: the program bench_train_step times (batch norm over the global batch)
+        case $par in ddp) pa=(--parallel ddp --sync-bn) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
         if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
           "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then

@@ -12,12 +12,16 @@
  *    1, yet the replicas stay identical (averaged gradients, same update):
  *    every parameter bit-identical on both devices after every step. The
  *    running statistics are each replica's own (PyTorch's DDP broadcasts
- *    rank 0's buffers at the next forward; tessel keeps each replica's). */
+ *    rank 0's buffers at the next forward; tessel keeps each replica's).
+ * And the forward's collectives: two per batch norm (mean, variance) and one
+ * replica count for the whole model (ts_nn.sync_replicas), not one per
+ * layer: each collective between hosts is a wait for the other replicas. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "ir/ir.h" /* ir_op_is_collective: counting the forward's collectives */
 #include "tessel/tessel.h"
 
 enum { B = 8, R = 2, C = 1, H = 8, STEPS = 3 };
@@ -110,6 +114,27 @@ static void free_out(run_out *o) {
   free(o->names);
 }
 
+/* The collectives of ResNet-20's sync-bn forward pass (ts_nn.sync_replicas):
+ * 2 per batch norm and one replica count, against the batch norms' count. */
+static void check_forward_collectives(void) {
+  ts_params *p = ts_params_new(5);
+  ts_graph *g = ts_graph_new();
+  int64_t xs[4] = {B / R, C, H, H};
+  ts_nn nn;
+  ts_nn_init(&nn, g, p, true, TS_NONE);
+  nn.sync_bn = true;
+  ts_tensor out = ts_model_resnet(&nn, TS_RESNET20, ts_input(g, "x", TS_F64, 4, xs), 10);
+  int coll = 0, bn = 0;
+  for (int i = 0; i < ts_params_count(p); i++) bn += strstr(ts_params_name(p, i), "running_mean") != NULL;
+  for (int i = 0; i < g->n_nodes; i++) coll += ir_op_is_collective(g->nodes[i].op);
+  CHECK(out != TS_NONE && bn > 1 && coll == 2 * bn + 1,
+        "sync-bn forward: %d collectives for %d batch norms, want %d (2 each and one replica count)", coll, bn,
+        2 * bn + 1);
+  printf("sync-bn forward: %d collectives for %d batch norms\n", coll, bn);
+  ts_graph_free(g);
+  ts_params_free(p);
+}
+
 int main(void) {
   uint64_t seed = ts_test_init("test_sync_bn", 3);
   static double xd[STEPS * B * C * H * H];
@@ -120,6 +145,7 @@ int main(void) {
     xd[i] = (double)(s >> 11) * 0x1.0p-53 * 4.0 - 1.0;
   }
   for (int i = 0; i < STEPS * B; i++) yd[i] = (i * 7 + 3) % 10;
+  check_forward_collectives();
   run_out one = {0}, sync = {0}, local = {0};
   CHECK_OK(train(0, false, xd, yd, &one));
   CHECK_OK(train(R, true, xd, yd, &sync));
