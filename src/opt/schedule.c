@@ -30,7 +30,16 @@
  * that waits for nothing goes first, unless it feeds only nodes that wait: it
  * goes with the earliest of them (memory: the update's block slice of each
  * weight stays next to its update). The worker ends collectives in start
- * order, so a node of a later collective could only wait longer.
+ * order, so a node of a later collective could only wait longer; but not
+ * one that the device calls itself on the small lane between hosts
+ * (runtime/cpu_device.c, comm.h comm_wait_lane): ResNet-20's DDP step
+ * (sync-bn) starts its 1.05 MB bucket before the first layer's backward,
+ * whose batch norm's statistics calls then end within a millisecond, yet
+ * that backward is placed after the bucket's updates and so waits for the
+ * bucket (run_multihost.sh PROFILE=1, link_gaps, stop 33: device 0 without
+ * a kernel from the small call's end to the bucket's, 7-12 ms loaded). Not
+ * done: such calls (tiny, synchronous) not counted as the tail's
+ * collectives, so the nodes after them go before the bucket's users.
  *
  * Not done, on purpose: starting that update and all-gather before the
  * last bucket's reduction (where the reduce-scatter would have ended under
