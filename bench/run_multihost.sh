@@ -48,7 +48,8 @@
 # interleaved pairs compare two builds). The second-step losses of A and B
 # must be equal (bit for bit), else exit 1. AB_ENV_A="VAR=VALUE ..." gives
 # side A's ranks those variables (mpirun -x), e.g. AB_BUILD=build
-# AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode.
+# AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode. AB_ARGS_B="ARGS"
+# adds bench_train_step arguments to side B's runs (e.g. --bucket-kib 256).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -112,10 +113,11 @@ ab_compare() {
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
             [ $side = A ] && b="$a" || b="$bin"
-            xa=() # AB_ENV_A: side A's ranks get these variables
+            xa=() xb=() # AB_ENV_A: side A's ranks get these variables; AB_ARGS_B: side B's arguments
             [ $side = A ] && for v in ${AB_ENV_A:-}; do xa+=(-x "$v"); done
+            [ $side = B ] && xb=(${AB_ARGS_B:-})
             out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
-              -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" 2>"$tmp/err" |
+              -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" "${xb[@]}" 2>"$tmp/err" |
               grep '^RESULT ') || { echo "  $side failed: $(tail -3 "$tmp/err")" >&2; failed=1; }
             netns_kill
             [ -n "$out" ] && echo "$m $r $par $side $i ${out#RESULT }" | tee -a "$tmp/ab" >&2
@@ -139,6 +141,10 @@ for (m, r, par), sides in runs.items():
     mb = statistics.median(float(d["median_ms"]) for d in b) if b else float("nan")
     seq = " ".join(f"{float(d['median_ms']):.1f}" for pair in zip(a, b) for d in pair)
     print(f"{m:9} {r:8} {par.upper():6} {ma:8.1f} {mb:8.1f} {mb / ma:6.2f}  {seq}")
+    # under load: the steps' p25 and the process's CPU time per step (every thread), medians per side
+    med = lambda ds, k: statistics.median(float(d[k]) for d in ds) if ds and all(k in d for d in ds) else float("nan")
+    print(f"{'':26} p25 A/B {med(a, 'p25_ms'):.1f} / {med(b, 'p25_ms'):.1f} ms, "
+          f"cpu A/B {med(a, 'cpu_ms'):.1f} / {med(b, 'cpu_ms'):.1f} ms/step")
     losses = {d.get("check_loss") for d in a + b}
     if len(losses) > 1:
         print(f"  FAIL {par} {m} at {r}: second-step losses differ between A and B: {sorted(losses)}")
@@ -284,7 +290,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
     for r in "${rates[@]}"; do
       netns_rate "$r" || { failed=1; continue; }
       for par in "${pars[@]}"; do
-        case $par in ddp) pa=(--parallel ddp) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
+        # DDP with --sync-bn: the program bench_train_step times (batch norm over the global batch)
+        case $par in ddp) pa=(--parallel ddp --sync-bn) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
         if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
           "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then

@@ -6,6 +6,7 @@
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
  *                           [--devices N (1)] [--replicated-update] [--bind]
+ *                           [--bucket-kib K (DDP's gradient buckets; 0: 1 MiB)]
  *
  * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
  * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
@@ -100,6 +101,7 @@ static double all_reduce_ms(ts_client *c, int64_t numel) {
 
 static bool replicated_update; /* --replicated-update: every device (replica) updates every weight (A/B) */
 static bool bind_cores;        /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
+static size_t bucket_bytes;    /* --bucket-kib: DDP's gradient bucket size (0: ts_ddp_average_gradients' 1 MiB) */
 
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
                   int devices) {
@@ -118,7 +120,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
                                                             : MODEL_GRAPH_RESNET20,
                            .batch = Bl, .c = 1, .h = 28, .w = 28,
                            .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
-                           .ddp = par == PAR_DDP,
+                           .ddp = par == PAR_DDP, .ddp_bucket_bytes = bucket_bytes,
                            /* batch norm over the global batch, as one device and SPMD (ResNet-20) */
                            .sync_bn = par == PAR_DDP};
   ts_graph *g = model_train_graph(&spec, p);
@@ -230,13 +232,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--optimizer")) optim = !strcmp(v, "sgd") ? TS_OPTIM_SGD : TS_OPTIM_ADAMW;
     else if (!strcmp(argv[i], "--batch")) batch = atoll(v);
     else if (!strcmp(argv[i], "--devices")) devices = atoi(v);
+    else if (!strcmp(argv[i], "--bucket-kib")) bucket_bytes = (size_t)atoll(v) << 10;
     else if (!strcmp(argv[i], "--parallel") &&
              (!strcmp(v, "none") || !strcmp(v, "spmd") || !strcmp(v, "ddp") || !strcmp(v, "fsdp")))
       par = !strcmp(v, "spmd") ? PAR_SPMD : !strcmp(v, "ddp") ? PAR_DDP : !strcmp(v, "fsdp") ? PAR_FSDP : PAR_NONE;
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
                       "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
-                      "[--devices N] [--replicated-update] [--bind]\n");
+                      "[--devices N] [--replicated-update] [--bind] [--bucket-kib K]\n");
       return 2;
     }
     i++;

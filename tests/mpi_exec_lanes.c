@@ -15,7 +15,13 @@
  * the large one only after process 0's run returned (a token on the host
  * channel). With waits in start order, x (or the run's end) would wait for
  * the large one, which waits for the token: a timeout (20 s), which fails.
- * Results equal the synchronous calls' bits. No timing thresholds. */
+ * Results equal the synchronous calls' bits. No timing thresholds.
+ *
+ * A third program makes the small all-reduce a synchronous call of the
+ * device (runtime/cpu_device.c, comm.h comm_wait_lane: the sync-bn
+ * statistics of a DDP step): with the large one in flight it runs on the
+ * small lane at once instead of waiting for every started collective (which
+ * would wait for the token: a timeout). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +58,9 @@ static ts_graph *program(int P, bool read) {
   return g;
 }
 
-static void run_zero(ts_comm *c, ts_net *net, int P, bool read, const float *ref_big, const float *ref_small) {
+/* sync_small: the small all-reduce is called by the device, not started. */
+static void run_zero(ts_comm *c, ts_net *net, int P, bool read, bool sync_small, const float *ref_big,
+                     const float *ref_small) {
   ts_graph *g = program(P, read);
   int n = g->n_nodes;
   float *v[5] = {0};
@@ -60,15 +68,16 @@ static void run_zero(ts_comm *c, ts_net *net, int P, bool read, const float *ref
   for (int i = 0; i < n; i++) v[i] = malloc((size_t)len[i] * sizeof(float));
   mpi_fill(v[0], BIG, 1);
   mpi_fill(v[1], SMALL, 5);
-  bool async[5] = {false, false, true, true, false}, defer[5] = {false, false, true, false, false};
+  bool async[5] = {false, false, true, !sync_small, false}, defer[5] = {false, false, true, false, false};
   void *state[5] = {0};
   rt_carry *carry = rt_carry_new(c, 0);
   ts_program prog = {g, state, 1, 0, c, async, defer, carry, NULL};
   ts_device d;
   cpu_device_init(&d, 0);
   int rc = d.run(NULL, &prog, (void *const *)v);
-  CHECK(rc == 0, "process 0 (%s): the run did not end while the large all-reduce waits for the others: %s",
-        read ? "x reads the small all-reduce" : "nothing reads the small all-reduce", ts_last_error());
+  CHECK(rc == 0, "process 0 (%s%s): the run did not end while the large all-reduce waits for the others: %s",
+        read ? "x reads the small all-reduce" : "nothing reads the small all-reduce",
+        sync_small ? ", called synchronously" : "", ts_last_error());
   CHECK(rt_carry_pending(carry), "process 0: the large all-reduce is not in the carry");
   CHECK_OK(mpi_token(net, P, 0, 9, "mpi_exec_lanes token")); /* the others start the large one now */
   CHECK_OK(rt_carry_wait_all(carry));
@@ -109,8 +118,8 @@ int main(void) {
   comm_set_inline_bytes(c, 0, 0, 0); /* every started collective goes to the worker */
   float *ref_big = malloc((size_t)BIG * sizeof *ref_big), ref_small[SMALL];
   mpi_lane_sums(c, P, me, group, ref_big, BIG, ref_small, SMALL); /* the references */
-  for (int read = 1; read >= 0; read--) {
-    if (me == 0) run_zero(c, net, P, read, ref_big, ref_small);
+  for (int k = 0; k < 3; k++) { /* x reads it, nothing reads it, x reads it called synchronously */
+    if (me == 0) run_zero(c, net, P, k != 1, k == 2, ref_big, ref_small);
     else run_other(c, net, P, me, group);
   }
   free(ref_big);

@@ -84,6 +84,10 @@ typedef struct {
    * all-reduces too). false (ts_nn_init): each replica's own batch, like
    * DDP without SyncBatchNorm. Set after ts_nn_init. */
   bool sync_bn;
+  /* sync_bn's replica count (an all-reduce of 1), made by the first batch
+   * norm and read by the others: one collective per step, not one per layer
+   * (each a wait for the other replicas). TS_NONE until then (ts_nn_init). */
+  ts_tensor sync_replicas;
   /* The activation layout of ts_nn_conv2d, ts_nn_batch_norm and
    * ts_model_resnet's inner layers: TS_LAYOUT_NCHW (ts_nn_init), or
    * TS_LAYOUT_NHWC (channels last: x (N, H, W, C) for the layers; a ResNet

@@ -297,6 +297,22 @@ int comm_wait_alone(ts_comm *c, int device, int64_t ticket) {
   return rc;
 }
 
+int comm_wait_lane(ts_comm *c, int device, const int *group, int n, int64_t bytes) {
+  if (!c || device < c->first || device >= c->first + c->n_local || !group || n < 1) return 0;
+  if (comm_lane(c, group, n, (double)bytes) != 1) return 0;
+  comm_worker *w = c->dev[device].worker;
+  if (!w || w->n_lanes < 2) return w ? 0 : 1; /* no worker: nothing in flight */
+  pthread_mutex_lock(&w->mu);
+  int64_t last = -1; /* the small lane's latest started job; its lane ends them in order */
+  for (int64_t t = w->started - 1; t >= w->done && last < 0; t--)
+    if (w->q[t % QUEUE].lane == 1) last = t;
+  bool failed = w->failed;
+  pthread_mutex_unlock(&w->mu);
+  if (failed) return comm_wait_all(c, device) < 0 ? -1 : 0;
+  if (last >= 0 && comm_wait_alone(c, device, last) < 0) return -1;
+  return 1;
+}
+
 int comm_wait_all(ts_comm *c, int device) {
   comm_worker *w = c && device >= c->first && device < c->first + c->n_local ? c->dev[device].worker : NULL;
   if (!w) return 0;

@@ -130,6 +130,15 @@ int comm_wait_all(ts_comm *c, int device);
  * process runs on this host: same host name), or over hosts. Results are
  * the same bits either way (the same calls, in the same order). */
 bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t bytes);
+/* Before a synchronous collective of `bytes` over group (one the device
+ * calls itself): 1 when it goes on the small lane (comm_lane), after waiting
+ * for what the device started on that lane; the call may then be made
+ * while the main lane's collectives are still in flight (the lanes never
+ * match each other's messages, and each lane's calls stay in start order).
+ * 0 when it does not (the caller waits for everything first), -1 with the
+ * worker's error. Between hosts, ResNet-20's batch norms (sync-bn) make
+ * such calls while a gradient bucket is still crossing the link. */
+int comm_wait_lane(ts_comm *c, int device, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
  * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
  * memory, up to 8 MiB between processes of one host (64 KiB for a while

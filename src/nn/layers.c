@@ -20,6 +20,7 @@ void ts_nn_init(ts_nn *m, ts_graph *g, ts_params *p, bool training, ts_tensor se
   m->p = p;
   m->training = training;
   m->seed = seed;
+  m->sync_replicas = TS_NONE;
 }
 
 /* "<layer>.<param>" into buf; false (error set) if it does not fit. */
@@ -140,9 +141,12 @@ static int nn_record_update(ts_nn *m, ts_tensor param, ts_tensor value) {
  * replica's batch (the mean of the replicas' means: equal batches), then the
  * biased variance around it the same way; *unbias = n / (n - 1) for the
  * global count n = per_channel * replicas (the replica count is an
- * all-reduce of 1, so the graph does not depend on it). */
-static ts_tensor nn_sync_batch_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, ts_tensor beta, int64_t per_channel,
+ * all-reduce of 1, so the graph does not depend on it; one per model,
+ * m->sync_replicas: ResNet-20's 21 batch norms made 21 such waits for the
+ * other replicas a step). */
+static ts_tensor nn_sync_batch_norm(ts_nn *m, ts_tensor x, ts_tensor gamma, ts_tensor beta, int64_t per_channel,
                                     int axis, ts_tensor *mean, ts_tensor *var, ts_tensor *unbias) {
+  ts_graph *g = m->g;
   int r = ts_tensor_rank(g, x);
   int64_t shape[TS_MAX_RANK], cshape[TS_MAX_RANK];
   int dims[TS_MAX_RANK], n = 0;
@@ -159,8 +163,9 @@ static ts_tensor nn_sync_batch_norm(ts_graph *g, ts_tensor x, ts_tensor gamma, t
   ts_tensor inv = ts_rsqrt(g, ts_add(g, v, ts_scalar(g, dt, NORM_EPS)));
   ts_tensor y = ts_mul(g, xc, ts_reshape(g, inv, r, cshape));
   y = ts_add(g, ts_mul(g, y, ts_reshape(g, gamma, r, cshape)), ts_reshape(g, beta, r, cshape));
-  ts_tensor total = ts_mul(g, ts_replica_all_reduce(g, ts_scalar(g, dt, 1.0), TS_REDUCE_SUM),
-                           ts_scalar(g, dt, (double)per_channel));
+  if (m->sync_replicas == TS_NONE || ts_tensor_dtype(g, m->sync_replicas) != dt)
+    m->sync_replicas = ts_replica_all_reduce(g, ts_scalar(g, dt, 1.0), TS_REDUCE_SUM);
+  ts_tensor total = ts_mul(g, m->sync_replicas, ts_scalar(g, dt, (double)per_channel));
   *unbias = ts_div(g, total, ts_sub(g, total, ts_scalar(g, dt, 1.0)));
   *mean = mu;
   *var = v;
@@ -202,7 +207,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   ts_tensor mean = TS_NONE, var = TS_NONE; // (C), biased var
   ts_tensor unbias = TS_NONE;
   ts_graph *g = m->g;
-  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(g, x, gamma, beta, per_channel, axis, &mean, &var, &unbias)
+  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(m, x, gamma, beta, per_channel, axis, &mean, &var, &unbias)
                            : ts_batch_norm_train_axis(m->g, x, gamma, beta, NORM_EPS, axis, &mean, &var);
   if (y == TS_NONE) return TS_NONE;
   /* running = (1 - momentum) * running + momentum * batch statistic, with the

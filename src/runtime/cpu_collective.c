@@ -125,14 +125,25 @@ static void *stage(void **state, const void *in, size_t bytes) {
   return s->buf ? s->buf : (void *)s;
 }
 
+/* The larger of operand and result: what the collective moves. */
+static int64_t moved_bytes(const ts_graph *g, const ts_node *n) {
+  int64_t in_bytes = numel(&g->nodes[n->in[0]]) * (int64_t)ts_dtype_size(g->nodes[n->in[0]].dtype);
+  int64_t out_bytes = numel(n) * (int64_t)ts_dtype_size(n->dtype);
+  return in_bytes > out_bytes ? in_bytes : out_bytes;
+}
+
 bool cpu_collective_inline(const ts_graph *g, int id, int device, ts_comm *comm) {
   const ts_node *n = &g->nodes[id];
   const ts_collective *k = n->attr.coll;
   if (!k || !comm) return false;
-  /* the larger of operand and result: what the collective moves */
-  int64_t in_bytes = numel(&g->nodes[n->in[0]]) * (int64_t)ts_dtype_size(g->nodes[n->in[0]].dtype);
-  int64_t out_bytes = numel(n) * (int64_t)ts_dtype_size(n->dtype);
-  return comm_start_inline(comm, device, k->ids, k->n, in_bytes > out_bytes ? in_bytes : out_bytes);
+  return comm_start_inline(comm, device, k->ids, k->n, moved_bytes(g, n));
+}
+
+int cpu_collective_wait_lane(const ts_graph *g, int id, int device, ts_comm *comm) {
+  const ts_node *n = &g->nodes[id];
+  const ts_collective *k = n->attr.coll;
+  if (!k || !comm || n->n_in < 1) return 0;
+  return comm_wait_lane(comm, device, k->ids, k->n, moved_bytes(g, n));
 }
 
 static int rank_in(const ts_collective *k, int device) {

@@ -153,8 +153,14 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
      * synchronous call, no hand-off to the worker, no staging copy */
     if (async && cpu_collective_inline(g, id, prog->device, prog->comm)) async = false;
     /* the worker runs the device's collectives: none may be in flight when
-     * the device makes a call itself (started ones queue in order) */
-    if (ir_op_is_collective(n->op) && !async) rc = await_all(&p, prog);
+     * the device makes a call itself (started ones queue in order), unless
+     * the call goes on the small lane between hosts, which only waits for
+     * that lane's (comm.h comm_wait_lane: a sync-bn statistic need not wait
+     * for the gradient bucket crossing the link) */
+    if (ir_op_is_collective(n->op) && !async) {
+      int lane = p.n ? cpu_collective_wait_lane(g, id, prog->device, prog->comm) : 0;
+      rc = lane < 0 ? -1 : lane ? 0 : await_all(&p, prog);
+    }
     if (rc == 0 && rt_carry_pending(prog->carry)) rc = await_carried(prog, values, id);
     for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, base_of(g, n->in[k]));
     if (rc) break;

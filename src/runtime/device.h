@@ -78,6 +78,11 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
  * (comm.h comm_start_inline: nothing in flight, small enough or in shared
  * memory); the same bits either way. */
 bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm);
+/* cpu_collective.c: before collective node `id` runs synchronously: 1 when it
+ * goes on the small lane between hosts and may run beside the main lane's
+ * started collectives (comm.h comm_wait_lane waited for its own lane's),
+ * 0 when every started one must end first, -1 on error. */
+int cpu_collective_wait_lane(const ts_graph *g, int id, int device, struct ts_comm *comm);
 int64_t cpu_collective_start(const ts_graph *g, int id, const void *in, void *out, int device, struct ts_comm *comm,
                              void **state, bool borrow);
 
