@@ -37,12 +37,9 @@
  * whose batch norm's statistics calls then end within a millisecond, yet
  * that backward is placed after the bucket's updates and so waits for the
  * bucket (run_multihost.sh PROFILE=1, link_gaps, stop 33: device 0 without
- * a kernel from the small call's end to the bucket's, 7-12 ms loaded). So
- * tiny collectives (at most TAIL_TINY_BYTES: between hosts the device calls
- * them in line, synchronously) are not the tail's collectives: they neither
- * begin the tail nor key a node, and the nodes after them go before the
- * users of a large collective started earlier. Without lanes the device's
- * call waits for that large one anyway, so nothing waits longer.
+ * a kernel from the small call's end to the bucket's, 7-12 ms loaded). Not
+ * done: such calls (tiny, synchronous) not counted as the tail's
+ * collectives, so the nodes after them go before the bucket's users.
  *
  * Not done, on purpose: starting that update and all-gather before the
  * last bucket's reduction (where the reduce-scatter would have ended under
@@ -139,16 +136,6 @@ static int reduction_feeders(const ts_graph *g, const bool *eager, int32_t *seen
   return count;
 }
 
-/* A tiny collective (see the top): at most the in-line limit between hosts
- * (util/config.c env_inline_bytes' default), a wait for the peer, not a
- * transfer; the sync-bn statistics of ResNet-20 are 64-512 bytes. */
-enum { TAIL_TINY_BYTES = 64 << 10 };
-
-static bool keyed(const ts_node *n) {
-  return startable(n->op) &&
-         (size_t)ts_shape_numel(n->rank, n->shape) * ts_dtype_size(n->dtype) > (size_t)TAIL_TINY_BYTES;
-}
-
 /* Reorders order[] after its last collective of key -1 by key (see the top):
  * key[v] = the position in order of the latest collective v depends on, -1
  * for none. key: n entries of scratch. */
@@ -166,11 +153,11 @@ static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *or
     int32_t k = -1;
     for (int i = 0; i < nd->n_in; i++) {
       int in = nd->in[i];
-      int32_t ki = keyed(&g->nodes[in]) ? pos[in] : key[in];
+      int32_t ki = startable(g->nodes[in].op) ? pos[in] : key[in];
       if (ki > k) k = ki;
     }
     key[order[p]] = k;
-    if (k < 0 && keyed(nd)) tail = p + 1;
+    if (k < 0 && startable(nd->op)) tail = p + 1;
   }
   /* a node of the tail that waits for nothing but feeds only nodes that wait
    * goes with the earliest of them (the update's slice of a weight stays next
