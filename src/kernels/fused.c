@@ -18,10 +18,6 @@
  * summed (or averaged) over attr.dims by reduce.c, run by run, never stored. */
 #include <omp.h>
 #include <stdlib.h>
-#include <string.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
@@ -306,7 +302,6 @@ typedef struct {
   int64_t numel;
   tk_plan plan; /* fused_plan.c: instructions skipped, shared or done as one */
   const tk_fast *fast; /* fused_fast.c's loop for this program (then no plan, no scratch), or NULL */
-  bool nt_out;         /* EXPERIMENT (TESSEL_FUSED_NT=1): the f32 result streamed into out (no RFO) */
 } prog_t;
 
 /* Scratch per thread: a tile per instruction and per input, and one more
@@ -440,30 +435,13 @@ static void gelu_grad_tile(const float *x, float *d, float *t, int n) {
 
 /* Elements [lo, hi) into out (element lo at out's start), tile by tile, with
  * a prefilled scratch. */
-/* EXPERIMENT: n bytes from src (scratch, 64-aligned) into dst, the
- * 16-byte aligned middle of dst with non-temporal stores. */
-static void stream_bytes(char *dst, const char *src, size_t n) {
-#if defined(__x86_64__)
-  size_t head = (size_t)(-(uintptr_t)dst & 15);
-  if (head > n) head = n;
-  memcpy(dst, src, head);
-  dst += head, src += head, n -= head;
-  size_t body = n & ~(size_t)15;
-  for (size_t i = 0; i < body; i += 16)
-    _mm_stream_si128((__m128i *)(void *)(dst + i), _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
-  memcpy(dst + body, src + body, n - body);
-#else
-  memcpy(dst, src, n);
-#endif
-}
-
 static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, void *out) {
   const ts_fused *p = P->p;
   int ni = p->n;
   char *ext_buf = scratch + (size_t)ni * TILE * 8;
   float *extra = (float *)(ext_buf + (size_t)P->n_ext * TILE * 8);
   const void *ext[P->n_ext > 0 ? P->n_ext : 1]; /* tile pointer per external input (NULL: not loaded) */
-  bool direct = (P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64) && !P->nt_out;
+  bool direct = P->out_dt == TS_F32 || P->out_dt == TS_F64 || P->out_dt == TS_I64;
   int64_t held[ni]; /* per BROADCAST instruction: the source element its scratch tile holds, or -1 */
   int held_n[ni];
   for (int i = 0; i < ni; i++) held[i] = -1, held_n[i] = 0;
@@ -535,12 +513,8 @@ static void run_range(const prog_t *P, int64_t lo, int64_t hi, char *scratch, vo
         for (int j = 0; j < n; j++) ((int64_t *)d)[j] = tk_wrap_int(I->dtype, ((int64_t *)d)[j]);
       val[i] = d;
     }
-    if (P->nt_out) stream_bytes((char *)out + (size_t)(off - lo) * 4, val[ni - 1], (size_t)n * 4);
-    else if (!direct && !stored) store_tile(P->out_dt, val[ni - 1], n, out, off - lo);
+    if (!direct && !stored) store_tile(P->out_dt, val[ni - 1], n, out, off - lo);
   }
-#if defined(__x86_64__)
-  if (P->nt_out) _mm_sfence();
-#endif
 }
 
 static bool class_ok(const prog_t *P) {
@@ -596,17 +570,6 @@ static int prog_exec(const prog_t *P, tk_in in, void *out, const ts_kctx *ctx) {
   if (nt > ntiles) nt = (int)ntiles;
   prog_t R = *P;
   R.in = in, R.out = out;
-  static int nt_env = -1;
-  if (nt_env < 0) nt_env = getenv("TESSEL_FUSED_NT") && atoi(getenv("TESSEL_FUSED_NT")) > 0;
-  if (nt_env && !fast && R.out_dt == TS_F32 && numel * 4 >= (1 << 20)) { /* EXPERIMENT: out overlaps no input */
-    bool overlap = false;
-    for (int k = 0; k < R.n_ext && !overlap; k++) {
-      const char *a = in[k], *o = out;
-      size_t ab = (size_t)R.ext_numel[k] * ts_dtype_size(R.ext_dt[k]);
-      overlap = a && a < o + numel * 4 && o < a + ab;
-    }
-    R.nt_out = !overlap;
-  }
   int err = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : err)
   {
@@ -636,7 +599,7 @@ int tk_program_run(const ts_fused *prog, int n_ext, const ts_dtype *ext_dt,
                    const ts_kctx *ctx) {
   int8_t kind[prog->n > 0 ? prog->n : 1];
   int32_t arg[prog->n > 0 ? prog->n : 1];
-  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL, false};
+  prog_t P = {prog, n_ext, ext_dt, ext_numel, in, out, out_dt, numel, {kind, arg}, NULL};
   tk_fast F; /* fused_fast.c: a one-pass loop for this program, if it has one */
   if (prog_prepare(&P, &F) < 0) return -1;
   return prog_exec(&P, in, out, ctx);
@@ -750,7 +713,7 @@ static res_prog *res_progs_make(const ts_node *n, const ts_dtype *dt, const int6
     for (int j = 0; j < m; j++) R->dt[j] = dt[R->ext[j]], R->ne[j] = ne[R->ext[j]];
     R->direct = R->p.n == 1 && R->p.ins[0].op == TS_OP_CONVERT && R->p.ins[0].dtype == TS_F32 && m == 1 &&
                 R->dt[0] == TS_F32 && R->ne[0] == numel;
-    R->P = (prog_t){&R->p, m, R->dt, R->ne, NULL, NULL, TS_F32, numel, {R->kind, R->arg}, NULL, false};
+    R->P = (prog_t){&R->p, m, R->dt, R->ne, NULL, NULL, TS_F32, numel, {R->kind, R->arg}, NULL};
     if (prog_prepare(&R->P, &R->F) < 0) {
       res_progs_free(r, k);
       return NULL;
@@ -818,7 +781,7 @@ static int fused_state_fill(const ts_graph *g, const ts_node *n, fused_state *f)
   int rank = n->attr.axis;
   if (red && (rank < 1 || rank > TS_MAX_RANK)) return set_error("fused: reduction over an operand of rank %d", rank);
   int64_t numel = red ? ts_shape_numel(rank, n->attr.gshape) : tk_numel(n);
-  f->P = (prog_t){prog, n->n_in, f->dt, f->ne, NULL, NULL, red ? TS_F32 : n->dtype, numel, {f->kind, f->arg}, NULL, false};
+  f->P = (prog_t){prog, n->n_in, f->dt, f->ne, NULL, NULL, red ? TS_F32 : n->dtype, numel, {f->kind, f->arg}, NULL};
   f->fast_on = tk_fused_fast_on();
   res_progs_free(f->res, f->n_res);
   f->res = NULL;
