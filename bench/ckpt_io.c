@@ -8,7 +8,7 @@
  * 64-token context (--gpt L,D,H,T,V for another; the step's cost grows with T).
  *
  *   bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] [--rounds N]
- *                 [--isolate nohash,nowrite,nocopy,buffered]
+ *                 [--isolate nohash,nowrite,nocopy,buffered] [--hold-ab N]
  *
  * Each round runs two training steps of the model (AdamW, batch 2: the
  * program of tessel train, updating the state in place), saves the state
@@ -63,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h> /* getrusage: the held step's faults */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,15 +192,59 @@ static double save_alone(ts_ckpt_saver *sv, const char *dir, ts_params *p, int64
   return now_s() - t0;
 }
 
+/* --hold-ab N: what holding the state costs the step by itself, with no
+ * saver running: N pairs of steps, one plain (the state updated in place),
+ * one with every parameter buffer held (ts_buffer_hold_new; the step
+ * computes into the spare memory, hold.c), released after it, interleaved
+ * (plain, held, plain, held, ...) after one held warm-up step (it allocates
+ * the spare). Prints the medians of wall seconds and process CPU seconds:
+ *   RESULT hold_ab <model> plain_s=.. held_s=.. plain_cpu_s=.. held_cpu_s=.. pairs=N
+ * The held step's extra is the out-of-place update's own cost (its stores
+ * go to memory the step has not read: read for ownership), apart from the
+ * saver's copy and writes beside it. */
+static void hold_ab(ts_executable *exe, model_io *io, ts_buffer **outs, int n_out, ts_params *p, ts_client *c,
+                    const char *model, int pairs) {
+  int n = ts_params_count(p);
+  ts_buffer_hold **h = calloc((size_t)n + 1, sizeof *h);
+  double *w[2], *u[2];
+  for (int k = 0; k < 2; k++) w[k] = calloc((size_t)pairs + 1, sizeof **w), u[k] = calloc((size_t)pairs + 1, sizeof **u);
+  if (!h || !w[0] || !w[1] || !u[0] || !u[1]) die("out of memory");
+  for (int r = -1; r < pairs; r++) {
+    for (int held = r < 0 ? 1 : 0; held < 2; held++) {
+      for (int i = 0; held && i < n; i++) { /* entries may share a buffer (tied weights): one hold each */
+        ts_buffer *b = ts_params_buffer(p, c, i);
+        bool seen = false;
+        for (int k = 0; k < i && !seen; k++) seen = h[k] && ts_params_buffer(p, c, k) == b;
+        if (!seen && !(h[i] = ts_buffer_hold_new(b))) die("hold");
+      }
+      struct rusage ru0, ru1;
+      getrusage(RUSAGE_SELF, &ru0);
+      double cpu0 = process_cpu_s(), t = run_step(exe, io, outs, n_out), cpu = process_cpu_s() - cpu0;
+      getrusage(RUSAGE_SELF, &ru1);
+      for (int i = 0; i < n; i++) ts_buffer_hold_release(h[i]), h[i] = NULL;
+      if (r >= 0) w[held][r] = t, u[held][r] = cpu;
+      double sys = (double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) + (double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
+      if (r >= 0)
+        fprintf(stderr, "hold_ab pair %d %s: %.3f s, CPU %.3f s (system %.3f s), minor faults %ld\n", r + 1,
+                held ? "held " : "plain", t, cpu, sys, ru1.ru_minflt - ru0.ru_minflt);
+    }
+  }
+  printf("RESULT hold_ab %s plain_s=%.3f held_s=%.3f plain_cpu_s=%.3f held_cpu_s=%.3f pairs=%d\n", model,
+         median(w[0], pairs), median(w[1], pairs), median(u[0], pairs), median(u[1], pairs), pairs);
+  for (int k = 0; k < 2; k++) free(w[k]), free(u[k]);
+  free(h);
+}
+
 int main(int argc, char **argv) {
   const char *model = "resnet50", *dir = "/tmp/tessel_bench_ckpt";
-  int rounds = 3;
+  int rounds = 3, hold_pairs = 0;
   bool isolate = false;
   ts_gpt_config gpt = {.layers = 12, .d_model = 768, .heads = 12, .seq = 64, .vocab = 50257};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--hold-ab")) hold_pairs = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--isolate")) {
       if (parse_isolate(argv[i + 1]) < 0) return 2;
       isolate = true;
@@ -209,7 +254,7 @@ int main(int argc, char **argv) {
                     &gpt.vocab) == 5) {
     } else {
       fprintf(stderr, "usage: bench_ckpt_io [--model resnet50|resnet20|mlp|gpt] [--gpt L,D,H,T,V] [--dir DIR] "
-                      "[--rounds N] [--isolate nohash,nowrite,nocopy,buffered]\n");
+                      "[--rounds N] [--isolate nohash,nowrite,nocopy,buffered] [--hold-ab N]\n");
       return 2;
     }
   }
@@ -242,6 +287,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ts_params_count(p); i++) {
     bytes += (size_t)ts_params_numel(p, i) * 4;
     if (!ts_params_buffer(p, c, i)) die("uploading");
+  }
+  if (hold_pairs > 0) { /* only the held-step comparison */
+    hold_ab(exe, &io, outs, n_out, p, c, model, hold_pairs);
+    free(outs);
+    model_io_free(&io);
+    ts_executable_free(exe);
+    ts_graph_free(g);
+    ts_params_free(p);
+    ts_client_free(c);
+    return 0;
   }
   double *stp = malloc((size_t)rounds * sizeof *stp), *during = malloc((size_t)rounds * sizeof *during);
   double *wait = malloc((size_t)rounds * sizeof *wait), *copy = malloc((size_t)rounds * sizeof *copy);
