@@ -18,33 +18,21 @@
  * (fused_mask.c does the same for ReLU's gradient). Each element's operands
  * are read before it is written, so the output may be one of the inputs. */
 #include "kernels/kernels_internal.h"
+#include "kernels/nan_order.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
 enum { SQUARE, DY_FIRST, X_FIRST };
 
-INLINE float ld(const void *p, bool bf16, int64_t j) {
-  return bf16 ? ts_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
-}
-
-/* x with its quiet bit set (only NaNs are passed on). */
-INLINE float quieted(float x) {
-  uint32_t b;
-  memcpy(&b, &x, 4);
-  b |= 0x400000u;
-  memcpy(&x, &b, 4);
-  return x;
-}
-
 /* d[0 .. n) = the term of form over one channel run (mean m). */
 INLINE void run_loop(const void *X, bool xb, const void *Y, bool yb, int form, float m, float *d, int64_t n) {
   _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {
-    float t = ld(X, xb, j) - m;
+    float t = nan_ld(X, xb, j) - m;
     if (form == SQUARE) {
       d[j] = t * t;
     } else {
-      float y = ld(Y, yb, j), a = form == DY_FIRST ? y : t, r = y * t;
-      d[j] = a != a ? quieted(a) : r; /* mul_o(a, the other) */
+      float y = nan_ld(Y, yb, j), a = form == DY_FIRST ? y : t, r = y * t;
+      d[j] = a != a ? nan_quieted(a) : r; /* mul_o(a, the other) */
     }
   }
 }

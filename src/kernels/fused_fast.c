@@ -32,20 +32,12 @@
  *     (SGD's 0.9 * buf + g and p - lr * g). */
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/nan_order.h"
 
 #define SIMD _Pragma("omp simd")
 #define CHUNK 256 /* elements per pass (two float buffers on the stack) */
 
 static bool g_fast = true;
-
-/* x quieted (a NaN's quiet bit set; other values are not passed here). */
-static inline float quiet(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  u |= 0x400000u;
-  memcpy(&x, &u, 4);
-  return x;
-}
 
 /* a + b and a * b with the x86 NaN rule pinned to this operand order (the
  * first NaN operand, quieted; a compiler may swap a commutative operation's
@@ -53,11 +45,11 @@ static inline float quiet(float x) {
  * interpreter's loops over two arrays do not). */
 static inline float add_o(float a, float b) {
   float r = a + b;
-  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+  return a != a ? nan_quieted(a) : b != b ? nan_quieted(b) : r;
 }
 static inline float mul_o(float a, float b) {
   float r = a * b;
-  return a != a ? quiet(a) : b != b ? quiet(b) : r;
+  return a != a ? nan_quieted(a) : b != b ? nan_quieted(b) : r;
 }
 
 /* The loops below run each chunk with plain + and * first (`exact` false)

@@ -23,6 +23,7 @@
  * w, y and the result (always_inline with constant flags). */
 #include "kernels/bf16_round.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/nan_order.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -32,19 +33,6 @@ typedef struct {
   int32_t lt, eq, gt, un; /* which outcomes of y against k select u [+ w] (-1 or 0) */
 } mask_args;
 
-INLINE float ld(const void *p, bool bf16, int64_t j) {
-  return bf16 ? ts_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
-}
-
-/* x with its quiet bit set (only NaNs are passed on). */
-INLINE float quieted(float x) {
-  uint32_t b;
-  memcpy(&b, &x, 4);
-  b |= 0x400000u;
-  memcpy(&x, &b, 4);
-  return x;
-}
-
 INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w, bool ob, bool gt_only, void *out,
                       int64_t n) {
   const void *U = A->u, *W = A->w, *Y = A->y;
@@ -52,12 +40,12 @@ INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w,
   int32_t lt = A->lt, eq = A->eq, gt = A->gt, un = A->un;
   uint16_t *oh = out;
   _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {
-    float u = ld(U, ub, j), v = u;
+    float u = nan_ld(U, ub, j), v = u;
     if (has_w) {
-      v = u + ld(W, wb, j);
-      v = u != u ? quieted(u) : v; /* add_o(u, w) */
+      v = u + nan_ld(W, wb, j);
+      v = u != u ? nan_quieted(u) : v; /* add_o(u, w) */
     }
-    float y = ld(Y, yb, j);
+    float y = nan_ld(Y, yb, j);
     /* the flags as masks (-1 or 0), so that their logic stays in vector lanes */
     int32_t s = (lt & -(int32_t)(y < k)) | (eq & -(int32_t)(y == k)) | (gt & -(int32_t)(y > k)) |
                 (un & -(int32_t)(y != y || k != k));
