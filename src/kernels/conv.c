@@ -279,10 +279,11 @@ void tk_conv_set_plain_1x1(bool on) { __atomic_store_n(&g_plain_1x1, on, __ATOMI
 /* bf16 with fewer than 64 input channels (ResNet-20's projections 16->32 and
  * 32->64): the gemm convolution is far behind the blocked kernels there, in
  * all three directions. oneDNN verbose least times, 1 thread, b128 32x32
- * (bench/run_onednn_least.sh): 16->32 1x1/2 forward 26.7 ms plain against
- * 0.36 blocked (PyTorch's jit_bf16_1x1), backward-data 1.36 / 0.41, filter
- * gradient 23.8 / 0.33; 32->64 filter gradient 0.55 / 0.28. f32 keeps the
- * plain path on every shape (its results stay bit-identical to before). */
+ * (bench/run_onednn_least.sh's header, stop 33, loaded host): 16->32 1x1/2
+ * forward 1.958 ms on the gemm path against 0.272 for the blocked
+ * jit_bf16_1x1 (PyTorch's), backward-data 0.975 / 0.327, filter gradient
+ * 2.055 / 0.243; 32->64 filter gradient 0.460 / 0.142. f32 keeps the plain
+ * path on every shape (its results stay bit-identical to before). */
 #define PLAIN_MIN_BF16_CHANNELS 64
 
 static bool plain_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
