@@ -105,6 +105,17 @@ static void test_conv(void) {
   }
 }
 
+/* The three ops of one convolution on random x, w and dy of dtype dt:
+ * outs = {forward y, data gradient dx, filter gradient dw}. */
+static void conv_trio(ex_t *e, ts_dtype dt, const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                      const ts_attr *at, ts_tensor outs[3]) {
+  ts_tensor x = rinput(e, dt, 4, xs), w = rinput(e, dt, 4, ws), dy = rinput(e, dt, 4, ys);
+  int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
+  outs[0] = node(e, TS_OP_CONV, dt, 4, ys, 2, i0, at);
+  outs[1] = node(e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, at);
+  outs[2] = node(e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, at);
+}
+
 /* The 1x1 convolutions of a ResNet on planes above 14x14: the plain NCHW path
  * (oneDNN's gemm convolution, no reorders) against the blocked path the other
  * convolutions take, the same three ops on the same data. Both accumulate in
@@ -120,10 +131,8 @@ static void test_conv_plain_vs_blocked(void) {
       ts_attr at = {.conv = {{(int)st, (int)st}, {0, 0}, {0, 0}, {1, 1}, 1}};
       ex_t e;
       ex_init(&e);
-      ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
-      int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
-      ts_tensor outs[3] = {node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at), node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at),
-                           node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at)};
+      ts_tensor outs[3];
+      conv_trio(&e, dt, xs, ws, ys, &at, outs);
       CHECK_OK(run(&e, outs[2]));
       double *plain[3];
       for (int k = 0; k < 3; k++) {
@@ -152,7 +161,7 @@ static void test_conv_plain_vs_blocked(void) {
 /* ResNet-20's projection shortcut (1x1, stride 2, 16 -> 32 channels, 32x32 ->
  * 16x16): f32 takes the plain NCHW path in all three directions, bf16 the
  * blocked one (conv.c's PLAIN_MIN_BF16_CHANNELS: oneDNN's bf16 gemm
- * convolution is up to 70x slower there). */
+ * convolution was 3-8x slower there, bench/run_onednn_least.sh). */
 static void test_conv_bf16_small_1x1(void) {
   for (int di = 0; di < 2; di++) {
     ts_dtype dt = di ? TS_BF16 : TS_F32;
@@ -160,10 +169,8 @@ static void test_conv_bf16_small_1x1(void) {
     ts_attr at = {.conv = {{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1}};
     ex_t e;
     ex_init(&e);
-    ts_tensor x = rinput(&e, dt, 4, xs), w = rinput(&e, dt, 4, ws), dy = rinput(&e, dt, 4, ys);
-    int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
-    ts_tensor outs[3] = {node(&e, TS_OP_CONV, dt, 4, ys, 2, i0, &at), node(&e, TS_OP_CONV_BWD_DATA, dt, 4, xs, 2, i1, &at),
-                         node(&e, TS_OP_CONV_BWD_FILTER, dt, 4, ws, 2, i2, &at)};
+    ts_tensor outs[3];
+    conv_trio(&e, dt, xs, ws, ys, &at, outs);
     CHECK_OK(run(&e, outs[2]));
     for (int k = 0; k < 3; k++)
       CHECK(e.st[outs[k]] && tk_conv_state_is_plain(e.st[outs[k]]) == (dt == TS_F32),
@@ -225,11 +232,8 @@ static void test_conv_blk16(void) {
   ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}};
   ex_t e;
   ex_init(&e);
-  ts_tensor x = rinput(&e, TS_BF16, 4, xs), w = rinput(&e, TS_BF16, 4, ws), dy = rinput(&e, TS_BF16, 4, ys);
-  int32_t i0[2] = {x, w}, i1[2] = {dy, w}, i2[2] = {x, dy};
-  ts_tensor outs[3] = {node(&e, TS_OP_CONV, TS_BF16, 4, ys, 2, i0, &at),
-                       node(&e, TS_OP_CONV_BWD_DATA, TS_BF16, 4, xs, 2, i1, &at),
-                       node(&e, TS_OP_CONV_BWD_FILTER, TS_BF16, 4, ws, 2, i2, &at)};
+  ts_tensor outs[3];
+  conv_trio(&e, TS_BF16, xs, ws, ys, &at, outs);
   void *ref[3];
   for (int pass = 0; pass < 2; pass++) {
     tk_conv_set_blk16(pass == 1);
