@@ -235,6 +235,15 @@ static void hold_ab(ts_executable *exe, model_io *io, ts_buffer **outs, int n_ou
   free(h);
 }
 
+/* The model's executable, graph, parameters and client, freed in reverse order of creation. */
+static void free_model(model_io *io, ts_executable *exe, ts_graph *g, ts_params *p, ts_client *c) {
+  model_io_free(io);
+  ts_executable_free(exe);
+  ts_graph_free(g);
+  ts_params_free(p);
+  ts_client_free(c);
+}
+
 int main(int argc, char **argv) {
   const char *model = "resnet50", *dir = "/tmp/tessel_bench_ckpt";
   int rounds = 3, hold_pairs = 0;
@@ -291,11 +300,7 @@ int main(int argc, char **argv) {
   if (hold_pairs > 0) { /* only the held-step comparison */
     hold_ab(exe, &io, outs, n_out, p, c, model, hold_pairs);
     free(outs);
-    model_io_free(&io);
-    ts_executable_free(exe);
-    ts_graph_free(g);
-    ts_params_free(p);
-    ts_client_free(c);
+    free_model(&io, exe, g, p, c);
     return 0;
   }
   double *stp = malloc((size_t)rounds * sizeof *stp), *during = malloc((size_t)rounds * sizeof *during);
@@ -416,10 +421,6 @@ int main(int argc, char **argv) {
   free(alone), free(alone_load), free(alone_fill), free(alone_io);
   free(fill), free(cpy), free(hsh), free(ioc), free(fsy), free(cpu_step), free(cpu_during);
   free(save), free(load), free(snap), free(write), free(stp), free(during), free(wait), free(copy), free(outs);
-  model_io_free(&io);
-  ts_executable_free(exe);
-  ts_graph_free(g);
-  ts_params_free(p);
-  ts_client_free(c);
+  free_model(&io, exe, g, p, c);
   return 0;
 }
