@@ -9,6 +9,7 @@
 # perfect split), and per kernel name A vs B on 2 threads (B - A).
 # Least times over many steps are what survives a loaded host; the final
 # losses printed per run must match between A and B (same bits).
+# KEEP=DIR keeps the traces there (A1.R.json, B2.R.json, ...).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 a="$1" b="$2"
@@ -18,7 +19,7 @@ flags=("$@")
 steps=8
 for ((i = 0; i < ${#flags[@]}; i++)); do [ "${flags[$i]}" = --steps ] && steps="${flags[$((i + 1))]}"; done
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp"/*.json "$KEEP"/; rm -rf "$tmp"' EXIT
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for t in 1 2; do
     for side in A B; do
