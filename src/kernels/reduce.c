@@ -128,6 +128,14 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
   return S && inner > 0 && inner < SRC_BLOCK ? SRC_BLOCK / inner : 1;
 }
 
+/* Whether a threaded reduction of groups G takes split_*: a sum or mean of
+ * shape [R, K, R] whose runs hold 16 elements or more (the runs' sums, R x K
+ * doubles per result, are at most an eighth of the operand's f32 bytes). */
+static bool split_fits(const groups_t *G, ts_reduce_kind k) {
+  return (k == TS_REDUCE_SUM || k == TS_REDUCE_MEAN) && G->ng == 3 && G->red[0] && !G->red[1] && G->red[2] &&
+         G->size[2] >= 16;
+}
+
 /* Float kernels on storage type T with double accumulators. Each returns -1
  * when a thread's source state could not be made (out of memory). */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
@@ -151,10 +159,54 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
     } else                                                                                   \
       for (int64_t i = 0; i < n; i++) FOLD(acc[i], (double)x[i], k);                         \
   }                                                                                          \
+  /* [R, K, R] sums on nt threads, split by runs: the R x K runs of in3 elements (in memory  \
+   * order) are cut into nt equal ranges; each run's lane sum s = run_##SUF(run, -0.0) (exactly \
+   * s) goes into part; then each output adds its runs' sums in row order, acc + s, the       \
+   * operation run_##SUF ends with in the serial fold: same bits. A thread reads one          \
+   * contiguous half of the operand (the half it wrote in an elementwise kernel before: its  \
+   * cache), and the split does not depend on K. -1: out of memory (a source's state). */      \
+  static int split_##SUF(const groups_t *G, const T *x, const tk_reduce_src *S, ts_reduce_kind k, \
+                         double *acc, int64_t out_n, double init, int nt, double *part) {     \
+    int nr = S && S->n_res > 1 ? S->n_res : 1, err = 0;                                      \
+    int64_t R = G->size[0], K = G->size[1], in3 = G->size[2], RK = R * K;                     \
+    int64_t nb = runs_per_call(S, in3);                                                      \
+    _Pragma("omp parallel num_threads(nt) reduction(| : err)")                               \
+    {                                                                                        \
+      int nth = omp_get_num_threads(), me = omp_get_thread_num();                            \
+      int64_t i0 = RK * me / nth, i1 = RK * (me + 1) / nth;                                  \
+      void *st = S && i0 < i1 ? S->begin(S->user, nb * in3) : NULL;                          \
+      err = S && i0 < i1 && !st;                                                             \
+      for (int64_t i = i0; i < i1 && !err; i += nb) {                                        \
+        int64_t cnt = i1 - i < nb ? i1 - i : nb;                                             \
+        const T *ps[TK_SRC_MAX_RES];                                                         \
+        GET(T, ps, i * in3, cnt * in3);                                                      \
+        for (int q = 0; q < nr; q++)                                                         \
+          for (int64_t j = 0; j < cnt; j++) part[q * RK + i + j] = run_##SUF(ps[q] + j * in3, in3, k, -0.0); \
+      }                                                                                      \
+      if (st) S->end(st);                                                                    \
+      _Pragma("omp barrier")                                                                 \
+      _Pragma("omp for schedule(static)")                                                    \
+      for (int64_t o = 0; o < K; o++)                                                        \
+        for (int q = 0; q < nr; q++) {                                                       \
+          double a = init;                                                                   \
+          for (int64_t r = 0; r < R; r++) a = a + part[q * RK + r * K + o];                  \
+          acc[q * out_n + o] = a;                                                            \
+        }                                                                                    \
+    }                                                                                        \
+    return err ? -1 : 0;                                                                     \
+  }                                                                                          \
   static int reduce_##SUF(const groups_t *G, const T *x, const tk_reduce_src *S, ts_reduce_kind k, \
                           double *acc, int64_t out_n, double init, int nt) {                 \
     int last = G->ng - 1, err = 0, nr = S && S->n_res > 1 ? S->n_res : 1;                  \
     int64_t inner = G->size[last];                                                           \
+    if (nt > 1 && split_fits(G, k)) {                                                       \
+      double *part = malloc((size_t)(nr * G->size[0] * G->size[1]) * sizeof *part);          \
+      if (part) {                                                                            \
+        int rc = split_##SUF(G, x, S, k, acc, out_n, init, nt, part);                        \
+        free(part);                                                                          \
+        return rc;                                                                           \
+      }                                                                                      \
+    }                                                                                        \
     if (G->ng == 2 && !G->red[0]) { /* [K, R]: independent rows */                           \
       _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)")                 \
       {                                                                                      \
@@ -170,8 +222,8 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
       }                                                                                      \
       return err ? -1 : 0;                                                                   \
     }                                                                                        \
-    /* [R, K, R] (batch norm's sum over N, H, W of NCHW) and [R, K] (a bias                 \
-     * gradient's sum over the batch): threads split the kept dim; each output                \
+    /* [R, K, R] max / min (sums take split_ above, unless runs are short) and [R, K] (a     \
+     * bias gradient's sum over the batch): threads split the kept dim; each output           \
      * folds its runs in the same order as the serial loop below (same bits). A thread      \
      * walks the rows in memory order, its channels of each (a source: nb runs a call);      \
      * channel by channel, ResNet-20's 32x32 planes were 4 KB runs 64 KB apart and two       \
