@@ -128,7 +128,7 @@ int main(void) {
   ts_test_init("test_bn_fast", 0);
   run_fused(2, 3, 7, 11);  /* 462 elements: serial, one partial tile */
   run_fused(8, 7, 24, 25); /* 33600: threaded, 65 tiles and a partial one */
-  run_fused(72, 13, 6, 6); /* 33696: threaded, runs of 36 asked for 113 at a time, 13 channels split 7/6 */
+  run_fused(72, 13, 6, 6); /* 33696: threaded, runs of 36 (113 a source call), 936 runs split 468 / 468 */
   grad_structure(false);
   grad_structure(true);
   return ts_test_finish();

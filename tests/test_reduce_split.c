@@ -5,8 +5,9 @@
  * mean, x * x) and a stacked fused reduction (sum(g), sum(g * (x - m)): batch
  * norm's backward sums), on 1 and 2 threads, compared byte for byte, over
  * values with cancellations (+-2^40 terms that rise and cancel over the rows)
- * where a changed order shows in the f32 results; shapes with uneven splits, runs of 16, runs of more than
- * 4096 (one run per source call) and a max (not split). */
+ * where a changed order shows in the f32 results; shapes with uneven splits,
+ * runs of 16, runs of more than 4096 (one run per source call), runs of 9 and
+ * a max (the last two not split: threads take channels, row by row). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,5 +94,6 @@ int main(void) {
   check_shape(41, 7, 11, 11);  /* 287 runs of 121 split 143 / 144, 33 runs a source call */
   check_shape(128, 17, 4, 4);  /* runs of 16 (the shortest split), 17 channels */
   check_shape(3, 3, 64, 65);   /* runs of 4160: one a source call, 9 runs split 4 / 5 */
+  check_shape(512, 9, 3, 3);   /* runs of 9: too short to split, the channels split 5 / 4 instead */
   return ts_test_finish();
 }

@@ -129,11 +129,13 @@ static int64_t runs_per_call(const tk_reduce_src *S, int64_t inner) {
 }
 
 /* Whether a threaded reduction of groups G takes split_*: a sum or mean of
- * shape [R, K, R] whose runs hold 16 elements or more (the runs' sums, R x K
- * doubles per result, are at most an eighth of the operand's f32 bytes). */
+ * shape [R, K, R] whose runs hold 16 elements or more and number at most
+ * SPLIT_MAX_RUNS (the runs' sums, R x K doubles per result: at most an eighth
+ * of the operand's f32 bytes, and 8 MiB; batch norm's N x C is far below). */
+#define SPLIT_MAX_RUNS ((int64_t)1 << 20)
 static bool split_fits(const groups_t *G, ts_reduce_kind k) {
   return (k == TS_REDUCE_SUM || k == TS_REDUCE_MEAN) && G->ng == 3 && G->red[0] && !G->red[1] && G->red[2] &&
-         G->size[2] >= 16;
+         G->size[2] >= 16 && G->size[0] * G->size[1] <= SPLIT_MAX_RUNS;
 }
 
 /* Float kernels on storage type T with double accumulators. Each returns -1
