@@ -18,7 +18,11 @@
  *  8. runs with their waits for a core measured (schedstats): a run whose
  *     threads spun while one waited (CPU = 2 x wall, 40% of it waited) is not
  *     clean, one with no wait is; cal_clean_median takes the clean runs'
- *     median; cal_wait_now reads this process's threads. */
+ *     median; cal_wait_now reads this process's threads;
+ *  9. cal_median_rounds (wake-up keys: the median round): an outlier round
+ *     at either end, or a bimodal key's minority mode, does not move it;
+ *     cal_settled_as waits for its confirmation; cal_confirmed_or takes the
+ *     fallback only when no round gave a value (no clean run in any). */
 #include "../tools/calrun.h"
 
 #include "harness.h"
@@ -96,5 +100,24 @@ int main(void) {
   CHECK(cal_clean_median(waited, 0, 2, NULL) == -1, "clean median of none: want -1");
   double w0 = cal_wait_now();
   CHECK(w0 >= 0, "cal_wait_now: %g, want this process's waits (>= 0; /proc/self/task/N/schedstat)", w0);
+  /* 9 */
+  double wake[5] = {1.70e-4, 1.8e-6, 1.66e-4, 1.75e-4, 2e-2}; /* a spinning round, a descheduled one */
+  e = cal_median_rounds(wake, 5, CAL_AGREE);
+  CHECK(e.confirmed && near(e.value, 1.70e-4), "median rounds: %g (confirmed %d), want 1.70e-4", e.value, e.confirmed);
+  double wake3[3] = {1.8e-6, 1.7e-4, 1.66e-4};
+  e = cal_median_rounds(wake3, 3, CAL_AGREE);
+  CHECK(e.confirmed && near(e.value, 1.66e-4), "median of 3 with a spinning round: %g, want 1.66e-4", e.value);
+  CHECK(!cal_settled_as(wake3, 2, 3, CAL_AGREE, true) && cal_settled_as(wake3, 3, 3, CAL_AGREE, true),
+        "median settled at 3 rounds, not 2");
+  double split[3] = {1.0e-6, 5.0e-5, 1.7e-4};
+  e = cal_median_rounds(split, 3, CAL_AGREE);
+  CHECK(!e.confirmed && near(e.value, 5.0e-5) && !cal_settled_as(split, 3, 3, CAL_AGREE, true),
+        "median with no neighbour within 10%%: unconfirmed (%g), not settled", e.value);
+  double none[3] = {0, 0, 0};
+  e = cal_confirmed_or(none, 3, CAL_AGREE, 0.014);
+  CHECK(!e.confirmed && near(e.value, 0.014) && e.rounds == 3, "no clean round: the fallback 0.014 unconfirmed");
+  double one_clean[3] = {0, 0.0013, 0.00125};
+  e = cal_confirmed_or(one_clean, 3, CAL_AGREE, 0.014);
+  CHECK(e.confirmed && near(e.value, 0.00125), "clean rounds beat the fallback: %g, want 0.00125", e.value);
   return ts_test_finish();
 }

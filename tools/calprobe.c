@@ -55,8 +55,13 @@ static int probe_round(cal_probe *p) {
   double least = -1;
   for (int i = 0; i < n; i++)
     if (least < 0 || runs[i].wall < least) least = runs[i].wall;
-  double work = p->stat == PROBE_WORK ? cal_least(runs, n, p->work_threads, NULL)
-               : p->stat == PROBE_CLEAN ? cal_clean_median(runs, n, p->work_threads, NULL) : -1; /* reorders runs */
+  int clean = 0;
+  double work = p->stat == PROBE_WORK ? cal_least(runs, n, p->work_threads, &clean)
+               : p->stat == PROBE_CLEAN ? cal_clean_median(runs, n, p->work_threads, &clean) : -1; /* reorders runs */
+  if (p->work_threads > 1 && clean == 0 && (p->stat == PROBE_WORK || p->stat == PROBE_CLEAN)) {
+    if (work > 0 && (p->fallback <= 0 || work < p->fallback)) p->fallback = work; /* a round without a value */
+    work = 0;
+  }
   double med = cal_median_wall(runs, n); /* reorders runs */
   p->v[p->n] = p->stat == PROBE_WORK || p->stat == PROBE_CLEAN ? work : p->stat == PROBE_MEDIAN ? med : least;
   p->med[p->n++] = med;
@@ -65,15 +70,20 @@ static int probe_round(cal_probe *p) {
 
 int probe_rounds(ts_client *c, cal_probe *p, int np, int min_rounds) {
   int rc = 0;
-  for (int i = 0; i < np; i++) p[i].n = 0, p[i].prog = (cal_prog){0};
+  for (int i = 0; i < np; i++) p[i].n = 0, p[i].fallback = 0, p[i].prog = (cal_prog){0};
   for (int i = 0; i < np && rc == 0; i++) rc = cal_prog_open(&p[i].prog, c, p[i].g, p[i].replicas);
   for (bool more = true; more && rc == 0;) {
     more = false;
     for (int i = 0; i < np && rc == 0; i++)
-      if (!cal_settled(p[i].v, p[i].n, min_rounds, CAL_AGREE)) rc = probe_round(&p[i]), more = true;
+      if (!cal_settled_as(p[i].v, p[i].n, min_rounds, CAL_AGREE, p[i].stat == PROBE_MEDIAN))
+        rc = probe_round(&p[i]), more = true;
   }
   for (int i = 0; i < np; i++) cal_prog_close(&p[i].prog);
   return rc;
 }
 
-cal_est probe_est(const cal_probe *p, bool median) { return cal_confirmed(median ? p->med : p->v, p->n, CAL_AGREE); }
+cal_est probe_est(const cal_probe *p, bool median) {
+  if (median) return cal_median_rounds(p->med, p->n, CAL_AGREE);
+  if (p->stat == PROBE_MEDIAN) return cal_median_rounds(p->v, p->n, CAL_AGREE);
+  return cal_confirmed_or(p->v, p->n, CAL_AGREE, p->fallback);
+}

@@ -7,8 +7,9 @@
  * reduced to one value by the probe's statistic (calrun.h). probe_rounds
  * runs the rounds of several probes interleaved (a round of each in turn: a
  * shared machine's load drifts over seconds, so every probe gets runs in each
- * quieter spell) until each is settled (calrun.h's cal_settled: its least
- * round confirmed by another, or CAL_ROUNDS_MAX rounds); probe_est gives the
+ * quieter spell) until each is settled (calrun.h's cal_settled_as: its least
+ * round, PROBE_MEDIAN its median round, confirmed by another, or
+ * CAL_ROUNDS_MAX rounds); probe_est gives the
  * estimate, its spread and whether it was confirmed.
  * Single-threaded: the caller's thread runs every probe. */
 #ifndef TS_TOOLS_CALPROBE_H
@@ -57,6 +58,8 @@ typedef struct {
   double v[CAL_ROUNDS_MAX];   /* each round's value by stat */
   double med[CAL_ROUNDS_MAX]; /* each round's median wall time */
   int n;                      /* rounds timed */
+  double fallback;            /* PROBE_WORK, PROBE_CLEAN on threads: the least CPU time / threads of
+                               * the rounds without a clean run (their v: 0, no value) */
   cal_prog prog;
 } cal_probe;
 
@@ -64,7 +67,9 @@ typedef struct {
  * each, more (up to CAL_ROUNDS_MAX) for each not yet settled. -1 when a
  * compile or run failed. */
 int probe_rounds(ts_client *c, cal_probe *p, int np, int min_rounds);
-/* A probe's estimate (cal_confirmed of its rounds; median: of their medians). */
+/* A probe's estimate: PROBE_MEDIAN's, and with median the rounds' medians,
+ * cal_median_rounds (a typical value); else cal_confirmed_or of its rounds
+ * and fallback (the least confirmed). */
 cal_est probe_est(const cal_probe *p, bool median);
 
 #endif

@@ -167,6 +167,15 @@ static inline cal_est cal_confirmed(const double *v, int n, double agree) {
   return e;
 }
 
+/* cal_confirmed, and where no round gave a value (every round of a
+ * multi-thread probe without a clean run) the fallback (> 0: e.g. the least
+ * CPU time / threads), unconfirmed, over the n rounds tried. */
+static inline cal_est cal_confirmed_or(const double *v, int n, double agree, double fallback) {
+  cal_est e = cal_confirmed(v, n, agree);
+  if (e.value < 0 && fallback > 0) e = (cal_est){.value = fallback, .rounds = n};
+  return e;
+}
+
 /* Whether rounds v[0..n) settle a key: at least min_rounds of them, and the
  * least confirmed by the next (no more rounds can lower the estimate but by
  * a new, faster pair), or CAL_ROUNDS_MAX rounds. */
@@ -181,6 +190,30 @@ static inline bool cal_settled(const double *v, int n, int min_rounds, double ag
   return m >= 2 && s[1] <= s[0] * (1 + agree);
 }
 
+/* A typical value's estimate from rounds v[0..n) (each round a median of its
+ * runs: a thread wake-up, a step's fixed cost): the median round (the lower
+ * of the middle two), confirmed when a neighbouring round is within `agree`
+ * of it; spread: that gap. One round at either extreme does not move it. The
+ * least confirmed round is not used here: the hand-off of a step to 2 device
+ * threads is bimodal (about 2 us when they still spin, 170 us when woken),
+ * and it picked either mode (step_overhead.2_s 1.7e-6, 1.8e-6, 1.7e-4 in 3
+ * calibrations at load 6-9; the single window's median: 1.6-1.7e-4). */
+static inline cal_est cal_median_rounds(const double *v, int n, double agree) {
+  double s[CAL_ROUNDS_MAX];
+  int m = 0;
+  for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
+    if (v[i] > 0) s[m++] = v[i];
+  cal_est e = {.value = -1, .rounds = m};
+  if (m == 0) return e;
+  cal_sort(s, m);
+  int h = (m - 1) / 2;
+  e.value = s[h], e.range = (s[m - 1] - s[0]) / s[0], e.spread = e.range;
+  double lo = h > 0 ? (s[h] - s[h - 1]) / s[h] : -1, hi = h + 1 < m ? (s[h + 1] - s[h]) / s[h] : -1;
+  double gap = lo < 0 ? hi : hi < 0 ? lo : lo < hi ? lo : hi;
+  if (gap >= 0) e.spread = gap, e.confirmed = gap <= agree;
+  return e;
+}
+
 /* The median of r[0..n)'s wall times (-1 when n < 1); r is reordered. */
 static inline double cal_median_wall(cal_run *r, int n) {
   if (n < 1) return -1;
@@ -190,6 +223,12 @@ static inline double cal_median_wall(cal_run *r, int n) {
       r[j] = r[j - 1], r[j - 1] = t;
     }
   return r[n / 2].wall;
+}
+
+/* cal_settled, or with median cal_median_rounds's estimate confirmed (or CAL_ROUNDS_MAX rounds). */
+static inline bool cal_settled_as(const double *v, int n, int min_rounds, double agree, bool median) {
+  if (median) return n >= CAL_ROUNDS_MAX || (n >= min_rounds && cal_median_rounds(v, n, agree).confirmed);
+  return cal_settled(v, n, min_rounds, agree);
 }
 
 #endif
