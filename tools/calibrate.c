@@ -501,10 +501,12 @@ static int measure_devices(cal_result *r, int q) {
   return 0;
 }
 
-/* "R rounds: spread S%, range G%[, unconfirmed]" for a key's comment. */
+/* "R rounds[ (C with a clean run)]: spread S%, range G%[, unconfirmed...]" for a key's comment. */
 static const char *est_note(char *buf, size_t len, const cal_est *e) {
-  snprintf(buf, len, "%d rounds: spread %.0f%%, range %.0f%%%s", e->rounds, 100 * e->spread, 100 * e->range,
-           e->confirmed ? "" : ", unconfirmed");
+  char clean[48] = "";
+  if (e->tried > e->rounds) snprintf(clean, sizeof clean, " (%d with a clean run)", e->rounds);
+  snprintf(buf, len, "%d rounds%s: spread %.0f%%, range %.0f%%%s", e->tried, clean, 100 * e->spread, 100 * e->range,
+           e->confirmed ? "" : e->rounds == 0 ? ", unconfirmed: no clean run, CPU time / threads" : ", unconfirmed");
   return buf;
 }
 
@@ -643,11 +645,11 @@ static void report_spread(const cal_result *r) {
   int worst = 0, unconfirmed = 0, rounds = 0;
   for (int i = 0; i < n; i++) {
     worst = all[i]->spread > all[worst]->spread ? i : worst;
-    rounds += all[i]->rounds;
+    rounds += all[i]->tried;
     if (!all[i]->confirmed) {
       unconfirmed++;
-      fprintf(stderr, "tessel plan --calibrate: %s unconfirmed after %d rounds (no two within %.0f%%; range %.0f%%): "
-                      "the least written; a loaded machine, rerun when quiet\n", name[i], all[i]->rounds,
+      fprintf(stderr, "tessel plan --calibrate: %s unconfirmed after %d rounds (%d with a value; no two within %.0f%%; "
+                      "range %.0f%%): a loaded machine, rerun when quiet\n", name[i], all[i]->tried, all[i]->rounds,
               100 * CAL_AGREE, 100 * all[i]->range);
     }
   }

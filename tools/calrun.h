@@ -133,6 +133,7 @@ typedef struct {
   double spread;  /* confirmed: (the confirming round - value) / value; else (max - min) / min */
   double range;   /* (max - min) / min over every round, for the report */
   int rounds;     /* rounds with a value */
+  int tried;      /* rounds timed (a multi-thread round without a clean run has no value) */
   bool confirmed; /* another round within CAL_AGREE of value */
 } cal_est;
 
@@ -154,7 +155,7 @@ static inline cal_est cal_confirmed(const double *v, int n, double agree) {
   int m = 0;
   for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
     if (v[i] > 0) s[m++] = v[i];
-  cal_est e = {.value = -1, .rounds = m};
+  cal_est e = {.value = -1, .rounds = m, .tried = n};
   if (m == 0) return e;
   cal_sort(s, m);
   e.range = (s[m - 1] - s[0]) / s[0];
@@ -172,7 +173,7 @@ static inline cal_est cal_confirmed(const double *v, int n, double agree) {
  * CPU time / threads), unconfirmed, over the n rounds tried. */
 static inline cal_est cal_confirmed_or(const double *v, int n, double agree, double fallback) {
   cal_est e = cal_confirmed(v, n, agree);
-  if (e.value < 0 && fallback > 0) e = (cal_est){.value = fallback, .rounds = n};
+  if (e.value < 0 && fallback > 0) e = (cal_est){.value = fallback, .tried = n};
   return e;
 }
 
@@ -203,7 +204,7 @@ static inline cal_est cal_median_rounds(const double *v, int n, double agree) {
   int m = 0;
   for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
     if (v[i] > 0) s[m++] = v[i];
-  cal_est e = {.value = -1, .rounds = m};
+  cal_est e = {.value = -1, .rounds = m, .tried = n};
   if (m == 0) return e;
   cal_sort(s, m);
   int h = (m - 1) / 2;
