@@ -113,6 +113,9 @@ int main(void) {
   e = cal_median_rounds(split, 3, CAL_AGREE);
   CHECK(!e.confirmed && near(e.value, 5.0e-5) && !cal_settled_as(split, 3, 3, CAL_AGREE, true),
         "median with no neighbour within 10%%: unconfirmed (%g), not settled", e.value);
+  double none6[6] = {0, 0, 0, 0, 0, 0};
+  CHECK(!cal_settled(none6, 5, 3, CAL_AGREE) && cal_settled(none6, 6, 3, CAL_AGREE),
+        "no round with a value: given up after 2 x 3 rounds, not before");
   double none[3] = {0, 0, 0};
   e = cal_confirmed_or(none, 3, CAL_AGREE, 0.014);
   CHECK(!e.confirmed && near(e.value, 0.014) && e.rounds == 0 && e.tried == 3,
