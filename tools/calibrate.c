@@ -33,7 +33,7 @@ static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps
   cal_prog p;
   if (cal_prog_open(&p, c, g, replicas) < 0) return -1;
   cal_run runs[400];
-  int n = cal_prog_time(&p, reps, window, work_threads > 1, 0, runs, 400);
+  int n = cal_prog_time(&p, reps, window, work_threads > 1, runs, 400);
   cal_prog_close(&p);
   if (n < 1) return -1;
   int clean = 0;
@@ -467,10 +467,8 @@ static int measure_devices(cal_result *r, int q) {
   for (int k = 0; k < 2 && ar[k]; k++)
     ts_graph_add_output(ar[k], ts_replica_all_reduce(ar[k], ts_input(ar[k], "x", TS_F32, 1, k ? &big : &one), TS_REDUCE_SUM));
   int busy_threads = D < r->cores ? D : (int)r->cores;
-  cal_probe p[5] = {{.g = trivial_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN,
-                     .gap = CAL_STEP_GAP_S},
-                    {.g = ar[0], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST,
-                     .gap = CAL_STEP_GAP_S},
+  cal_probe p[5] = {{.g = trivial_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
+                    {.g = ar[0], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = ar[1], .replicas = true, .reps = 5, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = overhead_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,

@@ -1,8 +1,6 @@
 /* calprobe.c — the calibration's timed programs and probes (calprobe.h). */
 #include "calprobe.h"
 
-#include <time.h> /* nanosleep */
-
 #include "util/clock.h" /* util_now_s */
 
 int cal_prog_open(cal_prog *p, ts_client *c, ts_graph *g, bool replicas) {
@@ -21,15 +19,11 @@ int cal_prog_open(cal_prog *p, ts_client *c, ts_graph *g, bool replicas) {
   return 0;
 }
 
-int cal_prog_time(cal_prog *p, int reps, double window, bool sched, double gap, cal_run *runs, int max) {
+int cal_prog_time(cal_prog *p, int reps, double window, bool sched, cal_run *runs, int max) {
   /* the first run of the program allocates the outputs, the others write into them */
   double t_end = util_now_s() + window;
   int n = 0;
   for (int k = 0; k < reps + 1 || (util_now_s() < t_end && n < max); k++) {
-    if (gap > 0) {
-      struct timespec ts = {0, (long)(gap * 1e9)};
-      nanosleep(&ts, NULL);
-    }
     double w0 = sched ? cal_wait_now() : -1, c0 = cal_cpu_now(), t0 = util_now_s();
     if (ts_execute(p->e, p->in, p->out) < 0) return -1;
     double t = util_now_s() - t0, c = cal_cpu_now() - c0, w1 = sched && w0 >= 0 ? cal_wait_now() : -1;
@@ -56,7 +50,7 @@ static int probe_round(cal_probe *p) {
    * their own turns; a run's CPU time tells whether the process had every
    * core (devpool.c: no hand-off spins when the devices outnumber the cores) */
   bool sched = (p->stat == PROBE_WORK || p->stat == PROBE_CLEAN) && p->work_threads > 0 && !p->queued;
-  int n = cal_prog_time(&p->prog, p->reps, p->window, sched, p->gap, runs, 400);
+  int n = cal_prog_time(&p->prog, p->reps, p->window, sched, runs, 400);
   if (n < 1) return -1;
   double least = -1;
   for (int i = 0; i < n; i++)

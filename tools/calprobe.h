@@ -20,14 +20,6 @@
 #include "calrun.h"
 #include "tessel/tessel.h"
 
-/* The pause before each run of a step-overhead probe on several devices:
- * longer than the device threads' spin before they sleep (runtime/devpool.c:
- * about 100 us), so every run wakes them, as a training step does after the
- * host's work between steps. Back to back, the hand-off caught them spinning
- * in some invocations and not others (step_overhead.2_s 1.6e-6 or 1.6-1.8e-4
- * s; 1.6e-6 in 1 of 3 calibrations of A and of B at load 7-11). */
-#define CAL_STEP_GAP_S 300e-6
-
 /* A round's statistic of its runs' wall and CPU times. */
 enum {
   PROBE_LEAST,  /* the least wall time (a fixed cost at its quietest) */
@@ -47,10 +39,9 @@ typedef struct {
 int cal_prog_open(cal_prog *p, ts_client *c, ts_graph *g, bool replicas);
 /* A warm-up run, then at least reps runs and `window` seconds (at most max):
  * their wall and CPU times into runs, and with sched their threads' waits
- * for a core (calrun.h's cal_wait_now: for runs of milliseconds); gap > 0:
- * that many seconds' sleep before each run (outside its times). Returns the
+ * for a core (calrun.h's cal_wait_now: for runs of milliseconds). Returns the
  * runs' count, -1 on failure. */
-int cal_prog_time(cal_prog *p, int reps, double window, bool sched, double gap, cal_run *runs, int max);
+int cal_prog_time(cal_prog *p, int reps, double window, bool sched, cal_run *runs, int max);
 void cal_prog_close(cal_prog *p);
 
 typedef struct {
@@ -61,7 +52,6 @@ typedef struct {
   double window;    /* seconds per round, at least */
   int stat;         /* PROBE_LEAST, PROBE_MEDIAN, PROBE_WORK, PROBE_CLEAN */
   int work_threads; /* PROBE_WORK, PROBE_CLEAN: the threads the work is split over (their waits are read) */
-  double gap;       /* seconds between runs (cal_prog_time); CAL_STEP_GAP_S for a step's hand-off */
   bool queued;      /* more threads than cores (devices taking turns): their waits for a core are
                      * their own, so a run is clean by its CPU time (calrun.h), not its waits */
   /* filled by probe_rounds */
