@@ -56,8 +56,9 @@ static void usage(FILE *f) {
           "                           all-reduce alpha/beta on 2, 4, 8 devices) into FILE [the\n"
           "                           cache: $TESSEL_CALIBRATION, else $XDG_CACHE_HOME/tessel/\n"
           "                           calibration.txt, else ~/.cache/tessel/calibration.txt]; no plan\n"
-          "  --rounds N               --calibrate: time the kernel classes in N interleaved\n"
-          "                           rounds, each class the least of its rounds (1-9) [3]\n"
+          "  --rounds N               --calibrate: time the kernel classes in at least N\n"
+          "                           interleaved rounds, more (up to 9) until two agree within\n"
+          "                           10%%; each class the least confirmed round (1-9) [3]\n"
           "  -h, --help               this text\n");
 }
 

@@ -13,6 +13,12 @@
 
 #define DEV_AR_SIZES 3 /* in-process all-reduce measured on 2, 4 and 8 devices */
 
+/* The calibration file's kernel class keys ("kernel.matmul", ... by
+ * ts_kernel_class) and the device counts of its in-process entries
+ * (allreduce.N.*, step_overhead.N_s, ...): 2, 4, 8. Read-only. */
+extern const char *const dev_kernel_keys[TS_KERNEL_CLASSES];
+extern const int dev_ar_devices[DEV_AR_SIZES];
+
 typedef struct {
   char name[128];
   double flops_f32, flops_bf16, bytes_per_s, memory_bytes;
@@ -53,7 +59,8 @@ void calibration_key(char *cpu, size_t len, int *threads);
 /* d = the defaults, then the calibration cache when it exists and its key is
  * this machine's. *note: what was used (for printing; static text or buf). */
 void device_auto(device_desc *d, char *note, size_t len);
-/* Measures this machine (a few seconds) into path (directories created).
+/* Measures this machine (a few seconds) into path (directories created;
+ * tools/calibrate.c).
  * rounds (1..CAL_MAX_ROUNDS): the kernel classes are timed in that many
  * interleaved rounds, each class's time the least of its rounds'. */
 #define CAL_MAX_ROUNDS 9

@@ -1,0 +1,695 @@
+/* calibrate.c — `tessel plan --calibrate`: the measurement of this machine
+ * that writes a calibration file (devfile.h's calibrate; the keys are
+ * documented in devices/README.md, devfile.c reads them). Split out of
+ * devfile.c (issue 16: it had grown to 825 lines). */
+#include "devfile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "calprobe.h" /* cal_prog, cal_probe: graphs timed in rounds */
+#include "calrun.h"  /* cal_run, cal_least, cal_est: a probe's work time from its runs and rounds */
+#include "util/clock.h"  /* util_now_s */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The least (median: the median) time of at least `reps` runs and `window`
+ * seconds of g on client c (calprobe.h's cal_prog: inputs zero-filled).
+ * work_threads > 0 (c's threads): instead the time of the work alone from the
+ * runs' wall and CPU times (calrun.h's cal_least: a loaded machine's waits
+ * for a core left out); with more than one and no clean run, 0 and the
+ * least CPU time / threads into *fallback (when not NULL) if it is lower. */
+static double time_graph_runs(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window,
+                              int work_threads, double *fallback) {
+  cal_prog p;
+  if (cal_prog_open(&p, c, g, replicas) < 0) return -1;
+  cal_run runs[400];
+  int n = cal_prog_time(&p, reps, window, work_threads > 1, runs, 400);
+  cal_prog_close(&p);
+  if (n < 1) return -1;
+  int clean = 0;
+  double work = work_threads > 0 ? cal_least(runs, n, work_threads, &clean) : -1;
+  if (work_threads > 1 && clean == 0 && fallback) { /* see measure_classes */
+    if (work > 0 && (*fallback <= 0 || work < *fallback)) *fallback = work;
+    return 0;
+  }
+  if (work_threads > 0) return work;
+  double med = cal_median_wall(runs, n); /* sorts runs by wall */
+  return median ? med : runs[0].wall;
+}
+
+static double time_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
+  return time_graph_runs(c, g, replicas, reps, median, 0.15, 0, NULL);
+}
+
+static ts_tensor in_f32(ts_graph *g, const char *name, int rank, const int64_t *shape) {
+  return ts_input(g, name, TS_F32, rank, shape);
+}
+
+/* Seconds a kernel class is timed for, over all of calibrate's rounds. */
+#define CAL_CLASS_WINDOW_S 0.3
+
+/* Seconds of one kernel class's graph (1 device, c of `threads` threads) in
+ * one of `rounds` rounds: the work alone (calrun.h) of the runs over
+ * CAL_CLASS_WINDOW_S / rounds (and at least the class's repetitions /
+ * rounds); *units its work. The memory-bound classes (elementwise, reduce,
+ * optimizer, broadcast, pool, broadcast_rows, transcendental) run on 48-144
+ * MiB, well beyond the 32 MiB L3 cache: at 8-40 MiB (the L3's size) the
+ * share of their bytes still in the cache, and so the rate, moved with what
+ * the other processes on the machine did (elementwise 1.85e10 and 3.59e10 B/s
+ * in two calibrations of one invocation, 115% between one's rounds). Not
+ * powers of two: the elementwise graph on (4096,2048) took 76-80 ms of CPU
+ * per run in the calibration against 7 ms on (3072,2048) (unexplained; the
+ * same graph alone in a program took 9-17 ms). */
+static double measure_class(ts_client *c, int threads, int cls, int rounds, double *units, double *fallback) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return -1;
+  ts_params *pp = NULL;
+  double t = -1;
+  int reps = 5;
+  switch (cls) {
+  case TS_KERNEL_MATMUL_SMALL:
+  case TS_KERNEL_MATMUL: {
+    /* a layer's three products as training runs them: y = a b, da = dy b^T, db = a^T dy;
+     * the large one at a real layer's size, out of cache (a GPT MLP: 2048 tokens, 256 -> 1024) */
+    bool big = cls == TS_KERNEL_MATMUL;
+    int64_t n = big ? 256 : 96, sa[2] = {big ? 2048 : n, n}, sb[2] = {n, big ? 1024 : n}, sy[2] = {sa[0], sb[1]};
+    ts_tensor a = in_f32(g, "a", 2, sa), b = in_f32(g, "b", 2, sb), dy = in_f32(g, "dy", 2, sy);
+    ts_tensor y = ts_matmul(g, a, b), wrt[2] = {a, b}, gr[2] = {TS_NONE, TS_NONE};
+    if (ts_vjp(g, 1, &y, &dy, 2, wrt, gr) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gr[0]), ts_graph_add_output(g, gr[1]);
+    *units = 6.0 * (double)(sa[0] * n * sb[1]);
+    reps = big ? 3 : 30;
+    break;
+  }
+  case TS_KERNEL_CONV:
+  case TS_KERNEL_CONV_BWD_DATA:
+  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of cache) */
+    int64_t xs[4] = {64, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
+    ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
+    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
+    ts_tensor y = ts_conv2d(g, x, w, &p);
+    *units = 2.0 * 64 * 16 * 32 * 32 * 16 * 9;
+    if (cls == TS_KERNEL_CONV) {
+      ts_graph_add_output(g, y);
+    } else {
+      ts_tensor wrt = cls == TS_KERNEL_CONV_BWD_DATA ? x : w, grad = TS_NONE;
+      if (ts_vjp(g, 1, &y, &dy, 1, &wrt, &grad) < 0) break;
+      ts_graph_add_output(g, grad);
+    }
+    break;
+  }
+  case TS_KERNEL_ELEMENTWISE: { /* a residual add + ReLU and its gradient: compare, select (24 MiB tensors) */
+    int64_t sh[2] = {3072, 2048};
+    ts_tensor x = in_f32(g, "x", 2, sh), r = in_f32(g, "r", 2, sh), dy = in_f32(g, "dy", 2, sh);
+    ts_tensor y = ts_relu(g, ts_add(g, x, r)), gx = TS_NONE;
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
+    break;
+  }
+  case TS_KERNEL_BROADCAST: { /* a conv layer's bias add and ReLU: (96,64,32,32) + bias (64) */
+    int64_t sh[4] = {96, 64, 32, 32}, bn = 64;
+    int dim = 1;
+    ts_tensor x = in_f32(g, "x", 4, sh), b = in_f32(g, "b", 1, &bn);
+    ts_graph_add_output(g, ts_relu(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 4, sh, &dim))));
+    *units = 2.0 * 4 * (double)(96 * 64 * 32 * 32);
+    break;
+  }
+  case TS_KERNEL_POOL: { /* 2x2 max pooling of (192,32,32,32) and its gradient */
+    int64_t sh[4] = {192, 32, 32, 32}, ys[4] = {192, 32, 16, 16};
+    ts_tensor x = in_f32(g, "x", 4, sh), dy = in_f32(g, "dy", 4, ys), gx = TS_NONE;
+    ts_tensor y = ts_max_pool2d(g, x, &(ts_pool_params){.kernel = {2, 2}});
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 4.0 * (2 * 192 * 32 * 32 * 32 + 2 * 192 * 32 * 16 * 16);
+    break;
+  }
+  case TS_KERNEL_ATTENTION: { /* a GPT layer's attention (batch 16, 4 heads, seq 128, head 64) and gradient */
+    /* on the packed projection (B, T, 3, H, Dh), as the GPT runs it: the fused kernels alone */
+    int64_t sh[5] = {16, 128, 3, 4, 64}, ys[4] = {16, 128, 4, 64};
+    ts_tensor qkv = in_f32(g, "qkv", 5, sh), dy = in_f32(g, "dy", 4, ys), gr = TS_NONE;
+    ts_tensor y = ts_causal_attention_qkv(g, qkv, 0.125);
+    if (ts_vjp(g, 1, &y, &dy, 1, &qkv, &gr) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gr);
+    *units = 7.0 * 16 * 4 * 128 * 128 * 64;
+    break;
+  }
+  case TS_KERNEL_BROADCAST_ROWS: { /* a linear layer's bias: (6144,1024) + bias (1024) along the last dim */
+    int64_t sh[2] = {6144, 1024}, bn = 1024;
+    int dim = 1;
+    ts_tensor x = in_f32(g, "x", 2, sh), b = in_f32(g, "b", 1, &bn);
+    ts_graph_add_output(g, ts_add(g, x, ts_broadcast_in_dim(g, b, 2, sh, &dim)));
+    *units = 2.0 * 4 * (double)(6144 * 1024);
+    break;
+  }
+  case TS_KERNEL_TRANSCENDENTAL: { /* a GPT MLP's GELU (erf) of (3072,2048) and its gradient */
+    int64_t sh[2] = {3072, 2048};
+    ts_tensor x = in_f32(g, "x", 2, sh), dy = in_f32(g, "dy", 2, sh), gx = TS_NONE;
+    ts_tensor y = ts_gelu(g, x);
+    if (ts_vjp(g, 1, &y, &dy, 1, &x, &gx) < 0) break;
+    ts_graph_add_output(g, y), ts_graph_add_output(g, gx);
+    *units = 5.0 * 4 * (double)(sh[0] * sh[1]);
+    break;
+  }
+  case TS_KERNEL_REDUCE: { /* training's two kinds on (6144,2048): a row sum (norms, softmax) and a
+                            * column sum (a bias gradient) */
+    int64_t sh[2] = {6144, 2048};
+    int d1 = 1, d0 = 0;
+    ts_tensor a = in_f32(g, "a", 2, sh);
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d1, false));
+    ts_graph_add_output(g, ts_reduce(g, a, TS_REDUCE_SUM, 1, &d0, false));
+    *units = 4.0 * (2 * 6144 * 2048 + 6144 + 2048);
+    break;
+  }
+  case TS_KERNEL_GATHER: { /* GPT-like embedding rows */
+    int64_t ts[2] = {4096, 256}, is = 8192;
+    ts_graph_add_output(g, ts_gather(g, in_f32(g, "table", 2, ts), ts_input(g, "ix", TS_I32, 1, &is)));
+    *units = 4.0 * (4096 * 256 + 8192 + 8192 * 256);
+    break;
+  }
+  case TS_KERNEL_OPTIMIZER: { /* the library's AdamW update of a 1536x2048 weight (ts_optim_apply) */
+    int64_t sh[2] = {1536, 2048};
+    pp = ts_params_new(1);
+    ts_tensor w = pp ? ts_params_use(pp, g, "w", TS_F32, 2, sh, (ts_init){0}, true) : TS_NONE, gr = in_f32(g, "g", 2, sh);
+    ts_tensor lr = ts_input(g, "lr", TS_F32, 0, NULL), step = ts_input(g, "step", TS_F32, 0, NULL);
+    ts_nn m;
+    ts_nn_init(&m, g, pp, true, TS_NONE);
+    if (w == TS_NONE ||
+        ts_optim_apply(&m, &(ts_optim_config){.kind = TS_OPTIM_ADAMW, .weight_decay = 0.01}, lr, step, 1, &w, &gr) < 0)
+      break;
+    *units = 7.0 * 4 * (double)(sh[0] * sh[1]);
+    break;
+  }
+  }
+  if (ts_graph_num_outputs(g) > 0)
+    t = time_graph_runs(c, g, false, (reps + rounds - 1) / rounds, false, CAL_CLASS_WINDOW_S / rounds, threads, fallback);
+  /* the work in the cost model's own units: its prediction of the compiled
+   * program with every rate 1 and no overhead (fusion as compiled) */
+  int64_t one = 1;
+  ts_mesh *m1 = ts_mesh_new(1, &one, NULL, 0, NULL);
+  ts_auto_shard_options o = {.mesh = m1, .flops_per_s = 1, .bytes_per_s = 1};
+  ts_auto_shard_info info;
+  if (t >= 0 && m1 && ts_predict_program(g, &o, NULL, &info) == 0 && info.compute_s > 0) *units = info.compute_s;
+  ts_mesh_free(m1);
+  ts_graph_free(g);
+  ts_params_free(pp);
+  return t;
+}
+
+/* A step's fixed cost: one 1-element add run on every device of a client.
+ * This and the fork-and-join below are medians per round, as the collective
+ * wait is: they wake threads, and on a machine busy with other work a typical
+ * wake-up waits for a core (measured at load average 15 on 2 cores: the fork
+ * and join 4.8 us at best, 11 ms median); the rounds' medians then give the
+ * least that another round confirms (calrun.h), the quietest typical value. */
+static ts_graph *trivial_graph(void) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t one = 1;
+  ts_tensor x = in_f32(g, "x", 1, &one);
+  ts_graph_add_output(g, ts_add(g, x, x));
+  return g;
+}
+
+/* A kernel's fixed cost on every thread of a client: chains of 200 adds of n
+ * (k = 0) and 2n (k = 1) elements (n: the size above which kernels fork, in
+ * cache; a reshape between two adds keeps them apart, unfused), t(n) = o + n w:
+ * o = 2 t(n) - t(2n). */
+static ts_graph *par_overhead_graph(int k) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t a[2] = {128, 256 << k}, b[2] = {256 << k, 128};
+  ts_tensor x = in_f32(g, "x", 2, a), wa = in_f32(g, "wa", 2, a), wb = in_f32(g, "wb", 2, b);
+  for (int i = 0; i < 200; i++) x = i % 2 ? ts_add(g, ts_reshape(g, x, 2, a), wa) : ts_add(g, ts_reshape(g, x, 2, b), wb);
+  ts_graph_add_output(g, x);
+  return g;
+}
+
+/* The matmul chain's collectives: none, blocking (the next matmul reads
+ * each), asynchronous (read only after the last matmul). */
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY };
+
+/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3), each followed by (mode
+ * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
+ * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
+ * matmul waits for one: the compiler starts them on the collective worker,
+ * which runs them one after another while the kernels take microseconds),
+ * else the next matmul reads it. */
+static ts_graph *matmul_chain(int mode) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY; /* also: the sums read after the last matmul */
+  int64_t n = tiny ? 2 : 256;
+  int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
+  int dims[2] = {0, 1};
+  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh), late[20];
+  for (int i = 0; i < 20; i++) {
+    x = ts_matmul(g, x, w);
+    ts_tensor s = ts_slice(g, x, lo, hi, st);
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (tiny) late[i] = s;
+    else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
+  }
+  for (int i = 0; tiny && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
+  ts_graph_add_output(g, x);
+  return g;
+}
+
+/* A blocking collective between kernels, on every device of c: the matmul
+ * chain with its all-reduces against the chain without them, seconds per
+ * collective. A collective waits for the last device to arrive; back to back
+ * (allreduce.N.latency_s) every device is already there, between kernels one
+ * may still be computing or not be scheduled (more devices than cores).
+ * Medians, not the least times: the wait is what a typical step sees (a lucky
+ * run's schedule hides it), as the measured steps are medians. mode CHAIN_ASYNC: the tiny
+ * chain with its collectives started asynchronously against without, the
+ * worker's time per collective when it is what the step waits for (devices
+ * sharing the cores: every device's worker must be scheduled for each). */
+static double measure_busy_collective(ts_client *c, int mode) {
+  ts_graph *g[2] = {matmul_chain(mode == CHAIN_ASYNC ? CHAIN_TINY : CHAIN_NONE), matmul_chain(mode)};
+  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
+  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
+  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
+    double t0 = time_graph_stat(c, g[0], true, 10, true), t1 = time_graph_stat(c, g[1], true, 10, true);
+    if (t0 <= 0 || t1 <= 0) break;
+    d[r] = (t1 - t0) / 20, t[r] = t0;
+  }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
+  qsort(d, 3, sizeof *d, cmp_double);
+  return fmax(d[1], 0);
+}
+
+/* Seconds per result element per broadcast operand beyond the first of a
+ * fused kernel (kernel.broadcast.operand_s), on client c (1 thread): a batch
+ * norm and ReLU, relu((x - m) r g + b) with m, r, g, b per channel (4
+ * broadcast operands, their arithmetic with them), against a bias add and
+ * ReLU, relu(x + b), of the same (128,16,28,28) (a ResNet-20 layer's) and
+ * bytes; each the least of `rounds` interleaved windows. The broadcast rate
+ * alone priced the batch norm's kernels ~3x too fast (runs of 64..1024
+ * elements cost the bias add within 12%: the operands, not the runs). */
+static double measure_bcast_operands(ts_client *c, int rounds) {
+  int64_t sh[4] = {128, 16, 28, 28}, C = 16;
+  int dim = 1;
+  ts_graph *g[2] = {ts_graph_new(), ts_graph_new()};
+  double best[2] = {-1, -1};
+  for (int k = 0; k < 2 && g[0] && g[1]; k++) {
+    ts_tensor x = in_f32(g[k], "x", 4, sh), v[4];
+    const char *nm[4] = {"m", "r", "g", "b"};
+    for (int j = 0; j < 4; j++) v[j] = ts_broadcast_in_dim(g[k], in_f32(g[k], nm[j], 1, &C), 4, sh, &dim);
+    ts_tensor y = k == 0 ? x : ts_mul(g[k], ts_mul(g[k], ts_sub(g[k], x, v[0]), v[1]), v[2]); /* the bias add's x */
+    y = ts_add(g[k], y, v[3]);
+    ts_graph_add_output(g[k], ts_relu(g[k], y));
+  }
+  for (int r = 0; r < rounds && g[0] && g[1]; r++)
+    for (int k = 0; k < 2; k++) {
+      double t = time_graph_runs(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds, 1, NULL);
+      if (t > 0 && (best[k] < 0 || t < best[k])) best[k] = t;
+    }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  if (best[0] <= 0 || best[1] <= 0) return -1;
+  return fmax(1e-13, (best[1] - best[0]) / (3.0 * 128 * 16 * 28 * 28)); /* a file's numbers are > 0 */
+}
+
+/* Every kernel class on client c in at least `rounds` rounds, each round
+ * timing every class not yet settled once (a shared machine's load drifts over
+ * seconds: interleaved, every class gets runs in each quieter spell); rounds
+ * are added (calrun.h's cal_settled, up to CAL_ROUNDS_MAX) while a class's
+ * least round is not confirmed by another within CAL_AGREE. Per class e[k]:
+ * the least confirmed round (the work alone), its spread and rounds; units:
+ * its work. The least, not the median: at load average 11-15 on 2 cores, over
+ * 3 invocations each interleaved with the single 0.15 s window's, a class's
+ * rate moved 1.76x (max / min, median over the classes) with the median of 3
+ * rounds against the single window's 1.20x, and 1.10x with the least against
+ * its 1.32x. Confirmed, not the least alone: a 2-thread round with no clean
+ * run was CPU time / threads, which came out up to 670x another round's
+ * (parallel_efficiency.matmul_small "spread 66842%" at load 12): an OpenMP
+ * thread spinning at a barrier for its descheduled partner burns CPU (the
+ * 2-thread conv: clean runs 1.3 ms, CPU = wall; the others 28 ms, 27 ms of
+ * waits). So a round with no clean run gives no value (0, left out) and its
+ * CPU time / threads is the estimate only when no round had one (unconfirmed). */
+static int measure_classes(ts_client *c, int threads, int rounds, double *units, cal_est *e) {
+  double v[TS_KERNEL_CLASSES][CAL_ROUNDS_MAX], fb[TS_KERNEL_CLASSES] = {0};
+  int n[TS_KERNEL_CLASSES] = {0};
+  for (bool more = true; more;) {
+    more = false;
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+      if (cal_settled(v[k], n[k], rounds, CAL_AGREE)) continue;
+      if ((v[k][n[k]++] = measure_class(c, threads, k, rounds, &units[k], &fb[k])) < 0) return -1;
+      more = true;
+    }
+  }
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) e[k] = cal_confirmed_or(v[k], n[k], CAL_AGREE, fb[k]);
+  return 0;
+}
+
+/* A chain of 200 2x2 matmuls: per kernel, its time / 200 (op_overhead_s, op_overhead.N_s). */
+static ts_graph *overhead_graph(void) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t sh[2] = {2, 2};
+  ts_tensor x = in_f32(g, "x", 2, sh), w = in_f32(g, "w", 2, sh);
+  for (int k = 0; k < 200; k++) x = ts_matmul(g, x, w);
+  ts_graph_add_output(g, x);
+  return g;
+}
+
+void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s) {
+  /* ts is a whole step of one 1-element all-reduce: the step's own fixed cost
+   * (step_overhead.D_s, charged once per step by the prediction) is not the
+   * collective's. Without subtracting it alpha carried it into every
+   * collective, and busy - ts went negative (clamped) whenever the step's
+   * start-up was most of ts. File numbers are > 0: at least 1 ns. */
+  double coll = fmax(ts - step, 1e-9);
+  *latency = coll / (2 * log2((double)D));
+  /* what a collective between kernels takes beyond that back-to-back time */
+  *busy_s = fmax(busy - coll, 1e-9);
+}
+
+/* Everything calibrate measures: the values written and the estimates behind
+ * them (their rounds and spread, for the report). */
+typedef struct {
+  char cpu[128];
+  int threads, rounds;
+  long cores;
+  double units[TS_KERNEL_CLASSES], rate[TS_KERNEL_CLASSES], ceff[TS_KERNEL_CLASSES];
+  cal_est cls[TS_KERNEL_CLASSES], cls_t[TS_KERNEL_CLASSES]; /* 1 thread; every thread */
+  double overhead, bcast_op, step1, chain1, par_over, eff;
+  cal_est e_overhead, e_step1, e_chain1, e_step_t, e_par[2];
+  double arb[DEV_AR_SIZES], arl[DEV_AR_SIZES], step_over[DEV_AR_SIZES], ar_async[DEV_AR_SIZES];
+  double ar_step[DEV_AR_SIZES], ar_between[DEV_AR_SIZES], ar_busy[DEV_AR_SIZES], shared_eff[DEV_AR_SIZES];
+  double op_over[DEV_AR_SIZES];
+  /* per D: the step, the 1-element all-reduce (least, median), 16 MiB, the overhead chain, the matmul chain */
+  cal_est e_dev[DEV_AR_SIZES][6];
+} cal_result;
+
+enum { DEV_STEP, DEV_AR1, DEV_AR1_MED, DEV_ARBIG, DEV_OVER, DEV_CHAIN };
+
+/* Rounds for the probes that are not kernel classes: at least this many (a
+ * window of 0.15 s / this each, as the single 0.15 s window they replaced). */
+#define CAL_PROBE_ROUNDS 3
+#define CAL_PROBE_WINDOW_S (0.15 / CAL_PROBE_ROUNDS)
+
+/* One device of 1 thread: the kernel classes, the per-kernel overhead, the
+ * broadcast operands, a step and the matmul chain (shared_efficiency.N's
+ * reference: the median of its clean runs, no wait for a core). */
+static int measure_one_thread(cal_result *r) {
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
+  if (!c || measure_classes(c, 1, r->rounds, r->units, r->cls) < 0) return ts_client_free(c), -1;
+  cal_probe p[3] = {{.g = overhead_graph(), .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_WORK, .work_threads = 1},
+                    {.g = trivial_graph(), .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
+                    {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
+                     .stat = PROBE_CLEAN, .work_threads = 1}};
+  int rc = p[0].g && p[1].g && p[2].g ? probe_rounds(c, p, 3, CAL_PROBE_ROUNDS) : -1;
+  r->e_overhead = probe_est(&p[0], false), r->e_step1 = probe_est(&p[1], false), r->e_chain1 = probe_est(&p[2], false);
+  for (int i = 0; i < 3; i++) ts_graph_free(p[i].g);
+  r->overhead = r->e_overhead.value / 200, r->step1 = r->e_step1.value, r->chain1 = r->e_chain1.value;
+  r->bcast_op = rc == 0 ? measure_bcast_operands(c, r->rounds) : -1;
+  ts_client_free(c);
+  if (rc < 0 || r->overhead <= 0 || r->step1 <= 0 || r->chain1 <= 0 || r->bcast_op <= 0) return -1;
+  /* each time above includes one kernel's overhead: the rate is of the work alone */
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+    double t = r->cls[k].value;
+    r->rate[k] = r->units[k] / (t > 2 * r->overhead ? t - r->overhead : t / 2);
+  }
+  return 0;
+}
+
+/* One device of every thread: a step, a kernel's fork and join, and each
+ * class's parallel efficiency (kernels do not all split as well as a large
+ * matmul). */
+static int measure_threads(cal_result *r) {
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = r->threads, .num_devices = 1});
+  if (!c) return -1;
+  cal_probe p[3] = {{.g = trivial_graph(), .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
+                    {.g = par_overhead_graph(0), .reps = 10, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
+                    {.g = par_overhead_graph(1), .reps = 10, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN}};
+  int rc = p[0].g && p[1].g && p[2].g ? probe_rounds(c, p, 3, CAL_PROBE_ROUNDS) : -1;
+  r->e_step_t = probe_est(&p[0], false), r->e_par[0] = probe_est(&p[1], false), r->e_par[1] = probe_est(&p[2], false);
+  for (int i = 0; i < 3; i++) ts_graph_free(p[i].g);
+  double units[TS_KERNEL_CLASSES];
+  if (rc == 0) rc = measure_classes(c, r->threads, r->rounds, units, r->cls_t);
+  ts_client_free(c);
+  if (rc < 0 || r->e_par[0].value <= 0 || r->e_par[1].value <= 0) return -1;
+  if (r->e_step_t.value > r->step1) r->step1 = r->e_step_t.value;
+  r->par_over = fmax((2 * r->e_par[0].value - r->e_par[1].value) / 200, r->overhead);
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+    r->ceff[k] = fmin(1, fmax(0.05, r->cls[k].value / r->cls_t[k].value / r->threads));
+  r->eff = r->ceff[TS_KERNEL_MATMUL];
+  return 0;
+}
+
+/* In-process all-reduce on D = dev_ar_devices[q] devices: 1 element (latency)
+ * and 4 Mi f32 (bandwidth: 16 MiB per device, out of cache as a step's
+ * gradients are; 4 MiB ran in the L3 cache, 3-8x the bandwidth a step sees,
+ * which made every resharding look cheap to the solver); the ring model:
+ * t = 2 log2(D) alpha + 2 B (D-1)/D / beta. Also the step, the per-kernel
+ * overhead and the matmul chain (shared_efficiency.D: the median of its clean
+ * runs, cal_clean_median over the cores the D devices can use, against one
+ * thread's) with D devices,
+ * and the collective between kernels (busy, async: medians of 3 pairs). */
+static int measure_devices(cal_result *r, int q) {
+  int D = dev_ar_devices[q];
+  ts_client *c = ts_client_new(&(ts_client_options){.num_threads = r->threads, .num_devices = D});
+  if (!c) return -1;
+  const int64_t one = 1, big = 4 << 20;
+  ts_graph *ar[2] = {ts_graph_new(), ts_graph_new()};
+  for (int k = 0; k < 2 && ar[k]; k++)
+    ts_graph_add_output(ar[k], ts_replica_all_reduce(ar[k], ts_input(ar[k], "x", TS_F32, 1, k ? &big : &one), TS_REDUCE_SUM));
+  int busy_threads = D < r->cores ? D : (int)r->cores;
+  cal_probe p[5] = {{.g = trivial_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
+                    {.g = ar[0], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
+                    {.g = ar[1], .replicas = true, .reps = 5, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
+                    {.g = overhead_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
+                    {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
+                     .stat = PROBE_CLEAN, .work_threads = busy_threads, .queued = D > busy_threads}};
+  bool built = true;
+  for (int i = 0; i < 5; i++) built &= p[i].g != NULL;
+  int rc = built ? probe_rounds(c, p, 5, CAL_PROBE_ROUNDS) : -1;
+  cal_est *e = r->e_dev[q];
+  e[DEV_STEP] = probe_est(&p[0], false), e[DEV_AR1] = probe_est(&p[1], false);
+  e[DEV_AR1_MED] = probe_est(&p[1], true), e[DEV_ARBIG] = probe_est(&p[2], false);
+  e[DEV_OVER] = probe_est(&p[3], false), e[DEV_CHAIN] = probe_est(&p[4], false);
+  for (int i = 0; i < 5; i++) ts_graph_free(p[i].g);
+  double busy = rc == 0 ? measure_busy_collective(c, CHAIN_BLOCKING) : -1;
+  r->ar_async[q] = rc == 0 ? measure_busy_collective(c, CHAIN_ASYNC) : -1;
+  ts_client_free(c);
+  double ts = e[DEV_AR1].value, ts_med = e[DEV_AR1_MED].value, tb = e[DEV_ARBIG].value;
+  r->step_over[q] = e[DEV_STEP].value, r->op_over[q] = e[DEV_OVER].value / 200;
+  if (rc < 0 || r->step_over[q] <= 0 || ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || r->ar_async[q] < 0 ||
+      r->op_over[q] <= 0 || e[DEV_CHAIN].value <= 0)
+    return -1;
+  r->ar_async[q] = fmax(r->ar_async[q], 1e-9); /* a file's numbers are > 0 */
+  /* D devices of at most one core each (device_options' share): the chain's speed
+   * against one core's, over that share; 0 (not written) above one core */
+  int th = r->threads;
+  double share = fmin(th / D > 1 ? th / D : 1, (double)r->cores / D);
+  r->shared_eff[q] = share <= 1 ? fmin(1, fmax(0.05, r->chain1 / (e[DEV_CHAIN].value * share))) : 0;
+  allreduce_terms(D, ts_med, r->step_over[q], busy, &r->arl[q], &r->ar_busy[q]);
+  r->ar_step[q] = ts_med, r->ar_between[q] = busy;
+  r->arb[q] = 2.0 * (double)big * 4 * (D - 1) / D / fmax(tb - ts, 1e-9);
+  return 0;
+}
+
+/* "R rounds[ (C with a clean run)]: spread S%, range G%[, unconfirmed...]" for a key's comment. */
+static const char *est_note(char *buf, size_t len, const cal_est *e) {
+  char clean[48] = "";
+  if (e->tried > e->rounds) snprintf(clean, sizeof clean, " (%d with a clean run)", e->rounds);
+  snprintf(buf, len, "%d rounds%s: spread %.0f%%, range %.0f%%%s", e->tried, clean, 100 * e->spread, 100 * e->range,
+           e->confirmed ? "" : e->rounds == 0 ? ", unconfirmed: no clean run, CPU time / threads" : ", unconfirmed");
+  return buf;
+}
+
+static const char *const class_what[TS_KERNEL_CLASSES] = {
+    "FLOP/s, 96^3 matmul and its two gradients", "FLOP/s, (2048,256)x(256,1024) matmul and its two gradients",
+    "FLOP/s, 3x3 conv (64,16,32,32)", "FLOP/s, its data gradient", "FLOP/s, its filter gradient",
+    "bytes/s, add + ReLU of 3072x2048 and its gradient", "bytes/s, row sum and column sum of 6144x2048",
+    "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1536x2048 weight",
+    "bytes/s, bias add + ReLU of (96,64,32,32)", "bytes/s, 2x2 max pooling of (192,32,32,32) and its gradient",
+    "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (6144,1024)",
+    "bytes/s, GELU (erf) of (3072,2048) and its gradient"};
+
+/* The kernel classes, overheads and efficiencies of r into f. */
+static void write_kernels(FILE *f, const cal_result *r) {
+  char n[128];
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++)
+    fprintf(f, "%s = %.4g   # %s; %s\n", dev_kernel_keys[k], r->rate[k], class_what[k], est_note(n, sizeof n, &r->cls[k]));
+  fprintf(f, "kernel.broadcast.operand_s = %.4g   # per result element per broadcast operand beyond the first: a batch "
+             "norm + ReLU of (128,16,28,28) against a bias add + ReLU; %d rounds\n", r->bcast_op, r->rounds);
+  if (r->threads > 1)
+    fprintf(f, "op_overhead.parallel_s = %.4g   # per kernel on %d threads: chains of 200 adds of 32768 (%s) and 65536 "
+               "elements\n", r->par_over, r->threads, est_note(n, sizeof n, &r->e_par[0]));
+  fprintf(f, "op_overhead_s = %.4g   # per kernel: a chain of 200 2x2 matmuls, CPU time; %s\n", r->overhead,
+          est_note(n, sizeof n, &r->e_overhead));
+  fprintf(f, "parallel_efficiency = %.3g   # the large matmul + gradients on %d threads / (%d x 1 thread)\n", r->eff,
+          r->threads, r->threads);
+  for (int k = 0; k < TS_KERNEL_CLASSES && r->threads > 1; k++)
+    fprintf(f, "parallel_efficiency.%s = %.3g   # on %d threads: %s\n", dev_kernel_keys[k] + 7, r->ceff[k], r->threads,
+            est_note(n, sizeof n, &r->cls_t[k]));
+  fprintf(f, "step_overhead.1_s = %.4g   # per step: a 1-element add on 1 device (every thread); %s\n", r->step1,
+          est_note(n, sizeof n, r->e_step_t.value > r->e_step1.value ? &r->e_step_t : &r->e_step1));
+}
+
+/* The in-process entries of r (2, 4, 8 devices) into f. */
+static void write_devices(FILE *f, const cal_result *r) {
+  char n[5][128];
+  for (int q = 0; q < DEV_AR_SIZES; q++) {
+    int D = dev_ar_devices[q];
+    const cal_est *e = r->e_dev[q];
+    fprintf(f, "allreduce.%d.bytes_per_s = %.4g   # 16 MiB per device: %s\n"
+               "allreduce.%d.latency_s = %.4g   # (a 1-element all-reduce's step, %.4g s median, less "
+               "step_overhead.%d_s) / (2 log2 %d); the median: %s\nstep_overhead.%d_s = %.4g   # %s\n"
+               "allreduce.%d.busy_s = %.4g   # per collective between kernels (20 matmuls of 256^3): %.4g s, less "
+               "back to back (alpha's 2 log2 %d steps)\n",
+            D, r->arb[q], est_note(n[0], sizeof n[0], &e[DEV_ARBIG]), D, r->arl[q], r->ar_step[q], D, D,
+            est_note(n[1], sizeof n[1], &e[DEV_AR1_MED]), D, r->step_over[q],
+            est_note(n[2], sizeof n[2], &e[DEV_STEP]), D, r->ar_busy[q], r->ar_between[q], D);
+  }
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of 20 2x2 matmuls, "
+               "read after the last: the chain's median time with them less without (the worker's time each)\n",
+            dev_ar_devices[q], r->ar_async[q]);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
+               "on each; %s\n", dev_ar_devices[q], r->op_over[q], dev_ar_devices[q],
+            est_note(n[0], sizeof n[0], &r->e_dev[q][DEV_OVER]));
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    if (r->shared_eff[q] > 0)
+      fprintf(f, "shared_efficiency.%d = %.3g   # %d devices each running the 20 matmuls: speed / (1 thread's x "
+                 "their share of the cores), the work alone of each (1 thread: %s; %d devices: %s)\n",
+              dev_ar_devices[q], r->shared_eff[q], dev_ar_devices[q], est_note(n[0], sizeof n[0], &r->e_chain1),
+              dev_ar_devices[q], est_note(n[1], sizeof n[1], &r->e_dev[q][DEV_CHAIN]));
+}
+
+/* Writes r to path (directories created). */
+static int write_calibration(const char *cmd, const char *path, const cal_result *r) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *s = dir + 1; *s; s++)
+    if (*s == '/') {
+      *s = '\0';
+      mkdir(dir, 0755);
+      *s = '/';
+    }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    cli_error(cmd, "--calibrate %s: cannot write it: %s", path, strerror(errno));
+    return -1;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  double load = 0;
+  FILE *la = fopen("/proc/loadavg", "r");
+  if (la) {
+    if (fscanf(la, "%lf", &load) != 1) load = 0;
+    fclose(la);
+  }
+  fprintf(f, "# tessel calibration: `tessel plan --calibrate` on this machine (devices/README.md).\n"
+             "# Kernel throughput of one core (1 thread; per class the least CPU time of the runs of\n"
+             "# interleaved rounds), the per-kernel overhead, in-process all-reduce alpha/beta (16 MiB per\n"
+             "# device); load average %.2f when measured%s.\n"
+             "# Every time is measured in rounds, rounds added until two agree within %.0f%% (at most %d):\n"
+             "# the least confirmed round; spread: its gap to the confirming one; range: (max - min) / min.\n"
+             "name = CPU virtual devices (calibrated: %s)\n"
+             "calibration.cpu = %s\n"
+             "calibration.threads = %d\n"
+             "cores = %ld\n"
+             "flops_per_s.f32 = %.4g\n"
+             "flops_per_s.bf16 = %.4g\n"
+             "memory_bytes_per_s = %.4g\n"
+             "memory_bytes = %.4g\n",
+          load, load > 0.5 * (double)r->cores ? " (a loaded machine: rerun when quiet)" : "", 100 * CAL_AGREE,
+          CAL_ROUNDS_MAX, r->cpu, r->cpu, r->threads, r->cores, r->rate[TS_KERNEL_MATMUL], r->rate[TS_KERNEL_MATMUL],
+          r->rate[TS_KERNEL_ELEMENTWISE], (double)pages * (double)psz);
+  write_kernels(f, r);
+  write_devices(f, r);
+  fprintf(f, "host_link_bytes_per_s = %.4g\nhost_link_latency_s = %.4g\n"
+             "net_link_bytes_per_s = 1.25e9   # not measured: 10 Gb/s Ethernet\n"
+             "net_link_latency_s = 2e-5   # not measured\n"
+             "devices_per_host = 4096   # virtual devices: every one in this process\n",
+          r->arb[0], r->arl[0]);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Prints the calibration's rounds: the largest spreads and every unconfirmed
+ * estimate (stderr: a key a loaded machine may have moved). */
+static void report_spread(const cal_result *r) {
+  const cal_est *all[2 * TS_KERNEL_CLASSES + 8 + 6 * DEV_AR_SIZES];
+  char name[2 * TS_KERNEL_CLASSES + 8 + 6 * DEV_AR_SIZES][64];
+  int n = 0;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
+    snprintf(name[n], sizeof name[n], "%s", dev_kernel_keys[k]), all[n++] = &r->cls[k];
+    if (r->threads > 1) snprintf(name[n], sizeof name[n], "parallel_efficiency.%s", dev_kernel_keys[k] + 7), all[n++] = &r->cls_t[k];
+  }
+  snprintf(name[n], sizeof name[n], "op_overhead_s"), all[n++] = &r->e_overhead;
+  snprintf(name[n], sizeof name[n], "step_overhead.1_s"), all[n++] = &r->e_step1;
+  snprintf(name[n], sizeof name[n], "shared_efficiency (1 thread)"), all[n++] = &r->e_chain1;
+  if (r->threads > 1) {
+    snprintf(name[n], sizeof name[n], "step_overhead.1_s (%d threads)", r->threads), all[n++] = &r->e_step_t;
+    snprintf(name[n], sizeof name[n], "op_overhead.parallel_s (n)"), all[n++] = &r->e_par[0];
+    snprintf(name[n], sizeof name[n], "op_overhead.parallel_s (2n)"), all[n++] = &r->e_par[1];
+  }
+  static const char *const dev_what[6] = {"step_overhead.%d_s", "allreduce.%d (least)", "allreduce.%d.latency_s",
+                                          "allreduce.%d.bytes_per_s", "op_overhead.%d_s", "shared_efficiency.%d"};
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    for (int i = 0; i < 6; i++) snprintf(name[n], sizeof name[n], dev_what[i], dev_ar_devices[q]), all[n++] = &r->e_dev[q][i];
+  int worst = 0, unconfirmed = 0, rounds = 0;
+  for (int i = 0; i < n; i++) {
+    worst = all[i]->spread > all[worst]->spread ? i : worst;
+    rounds += all[i]->tried;
+    if (!all[i]->confirmed) {
+      unconfirmed++;
+      fprintf(stderr, "tessel plan --calibrate: %s unconfirmed after %d rounds (%d with a value; no two within %.0f%%; "
+                      "range %.0f%%): a loaded machine, rerun when quiet\n", name[i], all[i]->tried, all[i]->rounds,
+              100 * CAL_AGREE, 100 * all[i]->range);
+    }
+  }
+  printf("rounds: %d estimates, %d rounds, %d confirmed within %.0f%%, %d unconfirmed; largest spread %.0f%% (%s)\n", n,
+         rounds, n - unconfirmed, 100 * CAL_AGREE, unconfirmed, 100 * all[worst]->spread, name[worst]);
+}
+
+int calibrate(const char *cmd, const char *path, int rounds) {
+  if (rounds < 1 || rounds > CAL_MAX_ROUNDS) {
+    cli_error(cmd, "--rounds %d: not 1..%d", rounds, CAL_MAX_ROUNDS);
+    return -1;
+  }
+  double t0 = util_now_s();
+  cal_result *r = calloc(1, sizeof *r);
+  if (!r) return -1;
+  r->rounds = rounds;
+  calibration_key(r->cpu, sizeof r->cpu, &r->threads);
+  r->cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (measure_one_thread(r) < 0 || (r->threads > 1 && measure_threads(r) < 0)) goto fail;
+  if (r->threads <= 1) r->eff = 1;
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    if (measure_devices(r, q) < 0) goto fail;
+  if (write_calibration(cmd, path, r) < 0) {
+    free(r);
+    return -1;
+  }
+  printf("calibrated in %.1f s (%s, %d threads): matmul %.3g FLOP/s, conv %.3g FLOP/s, elementwise %.3g B/s, "
+         "overhead %.3g s, all-reduce (2 devices) %.3g s + %.3g B/s -> %s\n",
+         util_now_s() - t0, r->cpu, r->threads, r->rate[TS_KERNEL_MATMUL], r->rate[TS_KERNEL_CONV],
+         r->rate[TS_KERNEL_ELEMENTWISE], r->overhead, r->arl[0], r->arb[0], path);
+  int worst = 0;
+  for (int k = 1; k < TS_KERNEL_CLASSES; k++) worst = r->cls[k].spread > r->cls[worst].spread ? k : worst;
+  printf("kernel classes over %d+ rounds (1 thread): largest spread %.0f%% (%s), matmul %.0f%%, elementwise %.0f%%\n",
+         rounds, 100 * r->cls[worst].spread, dev_kernel_keys[worst], 100 * r->cls[TS_KERNEL_MATMUL].spread,
+         100 * r->cls[TS_KERNEL_ELEMENTWISE].spread);
+  report_spread(r);
+  free(r);
+  return 0;
+fail:
+  free(r);
+  cli_error(cmd, "--calibrate: a measurement failed: %s", ts_last_error());
+  return -1;
+}
