@@ -40,13 +40,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_calib_ew_probe: %s\n", ts_last_error());
     return 1;
   }
-  if (getenv("PROBE_FILL")) { /* DBG */
-    size_t nb = (size_t)(sh[0] * sh[1]);
-    float *h = malloc(nb * sizeof *h);
-    for (size_t i = 0; i < nb; i++) h[i] = 0.25f + (float)(i % 7);
-    for (int i = 0; i < 3; i++) ts_buffer_write(in[i], h, nb * sizeof *h);
-    free(h);
-  }
   for (int k = 0; k < runs; k++) {
     double w0 = now_s(), c0 = cpu_s();
     if (ts_execute(e, in, out) < 0) return 1;

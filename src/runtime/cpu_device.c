@@ -4,7 +4,6 @@
  * reduce-scatters) are started on the communicator's worker and awaited by
  * their first user, so they overlap with the nodes in between. */
 #include <stdlib.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h> /* madvise */
 
@@ -24,39 +23,22 @@ enum { CPU_HUGE = 2u << 20 }; /* a transparent huge page */
  * that reads one copy of the state and writes the other (beside a
  * checkpoint's save) walks two sets of pages, and 4 KiB ones missed the TLB
  * (bench_ckpt_io --hold-ab: the held GPT step's extra CPU). */
-static int dbg_mode(void) {
-  const char *e = getenv("DBG_HUGE");
-  return e ? atoi(e) : 1;
-}
-static unsigned dbg_count;
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
   size_t n = (bytes + TS_DEVICE_ALIGN - 1) / TS_DEVICE_ALIGN * TS_DEVICE_ALIGN;
   void *p = NULL;
-  int m = dbg_mode();
-  if (n >= CPU_HUGE && m == 4) {
-    unsigned k = __atomic_fetch_add(&dbg_count, 1, __ATOMIC_RELAXED);
-    m = (atoi(getenv("DBG_MASK")) >> k) & 1 ? 1 : 3;
+  if (n >= CPU_HUGE) {
+    if (posix_memalign(&p, CPU_HUGE, n) != 0) return NULL;
+    (void)madvise(p, n & ~(size_t)(CPU_HUGE - 1), MADV_HUGEPAGE);
+    return p;
   }
-  if (n >= CPU_HUGE && m) {
-    size_t off = 64;
-    if (m == 2) off = 64 + (size_t)(__atomic_fetch_add(&dbg_count, 1, __ATOMIC_RELAXED) % 16) * (4096 + 256);
-    if (m == 3) off = 64;
-    if (posix_memalign(&p, CPU_HUGE, n + off) != 0) return NULL;
-    if (m != 3) (void)madvise(p, (n + off) & ~(size_t)(CPU_HUGE - 1), MADV_HUGEPAGE);
-    ((void **)((char *)p + off))[-1] = p;
-    if (getenv("DBG_ALLOC")) fprintf(stderr, "alloc %p %zu\n", (char *)p + off, n);
-    return (char *)p + off;
-  }
-  if (posix_memalign(&p, TS_DEVICE_ALIGN, (n ? n : TS_DEVICE_ALIGN) + 64) != 0) return NULL;
-  ((void **)((char *)p + 64))[-1] = p;
-  if (getenv("DBG_ALLOC") && n >= CPU_HUGE) fprintf(stderr, "alloc %p %zu\n", (char *)p + 64, n);
-  return (char *)p + 64; /* uninitialized: an arena needs no zeros, and its pages fault in at first use */
+  if (posix_memalign(&p, TS_DEVICE_ALIGN, n ? n : TS_DEVICE_ALIGN) != 0) return NULL;
+  return p; /* uninitialized: an arena needs no zeros, and its pages fault in at first use */
 }
 
 static void cpu_free(void *ctx, void *p) {
   (void)ctx;
-  if (p) free(((void **)p)[-1]);
+  free(p);
 }
 
 static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
