@@ -77,7 +77,6 @@ static int alloc_shards(ts_buffer *b, const ts_sharding *s) {
   else memcpy(b->local_shape, b->shape, sizeof b->shape);
   b->shard_bytes = (size_t)ts_shape_numel(b->rank, b->local_shape) * ts_dtype_size(b->dtype);
   b->n_shards = c->num_devices;
-  b->huge = false; /* plain device memory (hold.c gives a held buffer huge pages) */
   b->shards = calloc((size_t)c->num_devices, sizeof *b->shards);
   if (!b->shards) return set_error_code(TS_ERR_OUT_OF_MEMORY, "buffer: out of memory");
   for (int i = c->first_local; i < c->first_local + c->num_local; i++) /* other processes hold theirs */

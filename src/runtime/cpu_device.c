@@ -12,22 +12,11 @@
 #include "runtime/rt.h"       /* rt_carry: collectives left in flight by earlier runs */
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
-enum { CPU_HUGE = 2u << 20 }; /* a transparent huge page */
-
-/* Device memory: TS_DEVICE_ALIGN-aligned; a block of CPU_HUGE bytes or more
- * starts on a 2 MiB boundary, so that hold.c can put the whole block on
- * transparent huge pages (it advises the memory it allocates for a held
- * buffer's training state). No block gets the advice here: memory read only
- * by AVX-512 loads whose mask is all zero (ReLU's gradient over zeros) does
- * not get its accessed bit set again once DAMON's sampling cleared it, and
- * every such load then walks the page tables; on a huge page one sample
- * clears 2 MiB (bench_calib_ew_probe --cold; docs/checkpoints.md). */
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
   size_t n = (bytes + TS_DEVICE_ALIGN - 1) / TS_DEVICE_ALIGN * TS_DEVICE_ALIGN;
   void *p = NULL;
-  size_t align = n >= CPU_HUGE ? CPU_HUGE : TS_DEVICE_ALIGN;
-  if (posix_memalign(&p, align, n ? n : TS_DEVICE_ALIGN) != 0) return NULL;
+  if (posix_memalign(&p, TS_DEVICE_ALIGN, n ? n : TS_DEVICE_ALIGN) != 0) return NULL;
   return p; /* uninitialized: an arena needs no zeros, and its pages fault in at first use */
 }
 

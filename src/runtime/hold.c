@@ -15,21 +15,19 @@
  *
  * The first such move of a buffer allocates that memory, and the step that
  * writes it takes its page faults (1.49 GB of state: 360k 4 KiB faults in the
- * one step beside the first save). On CPU devices held buffers get
- * transparent huge pages (MADV_HUGEPAGE; THP in its madvise mode): the new
- * memory of the first move, and at the second the buffer's first memory
- * (plain pages) is replaced by such memory too (rt_hold_out_memory): 512
- * times fewer faults, and the step beside a save and the saver's copies miss
- * the TLB less. Plain device blocks get no advice (cpu_device.c).
+ * one step beside the first save). On CPU devices a new block of >= 2 MiB is
+ * marked for transparent huge pages (MADV_HUGEPAGE; THP in its madvise mode):
+ * 512 times fewer faults, and the copies of the next saves, which read it,
+ * miss the TLB less.
  *
  * The holder reads the held bytes copied out (ts_buffer_hold_read_range) or
  * visited in place (ts_buffer_hold_visit_range: host memory on CPU devices,
  * staged through a bounce buffer elsewhere); both walk the same runs
  * (hold_runs: one per row of the last dim in a padded block).
  *
- * Threads: the buffer's fields (b->hold, b->spare, b->shards, b->huge) and a
- * hold's huge / out_huge belong to the thread using the buffer; the holder
- * (any thread) touches only the hold's other fields, under its mutex. A hold object is freed by whichever of the two
+ * Threads: the buffer's fields (b->hold, b->spare, b->shards) belong to the
+ * thread using the buffer; the holder (any thread) touches only the hold's
+ * fields, under its mutex. A hold object is freed by whichever of the two
  * lets go of it last (holder released and buffer unlinked). */
 #include <pthread.h>
 #include <stdint.h>
@@ -46,8 +44,6 @@ struct ts_buffer_hold {
   bool holder; /* not released yet */
   bool linked; /* the buffer points at it (b->hold, or b->spare once moved) */
   bool moved;  /* the memory is no longer the buffer's live memory: the hold's (freed with it) or a spare */
-  bool huge;     /* the memory is hold.c's own, on huge pages (the buffer's `huge` when held) */
-  bool out_huge; /* rt_hold_out_memory's memory for the new values is (rt_hold_move passes it on) */
   ts_client *c;
   ts_dtype dtype;
   int rank, n_shards;
@@ -121,7 +117,6 @@ ts_buffer_hold *ts_buffer_hold_new(ts_buffer *b) {
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
   h->holder = h->linked = true;
-  h->huge = b->huge;
   h->c = b->client;
   h->dtype = b->dtype;
   h->rank = b->rank;
@@ -320,71 +315,40 @@ long rt_hold_allocs;
 
 enum { HOLD_HUGE = 2u << 20 };
 
-/* True when b's blocks can sit on transparent huge pages: CPU devices (host
- * memory; blocks of >= 2 MiB start on a 2 MiB boundary, cpu_device.c). */
-static bool hold_wants_huge(const ts_buffer *b) {
-  const ts_client *c = b->client;
-  if (b->shard_bytes < HOLD_HUGE) return false;
-  for (int i = c->first_local; i < c->first_local + c->num_local; i++)
-    if (!c->devs[i].platform || strcmp(c->devs[i].platform, "cpu") != 0) return false;
-  return true;
-}
-
-/* Fresh host memory p of `bytes`: its whole 2 MiB pages marked for
- * transparent huge pages (best effort: where THP is off, nothing). */
-static void hold_advise_huge(void *p, size_t bytes) {
+/* Fresh host memory p of `bytes` on device d: its whole 2 MiB pages marked
+ * for transparent huge pages (best effort: where THP is off, nothing). */
+static void hold_advise_huge(const ts_device *d, void *p, size_t bytes) {
+  if (bytes < HOLD_HUGE || !d->platform || strcmp(d->platform, "cpu") != 0) return;
   uintptr_t a = ((uintptr_t)p + HOLD_HUGE - 1) & ~(uintptr_t)(HOLD_HUGE - 1);
   uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(HOLD_HUGE - 1);
   if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
 
-/* Fresh memory for b's blocks (huge pages where hold_wants_huge); NULL: out
- * of memory (what was allocated is freed). */
-static void **hold_alloc(ts_buffer *b, bool huge) {
-  ts_client *c = b->client;
-  void **mem = calloc((size_t)b->n_shards + 1, sizeof *mem);
-  for (int i = c->first_local; mem && i < c->first_local + c->num_local; i++) {
-    if (!(mem[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) {
-      rt_hold_free_memory(b, mem);
-      return NULL;
-    }
-    if (huge) hold_advise_huge(mem[i], b->shard_bytes);
-  }
-  if (mem) __atomic_add_fetch(&rt_hold_allocs, 1, __ATOMIC_RELAXED);
-  return mem;
-}
-
 /* Memory for the new values of held buffer b (same block sizes): its spare
- * if released, else fresh. A spare that is the buffer's first memory (plain
- * pages, buffer.c's) is replaced once by fresh memory on huge pages, so that
- * from the third save on both copies of the state sit on 2 MiB pages (the
- * step reads one and writes the other: 4 KiB pages missed the TLB, the held
- * GPT step's extra CPU in bench_ckpt_io --hold-ab). Only held buffers get
- * huge pages: they are training state, read by plain loads. Where b's blocks
- * are padded, the old block is copied in first (the padding keeps its bytes,
- * as in place). NULL: out of memory (error set). */
+ * if released, else fresh. Where b's blocks are padded, the old block is
+ * copied in first (the padding keeps its bytes, as in place). NULL: out of
+ * memory (error set). */
 void **rt_hold_out_memory(ts_buffer *b) {
   ts_client *c = b->client;
   void **mem = NULL;
-  bool huge = hold_wants_huge(b);
-  b->hold->out_huge = false;
   if (b->spare) {
     ts_buffer_hold *s = b->spare;
     pthread_mutex_lock(&s->mu);
     bool free_now = !s->holder && s->shard_bytes == b->shard_bytes && s->n_shards == b->n_shards;
     if (free_now) mem = s->shards, s->shards = NULL, s->moved = false; /* taken: nothing left to free */
-    bool spare_huge = s->huge;
     pthread_mutex_unlock(&s->mu);
     if (free_now) {
       hold_unlink(s, false);
       b->spare = NULL;
-      if (huge && !spare_huge) rt_hold_free_memory(b, mem), mem = NULL; /* plain pages: replaced below */
-      else b->hold->out_huge = spare_huge;
     }
   }
   if (!mem) {
-    if (!(mem = hold_alloc(b, huge))) goto oom;
-    b->hold->out_huge = huge;
+    if (!(mem = calloc((size_t)b->n_shards + 1, sizeof *mem))) goto oom;
+    for (int i = c->first_local; i < c->first_local + c->num_local; i++) {
+      if (!(mem[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) goto oom;
+      hold_advise_huge(&c->devs[i], mem[i], b->shard_bytes);
+    }
+    __atomic_add_fetch(&rt_hold_allocs, 1, __ATOMIC_RELAXED);
   }
   for (int i = c->first_local; i < c->first_local + c->num_local; i++) {
     const ts_buffer_hold *h = b->hold;
@@ -396,6 +360,7 @@ void **rt_hold_out_memory(ts_buffer *b) {
   }
   return mem;
 oom:
+  rt_hold_free_memory(b, mem);
   set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory for the new values of a held buffer (%zu bytes a block)",
                  b->shard_bytes);
   return NULL;
@@ -421,7 +386,6 @@ void rt_hold_move(ts_buffer *b, void **mem) {
   pthread_mutex_unlock(&h->mu);
   free(b->shards); /* the array; the memory is h's */
   b->shards = mem;
-  b->huge = h->out_huge;
   b->data = mem[b->client->first_local];
   b->hold = NULL;
   b->spare = h;

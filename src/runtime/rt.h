@@ -80,7 +80,6 @@ struct ts_buffer {
   ts_sharding *sharding;            /* owned; NULL = replicated */
   ts_buffer_hold *hold;             /* hold.c: the hold on the live memory (NULL: none) */
   ts_buffer_hold *spare;            /* hold.c: memory left behind by a move, reused once released */
-  bool huge;                        /* hold.c: the live blocks are its own, on huge pages (false: buffer.c's) */
 };
 
 /* "f32[512,784]" into buf. */
