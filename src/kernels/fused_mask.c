@@ -33,25 +33,32 @@ typedef struct {
   int32_t lt, eq, gt, un; /* which outcomes of y against k select u [+ w] (-1 or 0) */
 } mask_args;
 
+enum { MASK_BLK = 1024 }; /* elements per block: 4 KiB of f32 at most (nan_touch) */
+
 INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w, bool ob, bool gt_only, void *out,
                       int64_t n) {
   const void *U = A->u, *W = A->w, *Y = A->y;
   float k = A->k, c = A->c, *of = out;
   int32_t lt = A->lt, eq = A->eq, gt = A->gt, un = A->un;
   uint16_t *oh = out;
-  _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {
-    float u = nan_ld(U, ub, j), v = u;
-    if (has_w) {
-      v = u + nan_ld(W, wb, j);
-      v = u != u ? nan_quieted(u) : v; /* add_o(u, w) */
+  for (int64_t j0 = 0; j0 < n; j0 += MASK_BLK) {
+    int64_t j1 = j0 + MASK_BLK < n ? j0 + MASK_BLK : n;
+    nan_touch(U, ub, j0, j1); /* u and w are read by masked loads: nan_order.h */
+    if (has_w) nan_touch(W, wb, j0, j1);
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float u = nan_ld(U, ub, j), v = u;
+      if (has_w) {
+        v = u + nan_ld(W, wb, j);
+        v = u != u ? nan_quieted(u) : v; /* add_o(u, w) */
+      }
+      float y = nan_ld(Y, yb, j);
+      /* the flags as masks (-1 or 0), so that their logic stays in vector lanes */
+      int32_t s = (lt & -(int32_t)(y < k)) | (eq & -(int32_t)(y == k)) | (gt & -(int32_t)(y > k)) |
+                  (un & -(int32_t)(y != y || k != k));
+      float r = (gt_only ? y > k : s != 0) ? v : c;
+      if (ob) oh[j] = (uint16_t)bf16_bits(r);
+      else of[j] = r;
     }
-    float y = nan_ld(Y, yb, j);
-    /* the flags as masks (-1 or 0), so that their logic stays in vector lanes */
-    int32_t s = (lt & -(int32_t)(y < k)) | (eq & -(int32_t)(y == k)) | (gt & -(int32_t)(y > k)) |
-                (un & -(int32_t)(y != y || k != k));
-    float r = (gt_only ? y > k : s != 0) ? v : c;
-    if (ob) oh[j] = (uint16_t)bf16_bits(r);
-    else of[j] = r;
   }
 }
 

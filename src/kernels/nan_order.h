@@ -26,4 +26,19 @@ static inline __attribute__((always_inline)) float nan_ld(const void *p, bool bf
   return bf16 ? ts_bf16_to_f32(((const uint16_t *)p)[j]) : ((const float *)p)[j];
 }
 
+/* Reads elements j0 and j1 - 1 of p (j0 < j1) with plain loads, so that the
+ * pages a masked vector load then reads have their accessed bit set: an
+ * AVX-512 load whose mask is all zero (ReLU's gradient where y <= 0
+ * everywhere: gcc folds the select's operand into the masked load) does not
+ * set it, and on a page whose bit was cleared (this host's DAMON samples
+ * every 0.5 s) every such load walks the page tables again: the probe ran 2x
+ * slower for the rest of the process (bench_calib_ew_probe --cold, tests/
+ * calib_probe_cold.sh). Called once per block of at most 4 KiB, every page
+ * under the block holds j0 or j1 - 1. */
+static inline __attribute__((always_inline)) void nan_touch(const void *p, bool bf16, int64_t j0, int64_t j1) {
+  size_t e = bf16 ? 2 : 4;
+  (void)*(const volatile char *)((const char *)p + (size_t)j0 * e);
+  (void)*(const volatile char *)((const char *)p + (size_t)(j1 - 1) * e);
+}
+
 #endif

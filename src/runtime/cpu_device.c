@@ -5,6 +5,7 @@
  * their first user, so they overlap with the nodes in between. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h> /* madvise */
 
 #include "comm/comm.h"      /* started all-reduces */
 #include "kernels/kernels.h" /* kernel_run, ts_kstate */
@@ -12,10 +13,25 @@
 #include "runtime/rt.h"       /* rt_carry: collectives left in flight by earlier runs */
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
 
+enum { CPU_HUGE = 2u << 20 }; /* a transparent huge page */
+
+/* Device memory: TS_DEVICE_ALIGN-aligned; a block of CPU_HUGE bytes or more
+ * starts on a huge-page boundary and its whole huge pages are marked
+ * MADV_HUGEPAGE (THP in its madvise mode; best effort), so a large buffer
+ * (parameters, optimizer state, the arena) sits on 2 MiB pages from its
+ * first byte, as the spare memory of a held buffer does (hold.c): a step
+ * that reads one copy of the state and writes the other (beside a
+ * checkpoint's save) walks two sets of pages, and 4 KiB ones missed the TLB
+ * (bench_ckpt_io --hold-ab: the held GPT step's extra CPU). */
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
   size_t n = (bytes + TS_DEVICE_ALIGN - 1) / TS_DEVICE_ALIGN * TS_DEVICE_ALIGN;
   void *p = NULL;
+  if (n >= CPU_HUGE) {
+    if (posix_memalign(&p, CPU_HUGE, n) != 0) return NULL;
+    (void)madvise(p, n & ~(size_t)(CPU_HUGE - 1), MADV_HUGEPAGE);
+    return p;
+  }
   if (posix_memalign(&p, TS_DEVICE_ALIGN, n ? n : TS_DEVICE_ALIGN) != 0) return NULL;
   return p; /* uninitialized: an arena needs no zeros, and its pages fault in at first use */
 }

@@ -15,10 +15,10 @@
  *
  * The first such move of a buffer allocates that memory, and the step that
  * writes it takes its page faults (1.49 GB of state: 360k 4 KiB faults in the
- * one step beside the first save). On CPU devices a new block of >= 2 MiB is
- * marked for transparent huge pages (MADV_HUGEPAGE; THP in its madvise mode):
- * 512 times fewer faults, and the copies of the next saves, which read it,
- * miss the TLB less.
+ * one step beside the first save). On CPU devices a block of >= 2 MiB starts
+ * on a huge-page boundary and is marked for transparent huge pages
+ * (cpu_device.c; THP in its madvise mode): 512 times fewer faults, and the
+ * copies of the next saves, which read it, miss the TLB less.
  *
  * The holder reads the held bytes copied out (ts_buffer_hold_read_range) or
  * visited in place (ts_buffer_hold_visit_range: host memory on CPU devices,
@@ -33,7 +33,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h> /* madvise */
 
 #include "runtime/rt.h"
 #include "util/error.h"
@@ -313,17 +312,6 @@ void rt_hold_buffer_gone(ts_buffer *b) {
  * steady state). */
 long rt_hold_allocs;
 
-enum { HOLD_HUGE = 2u << 20 };
-
-/* Fresh host memory p of `bytes` on device d: its whole 2 MiB pages marked
- * for transparent huge pages (best effort: where THP is off, nothing). */
-static void hold_advise_huge(const ts_device *d, void *p, size_t bytes) {
-  if (bytes < HOLD_HUGE || !d->platform || strcmp(d->platform, "cpu") != 0) return;
-  uintptr_t a = ((uintptr_t)p + HOLD_HUGE - 1) & ~(uintptr_t)(HOLD_HUGE - 1);
-  uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(HOLD_HUGE - 1);
-  if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-}
-
 /* Memory for the new values of held buffer b (same block sizes): its spare
  * if released, else fresh. Where b's blocks are padded, the old block is
  * copied in first (the padding keeps its bytes, as in place). NULL: out of
@@ -345,8 +333,7 @@ void **rt_hold_out_memory(ts_buffer *b) {
   if (!mem) {
     if (!(mem = calloc((size_t)b->n_shards + 1, sizeof *mem))) goto oom;
     for (int i = c->first_local; i < c->first_local + c->num_local; i++) {
-      if (!(mem[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) goto oom;
-      hold_advise_huge(&c->devs[i], mem[i], b->shard_bytes);
+      if (!(mem[i] = c->devs[i].alloc(c->devs[i].ctx, b->shard_bytes))) goto oom; /* huge pages: cpu_device.c */
     }
     __atomic_add_fetch(&rt_hold_allocs, 1, __ATOMIC_RELAXED);
   }
