@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "tessel/tessel.h"
+#include "ir/builders_internal.h" /* ir_conv_bwd_filter: the filter gradient alone */
 
 enum { B = 16, D = 12, H0 = 16, H = 32, C = 10 };
 
@@ -162,6 +163,20 @@ static void op_rules(ts_client *c8) {
   mark(&s, m, w, "None,model,None,None");
   CHECK(count(c8, g, TS_COLLECTIVE_ALL_REDUCE, 2u, &bytes) == 1 && bytes == 4 * 8 * 4 * 4 * 4,
         "input-channel conv: one all-reduce of the (4, 8, 4, 4) block, got %zu bytes", bytes);
+  ts_graph_free(g);
+
+  /* A filter gradient whose x is replicated and dy batch-sharded (auto-sharding
+   * leaves the CNN's input x replicated): x is sliced on N where it is, the
+   * local gradients all-reduced once (8x4x3x3 f32); dy is never gathered. */
+  g = ts_graph_new();
+  s.g = g;
+  x = ts_input(g, "x", TS_F32, 4, (int64_t[]){8, 4, 6, 6});
+  ts_tensor dy = ts_input(g, "dy", TS_F32, 4, (int64_t[]){8, 8, 4, 4});
+  ts_graph_add_output(g, ir_conv_bwd_filter(g, x, dy, &(ts_conv_params){0}, (int64_t[]){8, 4, 3, 3}));
+  mark(&s, m, x, "None,None,None,None");
+  mark(&s, m, dy, "data,None,None,None");
+  CHECK(count(c8, g, TS_COLLECTIVE_ALL_REDUCE, 1u, &bytes) == 1 && bytes == 8 * 4 * 3 * 3 * 4,
+        "filter gradient, x replicated, dy on data: one all-reduce of 1152 bytes, got %zu bytes", bytes);
   ts_graph_free(g);
   ts_mesh_free(m);
 }

@@ -282,7 +282,10 @@ static int32_t lower_conv(part *p, int id) {
   switch (n->op) {
   case TS_OP_CONV: copy_dim(&K, 0, x0, ca); break;           /* C of x (and of w) */
   case TS_OP_CONV_BWD_DATA: copy_dim(&K, 0, x0, ca); break;  /* O of dy (and of w) */
-  case TS_OP_CONV_BWD_FILTER: copy_dim(&K, 0, x0, 0); break; /* N of x (and of dy) */
+  case TS_OP_CONV_BWD_FILTER: /* N of x (and of dy): x's axes, else dy's (x sliced, no gather of dy) */
+    copy_dim(&K, 0, x0, 0);
+    if (K.naxes[0] == 0) copy_dim(&K, 0, &p->W[n->in[1]], 0);
+    break;
   default: break;
   }
   if (!is_pool) {
