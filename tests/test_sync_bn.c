@@ -15,13 +15,18 @@
  *    rank 0's buffers at the next forward; tessel keeps each replica's).
  * And the forward's collectives: two per batch norm (mean, variance) and one
  * replica count for the whole model (ts_nn.sync_replicas), not one per
- * layer: each collective between hosts is a wait for the other replicas. */
+ * layer: each collective between hosts is a wait for the other replicas.
+ * And each replica's program: the backward pass's statistics all-reduces
+ * have a convolution's weight gradient between them and their first user
+ * (opt/schedule.c holds it back for them), one per convolution but the
+ * first layer's, so between hosts its work hides their round trip. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 #include "ir/ir.h" /* ir_op_is_collective: counting the forward's collectives */
+#include "runtime/executable.h" /* the replicas' programs (check_hidden) */
 #include "tessel/tessel.h"
 
 enum { B = 8, R = 2, C = 1, H = 8, STEPS = 3 };
@@ -33,6 +38,30 @@ typedef struct {
   int64_t *numel;
   char (*names)[96];
 } run_out;
+
+/* Device d's program: the all-reduces with a convolution's weight gradient
+ * between them and their first user, against the weight gradients. */
+static void check_hidden(const ts_executable *e, int d) {
+  const ts_graph *g = e->dev[d]->g;
+  int dw = 0, hidden = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    dw += g->nodes[i].op == TS_OP_CONV_BWD_FILTER;
+    if (g->nodes[i].op != TS_OP_ALL_REDUCE) continue;
+    bool work = false, used = false;
+    for (int j = i + 1; j < g->n_nodes && !used; j++) {
+      for (int k = 0; k < g->nodes[j].n_in; k++) {
+        int v = g->nodes[j].in[k];
+        while (g->nodes[v].op == TS_OP_RESHAPE) v = g->nodes[v].in[0];
+        used |= v == i && g->nodes[j].op != TS_OP_RESHAPE;
+      }
+      work |= !used && g->nodes[j].op == TS_OP_CONV_BWD_FILTER;
+    }
+    hidden += work;
+  }
+  CHECK(dw > 1 && hidden >= dw - 1, "device %d: %d all-reduces with a weight gradient before their first user, %d "
+        "weight gradients (want all but the first layer's)", d, hidden, dw);
+  if (d == 0) printf("sync-bn program: %d of %d weight gradients between an all-reduce and its user\n", hidden, dw);
+}
 
 /* replicas = 0: one device, the whole batch; else R replicas, sync_bn as given. */
 static int train(int replicas, bool sync_bn, const double *xd, const int32_t *yd, run_out *o) {
@@ -61,6 +90,7 @@ static int train(int replicas, bool sync_bn, const double *xd, const int32_t *yd
                ? -1 : 0;
   ts_executable *e = NULL;
   if (rc == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas > 0}))) rc = -1;
+  for (int d = 0; rc == 0 && replicas && sync_bn && d < R; d++) check_hidden(e, d);
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
   ts_buffer **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
   ts_buffer *xb = ts_buffer_new(c, TS_F64, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &b);

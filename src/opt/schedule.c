@@ -10,6 +10,19 @@
  * between hosts: gradient, reduction, update, gather, next forward) starts
  * one GEMM earlier.
  *
+ * A convolution's weight gradient (conv2d_bwd_filter) is held back to
+ * right after the next tiny all-reduce (at most SCHED_TINY_BYTES: batch
+ * norm's statistics under sync-bn or SPMD data/fsdp, a round trip to the
+ * other replicas) when one is still to come, or to before a node that reads
+ * it: the backward pass emits it before the next batch norm's statistics,
+ * which do not need it, so the statistics all-reduce started first runs
+ * while it computes (ResNet-20's 2-replica DDP sync-bn step: 21 of 21
+ * weight gradients between such an all-reduce and its first user, 3
+ * before; tests/test_sync_bn.c). Between hosts the device then starts that
+ * all-reduce instead of calling it in line (runtime/cpu_collective.c
+ * cpu_collective_inline). Same nodes, same bits; on one host the calls run
+ * in line as before, only the order changed.
+ *
  * Weight gathers (an all-gather of a program input: FSDP's parameters) are
  * prefetched one layer ahead instead: the first at the start of the
  * program, each next one right before the first user of the one before it
@@ -71,6 +84,7 @@
 #include <string.h>
 
 #include "opt/opt.h"
+#include "spmd/spmd_internal.h" /* TS_ALL_REPLICAS */
 
 typedef struct {
   const ts_graph *g;
@@ -79,7 +93,22 @@ typedef struct {
   bool *done;
   int32_t *order;
   int n;
+  int32_t *held; /* weight gradients held back to the next tiny all-reduce (hold_weight_grads) */
+  int n_held;
+  int tiny_left; /* tiny all-reduces not yet emitted */
 } sched;
+
+/* A tiny all-reduce: at most the in-line limit between hosts (util/config.c
+ * env_inline_bytes' default), where each one is a round trip to the peer
+ * rather than bytes on the link. */
+enum { SCHED_TINY_BYTES = 64 << 10 };
+
+static bool tiny_all_reduce(const ts_node *n) {
+  /* a group of several devices, or every replica (spmd_internal.h: resolved after this pass) */
+  bool group = n->attr.coll && (n->attr.coll->n > 1 || (n->attr.coll->n == 1 && n->attr.coll->ids[0] == TS_ALL_REPLICAS));
+  return n->op == TS_OP_ALL_REDUCE && group &&
+         ts_shape_numel(n->rank, n->shape) * (int64_t)ts_dtype_size(n->dtype) <= SCHED_TINY_BYTES;
+}
 
 static bool ready(const sched *s, int id) {
   const ts_node *n = &s->g->nodes[id];
@@ -88,14 +117,56 @@ static bool ready(const sched *s, int id) {
   return true;
 }
 
-/* Emits id, then every eager user it made ready (and theirs). */
+static void flush_held(sched *s);
+
+/* Emits id, then every eager user it made ready (and theirs); after a tiny
+ * all-reduce, the weight gradients held back for it (hold_weight_grads). */
 static void emit(sched *s, int id) {
   s->done[id] = true;
   s->order[s->n++] = id;
+  if (tiny_all_reduce(&s->g->nodes[id])) {
+    s->tiny_left--;
+    flush_held(s);
+  }
   for (int k = s->u->off[id]; k < s->u->off[id + 1]; k++) {
     int v = s->u->users[k];
     if (s->eager[v] && !s->done[v] && ready(s, v)) emit(s, v);
   }
+}
+
+static void flush_held(sched *s) { /* in the order they were held */
+  while (s->n_held) {
+    int v = s->held[0];
+    memmove(s->held, s->held + 1, (size_t)--s->n_held * sizeof *s->held);
+    emit(s, v);
+  }
+}
+
+/* Weight gradients that wait for the next tiny all-reduce (see the top): a
+ * convolution's weight gradient feeds only the gradient reduction and the
+ * update, never the rest of the backward pass, so it can run while the
+ * batch norm statistics' round trip to the other replicas is in flight,
+ * instead of before the reduction's operand exists. Node i is held (1)
+ * when it is one and a tiny all-reduce is still to come; 0 otherwise. A
+ * held node goes right after the next tiny all-reduce, or before a node
+ * that reads it, or at the end. */
+static int hold_weight_grad(sched *s, int i) {
+  if (s->g->nodes[i].op != TS_OP_CONV_BWD_FILTER || s->tiny_left <= 0 || !s->held) return 0;
+  s->held[s->n_held++] = i;
+  return 1;
+}
+
+/* Before node i: the held nodes it reads. */
+static void release_read(sched *s, int i) {
+  const ts_node *n = &s->g->nodes[i];
+  for (int k = 0; k < n->n_in; k++)
+    for (int h = 0; h < s->n_held; h++)
+      if (s->held[h] == n->in[k]) {
+        int v = s->held[h];
+        memmove(s->held + h, s->held + h + 1, (size_t)(--s->n_held - h) * sizeof *s->held);
+        emit(s, v);
+        break;
+      }
 }
 
 static bool startable(ts_op op) {
@@ -313,7 +384,8 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
     for (int k = u.off[i]; k < u.off[i + 1]; k++)
       if (u.users[k] < prev_first) prev_first = u.users[k];
   }
-  sched s = {g, &u, eager, done, order, 0};
+  sched s = {g, &u, eager, done, order, 0, malloc(((size_t)n + 1) * sizeof(int32_t)), 0, 0};
+  for (int i = 0; i < n; i++) s.tiny_left += tiny_all_reduce(&g->nodes[i]);
   int32_t *feed = malloc(((size_t)n + 1) * sizeof *feed);
   int32_t *seen = malloc(((size_t)n + 1) * sizeof *seen), *stack = malloc(((size_t)n + 1) * sizeof *stack);
   for (int i = 0; seen && i < n; i++) seen[i] = -1;
@@ -321,6 +393,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   free(seen);
   free(stack);
   if (n_feed < 0) {
+    free(s.held);
     free(pf);
     free(anchor);
     free(feed);
@@ -338,8 +411,12 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
         if (g->nodes[cursor].op == TS_OP_INPUT && !done[cursor]) emit(&s, cursor); /* the gather too (eager) */
       if (!done[pf[next]] && ready(&s, pf[next])) emit(&s, pf[next]);
     }
-    if (!done[i]) emit(&s, i);
+    if (done[i]) continue;
+    release_read(&s, i); /* may emit i itself: an eager user of a held node */
+    if (!done[i] && !hold_weight_grad(&s, i)) emit(&s, i);
   }
+  flush_held(&s);
+  free(s.held);
   free(pf);
   free(anchor);
   free(feed);
