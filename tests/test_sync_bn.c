@@ -64,7 +64,9 @@ static void check_hidden(const ts_executable *e, int d) {
   }
   CHECK(dw > 1 && hidden >= dw - 1, "device %d: %d all-reduces with a weight gradient before their first user, %d "
         "weight gradients (want all but the first layer's)", d, hidden, dw);
-  if (d == 0) printf("sync-bn program: %d all-reduces with a weight gradient before their first user, %d weight gradients\n", hidden, dw);
+  if (d == 0)
+    printf("sync-bn program: %d all-reduces with a weight gradient before their first user, %d weight gradients\n",
+           hidden, dw);
 }
 
 /* Device d's program: no tiny all-reduce (<= 64 KiB) after the first user of

@@ -14,11 +14,12 @@
  * right after the next batch norm statistics all-reduce (stat_all_reduces:
  * at most SCHED_TINY_BYTES, and a convolution's gradient depends on it;
  * under sync-bn or SPMD data/fsdp a round trip to the other replicas) when
- * one is still to come, or to before a node that reads it: the backward pass emits it before the next batch norm's statistics,
- * which do not need it, so the statistics all-reduce started first runs
- * while it computes (ResNet-20's 2-replica DDP sync-bn step: 21 of 21
- * weight gradients between such an all-reduce and its first user, 3
- * before; tests/test_sync_bn.c). Between hosts the device then starts that
+ * one is still to come, or to before a node that reads it. The backward
+ * pass emits it before the next batch norm's statistics, which do not need
+ * it; so the statistics all-reduce starts first and runs while it computes
+ * (ResNet-20's 2-replica DDP sync-bn step: 23 all-reduces with a weight
+ * gradient before their first user, 21 weight gradients; 3 before;
+ * tests/test_sync_bn.c). Between hosts the device then starts that
  * all-reduce instead of calling it in line (runtime/cpu_collective.c
  * cpu_collective_inline). Same nodes, same bits; on one host the calls run
  * in line as before, only the order changed.
@@ -98,7 +99,7 @@ typedef struct {
   bool *done;
   int32_t *order;
   int n;
-  int32_t *held; /* weight gradients held back to the next tiny all-reduce (hold_weight_grads) */
+  int32_t *held; /* weight gradients held back to the next statistics all-reduce (hold_weight_grad) */
   int n_held;
   const bool *stat; /* stat_all_reduces */
   int tiny_left;    /* of those, not yet emitted */
@@ -144,8 +145,9 @@ static bool ready(const sched *s, int id) {
 
 static void flush_held(sched *s);
 
-/* Emits id, then every eager user it made ready (and theirs); after a tiny
- * all-reduce, the weight gradients held back for it (hold_weight_grads). */
+/* Emits id, then every eager user it made ready (and theirs); after a
+ * statistics all-reduce, the weight gradients held back for it
+ * (hold_weight_grad). */
 static void emit(sched *s, int id) {
   s->done[id] = true;
   s->order[s->n++] = id;
@@ -167,13 +169,13 @@ static void flush_held(sched *s) { /* in the order they were held */
   }
 }
 
-/* Weight gradients that wait for the next tiny all-reduce (see the top): a
+/* Weight gradients that wait for the next statistics all-reduce (see the top): a
  * convolution's weight gradient feeds only the gradient reduction and the
  * update, never the rest of the backward pass, so it can run while the
  * batch norm statistics' round trip to the other replicas is in flight,
  * instead of before the reduction's operand exists. Node i is held (1)
- * when it is one and a tiny all-reduce is still to come; 0 otherwise. A
- * held node goes right after the next tiny all-reduce, or before a node
+ * when it is one and a statistics all-reduce is still to come; 0
+ * otherwise. A held node goes right after the next one, or before a node
  * that reads it, or at the end. */
 static int hold_weight_grad(sched *s, int i) {
   if (s->g->nodes[i].op != TS_OP_CONV_BWD_FILTER || s->tiny_left <= 0 || !s->held) return 0;
