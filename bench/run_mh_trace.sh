@@ -4,7 +4,9 @@
 # (tests/netns.bash; root) at link rate $RATE (1gbit), each rank traced
 # (TESSEL_TRACE), then per rank and per kind of collective (name, bytes):
 # calls per step, their summed and least times on the device thread, the
-# kernel time per step and the step's median. Rank 0's RESULT line too.
+# kernel time per step and the step's median; how many collectives a step
+# starts on the worker (the others the device calls in line, each a wait
+# for the peer). Rank 0's RESULT line too.
 # With PAIR=1, first two half-batch processes side by side without network
 # (run_multihost.sh's comp2), traced the same way: the step without the
 # collectives, to compare kernel by kernel (bench/trace_ops.py --names).
@@ -56,13 +58,15 @@ for f in sorted(glob.glob(os.path.join(d, "*.json"))):
     inside = lambda e: any(a <= e["ts"] < b for a, b in spans)
     dev = [e for e in ev if e.get("pid") == 0 and inside(e)]
     kern = sum(e["dur"] for e in dev if e.get("cat") == "kernel") / 1e3 / len(ex)
+    started = sum(1 for e in dev if e.get("cat") == "kernel" and e["name"].endswith("(start)")) / len(ex)
     by = {}
     for e in dev:
         if e.get("cat") == "collective":
             by.setdefault((e["name"], (e.get("args") or {}).get("bytes", 0)), []).append(e["dur"] / 1e3)
     print(f"{os.path.basename(f)}: step median {statistics.median(e['dur'] for e in ex) / 1e3:.1f} ms, "
           f"kernels {kern:.1f} ms/step, collectives {sum(map(len, by.values())) / len(ex):.0f}/step "
-          f"{sum(map(sum, by.values())) / len(ex):.1f} ms/step")
+          f"{sum(map(sum, by.values())) / len(ex):.1f} ms/step, started on the worker {started:.1f}/step "
+          f"(the rest called in line: a wait on the device thread)")
     for (name, b), t in sorted(by.items(), key=lambda kv: -sum(kv[1])):
         print(f"  {name:14} {b:>9} B  {len(t) / len(ex):5.1f}/step  sum {sum(t) / len(ex):6.2f} ms/step  "
               f"least {min(t):.3f}  median {statistics.median(t):.3f} ms")

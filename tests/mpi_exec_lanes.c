@@ -21,7 +21,14 @@
  * device (runtime/cpu_device.c, comm.h comm_wait_lane: the sync-bn
  * statistics of a DDP step): with the large one in flight it runs on the
  * small lane at once instead of waiting for every started collective (which
- * would wait for the token: a timeout). */
+ * would wait for the token: a timeout).
+ *
+ * And the in-line decision (runtime/cpu_collective.c cpu_collective_inline):
+ * a small all-reduce on the small lane (between hosts; here the lanes of
+ * TESSEL_COMM_LANES=1) runs in line, unless a convolution runs between it
+ * and its first user (a sync-bn statistic's round trip, with a weight
+ * gradient placed there by opt/schedule.c): then it is started, so the
+ * convolution hides the wait for the peer. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +114,30 @@ static void run_other(ts_comm *c, ts_net *net, int P, int me, const int *group) 
   free(big);
 }
 
+/* all-reduce(s) at node 1, with a 3x3 convolution before its user (conv_first)
+ * or after it; cpu_collective_inline on it. */
+static bool small_inline(ts_comm *c, int P, int me, bool conv_first) {
+  ts_graph *g = ts_graph_new();
+  int64_t ns = SMALL, xs[4] = {2, 4, 8, 8}, ws[4] = {4, 4, 3, 3};
+  ts_tensor s = all_reduce(g, ts_input(g, "small", TS_F32, 1, &ns), P, SMALL);
+  ts_tensor x = ts_input(g, "x", TS_F32, 4, xs), w = ts_input(g, "w", TS_F32, 4, ws);
+  ts_conv_params cp = {.stride = {1, 1}, .pad_lo = {1, 1}, .pad_hi = {1, 1}};
+  if (conv_first) ts_conv2d(g, x, w, &cp);
+  ts_add(g, s, s);
+  if (!conv_first) ts_conv2d(g, x, w, &cp);
+  bool r = cpu_collective_inline(g, s, me, c);
+  ts_graph_free(g);
+  return r;
+}
+
+static void check_inline_decision(ts_comm *c, int P, int me) {
+  comm_set_inline_bytes(c, 0, 64 << 10, 64 << 10); /* small ones in line (the default between hosts) */
+  bool plain = small_inline(c, P, me, false), conv = small_inline(c, P, me, true);
+  CHECK(plain && !conv, "process %d: a %d B all-reduce on the small lane in line: %d with its user first, %d with a "
+        "convolution before its user (want 1, 0)", me, (int)(SMALL * sizeof(float)), plain, conv);
+  comm_set_inline_bytes(c, 0, 0, 0);
+}
+
 int main(void) {
   ts_test_init("mpi_exec_lanes", 20261205);
   mpi_set_lanes("1");
@@ -115,6 +146,7 @@ int main(void) {
   ts_comm *c = mpi_world_comm(MAXP, &net, &P, &me, proc_of, group);
   if (!c) return ts_test_finish();
   comm_set_timeout_ms(c, 20000);
+  check_inline_decision(c, P, me);
   comm_set_inline_bytes(c, 0, 0, 0); /* every started collective goes to the worker */
   float *ref_big = malloc((size_t)BIG * sizeof *ref_big), ref_small[SMALL];
   mpi_lane_sums(c, P, me, group, ref_big, BIG, ref_small, SMALL); /* the references */

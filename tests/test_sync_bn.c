@@ -15,13 +15,22 @@
  *    rank 0's buffers at the next forward; tessel keeps each replica's).
  * And the forward's collectives: two per batch norm (mean, variance) and one
  * replica count for the whole model (ts_nn.sync_replicas), not one per
- * layer: each collective between hosts is a wait for the other replicas. */
+ * layer: each collective between hosts is a wait for the other replicas.
+ * And each replica's program: the backward pass's statistics all-reduces
+ * have a convolution's weight gradient between them and their first user
+ * (opt/schedule.c holds it back for them), one per convolution but the
+ * first layer's, so between hosts its work hides their round trip; and
+ * the statistics all-reduces after the large gradient bucket starts come
+ * before that bucket's first user (they do not order the tail:
+ * opt/schedule.c tail_keys), so the first layers' backward runs while the
+ * bucket crosses the link instead of after its updates. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 #include "ir/ir.h" /* ir_op_is_collective: counting the forward's collectives */
+#include "runtime/executable.h" /* the replicas' programs (check_hidden) */
 #include "tessel/tessel.h"
 
 enum { B = 8, R = 2, C = 1, H = 8, STEPS = 3 };
@@ -33,6 +42,51 @@ typedef struct {
   int64_t *numel;
   char (*names)[96];
 } run_out;
+
+/* Device d's program: the all-reduces with a convolution's weight gradient
+ * between them and their first user, against the weight gradients. */
+static void check_hidden(const ts_executable *e, int d) {
+  const ts_graph *g = e->dev[d]->g;
+  int dw = 0, hidden = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    dw += g->nodes[i].op == TS_OP_CONV_BWD_FILTER;
+    if (g->nodes[i].op != TS_OP_ALL_REDUCE) continue;
+    bool work = false, used = false;
+    for (int j = i + 1; j < g->n_nodes && !used; j++) {
+      for (int k = 0; k < g->nodes[j].n_in; k++) {
+        int v = g->nodes[j].in[k];
+        while (g->nodes[v].op == TS_OP_RESHAPE) v = g->nodes[v].in[0];
+        used |= v == i && g->nodes[j].op != TS_OP_RESHAPE;
+      }
+      work |= !used && g->nodes[j].op == TS_OP_CONV_BWD_FILTER;
+    }
+    hidden += work;
+  }
+  CHECK(dw > 1 && hidden >= dw - 1, "device %d: %d all-reduces with a weight gradient before their first user, %d "
+        "weight gradients (want all but the first layer's)", d, hidden, dw);
+  if (d == 0)
+    printf("sync-bn program: %d all-reduces with a weight gradient before their first user, %d weight gradients\n",
+           hidden, dw);
+}
+
+/* Device d's program: no tiny all-reduce (<= 64 KiB) after the first user of
+ * the last large one (a gradient bucket). */
+static void check_tail(const ts_executable *e, int d) {
+  const ts_graph *g = e->dev[d]->g;
+  int last = -1, user = -1, late = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_ALL_REDUCE && ts_shape_numel(n->rank, n->shape) * 8 > (64 << 10)) last = i, user = -1;
+    for (int k = 0; last >= 0 && user < 0 && k < n->n_in; k++)
+      if (n->in[k] == last) user = i;
+  }
+  for (int i = user >= 0 ? user : g->n_nodes; i < g->n_nodes; i++) {
+    const ts_node *n = &g->nodes[i];
+    if (n->op == TS_OP_ALL_REDUCE && ts_shape_numel(n->rank, n->shape) * 8 <= (64 << 10) && late < 0) late = i;
+  }
+  CHECK(last >= 0 && user > last && late < 0, "device %d: the last large all-reduce %d, its first user %d, a tiny "
+        "all-reduce after that user at %d (its layer's backward waits for the bucket)", d, last, user, late);
+}
 
 /* replicas = 0: one device, the whole batch; else R replicas, sync_bn as given. */
 static int train(int replicas, bool sync_bn, const double *xd, const int32_t *yd, run_out *o) {
@@ -54,13 +108,21 @@ static int train(int replicas, bool sync_bn, const double *xd, const int32_t *yd
   int n = 0;
   for (int i = 0; i < ts_params_count(p) && n < 128; i++)
     if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
+  /* sync-bn: one bucket of all but the first layers' last 32 KiB of
+   * gradients, then a tiny one (ResNet-20's f32 step at 1 MiB: 1.05 MB and
+   * 38 KB), so the first layers' backward runs after the large bucket
+   * started (check_tail) */
+  size_t bucket = 0;
+  for (int i = 0; sync_bn && i < n; i++) bucket += (size_t)ts_tensor_numel(g, wrt[i]) * sizeof(double);
+  if (bucket) bucket -= 32 << 10;
   ts_optim_config cfg = {.kind = TS_OPTIM_SGD, .momentum = 0.9};
   int rc = loss == TS_NONE || ts_grad(g, loss, n, wrt, grads) < 0 ||
-                   (replicas && ts_ddp_average_gradients(g, n, grads, 0) < 0) ||
+                   (replicas && ts_ddp_average_gradients(g, n, grads, bucket) < 0) ||
                    ts_optim_apply(&nn, &cfg, lr, step, n, wrt, grads) < 0 || ts_nn_finish(&nn) < 0
                ? -1 : 0;
   ts_executable *e = NULL;
   if (rc == 0 && !(e = ts_compile(c, g, &(ts_compile_options){.replicas = replicas > 0}))) rc = -1;
+  for (int d = 0; rc == 0 && replicas && sync_bn && d < R; d++) check_hidden(e, d), check_tail(e, d);
   int n_in = ts_graph_num_inputs(g), n_out = ts_graph_num_outputs(g);
   ts_buffer **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
   ts_buffer *xb = ts_buffer_new(c, TS_F64, 4, xs), *yb = ts_buffer_new(c, TS_I32, 1, &b);

@@ -235,6 +235,10 @@ int comm_lane(const ts_comm *c, const int *group, int n, double bytes) {
   return c->lanes_all || !comm_group_same_host(c, group, n);
 }
 
+bool comm_small_lane(const ts_comm *c, const int *group, int n, int64_t bytes) {
+  return c && comm_lane(c, group, n, (double)bytes) == 1;
+}
+
 /* The communicator a collective of a group spanning processes runs on: the
  * small lane's (metrics counter CommLaneCollectives) or c. host_t0 and
  * host_note still take c: the back-off they keep is c's devices' state,

@@ -139,6 +139,9 @@ bool comm_start_inline(ts_comm *c, int device, const int *group, int n, int64_t 
  * worker's error. Between hosts, ResNet-20's batch norms (sync-bn) make
  * such calls while a gradient bucket is still crossing the link. */
 int comm_wait_lane(ts_comm *c, int device, const int *group, int n, int64_t bytes);
+/* True when a collective of `bytes` over group goes on the small lane (a
+ * group spanning hosts, at most COMM_LANE_BYTES; comm_internal.h). */
+bool comm_small_lane(const ts_comm *c, const int *group, int n, int64_t bytes);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
  * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
  * memory, up to 8 MiB between processes of one host (64 KiB for a while

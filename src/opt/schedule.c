@@ -10,6 +10,20 @@
  * between hosts: gradient, reduction, update, gather, next forward) starts
  * one GEMM earlier.
  *
+ * A convolution's weight gradient (conv2d_bwd_filter) is held back to
+ * right after the next batch norm statistics all-reduce (stat_all_reduces:
+ * at most SCHED_TINY_BYTES, and a convolution's gradient depends on it;
+ * under sync-bn or SPMD data/fsdp a round trip to the other replicas) when
+ * one is still to come, or to before a node that reads it. The backward
+ * pass emits it before the next batch norm's statistics, which do not need
+ * it; so the statistics all-reduce starts first and runs while it computes
+ * (ResNet-20's 2-replica DDP sync-bn step: 23 all-reduces with a weight
+ * gradient before their first user, 21 weight gradients; 3 before;
+ * tests/test_sync_bn.c). Between hosts the device then starts that
+ * all-reduce instead of calling it in line (runtime/cpu_collective.c
+ * cpu_collective_inline). Same nodes, same bits; on one host the calls run
+ * in line as before, only the order changed.
+ *
  * Weight gathers (an all-gather of a program input: FSDP's parameters) are
  * prefetched one layer ahead instead: the first at the start of the
  * program, each next one right before the first user of the one before it
@@ -37,9 +51,15 @@
  * whose batch norm's statistics calls then end within a millisecond, yet
  * that backward is placed after the bucket's updates and so waits for the
  * bucket (run_multihost.sh PROFILE=1, link_gaps, stop 33: device 0 without
- * a kernel from the small call's end to the bucket's, 7-12 ms loaded). Not
- * done: such calls (tiny, synchronous) not counted as the tail's
- * collectives, so the nodes after them go before the bucket's users.
+ * a kernel from the small call's end to the bucket's, 7-12 ms loaded). So
+ * after that sort the tail is sorted again, stable, by the latest
+ * collective each node depends on among all but the tiny all-reduces that a
+ * convolution's gradient depends on (stat_all_reduces: batch norm statistics
+ * in a convnet's step): the first layers' backward goes before the bucket's
+ * users. A program without such all-reduces (an MLP, a GPT, the CNN) keeps
+ * its order: every collective keys both sorts, the second changes nothing
+ * (5e48316 dropped every tiny collective from the keys, which reordered
+ * the MLP's single-host steps: tests/predict_calib.sh).
  *
  * Not done, on purpose: starting that update and all-gather before the
  * last bucket's reduction (where the reduce-scatter would have ended under
@@ -79,7 +99,42 @@ typedef struct {
   bool *done;
   int32_t *order;
   int n;
+  int32_t *held; /* weight gradients held back to the next statistics all-reduce (hold_weight_grad) */
+  int n_held;
+  const bool *stat; /* stat_all_reduces */
+  int tiny_left;    /* of those, not yet emitted */
 } sched;
+
+/* A tiny all-reduce: at most the in-line limit between hosts (util/config.c
+ * env_inline_bytes' default), where each one is a round trip to the peer
+ * rather than bytes on the link. */
+enum { SCHED_TINY_BYTES = 64 << 10 };
+
+static bool tiny_all_reduce(const ts_node *n) {
+  /* a group of several devices, or every replica: the one id -1 until the
+   * replicas are known, after this pass (spmd/replica.c TS_ALL_REPLICAS) */
+  bool group = n->attr.coll && (n->attr.coll->n > 1 || (n->attr.coll->n == 1 && n->attr.coll->ids[0] < 0));
+  return n->op == TS_OP_ALL_REDUCE && group &&
+         ts_shape_numel(n->rank, n->shape) * (int64_t)ts_dtype_size(n->dtype) <= SCHED_TINY_BYTES;
+}
+
+/* stat[v]: v is a tiny all-reduce that a convolution's gradient depends on
+ * (batch norm's statistics in a convnet's step, forward or backward; not a
+ * gradient bucket, which only the update reads): held weight gradients wait
+ * for these, and they do not order the tail (see the top). Users come after
+ * their operands in node order. */
+static void stat_all_reduces(const ts_graph *g, const opt_users *u, bool *stat) {
+  int n = g->n_nodes;
+  for (int v = n - 1; v >= 0; v--) { /* first: whether a convolution's gradient depends on v */
+    stat[v] = false;
+    for (int k = u->off[v]; k < u->off[v + 1] && !stat[v]; k++) {
+      int w = u->users[k];
+      ts_op op = g->nodes[w].op;
+      stat[v] = op == TS_OP_CONV_BWD_DATA || op == TS_OP_CONV_BWD_FILTER || stat[w];
+    }
+  }
+  for (int v = 0; v < n; v++) stat[v] = stat[v] && tiny_all_reduce(&g->nodes[v]);
+}
 
 static bool ready(const sched *s, int id) {
   const ts_node *n = &s->g->nodes[id];
@@ -88,14 +143,57 @@ static bool ready(const sched *s, int id) {
   return true;
 }
 
-/* Emits id, then every eager user it made ready (and theirs). */
+static void flush_held(sched *s);
+
+/* Emits id, then every eager user it made ready (and theirs); after a
+ * statistics all-reduce, the weight gradients held back for it
+ * (hold_weight_grad). */
 static void emit(sched *s, int id) {
   s->done[id] = true;
   s->order[s->n++] = id;
+  if (s->stat && s->stat[id]) {
+    s->tiny_left--;
+    flush_held(s);
+  }
   for (int k = s->u->off[id]; k < s->u->off[id + 1]; k++) {
     int v = s->u->users[k];
     if (s->eager[v] && !s->done[v] && ready(s, v)) emit(s, v);
   }
+}
+
+static void flush_held(sched *s) { /* in the order they were held */
+  while (s->n_held) {
+    int v = s->held[0];
+    memmove(s->held, s->held + 1, (size_t)--s->n_held * sizeof *s->held);
+    emit(s, v);
+  }
+}
+
+/* Weight gradients that wait for the next statistics all-reduce (see the top): a
+ * convolution's weight gradient feeds only the gradient reduction and the
+ * update, never the rest of the backward pass, so it can run while the
+ * batch norm statistics' round trip to the other replicas is in flight,
+ * instead of before the reduction's operand exists. Node i is held (1)
+ * when it is one and a statistics all-reduce is still to come; 0
+ * otherwise. A held node goes right after the next one, or before a node
+ * that reads it, or at the end. */
+static int hold_weight_grad(sched *s, int i) {
+  if (s->g->nodes[i].op != TS_OP_CONV_BWD_FILTER || s->tiny_left <= 0 || !s->held) return 0;
+  s->held[s->n_held++] = i;
+  return 1;
+}
+
+/* Before node i: the held nodes it reads. */
+static void release_read(sched *s, int i) {
+  const ts_node *n = &s->g->nodes[i];
+  for (int k = 0; k < n->n_in; k++)
+    for (int h = 0; h < s->n_held; h++)
+      if (s->held[h] == n->in[k]) {
+        int v = s->held[h];
+        memmove(s->held + h, s->held + h + 1, (size_t)(--s->n_held - h) * sizeof *s->held);
+        emit(s, v);
+        break;
+      }
 }
 
 static bool startable(ts_op op) {
@@ -136,32 +234,27 @@ static int reduction_feeders(const ts_graph *g, const bool *eager, int32_t *seen
   return count;
 }
 
-/* Reorders order[] after its last collective of key -1 by key (see the top):
- * key[v] = the position in order of the latest collective v depends on, -1
- * for none. key: n entries of scratch. */
-static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *order, int32_t *key) {
-  int n = g->n_nodes, tail = -1;
-  int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos), *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
-  if (!pos || !tmp) {
-    free(pos);
-    free(tmp);
-    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
-  }
-  for (int p = 0; p < n; p++) pos[order[p]] = p;
+/* key[v] = the position in order (pos) of the latest collective that
+ * `keyed` marks which v depends on, -1 for none; a node of the tail that
+ * waits for nothing but feeds only nodes that wait goes with the earliest of
+ * them (the update's slice of a weight stays next to its update: hoisting
+ * every such slice would hold them all at once). tail < 0: the tail is
+ * after the last keyed collective of key -1, returned. */
+static int tail_key(const ts_graph *g, const opt_users *u, const int32_t *order, const int32_t *pos,
+                    const bool *keyed, int tail, int32_t *key) {
+  int n = g->n_nodes, last = -1;
   for (int p = 0; p < n; p++) { /* operands come first in order */
     const ts_node *nd = &g->nodes[order[p]];
     int32_t k = -1;
     for (int i = 0; i < nd->n_in; i++) {
       int in = nd->in[i];
-      int32_t ki = startable(g->nodes[in].op) ? pos[in] : key[in];
+      int32_t ki = keyed[in] ? pos[in] : key[in];
       if (ki > k) k = ki;
     }
     key[order[p]] = k;
-    if (k < 0 && startable(nd->op)) tail = p + 1;
+    if (k < 0 && keyed[order[p]]) last = p + 1;
   }
-  /* a node of the tail that waits for nothing but feeds only nodes that wait
-   * goes with the earliest of them (the update's slice of a weight stays next
-   * to its update: hoisting every such slice would hold them all at once) */
+  if (tail < 0) tail = last;
   for (int p = n - 1; p >= tail && tail > 0; p--) {
     int v = order[p];
     ts_op op = g->nodes[v].op; /* inputs keep their order: it numbers them */
@@ -172,20 +265,48 @@ static int tail_by_collective(const ts_graph *g, const opt_users *u, int32_t *or
     for (int j = u->off[v]; j < u->off[v + 1]; j++) k = key[u->users[j]] < k ? key[u->users[j]] : k;
     key[v] = k; /* -1 when one user waits for nothing */
   }
-  if (tail > 0 && tail < n) { /* a stable counting sort by key + 1: -1 first, then by collective position */
-    int32_t *at = pos; /* pos is done with: at[k + 1] = where key k's nodes go */
-    memset(at, 0, ((size_t)n + 1) * sizeof *at);
-    for (int p = tail; p < n; p++) at[key[order[p]] + 1]++;
-    for (int k = 0, sum = 0; k <= n; k++) {
-      int c = at[k];
-      at[k] = sum;
-      sum += c;
-    }
-    for (int p = tail; p < n; p++) tmp[at[key[order[p]] + 1]++] = order[p];
-    memcpy(order + tail, tmp, (size_t)(n - tail) * sizeof *tmp);
+  return tail;
+}
+
+/* A stable counting sort of order[tail..n) by key + 1: -1 first, then by
+ * collective position. at, tmp: n + 1 entries of scratch. */
+static void sort_tail(int n, int tail, const int32_t *key, int32_t *order, int32_t *at, int32_t *tmp) {
+  memset(at, 0, ((size_t)n + 1) * sizeof *at);
+  for (int p = tail; p < n; p++) at[key[order[p]] + 1]++;
+  for (int k = 0, sum = 0; k <= n; k++) {
+    int c = at[k];
+    at[k] = sum;
+    sum += c;
   }
-  free(pos);
-  free(tmp);
+  for (int p = tail; p < n; p++) tmp[at[key[order[p]] + 1]++] = order[p];
+  memcpy(order + tail, tmp, (size_t)(n - tail) * sizeof *tmp);
+}
+
+/* Reorders order[] after its last collective of key -1 by key (see the top),
+ * every startable collective keyed; then, stable, by the key of the
+ * collectives but the batch norm statistics (stat_all_reduces; the same
+ * order where there are none).
+ * key: n entries of scratch. */
+static int tail_by_collective(const ts_graph *g, const opt_users *u, const bool *stat, int32_t *order,
+                              int32_t *key) {
+  int n = g->n_nodes;
+  int32_t *pos = calloc((size_t)n + 1, sizeof *pos), *tmp = malloc(((size_t)n + 1) * sizeof *tmp);
+  int32_t *key2 = malloc(((size_t)n + 1) * sizeof *key2), *at = malloc(((size_t)n + 1) * sizeof *at);
+  bool *keyed = calloc((size_t)n + 1, sizeof *keyed);
+  if (!pos || !tmp || !key2 || !at || !keyed) {
+    free(pos), free(tmp), free(key2), free(at), free(keyed);
+    return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+  }
+  for (int p = 0; p < n; p++) pos[order[p]] = p;
+  for (int v = 0; v < n; v++) keyed[v] = startable(g->nodes[v].op);
+  int tail = tail_key(g, u, order, pos, keyed, -1, key);
+  for (int v = 0; v < n; v++) keyed[v] = keyed[v] && !stat[v];
+  tail_key(g, u, order, pos, keyed, tail, key2);
+  if (tail > 0 && tail < n) {
+    sort_tail(n, tail, key, order, at, tmp);
+    sort_tail(n, tail, key2, order, at, tmp);
+  }
+  free(pos), free(tmp), free(key2), free(at), free(keyed);
   return 0;
 }
 
@@ -276,9 +397,10 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   opt_users u;
   if (opt_users_build(g, &u) < 0) return NULL;
   bool *eager = calloc((size_t)n + 1, sizeof *eager), *done = calloc((size_t)n + 1, sizeof *done);
+  bool *stat = calloc((size_t)n + 1, sizeof *stat);
   int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *map = malloc(((size_t)n + 1) * sizeof *map);
   ts_graph *dst = NULL;
-  if (!eager || !done || !order || !map) {
+  if (!eager || !done || !stat || !order || !map) {
     set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
     goto out;
   }
@@ -313,7 +435,9 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
     for (int k = u.off[i]; k < u.off[i + 1]; k++)
       if (u.users[k] < prev_first) prev_first = u.users[k];
   }
-  sched s = {g, &u, eager, done, order, 0};
+  sched s = {g, &u, eager, done, order, 0, malloc(((size_t)n + 1) * sizeof(int32_t)), 0, stat, 0};
+  stat_all_reduces(g, &u, stat);
+  for (int i = 0; i < n; i++) s.tiny_left += stat[i];
   int32_t *feed = malloc(((size_t)n + 1) * sizeof *feed);
   int32_t *seen = malloc(((size_t)n + 1) * sizeof *seen), *stack = malloc(((size_t)n + 1) * sizeof *stack);
   for (int i = 0; seen && i < n; i++) seen[i] = -1;
@@ -321,6 +445,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   free(seen);
   free(stack);
   if (n_feed < 0) {
+    free(s.held);
     free(pf);
     free(anchor);
     free(feed);
@@ -338,12 +463,16 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
         if (g->nodes[cursor].op == TS_OP_INPUT && !done[cursor]) emit(&s, cursor); /* the gather too (eager) */
       if (!done[pf[next]] && ready(&s, pf[next])) emit(&s, pf[next]);
     }
-    if (!done[i]) emit(&s, i);
+    if (done[i]) continue;
+    release_read(&s, i); /* may emit i itself: an eager user of a held node */
+    if (!done[i] && !hold_weight_grad(&s, i)) emit(&s, i);
   }
+  flush_held(&s);
+  free(s.held);
   free(pf);
   free(anchor);
   free(feed);
-  if (tail_by_collective(g, &u, order, map) < 0) goto out; /* map: scratch here */
+  if (tail_by_collective(g, &u, stat, order, map) < 0) goto out; /* map: scratch here */
   if (order_carried(g, &u, order) < 0) goto out;
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
@@ -361,6 +490,7 @@ out:
   opt_users_free(&u);
   free(eager);
   free(done);
+  free(stat);
   free(order);
   free(map);
   return dst;

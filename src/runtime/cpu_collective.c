@@ -132,11 +132,50 @@ static int64_t moved_bytes(const ts_graph *g, const ts_node *n) {
   return in_bytes > out_bytes ? in_bytes : out_bytes;
 }
 
+/* The node whose memory t names (reshapes only rename it). */
+static int base_node(const ts_graph *g, int t) {
+  while (g->nodes[t].op == TS_OP_RESHAPE) t = g->nodes[t].in[0];
+  return t;
+}
+
+/* Work that takes milliseconds, not microseconds: a convolution (or its
+ * gradients), causal attention, a matrix product of 4096 values or more. */
+static bool heavy(const ts_node *n) {
+  switch (n->op) {
+  case TS_OP_CONV: case TS_OP_CONV_BWD_DATA: case TS_OP_CONV_BWD_FILTER:
+  case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD:
+    return true;
+  case TS_OP_DOT:
+    return ts_shape_numel(n->rank, n->shape) >= 4096;
+  default:
+    return false;
+  }
+}
+
+/* Whether heavy work runs between collective `id` and its first user (the
+ * schedule puts a convolution's weight gradient there: opt/schedule.c). */
+static bool heavy_before_user(const ts_graph *g, int id) {
+  bool work = false;
+  for (int j = id + 1; j < g->n_nodes; j++) {
+    const ts_node *v = &g->nodes[j];
+    if (v->op == TS_OP_RESHAPE) continue;
+    for (int k = 0; k < v->n_in; k++)
+      if (base_node(g, v->in[k]) == id) return work;
+    work = work || heavy(v);
+  }
+  return work;
+}
+
 bool cpu_collective_inline(const ts_graph *g, int id, int device, ts_comm *comm) {
   const ts_node *n = &g->nodes[id];
   const ts_collective *k = n->attr.coll;
   if (!k || !comm) return false;
-  return comm_start_inline(comm, device, k->ids, k->n, moved_bytes(g, n));
+  int64_t bytes = moved_bytes(g, n);
+  if (!comm_start_inline(comm, device, k->ids, k->n, bytes)) return false;
+  /* between hosts a small call in line waits for the peer's answer, a round
+   * trip (and the peer's lag) on the critical path: started instead, it
+   * runs on the small lane while the heavy work before its user hides it */
+  return !(comm_small_lane(comm, k->ids, k->n, bytes) && heavy_before_user(g, id));
 }
 
 int cpu_collective_wait_lane(const ts_graph *g, int id, int device, ts_comm *comm) {

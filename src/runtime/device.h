@@ -76,7 +76,9 @@ int cpu_collective(const ts_graph *g, int id, const void *const *in, void *out, 
 /* cpu_collective.c: true when the asynchronous collective node `id` may run
  * in line, synchronously by cpu_collective, instead of being started
  * (comm.h comm_start_inline: nothing in flight, small enough or in shared
- * memory); the same bits either way. */
+ * memory), except a small one between hosts with heavy work (a convolution)
+ * before its first user: started, that work hides its round trip; the same
+ * bits either way. */
 bool cpu_collective_inline(const ts_graph *g, int id, int device, struct ts_comm *comm);
 /* cpu_collective.c: before collective node `id` runs synchronously: 1 when it
  * goes on the small lane between hosts and may run beside the main lane's
