@@ -5,9 +5,9 @@
  * relu_grad*: y, u[, w], apply_relu and bn_grad: x first; relu_grad_add_amp:
  * a bf16 step's ReLU gradient of a sum, y and w bf16, u f32, --inplace 2 as
  * the memory plan writes it; relu_grad_amp: its plain ReLU gradient, y and u
- * bf16, a bf16 result).
+ * bf16, a bf16 result; apply_relu_amp, bn_grad_amp: x (and dy) bf16, a bf16 result).
  *
- *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu|bn_grad]
+ *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu[_amp]|bn_grad[_amp]]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
@@ -73,26 +73,36 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
     for (int k = 0; k < *n_ext; k++) full[k] = 1;
     return n;
   }
+  /* *_amp: a bf16 step's, the full-size inputs read through CONVERT from bf16, a bf16 result */
+  bool amp = strstr(pat, "_amp") != NULL;
   for (int k = 1; k <= 4; k++) ins[n++] = I(TS_OP_BROADCAST, -k - 1, 0, (double)inner), full[k] = 0;
   full[0] = 1;
-  if (!strcmp(pat, "apply_relu")) { /* max(((x - m) * a) * g + b, 0) */
-    ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_MUL, 5, 2, 0);
-    ins[n++] = I(TS_OP_ADD, 6, 3, 0);
+  int32_t x = -1, dy = -6;
+  if (amp) x = n, ins[n++] = I(TS_OP_CONVERT, -1, 0, 0), bf[0] = 1;
+  if (!strncmp(pat, "apply_relu", 10)) { /* max(((x - m) * a) * g + b, 0) */
+    ins[n] = I(TS_OP_SUB, x, 0, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 1, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 2, 0), n++;
+    ins[n] = I(TS_OP_ADD, n - 1, 3, 0), n++;
     ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
-    ins[n++] = I(TS_OP_MAX, 7, 8, 0);
+    ins[n] = I(TS_OP_MAX, n - 2, n - 1, 0), n++;
     *n_ext = 5;
-    return n;
+  } else { /* bn_grad: ((dy - c) - (x - m) * k) * s, dy: input 5 */
+    full[5] = 1, *n_ext = 6;
+    if (amp) dy = n, ins[n++] = I(TS_OP_CONVERT, -6, 0, 0), bf[5] = 1;
+    ins[n] = I(TS_OP_SUB, x, 0, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 1, 0), n++;
+    ins[n] = I(TS_OP_SUB, dy, 2, 0), n++;
+    ins[n] = I(TS_OP_SUB, n - 1, n - 2, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 3, 0), n++;
   }
-  /* bn_grad: ((dy - c) - (x - m) * k) * s, dy: input 5 */
-  full[5] = 1, *n_ext = 6;
-  ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_SUB, -6, 2, 0);
-  ins[n++] = I(TS_OP_SUB, 6, 5, 0), ins[n++] = I(TS_OP_MUL, 7, 3, 0);
+  if (amp) ins[n] = (ts_fused_instr){.op = TS_OP_CONVERT, .dtype = TS_BF16, .a = n - 1}, n++;
   return n;
 }
 
 int main(int argc, char **argv) {
   long long s[4] = {128, 16, 32, 32};
-  int inplace = 0, nt = 1, reps = 21;
+  int inplace = 0, nt = 1, reps = 21, shift = 0;
   const char *pat = "relu_grad_add";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
@@ -101,6 +111,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--inplace")) inplace = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--out-shift")) shift = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
       return 2;
@@ -113,7 +124,7 @@ int main(int argc, char **argv) {
   ts_fused prog = {n, ins};
   ts_dtype dt[8];
   int64_t ne[8];
-  float *in[8], *keep = malloc((size_t)numel * 4), *out = malloc((size_t)numel * 4);
+  float *in[8], *keep = malloc((size_t)numel * 4), *out = (float *)((char *)malloc((size_t)numel * 4 + 4096) + shift);
   for (int k = 0; k < n_ext; k++) {
     dt[k] = bf[k] ? TS_BF16 : TS_F32, ne[k] = full[k] ? numel : s[1];
     in[k] = malloc((size_t)ne[k] * 4);
@@ -159,7 +170,7 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f checksum=%.9g\n",
-         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], sum);
+  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }
