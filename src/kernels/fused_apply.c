@@ -42,23 +42,10 @@ typedef struct {
 
 typedef void run_fn(const run_args *A, void *out, int64_t n);
 
-/* The loops run a run in blocks of BLK elements, each after prefetching the
- * block AHEAD blocks on: one loop over the whole run stalled on its loads
- * (perf: half its samples on the widening after the load), as a long loop
- * body keeps few loads in flight; the chunk loop's short widening loop kept
- * more. bench_fused_loops --shape 8,256,56,56, 1 thread, least CPU of 21:
- * apply_relu_amp 2.30 (chunks) / 2.4-4.3 (one loop) / 1.83 ms (blocks),
- * bn_grad_amp 2.65 / - / 1.84. */
-enum { BLK = 256, AHEAD = 2 };
-
-/* Prefetches as many elements of X as the block from j0 has (at most BLK),
- * AHEAD blocks on: past the run's end (a 7x7 run is 49 elements) they are
- * the next channels' (a prefetch past the tensor's end does not fault). */
-INLINE void ahead(const void *X, bool xb, int64_t j0, int64_t n) {
-  int64_t a = j0 + AHEAD * BLK, b = a + (n - j0 < BLK ? n - j0 : BLK);
-  int es = xb ? 2 : 4;
-  for (int64_t q = a * es; q < b * es; q += 64) __builtin_prefetch((const char *)X + q);
-}
+/* The loops run a run in blocks of NAN_BLK after a prefetch (nan_ahead).
+ * bench_fused_loops --shape 8,256,56,56, 1 thread, least CPU of 21:
+ * apply_relu_amp 2.30 (chunks) / 2.4-4.3 (one loop, perf: half its samples
+ * on the widening after the load) / 1.83 ms (blocks), bn_grad_amp 2.65 / - / 1.84. */
 
 /* Element j of a forward term: the input widened, or its apply (rounded to bf16 if r). */
 INLINE float term(const void *X, int kind, bool xb, bool r, float m, float a, float g, float b, int64_t j) {
@@ -76,10 +63,10 @@ INLINE void fwd_loop(const run_args *A, int k0, bool b0, bool r0, int k1, bool b
   float m1 = A->m[1], a1 = A->a[1], g1 = A->g[1], c1 = A->b[1], c = A->relu_c;
   float *of = out;
   uint16_t *oh = out;
-  for (int64_t j0 = 0; j0 < n; j0 += BLK) {
-    ahead(X0, b0, j0, n);
-    if (k1 != T_NONE) ahead(X1, b1, j0, n);
-    int64_t j1 = j0 + BLK < n ? j0 + BLK : n;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(X0, b0, j0, n);
+    if (k1 != T_NONE) nan_ahead(X1, b1, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float p = term(X0, k0, b0, r0, m0, a0, g0, c0, j), v = p;
       if (k1 != T_NONE) {
@@ -99,9 +86,9 @@ INLINE void grad_loop(const run_args *A, bool dyb, bool xb, bool ob, void *out, 
   float m = A->gm, k = A->k, c = A->c, s = A->s;
   float *of = out;
   uint16_t *oh = out;
-  for (int64_t j0 = 0; j0 < n; j0 += BLK) {
-    ahead(DY, dyb, j0, n), ahead(X, xb, j0, n);
-    int64_t j1 = j0 + BLK < n ? j0 + BLK : n;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(DY, dyb, j0, n), nan_ahead(X, xb, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float v = ((nan_ld(DY, dyb, j) - c) - (nan_ld(X, xb, j) - m) * k) * s;
       if (ob) oh[j] = (uint16_t)bf16_bits(v);

@@ -1,7 +1,8 @@
 /* fused_mask.c — ReLU's gradient for fused_fast.c (TK_FAST_MASK):
  * select(compare(y, k), u [+ w], c) in one pass over the inputs, each read
  * where it is (bf16 widened in the loop) and the result written straight
- * into the output, with no chunks, buffers, NaN check or rerun.
+ * into the output, with no chunks, buffers, NaN check or rerun (in blocks of
+ * NAN_BLK elements, each after a prefetch ahead: nan_order.h).
  *
  * The same bits as the interpreter. The only arithmetic is u + w, which the
  * interpreter computes with u first: when u is NaN the result is u quieted
@@ -39,19 +40,24 @@ INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w,
   float k = A->k, c = A->c, *of = out;
   int32_t lt = A->lt, eq = A->eq, gt = A->gt, un = A->un;
   uint16_t *oh = out;
-  _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {
-    float u = nan_ld(U, ub, j), v = u;
-    if (has_w) {
-      v = u + nan_ld(W, wb, j);
-      v = u != u ? nan_quieted(u) : v; /* add_o(u, w) */
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(U, ub, j0, n), nan_ahead(Y, yb, j0, n);
+    if (has_w) nan_ahead(W, wb, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float u = nan_ld(U, ub, j), v = u;
+      if (has_w) {
+        v = u + nan_ld(W, wb, j);
+        v = u != u ? nan_quieted(u) : v; /* add_o(u, w) */
+      }
+      float y = nan_ld(Y, yb, j);
+      /* the flags as masks (-1 or 0), so that their logic stays in vector lanes */
+      int32_t s = (lt & -(int32_t)(y < k)) | (eq & -(int32_t)(y == k)) | (gt & -(int32_t)(y > k)) |
+                  (un & -(int32_t)(y != y || k != k));
+      float r = (gt_only ? y > k : s != 0) ? v : c;
+      if (ob) oh[j] = (uint16_t)bf16_bits(r);
+      else of[j] = r;
     }
-    float y = nan_ld(Y, yb, j);
-    /* the flags as masks (-1 or 0), so that their logic stays in vector lanes */
-    int32_t s = (lt & -(int32_t)(y < k)) | (eq & -(int32_t)(y == k)) | (gt & -(int32_t)(y > k)) |
-                (un & -(int32_t)(y != y || k != k));
-    float r = (gt_only ? y > k : s != 0) ? v : c;
-    if (ob) oh[j] = (uint16_t)bf16_bits(r);
-    else of[j] = r;
   }
 }
 
