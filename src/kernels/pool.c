@@ -77,123 +77,6 @@ typedef struct {
 ROW33S2_IMPL(float, f32)
 ROW33S2_IMPL(double, f64)
 
-/* The gradient of a 3x3 max pool of stride 2 padded by 1 (ResNet-50's stem
- * pool) over one f32 plane x (H, W), dy (OH, OW) into gx, one output row of
- * windows at a time, writing each row of gx once. Input row h is split into
- * its padded even columns e (e[k] = x[2k - 1], -inf at column -1 and W) and
- * odd ones o (o[k] = x[2k]) once (window row oh reads rows 2oh - 1 .. 2oh + 1,
- * the last one again as the next window row's first), every window's argmax
- * found in one vectorized loop as row33s2 does (window k: e[k], o[k],
- * e[k + 1] of 3 rows), edge windows then again by a scalar loop over their
- * in-bounds positions only (a padding -inf must not win a tie with an
- * in-bounds -inf), dy added into three accumulator rows (2oh - 1, shared with
- * the previous window row, 2oh, 2oh + 1) in window order from +0, and rows
- * 2oh - 1 and 2oh written out. The same sums in the same order as the
- * window-by-window loop (the first max of the window's in-bounds values in
- * row-major order, or its first NaN): the same bits (test_pool_kernels);
- * the plane is neither cleared first nor read back (before: a memset, the
- * scatter into the whole plane, edge windows in double).
- * w: scratch of 5 * (2 * OW + 1) + 3 * (W + 2) + OW floats. */
-typedef struct {
-  const float *x, *dy;
-  float *gx;
-  int64_t H, W, OH, OW;
-} plane33;
-
-/* Row h of x split into e (OW + 1) and o (OW), all -inf outside the plane. */
-static void split_row(const plane33 *P, int64_t h, float *e, float *o) {
-  int64_t W = P->W, OW = P->OW;
-  if (h < 0 || h >= P->H) {
-    for (int64_t k = 0; k <= OW; k++) e[k] = -INFINITY;
-    for (int64_t k = 0; k < OW; k++) o[k] = -INFINITY;
-    return;
-  }
-  const float *s = P->x + h * W;
-  int64_t ne = W / 2 < OW ? W / 2 : OW; /* e[1 .. ne] = x[1], x[3], ... inside the row */
-  _Pragma("omp simd") for (int64_t k = 0; k < OW; k++) o[k] = s[2 * k];
-  _Pragma("omp simd") for (int64_t k = 1; k <= ne; k++) e[k] = s[2 * k - 1];
-  e[0] = -INFINITY;
-  for (int64_t k = ne + 1; k <= OW; k++) e[k] = -INFINITY;
-}
-
-/* Window (oh, ok)'s argmax (0 .. 8, row-major) over its in-bounds positions only. */
-static int32_t edge_argmax(const plane33 *P, int64_t oh, int64_t ok) {
-  int32_t a = -1;
-  float m = 0;
-  bool nan = false;
-  for (int q = 0; q < 9; q++) {
-    int64_t h = 2 * oh - 1 + q / 3, w = 2 * ok - 1 + q % 3;
-    if (h < 0 || h >= P->H || w < 0 || w >= P->W) continue;
-    float v = P->x[h * P->W + w];
-    if (nan) continue;
-    if (v != v) a = q, nan = true;
-    else if (a < 0 || v > m) a = q, m = v;
-  }
-  return a;
-}
-
-static void grad33s2p1_plane(const plane33 *P, float *w) {
-  int64_t W = P->W, OW = P->OW, OH = P->OH, Q = W + 2;
-  float *e[5], *o[5], *acc[3]; /* rows 2oh - 1 .. 2oh + 1, then the next window row's 2oh + 2, 2oh + 3 */
-  for (int r = 0; r < 5; r++) e[r] = w + r * (2 * OW + 1), o[r] = e[r] + OW + 1;
-  for (int r = 0; r < 3; r++) acc[r] = w + 5 * (2 * OW + 1) + r * Q;
-  int32_t *at = (int32_t *)(acc[0] + 3 * Q);
-  memset(acc[0], 0, sizeof(float) * (size_t)(3 * Q));
-  split_row(P, -1, e[0], o[0]), split_row(P, 0, e[1], o[1]), split_row(P, 1, e[2], o[2]);
-  int64_t kin = (W - 2) / 2 + 1 < OW ? (W - 2) / 2 + 1 : OW; /* windows 1 .. kin - 1: every column inside */
-  for (int64_t oh = 0; oh < OH; oh++) {
-    _Pragma("omp simd")
-    for (int64_t k = 0; k < OW; k++) {
-      WIN33S2(float);
-      int32_t a = 8;
-      _Pragma("GCC unroll 9") for (int q = 7; q >= 0; q--)
-        a = (nan ? v[q] != v[q] : v[q] == m) ? q : a;
-      at[k] = a;
-    }
-    /* the next window row's rows split now, not right before its argmax loop
-     * (that loop's unaligned reads of rows just stored stalled: perf) */
-    if (oh + 1 < OH) split_row(P, 2 * oh + 2, e[3], o[3]), split_row(P, 2 * oh + 3, e[4], o[4]);
-    bool rows_in = oh > 0 && 2 * oh + 1 < P->H;
-    for (int64_t k = 0; k < OW; k++) {
-      if (!rows_in || k == 0 || k >= kin) at[k] = edge_argmax(P, oh, k);
-      else if (k == 1 && kin < OW) k = kin - 1; /* the inner windows: as the loop found them */
-    }
-    const float *d = P->dy + oh * OW;
-    for (int64_t k = 0; k < OW; k++) acc[at[k] / 3][2 * k + at[k] % 3] += d[k];
-    if (oh > 0) memcpy(P->gx + (2 * oh - 1) * W, acc[0] + 1, sizeof(float) * (size_t)W);
-    memcpy(P->gx + 2 * oh * W, acc[1] + 1, sizeof(float) * (size_t)W);
-    float *t = acc[0];
-    acc[0] = acc[2], acc[2] = t; /* row 2oh + 1 is the next window row's first */
-    memset(acc[1], 0, sizeof(float) * (size_t)Q), memset(acc[2], 0, sizeof(float) * (size_t)Q);
-    float *e0 = e[0], *o0 = o[0], *e1 = e[1], *o1 = o[1];
-    e[0] = e[2], o[0] = o[2], e[1] = e[3], o[1] = o[3], e[2] = e[4], o[2] = o[4];
-    e[3] = e0, o[3] = o0, e[4] = e1, o[4] = o1;
-  }
-  if (2 * OH - 1 < P->H) memcpy(P->gx + (2 * OH - 1) * W, acc[0] + 1, sizeof(float) * (size_t)W);
-}
-
-/* Whether p's gradient runs on grad33s2p1_plane: 3x3, stride 2, padding 1,
- * the usual output size, a plane of at least 2x2. */
-static bool grad33s2p1_fits(const pgeom *p) {
-  return p->kh == 3 && p->kw == 3 && p->sh == 2 && p->sw == 2 && p->ph == 1 && p->pw == 1 && p->H >= 2 &&
-         p->W >= 2 && p->OH == (p->H - 1) / 2 + 1 && p->OW == (p->W - 1) / 2 + 1;
-}
-
-static int grad33s2p1_f32(const pgeom *p, const float *x, const float *dy, float *out, int nt) {
-  int err = 0;
-  size_t bytes = sizeof(float) * (size_t)(5 * (2 * p->OW + 1) + 3 * (p->W + 2) + p->OW);
-  _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)") {
-    float *w = malloc(bytes);
-    err = !w;
-    _Pragma("omp for") for (int64_t pl = 0; pl < p->planes; pl++) {
-      plane33 P = {x + pl * p->H * p->W, dy + pl * p->OH * p->OW, out + pl * p->H * p->W, p->H, p->W, p->OH, p->OW};
-      if (w) grad33s2p1_plane(&P, w);
-    }
-    free(w);
-  }
-  return err ? set_error_code(TS_ERR_OUT_OF_MEMORY, "max_pool2d_grad: out of memory") : 0;
-}
-
 #define POOL_IMPL(T, SUF)                                                                   \
   static void pool_##SUF(const pgeom *p, ts_op op, const T *x, const T *dy, T *out, int nt) { \
     bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
@@ -407,7 +290,6 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   const void *dy = n->op == TS_OP_MAXPOOL_GRAD ? in[1] : n->op == TS_OP_AVGPOOL_GRAD ? in[0] : NULL;
   int nt = tk_threads(ctx, p.planes * p.H * p.W);
   if (pp->layout == TS_LAYOUT_NHWC) return pool_nhwc(n, &p, xs, ys, x, dy, out, nt);
-  if (n->dtype == TS_F32 && n->op == TS_OP_MAXPOOL_GRAD && grad33s2p1_fits(&p)) return grad33s2p1_f32(&p, x, dy, out, nt);
   if (n->dtype == TS_F32) {
     pool_f32(&p, n->op, x, dy, out, nt);
     return 0;
