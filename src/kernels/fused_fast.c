@@ -273,9 +273,13 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
  * add or a mul whose output overlaps an input is computed into a buffer
  * (the exact rerun of a chunk with a NaN result reads the inputs again). */
 static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int64_t n, float *d) {
-  if (s->bf16) {
+  if (s->bf16) { /* in blocks after a prefetch (nan_ahead): a bf16 step's batch-norm means and bias sums */
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
-    SIMD for (int64_t j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+    for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+      nan_ahead(x, true, j0, n);
+      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      SIMD for (int64_t j = j0; j < j1; j++) d[j] = ts_bf16_to_f32(x[j]);
+    }
   } else {
     memmove(d, (const float *)in[s->ext] + e, (size_t)n * 4);
   }
@@ -460,7 +464,11 @@ static void store_src_bf16(const tk_fast_src *s, tk_in in, int64_t lo, int64_t n
     SIMD for (int64_t j = 0; j < n; j++) o[j] = (uint16_t)bf16_bits(ts_bf16_to_f32(x[j]));
   } else {
     const float *x = (const float *)in[s->ext] + lo;
-    SIMD for (int64_t j = 0; j < n; j++) o[j] = (uint16_t)bf16_bits(x[j]);
+    for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+      nan_ahead(x, false, j0, n);
+      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      SIMD for (int64_t j = j0; j < j1; j++) o[j] = (uint16_t)bf16_bits(x[j]);
+    }
   }
 }
 
