@@ -11,10 +11,10 @@
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
- * R runs; CPU = process CPU time per run: a 1-thread run gives a usable
+ * R runs) cpu_min_ms=.. (the least; CPU = process CPU time per run: a 1-thread run gives a usable
  * number on a busy host) and a checksum of the result (%.9g: A and B builds
  * must print the same). Build it against another tree's library for an A/B:
- *   cc -O2 -fopenmp -I$A/src bench/fused_loops.c $A/build/libtessel_static.a -lm -o fused_loops_A */
+ *   cc -O2 -march=native -fopenmp -I$A/src -I$A/include bench/fused_loops.c $A/build/libtessel.a -lm -o fused_loops_A */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +102,7 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
 
 int main(int argc, char **argv) {
   long long s[4] = {128, 16, 32, 32};
-  int inplace = 0, nt = 1, reps = 21, shift = 0;
+  int inplace = 0, nt = 1, reps = 21;
   const char *pat = "relu_grad_add";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
@@ -111,7 +111,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--inplace")) inplace = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--out-shift")) shift = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
       return 2;
@@ -124,7 +123,7 @@ int main(int argc, char **argv) {
   ts_fused prog = {n, ins};
   ts_dtype dt[8];
   int64_t ne[8];
-  float *in[8], *keep = malloc((size_t)numel * 4), *out = (float *)((char *)malloc((size_t)numel * 4 + 4096) + shift);
+  float *in[8], *keep = malloc((size_t)numel * 4), *out = malloc((size_t)numel * 4);
   for (int k = 0; k < n_ext; k++) {
     dt[k] = bf[k] ? TS_BF16 : TS_F32, ne[k] = full[k] ? numel : s[1];
     in[k] = malloc((size_t)ne[k] * 4);

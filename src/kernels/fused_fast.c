@@ -18,7 +18,8 @@
  *   - forward: t, t + u or u + t (u: another such t, or r), optionally
  *     max(., constant) (ReLU), stored as f32 or bf16 (a final CONVERT);
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
- *     f32 or bf16;
+ *     f32 or bf16 (these two: fused_apply.c's one-pass loops, the chunk loop
+ *     below, tk_fast_chunks, for the runs those do not take);
  *   - the batch-norm gradient's and statistics' reduced terms (fused
  *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy (its
  *     loop is fused_centered.c's);
@@ -26,7 +27,8 @@
  *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16
  *     (its loop is fused_mask.c's);
  *   - an input alone (a bf16 -> f32 convert; fused reductions of it are
- *     the bias and batch-norm sums of bf16 gradients);
+ *     the bias and batch-norm sums of bf16 gradients), or stored as bf16
+ *     (a convert node f32 -> bf16: a bf16 step's weight casts);
  *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
  *     f32 input), alone or added to / subtracted from y on either side
  *     (SGD's 0.9 * buf + g and p - lr * g). */
