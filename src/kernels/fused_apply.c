@@ -1,5 +1,6 @@
 /* fused_apply.c — the batch-norm apply and input gradient of fused_fast.c
- * (TK_FAST_FORWARD, TK_FAST_BN_GRAD) in one pass per channel run: each input
+ * (TK_FAST_FORWARD, TK_FAST_BN_GRAD) in one pass per channel run, and the
+ * optimizer's scaled terms (TK_FAST_SCALED, f32: no channels, one run): each input
  * read where it is (bf16 widened in the loop), the result rounded and written
  * straight into the output, with no chunks, stack buffers, NaN test or rerun.
  *
@@ -15,9 +16,10 @@
  * compiler picks matters only where both are NaN. Here the per-channel terms
  * (a, g, b of an apply, k, s of the gradient) are checked once per run: when
  * none is NaN, each mul and add by one of them has one vector operand that
- * may be NaN and the plain operation is exact; a subtraction's operands are
- * never swapped. The one add of two vectors (an apply plus a residual or a
- * second apply) keeps its first operand quieted where that is NaN, as
+ * may be NaN and the plain operation is exact (the optimizer's scale k the
+ * same, once per call); a subtraction's operands are never swapped. The one
+ * add of two vectors (an apply plus a residual or a second apply, the
+ * optimizer's y + k x) keeps its first operand quieted where that is NaN, as
  * fused_mask.c does. A run with a NaN per-channel term goes to fused_fast.c's
  * chunk loop (tk_fast_chunks), as do storage combinations without a loop here
  * and an output that overlaps an input other than element for element.
@@ -97,6 +99,35 @@ INLINE void grad_loop(const run_args *A, bool dyb, bool xb, bool ob, void *out, 
   }
 }
 
+/* The optimizer's scaled terms (TK_FAST_SCALED, f32): out[0 .. n) = p, y - p,
+ * p - y, y + p or p + y (form), p = k * x, k not NaN (then either operand
+ * order gives x's NaN: exact); an add keeps its first operand quieted where NaN. */
+enum { S_P, S_Y_MINUS, S_MINUS_Y, S_Y_PLUS, S_PLUS_Y };
+INLINE void scaled_loop(const run_args *A, int form, void *out, int64_t n) {
+  const float *X = A->x[0], *Y = A->x[1];
+  float k = A->k, *o = out;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(X, false, j0, n);
+    if (form != S_P) nan_ahead(Y, false, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float p = k * X[j], v = p;
+      if (form == S_Y_MINUS) v = Y[j] - p;
+      if (form == S_MINUS_Y) v = p - Y[j];
+      if (form == S_Y_PLUS) v = Y[j] != Y[j] ? nan_quieted(Y[j]) : Y[j] + p;
+      if (form == S_PLUS_Y) v = p != p ? nan_quieted(p) : p + Y[j];
+      o[j] = v;
+    }
+  }
+}
+#define SCALED(name, form) \
+  static void name(const run_args *A, void *out, int64_t n) { scaled_loop(A, form, out, n); }
+SCALED(s_p, S_P)
+SCALED(s_y_minus, S_Y_MINUS)
+SCALED(s_minus_y, S_MINUS_Y)
+SCALED(s_y_plus, S_Y_PLUS)
+SCALED(s_plus_y, S_PLUS_Y)
+
 /* A term's code: its kind, input type and rounding. */
 #define TC(kind, xb, r) ((kind) * 4 + (xb) * 2 + (r))
 #define FWD_KEY(c0, c1, relu, ob) ((c0) | (c1) << 4 | (relu) << 8 | (ob) << 9)
@@ -165,6 +196,11 @@ static run_fn *pick(const tk_fast *F) {
     static run_fn *const g[8] = {g_fff, g_ffh, g_fhf, g_fhh, g_hff, g_hfh, g_hhf, g_hhh};
     return g[F->dy.bf16 * 4 + F->x.bf16 * 2 + F->out_bf16];
   }
+  if (F->kind == TK_FAST_SCALED) {
+    if (F->x.bf16 || (F->nterm && F->dy.bf16) || F->out_bf16) return NULL;
+    if (!F->nterm) return s_p;
+    return F->comb_sub ? (F->dy_first ? s_y_minus : s_minus_y) : (F->dy_first ? s_y_plus : s_plus_y);
+  }
   if (F->kind != TK_FAST_FORWARD) return NULL;
   int key = FWD_KEY(term_code(F, 0), F->nterm == 2 ? term_code(F, 1) : TC(T_NONE, 0, 0), F->relu, F->out_bf16);
   for (size_t i = 0; i < sizeof fwd_table / sizeof fwd_table[0]; i++)
@@ -182,6 +218,11 @@ static const void *src_at(tk_in in, const tk_fast_src *s, int64_t e) {
  * scale or shift is NaN (its payload against a NaN element's depends on the
  * operand order: the chunk loop's rerun decides). */
 static bool args_at(const tk_fast *F, tk_in in, int64_t e, int64_t ch, run_args *A) {
+  if (F->kind == TK_FAST_SCALED) {
+    A->x[0] = src_at(in, &F->x, e), A->x[1] = F->nterm ? src_at(in, &F->dy, e) : NULL;
+    A->k = F->scale_ext >= 0 ? ((const float *)in[F->scale_ext])[0] : F->scale_c;
+    return !is_nan(A->k);
+  }
   if (F->kind == TK_FAST_BN_GRAD) {
     A->x[0] = src_at(in, &F->dy, e), A->x[1] = src_at(in, &F->x, e);
     A->gm = chan(in, F->m, ch), A->k = chan(in, F->k, ch), A->c = chan(in, F->c, ch), A->s = chan(in, F->s, ch);
@@ -211,7 +252,11 @@ static bool out_ok(const tk_fast *F, tk_in in, const void *out, int64_t lo, int6
   uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * os, cb = (uintptr_t)F->nch * 4;
   const tk_fast_src *s[2];
   int ns = 0, c[8], nc = 0;
-  if (F->kind == TK_FAST_BN_GRAD) {
+  if (F->kind == TK_FAST_SCALED) {
+    s[ns++] = &F->x;
+    if (F->nterm) s[ns++] = &F->dy;
+    if (F->scale_ext >= 0 && meets(in[F->scale_ext], 4, o0, o1)) return false;
+  } else if (F->kind == TK_FAST_BN_GRAD) {
     s[ns++] = &F->dy, s[ns++] = &F->x;
     c[nc++] = F->m, c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
   } else {

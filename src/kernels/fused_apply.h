@@ -9,8 +9,9 @@
 
 #include "kernels/kernels_internal.h"
 
-/* fused_apply.c: a TK_FAST_FORWARD or TK_FAST_BN_GRAD program, a channel
- * run at a time in one pass; runs it cannot take (a NaN per-channel scale,
+/* fused_apply.c: a TK_FAST_FORWARD, TK_FAST_BN_GRAD or (f32) TK_FAST_SCALED
+ * program, a channel run at a time in one pass; runs it cannot take (a NaN
+ * per-channel scale or optimizer scale,
  * a storage combination without a loop, an output overlapping an input
  * other than element for element) go to tk_fast_chunks. */
 void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);

@@ -487,7 +487,8 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
     tk_fast_mask_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
     tk_fast_centered_run(F, in, out, lo, hi);
-  } else if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_BN_GRAD) { /* fused_apply.c: one pass per run */
+  } else if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_SCALED) {
+    /* fused_apply.c: one pass per run */
     tk_fast_apply_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_SRC && !F->out_bf16) { /* widened (or moved) in one call, not per chunk */
     load_src(&F->x, in, lo, hi - lo, out);
