@@ -5,16 +5,16 @@
  * relu_grad*: y, u[, w], apply_relu and bn_grad: x first; relu_grad_add_amp:
  * a bf16 step's ReLU gradient of a sum, y and w bf16, u f32, --inplace 2 as
  * the memory plan writes it; relu_grad_amp: its plain ReLU gradient, y and u
- * bf16, a bf16 result).
+ * bf16, a bf16 result; apply_relu_amp, bn_grad_amp: x (and dy) bf16, a bf16 result).
  *
- *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu|bn_grad]
+ *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu[_amp]|bn_grad[_amp]]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
- * R runs; CPU = process CPU time per run: a 1-thread run gives a usable
+ * R runs) cpu_min_ms=.. (the least; CPU = process CPU time per run: a 1-thread run gives a usable
  * number on a busy host) and a checksum of the result (%.9g: A and B builds
  * must print the same). Build it against another tree's library for an A/B:
- *   cc -O2 -fopenmp -I$A/src bench/fused_loops.c $A/build/libtessel_static.a -lm -o fused_loops_A */
+ *   cc -O2 -march=native -fopenmp -I$A/src -I$A/include bench/fused_loops.c $A/build/libtessel.a -lm -o fused_loops_A */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,20 +73,30 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
     for (int k = 0; k < *n_ext; k++) full[k] = 1;
     return n;
   }
+  /* *_amp: a bf16 step's, the full-size inputs read through CONVERT from bf16, a bf16 result */
+  bool amp = strstr(pat, "_amp") != NULL;
   for (int k = 1; k <= 4; k++) ins[n++] = I(TS_OP_BROADCAST, -k - 1, 0, (double)inner), full[k] = 0;
   full[0] = 1;
-  if (!strcmp(pat, "apply_relu")) { /* max(((x - m) * a) * g + b, 0) */
-    ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_MUL, 5, 2, 0);
-    ins[n++] = I(TS_OP_ADD, 6, 3, 0);
+  int32_t x = -1, dy = -6;
+  if (amp) x = n, ins[n++] = I(TS_OP_CONVERT, -1, 0, 0), bf[0] = 1;
+  if (!strncmp(pat, "apply_relu", 10)) { /* max(((x - m) * a) * g + b, 0) */
+    ins[n] = I(TS_OP_SUB, x, 0, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 1, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 2, 0), n++;
+    ins[n] = I(TS_OP_ADD, n - 1, 3, 0), n++;
     ins[n++] = (ts_fused_instr){.op = TS_OP_CONSTANT, .dtype = TS_F32, .value = 0};
-    ins[n++] = I(TS_OP_MAX, 7, 8, 0);
+    ins[n] = I(TS_OP_MAX, n - 2, n - 1, 0), n++;
     *n_ext = 5;
-    return n;
+  } else { /* bn_grad: ((dy - c) - (x - m) * k) * s, dy: input 5 */
+    full[5] = 1, *n_ext = 6;
+    if (amp) dy = n, ins[n++] = I(TS_OP_CONVERT, -6, 0, 0), bf[5] = 1;
+    ins[n] = I(TS_OP_SUB, x, 0, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 1, 0), n++;
+    ins[n] = I(TS_OP_SUB, dy, 2, 0), n++;
+    ins[n] = I(TS_OP_SUB, n - 1, n - 2, 0), n++;
+    ins[n] = I(TS_OP_MUL, n - 1, 3, 0), n++;
   }
-  /* bn_grad: ((dy - c) - (x - m) * k) * s, dy: input 5 */
-  full[5] = 1, *n_ext = 6;
-  ins[n++] = I(TS_OP_SUB, -1, 0, 0), ins[n++] = I(TS_OP_MUL, 4, 1, 0), ins[n++] = I(TS_OP_SUB, -6, 2, 0);
-  ins[n++] = I(TS_OP_SUB, 6, 5, 0), ins[n++] = I(TS_OP_MUL, 7, 3, 0);
+  if (amp) ins[n] = (ts_fused_instr){.op = TS_OP_CONVERT, .dtype = TS_BF16, .a = n - 1}, n++;
   return n;
 }
 
@@ -159,7 +169,7 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f checksum=%.9g\n",
-         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], sum);
+  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }

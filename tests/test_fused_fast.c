@@ -14,7 +14,7 @@
  * here as elementwise programs (fused reductions read the same loops); ReLU's
  * gradient (a select by a compare with a constant) with every comparison,
  * the two terms of a sum of the same or different types, a NaN constant; a
- * widening convert alone; the optimizer's scaled terms (k * x, x * k, plus or
+ * widening convert alone, a convert node to bf16; the optimizer's scaled terms (k * x, x * k, plus or
  * minus another input on either side; k a constant or a scalar input). Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
@@ -274,6 +274,30 @@ static void src_only(int64_t numel, ts_dtype xdt, ts_dtype out) {
   run_case(what, &C, numel, true);
 }
 
+/* A convert node alone, f32 -> bf16 (a bf16 step's weight casts: a
+ * one-instruction program whose operand is the input itself), out of place
+ * and written over its input (the bf16 result at the f32 input's start). */
+static void convert_only(int64_t numel) {
+  case_t C = {.out_dt = TS_BF16};
+  set_ext(&C, 0, TS_F32, numel);
+  emit(&C.P, TS_OP_CONVERT, TS_BF16, ext(0), 0, 0);
+  char what[96];
+  snprintf(what, sizeof what, "convert f32 -> bf16, %lld elements", (long long)numel);
+  run_case(what, &C, numel, true);
+  float *x = malloc((size_t)numel * 4);
+  uint16_t *ref = malloc((size_t)numel * 2);
+  fill(TS_F32, x, numel, 70);
+  ts_fused prog = {C.P.n, C.P.ins};
+  ts_kctx ctx = {.num_threads = 2};
+  tk_fused_set_fast(false);
+  CHECK_OK(tk_program_run(&prog, 1, C.dt, C.ne, (tk_in)&x, ref, TS_BF16, numel, &ctx));
+  tk_fused_set_fast(true);
+  ctx.num_threads = 1; /* two threads would write over each other's inputs */
+  CHECK_OK(tk_program_run(&prog, 1, C.dt, C.ne, (tk_in)&x, x, TS_BF16, numel, &ctx));
+  CHECK(memcmp(ref, x, (size_t)numel * 2) == 0, "%s: over its input differs", what);
+  free(x), free(ref);
+}
+
 /* The optimizer's terms: p = k * x (k_left) or x * k, k a constant (f32 or
  * bf16: kdt) or a scalar f32 input (kdt TS_I32 here; a NaN in half the cases), then (comb 1) p + y or
  * y + p (y_first), (comb 2) p - y or y - p; bad: k a full-size input (no pattern). */
@@ -333,6 +357,7 @@ int main(void) {
   for (int zi = 0; zi < 5; zi++)
     for (int di = 0; di < 2; di++) {
       for (int oi = 0; oi < 2; oi++) src_only(sizes[zi], dts[di], dts[oi]);
+      if (di == 0) convert_only(sizes[zi]);
       for (int v = 0; v < 12; v++)
         scaled(sizes[zi], dts[di], dts[(di + v) % 2], kdts[v % 3], v % 4 ? 0.9f : 0.1f, v % 2, v % 3, v / 6,
                dts[(v / 3) % 2], false);

@@ -2,7 +2,8 @@
  * (TK_FAST_CENTERED): (x - m) * (x - m), dy * (x - m) or (x - m) * dy, m per
  * channel, one loop per channel run, each input read where it is (bf16
  * widened in the loop) and the result written straight into the output, with
- * no chunks, buffers, NaN check or rerun.
+ * no chunks, buffers, NaN check or rerun (in blocks of NAN_BLK elements,
+ * each after a prefetch ahead: nan_order.h).
  *
  * The fused reductions of a ResNet step read these terms run by run; at 7x7
  * and 14x14 a run is 49 or 196 elements, and fused_fast.c's chunk loop spent
@@ -26,13 +27,18 @@ enum { SQUARE, DY_FIRST, X_FIRST };
 
 /* d[0 .. n) = the term of form over one channel run (mean m). */
 INLINE void run_loop(const void *X, bool xb, const void *Y, bool yb, int form, float m, float *d, int64_t n) {
-  _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {
-    float t = nan_ld(X, xb, j) - m;
-    if (form == SQUARE) {
-      d[j] = t * t;
-    } else {
-      float y = nan_ld(Y, yb, j), a = form == DY_FIRST ? y : t, r = y * t;
-      d[j] = a != a ? nan_quieted(a) : r; /* mul_o(a, the other) */
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(X, xb, j0, n);
+    if (form != SQUARE) nan_ahead(Y, yb, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float t = nan_ld(X, xb, j) - m;
+      if (form == SQUARE) {
+        d[j] = t * t;
+      } else {
+        float y = nan_ld(Y, yb, j), a = form == DY_FIRST ? y : t, r = y * t;
+        d[j] = a != a ? nan_quieted(a) : r; /* mul_o(a, the other) */
+      }
     }
   }
 }

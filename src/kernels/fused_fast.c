@@ -18,7 +18,8 @@
  *   - forward: t, t + u or u + t (u: another such t, or r), optionally
  *     max(., constant) (ReLU), stored as f32 or bf16 (a final CONVERT);
  *   - batch-norm input gradient: ((dy - c) - (x - m) * k) * s, stored as
- *     f32 or bf16;
+ *     f32 or bf16 (these two: fused_apply.c's one-pass loops, the chunk loop
+ *     below, tk_fast_chunks, for the runs those do not take);
  *   - the batch-norm gradient's and statistics' reduced terms (fused
  *     reductions): (x - m) * (x - m), dy * (x - m) or (x - m) * dy (its
  *     loop is fused_centered.c's);
@@ -26,11 +27,13 @@
  *     input or the sum of two (y, v: f32 or bf16), stored as f32 or bf16
  *     (its loop is fused_mask.c's);
  *   - an input alone (a bf16 -> f32 convert; fused reductions of it are
- *     the bias and batch-norm sums of bf16 gradients);
+ *     the bias and batch-norm sums of bf16 gradients), or stored as bf16
+ *     (a convert node f32 -> bf16: a bf16 step's weight casts);
  *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
  *     f32 input), alone or added to / subtracted from y on either side
  *     (SGD's 0.9 * buf + g and p - lr * g). */
 #include "kernels/bf16_round.h"
+#include "kernels/fused_apply.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/nan_order.h"
 
@@ -249,8 +252,10 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   mctx M = {p, ext_dt, ext_numel, numel, F};
   int32_t v = p->n - 1;
   const ts_fused_instr *L = &p->ins[v];
-  bool out_bf16 = out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 && L->a >= 0 &&
-                  p->ins[L->a].dtype == TS_F32;
+  /* the result stored as bf16: a final CONVERT of an f32 value (or of an f32
+   * input: a convert node alone, as the weights' casts of a bf16 step run) */
+  bool out_bf16 = out_dt == TS_BF16 && L->op == TS_OP_CONVERT && L->dtype == TS_BF16 &&
+                  (L->a >= 0 ? p->ins[L->a].dtype == TS_F32 : ext_dt[-L->a - 1] == TS_F32);
   if (out_bf16) v = L->a;
   else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
   return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
@@ -270,9 +275,13 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
  * add or a mul whose output overlaps an input is computed into a buffer
  * (the exact rerun of a chunk with a NaN result reads the inputs again). */
 static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int64_t n, float *d) {
-  if (s->bf16) {
+  if (s->bf16) { /* in blocks after a prefetch (nan_ahead): a bf16 step's batch-norm means and bias sums */
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
-    SIMD for (int64_t j = 0; j < n; j++) d[j] = ts_bf16_to_f32(x[j]);
+    for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+      nan_ahead(x, true, j0, n);
+      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      SIMD for (int64_t j = j0; j < j1; j++) d[j] = ts_bf16_to_f32(x[j]);
+    }
   } else {
     memmove(d, (const float *)in[s->ext] + e, (size_t)n * 4);
   }
@@ -450,19 +459,47 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
   return F->kind == TK_FAST_SCALED && F->scale_ext >= 0 && meets(in[F->scale_ext], 0, 4, o0, o1);
 }
 
+/* An input alone stored as bf16 (a convert to bf16): one loop, rounded as fused.c stores. */
+static void store_src_bf16(const tk_fast_src *s, tk_in in, int64_t lo, int64_t n, uint16_t *o) {
+  if (s->bf16) {
+    const uint16_t *x = (const uint16_t *)in[s->ext] + lo;
+    SIMD for (int64_t j = 0; j < n; j++) o[j] = (uint16_t)bf16_bits(ts_bf16_to_f32(x[j]));
+  } else {
+    const float *x = (const float *)in[s->ext] + lo;
+    for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+      nan_ahead(x, false, j0, n);
+      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      SIMD for (int64_t j = j0; j < j1; j++) o[j] = (uint16_t)bf16_bits(x[j]);
+    }
+  }
+}
+
+/* Whether a bf16 result over [lo, hi) at out is clear of input s there, or
+ * starts where it does (element j written after element j / 2 or j is read). */
+static bool src_clear(const tk_fast_src *s, tk_in in, const void *out, int64_t lo, int64_t hi) {
+  const char *p = (const char *)in[s->ext] + lo * (s->bf16 ? 2 : 4);
+  uintptr_t o0 = (uintptr_t)out;
+  return (const void *)p == out || !meets(p, 0, (uintptr_t)(hi - lo) * (s->bf16 ? 2 : 4), o0, o0 + (uintptr_t)(hi - lo) * 2);
+}
+
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   if (F->kind == TK_FAST_MASK) { /* fused_mask.c: one pass, no rerun */
     tk_fast_mask_run(F, in, out, lo, hi);
-    return;
-  }
-  if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
+  } else if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
     tk_fast_centered_run(F, in, out, lo, hi);
-    return;
-  }
-  if (F->kind == TK_FAST_SRC && !F->out_bf16) { /* widened (or moved) in one call, not per chunk */
+  } else if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_SCALED) {
+    /* fused_apply.c: one pass per run */
+    tk_fast_apply_run(F, in, out, lo, hi);
+  } else if (F->kind == TK_FAST_SRC && !F->out_bf16) { /* widened (or moved) in one call, not per chunk */
     load_src(&F->x, in, lo, hi - lo, out);
-    return;
+  } else if (F->kind == TK_FAST_SRC && src_clear(&F->x, in, out, lo, hi)) { /* rounded in one call */
+    store_src_bf16(&F->x, in, lo, hi - lo, out);
+  } else {
+    tk_fast_chunks(F, in, out, lo, hi);
   }
+}
+
+void tk_fast_chunks(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   float buf[CHUNK], b0[CHUNK], b1[CHUNK], *b[2] = {b0, b1};
   int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
   bool arith = has_arith(F);

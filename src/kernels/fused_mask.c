@@ -1,7 +1,8 @@
 /* fused_mask.c — ReLU's gradient for fused_fast.c (TK_FAST_MASK):
  * select(compare(y, k), u [+ w], c) in one pass over the inputs, each read
  * where it is (bf16 widened in the loop) and the result written straight
- * into the output, with no chunks, buffers, NaN check or rerun.
+ * into the output, with no chunks, buffers, NaN check or rerun (in blocks of
+ * NAN_BLK elements, each after a prefetch ahead: nan_order.h).
  *
  * The same bits as the interpreter. The only arithmetic is u + w, which the
  * interpreter computes with u first: when u is NaN the result is u quieted
@@ -33,16 +34,16 @@ typedef struct {
   int32_t lt, eq, gt, un; /* which outcomes of y against k select u [+ w] (-1 or 0) */
 } mask_args;
 
-enum { MASK_BLK = 1024 }; /* elements per block: 4 KiB of f32 at most (nan_touch) */
-
 INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w, bool ob, bool gt_only, void *out,
                       int64_t n) {
   const void *U = A->u, *W = A->w, *Y = A->y;
   float k = A->k, c = A->c, *of = out;
   int32_t lt = A->lt, eq = A->eq, gt = A->gt, un = A->un;
   uint16_t *oh = out;
-  for (int64_t j0 = 0; j0 < n; j0 += MASK_BLK) {
-    int64_t j1 = j0 + MASK_BLK < n ? j0 + MASK_BLK : n;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(U, ub, j0, n), nan_ahead(Y, yb, j0, n);
+    if (has_w) nan_ahead(W, wb, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
     nan_touch(U, ub, j0, j1); /* u and w are read by masked loads: nan_order.h */
     if (has_w) nan_touch(W, wb, j0, j1);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {

@@ -41,4 +41,18 @@ static inline __attribute__((always_inline)) void nan_touch(const void *p, bool 
   (void)*(const volatile char *)((const char *)p + (size_t)(j1 - 1) * e);
 }
 
+/* The fused loops run in blocks of NAN_BLK elements, each after prefetching
+ * as many elements of each full-size input NAN_AHEAD blocks on (fused_apply.c:
+ * one loop over a whole run stalled on its loads, a long loop body keeping
+ * few loads in flight). Past the run's or the tensor's end the prefetch
+ * touches the next channels' elements or nothing (a prefetch does not fault). */
+enum { NAN_BLK = 256, NAN_AHEAD = 2 };
+
+/* Prefetches elements [j0 + NAN_AHEAD * NAN_BLK, + min(NAN_BLK, n - j0)) of X (bf16 or f32). */
+static inline __attribute__((always_inline)) void nan_ahead(const void *X, bool bf16, int64_t j0, int64_t n) {
+  int64_t a = j0 + NAN_AHEAD * NAN_BLK, b = a + (n - j0 < NAN_BLK ? n - j0 : NAN_BLK);
+  int es = bf16 ? 2 : 4;
+  for (int64_t q = a * es; q < b * es; q += 64) __builtin_prefetch((const char *)X + q);
+}
+
 #endif

@@ -1,0 +1,295 @@
+/* fused_apply.c — the batch-norm apply and input gradient of fused_fast.c
+ * (TK_FAST_FORWARD, TK_FAST_BN_GRAD) in one pass per channel run, and the
+ * optimizer's scaled terms (TK_FAST_SCALED, f32: no channels, one run): each input
+ * read where it is (bf16 widened in the loop), the result rounded and written
+ * straight into the output, with no chunks, stack buffers, NaN test or rerun.
+ *
+ * fused_fast.c's chunk loop ran three to five loops over a 256-element
+ * buffer per chunk in a bf16 step (widen, apply, add, NaN test, round and
+ * store) and split a 7x7 run of 49 elements into its own chunk: a 1-thread
+ * ResNet-50 bf16 step ran these programs at 6.5-11 GB/s, its fp32 step at
+ * 13-20.
+ *
+ * The same bits as the interpreter, whose add and mul keep the first NaN
+ * operand's payload (fused_fast.c's add_o / mul_o): an operation with at most
+ * one NaN operand returns it quieted in either operand order, so the order the
+ * compiler picks matters only where both are NaN. Here the per-channel terms
+ * (a, g, b of an apply, k, s of the gradient) are checked once per run: when
+ * none is NaN, each mul and add by one of them has one vector operand that
+ * may be NaN and the plain operation is exact (the optimizer's scale k the
+ * same, once per call); a subtraction's operands are never swapped. The one
+ * add of two vectors (an apply plus a residual or a second apply, the
+ * optimizer's y + k x) keeps its first operand quieted where that is NaN, as
+ * fused_mask.c does. A run with a NaN per-channel term goes to fused_fast.c's
+ * chunk loop (tk_fast_chunks), as do storage combinations without a loop here
+ * and an output that overlaps an input other than element for element.
+ * Each element's operands are read before it is written, so the output may
+ * be one of its inputs. Compiled with -ffp-contract=off like fused_fast.c. */
+#include "kernels/bf16_round.h"
+#include "kernels/fused_apply.h"
+#include "kernels/nan_order.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+enum { T_SRC, T_AFF, T_NONE }; /* a forward term: an input, an apply, absent (one-term) */
+
+/* One channel run's operands: full-size inputs from the run's first element,
+ * the per-channel terms as scalars. */
+typedef struct {
+  const void *x[2];           /* forward: the terms' inputs; gradient: dy, x */
+  float m[2], a[2], g[2], b[2]; /* forward: each apply's terms */
+  float k, c, s, gm;          /* gradient: ((dy - c) - (x - gm) * k) * s */
+  float relu_c;
+} run_args;
+
+typedef void run_fn(const run_args *A, void *out, int64_t n);
+
+/* The loops run a run in blocks of NAN_BLK after a prefetch (nan_ahead).
+ * bench_fused_loops --shape 8,256,56,56, 1 thread, least CPU of 21:
+ * apply_relu_amp 2.30 (chunks) / 2.4-4.3 (one loop, perf: half its samples
+ * on the widening after the load) / 1.83 ms (blocks), bn_grad_amp 2.65 / - / 1.84. */
+
+/* Element j of a forward term: the input widened, or its apply (rounded to bf16 if r). */
+INLINE float term(const void *X, int kind, bool xb, bool r, float m, float a, float g, float b, int64_t j) {
+  float v = nan_ld(X, xb, j);
+  if (kind == T_SRC) return v;
+  float t = ((v - m) * a) * g + b;
+  return r ? bf16_round(t) : t;
+}
+
+/* out[0 .. n) = [max(] t0 [+ t1] [, c)], stored as bf16 (ob) or f32. */
+INLINE void fwd_loop(const run_args *A, int k0, bool b0, bool r0, int k1, bool b1, bool r1, bool relu, bool ob,
+                     void *out, int64_t n) {
+  const void *X0 = A->x[0], *X1 = A->x[1];
+  float m0 = A->m[0], a0 = A->a[0], g0 = A->g[0], c0 = A->b[0];
+  float m1 = A->m[1], a1 = A->a[1], g1 = A->g[1], c1 = A->b[1], c = A->relu_c;
+  float *of = out;
+  uint16_t *oh = out;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(X0, b0, j0, n);
+    if (k1 != T_NONE) nan_ahead(X1, b1, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float p = term(X0, k0, b0, r0, m0, a0, g0, c0, j), v = p;
+      if (k1 != T_NONE) {
+        v = p + term(X1, k1, b1, r1, m1, a1, g1, c1, j);
+        v = p != p ? nan_quieted(p) : v; /* add_o(p, q) */
+      }
+      if (relu) v = (v > c || v != v) ? v : c; /* fused.c's MAX */
+      if (ob) oh[j] = (uint16_t)bf16_bits(v);
+      else of[j] = v;
+    }
+  }
+}
+
+/* out[0 .. n) = ((dy - c) - (x - m) * k) * s, stored as bf16 (ob) or f32. */
+INLINE void grad_loop(const run_args *A, bool dyb, bool xb, bool ob, void *out, int64_t n) {
+  const void *DY = A->x[0], *X = A->x[1];
+  float m = A->gm, k = A->k, c = A->c, s = A->s;
+  float *of = out;
+  uint16_t *oh = out;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(DY, dyb, j0, n), nan_ahead(X, xb, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float v = ((nan_ld(DY, dyb, j) - c) - (nan_ld(X, xb, j) - m) * k) * s;
+      if (ob) oh[j] = (uint16_t)bf16_bits(v);
+      else of[j] = v;
+    }
+  }
+}
+
+/* The optimizer's scaled terms (TK_FAST_SCALED, f32): out[0 .. n) = p, y - p,
+ * p - y, y + p or p + y (form), p = k * x, k not NaN (then either operand
+ * order gives x's NaN: exact); an add keeps its first operand quieted where NaN. */
+enum { S_P, S_Y_MINUS, S_MINUS_Y, S_Y_PLUS, S_PLUS_Y };
+INLINE void scaled_loop(const run_args *A, int form, void *out, int64_t n) {
+  const float *X = A->x[0], *Y = A->x[1];
+  float k = A->k, *o = out;
+  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+    nan_ahead(X, false, j0, n);
+    if (form != S_P) nan_ahead(Y, false, j0, n);
+    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
+      float p = k * X[j], v = p;
+      if (form == S_Y_MINUS) v = Y[j] - p;
+      if (form == S_MINUS_Y) v = p - Y[j];
+      if (form == S_Y_PLUS) v = Y[j] != Y[j] ? nan_quieted(Y[j]) : Y[j] + p;
+      if (form == S_PLUS_Y) v = p != p ? nan_quieted(p) : p + Y[j];
+      o[j] = v;
+    }
+  }
+}
+#define SCALED(name, form) \
+  static void name(const run_args *A, void *out, int64_t n) { scaled_loop(A, form, out, n); }
+SCALED(s_p, S_P)
+SCALED(s_y_minus, S_Y_MINUS)
+SCALED(s_minus_y, S_MINUS_Y)
+SCALED(s_y_plus, S_Y_PLUS)
+SCALED(s_plus_y, S_PLUS_Y)
+
+/* A term's code: its kind, input type and rounding. */
+#define TC(kind, xb, r) ((kind) * 4 + (xb) * 2 + (r))
+#define FWD_KEY(c0, c1, relu, ob) ((c0) | (c1) << 4 | (relu) << 8 | (ob) << 9)
+
+/* The loops: a ResNet step's forms, bf16 (amp: bf16 inputs, each apply
+ * rounded, bf16 result) and f32, each with and without the ReLU and with an
+ * input or a second apply on either side of the add; the rest run in chunks. */
+#define FWD(name, k0, b0, r0, k1, b1, r1, relu, ob) \
+  static void name(const run_args *A, void *out, int64_t n) { fwd_loop(A, k0, b0, r0, k1, b1, r1, relu, ob, out, n); }
+#define FWD_SET(S, xb, r, ob)                                                   \
+  FWD(S##_a, T_AFF, xb, r, T_NONE, 0, 0, false, ob)                           \
+  FWD(S##_a_relu, T_AFF, xb, r, T_NONE, 0, 0, true, ob)                       \
+  FWD(S##_as, T_AFF, xb, r, T_SRC, xb, 0, false, ob)                          \
+  FWD(S##_as_relu, T_AFF, xb, r, T_SRC, xb, 0, true, ob)                      \
+  FWD(S##_sa, T_SRC, xb, 0, T_AFF, xb, r, false, ob)                          \
+  FWD(S##_sa_relu, T_SRC, xb, 0, T_AFF, xb, r, true, ob)                      \
+  FWD(S##_aa, T_AFF, xb, r, T_AFF, xb, r, false, ob)                          \
+  FWD(S##_aa_relu, T_AFF, xb, r, T_AFF, xb, r, true, ob)
+FWD_SET(h, true, true, true)
+FWD_SET(f, false, false, false)
+/* one apply of a bf16 input: unrounded into a bf16 result (the rounding is
+ * the store's), rounded into an f32 result (the stem's, read by the pool) */
+FWD(hn_a, T_AFF, true, false, T_NONE, 0, 0, false, true)
+FWD(hn_a_relu, T_AFF, true, false, T_NONE, 0, 0, true, true)
+FWD(hf_a, T_AFF, true, true, T_NONE, 0, 0, false, false)
+FWD(hf_a_relu, T_AFF, true, true, T_NONE, 0, 0, true, false)
+
+#define FWD_ROWS(S, xb, r, ob)                                                                      \
+  {FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 0, ob), S##_a},                                      \
+      {FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 1, ob), S##_a_relu},                             \
+      {FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 0, ob), S##_as},                                 \
+      {FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 1, ob), S##_as_relu},                            \
+      {FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 0, ob), S##_sa},                                 \
+      {FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 1, ob), S##_sa_relu},                            \
+      {FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 0, ob), S##_aa},                                 \
+      {FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 1, ob), S##_aa_relu}
+static const struct {
+  int key;
+  run_fn *fn;
+} fwd_table[] = {FWD_ROWS(h, 1, 1, 1),
+                 FWD_ROWS(f, 0, 0, 0),
+                 {FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 0, 1), hn_a},
+                 {FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 1, 1), hn_a_relu},
+                 {FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 0, 0), hf_a},
+                 {FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 1, 0), hf_a_relu}};
+
+#define GRAD(name, dyb, xb, ob) \
+  static void name(const run_args *A, void *out, int64_t n) { grad_loop(A, dyb, xb, ob, out, n); }
+GRAD(g_fff, false, false, false)
+GRAD(g_ffh, false, false, true)
+GRAD(g_fhf, false, true, false)
+GRAD(g_fhh, false, true, true)
+GRAD(g_hff, true, false, false)
+GRAD(g_hfh, true, false, true)
+GRAD(g_hhf, true, true, false)
+GRAD(g_hhh, true, true, true)
+
+static int term_code(const tk_fast *F, int i) {
+  const tk_fast_term *t = &F->t[i];
+  return t->affine ? TC(T_AFF, t->x.bf16, t->round) : TC(T_SRC, t->x.bf16, 0);
+}
+
+/* F's loop here, or NULL (fused_fast.c's chunks). */
+static run_fn *pick(const tk_fast *F) {
+  if (F->kind == TK_FAST_BN_GRAD) {
+    static run_fn *const g[8] = {g_fff, g_ffh, g_fhf, g_fhh, g_hff, g_hfh, g_hhf, g_hhh};
+    return g[F->dy.bf16 * 4 + F->x.bf16 * 2 + F->out_bf16];
+  }
+  if (F->kind == TK_FAST_SCALED) {
+    if (F->x.bf16 || (F->nterm && F->dy.bf16) || F->out_bf16) return NULL;
+    if (!F->nterm) return s_p;
+    return F->comb_sub ? (F->dy_first ? s_y_minus : s_minus_y) : (F->dy_first ? s_y_plus : s_plus_y);
+  }
+  if (F->kind != TK_FAST_FORWARD) return NULL;
+  int key = FWD_KEY(term_code(F, 0), F->nterm == 2 ? term_code(F, 1) : TC(T_NONE, 0, 0), F->relu, F->out_bf16);
+  for (size_t i = 0; i < sizeof fwd_table / sizeof fwd_table[0]; i++)
+    if (fwd_table[i].key == key) return fwd_table[i].fn;
+  return NULL;
+}
+
+static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
+static bool is_nan(float v) { return v != v; }
+static const void *src_at(tk_in in, const tk_fast_src *s, int64_t e) {
+  return (const char *)in[s->ext] + e * (s->bf16 ? 2 : 4);
+}
+
+/* *A for the run of channel ch from element e; false when a per-channel
+ * scale or shift is NaN (its payload against a NaN element's depends on the
+ * operand order: the chunk loop's rerun decides). */
+static bool args_at(const tk_fast *F, tk_in in, int64_t e, int64_t ch, run_args *A) {
+  if (F->kind == TK_FAST_SCALED) {
+    A->x[0] = src_at(in, &F->x, e), A->x[1] = F->nterm ? src_at(in, &F->dy, e) : NULL;
+    A->k = F->scale_ext >= 0 ? ((const float *)in[F->scale_ext])[0] : F->scale_c;
+    return !is_nan(A->k);
+  }
+  if (F->kind == TK_FAST_BN_GRAD) {
+    A->x[0] = src_at(in, &F->dy, e), A->x[1] = src_at(in, &F->x, e);
+    A->gm = chan(in, F->m, ch), A->k = chan(in, F->k, ch), A->c = chan(in, F->c, ch), A->s = chan(in, F->s, ch);
+    return !is_nan(A->k) && !is_nan(A->s);
+  }
+  A->relu_c = F->relu_c;
+  for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
+    const tk_fast_term *t = &F->t[i];
+    A->x[i] = src_at(in, &t->x, e);
+    if (!t->affine) continue;
+    A->m[i] = chan(in, t->m, ch), A->a[i] = chan(in, t->a, ch), A->g[i] = chan(in, t->g, ch);
+    A->b[i] = chan(in, t->b, ch);
+    if (is_nan(A->a[i]) || is_nan(A->g[i]) || is_nan(A->b[i])) return false;
+  }
+  return true;
+}
+
+/* Whether bytes [p, p + len) meet [o0, o1). */
+static bool meets(const void *p, uintptr_t len, uintptr_t o0, uintptr_t o1) {
+  return (uintptr_t)p < o1 && o0 < (uintptr_t)p + len;
+}
+
+/* Whether out (elements [lo, hi)) is clear of F's inputs, or is one of its
+ * full-size inputs element for element (the same place and element size). */
+static bool out_ok(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi) {
+  size_t os = F->out_bf16 ? 2 : 4;
+  uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * os, cb = (uintptr_t)F->nch * 4;
+  const tk_fast_src *s[2];
+  int ns = 0, c[8], nc = 0;
+  if (F->kind == TK_FAST_SCALED) {
+    s[ns++] = &F->x;
+    if (F->nterm) s[ns++] = &F->dy;
+    if (F->scale_ext >= 0 && meets(in[F->scale_ext], 4, o0, o1)) return false;
+  } else if (F->kind == TK_FAST_BN_GRAD) {
+    s[ns++] = &F->dy, s[ns++] = &F->x;
+    c[nc++] = F->m, c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
+  } else {
+    for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
+      const tk_fast_term *t = &F->t[i];
+      s[ns++] = &t->x;
+      if (t->affine) c[nc++] = t->m, c[nc++] = t->a, c[nc++] = t->g, c[nc++] = t->b;
+    }
+  }
+  for (int i = 0; i < ns; i++) {
+    size_t es = s[i]->bf16 ? 2 : 4;
+    const void *p = src_at(in, s[i], lo);
+    if (meets(p, (uintptr_t)(hi - lo) * es, o0, o1) && (p != out || es != os)) return false;
+  }
+  for (int i = 0; i < nc; i++)
+    if (meets(in[c[i]], cb, o0, o1)) return false;
+  return true;
+}
+
+void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
+  run_fn *fn = pick(F);
+  if (!fn || !out_ok(F, in, out, lo, hi)) {
+    tk_fast_chunks(F, in, out, lo, hi);
+    return;
+  }
+  size_t os = F->out_bf16 ? 2 : 4;
+  int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* lo's place in its run, its channel */
+  run_args A;
+  for (int64_t e = lo; e < hi;) {
+    int64_t n = F->inner - r < hi - e ? F->inner - r : hi - e;
+    char *o = (char *)out + (size_t)(e - lo) * os;
+    if (args_at(F, in, e, ch, &A)) fn(&A, o, n);
+    else tk_fast_chunks(F, in, o, e, e + n);
+    e += n, r = 0, ch = ch + 1 == F->nch ? 0 : ch + 1;
+  }
+}
