@@ -22,7 +22,13 @@ enum { CPU_HUGE = 2u << 20 }; /* a transparent huge page */
  * first byte, as the spare memory of a held buffer does (hold.c): a step
  * that reads one copy of the state and writes the other (beside a
  * checkpoint's save) walks two sets of pages, and 4 KiB ones missed the TLB
- * (bench_ckpt_io --hold-ab: the held GPT step's extra CPU). */
+ * (bench_ckpt_io --hold-ab: the held GPT step's extra CPU). Every training
+ * step gains too: 2-4% on the ResNets' steps, fp32 and bf16 (quiet A/B in
+ * one run, 3 pairs, the README's "ResNet training step" rows). A page read
+ * only through all-zero-mask vector loads never gets its accessed bit back
+ * once cleared (a page walk on every load; one 2 MiB page per DAMON sample
+ * here): the fused loops read such operands with plain loads first
+ * (nan_touch, kernels/nan_order.h; tests/calib_probe_cold.sh). */
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
   size_t n = (bytes + TS_DEVICE_ALIGN - 1) / TS_DEVICE_ALIGN * TS_DEVICE_ALIGN;
