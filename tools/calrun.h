@@ -145,6 +145,16 @@ static inline void cal_sort(double *v, int n) { /* insertion sort: n <= CAL_ROUN
     }
 }
 
+/* The rounds of v[0..n) that gave a value (> 0), at most CAL_ROUNDS_MAX, sorted
+ * into s; returns their count. */
+static inline int cal_valid_sorted(const double *v, int n, double *s) {
+  int m = 0;
+  for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
+    if (v[i] > 0) s[m++] = v[i];
+  cal_sort(s, m);
+  return m;
+}
+
 /* The estimate from rounds v[0..n) (values <= 0 are failed rounds, left
  * out; at most CAL_ROUNDS_MAX used): the least value whose next larger one is
  * within `agree` of it (so an injected slow round, or one too fast to be
@@ -152,12 +162,9 @@ static inline void cal_sort(double *v, int n) { /* insertion sort: n <= CAL_ROUN
  * (unconfirmed: the caller reports it). */
 static inline cal_est cal_confirmed(const double *v, int n, double agree) {
   double s[CAL_ROUNDS_MAX];
-  int m = 0;
-  for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
-    if (v[i] > 0) s[m++] = v[i];
+  int m = cal_valid_sorted(v, n, s);
   cal_est e = {.value = -1, .rounds = m, .tried = n};
   if (m == 0) return e;
-  cal_sort(s, m);
   e.range = (s[m - 1] - s[0]) / s[0];
   for (int i = 0; i + 1 < m; i++)
     if (s[i + 1] <= s[i] * (1 + agree)) {
@@ -186,11 +193,8 @@ static inline bool cal_settled(const double *v, int n, int min_rounds, double ag
   if (n >= CAL_ROUNDS_MAX) return true;
   if (n < min_rounds) return false;
   double s[CAL_ROUNDS_MAX];
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (v[i] > 0) s[m++] = v[i];
+  int m = cal_valid_sorted(v, n, s);
   if (m == 0 && n >= 2 * min_rounds) return true;
-  cal_sort(s, m);
   return m >= 2 && s[1] <= s[0] * (1 + agree);
 }
 
@@ -204,12 +208,9 @@ static inline bool cal_settled(const double *v, int n, int min_rounds, double ag
  * calibrations at load 6-9; the single window's median: 1.6-1.7e-4). */
 static inline cal_est cal_median_rounds(const double *v, int n, double agree) {
   double s[CAL_ROUNDS_MAX];
-  int m = 0;
-  for (int i = 0; i < n && m < CAL_ROUNDS_MAX; i++)
-    if (v[i] > 0) s[m++] = v[i];
+  int m = cal_valid_sorted(v, n, s);
   cal_est e = {.value = -1, .rounds = m, .tried = n};
   if (m == 0) return e;
-  cal_sort(s, m);
   int h = (m - 1) / 2;
   e.value = s[h], e.range = (s[m - 1] - s[0]) / s[0], e.spread = e.range;
   double lo = h > 0 ? (s[h] - s[h - 1]) / s[h] : -1, hi = h + 1 < m ? (s[h + 1] - s[h]) / s[h] : -1;
