@@ -637,7 +637,9 @@ static void test_device_huge(void) {
               got[0] == 0.f && got[1] == (float)(n - 1),
           "the block's values: %g %g", got[0], got[1]);
     printf("  a 6 MiB buffer: %ld minor faults\n", faults);
-    if (thp_madvise() && fallbacks > 0)
+    if (ASAN_SHADOW_FAULTS)
+      printf("  under AddressSanitizer its allocator places the block (968 faults seen): fault count checked in the plain build\n");
+    else if (thp_madvise() && fallbacks > 0)
       printf("  the kernel had no huge pages to give (thp_fault_fallback +%ld): fault count not checked\n", fallbacks);
     else if (thp_madvise())
       CHECK(faults < 512, "writing a 6 MiB device block took %ld page faults: no huge pages", faults);
