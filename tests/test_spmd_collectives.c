@@ -178,6 +178,35 @@ static void op_rules(ts_client *c8) {
   CHECK(count(c8, g, TS_COLLECTIVE_ALL_REDUCE, 1u, &bytes) == 1 && bytes == 8 * 4 * 3 * 3 * 4,
         "filter gradient, x replicated, dy on data: one all-reduce of 1152 bytes, got %zu bytes", bytes);
   ts_graph_free(g);
+
+  /* A dim split over data+model whose user wants it over data alone: each
+   * device gathers its data block from its model group (2 x 4 rows of 4),
+   * not the whole dim from all 8 devices and a slice of it. */
+  g = ts_graph_new();
+  s.g = g;
+  x = ts_input(g, "x", TS_F32, 2, (int64_t[]){16, 4});
+  ts_tensor y = ts_add(g, x, x);
+  ts_graph_add_output(g, y);
+  mark(&s, m, x, "data+model,None");
+  mark(&s, m, y, "data,None");
+  CHECK(count(c8, g, TS_COLLECTIVE_ALL_GATHER, 2u, &bytes) == 1 && bytes == 8 * 4 * 4,
+        "data+model -> data: one all-gather over model of 128 bytes, got %zu bytes", bytes);
+  ts_executable *e = ts_compile(c8, g, NULL); /* and the rows keep their order */
+  CHECK(e != NULL, "%s", ts_last_error());
+  if (e) {
+    float xv[64], yv[64] = {0};
+    for (int i = 0; i < 64; i++) xv[i] = (float)i;
+    ts_buffer *in = ts_buffer_from_host(c8, TS_F32, 2, (int64_t[]){16, 4}, xv), *out = NULL;
+    CHECK_OK(ts_execute(e, &in, &out));
+    CHECK(out && ts_buffer_read(out, yv, sizeof yv) == 0, "reading y: %s", ts_last_error());
+    int bad = 0;
+    for (int i = 0; i < 64; i++) bad += yv[i] != 2.f * (float)i;
+    CHECK(bad == 0, "data+model -> data: %d of 64 values of x + x wrong (y[4] = %g)", bad, yv[4]);
+    ts_buffer_free(out);
+    ts_buffer_free(in);
+    ts_executable_free(e);
+  }
+  ts_graph_free(g);
   ts_mesh_free(m);
 }
 

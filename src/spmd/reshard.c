@@ -3,7 +3,8 @@
  * becomes a reduce-scatter where the target splits a dim over the partial
  * axes (else an all-reduce); a dim moving from one axis to another dim
  * becomes an all-to-all; a dim moving to another mesh axis of the same size
- * a collective-permute; other dims that lose axes are all-gathered; dims
+ * a collective-permute; other dims that lose axes are all-gathered (over the
+ * lost minor axes only where the target keeps the major ones); dims
  * that gain axes are sliced locally (no communication). Uneven dims (only at
  * program inputs and outputs) are padded on the right and sliced off. */
 #include <stdlib.h>
@@ -226,8 +227,19 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
     if (even && is_prefix(&S, T, e)) continue;
     int64_t out[TS_MAX_RANK];
     memcpy(out, cur, sizeof out);
-    out[e] = cur[e] * spmd_dim_tiles(m, &S, e);
-    v = part_emit_coll(p, TS_OP_ALL_GATHER, dt, rank, out, v, S.axes[e], S.naxes[e], TS_REDUCE_SUM, e, 0);
+    /* the target's axes a prefix of ours (a, b -> a): the target's block is
+     * the blocks of our group over the remaining minor axes, in their order:
+     * gather over those only */
+    int k = even && is_prefix(T, &S, e) ? T->naxes[e] : 0;
+    int64_t g = 1;
+    for (int j = k; j < S.naxes[e]; j++) g *= m->shape[S.axes[e][j]];
+    out[e] = cur[e] * g;
+    v = part_emit_coll(p, TS_OP_ALL_GATHER, dt, rank, out, v, S.axes[e] + k, S.naxes[e] - k, TS_REDUCE_SUM, e, 0);
+    if (k) {
+      memcpy(cur, out, sizeof cur);
+      S.naxes[e] = k;
+      continue;
+    }
     memcpy(cur, out, sizeof cur);
     if (out[e] != shape[e]) { /* drop the padding of an uneven dim */
       ts_attr a = {0};
