@@ -68,7 +68,7 @@ INLINE void fwd_loop(const run_args *A, int k0, bool b0, bool r0, int k1, bool b
   for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
     nan_ahead(X0, b0, j0, n);
     if (k1 != T_NONE) nan_ahead(X1, b1, j0, n);
-    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    int64_t j1 = nan_blk_end(j0, n);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float p = term(X0, k0, b0, r0, m0, a0, g0, c0, j), v = p;
       if (k1 != T_NONE) {
@@ -90,7 +90,7 @@ INLINE void grad_loop(const run_args *A, bool dyb, bool xb, bool ob, void *out, 
   uint16_t *oh = out;
   for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
     nan_ahead(DY, dyb, j0, n), nan_ahead(X, xb, j0, n);
-    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    int64_t j1 = nan_blk_end(j0, n);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float v = ((nan_ld(DY, dyb, j) - c) - (nan_ld(X, xb, j) - m) * k) * s;
       if (ob) oh[j] = (uint16_t)bf16_bits(v);
@@ -109,7 +109,7 @@ INLINE void scaled_loop(const run_args *A, int form, void *out, int64_t n) {
   for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
     nan_ahead(X, false, j0, n);
     if (form != S_P) nan_ahead(Y, false, j0, n);
-    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    int64_t j1 = nan_blk_end(j0, n);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float p = k * X[j], v = p;
       if (form == S_Y_MINUS) v = Y[j] - p;
@@ -240,45 +240,9 @@ static bool args_at(const tk_fast *F, tk_in in, int64_t e, int64_t ch, run_args 
   return true;
 }
 
-/* Whether bytes [p, p + len) meet [o0, o1). */
-static bool meets(const void *p, uintptr_t len, uintptr_t o0, uintptr_t o1) {
-  return (uintptr_t)p < o1 && o0 < (uintptr_t)p + len;
-}
-
-/* Whether out (elements [lo, hi)) is clear of F's inputs, or is one of its
- * full-size inputs element for element (the same place and element size). */
-static bool out_ok(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi) {
-  size_t os = F->out_bf16 ? 2 : 4;
-  uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * os, cb = (uintptr_t)F->nch * 4;
-  const tk_fast_src *s[2];
-  int ns = 0, c[8], nc = 0;
-  if (F->kind == TK_FAST_SCALED) {
-    s[ns++] = &F->x;
-    if (F->nterm) s[ns++] = &F->dy;
-    if (F->scale_ext >= 0 && meets(in[F->scale_ext], 4, o0, o1)) return false;
-  } else if (F->kind == TK_FAST_BN_GRAD) {
-    s[ns++] = &F->dy, s[ns++] = &F->x;
-    c[nc++] = F->m, c[nc++] = F->k, c[nc++] = F->c, c[nc++] = F->s;
-  } else {
-    for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
-      const tk_fast_term *t = &F->t[i];
-      s[ns++] = &t->x;
-      if (t->affine) c[nc++] = t->m, c[nc++] = t->a, c[nc++] = t->g, c[nc++] = t->b;
-    }
-  }
-  for (int i = 0; i < ns; i++) {
-    size_t es = s[i]->bf16 ? 2 : 4;
-    const void *p = src_at(in, s[i], lo);
-    if (meets(p, (uintptr_t)(hi - lo) * es, o0, o1) && (p != out || es != os)) return false;
-  }
-  for (int i = 0; i < nc; i++)
-    if (meets(in[c[i]], cb, o0, o1)) return false;
-  return true;
-}
-
 void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   run_fn *fn = pick(F);
-  if (!fn || !out_ok(F, in, out, lo, hi)) {
+  if (!fn || tk_fast_out_meets(F, in, out, lo, hi, F->out_bf16 ? 2 : 4, true)) {
     tk_fast_chunks(F, in, out, lo, hi);
     return;
   }

@@ -20,4 +20,11 @@ void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_
  * with plain + and *, rerun with the NaN-ordered ones where a result is NaN. */
 void tk_fast_chunks(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 
+/* fused_fast.c: whether F's output over elements [lo, hi) (out: element lo,
+ * os bytes each) meets an input F reads there: a full-size one's elements
+ * [lo, hi), a per-channel one's (all its channels) or the optimizer's scalar
+ * scale. With same_ok a full-size input that starts at out with os-byte
+ * elements does not count (each element read before it is written). */
+bool tk_fast_out_meets(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi, size_t os, bool same_ok);
+
 #endif

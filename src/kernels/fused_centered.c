@@ -30,7 +30,7 @@ INLINE void run_loop(const void *X, bool xb, const void *Y, bool yb, int form, f
   for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
     nan_ahead(X, xb, j0, n);
     if (form != SQUARE) nan_ahead(Y, yb, j0, n);
-    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    int64_t j1 = nan_blk_end(j0, n);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
       float t = nan_ld(X, xb, j) - m;
       if (form == SQUARE) {

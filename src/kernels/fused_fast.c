@@ -279,7 +279,7 @@ static void load_src(const tk_fast_src *s, tk_in in, int64_t e, int64_t n, float
     const uint16_t *x = (const uint16_t *)in[s->ext] + e;
     for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
       nan_ahead(x, true, j0, n);
-      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      int64_t j1 = nan_blk_end(j0, n);
       SIMD for (int64_t j = j0; j < j1; j++) d[j] = ts_bf16_to_f32(x[j]);
     }
   } else {
@@ -432,11 +432,8 @@ static bool meets(const void *b, uintptr_t lo, uintptr_t hi, uintptr_t o0, uintp
   return (uintptr_t)b + lo < o1 && o0 < (uintptr_t)b + hi;
 }
 
-/* Whether the f32 output over elements [lo, hi) (out: element lo) overlaps
- * an input F reads there: a full-size one's elements [lo, hi), a per-channel
- * one's (all its channels) or the scalar scale. */
-static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi) {
-  uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * 4, cb = (uintptr_t)F->nch * 4;
+bool tk_fast_out_meets(const tk_fast *F, tk_in in, const void *out, int64_t lo, int64_t hi, size_t os, bool same_ok) {
+  uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(hi - lo) * os, cb = (uintptr_t)F->nch * 4;
   const tk_fast_src *s[3];
   int ns = 0, nc = 0, c[9];
   if (F->kind == TK_FAST_FORWARD) {
@@ -452,7 +449,9 @@ static bool out_overlaps(const tk_fast *F, tk_in in, const void *out, int64_t lo
   }
   for (int i = 0; i < ns; i++) {
     uintptr_t es = s[i]->bf16 ? 2 : 4;
-    if (meets(in[s[i]->ext], (uintptr_t)lo * es, (uintptr_t)hi * es, o0, o1)) return true;
+    const char *p = (const char *)in[s[i]->ext] + (uintptr_t)lo * es;
+    if (same_ok && (const void *)p == out && es == os) continue;
+    if (meets(p, 0, (uintptr_t)(hi - lo) * es, o0, o1)) return true;
   }
   for (int i = 0; i < nc; i++)
     if (meets(in[c[i]], 0, cb, o0, o1)) return true;
@@ -468,7 +467,7 @@ static void store_src_bf16(const tk_fast_src *s, tk_in in, int64_t lo, int64_t n
     const float *x = (const float *)in[s->ext] + lo;
     for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
       nan_ahead(x, false, j0, n);
-      int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+      int64_t j1 = nan_blk_end(j0, n);
       SIMD for (int64_t j = j0; j < j1; j++) o[j] = (uint16_t)bf16_bits(x[j]);
     }
   }
@@ -504,7 +503,7 @@ void tk_fast_chunks(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t h
   int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
   bool arith = has_arith(F);
   /* an f32 result over its own inputs: into buf, so that a rerun reads them intact */
-  bool staged = F->out_bf16 || (arith && out_overlaps(F, in, out, lo, hi));
+  bool staged = F->out_bf16 || (arith && tk_fast_out_meets(F, in, out, lo, hi, 4, false));
   for (int64_t e = lo; e < hi;) {
     int64_t left = F->inner - r;
     int n = (int)(left < hi - e ? left : hi - e);

@@ -43,7 +43,7 @@ INLINE void mask_loop(const mask_args *A, bool ub, bool wb, bool yb, bool has_w,
   for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
     nan_ahead(U, ub, j0, n), nan_ahead(Y, yb, j0, n);
     if (has_w) nan_ahead(W, wb, j0, n);
-    int64_t j1 = j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+    int64_t j1 = nan_blk_end(j0, n);
     nan_touch(U, ub, j0, j1); /* u and w are read by masked loads: nan_order.h */
     if (has_w) nan_touch(W, wb, j0, j1);
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {

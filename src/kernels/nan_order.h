@@ -48,6 +48,11 @@ static inline __attribute__((always_inline)) void nan_touch(const void *p, bool 
  * touches the next channels' elements or nothing (a prefetch does not fault). */
 enum { NAN_BLK = 256, NAN_AHEAD = 2 };
 
+/* The end of the block that starts at j0 of n elements. */
+static inline __attribute__((always_inline)) int64_t nan_blk_end(int64_t j0, int64_t n) {
+  return j0 + NAN_BLK < n ? j0 + NAN_BLK : n;
+}
+
 /* Prefetches elements [j0 + NAN_AHEAD * NAN_BLK, + min(NAN_BLK, n - j0)) of X (bf16 or f32). */
 static inline __attribute__((always_inline)) void nan_ahead(const void *X, bool bf16, int64_t j0, int64_t n) {
   int64_t a = j0 + NAN_AHEAD * NAN_BLK, b = a + (n - j0 < NAN_BLK ? n - j0 : NAN_BLK);
