@@ -210,6 +210,12 @@ static inline int ir_space_dim(ts_layout l) { return l == TS_LAYOUT_NHWC ? 1 : 2
 
 /* ---- low-level construction (ir_build.c), used by builders and passes ---- */
 static inline const ts_node *ts_node_at(const ts_graph *g, ts_tensor t) { return &g->nodes[t]; }
+/* What a chain of reshapes ending at t reshapes, t itself if none: the node
+ * whose memory t names (a reshape only renames it). */
+static inline int32_t ir_reshape_base(const ts_graph *g, int32_t t) {
+  while (g->nodes[t].op == TS_OP_RESHAPE) t = g->nodes[t].in[0];
+  return t;
+}
 /* Appends a node with the given fields (in[] and attr copied; attr.fused and
  * attr.coll are taken over, also on failure). Returns the id, or TS_NONE with
  * TS_ERR_OUT_OF_MEMORY and the graph unchanged. Does no other checking. */

@@ -91,6 +91,7 @@
 #include <string.h>
 
 #include "opt/opt.h"
+#include "util/config.h" /* ENV_INLINE_BYTES_HOSTS */
 
 typedef struct {
   const ts_graph *g;
@@ -105,10 +106,10 @@ typedef struct {
   int tiny_left;    /* of those, not yet emitted */
 } sched;
 
-/* A tiny all-reduce: at most the in-line limit between hosts (util/config.c
- * env_inline_bytes' default), where each one is a round trip to the peer
+/* A tiny all-reduce: at most the in-line limit between hosts (util/config.h
+ * ENV_INLINE_BYTES_HOSTS), where each one is a round trip to the peer
  * rather than bytes on the link. */
-enum { SCHED_TINY_BYTES = 64 << 10 };
+#define SCHED_TINY_BYTES ENV_INLINE_BYTES_HOSTS
 
 static bool tiny_all_reduce(const ts_node *n) {
   /* a group of several devices, or every replica: the one id -1 until the
@@ -310,12 +311,6 @@ static int tail_by_collective(const ts_graph *g, const opt_users *u, const bool 
   return 0;
 }
 
-/* What a chain of reshapes ending at v reshapes (v itself if none). */
-static int reshaped(const ts_graph *g, int v) {
-  while (g->nodes[v].op == TS_OP_RESHAPE) v = g->nodes[v].in[0];
-  return v;
-}
-
 /* A startable collective whose result (through reshapes) only leaves the
  * program, as an output aliased to an input (a new weight that an update
  * all-gathers, read by the next step as that input): the input, else -1. */
@@ -367,7 +362,7 @@ static int order_carried(const ts_graph *g, const opt_users *u, int32_t *order) 
   }
   if (nc < 2) goto out;
   for (int v = 0; v < n; v++) /* the reshapes of a moved one move with it */
-    if (g->nodes[v].op == TS_OP_RESHAPE && move[reshaped(g, v)]) move[v] = true;
+    if (g->nodes[v].op == TS_OP_RESHAPE && move[ir_reshape_base(g, v)]) move[v] = true;
   /* slot: the position after which each goes, never before its own */
   int32_t *slot = need; /* need is done with once sorted */
   for (int i = 0, prev = -1; i < nc; i++) slot[cs[i]] = prev = pos[cs[i]] > prev ? pos[cs[i]] : prev;
@@ -378,7 +373,7 @@ static int order_carried(const ts_graph *g, const opt_users *u, int32_t *order) 
       int c = cs[next];
       tmp[m++] = c;
       for (int v = c + 1; v < n; v++) /* its reshapes, in node order (a topological one) */
-        if (g->nodes[v].op == TS_OP_RESHAPE && reshaped(g, v) == c) tmp[m++] = v;
+        if (g->nodes[v].op == TS_OP_RESHAPE && ir_reshape_base(g, v) == c) tmp[m++] = v;
     }
   }
   if (m != n) rc = set_error("compile: scheduling the carried collectives placed %d of %d nodes", m, n);

@@ -132,12 +132,6 @@ static int64_t moved_bytes(const ts_graph *g, const ts_node *n) {
   return in_bytes > out_bytes ? in_bytes : out_bytes;
 }
 
-/* The node whose memory t names (reshapes only rename it). */
-static int base_node(const ts_graph *g, int t) {
-  while (g->nodes[t].op == TS_OP_RESHAPE) t = g->nodes[t].in[0];
-  return t;
-}
-
 /* Work that takes milliseconds, not microseconds: a convolution (or its
  * gradients), causal attention, a matrix product of 4096 values or more. */
 static bool heavy(const ts_node *n) {
@@ -160,7 +154,7 @@ static bool heavy_before_user(const ts_graph *g, int id) {
     const ts_node *v = &g->nodes[j];
     if (v->op == TS_OP_RESHAPE) continue;
     for (int k = 0; k < v->n_in; k++)
-      if (base_node(g, v->in[k]) == id) return work;
+      if (ir_reshape_base(g, v->in[k]) == id) return work;
     work = work || heavy(v);
   }
   return work;

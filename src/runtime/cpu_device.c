@@ -60,12 +60,6 @@ typedef struct {
   int n, cap;
 } pending;
 
-/* The node whose memory t names (reshapes only rename it). */
-static int32_t base_of(const ts_graph *g, int32_t t) {
-  while (g->nodes[t].op == TS_OP_RESHAPE) t = g->nodes[t].in[0];
-  return t;
-}
-
 /* Waits until node `id`'s started collective is done, if it is pending:
  * that one alone (comm_wait_alone), not every one started before it. A small
  * collective between hosts runs on a lane of its own (comm/async.c) and may
@@ -184,7 +178,7 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
       rc = lane < 0 ? -1 : lane ? 0 : await_all(&p, prog);
     }
     if (rc == 0 && rt_carry_pending(prog->carry)) rc = await_carried(prog, values, id);
-    for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, base_of(g, n->in[k]));
+    for (int k = 0; p.n && k < n->n_in && rc == 0; k++) rc = await_node(&p, prog, ir_reshape_base(g, n->in[k]));
     if (rc) break;
     const void **in = n->n_in <= 16 ? in_small : malloc((size_t)n->n_in * sizeof *in);
     if (!in) {
