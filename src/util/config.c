@@ -121,7 +121,7 @@ static void env_read(void) {
 int64_t env_inline_bytes(bool between_hosts) {
   int64_t e = env_config()->comm_inline_bytes;
   if (e >= 0) return e > 0 ? e : -1;
-  return between_hosts ? (int64_t)64 << 10 : (int64_t)8 << 20;
+  return between_hosts ? ENV_INLINE_BYTES_HOSTS : (int64_t)8 << 20;
 }
 
 const ts_env_config *env_config(void) {

@@ -153,6 +153,9 @@ const ts_env_config *env_config(void);
  * 8 MiB between devices of one host (shared memory, or processes of one
  * host) and 64 KiB between hosts. */
 int64_t env_inline_bytes(bool between_hosts);
+/* env_inline_bytes' default between hosts (each such call a round trip to
+ * the peer); opt/schedule.c's tiny all-reduces use the same bound. */
+#define ENV_INLINE_BYTES_HOSTS ((int64_t)64 << 10)
 
 /* Reads the environment again (the pointer env_config returns stays the same;
  * its strings from before are freed). For tests that change the environment
