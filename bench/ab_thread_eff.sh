@@ -12,12 +12,8 @@
 # KEEP=DIR keeps the traces there (A1.R.json, B2.R.json, ...).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-a="$1" b="$2"
-shift 2
-flags=("$@")
-[ ${#flags[@]} -eq 0 ] && flags=(--model resnet20 --amp bf16 --steps 8 --warmup 2)
-steps=8
-for ((i = 0; i < ${#flags[@]}; i++)); do [ "${flags[$i]}" = --steps ] && steps="${flags[$((i + 1))]}"; done
+. "$here/prologue.bash" # ab_step_args
+ab_step_args "$@"
 tmp="$(mktemp -d)"
 trap '[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp"/*.json "$KEEP"/; rm -rf "$tmp"' EXIT
 for r in $(seq 1 "${ROUNDS:-3}"); do

@@ -4,6 +4,9 @@
 #   $tmp   a scratch folder, removed on exit
 # It refuses a missing binary (or, with `torch`, a Python without torch) and
 # warns when the load average says other jobs share the cores.
+# `ab_step_args BUILD_A BUILD_B [bench_convnet_step flags]` (the A/B trace
+# scripts) sets $a, $b, the flags array (default: ResNet-20 bf16, 8 steps, 2
+# warm-up) and $steps (the flags' --steps).
 bench_prologue() {
   local name="$1" binary="$2" need_torch="${3:-}"
   bin="$build/$binary"
@@ -22,4 +25,14 @@ bench_prologue() {
   fi
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
+}
+
+ab_step_args() {
+  a="$1" b="$2"
+  shift 2
+  flags=("$@")
+  [ ${#flags[@]} -eq 0 ] && flags=(--model resnet20 --amp bf16 --steps 8 --warmup 2)
+  steps=8
+  for ((i = 0; i < ${#flags[@]}; i++)); do [ "${flags[$i]}" = --steps ] && steps="${flags[$((i + 1))]}"; done
+  return 0
 }

@@ -1,5 +1,5 @@
 /* calrun.h — the calibration's estimate of a kernel's time from its timed
- * runs (tools/devfile.c; issue 16: a calibration that gives the same numbers
+ * runs (tools/calibrate.c; issue 16: a calibration that gives the same numbers
  * twice). Header-only so tests/test_calib_runs.c checks the same code.
  *
  * Each run has its wall time and the CPU time this process spent in it. On a
