@@ -478,7 +478,8 @@ static void store_src_bf16(const tk_fast_src *s, tk_in in, int64_t lo, int64_t n
 static bool src_clear(const tk_fast_src *s, tk_in in, const void *out, int64_t lo, int64_t hi) {
   const char *p = (const char *)in[s->ext] + lo * (s->bf16 ? 2 : 4);
   uintptr_t o0 = (uintptr_t)out;
-  return (const void *)p == out || !meets(p, 0, (uintptr_t)(hi - lo) * (s->bf16 ? 2 : 4), o0, o0 + (uintptr_t)(hi - lo) * 2);
+  uintptr_t len = (uintptr_t)(hi - lo) * (s->bf16 ? 2 : 4);
+  return (const void *)p == out || !meets(p, 0, len, o0, o0 + (uintptr_t)(hi - lo) * 2);
 }
 
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
