@@ -13,9 +13,11 @@
  *    every parameter bit-identical on both devices after every step. The
  *    running statistics are each replica's own (PyTorch's DDP broadcasts
  *    rank 0's buffers at the next forward; tessel keeps each replica's).
- * And the forward's collectives: two per batch norm (mean, variance) and one
- * replica count for the whole model (ts_nn.sync_replicas), not one per
- * layer: each collective between hosts is a wait for the other replicas.
+ * And the step's collectives: one per batch norm in the forward pass (mean
+ * and variance from one all-reduce of both shifted moments), one in the
+ * backward pass, and one replica count for the whole model
+ * (ts_nn.sync_replicas), not one per layer: each collective between hosts is
+ * a wait for the other replicas.
  * And each replica's program: the backward pass's statistics all-reduces
  * have a convolution's weight gradient between them and their first user
  * (opt/schedule.c holds it back for them), one per convolution but the
@@ -176,23 +178,31 @@ static void free_out(run_out *o) {
   free(o->names);
 }
 
-/* The collectives of ResNet-20's sync-bn forward pass (ts_nn.sync_replicas):
- * 2 per batch norm and one replica count, against the batch norms' count. */
-static void check_forward_collectives(void) {
+/* The collectives of ResNet-20's sync-bn step (ts_nn.sync_replicas): one
+ * per batch norm in the forward pass (both statistics together) and one
+ * replica count; with the backward pass one more per batch norm (the
+ * adjoint of the statistics' all-reduce: both cotangents together), each a
+ * wait for the other replicas between hosts (before: 2 and 4 per batch norm). */
+static void check_collectives(void) {
   ts_params *p = ts_params_new(5);
   ts_graph *g = ts_graph_new();
-  int64_t xs[4] = {B / R, C, H, H};
+  int64_t xs[4] = {B / R, C, H, H}, b = B / R;
   ts_nn nn;
   ts_nn_init(&nn, g, p, true, TS_NONE);
   nn.sync_bn = true;
   ts_tensor out = ts_model_resnet(&nn, TS_RESNET20, ts_input(g, "x", TS_F64, 4, xs), 10);
-  int coll = 0, bn = 0;
+  int fwd = 0, all = 0, bn = 0, n = 0;
   for (int i = 0; i < ts_params_count(p); i++) bn += strstr(ts_params_name(p, i), "running_mean") != NULL;
-  for (int i = 0; i < g->n_nodes; i++) coll += ir_op_is_collective(g->nodes[i].op);
-  CHECK(out != TS_NONE && bn > 1 && coll == 2 * bn + 1,
-        "sync-bn forward: %d collectives for %d batch norms, want %d (2 each and one replica count)", coll, bn,
-        2 * bn + 1);
-  printf("sync-bn forward: %d collectives for %d batch norms\n", coll, bn);
+  for (int i = 0; i < g->n_nodes; i++) fwd += ir_op_is_collective(g->nodes[i].op);
+  ts_tensor loss = ts_cross_entropy(g, out, ts_input(g, "y", TS_I32, 1, &b)), wrt[128], grads[128];
+  for (int i = 0; i < ts_params_count(p) && n < 128; i++)
+    if (ts_params_trainable(p, i)) wrt[n++] = ts_graph_find_input(g, ts_params_name(p, i));
+  CHECK_OK(ts_grad(g, loss, n, wrt, grads));
+  for (int i = 0; i < g->n_nodes; i++) all += ir_op_is_collective(g->nodes[i].op);
+  CHECK(out != TS_NONE && bn > 1 && fwd == bn + 1 && all == 2 * bn + 1,
+        "sync-bn: %d forward and %d step collectives for %d batch norms, want %d and %d (1 each way per batch "
+        "norm and one replica count)", fwd, all, bn, bn + 1, 2 * bn + 1);
+  printf("sync-bn: %d forward and %d step collectives for %d batch norms\n", fwd, all, bn);
   ts_graph_free(g);
   ts_params_free(p);
 }
@@ -207,7 +217,7 @@ int main(void) {
     xd[i] = (double)(s >> 11) * 0x1.0p-53 * 4.0 - 1.0;
   }
   for (int i = 0; i < STEPS * B; i++) yd[i] = (i * 7 + 3) % 10;
-  check_forward_collectives();
+  check_collectives();
   run_out one = {0}, sync = {0}, local = {0};
   CHECK_OK(train(0, false, xd, yd, &one));
   CHECK_OK(train(R, true, xd, yd, &sync));

@@ -79,9 +79,9 @@ typedef struct {
   ts_tensor update_value[512];
   /* DDP replica programs (ts_compile_options.replicas): training-mode batch
    * norm takes its statistics over every replica's batch (PyTorch's
-   * SyncBatchNorm: mean, then the variance around it, each averaged with a
-   * ts_replica_all_reduce, equal replica batches assumed; the backward pass
-   * all-reduces too). false (ts_nn_init): each replica's own batch, like
+   * SyncBatchNorm: the means of x - K and (x - K)^2, K the running mean,
+   * averaged together by one ts_replica_all_reduce, equal replica batches
+   * assumed; the backward pass all-reduces both cotangents in one too). false (ts_nn_init): each replica's own batch, like
    * DDP without SyncBatchNorm. Set after ts_nn_init. */
   bool sync_bn;
   /* sync_bn's replica count (an all-reduce of 1), made by the first batch

@@ -137,15 +137,22 @@ static int nn_record_update(ts_nn *m, ts_tensor param, ts_tensor value) {
   return 0;
 }
 
-/* SyncBatchNorm's statistics in a DDP replica program: the mean over every
- * replica's batch (the mean of the replicas' means: equal batches), then the
- * biased variance around it the same way; *unbias = n / (n - 1) for the
- * global count n = per_channel * replicas (the replica count is an
- * all-reduce of 1, so the graph does not depend on it; one per model,
- * m->sync_replicas: ResNet-20's 21 batch norms made 21 such waits for the
- * other replicas a step). */
-static ts_tensor nn_sync_batch_norm(ts_nn *m, ts_tensor x, ts_tensor gamma, ts_tensor beta, int64_t per_channel,
-                                    int axis, ts_tensor *mean, ts_tensor *var, ts_tensor *unbias) {
+/* SyncBatchNorm's statistics in a DDP replica program, one all-reduce per
+ * batch norm: each replica's mean of x - K and of (x - K)^2 (K the running
+ * mean, the same on every replica under sync-bn: a shift near the mean, so
+ * the difference below cancels little), averaged over the replicas together
+ * (equal batches); then mean = K + s1 and the biased variance s2 - s1^2
+ * (clamped at 0). Its adjoint is again one all-reduce, of both statistics'
+ * cotangents (PyTorch's SyncBatchNorm: sum_dy and sum_dy_xmu together): 2
+ * round trips to the other replicas per batch norm and step instead of 4
+ * (mean, then the variance around it, forward and backward), each a wait
+ * between hosts. *unbias = n / (n - 1) for the global count n = per_channel
+ * * replicas (the replica count is an all-reduce of 1, so the graph does not
+ * depend on it; one per model, m->sync_replicas: ResNet-20's 21 batch norms
+ * made 21 such waits for the other replicas a step). */
+static ts_tensor nn_sync_batch_norm(ts_nn *m, ts_tensor x, ts_tensor gamma, ts_tensor beta, ts_tensor shift,
+                                    int64_t per_channel, int axis, ts_tensor *mean, ts_tensor *var,
+                                    ts_tensor *unbias) {
   ts_graph *g = m->g;
   int r = ts_tensor_rank(g, x);
   int64_t shape[TS_MAX_RANK], cshape[TS_MAX_RANK];
@@ -156,10 +163,15 @@ static ts_tensor nn_sync_batch_norm(ts_nn *m, ts_tensor x, ts_tensor gamma, ts_t
     if (d != axis) dims[n++] = d;
   }
   ts_dtype dt = ts_tensor_dtype(g, x);
-  ts_tensor mu = ts_replica_all_reduce(g, ts_reduce(g, x, TS_REDUCE_MEAN, n, dims, false), TS_REDUCE_MEAN); // (C)
+  int64_t c = shape[axis], lo[1] = {0}, mid[1] = {c}, hi[1] = {2 * c};
+  ts_tensor xk = ts_sub(g, x, ts_reshape(g, shift, r, cshape));
+  ts_tensor s[2] = {ts_reduce(g, xk, TS_REDUCE_MEAN, n, dims, false),
+                    ts_reduce(g, ts_mul(g, xk, xk), TS_REDUCE_MEAN, n, dims, false)}; // (C) each
+  ts_tensor st = ts_replica_all_reduce(g, ts_concatenate(g, 2, s, 0), TS_REDUCE_MEAN); // (2C)
+  ts_tensor s1 = ts_slice(g, st, lo, mid, NULL), s2 = ts_slice(g, st, mid, hi, NULL);
+  ts_tensor mu = ts_add(g, shift, s1);                                                        // (C)
+  ts_tensor v = ts_max(g, ts_sub(g, s2, ts_mul(g, s1, s1)), ts_scalar(g, dt, 0.0));          // (C), biased
   ts_tensor xc = ts_sub(g, x, ts_reshape(g, mu, r, cshape));
-  ts_tensor v = ts_replica_all_reduce(g, ts_reduce(g, ts_mul(g, xc, xc), TS_REDUCE_MEAN, n, dims, false),
-                                      TS_REDUCE_MEAN); // (C), biased
   ts_tensor inv = ts_rsqrt(g, ts_add(g, v, ts_scalar(g, dt, NORM_EPS)));
   ts_tensor y = ts_mul(g, xc, ts_reshape(g, inv, r, cshape));
   y = ts_add(g, ts_mul(g, y, ts_reshape(g, gamma, r, cshape)), ts_reshape(g, beta, r, cshape));
@@ -207,7 +219,7 @@ ts_tensor ts_nn_batch_norm(ts_nn *m, const char *name, ts_tensor x, int64_t c) {
   ts_tensor mean = TS_NONE, var = TS_NONE; // (C), biased var
   ts_tensor unbias = TS_NONE;
   ts_graph *g = m->g;
-  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(m, x, gamma, beta, per_channel, axis, &mean, &var, &unbias)
+  ts_tensor y = m->sync_bn ? nn_sync_batch_norm(m, x, gamma, beta, rmean, per_channel, axis, &mean, &var, &unbias)
                            : ts_batch_norm_train_axis(m->g, x, gamma, beta, NORM_EPS, axis, &mean, &var);
   if (y == TS_NONE) return TS_NONE;
   /* running = (1 - momentum) * running + momentum * batch statistic, with the
