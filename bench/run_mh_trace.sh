@@ -11,7 +11,9 @@
 # (run_multihost.sh's comp2), traced the same way: the step without the
 # collectives, to compare kernel by kernel (bench/trace_ops.py --names).
 #
-# Environment: MODEL (resnet20), PAR (ddp), RATE (1gbit), STEPS (30), WARMUP
+# Environment: MODEL (resnet20), PAR (ddp: batch norm over each replica's
+# rows, bench_train_step --local-bn; ddp-sbn: --sync-bn, over both; spmd;
+# fsdp; as bench/run_multihost.sh's configurations), RATE (1gbit), STEPS (30), WARMUP
 # (10), OUT (a directory for the traces; a temporary one if unset),
 # EXTRA (more bench_train_step arguments).
 set -uo pipefail
@@ -20,6 +22,7 @@ build="$(cd "${1:-$here/../build}" && pwd)"
 bin="$build/bench_train_step"
 [ -x "$bin" ] || { echo "run_mh_trace.sh: no $bin" >&2; exit 2; }
 model="${MODEL:-resnet20}" par="${PAR:-ddp}" rate="${RATE:-1gbit}"
+case $par in ddp) pargs="ddp --local-bn" ;; ddp-sbn) pargs=ddp ;; *) pargs=$par ;; esac
 steps=(--steps "${STEPS:-30}" --warmup "${WARMUP:-10}")
 . "$here/../tests/netns.bash"
 netns_start 2 run_mh_trace.sh
@@ -39,7 +42,7 @@ fi
 
 netns_rate "$rate" || { echo "run_mh_trace.sh: tc at $rate failed" >&2; exit 1; }
 timeout -k 10 600 env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
-  sh -c "TESSEL_TRACE=$out/rank\$OMPI_COMM_WORLD_RANK.json exec $bin --model $model --threads 1 --parallel $par \
+  sh -c "TESSEL_TRACE=$out/rank\$OMPI_COMM_WORLD_RANK.json exec $bin --model $model --threads 1 --parallel $pargs \
   ${steps[*]} ${EXTRA:-}" >"$tmp/out" 2>&1 || { tail -5 "$tmp/out"; exit 1; }
 netns_kill
 grep '^RESULT' "$tmp/out"

@@ -5,11 +5,19 @@
 # link are limited with `tc qdisc ... tbf` to each rate of $RATES. Per model
 # (the MNIST CNN, batch 64; ResNet-20, batch 128; global batches):
 #   1 process    1 process x 2 threads, no network (bench_train_step)
-#   DDP          2 hosts x 1 process x 1 thread, --parallel ddp
+#   DDP          2 hosts x 1 process x 1 thread, --parallel ddp: batch norm over
+#                each replica's rows (tessel train's DDP default; PyTorch DDP
+#                without SyncBatchNorm; bench_train_step --local-bn)
+#   DDP-SBN      the same with --sync-bn (batch norm over the global batch,
+#                SyncBatchNorm); only for models with batch norm (ResNet-20:
+#                for the CNN it is DDP's program)
 #   SPMD         2 hosts, mesh data=2 (--parallel spmd)
 #   FSDP         2 hosts, mesh fsdp=2 (--parallel fsdp)
 # next to the modeled full-overlap bound: a host computes half the batch on
-# one thread (measured: 1 process x 1 thread, batch B/2, no network) while
+# one thread (measured: 1 process x 1 thread, batch B/2, no network: batch
+# norm over those B/2 rows, i.e. DDP's per-replica program without the
+# gradient averaging; DDP-SBN and SPMD compute the same work, their batch
+# norms' statistics taken over both hosts by tiny collectives) while
 # its link carries what rank 0 sends a step (metrics NetBytesSent) at the
 # rate raw TCP gets through the link (measured per rate before the runs:
 # netns_tcp, 4.7 MB one way; about 0.956 of tbf's nominal rate at MTU 1500,
@@ -21,12 +29,13 @@
 # compute (two such half-batch processes side by side, no network; the
 # slower's median): here the hosts share one machine's cores, caches and
 # memory bandwidth, so ratio2 - ratio is that sharing, not communication.
-# Correctness: SPMD's and FSDP's second-step loss equals 1 process's within
-# 1e-4 relative, else the script fails (exit 1, after the table); DDP's CNN
-# draws its own dropout masks per replica and is not compared.
+# Correctness: SPMD's, FSDP's and DDP-SBN's second-step loss equals 1
+# process's within 1e-4 relative, else the script fails (exit 1, after the
+# table); DDP's CNN draws its own dropout masks per replica and DDP's
+# ResNet-20 normalizes with each replica's statistics: not compared.
 #
 # Environment: RATES ("10gbit 1gbit 100mbit", tc's units), MODELS ("cnn
-# resnet20"), PARS ("ddp spmd fsdp"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
+# resnet20"), PARS ("ddp ddp-sbn spmd fsdp"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
 # TIMEOUT seconds per run (600). PROFILE=1 adds, per model, rate and
 # configuration, a `tessel train --profile` run (the CNN on Fashion-MNIST,
 # ResNet-20 on synthetic 3x32x32 images at batch 128; STEPS steps) and
@@ -50,6 +59,9 @@
 # side A's ranks those variables (mpirun -x), e.g. AB_BUILD=build
 # AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode. AB_ARGS_B="ARGS"
 # adds bench_train_step arguments to side B's runs (e.g. --bucket-kib 256).
+# A side A whose bench_train_step has no --local-bn (before it) always ran
+# DDP with sync-bn: there DDP-SBN is its DDP, and DDP (local statistics) is
+# compared only for models without batch norm (the same program).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
@@ -57,7 +69,7 @@ bin="$build/bench_train_step"
 [ -x "$bin" ] || { echo "run_multihost.sh: no $bin (build first: scripts/build.sh build)" >&2; exit 2; }
 rates=(${RATES:-10gbit 1gbit 100mbit})
 models=(${MODELS:-cnn resnet20})
-pars=(${PARS:-ddp spmd fsdp})
+pars=(${PARS:-ddp ddp-sbn spmd fsdp})
 steps=(--steps "${STEPS:-30}" --warmup "${WARMUP:-10}")
 tlimit="${TIMEOUT:-600}"
 load="$(cut -d' ' -f1 /proc/loadavg)"
@@ -71,6 +83,20 @@ echo "hosts ${hosts[*]} on $net" >&2
 
 : >"$tmp/results"
 failed=0
+# par_args PAR MODEL [BIN]: bench_train_step's arguments for configuration PAR, or nothing (status 1)
+# where it does not apply: DDP-SBN for a model without batch norm; DDP's local statistics for a BIN
+# without --local-bn (an older build: its DDP is DDP-SBN) unless the model has no batch norm.
+par_args() {
+  local bn=1 old=0
+  case $2 in cnn | mlp) bn=0 ;; esac
+  [ -n "${3:-}" ] && ! grep -q -- --local-bn "$3" && old=1
+  case $1 in
+    ddp) [ $old = 1 ] && [ $bn = 1 ] && return 1
+         [ $old = 1 ] && echo "--parallel ddp" || echo "--parallel ddp --local-bn" ;;
+    ddp-sbn) [ $bn = 1 ] && echo "--parallel ddp" || return 1 ;;
+    *) echo "--parallel $1" ;;
+  esac
+}
 run() { # run LABEL RATE CMD...: one benchmark; its RESULT line, labeled, into $tmp/results
   local label="$1" rate="$2"
   shift 2
@@ -110,14 +136,16 @@ ab_compare() {
     for r in "${rates[@]}"; do
       netns_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; exit 1; }
       for par in "${pars[@]}"; do
+        pb=$(par_args "$par" "$m") || continue
+        pa=$(par_args "$par" "$m" "$a") || { echo "A/B $m $par: side A has no --local-bn (its DDP is DDP-SBN)" >&2; continue; }
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
-            [ $side = A ] && b="$a" || b="$bin"
+            [ $side = A ] && b="$a" ppa=($pa) || b="$bin" ppa=($pb)
             xa=() xb=() # AB_ENV_A: side A's ranks get these variables; AB_ARGS_B: side B's arguments
             [ $side = A ] && for v in ${AB_ENV_A:-}; do xa+=(-x "$v"); done
             [ $side = B ] && xb=(${AB_ARGS_B:-})
             out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
-              -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 --parallel "$par" "${steps[@]}" "${xb[@]}" 2>"$tmp/err" |
+              -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 "${ppa[@]}" "${steps[@]}" "${xb[@]}" 2>"$tmp/err" |
               grep '^RESULT ') || { echo "  $side failed: $(tail -3 "$tmp/err")" >&2; failed=1; }
             netns_kill
             [ -n "$out" ] && echo "$m $r $par $side $i ${out#RESULT }" | tee -a "$tmp/ab" >&2
@@ -165,8 +193,9 @@ for m in "${models[@]}"; do
     netns_rate "$r" || { echo "run_multihost.sh: tc tbf at $r failed" >&2; failed=1; continue; }
     grep -q "^link $r " "$tmp/results" || netns_tcp 4718592 5 oneway | sed "s/^RESULT [^ ]* /link $r - /" >>"$tmp/results"
     for par in "${pars[@]}"; do
+      pb=$(par_args "$par" "$m") || continue
       run "$par" "$r" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
-        "$bin" --model "$m" --threads 1 --parallel "$par" "${steps[@]}"
+        "$bin" --model "$m" --threads 1 $pb "${steps[@]}"
       netns_kill # nothing left over between runs
     done
   done
@@ -290,8 +319,11 @@ if [ "${PROFILE:-0}" = 1 ]; then
     for r in "${rates[@]}"; do
       netns_rate "$r" || { failed=1; continue; }
       for par in "${pars[@]}"; do
-        # DDP with --sync-bn: the program bench_train_step times (batch norm over the global batch)
-        case $par in ddp) pa=(--parallel ddp --sync-bn) ;; spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;; esac
+        par_args "$par" "$m" >/dev/null || continue # the configurations the table has
+        case $par in
+          ddp) pa=(--parallel ddp) ;; ddp-sbn) pa=(--parallel ddp --sync-bn) ;;
+          spmd) pa=(--mesh data=2) ;; fsdp) pa=(--mesh fsdp=2) ;;
+        esac
         if timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
           -x TESSEL_NUM_THREADS "$tessel" train --model "$m" --threads 1 --steps "${STEPS:-30}" "${da[@]}" \
           "${pa[@]}" --profile --trace "$tmp/trace.json" >"$tmp/prof" 2>&1; then
@@ -349,7 +381,7 @@ for model in dict.fromkeys(r[2] for r in rows if r[0] != "link"):
         print(f"{model:9} {rate:8} {label.upper():9} {float(d['samples_per_s']):10.0f} {bound:8.0f} "
               f"{float(d['samples_per_s']) / bound:6.2f} {hidden:7.0%} {step:8.1f} {comp:8.1f} {comm:8.1f} "
               f"{float(d['net_bytes']) / 1e6:8.2f} {comp2:9.1f} {float(d['samples_per_s']) / bound2:7.2f}")
-        if label in ("spmd", "fsdp") and one:
+        if label in ("spmd", "fsdp", "ddp-sbn") and one:
             a, b = float(one["check_loss"]), float(d["check_loss"])
             if abs(a - b) / max(1.0, abs(a)) > 1e-4:
                 print(f"  FAIL {label} {model} at {rate}: second-step loss {b} vs 1 process {a}")

@@ -6,7 +6,7 @@
  *                           [--threads N (2)] [--optimizer adamw|sgd]
  *                           [--parallel none|spmd|ddp|fsdp] [--batch B (global)]
  *                           [--devices N (1)] [--replicated-update] [--bind]
- *                           [--bucket-kib K (DDP's gradient buckets; 0: 1 MiB)]
+ *                           [--bucket-kib K (DDP's gradient buckets; 0: 1 MiB)] [--local-bn]
  *
  * --devices N with --parallel spmd|fsdp: one process, N virtual devices on a
  * mesh data=N (fsdp=N), the threads shared out over them (bench/run_dp.sh).
@@ -17,7 +17,11 @@
  * ddp = one replica per process, gradients averaged in buckets
  * (overlapped), the weights' update sharded over the replicas
  * (ts_compile_options.shard_update; --replicated-update: every replica
- * updates everything, as PyTorch's DDP). Rank 0 prints "RESULT tessel-spmd|-fsdp|-ddp <model> batch=B
+ * updates everything, as PyTorch's DDP); batch norm over the global batch
+ * (sync_bn, PyTorch's SyncBatchNorm) unless --local-bn: each replica's own
+ * rows (tessel train's DDP default, PyTorch DDP without SyncBatchNorm; the
+ * per-replica program is then one process's at batch B/P plus the gradient
+ * averaging). Rank 0 prints "RESULT tessel-spmd|-fsdp|-ddp <model> batch=B
  * procs=P ..." (B the global batch). bench/run_ddp.sh compares them with one
  * process and with PyTorch DDP.
  *
@@ -46,7 +50,8 @@
  * A: the median time of one all-reduce of G bytes over the same devices
  * (0 on one device), measured after the steps: the collective bandwidth of
  * bench/run_dp.sh's modeled bound. DDP runs batch norm over the global
- * batch (sync_bn), so every configuration computes the same step. */
+ * batch (sync_bn) unless --local-bn, so every configuration computes the
+ * same step; the RESULT line says sync_bn=0|1 for DDP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +107,7 @@ static double all_reduce_ms(ts_client *c, int64_t numel) {
 static bool replicated_update; /* --replicated-update: every device (replica) updates every weight (A/B) */
 static bool bind_cores;        /* --bind: device threads pinned to cores (ts_client_options.bind_cores) */
 static size_t bucket_bytes;    /* --bucket-kib: DDP's gradient bucket size (0: ts_ddp_average_gradients' 1 MiB) */
+static bool local_bn;          /* --local-bn: DDP batch norm over each replica's rows (no sync_bn) */
 
 static void bench(const char *model, int64_t B, int steps, int warmup, int threads, ts_optim_kind optim, int par,
                   int devices) {
@@ -122,7 +128,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
                            .optim = {.kind = optim, .momentum = 0.9, .weight_decay = 0.01},
                            .ddp = par == PAR_DDP, .ddp_bucket_bytes = bucket_bytes,
                            /* batch norm over the global batch, as one device and SPMD (ResNet-20) */
-                           .sync_bn = par == PAR_DDP};
+                           .sync_bn = par == PAR_DDP && !local_bn};
   ts_graph *g = model_train_graph(&spec, p);
   if (!g) die("building the step");
   ts_mesh *mesh = NULL;
@@ -192,10 +198,10 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
             (int)ts_params_trainable_numel(p), ts_client_num_threads(c), P);
     printf("RESULT %s %s batch=%lld procs=%d devices=%d steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
            "samples_per_s=%.1f final_loss=%.9g check_loss=%.9g grad_bytes=%lld net_bytes=%.0f cpu_ms=%.3f "
-           "ar_ms=%.3f backoffs=%lld copied_bytes=%.0f\n",
+           "ar_ms=%.3f backoffs=%lld copied_bytes=%.0f sync_bn=%d\n",
            label[par], model, (long long)B, P, D, steps, warmup, med, p25, p75, 1e3 * (double)B / med, final_loss,
            check_loss, (long long)(4 * ts_params_trainable_numel(p)), net_bytes, cpu_ms, ar_ms, backoffs,
-           copied);
+           copied, par == PAR_DDP && !local_bn);
     fflush(stdout);
   }
   ts_mesh_free(mesh);
@@ -216,8 +222,8 @@ int main(int argc, char **argv) {
   int64_t batch = 0; /* 0: the model's (MLP 128, CNN 64, ResNet-20 128) */
   int devices = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--replicated-update") || !strcmp(argv[i], "--bind")) {
-      *(argv[i][2] == 'r' ? &replicated_update : &bind_cores) = true;
+    if (!strcmp(argv[i], "--replicated-update") || !strcmp(argv[i], "--bind") || !strcmp(argv[i], "--local-bn")) {
+      *(argv[i][2] == 'r' ? &replicated_update : argv[i][2] == 'b' ? &bind_cores : &local_bn) = true;
       continue;
     }
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -239,7 +245,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_train_step [--model mlp|cnn|resnet20|all] [--steps N] [--warmup N] "
                       "[--threads N] [--optimizer adamw|sgd] [--parallel none|spmd|ddp|fsdp] [--batch B] "
-                      "[--devices N] [--replicated-update] [--bind] [--bucket-kib K]\n");
+                      "[--devices N] [--replicated-update] [--bind] [--bucket-kib K] [--local-bn]\n");
       return 2;
     }
     i++;
