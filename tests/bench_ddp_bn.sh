@@ -34,8 +34,9 @@ else bad "RESULT sync_bn: '$(field sync sync_bn)' / '$(field local sync_bn)', wa
 if /usr/bin/python3 -c "import sys; o, s = map(float, sys.argv[1:]); sys.exit(abs(s - o) > 1e-4 * max(1, abs(o)))" \
   "$o" "$s" 2>/dev/null; then ok "DDP sync-bn: second-step loss $s = 1 process's $o (1e-4)"
 else bad "DDP sync-bn: second-step loss '$s' vs 1 process '$o'"; fi
-if [ -n "$l" ] && /usr/bin/python3 -c "import sys; o, l = map(float, sys.argv[1:]); sys.exit(abs(l - o) < 1e-6 * abs(o))" \
-  "$o" "$l"; then ok "DDP --local-bn: another loss ($l vs $o): each replica's statistics"
+if [ -n "$l" ] &&
+  /usr/bin/python3 -c "import sys; o, l = map(float, sys.argv[1:]); sys.exit(abs(l - o) < 1e-6 * abs(o))" "$o" "$l"
+then ok "DDP --local-bn: another loss ($l vs $o): each replica's statistics"
 else bad "DDP --local-bn: loss '$l' equals 1 process's '$o': statistics not local?"; fi
 
 echo "$passed passed, $failed failed"
