@@ -9,6 +9,10 @@
  *
  *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu[_amp]|bn_grad[_amp]]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
+ *                            [--layout nchw|nhwc (nchw)]
+ *
+ * --layout nhwc: the per-channel inputs broadcast channel-innermost (a run of
+ * one element, channel e % C at element e), as a channels-last step's are.
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
  * R runs) cpu_min_ms=.. (the least; CPU = process CPU time per run: a 1-thread run gives a usable
@@ -103,7 +107,7 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
 int main(int argc, char **argv) {
   long long s[4] = {128, 16, 32, 32};
   int inplace = 0, nt = 1, reps = 21;
-  const char *pat = "relu_grad_add";
+  const char *pat = "relu_grad_add", *layout = "nchw";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
       continue;
@@ -111,12 +115,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--inplace")) inplace = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--layout")) layout = argv[i + 1];
     else {
       fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
       return 2;
     }
   }
-  int64_t numel = s[0] * s[1] * s[2] * s[3], inner = s[2] * s[3];
+  int64_t numel = s[0] * s[1] * s[2] * s[3], inner = strcmp(layout, "nhwc") ? s[2] * s[3] : 1;
   ts_fused_instr ins[16];
   int full[8], bf[8] = {0}, n_ext;
   int n = build(pat, inner, ins, full, bf, &n_ext);
@@ -169,7 +174,7 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
-         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
+  printf("RESULT fused_loops pattern=%s layout=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+         pat, layout, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }

@@ -7,7 +7,9 @@
  * payload, signaling ones too), infinities, signed zeros, denormals, bf16
  * ties and values that overflow when rounded to bf16; shapes have channel
  * runs of 1, 49, 257 and 600 elements (shorter and longer than the fast
- * loops' chunk and the interpreter's tile) and odd sizes; 1 and 2 threads;
+ * loops' chunk and the interpreter's tile) and odd sizes, and channel-innermost
+ * ones (NHWC: runs of 1 with C = 16, 32, 48, 64, 19 or 300 channels, the
+ * channel terms NaN-free or not); 1 and 2 threads;
  * each program writes its result over each of its f32 inputs of the result's
  * size in turn (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
@@ -112,6 +114,11 @@ typedef struct {
   int nan_in; /* > 0: input nan_in - 1 is one signaling NaN (a scalar k's payload against x's) */
 } case_t;
 
+/* The share of ordinary values in the per-channel inputs: with C = 16 or
+ * more channels of four terms some scale is NaN at 85 (the per-run loops take
+ * such a call); 100 runs the channel-innermost loops (fused_apply.c). */
+static int g_chan_pct = 85;
+
 static void set_ext(case_t *C, int k, ts_dtype dt, int64_t ne) {
   C->dt[k] = dt, C->ne[k] = ne;
   if (k >= C->n_ext) C->n_ext = k + 1;
@@ -123,7 +130,7 @@ static void run_case(const char *what, case_t *C, int64_t numel, bool expect_mat
   void *in[MAX_EXT];
   for (int k = 0; k < C->n_ext; k++) {
     in[k] = malloc((size_t)C->ne[k] * ts_dtype_size(C->dt[k]));
-    fill(C->dt[k], in[k], C->ne[k], C->ne[k] == numel ? 70 : 85);
+    fill(C->dt[k], in[k], C->ne[k], C->ne[k] == numel ? 70 : g_chan_pct);
   }
   if (C->nan_in > 0) {
     uint32_t u = 0x7f812345u;
@@ -322,36 +329,44 @@ static void scaled(int64_t numel, ts_dtype xdt, ts_dtype ydt, ts_dtype kdt, floa
   run_case(what, &C, numel, !bad);
 }
 
+/* Every per-channel and elementwise pattern over shape s. */
+static void patterns(shape s, int si) {
+  ts_dtype dts[] = {TS_F32, TS_BF16};
+  float consts[] = {0.f, -0.f, 0.5f};
+  for (int di = 0; di < 2; di++) {
+    ts_dtype xdt = dts[di];
+    for (int resid = 0; resid <= 2; resid++)
+      for (int v = 0; v < 4; v++) {
+        bool round = v & 1, relu = v & 2, swap = (v + resid) & 1;
+        forward(s, xdt, round, resid, swap, relu, consts[(si + v) % 3], dts[(di + v / 2) % 2], false);
+      }
+    forward(s, xdt, false, 1, false, true, 0.f, xdt, true);
+    for (int oi = 0; oi < 2; oi++) bn_grad(s, xdt, dts[(di + oi) % 2], dts[oi], false);
+    bn_grad(s, xdt, xdt, xdt, true);
+    for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
+    centered(s, xdt, xdt, 0, true);
+    for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++)
+      mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
+           dts[(cmp / 2) % 2], false);
+    mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
+    /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
+    for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
+      mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);
+      mask_w(s, xdt, dts[di], dts[cmp % 2], (ts_cmp)cmp, cmp % 2, TS_F32, NAN, dts[(cmp / 3 + di) % 2], false);
+    }
+  }
+}
+
 int main(void) {
   rs = ts_test_init("test_fused_fast", 7) | 1;
   shape shapes[] = {{2, 3, 49}, {1, 5, 600}, {3, 2, 1}, {2, 4, 257}, {1, 1, 1}};
+  for (int si = 0; si < 5; si++) patterns(shapes[si], si);
+  /* channel-innermost (NHWC: a run of one element, channel e % C), C = 16,
+   * 32, 48, 64, odd, and over NAN_BLK; with NaN-free channel terms too */
+  shape cl[] = {{40, 16, 1}, {21, 32, 1}, {13, 48, 1}, {11, 64, 1}, {31, 19, 1}, {3, 300, 1}};
+  for (int si = 0; si < 6; si++)
+    for (g_chan_pct = 85; g_chan_pct <= 100; g_chan_pct += 15) patterns(cl[si], si);
   ts_dtype dts[] = {TS_F32, TS_BF16};
-  float consts[] = {0.f, -0.f, 0.5f};
-  for (int si = 0; si < 5; si++) {
-    shape s = shapes[si];
-    for (int di = 0; di < 2; di++) {
-      ts_dtype xdt = dts[di];
-      for (int resid = 0; resid <= 2; resid++)
-        for (int v = 0; v < 4; v++) {
-          bool round = v & 1, relu = v & 2, swap = (v + resid) & 1;
-          forward(s, xdt, round, resid, swap, relu, consts[(si + v) % 3], dts[(di + v / 2) % 2], false);
-        }
-      forward(s, xdt, false, 1, false, true, 0.f, xdt, true);
-      for (int oi = 0; oi < 2; oi++) bn_grad(s, xdt, dts[(di + oi) % 2], dts[oi], false);
-      bn_grad(s, xdt, xdt, xdt, true);
-      for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
-      centered(s, xdt, xdt, 0, true);
-      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++)
-        mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
-             dts[(cmp / 2) % 2], false);
-      mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
-      /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
-      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
-        mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);
-        mask_w(s, xdt, dts[di], dts[cmp % 2], (ts_cmp)cmp, cmp % 2, TS_F32, NAN, dts[(cmp / 3 + di) % 2], false);
-      }
-    }
-  }
   int64_t sizes[] = {1, 7, 256, 1000, 40001};
   ts_dtype kdts[] = {TS_F32, TS_BF16, TS_I32};
   for (int zi = 0; zi < 5; zi++)
