@@ -9,10 +9,11 @@
  *
  *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu[_amp]|bn_grad[_amp]]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
- *                            [--layout nchw|nhwc (nchw)]
+ *                            [--layout nchw|nhwc (nchw)] [--interp 0|1 (0)]
  *
  * --layout nhwc: the per-channel inputs broadcast channel-innermost (a run of
  * one element, channel e % C at element e), as a channels-last step's are.
+ * --interp 1: the tile interpreter (fused.c) instead of the fast loop.
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
  * R runs) cpu_min_ms=.. (the least; CPU = process CPU time per run: a 1-thread run gives a usable
@@ -106,7 +107,7 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
 
 int main(int argc, char **argv) {
   long long s[4] = {128, 16, 32, 32};
-  int inplace = 0, nt = 1, reps = 21;
+  int inplace = 0, nt = 1, reps = 21, interp = 0;
   const char *pat = "relu_grad_add", *layout = "nchw";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
@@ -116,6 +117,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--layout")) layout = argv[i + 1];
+    else if (!strcmp(argv[i], "--interp")) interp = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
       return 2;
@@ -155,6 +157,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_fused_loops: %s has no fast path\n", pat);
     return 1;
   }
+  tk_fused_set_fast(!interp);
   ts_kctx ctx = {.num_threads = nt};
   double *w = malloc(sizeof(double) * (size_t)reps), *c = malloc(sizeof(double) * (size_t)reps);
   for (int r = 0; r < reps; r++) {
@@ -174,7 +177,7 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s layout=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
-         pat, layout, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
+  printf("RESULT fused_loops pattern=%s layout=%s interp=%d inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+         pat, layout, interp, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }

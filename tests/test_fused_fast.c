@@ -329,6 +329,44 @@ static void scaled(int64_t numel, ts_dtype xdt, ts_dtype ydt, ts_dtype kdt, floa
   run_case(what, &C, numel, !bad);
 }
 
+/* The interpreter's BROADCAST with runs of one element (a bias along the
+ * last dim, NHWC's per-channel terms: source element e % m at element e; one
+ * period loaded per tile, the rest copied, a tile reused by the next one
+ * that starts at the same place): x + v against the sum in C, v stored as
+ * f32, bf16 (widened by a CONVERT), f64 or i32, m dividing the 512-element
+ * tile or not or longer, 1 and 2 threads. */
+static void interp_bias(ts_dtype vdt, int64_t m, int64_t numel) {
+  ts_dtype xdt = vdt == TS_BF16 ? TS_F32 : vdt;
+  size_t xs = ts_dtype_size(xdt), vs = ts_dtype_size(vdt);
+  char *x = malloc((size_t)numel * xs), *v = malloc((size_t)m * vs), *got = malloc((size_t)numel * xs);
+  for (int64_t i = 0; i < numel; i++) tk_store_f64(xdt, x, i, (double)(rnd32() % 2001) - 1000.0);
+  for (int64_t i = 0; i < m; i++) tk_store_f64(vdt, v, i, ((double)(rnd32() % 2001) - 1000.0) / 64.0);
+  prog P = {.n = 0};
+  int32_t b = emit(&P, TS_OP_BROADCAST, vdt, ext(1), 0, 1.0);
+  if (vdt == TS_BF16) b = emit(&P, TS_OP_CONVERT, TS_F32, b, 0, 0);
+  emit(&P, TS_OP_ADD, xdt, ext(0), b, 0);
+  ts_fused prog = {P.n, P.ins};
+  ts_dtype dt[2] = {xdt, vdt};
+  int64_t ne[2] = {numel, m};
+  void *in[2] = {x, v};
+  for (int nt = 1; nt <= 2; nt++) {
+    ts_kctx ctx = {.num_threads = nt};
+    tk_fused_set_fast(false);
+    CHECK_OK(tk_program_run(&prog, 2, dt, ne, (tk_in)in, got, xdt, numel, &ctx));
+    tk_fused_set_fast(true);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < numel && bad < 0; i++) {
+      double want = xdt == TS_I32 ? (double)(((int32_t *)x)[i] + ((int32_t *)v)[i % m])
+                    : xdt == TS_F64 ? ((double *)x)[i] + ((double *)v)[i % m]
+                                    : (double)(((float *)x)[i] + (float)tk_load_f64(vdt, v, i % m));
+      if (tk_load_f64(xdt, got, i) != want) bad = i;
+    }
+    CHECK(bad < 0, "interpreter bias %s, m %lld, %lld elements, %d threads: element %lld differs",
+          ts_dtype_name(vdt), (long long)m, (long long)numel, nt, (long long)bad);
+  }
+  free(x), free(v), free(got);
+}
+
 /* Every per-channel and elementwise pattern over shape s. */
 static void patterns(shape s, int si) {
   ts_dtype dts[] = {TS_F32, TS_BF16};
@@ -366,6 +404,10 @@ int main(void) {
   shape cl[] = {{40, 16, 1}, {21, 32, 1}, {13, 48, 1}, {11, 64, 1}, {31, 19, 1}, {3, 300, 1}};
   for (int si = 0; si < 6; si++)
     for (g_chan_pct = 85; g_chan_pct <= 100; g_chan_pct += 15) patterns(cl[si], si);
+  ts_dtype bdts[] = {TS_F32, TS_BF16, TS_F64, TS_I32};
+  int64_t ms[] = {16, 64, 29, 700, 1};
+  for (int di = 0; di < 4; di++)
+    for (int mi = 0; mi < 5; mi++) interp_bias(bdts[di], ms[mi], ms[mi] * 37 + 5);
   ts_dtype dts[] = {TS_F32, TS_BF16};
   int64_t sizes[] = {1, 7, 256, 1000, 40001};
   ts_dtype kdts[] = {TS_F32, TS_BF16, TS_I32};
