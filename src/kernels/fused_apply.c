@@ -288,6 +288,32 @@ static void cl_terms(const tk_fast *F, int ids[8], bool nan_check[8]) {
   }
 }
 
+static int64_t g_cl_calls; /* tk_fast_cl_calls */
+int64_t tk_fast_cl_calls(void) { return __atomic_load_n(&g_cl_calls, __ATOMIC_RELAXED); }
+
+/* Copies each per-channel input ids[i] (>= 0; C channels) into A->v[i], a
+ * vector of C + NAN_BLK floats from channel p0 on, repeating (A->v[i] of an
+ * absent one: a valid vector its loop never reads); the copies' buffer to
+ * free, or NULL when a checked one is NaN in some channel or without memory. */
+static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int64_t C, int64_t p0, run_args *A) {
+  int nv = 0;
+  for (int i = 0; i < 8; i++) {
+    nv += ids[i] >= 0;
+    for (int64_t c = 0; ids[i] >= 0 && nan_check[i] && c < C; c++)
+      if (is_nan(chan(in, ids[i], c))) return NULL;
+  }
+  int64_t len = C + NAN_BLK;
+  float *buf = malloc((size_t)nv * (size_t)len * sizeof *buf), *e = buf;
+  for (int i = 0; i < 8 && buf; i++) {
+    A->v[i] = buf;
+    if (ids[i] < 0) continue;
+    const float *v = in[ids[i]];
+    for (int64_t j = 0, c = p0; j < len; j++, c = c + 1 == C ? 0 : c + 1) e[j] = v[c];
+    A->v[i] = e, e += len;
+  }
+  return buf;
+}
+
 /* Channel-innermost programs (F->inner 1: NHWC's per-channel vectors, channel
  * e % nch at element e): one call of F's cl loop over [lo, hi), with each
  * per-channel term copied once per call into a vector that starts at lo's
@@ -296,32 +322,13 @@ static void cl_terms(const tk_fast *F, int ids[8], bool nan_check[8]) {
  * element. False (nothing written) when a scale or shift is NaN in some
  * channel (the per-run path then takes each channel's elements) or without
  * memory. */
-static int64_t g_cl_calls; /* tk_fast_cl_calls */
-int64_t tk_fast_cl_calls(void) { return __atomic_load_n(&g_cl_calls, __ATOMIC_RELAXED); }
-
 static bool cl_run(const tk_fast *F, run_fn *fn, tk_in in, void *out, int64_t lo, int64_t hi) {
   int ids[8];
   bool nan_check[8];
   cl_terms(F, ids, nan_check);
-  int64_t C = F->nch, len = C + NAN_BLK, p0 = lo % C;
-  int nv = 0;
-  for (int i = 0; i < 8; i++) {
-    nv += ids[i] >= 0;
-    for (int64_t c = 0; ids[i] >= 0 && nan_check[i] && c < C; c++)
-      if (is_nan(chan(in, ids[i], c))) return false;
-  }
-  float *buf = malloc((size_t)nv * (size_t)len * sizeof *buf);
+  run_args A = {.relu_c = F->relu_c, .nch = F->nch};
+  float *buf = cl_expand(in, ids, nan_check, F->nch, lo % F->nch, &A);
   if (!buf) return false;
-  run_args A = {.relu_c = F->relu_c, .nch = C};
-  float *e = buf;
-  for (int i = 0; i < 8; i++) {
-    if (ids[i] < 0) continue;
-    const float *v = in[ids[i]];
-    for (int64_t j = 0, c = p0; j < len; j++, c = c + 1 == C ? 0 : c + 1) e[j] = v[c];
-    A.v[i] = e, e += len;
-  }
-  for (int i = 0; i < 8; i++)
-    if (!A.v[i]) A.v[i] = buf; /* an input term's: never read */
   if (F->kind == TK_FAST_BN_GRAD) {
     A.x[0] = src_at(in, &F->dy, lo), A.x[1] = src_at(in, &F->x, lo);
   } else {
