@@ -291,11 +291,12 @@ static void cl_terms(const tk_fast *F, int ids[8], bool nan_check[8]) {
 static int64_t g_cl_calls; /* tk_fast_cl_calls */
 int64_t tk_fast_cl_calls(void) { return __atomic_load_n(&g_cl_calls, __ATOMIC_RELAXED); }
 
-/* Copies each per-channel input ids[i] (>= 0; C channels) into A->v[i], a
- * vector of C + NAN_BLK floats from channel p0 on, repeating (A->v[i] of an
+/* Copies each per-channel input ids[i] (>= 0; C channels) into v[i], a
+ * vector of C + NAN_BLK floats from channel p0 on, repeating (v[i] of an
  * absent one: a valid vector its loop never reads); the copies' buffer to
  * free, or NULL when a checked one is NaN in some channel or without memory. */
-static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int64_t C, int64_t p0, run_args *A) {
+static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int64_t C, int64_t p0,
+                        const float *v[8]) {
   int nv = 0;
   for (int i = 0; i < 8; i++) {
     nv += ids[i] >= 0;
@@ -305,13 +306,21 @@ static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int
   int64_t len = C + NAN_BLK;
   float *buf = malloc((size_t)nv * (size_t)len * sizeof *buf), *e = buf;
   for (int i = 0; i < 8 && buf; i++) {
-    A->v[i] = buf;
+    v[i] = buf;
     if (ids[i] < 0) continue;
-    const float *v = in[ids[i]];
-    for (int64_t j = 0, c = p0; j < len; j++, c = c + 1 == C ? 0 : c + 1) e[j] = v[c];
-    A->v[i] = e, e += len;
+    const float *x = in[ids[i]];
+    for (int64_t j = 0, c = p0; j < len; j++, c = c + 1 == C ? 0 : c + 1) e[j] = x[c];
+    v[i] = e, e += len;
   }
   return buf;
+}
+
+float *tk_fast_cl_vectors(const tk_fast *F, tk_in in, int64_t lo, const float *v[8]) {
+  int ids[8];
+  bool nan_check[8];
+  cl_terms(F, ids, nan_check);
+  for (int i = 0; i < 8; i++) nan_check[i] = false;
+  return cl_expand(in, ids, nan_check, F->nch, lo % F->nch, v);
 }
 
 /* Channel-innermost programs (F->inner 1: NHWC's per-channel vectors, channel
@@ -320,14 +329,13 @@ static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int
  * channel and repeats it (nch + NAN_BLK floats: a NAN_BLK block reads it
  * whole from any channel), where the per-run loop would make a call per
  * element. False (nothing written) when a scale or shift is NaN in some
- * channel (the per-run path then takes each channel's elements) or without
- * memory. */
+ * channel or without memory. */
 static bool cl_run(const tk_fast *F, run_fn *fn, tk_in in, void *out, int64_t lo, int64_t hi) {
   int ids[8];
   bool nan_check[8];
   cl_terms(F, ids, nan_check);
   run_args A = {.relu_c = F->relu_c, .nch = F->nch};
-  float *buf = cl_expand(in, ids, nan_check, F->nch, lo % F->nch, &A);
+  float *buf = cl_expand(in, ids, nan_check, F->nch, lo % F->nch, A.v);
   if (!buf) return false;
   if (F->kind == TK_FAST_BN_GRAD) {
     A.x[0] = src_at(in, &F->dy, lo), A.x[1] = src_at(in, &F->x, lo);
@@ -346,7 +354,10 @@ void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_
     tk_fast_chunks(F, in, out, lo, hi);
     return;
   }
-  if (fn_cl && cl_run(F, fn_cl, in, out, lo, hi)) return;
+  if (fn_cl) { /* a NaN scale: the chunk loop, with the terms as vectors too */
+    if (!cl_run(F, fn_cl, in, out, lo, hi)) tk_fast_chunks(F, in, out, lo, hi);
+    return;
+  }
   size_t os = F->out_bf16 ? 2 : 4;
   int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* lo's place in its run, its channel */
   run_args A;
