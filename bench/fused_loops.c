@@ -182,7 +182,8 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s layout=%s interp=%d nan_chan=%d inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+  printf("RESULT fused_loops pattern=%s layout=%s interp=%d nan_chan=%d inplace=%d shape=%lldx%lldx%lldx%lld "
+         "ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
          pat, layout, interp, nan_chan, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }

@@ -8,8 +8,9 @@
  * per-channel input (numel == channels) still reruns from the inputs as they
  * were: there a NaN residual's payload, which the rerun would otherwise see
  * through the overwritten mean and truncate by the bf16 rounding, must come
- * out whole. A channel-innermost (NHWC) apply runs in one call (tk_fast_cl_calls)
- * with no rerun, and in chunks of 256 where a scale is NaN. ReLU's gradient (fused_mask.c) and batch norm's reduced terms
+ * out whole. A channel-innermost (NHWC) apply runs in one call
+ * (tk_fast_cl_calls) with no rerun, and in chunks of 256 where a scale is
+ * NaN. ReLU's gradient (fused_mask.c) and batch norm's reduced terms
  * (fused_centered.c) have no rerun: with NaNs they keep the interpreter's
  * bits in one pass, also in place. test_fused_fast
  * compares the bits on random inputs. */
