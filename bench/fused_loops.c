@@ -9,12 +9,20 @@
  *
  *   usage: bench_fused_loops [--pattern relu_grad|relu_grad_add|relu_grad_amp|relu_grad_add_amp|apply_relu[_amp]|bn_grad[_amp]]
  *                            [--shape N,C,H,W (128,16,32,32)] [--inplace 0|K (0)] [--threads T (1)] [--reps R (21)]
+ *                            [--layout nchw|nhwc (nchw)] [--interp 0|1 (0)] [--nan-chan 0|1 (0)]
+ *
+ * --layout nhwc: the per-channel inputs broadcast channel-innermost (a run of
+ * one element, channel e % C at element e), as a channels-last step's are.
+ * --interp 1: the tile interpreter (fused.c) instead of the fast loop.
+ * --nan-chan 1: channel 0 of the second per-channel input (apply: a, bn_grad:
+ * k) is NaN (fused_apply.c sends such a call to the chunk loop).
  *
  * Prints: RESULT fused_loops pattern=.. inplace=.. ms=.. cpu_ms=.. (medians of
  * R runs) cpu_min_ms=.. (the least; CPU = process CPU time per run: a 1-thread run gives a usable
  * number on a busy host) and a checksum of the result (%.9g: A and B builds
  * must print the same). Build it against another tree's library for an A/B:
  *   cc -O2 -march=native -fopenmp -I$A/src -I$A/include bench/fused_loops.c $A/build/libtessel.a -lm -o fused_loops_A */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,8 +110,8 @@ static int build(const char *pat, int64_t inner, ts_fused_instr *ins, int *full,
 
 int main(int argc, char **argv) {
   long long s[4] = {128, 16, 32, 32};
-  int inplace = 0, nt = 1, reps = 21;
-  const char *pat = "relu_grad_add";
+  int inplace = 0, nt = 1, reps = 21, interp = 0, nan_chan = 0;
+  const char *pat = "relu_grad_add", *layout = "nchw";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
       continue;
@@ -111,12 +119,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--inplace")) inplace = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--layout")) layout = argv[i + 1];
+    else if (!strcmp(argv[i], "--interp")) interp = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--nan-chan")) nan_chan = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_fused_loops: bad argument %s\n", argv[i]);
       return 2;
     }
   }
-  int64_t numel = s[0] * s[1] * s[2] * s[3], inner = s[2] * s[3];
+  int64_t numel = s[0] * s[1] * s[2] * s[3], inner = strcmp(layout, "nhwc") ? s[2] * s[3] : 1;
   ts_fused_instr ins[16];
   int full[8], bf[8] = {0}, n_ext;
   int n = build(pat, inner, ins, full, bf, &n_ext);
@@ -138,6 +149,7 @@ int main(int argc, char **argv) {
       }
     }
   }
+  if (nan_chan && n_ext > 2 && !full[2]) in[2][0] = NAN;
   float *over = inplace > 0 && inplace <= n_ext && full[inplace - 1] && !bf[inplace - 1] ? in[inplace - 1] : NULL;
   if (inplace && !over) {
     fprintf(stderr, "bench_fused_loops: --inplace %d is not a full-size input\n", inplace);
@@ -150,6 +162,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_fused_loops: %s has no fast path\n", pat);
     return 1;
   }
+  tk_fused_set_fast(!interp);
   ts_kctx ctx = {.num_threads = nt};
   double *w = malloc(sizeof(double) * (size_t)reps), *c = malloc(sizeof(double) * (size_t)reps);
   for (int r = 0; r < reps; r++) {
@@ -169,7 +182,8 @@ int main(int argc, char **argv) {
     }
     sum += v;
   }
-  printf("RESULT fused_loops pattern=%s inplace=%d shape=%lldx%lldx%lldx%lld ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
-         pat, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
+  printf("RESULT fused_loops pattern=%s layout=%s interp=%d nan_chan=%d inplace=%d shape=%lldx%lldx%lldx%lld "
+         "ms=%.3f cpu_ms=%.3f cpu_min_ms=%.3f checksum=%.9g\n",
+         pat, layout, interp, nan_chan, inplace, s[0], s[1], s[2], s[3], w[reps / 2], c[reps / 2], c[0], sum);
   return 0;
 }

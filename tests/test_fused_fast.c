@@ -7,7 +7,9 @@
  * payload, signaling ones too), infinities, signed zeros, denormals, bf16
  * ties and values that overflow when rounded to bf16; shapes have channel
  * runs of 1, 49, 257 and 600 elements (shorter and longer than the fast
- * loops' chunk and the interpreter's tile) and odd sizes; 1 and 2 threads;
+ * loops' chunk and the interpreter's tile) and odd sizes, and channel-innermost
+ * ones (NHWC: runs of 1 with C = 16, 32, 48, 64, 19 or 300 channels, the
+ * channel terms NaN-free or not); 1 and 2 threads;
  * each program writes its result over each of its f32 inputs of the result's
  * size in turn (in place). The reduced
  * terms of batch-norm's gradient and statistics ((x - m)^2, dy (x - m)) run
@@ -112,6 +114,11 @@ typedef struct {
   int nan_in; /* > 0: input nan_in - 1 is one signaling NaN (a scalar k's payload against x's) */
 } case_t;
 
+/* The share of ordinary values in the per-channel inputs: with C = 16 or
+ * more channels of four terms some scale is NaN at 85 (the per-run loops take
+ * such a call); 100 runs the channel-innermost loops (fused_apply.c). */
+static int g_chan_pct = 85;
+
 static void set_ext(case_t *C, int k, ts_dtype dt, int64_t ne) {
   C->dt[k] = dt, C->ne[k] = ne;
   if (k >= C->n_ext) C->n_ext = k + 1;
@@ -123,7 +130,7 @@ static void run_case(const char *what, case_t *C, int64_t numel, bool expect_mat
   void *in[MAX_EXT];
   for (int k = 0; k < C->n_ext; k++) {
     in[k] = malloc((size_t)C->ne[k] * ts_dtype_size(C->dt[k]));
-    fill(C->dt[k], in[k], C->ne[k], C->ne[k] == numel ? 70 : 85);
+    fill(C->dt[k], in[k], C->ne[k], C->ne[k] == numel ? 70 : g_chan_pct);
   }
   if (C->nan_in > 0) {
     uint32_t u = 0x7f812345u;
@@ -322,36 +329,86 @@ static void scaled(int64_t numel, ts_dtype xdt, ts_dtype ydt, ts_dtype kdt, floa
   run_case(what, &C, numel, !bad);
 }
 
+/* The interpreter's BROADCAST with runs of one element (a bias along the
+ * last dim, NHWC's per-channel terms: source element e % m at element e; one
+ * period loaded per tile, the rest copied, a tile reused by the next one
+ * that starts at the same place): x + v against the sum in C, v stored as
+ * f32, bf16 (widened by a CONVERT), f64 or i32, m dividing the 512-element
+ * tile or not or longer, 1 and 2 threads. */
+static void interp_bias(ts_dtype vdt, int64_t m, int64_t numel) {
+  ts_dtype xdt = vdt == TS_BF16 ? TS_F32 : vdt;
+  size_t xs = ts_dtype_size(xdt), vs = ts_dtype_size(vdt);
+  char *x = malloc((size_t)numel * xs), *v = malloc((size_t)m * vs), *got = malloc((size_t)numel * xs);
+  for (int64_t i = 0; i < numel; i++) tk_store_f64(xdt, x, i, (double)(rnd32() % 2001) - 1000.0);
+  for (int64_t i = 0; i < m; i++) tk_store_f64(vdt, v, i, ((double)(rnd32() % 2001) - 1000.0) / 64.0);
+  prog P = {.n = 0};
+  int32_t b = emit(&P, TS_OP_BROADCAST, vdt, ext(1), 0, 1.0);
+  if (vdt == TS_BF16) b = emit(&P, TS_OP_CONVERT, TS_F32, b, 0, 0);
+  emit(&P, TS_OP_ADD, xdt, ext(0), b, 0);
+  ts_fused prog = {P.n, P.ins};
+  ts_dtype dt[2] = {xdt, vdt};
+  int64_t ne[2] = {numel, m};
+  void *in[2] = {x, v};
+  for (int nt = 1; nt <= 2; nt++) {
+    ts_kctx ctx = {.num_threads = nt};
+    tk_fused_set_fast(false);
+    CHECK_OK(tk_program_run(&prog, 2, dt, ne, (tk_in)in, got, xdt, numel, &ctx));
+    tk_fused_set_fast(true);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < numel && bad < 0; i++) {
+      double want = xdt == TS_I32 ? (double)(((int32_t *)x)[i] + ((int32_t *)v)[i % m])
+                    : xdt == TS_F64 ? ((double *)x)[i] + ((double *)v)[i % m]
+                                    : (double)(((float *)x)[i] + (float)tk_load_f64(vdt, v, i % m));
+      if (tk_load_f64(xdt, got, i) != want) bad = i;
+    }
+    CHECK(bad < 0, "interpreter bias %s, m %lld, %lld elements, %d threads: element %lld differs",
+          ts_dtype_name(vdt), (long long)m, (long long)numel, nt, (long long)bad);
+  }
+  free(x), free(v), free(got);
+}
+
+/* Every per-channel and elementwise pattern over shape s. */
+static void patterns(shape s, int si) {
+  ts_dtype dts[] = {TS_F32, TS_BF16};
+  float consts[] = {0.f, -0.f, 0.5f};
+  for (int di = 0; di < 2; di++) {
+    ts_dtype xdt = dts[di];
+    for (int resid = 0; resid <= 2; resid++)
+      for (int v = 0; v < 4; v++) {
+        bool round = v & 1, relu = v & 2, swap = (v + resid) & 1;
+        forward(s, xdt, round, resid, swap, relu, consts[(si + v) % 3], dts[(di + v / 2) % 2], false);
+      }
+    forward(s, xdt, false, 1, false, true, 0.f, xdt, true);
+    for (int oi = 0; oi < 2; oi++) bn_grad(s, xdt, dts[(di + oi) % 2], dts[oi], false);
+    bn_grad(s, xdt, xdt, xdt, true);
+    for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
+    centered(s, xdt, xdt, 0, true);
+    for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++)
+      mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
+           dts[(cmp / 2) % 2], false);
+    mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
+    /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
+    for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
+      mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);
+      mask_w(s, xdt, dts[di], dts[cmp % 2], (ts_cmp)cmp, cmp % 2, TS_F32, NAN, dts[(cmp / 3 + di) % 2], false);
+    }
+  }
+}
+
 int main(void) {
   rs = ts_test_init("test_fused_fast", 7) | 1;
   shape shapes[] = {{2, 3, 49}, {1, 5, 600}, {3, 2, 1}, {2, 4, 257}, {1, 1, 1}};
+  for (int si = 0; si < 5; si++) patterns(shapes[si], si);
+  /* channel-innermost (NHWC: a run of one element, channel e % C), C = 16,
+   * 32, 48, 64, odd, and over NAN_BLK; with NaN-free channel terms too */
+  shape cl[] = {{40, 16, 1}, {21, 32, 1}, {13, 48, 1}, {11, 64, 1}, {31, 19, 1}, {3, 300, 1}};
+  for (int si = 0; si < 6; si++)
+    for (g_chan_pct = 85; g_chan_pct <= 100; g_chan_pct += 15) patterns(cl[si], si);
+  ts_dtype bdts[] = {TS_F32, TS_BF16, TS_F64, TS_I32};
+  int64_t ms[] = {16, 64, 29, 700, 1};
+  for (int di = 0; di < 4; di++)
+    for (int mi = 0; mi < 5; mi++) interp_bias(bdts[di], ms[mi], ms[mi] * 37 + 5);
   ts_dtype dts[] = {TS_F32, TS_BF16};
-  float consts[] = {0.f, -0.f, 0.5f};
-  for (int si = 0; si < 5; si++) {
-    shape s = shapes[si];
-    for (int di = 0; di < 2; di++) {
-      ts_dtype xdt = dts[di];
-      for (int resid = 0; resid <= 2; resid++)
-        for (int v = 0; v < 4; v++) {
-          bool round = v & 1, relu = v & 2, swap = (v + resid) & 1;
-          forward(s, xdt, round, resid, swap, relu, consts[(si + v) % 3], dts[(di + v / 2) % 2], false);
-        }
-      forward(s, xdt, false, 1, false, true, 0.f, xdt, true);
-      for (int oi = 0; oi < 2; oi++) bn_grad(s, xdt, dts[(di + oi) % 2], dts[oi], false);
-      bn_grad(s, xdt, xdt, xdt, true);
-      for (int form = 0; form < 3; form++) centered(s, xdt, dts[(di + form) % 2], form, false);
-      centered(s, xdt, xdt, 0, true);
-      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++)
-        mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
-             dts[(cmp / 2) % 2], false);
-      mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
-      /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
-      for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
-        mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);
-        mask_w(s, xdt, dts[di], dts[cmp % 2], (ts_cmp)cmp, cmp % 2, TS_F32, NAN, dts[(cmp / 3 + di) % 2], false);
-      }
-    }
-  }
   int64_t sizes[] = {1, 7, 256, 1000, 40001};
   ts_dtype kdts[] = {TS_F32, TS_BF16, TS_I32};
   for (int zi = 0; zi < 5; zi++)

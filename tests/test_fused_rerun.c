@@ -8,7 +8,9 @@
  * per-channel input (numel == channels) still reruns from the inputs as they
  * were: there a NaN residual's payload, which the rerun would otherwise see
  * through the overwritten mean and truncate by the bf16 rounding, must come
- * out whole. ReLU's gradient (fused_mask.c) and batch norm's reduced terms
+ * out whole. A channel-innermost (NHWC) apply runs in one call
+ * (tk_fast_cl_calls) with no rerun, and in chunks of 256 where a scale is
+ * NaN. ReLU's gradient (fused_mask.c) and batch norm's reduced terms
  * (fused_centered.c) have no rerun: with NaNs they keep the interpreter's
  * bits in one pass, also in place. test_fused_fast
  * compares the bits on random inputs. */
@@ -175,9 +177,45 @@ static void centered_runs(void) {
         (long long)(tk_fast_reruns() - r0));
 }
 
+/* Channel-innermost (NHWC: channel e % 16 at element e), 2 x 3 x 3 pixels x
+ * 16 channels: one call of fused_apply.c's cl loop over the range (not a call
+ * per element) with no rerun, NaNs in x included; a NaN scale g in channel 5:
+ * the chunk loop with the terms as vectors, whose two chunks (256 + 32, not
+ * one per element of channel 5) both rerun. */
+static void channels_last(void) {
+  enum { NCH = 16, NUMEL = 2 * 3 * 3 * NCH };
+  static float x[NUMEL], keep[NUMEL], out[NUMEL], c[4][NCH];
+  float *in[5] = {x, c[0], c[1], c[2], c[3]};
+  int64_t ne[5] = {NUMEL, NCH, NCH, NCH, NCH};
+  for (int i = 0; i < NUMEL; i++) x[i] = (float)(i % 97) * 0.25f - 12.f;
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < NCH; i++) c[k][i] = 0.5f + (float)(k + i) * 0.125f;
+  x[3] = nan_bits(0x7f812345u), x[NCH + 7] = nan_bits(0xffc00abcu);
+  prog P = {.n = 0};
+  bn_apply(&P, 1, false, false);
+  int64_t r0 = tk_fast_reruns(), c0 = tk_fast_cl_calls();
+  CHECK(same_as_interpreter(&P, 5, ne, in, out, NUMEL), "NHWC, NaN x: bits differ");
+  CHECK(tk_fast_cl_calls() - c0 == 1, "NHWC: %lld channel-innermost calls, expected 1",
+        (long long)(tk_fast_cl_calls() - c0));
+  CHECK(tk_fast_reruns() == r0, "NHWC, NaN x: %lld chunks rerun, expected none", (long long)(tk_fast_reruns() - r0));
+  memcpy(keep, out, sizeof out);
+  CHECK(same_as_interpreter(&P, 5, ne, in, x, NUMEL), "NHWC in place over x: bits differ");
+  CHECK(memcmp(keep, x, sizeof x) == 0, "NHWC in place over x: not the out-of-place result");
+  for (int i = 0; i < NUMEL; i++) x[i] = (float)(i % 89) * 0.5f - 20.f;
+  c[2][5] = nan_bits(0x7fa00001u);
+  r0 = tk_fast_reruns(), c0 = tk_fast_cl_calls();
+  CHECK(same_as_interpreter(&P, 5, ne, in, out, NUMEL), "NHWC, NaN g: bits differ");
+  CHECK(tk_fast_cl_calls() == c0, "NHWC, NaN g: a channel-innermost call");
+  CHECK(tk_fast_reruns() - r0 == 2, "NHWC, NaN g: %lld chunks rerun, expected 2", (long long)(tk_fast_reruns() - r0));
+  memcpy(keep, out, sizeof out);
+  CHECK(same_as_interpreter(&P, 5, ne, in, x, NUMEL), "NHWC, NaN g, in place over x: bits differ");
+  CHECK(memcmp(keep, x, sizeof x) == 0, "NHWC, NaN g, in place over x: not the out-of-place result");
+}
+
 int main(void) {
   ts_test_init("test_fused_rerun", 1);
   counts();
+  channels_last();
   over_channel_input();
   mask_sum();
   centered_runs();

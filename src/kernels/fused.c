@@ -314,12 +314,14 @@ static void broadcast_tile(ts_dtype dt, const void *src, int64_t m, int64_t inne
                            void *d) {
   int64_t q = off / inner, r = off % inner, s = q % m;
   size_t es = c == C_F32 ? 4 : 8;
-  if (inner == 1) { /* a bias along the last dim: consecutive source runs, loaded whole */
-    for (int j = 0; j < n;) {
-      int run = (int)(m - s < n - j ? m - s : n - j);
-      load_tile(dt, src, s, run, c, (char *)d + (size_t)j * es);
-      j += run, s += run;
-      if (s == m) s = 0;
+  if (inner == 1) { /* a bias along the last dim, NHWC's per-channel terms: one period loaded, then copied */
+    int per = (int)(m < n ? m : n), first = (int)(m - s < per ? m - s : per);
+    load_tile(dt, src, s, first, c, d);
+    if (first < per) load_tile(dt, src, 0, per - first, c, (char *)d + (size_t)first * es);
+    for (int j = per; j < n;) { /* j a multiple of m: d[j + k] = d[k] */
+      int k = j < n - j ? j : n - j;
+      memcpy((char *)d + (size_t)j * es, d, (size_t)k * es);
+      j += k;
     }
     return;
   }
@@ -385,7 +387,10 @@ static void prefill(const prog_t *P, char *scratch) {
  * last dim, the tile inside one row), else into d unless d still holds it: a
  * tile that reads one source element (per-channel batch-norm terms over an
  * image of >= TILE pixels) is the same as the previous tile's when that read
- * the same element and filled at least n elements (*held: its index, or -1). */
+ * the same element and filled at least n elements (*held: its index, or -1);
+ * with inner 1 (a bias, NHWC's per-channel terms: source element
+ * (off + j) % m) when it starts at the same place in the source (*held:
+ * off % m; every tile of a range does when m divides TILE). */
 static const void *broadcast_into(const prog_t *P, const ts_fused_instr *I, int64_t off, int n, void *d,
                                   int64_t *held, int *held_n) {
   int k = -I->a - 1;
@@ -394,6 +399,7 @@ static const void *broadcast_into(const prog_t *P, const ts_fused_instr *I, int6
   if (inner == 1 && off % m + n <= m && edt == I->dtype && (edt == TS_F32 || edt == TS_F64 || edt == TS_I64))
     return (const char *)P->in[k] + (size_t)(off % m) * ts_dtype_size(edt); /* *held stays -1 */
   bool uni = broadcast_uniform(m, inner, off, n, &s);
+  if (inner == 1) uni = true, s = off % m;
   if (uni && *held == s && *held_n >= n) return d;
   broadcast_tile(edt, P->in[k], m, inner, off, n, cls(I->dtype), d);
   *held = uni ? s : -1;

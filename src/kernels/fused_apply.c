@@ -24,7 +24,17 @@
  * chunk loop (tk_fast_chunks), as do storage combinations without a loop here
  * and an output that overlaps an input other than element for element.
  * Each element's operands are read before it is written, so the output may
- * be one of its inputs. Compiled with -ffp-contract=off like fused_fast.c. */
+ * be one of its inputs. Compiled with -ffp-contract=off like fused_fast.c.
+ *
+ * Channel-innermost programs (NHWC: the per-channel vectors broadcast with
+ * runs of one element, channel e % C at element e) run each loop's *_cl
+ * form once over the whole range, the per-channel terms read as vectors
+ * (cl_run), where the per-run loop made a call per element: a 1-thread NHWC
+ * ResNet-20 fp32 step's fused kernels 802 -> 357 ms (least of 2 rounds,
+ * bench/ab_trace_least.sh), bench_fused_loops --layout nhwc apply_relu
+ * 16.3 -> 0.66 ms (NCHW: 0.63). */
+#include <stdlib.h>
+
 #include "kernels/bf16_round.h"
 #include "kernels/fused_apply.h"
 #include "kernels/nan_order.h"
@@ -34,12 +44,17 @@
 enum { T_SRC, T_AFF, T_NONE }; /* a forward term: an input, an apply, absent (one-term) */
 
 /* One channel run's operands: full-size inputs from the run's first element,
- * the per-channel terms as scalars. */
+ * the per-channel terms as scalars; or, channel-innermost (the *_cl loops),
+ * the per-channel terms as vectors (cl_v below). */
 typedef struct {
   const void *x[2];           /* forward: the terms' inputs; gradient: dy, x */
   float m[2], a[2], g[2], b[2]; /* forward: each apply's terms */
   float k, c, s, gm;          /* gradient: ((dy - c) - (x - gm) * k) * s */
   float relu_c;
+  /* channel-innermost: each per-channel term as a vector of nch + NAN_BLK
+   * floats, element i the channel of the range's element i (mod nch) */
+  const float *v[8]; /* forward: m, a, g, b of t[0], then of t[1]; gradient: gm, k, c, s */
+  int64_t nch;
 } run_args;
 
 typedef void run_fn(const run_args *A, void *out, int64_t n);
@@ -57,22 +72,30 @@ INLINE float term(const void *X, int kind, bool xb, bool r, float m, float a, fl
   return r ? bf16_round(t) : t;
 }
 
+/* Channel-innermost loops (cl): the per-channel term of element j of a
+ * block starting at j0 is V[j + d], d = q - j0 with q the block's first
+ * element's place in the expanded vectors (q < nch; a block of <= NAN_BLK
+ * elements stays inside nch + NAN_BLK), then q steps on by NAN_BLK mod nch. */
+#define CH(scalar, vec) (cl ? (vec)[j + d] : (scalar))
+INLINE int64_t cl_next(bool cl, int64_t q, int64_t nch) { return cl ? (q + NAN_BLK) % nch : 0; }
+
 /* out[0 .. n) = [max(] t0 [+ t1] [, c)], stored as bf16 (ob) or f32. */
-INLINE void fwd_loop(const run_args *A, int k0, bool b0, bool r0, int k1, bool b1, bool r1, bool relu, bool ob,
-                     void *out, int64_t n) {
+INLINE void fwd_loop(const run_args *A, bool cl, int k0, bool b0, bool r0, int k1, bool b1, bool r1, bool relu,
+                     bool ob, void *out, int64_t n) {
   const void *X0 = A->x[0], *X1 = A->x[1];
   float m0 = A->m[0], a0 = A->a[0], g0 = A->g[0], c0 = A->b[0];
   float m1 = A->m[1], a1 = A->a[1], g1 = A->g[1], c1 = A->b[1], c = A->relu_c;
+  const float *const *V = A->v;
   float *of = out;
   uint16_t *oh = out;
-  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+  for (int64_t j0 = 0, q = 0; j0 < n; j0 += NAN_BLK, q = cl_next(cl, q, A->nch)) {
     nan_ahead(X0, b0, j0, n);
     if (k1 != T_NONE) nan_ahead(X1, b1, j0, n);
-    int64_t j1 = nan_blk_end(j0, n);
+    int64_t j1 = nan_blk_end(j0, n), d = q - j0;
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
-      float p = term(X0, k0, b0, r0, m0, a0, g0, c0, j), v = p;
+      float p = term(X0, k0, b0, r0, CH(m0, V[0]), CH(a0, V[1]), CH(g0, V[2]), CH(c0, V[3]), j), v = p;
       if (k1 != T_NONE) {
-        v = p + term(X1, k1, b1, r1, m1, a1, g1, c1, j);
+        v = p + term(X1, k1, b1, r1, CH(m1, V[4]), CH(a1, V[5]), CH(g1, V[6]), CH(c1, V[7]), j);
         v = p != p ? nan_quieted(p) : v; /* add_o(p, q) */
       }
       if (relu) v = (v > c || v != v) ? v : c; /* fused.c's MAX */
@@ -83,16 +106,17 @@ INLINE void fwd_loop(const run_args *A, int k0, bool b0, bool r0, int k1, bool b
 }
 
 /* out[0 .. n) = ((dy - c) - (x - m) * k) * s, stored as bf16 (ob) or f32. */
-INLINE void grad_loop(const run_args *A, bool dyb, bool xb, bool ob, void *out, int64_t n) {
+INLINE void grad_loop(const run_args *A, bool cl, bool dyb, bool xb, bool ob, void *out, int64_t n) {
   const void *DY = A->x[0], *X = A->x[1];
   float m = A->gm, k = A->k, c = A->c, s = A->s;
+  const float *const *V = A->v;
   float *of = out;
   uint16_t *oh = out;
-  for (int64_t j0 = 0; j0 < n; j0 += NAN_BLK) {
+  for (int64_t j0 = 0, q = 0; j0 < n; j0 += NAN_BLK, q = cl_next(cl, q, A->nch)) {
     nan_ahead(DY, dyb, j0, n), nan_ahead(X, xb, j0, n);
-    int64_t j1 = nan_blk_end(j0, n);
+    int64_t j1 = nan_blk_end(j0, n), d = q - j0;
     _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) {
-      float v = ((nan_ld(DY, dyb, j) - c) - (nan_ld(X, xb, j) - m) * k) * s;
+      float v = ((nan_ld(DY, dyb, j) - CH(c, V[2])) - (nan_ld(X, xb, j) - CH(m, V[0])) * CH(k, V[1])) * CH(s, V[3]);
       if (ob) oh[j] = (uint16_t)bf16_bits(v);
       else of[j] = v;
     }
@@ -135,8 +159,13 @@ SCALED(s_plus_y, S_PLUS_Y)
 /* The loops: a ResNet step's forms, bf16 (amp: bf16 inputs, each apply
  * rounded, bf16 result) and f32, each with and without the ReLU and with an
  * input or a second apply on either side of the add; the rest run in chunks. */
-#define FWD(name, k0, b0, r0, k1, b1, r1, relu, ob) \
-  static void name(const run_args *A, void *out, int64_t n) { fwd_loop(A, k0, b0, r0, k1, b1, r1, relu, ob, out, n); }
+#define FWD(name, k0, b0, r0, k1, b1, r1, relu, ob)                                                        \
+  static void name(const run_args *A, void *out, int64_t n) {                                                 \
+    fwd_loop(A, false, k0, b0, r0, k1, b1, r1, relu, ob, out, n);                                             \
+  }                                                                                                           \
+  static void name##_cl(const run_args *A, void *out, int64_t n) {                                            \
+    fwd_loop(A, true, k0, b0, r0, k1, b1, r1, relu, ob, out, n);                                              \
+  }
 #define FWD_SET(S, xb, r, ob)                                                   \
   FWD(S##_a, T_AFF, xb, r, T_NONE, 0, 0, false, ob)                           \
   FWD(S##_a_relu, T_AFF, xb, r, T_NONE, 0, 0, true, ob)                       \
@@ -155,27 +184,29 @@ FWD(hn_a_relu, T_AFF, true, false, T_NONE, 0, 0, true, true)
 FWD(hf_a, T_AFF, true, true, T_NONE, 0, 0, false, false)
 FWD(hf_a_relu, T_AFF, true, true, T_NONE, 0, 0, true, false)
 
-#define FWD_ROWS(S, xb, r, ob)                                                                      \
-  {FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 0, ob), S##_a},                                      \
-      {FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 1, ob), S##_a_relu},                             \
-      {FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 0, ob), S##_as},                                 \
-      {FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 1, ob), S##_as_relu},                            \
-      {FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 0, ob), S##_sa},                                 \
-      {FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 1, ob), S##_sa_relu},                            \
-      {FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 0, ob), S##_aa},                                 \
-      {FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 1, ob), S##_aa_relu}
+#define ROW(key, fn) {key, fn, fn##_cl}
+#define FWD_ROWS(S, xb, r, ob)                                                                        \
+  ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 0, ob), S##_a),                                   \
+      ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_NONE, 0, 0), 1, ob), S##_a_relu),                          \
+      ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 0, ob), S##_as),                              \
+      ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_SRC, xb, 0), 1, ob), S##_as_relu),                         \
+      ROW(FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 0, ob), S##_sa),                              \
+      ROW(FWD_KEY(TC(T_SRC, xb, 0), TC(T_AFF, xb, r), 1, ob), S##_sa_relu),                         \
+      ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 0, ob), S##_aa),                              \
+      ROW(FWD_KEY(TC(T_AFF, xb, r), TC(T_AFF, xb, r), 1, ob), S##_aa_relu)
 static const struct {
   int key;
-  run_fn *fn;
+  run_fn *fn, *cl; /* per channel run; channel-innermost */
 } fwd_table[] = {FWD_ROWS(h, 1, 1, 1),
                  FWD_ROWS(f, 0, 0, 0),
-                 {FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 0, 1), hn_a},
-                 {FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 1, 1), hn_a_relu},
-                 {FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 0, 0), hf_a},
-                 {FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 1, 0), hf_a_relu}};
+                 ROW(FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 0, 1), hn_a),
+                 ROW(FWD_KEY(TC(T_AFF, 1, 0), TC(T_NONE, 0, 0), 1, 1), hn_a_relu),
+                 ROW(FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 0, 0), hf_a),
+                 ROW(FWD_KEY(TC(T_AFF, 1, 1), TC(T_NONE, 0, 0), 1, 0), hf_a_relu)};
 
-#define GRAD(name, dyb, xb, ob) \
-  static void name(const run_args *A, void *out, int64_t n) { grad_loop(A, dyb, xb, ob, out, n); }
+#define GRAD(name, dyb, xb, ob)                                                                             \
+  static void name(const run_args *A, void *out, int64_t n) { grad_loop(A, false, dyb, xb, ob, out, n); }   \
+  static void name##_cl(const run_args *A, void *out, int64_t n) { grad_loop(A, true, dyb, xb, ob, out, n); }
 GRAD(g_fff, false, false, false)
 GRAD(g_ffh, false, false, true)
 GRAD(g_fhf, false, true, false)
@@ -190,21 +221,22 @@ static int term_code(const tk_fast *F, int i) {
   return t->affine ? TC(T_AFF, t->x.bf16, t->round) : TC(T_SRC, t->x.bf16, 0);
 }
 
-/* F's loop here, or NULL (fused_fast.c's chunks). */
-static run_fn *pick(const tk_fast *F) {
+/* F's loop here (cl: its channel-innermost form), or NULL (fused_fast.c's chunks). */
+static run_fn *pick(const tk_fast *F, bool cl) {
   if (F->kind == TK_FAST_BN_GRAD) {
     static run_fn *const g[8] = {g_fff, g_ffh, g_fhf, g_fhh, g_hff, g_hfh, g_hhf, g_hhh};
-    return g[F->dy.bf16 * 4 + F->x.bf16 * 2 + F->out_bf16];
+    static run_fn *const gc[8] = {g_fff_cl, g_ffh_cl, g_fhf_cl, g_fhh_cl, g_hff_cl, g_hfh_cl, g_hhf_cl, g_hhh_cl};
+    return (cl ? gc : g)[F->dy.bf16 * 4 + F->x.bf16 * 2 + F->out_bf16];
   }
   if (F->kind == TK_FAST_SCALED) {
-    if (F->x.bf16 || (F->nterm && F->dy.bf16) || F->out_bf16) return NULL;
+    if (cl || F->x.bf16 || (F->nterm && F->dy.bf16) || F->out_bf16) return NULL;
     if (!F->nterm) return s_p;
     return F->comb_sub ? (F->dy_first ? s_y_minus : s_minus_y) : (F->dy_first ? s_y_plus : s_plus_y);
   }
   if (F->kind != TK_FAST_FORWARD) return NULL;
   int key = FWD_KEY(term_code(F, 0), F->nterm == 2 ? term_code(F, 1) : TC(T_NONE, 0, 0), F->relu, F->out_bf16);
   for (size_t i = 0; i < sizeof fwd_table / sizeof fwd_table[0]; i++)
-    if (fwd_table[i].key == key) return fwd_table[i].fn;
+    if (fwd_table[i].key == key) return cl ? fwd_table[i].cl : fwd_table[i].fn;
   return NULL;
 }
 
@@ -240,10 +272,90 @@ static bool args_at(const tk_fast *F, tk_in in, int64_t e, int64_t ch, run_args 
   return true;
 }
 
+/* The per-channel inputs of F's cl loop in run_args.v's order into ids (-1:
+ * none, a term that is an input), and whether each is a scale or shift
+ * (checked for NaN). */
+static void cl_terms(const tk_fast *F, int ids[8], bool nan_check[8]) {
+  for (int i = 0; i < 8; i++) ids[i] = -1, nan_check[i] = i % 4 != 0; /* all but the means */
+  if (F->kind == TK_FAST_BN_GRAD) {
+    ids[0] = F->m, ids[1] = F->k, ids[2] = F->c, ids[3] = F->s;
+    nan_check[2] = false; /* c: subtracted */
+    return;
+  }
+  for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) {
+    const tk_fast_term *t = &F->t[i];
+    if (t->affine) ids[4 * i] = t->m, ids[4 * i + 1] = t->a, ids[4 * i + 2] = t->g, ids[4 * i + 3] = t->b;
+  }
+}
+
+static int64_t g_cl_calls; /* tk_fast_cl_calls */
+int64_t tk_fast_cl_calls(void) { return __atomic_load_n(&g_cl_calls, __ATOMIC_RELAXED); }
+
+/* Copies each per-channel input ids[i] (>= 0; C channels) into v[i], a
+ * vector of C + NAN_BLK floats from channel p0 on, repeating (v[i] of an
+ * absent one: a valid vector its loop never reads); the copies' buffer to
+ * free, or NULL when a checked one is NaN in some channel or without memory. */
+static float *cl_expand(tk_in in, const int ids[8], const bool nan_check[8], int64_t C, int64_t p0,
+                        const float *v[8]) {
+  int nv = 0;
+  for (int i = 0; i < 8; i++) {
+    nv += ids[i] >= 0;
+    for (int64_t c = 0; ids[i] >= 0 && nan_check[i] && c < C; c++)
+      if (is_nan(chan(in, ids[i], c))) return NULL;
+  }
+  int64_t len = C + NAN_BLK;
+  float *buf = malloc((size_t)nv * (size_t)len * sizeof *buf), *e = buf;
+  for (int i = 0; i < 8 && buf; i++) {
+    v[i] = buf;
+    if (ids[i] < 0) continue;
+    const float *x = in[ids[i]];
+    for (int64_t j = 0, c = p0; j < len; j++, c = c + 1 == C ? 0 : c + 1) e[j] = x[c];
+    v[i] = e, e += len;
+  }
+  return buf;
+}
+
+float *tk_fast_cl_vectors(const tk_fast *F, tk_in in, int64_t lo, const float *v[8]) {
+  int ids[8];
+  bool nan_check[8];
+  cl_terms(F, ids, nan_check);
+  for (int i = 0; i < 8; i++) nan_check[i] = false;
+  return cl_expand(in, ids, nan_check, F->nch, lo % F->nch, v);
+}
+
+/* Channel-innermost programs (F->inner 1: NHWC's per-channel vectors, channel
+ * e % nch at element e): one call of F's cl loop over [lo, hi), with each
+ * per-channel term copied once per call into a vector that starts at lo's
+ * channel and repeats it (nch + NAN_BLK floats: a NAN_BLK block reads it
+ * whole from any channel), where the per-run loop would make a call per
+ * element. False (nothing written) when a scale or shift is NaN in some
+ * channel or without memory. */
+static bool cl_run(const tk_fast *F, run_fn *fn, tk_in in, void *out, int64_t lo, int64_t hi) {
+  int ids[8];
+  bool nan_check[8];
+  cl_terms(F, ids, nan_check);
+  run_args A = {.relu_c = F->relu_c, .nch = F->nch};
+  float *buf = cl_expand(in, ids, nan_check, F->nch, lo % F->nch, A.v);
+  if (!buf) return false;
+  if (F->kind == TK_FAST_BN_GRAD) {
+    A.x[0] = src_at(in, &F->dy, lo), A.x[1] = src_at(in, &F->x, lo);
+  } else {
+    for (int i = 0; i < (F->nterm == 2 ? 2 : 1); i++) A.x[i] = src_at(in, &F->t[i].x, lo);
+  }
+  fn(&A, out, hi - lo);
+  free(buf);
+  __atomic_fetch_add(&g_cl_calls, 1, __ATOMIC_RELAXED);
+  return true;
+}
+
 void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
-  run_fn *fn = pick(F);
+  run_fn *fn = pick(F, false), *fn_cl = F->inner == 1 ? pick(F, true) : NULL;
   if (!fn || tk_fast_out_meets(F, in, out, lo, hi, F->out_bf16 ? 2 : 4, true)) {
     tk_fast_chunks(F, in, out, lo, hi);
+    return;
+  }
+  if (fn_cl) { /* a NaN scale: the chunk loop, with the terms as vectors too */
+    if (!cl_run(F, fn_cl, in, out, lo, hi)) tk_fast_chunks(F, in, out, lo, hi);
     return;
   }
   size_t os = F->out_bf16 ? 2 : 4;

@@ -16,6 +16,14 @@
  * other than element for element) go to tk_fast_chunks. */
 void tk_fast_apply_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 
+/* fused_apply.c: for a channel-innermost F (inner 1; TK_FAST_FORWARD or
+ * TK_FAST_BN_GRAD) over elements from lo, each per-channel term as a vector
+ * of nch + 256 floats, element i channel (lo + i) % nch's value, into v (in
+ * fused_apply.c's order: m, a, g, b of t[0] then of t[1]; the gradient's
+ * m, k, c, s; an absent term's: some valid vector): the buffer they are in
+ * (the caller frees it), NULL without memory. NaN values are kept. */
+float *tk_fast_cl_vectors(const tk_fast *F, tk_in in, int64_t lo, const float *v[8]);
+
 /* fused_fast.c: any F but TK_FAST_MASK / TK_FAST_CENTERED in chunks of 256
  * with plain + and *, rerun with the NaN-ordered ones where a result is NaN. */
 void tk_fast_chunks(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);

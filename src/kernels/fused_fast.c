@@ -32,6 +32,8 @@
  *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
  *     f32 input), alone or added to / subtracted from y on either side
  *     (SGD's 0.9 * buf + g and p - lr * g). */
+#include <stdlib.h>
+
 #include "kernels/bf16_round.h"
 #include "kernels/fused_apply.h"
 #include "kernels/kernels_internal.h"
@@ -298,12 +300,25 @@ static const float *src_at(const tk_fast_src *s, tk_in in, int64_t e, int n, flo
 
 static float chan(tk_in in, int k, int64_t ch) { return ((const float *)in[k])[ch]; }
 
-/* The batch-norm apply of v (term t's channel terms m, a, g, b in scope). */
-#define AFFINE(v) ADD(MUL(MUL((v) - m, a), g), b)
+/* A chunk's per-channel terms: channel ch's, or channel-innermost (cl: F's
+ * inner 1, NHWC) the vectors w from the chunk's first element on (element
+ * j: w[i][j]; tk_fast_cl_vectors' order). */
+typedef struct {
+  int64_t ch;
+  const float *w[8];
+} chans;
 
-/* d = affine term t of elements e .. e + n (channel ch): one loop from the input. */
-INLINE void eval_affine(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *d, bool exact) {
-  float m = chan(in, t->m, ch), a = chan(in, t->a, ch), g = chan(in, t->g, ch), b = chan(in, t->b, ch);
+/* A per-channel term of element j: the scalar s, or channel-innermost V[j]. */
+#define CV(s, V) (cl ? (V)[j] : (s))
+/* The batch-norm apply of v (term t's channel terms m, a, g, b and vectors M, A, G, B in scope). */
+#define AFFINE(v) ADD(MUL(MUL((v) - CV(m, M), CV(a, A)), CV(g, G)), CV(b, B))
+
+/* d = affine term ti (t) of elements e .. e + n: one loop from the input. */
+INLINE void eval_affine(const tk_fast_term *t, int ti, tk_in in, int64_t e, const chans *C, int n, float *d,
+                        bool exact, bool cl) {
+  float m = 0, a = 0, g = 0, b = 0;
+  if (!cl) m = chan(in, t->m, C->ch), a = chan(in, t->a, C->ch), g = chan(in, t->g, C->ch), b = chan(in, t->b, C->ch);
+  const float *M = C->w[4 * ti], *A = C->w[4 * ti + 1], *G = C->w[4 * ti + 2], *B = C->w[4 * ti + 3];
   const uint16_t *h = (const uint16_t *)in[t->x.ext] + e;
   const float *x = (const float *)in[t->x.ext] + e;
   if (t->x.bf16 && t->round) {
@@ -317,30 +332,33 @@ INLINE void eval_affine(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, 
   }
 }
 
-/* Term t of elements e .. e + n: its input in place (not affine, f32), else computed into buf. */
-INLINE const float *term_at(const tk_fast_term *t, tk_in in, int64_t e, int64_t ch, int n, float *buf,
-                            bool exact) {
+/* Term ti of elements e .. e + n: its input in place (not affine, f32), else computed into buf. */
+INLINE const float *term_at(const tk_fast *F, int ti, tk_in in, int64_t e, const chans *C, int n, float *buf,
+                            bool exact, bool cl) {
+  const tk_fast_term *t = &F->t[ti];
   if (!t->affine) return src_at(&t->x, in, e, n, buf);
-  eval_affine(t, in, e, ch, n, buf, exact);
+  eval_affine(t, ti, in, e, C, n, buf, exact, cl);
   return buf;
 }
 
 /* d = t[0] or t[0] + t[1] (a one-term forward is an affine term). */
-INLINE void eval_forward(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                         float *b1, bool exact) {
+INLINE void eval_forward(const tk_fast *F, tk_in in, int64_t e, const chans *C, int n, float *d, float *b0,
+                         float *b1, bool exact, bool cl) {
   if (F->nterm == 1) {
-    eval_affine(&F->t[0], in, e, ch, n, d, exact);
+    eval_affine(&F->t[0], 0, in, e, C, n, d, exact, cl);
     return;
   }
-  const float *p = term_at(&F->t[0], in, e, ch, n, b0, exact), *q = term_at(&F->t[1], in, e, ch, n, b1, exact);
+  const float *p = term_at(F, 0, in, e, C, n, b0, exact, cl), *q = term_at(F, 1, in, e, C, n, b1, exact, cl);
   SIMD for (int j = 0; j < n; j++) d[j] = ADD(p[j], q[j]);
 }
 
-INLINE void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0,
-                         float *b1, bool exact) {
-  float m = chan(in, F->m, ch), k = chan(in, F->k, ch), c = chan(in, F->c, ch), s = chan(in, F->s, ch);
+INLINE void eval_bn_grad(const tk_fast *F, tk_in in, int64_t e, const chans *C, int n, float *d, float *b0,
+                         float *b1, bool exact, bool cl) {
+  float m = 0, k = 0, c = 0, s = 0;
+  if (!cl) m = chan(in, F->m, C->ch), k = chan(in, F->k, C->ch), c = chan(in, F->c, C->ch), s = chan(in, F->s, C->ch);
+  const float *M = C->w[0], *K = C->w[1], *Cc = C->w[2], *S = C->w[3];
   const float *dy = src_at(&F->dy, in, e, n, b0), *x = src_at(&F->x, in, e, n, b1);
-  SIMD for (int j = 0; j < n; j++) d[j] = MUL((dy[j] - c) - MUL(x[j] - m, k), s);
+  SIMD for (int j = 0; j < n; j++) d[j] = MUL((dy[j] - CV(c, Cc)) - MUL(x[j] - CV(m, M), CV(k, K)), CV(s, S));
 }
 
 /* d = p, then y + p, p + y, y - p or p - y, with p = P (k * x or x * k). */
@@ -382,25 +400,28 @@ static void finish(const tk_fast *F, float *d, int n, void *out, int64_t o) {
   }
 }
 
-/* d = F's program over elements e .. e + n (channel ch), before finish (b0, b1: buffers). */
-INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b0, float *b1,
-                       bool exact) {
+/* d = F's program over elements e .. e + n (channels C), before finish (b0, b1: buffers). */
+INLINE void eval_chunk(const tk_fast *F, tk_in in, int64_t e, const chans *C, int n, float *d, float *b0, float *b1,
+                       bool exact, bool cl) {
   if (F->kind == TK_FAST_BN_GRAD) {
-    eval_bn_grad(F, in, e, ch, n, d, b0, b1, exact);
+    eval_bn_grad(F, in, e, C, n, d, b0, b1, exact, cl);
   } else if (F->kind == TK_FAST_SRC) {
     load_src(&F->x, in, e, n, d); /* memmove: d may be the input itself */
   } else if (F->kind == TK_FAST_SCALED) {
     eval_scaled(F, in, e, n, d, b0, b1, exact);
   } else {
-    eval_forward(F, in, e, ch, n, d, b0, b1, exact);
+    eval_forward(F, in, e, C, n, d, b0, b1, exact, cl);
   }
 }
-static void eval_plain(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[2]) {
-  eval_chunk(F, in, e, ch, n, d, b[0], b[1], false);
-}
-static void eval_exact(const tk_fast *F, tk_in in, int64_t e, int64_t ch, int n, float *d, float *b[2]) {
-  eval_chunk(F, in, e, ch, n, d, b[0], b[1], true);
-}
+typedef void eval_fn(const tk_fast *F, tk_in in, int64_t e, const chans *C, int n, float *d, float *b[2]);
+#define EVAL(name, exact, cl) \
+  static void name(const tk_fast *F, tk_in in, int64_t e, const chans *C, int n, float *d, float *b[2]) { \
+    eval_chunk(F, in, e, C, n, d, b[0], b[1], exact, cl);                                             \
+  }
+EVAL(eval_plain, false, false)
+EVAL(eval_exact, true, false)
+EVAL(eval_plain_cl, false, true)
+EVAL(eval_exact_cl, true, true)
 
 /* Whether d[0 .. n) holds a NaN: 16 lanes OR-ed in a vector, then folded by
  * shuffles (`omp simd reduction(|)` finished with a scalar loop over the 16
@@ -499,25 +520,39 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
   }
 }
 
+/* A channel-innermost F (inner 1, NHWC) in chunks: the per-channel terms as
+ * vectors (tk_fast_cl_vectors) into *V, their buffer to free; NULL for any
+ * other F or without memory (then chunks end at each run of one element). */
+static float *chunk_vectors(const tk_fast *F, tk_in in, int64_t lo, const float *V[8]) {
+  if (F->inner != 1 || (F->kind != TK_FAST_FORWARD && F->kind != TK_FAST_BN_GRAD)) return NULL;
+  return tk_fast_cl_vectors(F, in, lo, V);
+}
+
 void tk_fast_chunks(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   float buf[CHUNK], b0[CHUNK], b1[CHUNK], *b[2] = {b0, b1};
-  int64_t r = lo % F->inner, ch = lo / F->inner % F->nch; /* e's place in its run, its channel */
+  int64_t r = lo % F->inner; /* e's place in its run */
+  chans C = {.ch = lo / F->inner % F->nch};
+  const float *V[8];
+  float *vec = chunk_vectors(F, in, lo, V);
+  eval_fn *plain = vec ? eval_plain_cl : eval_plain, *exact = vec ? eval_exact_cl : eval_exact;
   bool arith = has_arith(F);
   /* an f32 result over its own inputs: into buf, so that a rerun reads them intact */
   bool staged = F->out_bf16 || (arith && tk_fast_out_meets(F, in, out, lo, hi, 4, false));
   for (int64_t e = lo; e < hi;) {
-    int64_t left = F->inner - r;
+    int64_t left = vec ? hi - e : F->inner - r;
     int n = (int)(left < hi - e ? left : hi - e);
     if (n > CHUNK) n = CHUNK;
+    for (int i = 0; vec && i < 8; i++) C.w[i] = V[i] + (e - lo) % F->nch; /* n <= 256: inside the vectors */
     float *o = (float *)out + (e - lo), *d = staged ? buf : o;
-    eval_plain(F, in, e, ch, n, d, b);
+    plain(F, in, e, &C, n, d, b);
     if (arith && any_nan(d, n)) {
       __atomic_fetch_add(&g_reruns, 1, __ATOMIC_RELAXED);
-      eval_exact(F, in, e, ch, n, d, b);
+      exact(F, in, e, &C, n, d, b);
     }
     finish(F, d, n, out, e - lo);
     if (staged && !F->out_bf16) memcpy(o, d, (size_t)n * 4);
     e += n, r += n;
-    if (r == F->inner) r = 0, ch = ch + 1 == F->nch ? 0 : ch + 1;
+    if (r == F->inner) r = 0, C.ch = C.ch + 1 == F->nch ? 0 : C.ch + 1;
   }
+  free(vec);
 }

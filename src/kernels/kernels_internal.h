@@ -210,4 +210,9 @@ struct dnnl_engine;
 struct dnnl_stream;
 int tk_dnnl_engine(struct dnnl_engine **eng, struct dnnl_stream **stream);
 
+/* fused_apply.c: how many calls have run a channel-innermost batch-norm apply
+ * or input gradient (per-channel inputs broadcast with runs of one element,
+ * NHWC) in one loop over their range, since the process started (tests). */
+int64_t tk_fast_cl_calls(void);
+
 #endif
