@@ -192,11 +192,14 @@ int main(void) {
   for (int ci = 0; ci < 4; ci++)
     for (int form = 0; form < 3; form++)
       for (int d = 0; d < 4; d++) centered_rows(37, cs[ci], dts[d / 2], dts[d % 2], form);
-  check_shape(5, 13, 11, 16, 0); /* 715 rows: blocks and a remainder */
-  check_shape(4, 7, 3, 32, 0);
-  check_shape(2, 9, 9, 64, 0);
-  check_shape(3, 5, 7, 7, 0); /* odd C */
-  check_shape(2, 33, 31, 17, 2); /* NaN, inf: 2046 rows, 17 channels */
-  check_shape(1, 1, 3, 16, 0);   /* fewer rows than threads' blocks */
+  /* >= TK_PAR_MIN elements (2 threads take them), rows in several of
+   * reduce_cols.c's blocks and a remainder */
+  check_shape(8, 21, 23, 16, 0); /* 3864 rows */
+  check_shape(4, 17, 19, 32, 0);
+  check_shape(2, 19, 17, 64, 0);
+  check_shape(9, 23, 29, 7, 0);   /* odd C */
+  check_shape(2, 33, 31, 17, 2);  /* NaN, inf: 2046 rows, 17 channels */
+  check_shape(2, 4, 5, 520, 0);   /* K >= 512: a source's sums on reduce.c's loops */
+  check_shape(1, 1, 3, 16, 0);    /* one thread, one block */
   return ts_test_finish();
 }
