@@ -7,12 +7,15 @@
  *    interpreter, bit for bit: C = 16, 32, 64 and 7, f32 and bf16 operands,
  *    NaNs (any payload), infinities, signed zeros, denormals; ranges that
  *    start and end inside a row; one over dy (in place).
- * 2. Reductions over (N, H, W, C) through the executable: each output folds
- *    its rows in row order in double (reduce.c's order for a kept innermost
- *    dim), the same bits on 1 and 2 threads, with and without fusion, and a
- *    plain sum equal to that fold written out here; over values that rise by
- *    +-2^40 and cancel (a changed order shows in the f32 results), NaN and
- *    inf; row counts that are not a multiple of reduce.c's block. */
+ * 2. Reductions over (N, H, W, C) through the executable, in double in
+ *    reduce_cols.c's order: each output's rows in row order, or with more
+ *    than 2048 rows and fewer than 512 channels in blocks of 2048 rows (each
+ *    from -0.0), the blocks' sums added in order. The same bits on 1 and 2
+ *    threads, with and without fusion, a plain sum and a bf16 operand's sum
+ *    (reduce.c widens it to double) equal to that order written out here;
+ *    over values that rise by +-2^40 and cancel (a changed order shows in the
+ *    f32 results), NaN and inf; row counts that are not a multiple of the
+ *    blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +65,9 @@ static int32_t emit(prog *P, ts_op op, ts_dtype dt, int32_t a, int32_t b, double
   P->ins[P->n] = (ts_fused_instr){.op = op, .dtype = dt, .a = a, .b = b, .value = v};
   return P->n++;
 }
-static int32_t src(prog *P, int k, ts_dtype dt) { return dt == TS_BF16 ? emit(P, TS_OP_CONVERT, TS_F32, -k - 1, 0, 0) : -k - 1; }
+static int32_t src(prog *P, int k, ts_dtype dt) {
+  return dt == TS_BF16 ? emit(P, TS_OP_CONVERT, TS_F32, -k - 1, 0, 0) : -k - 1;
+}
 
 /* Part 1: form 0 (x - m)^2, 1 dy * (x - m), 2 (x - m) * dy over rows x c
  * (inputs x, m, dy), channel runs of 1. */
@@ -106,7 +111,7 @@ static void centered_rows(int64_t rows, int64_t c, ts_dtype xdt, ts_dtype ydt, i
 }
 
 /* Part 2: reductions of an (n, h, w, c) operand. */
-enum { N_OUT = 8 };
+enum { N_OUT = 9 };
 
 static ts_graph *build(const int64_t s4[4]) {
   ts_graph *g = ts_graph_new();
@@ -124,12 +129,29 @@ static ts_graph *build(const int64_t s4[4]) {
       ts_reduce(g, x, TS_REDUCE_MAX, 3, nhw, false),
       ts_reduce(g, x, TS_REDUCE_MEAN, 2, hw, false), /* the global average pool: (n, c) */
       ts_reduce(g, ts_mul(g, gr, x), TS_REDUCE_MEAN, 2, hw, false),
+      ts_reduce(g, b, TS_REDUCE_SUM, 3, nhw, false), /* a bf16 operand, f64 in reduce.c: a bf16 result */
   };
   for (int k = 0; k < N_OUT; k++) CHECK(ts_graph_add_output(g, outs[k]) == k, "output %d: %s", k, ts_last_error());
   return g;
 }
 
-static int64_t out_numel(int k, const int64_t s4[4]) { return k >= 6 ? s4[0] * s4[3] : s4[3]; }
+static int64_t out_numel(int k, const int64_t s4[4]) { return k == 6 || k == 7 ? s4[0] * s4[3] : s4[3]; }
+static size_t out_bytes(int k, const int64_t s4[4]) { return (size_t)out_numel(k, s4) * (k == 8 ? 2 : 4); }
+
+/* Channel j's sum of rows x (f32) or xb (bf16) in reduce_cols.c's order. */
+static double order_sum(const float *x, const uint16_t *xb, int64_t rows, int64_t c, int64_t j) {
+  int64_t blk = c < 512 && rows > 2048 ? 2048 : rows;
+  double a = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += blk) {
+    double s = -0.0;
+    for (int64_t r = r0; r < rows && r < r0 + blk; r++) {
+      float v = x ? x[r * c + j] : ts_bf16_to_f32(xb[r * c + j]);
+      s = s + v;
+    }
+    a = a + s;
+  }
+  return a;
+}
 
 /* The outputs of g (client of nt threads, fusion on or off), as bytes (out[k]: out_numel floats). */
 static void run(ts_graph *g, int nt, bool fuse, const int64_t s4[4], const float *hx, const uint16_t *hb,
@@ -142,8 +164,8 @@ static void run(ts_graph *g, int nt, bool fuse, const int64_t s4[4], const float
   ts_buffer *o[N_OUT] = {0};
   CHECK(e && ts_execute(e, in, o) == 0, "execute: %s", ts_last_error());
   for (int k = 0; k < N_OUT; k++) {
-    memset(out[k], 0, (size_t)out_numel(k, s4) * 4);
-    if (o[k]) ts_buffer_read(o[k], out[k], (size_t)out_numel(k, s4) * sizeof(float));
+    memset(out[k], 0, out_bytes(k, s4));
+    if (o[k]) ts_buffer_read(o[k], out[k], out_bytes(k, s4));
     if (o[k]) ts_buffer_free(o[k]);
   }
   for (int k = 0; k < 3; k++) ts_buffer_free(in[k]);
@@ -162,22 +184,24 @@ static void check_shape(int64_t n, int64_t h, int64_t w, int64_t c, int nan_pct)
     for (int64_t j = 0; big && j < c; j += 3) hx[r * c + j] = big, hb[r * c + j] = big > 0 ? 0x5380 : 0xd380;
   }
   for (int v = 0; v < 2; v++)
-    for (int k = 0; k < N_OUT; k++) res[v][k] = malloc((size_t)out_numel(k, s4) * 4);
+    for (int k = 0; k < N_OUT; k++) res[v][k] = malloc(out_bytes(k, s4));
   ts_graph *g = build(s4);
   for (int cfg = 0; cfg < 4; cfg++) { /* cfg 0: 1 thread, no fusion (the reference); 1 thread fused; 2 threads */
     run(g, cfg < 2 ? 1 : 2, cfg % 2 == 1, s4, hx, hb, hm, res[cfg > 0]);
     for (int k = 0; cfg && k < N_OUT; k++)
-      CHECK(memcmp(res[0][k], res[1][k], (size_t)out_numel(k, s4) * 4) == 0,
+      CHECK(memcmp(res[0][k], res[1][k], out_bytes(k, s4)) == 0,
             "shape (%lld,%lld,%lld,%lld) %d threads fusion %d output %d differs from 1 thread unfused (%.9g vs %.9g)",
             (long long)n, (long long)h, (long long)w, (long long)c, cfg < 2 ? 1 : 2, cfg % 2, k, res[1][k][0],
             res[0][k][0]);
   }
-  for (int64_t j = 0; j < c; j++) { /* the plain sum: each channel's rows in order, in double */
-    double a = 0;
-    for (int64_t r = 0; r < rows; r++) a += hx[r * c + j];
-    float f = (float)a;
-    CHECK(memcmp(&f, &res[0][0][j], 4) == 0, "shape (%lld,%lld,%lld,%lld) sum channel %lld: %.9g, rows in order %.9g",
+  for (int64_t j = 0; j < c; j++) { /* the plain sums in the order written out */
+    float f = (float)order_sum(hx, NULL, rows, c, j);
+    uint16_t fb = ts_f32_to_bf16((float)order_sum(NULL, hb, rows, c, j)), gb;
+    memcpy(&gb, (const char *)res[0][8] + 2 * j, 2);
+    CHECK(memcmp(&f, &res[0][0][j], 4) == 0, "shape (%lld,%lld,%lld,%lld) sum channel %lld: %.9g, in order %.9g",
           (long long)n, (long long)h, (long long)w, (long long)c, (long long)j, res[0][0][j], f);
+    CHECK(fb == gb, "shape (%lld,%lld,%lld,%lld) bf16 sum channel %lld: %#x, in order %#x", (long long)n,
+          (long long)h, (long long)w, (long long)c, (long long)j, gb, fb);
   }
   ts_graph_free(g);
   for (int v = 0; v < 2; v++)
@@ -194,12 +218,14 @@ int main(void) {
       for (int d = 0; d < 4; d++) centered_rows(37, cs[ci], dts[d / 2], dts[d % 2], form);
   /* >= TK_PAR_MIN elements (2 threads take them), rows in several of
    * reduce_cols.c's blocks and a remainder */
-  check_shape(8, 21, 23, 16, 0); /* 3864 rows */
-  check_shape(4, 17, 19, 32, 0);
+  check_shape(8, 21, 23, 16, 0);  /* 3864 rows: 2 blocks of the order */
+  check_shape(4, 40, 41, 16, 0);  /* 6560 rows: 4 blocks, the last of 416 */
+  check_shape(4, 17, 19, 32, 0);  /* 1292 rows: row order */
   check_shape(2, 19, 17, 64, 0);
-  check_shape(9, 23, 29, 7, 0);   /* odd C */
-  check_shape(2, 33, 31, 17, 2);  /* NaN, inf: 2046 rows, 17 channels */
-  check_shape(2, 4, 5, 520, 0);   /* K >= 512: a source's sums on reduce.c's loops */
-  check_shape(1, 1, 3, 16, 0);    /* one thread, one block */
+  check_shape(9, 23, 29, 7, 0);   /* odd C, 6003 rows */
+  check_shape(3, 30, 30, 17, 2);  /* NaN, inf: 2700 rows, 17 channels */
+  check_shape(2, 33, 31, 17, 2);  /* NaN, inf: 2046 rows (row order) */
+  check_shape(1, 8, 9, 520, 0);   /* K >= 512: row order, a source's sums on reduce.c's loops */
+  check_shape(1, 1, 3, 16, 0);    /* one thread */
   return ts_test_finish();
 }

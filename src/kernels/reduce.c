@@ -4,7 +4,10 @@
  * dims (size-1 dims dropped), so (B, N) -> (N) becomes [R, K] and
  * (B, T, C) -> (B, T) becomes [K, R]. Every innermost run is contiguous: a
  * reduced run is folded into one accumulator, a kept run is added into a row
- * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
+ * of accumulators. Floats accumulate in double, integers in int64 (wrapping).
+ * Sums that keep the innermost dim ([R, K], [O, R, K]) run in reduce_cols.c,
+ * which defines their order (row order; [R, K] with K < 512 and R > 2048:
+ * blocks of 2048 rows, then the blocks' sums in order). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,8 +213,8 @@ static bool cols_shape(const groups_t *G, ts_reduce_kind k, int64_t *O, int64_t 
                           double *acc, int64_t out_n, double init, int nt) {                 \
     int last = G->ng - 1, err = 0, nr = S && S->n_res > 1 ? S->n_res : 1;                  \
     int64_t inner = G->size[last], cO, cR;                                                   \
-    if (sizeof(T) == 4 && cols_shape(G, k, &cO, &cR) && tk_reduce_cols_fits(inner, S != NULL, nt)) \
-      return tk_reduce_cols(cO, cR, inner, (const float *)(const void *)x, S, acc, out_n, init, nt); \
+    if (cols_shape(G, k, &cO, &cR) && tk_reduce_cols_fits(cO, cR, inner, S != NULL, nt))    \
+      return tk_reduce_cols(cO, cR, inner, x, sizeof(T) == 8, S, acc, out_n, init, nt);      \
     if (nt > 1 && split_fits(G, k)) {                                                       \
       double *part = malloc((size_t)(nr * G->size[0] * G->size[1]) * sizeof *part);          \
       if (part) {                                                                            \

@@ -10,23 +10,30 @@
  * stored each row's K accumulators), the rows read in blocks of COLS_BLOCK
  * elements (a fused source computes a block per call).
  *
- * Threads never change the order. [O, R, K] with O > 1: threads split the
- * outputs' images (o). [R, K] in memory: threads split the columns. [R, K]
- * computed by a source: block by block, the threads split the block's rows
- * and compute them (each thread's part into one of its two source states,
- * alternating), meet at a barrier, then fold their own columns over every
- * part in row order; with two states a thread never overwrites a part that
- * another still folds (it computes block i + 2 only after the barrier of
- * block i + 1, which every thread reaches after folding block i), and frees
- * its states after a last barrier. */
+ * [R, K] with K < COLS_WIDE and R > ORDER_ROWS (NHWC batch norm: R = N H W
+ * in the thousands, K = C) has an order of its own, which does not depend on
+ * the thread count either: the rows in blocks of ORDER_ROWS, each block's
+ * rows in order from -0.0 into its sums, then each output init + its blocks'
+ * sums in block order. Threads take whole blocks (a contiguous range each:
+ * the rows a thread wrote in the elementwise kernel before, in its cache),
+ * so a fused source computes each thread's own rows and nothing crosses
+ * between the cores until the blocks' sums; in row order the columns would
+ * have to be split (each thread reading every row, a source computing rows
+ * for the other thread: 2 threads ran no faster than 1). Other shapes keep
+ * row order: [O, R, K] with O > 1 threads split the images (o), [R, K] in
+ * memory the columns; from a source on several threads reduce.c's loops
+ * (tk_reduce_cols_fits). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/reduce_src.h"
 
-/* Elements per block of rows (a source's call; a thread's state holds its part). */
+/* Elements per block of rows (a source's call, a fold into registers). */
 #define COLS_BLOCK 16384
+/* The blocked order's rows per block and its widest K (above: row order). */
+#define ORDER_ROWS 2048
+#define COLS_WIDE 512
 
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
@@ -74,6 +81,20 @@ static void fold(const float *x, int64_t ld, int64_t nr, int64_t w, double *acc)
   }
 }
 
+/* fold's loop for a double operand (reduce.c widens f64, bf16 and f16 operands to double). */
+static void fold_f64(const double *x, int64_t ld, int64_t nr, int64_t w, double *acc) {
+  for (int64_t r = 0; r < nr; r++) {
+    const double *p = x + r * ld;
+    _Pragma("omp simd") for (int64_t j = 0; j < w; j++) acc[j] = acc[j] + p[j];
+  }
+}
+
+/* fold of the operand x (f32, or double: f64) from element off. */
+static void fold_at(const void *x, bool f64, int64_t off, int64_t ld, int64_t nr, int64_t w, double *acc) {
+  if (f64) fold_f64((const double *)x + off, ld, nr, w, acc);
+  else fold((const float *)x + off, ld, nr, w, acc);
+}
+
 /* Rows per block of K columns. */
 static int64_t block_rows(int64_t K) { return K < COLS_BLOCK ? COLS_BLOCK / K : 1; }
 
@@ -85,72 +106,74 @@ static void my_cols(int64_t K, int nth, int me, int64_t *k0, int64_t *k1) {
   *k1 = *k0 + per < K ? *k0 + per : K;
 }
 
-/* The rows [0, R) of an [R, K] operand (x in memory, or S with state st: runs
- * from element base) folded into acc (nr blocks of out_n) on one thread. */
-static void serial(int64_t R, int64_t K, const float *x, const tk_reduce_src *S, void *st, int64_t base, int nr,
-                   double *acc, int64_t out_n) {
+/* Rows [a, a + n) of K columns from element base of the operand (x in
+ * memory, or S with state st) folded in order into dst (nr blocks of
+ * dstride) on one thread. */
+static void fold_rows(int64_t K, const void *x, bool f64, const tk_reduce_src *S, void *st, int64_t base, int64_t a,
+                      int64_t n, int nr, double *dst, int64_t dstride) {
   int64_t B = block_rows(K);
-  for (int64_t r0 = 0; r0 < R; r0 += B) {
-    int64_t b = R - r0 < B ? R - r0 : B;
-    const float *ps[TK_SRC_MAX_RES] = {x ? x + base + r0 * K : NULL};
-    if (S) S->range(st, base + r0 * K, b * K, ps);
-    for (int q = 0; q < nr; q++) fold(ps[q], K, b, K, acc + q * out_n);
+  for (int64_t r0 = a; r0 < a + n; r0 += B) {
+    int64_t b = a + n - r0 < B ? a + n - r0 : B, off = base + r0 * K;
+    if (!S) {
+      fold_at(x, f64, off, K, b, K, dst);
+      continue;
+    }
+    const float *ps[TK_SRC_MAX_RES];
+    S->range(st, off, b * K, ps);
+    for (int q = 0; q < nr; q++) fold(ps[q], K, b, K, dst + q * dstride);
   }
 }
 
-/* [R, K] from source S on nt > 1 threads (the file's comment). -1: out of memory. */
-static int split_rows(int64_t R, int64_t K, const tk_reduce_src *S, int nr, double *acc, int64_t out_n, int nt) {
-  int64_t B = block_rows(K), nblk = (R + B - 1) / B;
-  const float *(*parts)[TK_SRC_MAX_RES] = malloc((size_t)(2 * nt) * sizeof *parts);
-  if (!parts) return -1;
+/* [R, K] with K < COLS_WIDE and R > ORDER_ROWS in its order: blocks of
+ * ORDER_ROWS rows (threads take whole blocks, contiguous ranges of them),
+ * each block's rows in order from -0.0, then each output adds its blocks'
+ * sums to init in block order. -1: out of memory. */
+static int blocked(int64_t R, int64_t K, const void *x, bool f64, const tk_reduce_src *S, int nr, double *acc,
+                   int64_t out_n, double init, int nt) {
+  int64_t nb = (R + ORDER_ROWS - 1) / ORDER_ROWS;
+  double *part = malloc((size_t)(nb * nr * K) * sizeof *part); /* block b's result q: part + (b * nr + q) * K */
+  if (!part) return -1;
   int err = 0;
-  _Pragma("omp parallel num_threads(nt)")
+  _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)")
   {
     int nth = omp_get_num_threads(), me = omp_get_thread_num();
-    int64_t per = (B + nth - 1) / nth, k0, k1;
-    my_cols(K, nth, me, &k0, &k1);
-    void *st[2] = {S->begin(S->user, per * K), S->begin(S->user, per * K)};
-    if (!st[0] || !st[1]) {
-      _Pragma("omp atomic write")
-      err = 1;
+    int64_t b0 = nb * me / nth, b1 = nb * (me + 1) / nth;
+    void *st = S && b0 < b1 ? S->begin(S->user, (ORDER_ROWS < block_rows(K) ? ORDER_ROWS : block_rows(K)) * K) : NULL;
+    err = S && b0 < b1 && !st;
+    for (int64_t b = b0; b < b1 && !err; b++) {
+      double *pb = part + b * nr * K;
+      for (int64_t i = 0; i < nr * K; i++) pb[i] = -0.0;
+      int64_t a = b * ORDER_ROWS;
+      fold_rows(K, x, f64, S, st, 0, a, R - a < ORDER_ROWS ? R - a : ORDER_ROWS, nr, pb, K);
     }
-    _Pragma("omp barrier")
-    int bad;
-    _Pragma("omp atomic read")
-    bad = err;
-    for (int64_t i = 0; i < nblk && !bad; i++) {
-      int64_t r0 = i * B, b = R - r0 < B ? R - r0 : B;
-      int64_t a = r0 + b * me / nth, e = r0 + b * (me + 1) / nth; /* my rows of the block */
-      if (a < e) S->range(st[i % 2], a * K, (e - a) * K, parts[(i % 2) * nth + me]);
-      _Pragma("omp barrier")
-      for (int t = 0; t < nth && k0 < k1; t++) {
-        int64_t ta = r0 + b * t / nth, te = r0 + b * (t + 1) / nth;
-        for (int q = 0; q < nr && ta < te; q++)
-          fold(parts[(i % 2) * nth + t][q] + k0, K, te - ta, k1 - k0, acc + q * out_n + k0);
-      }
-    }
-    _Pragma("omp barrier") /* every fold done before a state is freed */
-    for (int s = 0; s < 2; s++)
-      if (st[s]) S->end(st[s]);
+    if (st) S->end(st);
   }
-  free(parts);
+  for (int q = 0; q < nr && !err; q++)
+    for (int64_t j = 0; j < K; j++) {
+      double s = init;
+      for (int64_t b = 0; b < nb; b++) s = s + part[(b * nr + q) * K + j];
+      acc[q * out_n + j] = s;
+    }
+  free(part);
   return err ? -1 : 0;
 }
 
-bool tk_reduce_cols_fits(int64_t K, bool src, int nt) { return !src || nt <= 1 || K < 512; }
+bool tk_reduce_cols_fits(int64_t O, int64_t R, int64_t K, bool src, int nt) {
+  return !src || nt <= 1 || O > 1 || (K < COLS_WIDE && R > ORDER_ROWS);
+}
 
-int tk_reduce_cols(int64_t O, int64_t R, int64_t K, const float *x, const tk_reduce_src *S, double *acc,
+int tk_reduce_cols(int64_t O, int64_t R, int64_t K, const void *x, bool f64, const tk_reduce_src *S, double *acc,
                    int64_t out_n, double init, int nt) {
   int nr = S && S->n_res > 1 ? S->n_res : 1, err = 0;
+  if (O == 1 && K < COLS_WIDE && R > ORDER_ROWS) return blocked(R, K, x, f64, S, nr, acc, out_n, init, nt);
   for (int64_t o = 0; o < nr * out_n; o++) acc[o] = init;
-  if (nt > 1 && O == 1 && R > 1 && S) return split_rows(R, K, S, nr, acc, out_n, nt);
-  if (nt > 1 && O == 1 && R > 1) { /* in memory: threads split the columns */
+  if (nt > 1 && O == 1 && !S) { /* in memory: threads split the columns */
     _Pragma("omp parallel num_threads(nt)")
     {
       int64_t k0, k1, B = block_rows(K);
       my_cols(K, omp_get_num_threads(), omp_get_thread_num(), &k0, &k1);
       for (int64_t r0 = 0; r0 < R && k0 < k1; r0 += B)
-        fold(x + r0 * K + k0, K, R - r0 < B ? R - r0 : B, k1 - k0, acc + k0);
+        fold_at(x, f64, r0 * K + k0, K, R - r0 < B ? R - r0 : B, k1 - k0, acc + k0);
     }
     return 0;
   }
@@ -162,7 +185,7 @@ int tk_reduce_cols(int64_t O, int64_t R, int64_t K, const float *x, const tk_red
     err = S && !st;
     _Pragma("omp for schedule(static)")
     for (int64_t o = 0; o < O; o++)
-      if (!err) serial(R, K, x, S, st, o * R * K, nr, acc + o * K, out_n);
+      if (!err) fold_rows(K, x, f64, S, st, o * R * K, 0, R, nr, acc + o * K, out_n);
     if (st) S->end(st);
   }
   return err ? -1 : 0;
