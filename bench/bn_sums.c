@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
   qsort(w, (size_t)reps, sizeof *w, cmp_double), qsort(cp, (size_t)reps, sizeof *cp, cmp_double);
   printf("RESULT bn_sums k=%d dtype=%s shape=%lld,%lld,%lld,%lld layout=%s threads=%d ms=%.3f cpu_ms=%.3f "
          "min_ms=%.3f min_cpu_ms=%.3f checksum=%.9g\n",
-         k, ts_dtype_name(dt), s[0], s[1], s[2], s[3], nhwc ? "nhwc" : "nchw", nt, w[reps / 2], cp[reps / 2], w[0], cp[0],
-         sum);
+         k, ts_dtype_name(dt), s[0], s[1], s[2], s[3], nhwc ? "nhwc" : "nchw", nt, w[reps / 2], cp[reps / 2], w[0],
+         cp[0], sum);
   return 0;
 }
