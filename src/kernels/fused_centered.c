@@ -1,7 +1,6 @@
 /* fused_centered.c — batch norm's reduced terms for fused_fast.c
  * (TK_FAST_CENTERED): (x - m) * (x - m), dy * (x - m) or (x - m) * dy, m per
- * channel, one loop per channel run (channels innermost, runs of one
- * element: a loop over whole rows, row_loop), each input read where it is (bf16
+ * channel, one loop per channel run, each input read where it is (bf16
  * widened in the loop) and the result written straight into the output, with
  * no chunks, buffers, NaN check or rerun (in blocks of NAN_BLK elements,
  * each after a prefetch ahead: nan_order.h).
@@ -45,34 +44,19 @@ INLINE void run_loop(const void *X, bool xb, const void *Y, bool yb, int form, f
   }
 }
 
-/* Elements per pass of row_loop with fewer channels than that: whole rows, the means repeated. */
-enum { ROW_SPAN = 256 };
-
 /* d[0 .. n) = the term of form over elements of one channel each (runs of 1:
- * channels innermost, NHWC), element 0 of channel ch, the means m[0 .. nch).
- * A loop per channel run would be a call per element, and a loop per row
- * (16 elements at C = 16) spent more on its start and tail than on the
- * arithmetic: the first row's rest, then passes of whole rows, as many as
- * fit in ROW_SPAN elements (at least one), each element with its mean from
- * a copy of m repeated as often (m itself for ROW_SPAN channels or more). */
+ * channels innermost, NHWC), element 0 of channel ch, the means m[0 .. nch):
+ * row by row, each a loop over its channels with their means (a loop per
+ * channel run would be a call per element). */
 INLINE void row_loop(const void *X, bool xb, const void *Y, bool yb, int form, const float *m, int64_t nch,
                      int64_t ch, float *d, int64_t n) {
-  float rep[ROW_SPAN];
-  const float *mr = m;
-  int64_t span = nch;
-  if (nch < ROW_SPAN) {
-    span = ROW_SPAN / nch * nch;
-    for (int64_t j = 0; j < span; j++) rep[j] = m[j % nch];
-    mr = rep;
-  }
-  int64_t e = ch ? (nch - ch < n ? nch - ch : n) : 0;
-  _Pragma("omp simd") for (int64_t j = 0; j < e; j++) /* the rest of the first row */
-    d[j] = term(nan_ld(X, xb, j), form == SQUARE ? 0.f : nan_ld(Y, yb, j), form, m[ch + j]);
-  for (; e < n; e += span) {
-    int64_t cnt = span < n - e ? span : n - e;
-    float *de = d + e;
+  for (int64_t e = 0; e < n;) {
+    int64_t cnt = nch - ch < n - e ? nch - ch : n - e;
+    const float *mr = m + ch;
+    float *dr = d + e;
     _Pragma("omp simd") for (int64_t j = 0; j < cnt; j++)
-      de[j] = term(nan_ld(X, xb, e + j), form == SQUARE ? 0.f : nan_ld(Y, yb, e + j), form, mr[j]);
+      dr[j] = term(nan_ld(X, xb, e + j), form == SQUARE ? 0.f : nan_ld(Y, yb, e + j), form, mr[j]);
+    e += cnt, ch = 0;
   }
 }
 
