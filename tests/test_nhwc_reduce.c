@@ -10,8 +10,7 @@
  * 2. Reductions over (N, H, W, C) through the executable, in double in
  *    reduce_cols.c's order: each output's rows in row order, or with more
  *    than 2048 rows and fewer than 512 channels in blocks of 2048 rows (each
- *    (s0 + s1) + (s2 + s3), s_p its rows p, p + 4, ... from -0.0), the
- *    blocks' sums added in order. The same bits on 1 and 2
+ *    from -0.0), the blocks' sums added in order. The same bits on 1 and 2
  *    threads, with and without fusion, a plain sum and a bf16 operand's sum
  *    (reduce.c widens it to double) equal to that order written out here;
  *    over values that rise by +-2^40 and cancel (a changed order shows in the
@@ -143,15 +142,13 @@ static size_t out_bytes(int k, const int64_t s4[4]) { return (size_t)out_numel(k
 static double order_sum(const float *x, const uint16_t *xb, int64_t rows, int64_t c, int64_t j) {
   int64_t blk = c < 512 && rows > 2048 ? 2048 : rows;
   double a = 0;
-  if (blk == rows) { /* row order */
-    for (int64_t r = 0; r < rows; r++) a = a + (x ? x[r * c + j] : ts_bf16_to_f32(xb[r * c + j]));
-    return a;
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += blk) { /* four chains a block, rows p, p + 4, ... */
-    double s[4] = {-0.0, -0.0, -0.0, -0.0};
-    for (int64_t r = r0; r < rows && r < r0 + blk; r++)
-      s[(r - r0) % 4] = s[(r - r0) % 4] + (x ? x[r * c + j] : ts_bf16_to_f32(xb[r * c + j]));
-    a = a + ((s[0] + s[1]) + (s[2] + s[3]));
+  for (int64_t r0 = 0; r0 < rows; r0 += blk) {
+    double s = -0.0;
+    for (int64_t r = r0; r < rows && r < r0 + blk; r++) {
+      float v = x ? x[r * c + j] : ts_bf16_to_f32(xb[r * c + j]);
+      s = s + v;
+    }
+    a = a + s;
   }
   return a;
 }

@@ -7,8 +7,7 @@
  * of accumulators. Floats accumulate in double, integers in int64 (wrapping).
  * Sums that keep the innermost dim ([R, K], [O, R, K]) run in reduce_cols.c,
  * which defines their order (row order; [R, K] with K < 512 and R > 2048:
- * blocks of 2048 rows, each in four interleaved chains, then the blocks'
- * sums in order). */
+ * blocks of 2048 rows, then the blocks' sums in order). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,9 +13,8 @@
  * [R, K] with K < COLS_WIDE and R > ORDER_ROWS (NHWC batch norm: R = N H W
  * in the thousands, K = C) has an order of its own, which does not depend on
  * the thread count either: the rows in blocks of ORDER_ROWS, each block's
- * sum (s0 + s1) + (s2 + s3) with s_p its rows p, p + 4, p + 8, ... in order
- * from -0.0 (four independent chains per column), then each output init +
- * its blocks' sums in block order. Threads take whole blocks (a contiguous range each:
+ * rows in order from -0.0 into its sums, then each output init + its blocks'
+ * sums in block order. Threads take whole blocks (a contiguous range each:
  * the rows a thread wrote in the elementwise kernel before, in its cache),
  * so a fused source computes each thread's own rows and nothing crosses
  * between the cores until the blocks' sums; in row order the columns would
@@ -96,51 +95,6 @@ static void fold_at(const void *x, bool f64, int64_t off, int64_t ld, int64_t nr
   else fold((const float *)x + off, ld, nr, w, acc);
 }
 
-/* The blocked order's fold: row r of x into phase r % 4 of the columns,
- * acc[p * as + j] = acc[p * as + j] + x[r * ld + j] for the rows r = p, p + 4,
- * ... in order (four chains per column: in row order a column's adds wait on
- * each other, 4 cycles each, and at C = 16 that bound the sums). */
-#define ADD4(a, b, c, d, off) a = a + ld8(x + (r + 0) * ld + (off)), b = b + ld8(x + (r + 1) * ld + (off)), \
-                              c = c + ld8(x + (r + 2) * ld + (off)), d = d + ld8(x + (r + 3) * ld + (off))
-static void fold4(const float *x, int64_t ld, int64_t nr, int64_t w, double *acc, int64_t as) {
-  int64_t j = 0;
-  for (; j + 16 <= w; j += 16) {
-    v8d a0 = acc8(acc + j), a1 = acc8(acc + as + j), a2 = acc8(acc + 2 * as + j), a3 = acc8(acc + 3 * as + j);
-    v8d b0 = acc8(acc + j + 8), b1 = acc8(acc + as + j + 8), b2 = acc8(acc + 2 * as + j + 8);
-    v8d b3 = acc8(acc + 3 * as + j + 8);
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) ADD4(a0, a1, a2, a3, j), ADD4(b0, b1, b2, b3, j + 8);
-    if (r < nr) a0 = a0 + ld8(x + r * ld + j), b0 = b0 + ld8(x + r * ld + j + 8);
-    if (r + 1 < nr) a1 = a1 + ld8(x + (r + 1) * ld + j), b1 = b1 + ld8(x + (r + 1) * ld + j + 8);
-    if (r + 2 < nr) a2 = a2 + ld8(x + (r + 2) * ld + j), b2 = b2 + ld8(x + (r + 2) * ld + j + 8);
-    memcpy(acc + j, &a0, 64), memcpy(acc + as + j, &a1, 64), memcpy(acc + 2 * as + j, &a2, 64);
-    memcpy(acc + 3 * as + j, &a3, 64), memcpy(acc + j + 8, &b0, 64), memcpy(acc + as + j + 8, &b1, 64);
-    memcpy(acc + 2 * as + j + 8, &b2, 64), memcpy(acc + 3 * as + j + 8, &b3, 64);
-  }
-  for (; j + 8 <= w; j += 8) {
-    v8d a0 = acc8(acc + j), a1 = acc8(acc + as + j), a2 = acc8(acc + 2 * as + j), a3 = acc8(acc + 3 * as + j);
-    int64_t r = 0;
-    for (; r + 4 <= nr; r += 4) ADD4(a0, a1, a2, a3, j);
-    if (r < nr) a0 = a0 + ld8(x + r * ld + j);
-    if (r + 1 < nr) a1 = a1 + ld8(x + (r + 1) * ld + j);
-    if (r + 2 < nr) a2 = a2 + ld8(x + (r + 2) * ld + j);
-    memcpy(acc + j, &a0, 64), memcpy(acc + as + j, &a1, 64), memcpy(acc + 2 * as + j, &a2, 64);
-    memcpy(acc + 3 * as + j, &a3, 64);
-  }
-  for (; j < w; j++) /* fewer than 8 columns left */
-    for (int64_t r = 0; r < nr; r++) acc[(r & 3) * as + j] = acc[(r & 3) * as + j] + (double)x[r * ld + j];
-}
-#undef ADD4
-
-/* fold4 for a double operand. */
-static void fold4_f64(const double *x, int64_t ld, int64_t nr, int64_t w, double *acc, int64_t as) {
-  for (int64_t r = 0; r < nr; r++) {
-    const double *p = x + r * ld;
-    double *a = acc + (r & 3) * as;
-    _Pragma("omp simd") for (int64_t j = 0; j < w; j++) a[j] = a[j] + p[j];
-  }
-}
-
 /* Rows per block of K columns. */
 static int64_t block_rows(int64_t K) { return K < COLS_BLOCK ? COLS_BLOCK / K : 1; }
 
@@ -170,59 +124,34 @@ static void fold_rows(int64_t K, const void *x, bool f64, const tk_reduce_src *S
   }
 }
 
-/* Rows per chunk of the blocked order: a multiple of 4 (each chunk starts at phase 0). */
-static int64_t block_rows4(int64_t K) { return block_rows(K) > 4 ? block_rows(K) & ~(int64_t)3 : 4; }
-
-/* Block b's rows [a, a + n) folded in the blocked order into its phases
- * pb (nr results, 4 phases of K each: pb + (q * 4 + p) * K). */
-static void fold_block(int64_t K, const void *x, bool f64, const tk_reduce_src *S, void *st, int64_t a, int64_t n,
-                       int nr, double *pb) {
-  int64_t B = block_rows4(K);
-  for (int64_t r0 = a; r0 < a + n; r0 += B) {
-    int64_t b = a + n - r0 < B ? a + n - r0 : B, off = r0 * K;
-    if (!S) {
-      if (f64) fold4_f64((const double *)x + off, K, b, K, pb, K);
-      else fold4((const float *)x + off, K, b, K, pb, K);
-      continue;
-    }
-    const float *ps[TK_SRC_MAX_RES];
-    S->range(st, off, b * K, ps);
-    for (int q = 0; q < nr; q++) fold4(ps[q], K, b, K, pb + q * 4 * K, K);
-  }
-}
-
 /* [R, K] with K < COLS_WIDE and R > ORDER_ROWS in its order: blocks of
  * ORDER_ROWS rows (threads take whole blocks, contiguous ranges of them),
- * each block's sum (s0 + s1) + (s2 + s3), s_p its rows p, p + 4, ... in
- * order from -0.0; then each output adds its blocks' sums to init in block
- * order. -1: out of memory. */
+ * each block's rows in order from -0.0, then each output adds its blocks'
+ * sums to init in block order. -1: out of memory. */
 static int blocked(int64_t R, int64_t K, const void *x, bool f64, const tk_reduce_src *S, int nr, double *acc,
                    int64_t out_n, double init, int nt) {
-  int64_t nb = (R + ORDER_ROWS - 1) / ORDER_ROWS, bk = nr * 4 * K; /* a block's phases */
-  double *part = malloc((size_t)(nb * bk) * sizeof *part);
+  int64_t nb = (R + ORDER_ROWS - 1) / ORDER_ROWS;
+  double *part = malloc((size_t)(nb * nr * K) * sizeof *part); /* block b's result q: part + (b * nr + q) * K */
   if (!part) return -1;
   int err = 0;
   _Pragma("omp parallel num_threads(nt) if (nt > 1) reduction(| : err)")
   {
     int nth = omp_get_num_threads(), me = omp_get_thread_num();
     int64_t b0 = nb * me / nth, b1 = nb * (me + 1) / nth;
-    void *st = S && b0 < b1 ? S->begin(S->user, block_rows4(K) * K) : NULL;
+    void *st = S && b0 < b1 ? S->begin(S->user, (ORDER_ROWS < block_rows(K) ? ORDER_ROWS : block_rows(K)) * K) : NULL;
     err = S && b0 < b1 && !st;
     for (int64_t b = b0; b < b1 && !err; b++) {
-      double *pb = part + b * bk;
-      for (int64_t i = 0; i < bk; i++) pb[i] = -0.0;
+      double *pb = part + b * nr * K;
+      for (int64_t i = 0; i < nr * K; i++) pb[i] = -0.0;
       int64_t a = b * ORDER_ROWS;
-      fold_block(K, x, f64, S, st, a, R - a < ORDER_ROWS ? R - a : ORDER_ROWS, nr, pb);
+      fold_rows(K, x, f64, S, st, 0, a, R - a < ORDER_ROWS ? R - a : ORDER_ROWS, nr, pb, K);
     }
     if (st) S->end(st);
   }
   for (int q = 0; q < nr && !err; q++)
     for (int64_t j = 0; j < K; j++) {
       double s = init;
-      for (int64_t b = 0; b < nb; b++) {
-        const double *p = part + b * bk + q * 4 * K + j;
-        s = s + ((p[0] + p[K]) + (p[2 * K] + p[3 * K]));
-      }
+      for (int64_t b = 0; b < nb; b++) s = s + part[(b * nr + q) * K + j];
       acc[q * out_n + j] = s;
     }
   free(part);

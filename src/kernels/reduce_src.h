@@ -40,9 +40,8 @@ int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_re
  * them per result q of S's n_res), in double, in an order that does not
  * depend on the thread count: each output init + its rows in row order
  * (reduce.c's order for a kept innermost dim), except [R, K] (O = 1) with
- * K < 512 and R > 2048: the rows in blocks of 2048, each block's sum
- * (s0 + s1) + (s2 + s3), s_p its rows p, p + 4, ... in order from -0.0,
- * then init + the blocks' sums in block order. x: the
+ * K < 512 and R > 2048: the rows in blocks of 2048, each block's rows in
+ * order from -0.0, then init + the blocks' sums in block order. x: the
  * operand in memory (f32, or double: f64), or NULL with S (a fused
  * reduction's source, f32). -1: out
  * of memory (a source's state). tk_reduce_cols_fits: whether it takes the
