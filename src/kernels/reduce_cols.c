@@ -35,19 +35,15 @@
 #define ORDER_ROWS 2048
 #define COLS_WIDE 512
 
+/* 8 doubles, and unaligned views of 8 floats / doubles in memory. Macros, not
+ * functions: a 64-byte vector returned without -march=native (the sanitizer
+ * build) changes the ABI (-Wpsabi, an error under -Werror). */
 typedef double v8d __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8d ld8(const float *p) {
-  v8f f;
-  memcpy(&f, p, sizeof f);
-  return __builtin_convertvector(f, v8d);
-}
-static inline v8d acc8(const double *p) {
-  v8d a;
-  memcpy(&a, p, sizeof a);
-  return a;
-}
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double v8d_u __attribute__((vector_size(64), aligned(8), may_alias));
+#define ld8(p) __builtin_convertvector(*(const v8f_u *)(const void *)(p), v8d) /* floats p[0 .. 8) widened */
+#define acc8(p) (*(const v8d_u *)(const void *)(p))
+#define put8(p, v) (*(v8d_u *)(void *)(p) = (v))
 
 /* acc[j] = acc[j] + x[r * ld + j], r = 0 .. nr - 1 in order, j < w; in double. */
 static void fold(const float *x, int64_t ld, int64_t nr, int64_t w, double *acc) {
@@ -58,18 +54,17 @@ static void fold(const float *x, int64_t ld, int64_t nr, int64_t w, double *acc)
       const float *p = x + r * ld + j;
       a0 = a0 + ld8(p), a1 = a1 + ld8(p + 8), a2 = a2 + ld8(p + 16), a3 = a3 + ld8(p + 24);
     }
-    memcpy(acc + j, &a0, 64), memcpy(acc + j + 8, &a1, 64), memcpy(acc + j + 16, &a2, 64);
-    memcpy(acc + j + 24, &a3, 64);
+    put8(acc + j, a0), put8(acc + j + 8, a1), put8(acc + j + 16, a2), put8(acc + j + 24, a3);
   }
   for (; j + 16 <= w; j += 16) {
     v8d a0 = acc8(acc + j), a1 = acc8(acc + j + 8);
     for (int64_t r = 0; r < nr; r++) a0 = a0 + ld8(x + r * ld + j), a1 = a1 + ld8(x + r * ld + j + 8);
-    memcpy(acc + j, &a0, 64), memcpy(acc + j + 8, &a1, 64);
+    put8(acc + j, a0), put8(acc + j + 8, a1);
   }
   for (; j + 8 <= w; j += 8) {
     v8d a0 = acc8(acc + j);
     for (int64_t r = 0; r < nr; r++) a0 = a0 + ld8(x + r * ld + j);
-    memcpy(acc + j, &a0, 64);
+    put8(acc + j, a0);
   }
   if (j < w) { /* fewer than 8 columns left: a row of them at a time */
     double t[8];
