@@ -2,15 +2,16 @@
  * them, one stacked fused reduction (opt/fuse_siblings.c) of sum(g) and
  * sum(g * (x_i - m_i)) for k - 1 batch norms reading the same gradient g
  * (k = 2: a plain block; k = 3: a projection block, whose main and shortcut
- * batch norms share g), over (N, C, H, W) in bf16 or f32, reduced over N, H, W.
+ * batch norms share g), over (N, C, H, W) in bf16 or f32, reduced over N, H, W;
+ * --layout nhwc: the same tensors stored (N, H, W, C), the channels innermost.
  *
  *   usage: bench_bn_sums [--shape N,C,H,W (8,256,56,56)] [--k 2|3 (2)] [--dtype bf16|f32 (bf16)]
- *                        [--threads T (1)] [--reps R (15)]
+ *                        [--threads T (1)] [--reps R (15)] [--layout nchw|nhwc (nchw)]
  *
- * Prints: RESULT bn_sums k=.. dtype=.. shape=.. ms=.. cpu_ms=.. (medians of R
- * executes; CPU = process CPU time per execute, so a 1-thread run gives a
- * usable number on a busy host) and the sums' checksum (%.9g: A/B builds
- * must print the same). */
+ * Prints: RESULT bn_sums k=.. dtype=.. shape=.. ms=.. cpu_ms=.. min_ms=.. min_cpu_ms=..
+ * (medians of R executes, and the least; CPU = process CPU time per
+ * execute, so a 1-thread run gives a usable number on a busy host) and the
+ * sums' checksum (%.9g: A/B builds must print the same). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +30,15 @@ int main(int argc, char **argv) {
   long long s[4] = {8, 256, 56, 56};
   int k = 2, nt = 1, reps = 15;
   ts_dtype dt = TS_BF16;
+  bool nhwc = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--shape") && sscanf(argv[i + 1], "%lld,%lld,%lld,%lld", &s[0], &s[1], &s[2], &s[3]) == 4)
       continue;
     if (!strcmp(argv[i], "--k")) k = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) nt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--layout") && (!strcmp(argv[i + 1], "nchw") || !strcmp(argv[i + 1], "nhwc")))
+      nhwc = !strcmp(argv[i + 1], "nhwc");
     else if (!strcmp(argv[i], "--dtype") && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f32")))
       dt = !strcmp(argv[i + 1], "f32") ? TS_F32 : TS_BF16;
     else {
@@ -48,6 +52,10 @@ int main(int argc, char **argv) {
   }
   int64_t s4[4] = {s[0], s[1], s[2], s[3]}, c = s[1], numel = s[0] * s[1] * s[2] * s[3];
   int one = 1, nhw[3] = {0, 2, 3};
+  if (nhwc) { /* (N, H, W, C), reduced over 0, 1, 2, the means broadcast along 3 */
+    s4[1] = s[2], s4[2] = s[3], s4[3] = s[1];
+    one = 3, nhw[1] = 1, nhw[2] = 2;
+  }
   ts_graph *g = ts_graph_new();
   ts_tensor dy = ts_input(g, "g", dt, 4, s4), gf = dt == TS_F32 ? dy : ts_convert(g, dy, TS_F32);
   ts_graph_add_output(g, ts_reduce(g, gf, TS_REDUCE_SUM, 3, nhw, false));
@@ -101,7 +109,9 @@ int main(int argc, char **argv) {
     if (ts_buffer_read(out[q], res, (size_t)c * 4) == 0)
       for (int64_t i = 0; i < c; i++) sum += res[i] * (double)(q + 1);
   qsort(w, (size_t)reps, sizeof *w, cmp_double), qsort(cp, (size_t)reps, sizeof *cp, cmp_double);
-  printf("RESULT bn_sums k=%d dtype=%s shape=%lld,%lld,%lld,%lld threads=%d ms=%.3f cpu_ms=%.3f checksum=%.9g\n", k,
-         ts_dtype_name(dt), s[0], s[1], s[2], s[3], nt, w[reps / 2], cp[reps / 2], sum);
+  printf("RESULT bn_sums k=%d dtype=%s shape=%lld,%lld,%lld,%lld layout=%s threads=%d ms=%.3f cpu_ms=%.3f "
+         "min_ms=%.3f min_cpu_ms=%.3f checksum=%.9g\n",
+         k, ts_dtype_name(dt), s[0], s[1], s[2], s[3], nhwc ? "nhwc" : "nchw", nt, w[reps / 2], cp[reps / 2], w[0],
+         cp[0], sum);
   return 0;
 }

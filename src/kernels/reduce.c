@@ -4,7 +4,10 @@
  * dims (size-1 dims dropped), so (B, N) -> (N) becomes [R, K] and
  * (B, T, C) -> (B, T) becomes [K, R]. Every innermost run is contiguous: a
  * reduced run is folded into one accumulator, a kept run is added into a row
- * of accumulators. Floats accumulate in double, integers in int64 (wrapping). */
+ * of accumulators. Floats accumulate in double, integers in int64 (wrapping).
+ * Sums that keep the innermost dim ([R, K], [O, R, K]) run in reduce_cols.c,
+ * which defines their order (row order; [R, K] with K < 512 and R > 2048:
+ * blocks of 2048 rows, then the blocks' sums in order). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +141,15 @@ static bool split_fits(const groups_t *G, ts_reduce_kind k) {
          G->size[2] >= 16 && G->size[0] * G->size[1] <= SPLIT_MAX_RUNS;
 }
 
+/* Whether groups G of a sum or mean keep the innermost dim below one reduced
+ * dim, [R, K] (*O = 1) or [O, R, K]: reduce_cols.c's shapes (*R the rows). */
+static bool cols_shape(const groups_t *G, ts_reduce_kind k, int64_t *O, int64_t *R) {
+  if ((k != TS_REDUCE_SUM && k != TS_REDUCE_MEAN) || G->red[G->ng - 1]) return false;
+  if (G->ng == 2) return *O = 1, *R = G->size[0], true;
+  if (G->ng == 3 && !G->red[0]) return *O = G->size[0], *R = G->size[1], true;
+  return false;
+}
+
 /* Float kernels on storage type T with double accumulators. Each returns -1
  * when a thread's source state could not be made (out of memory). */
 #define FLOAT_REDUCE(T, SUF)                                                                 \
@@ -200,7 +212,9 @@ static bool split_fits(const groups_t *G, ts_reduce_kind k) {
   static int reduce_##SUF(const groups_t *G, const T *x, const tk_reduce_src *S, ts_reduce_kind k, \
                           double *acc, int64_t out_n, double init, int nt) {                 \
     int last = G->ng - 1, err = 0, nr = S && S->n_res > 1 ? S->n_res : 1;                  \
-    int64_t inner = G->size[last];                                                           \
+    int64_t inner = G->size[last], cO, cR;                                                   \
+    if (cols_shape(G, k, &cO, &cR) && tk_reduce_cols_fits(cO, cR, inner, S != NULL, nt))    \
+      return tk_reduce_cols(cO, cR, inner, x, sizeof(T) == 8, S, acc, out_n, init, nt);      \
     if (nt > 1 && split_fits(G, k)) {                                                       \
       double *part = malloc((size_t)(nr * G->size[0] * G->size[1]) * sizeof *part);          \
       if (part) {                                                                            \

@@ -35,4 +35,20 @@ int64_t tk_reduce_max_run(const ts_node *n, int rank, const int64_t *shape);
 int tk_reduce_from(const ts_node *n, int rank, const int64_t *shape, const tk_reduce_src *src, void *out,
                    const ts_kctx *ctx);
 
+/* reduce_cols.c: the f32 sum (mean: the caller scales) of an [O, R, K]
+ * operand over R into acc[q * out_n + o * K + j] (O x K outputs, out_n of
+ * them per result q of S's n_res), in double, in an order that does not
+ * depend on the thread count: each output init + its rows in row order
+ * (reduce.c's order for a kept innermost dim), except [R, K] (O = 1) with
+ * K < 512 and R > 2048: the rows in blocks of 2048, each block's rows in
+ * order from -0.0, then init + the blocks' sums in block order. x: the
+ * operand in memory (f32, or double: f64), or NULL with S (a fused
+ * reduction's source, f32). -1: out
+ * of memory (a source's state). tk_reduce_cols_fits: whether it takes the
+ * shape (a source or not, nt threads); if not, reduce.c's loops, whose
+ * order (row order) is the same there. Threads: up to nt, inside. */
+bool tk_reduce_cols_fits(int64_t O, int64_t R, int64_t K, bool src, int nt);
+int tk_reduce_cols(int64_t O, int64_t R, int64_t K, const void *x, bool f64, const tk_reduce_src *S, double *acc,
+                   int64_t out_n, double init, int nt);
+
 #endif
