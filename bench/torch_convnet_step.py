@@ -18,7 +18,7 @@ RESULT line; contiguous NCHW otherwise).
 
 Prints per configuration, like the C side:
   RESULT torch <model> amp=<none|bf16> layout=<nchw|nhwc> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
-         samples_per_s=.. final_loss=L rss_mib=R gflop_per_step=F
+         samples_per_s=.. final_loss=L rss_mib=R gflop_per_step=F min_ms=.. cpu_min_ms=..
 F = 3 x the forward FLOPs of the convolutions and the linear layer (2 per
 multiply-add), counted with forward hooks: the FLOP count both sides'
 GFLOP/s use. --profile N: then N more steps under torch.profiler, printed as
@@ -74,7 +74,7 @@ def bench(model, amp, b, steps, warmup, profile, least=False, channels_last=Fals
     xs = [x.contiguous(memory_format=fmt) for x in torch.rand(N_BATCHES, b, c, hw, hw) * 2 - 1]
     ys = torch.arange(N_BATCHES * b).reshape(N_BATCHES, b) * 7 % classes
     flops = 3 * forward_flops(net, xs[0]) if b else 0
-    ms, last, t = [], float("nan"), [0]
+    ms, cpu, last, t = [], [], float("nan"), [0]
 
     def step():
         k = t[0] % N_BATCHES
@@ -91,17 +91,19 @@ def bench(model, amp, b, steps, warmup, profile, least=False, channels_last=Fals
         return loss.item()
 
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         last = step()
         if i >= warmup:
             ms.append(1e3 * (time.perf_counter() - t0))
+            cpu.append(1e3 * (time.process_time() - c0))
     ms.sort()
     med, p25, p75 = (ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]) if steps else (0, 0, 0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     layout = "nhwc" if channels_last else "nchw"
     print(f"RESULT torch {model} amp={amp} layout={layout} batch={b} steps={steps} warmup={warmup} median_ms={med:.3f} "
           f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * b / med if med else 0:.2f} "
-          f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f}", flush=True)
+          f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f} "
+          f"min_ms={min(ms) if ms else 0:.3f} cpu_min_ms={min(cpu) if cpu else 0:.3f}", flush=True)
     if profile:
         for cat, v in sorted(profile_steps(step, profile, least).items()):
             print(f"PROFILE torch {model} amp={amp} layout={layout} cat={cat} ms_per_step={v:.3f}", flush=True)
