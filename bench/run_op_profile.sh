@@ -54,7 +54,8 @@ for a in $amps; do
   echo "$model amp=$a: PyTorch $torch_layout ..." >&2
   LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=$threads \
     /usr/bin/python3 "$here/torch_convnet_step.py" --threads "$threads" --model "$model" --amp "$a" --steps "$steps" \
-    --warmup "$warmup" --profile "$steps" "${batch[@]}" "${least[@]}" "${cl[@]}" | tee -a "$tmp/out.txt" | grep RESULT >&2
+    --warmup "$warmup" --profile "$steps" "${batch[@]}" "${least[@]}" "${cl[@]}" | tee -a "$tmp/out.txt" |
+    grep RESULT >&2
 done
 /usr/bin/python3 - "$tmp/out.txt" "tessel $layout, PyTorch $torch_layout" <<'PY'
 import sys

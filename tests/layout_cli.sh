@@ -25,7 +25,8 @@ run() { # run NAME ARGS...: 4 ResNet-20 steps, log $tmp/NAME.json, metrics $tmp/
   TESSEL_CACHE_DIR="$cache" "$tessel" train --model resnet20 --dataset synthetic --steps 4 --batch 16 \
     --eval-batch 1000 --log-json "$tmp/$name.json" --metrics "$tmp/$name.metrics.json" "$@" \
     >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  if [ "$rc" -eq 0 ]; then ok "train $name ($*) exits 0"; else bad "train $name ($*) exit $rc: $(tail -3 "$tmp/$name.err")"; fi
+  if [ "$rc" -eq 0 ]; then ok "train $name ($*) exits 0"
+  else bad "train $name ($*) exit $rc: $(tail -3 "$tmp/$name.err")"; fi
 }
 counter() { # counter NAME RUN -> the metrics counter (0 when absent)
   /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[2]))["counters"].get(sys.argv[1], 0))' \
@@ -47,11 +48,13 @@ PY
 
 run nchw --save-dir "$tmp/A" --save-every 2
 run nhwc --layout nhwc --save-dir "$tmp/B" --save-every 2
-if grep -q '^layout: nhwc' "$tmp/nhwc.out" && ! grep -q '^layout:' "$tmp/nchw.out"; then ok "the nhwc run says its layout"
+if grep -q '^layout: nhwc' "$tmp/nhwc.out" && ! grep -q '^layout:' "$tmp/nchw.out"; then
+  ok "the nhwc run says its layout"
 else bad "layout line: $(grep '^layout' "$tmp/nhwc.out" "$tmp/nchw.out")"; fi
 near nchw nhwc 1 4
 h=$(counter PersistentCacheHit nhwc) m=$(counter PersistentCacheMiss nhwc)
-if [ "$h" = 0 ] && [ "$m" != ERR ] && [ "$m" -ge 1 ]; then ok "cache: the nhwc run loads none of nchw's programs ($m misses)"
+if [ "$h" = 0 ] && [ "$m" != ERR ] && [ "$m" -ge 1 ]; then
+  ok "cache: the nhwc run loads none of nchw's programs ($m misses)"
 else bad "cache: the nhwc run: $h hits, $m misses"; fi
 
 run a_on_nhwc --layout nhwc --resume "$tmp/A/step-00000002"
