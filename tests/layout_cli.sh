@@ -8,7 +8,8 @@
 #  - checkpoints carry OIHW parameters either way: a checkpoint saved under one
 #    layout resumes under the other, steps 3-4 within 1e-4 of the saving run's;
 #  - `tessel inspect --layout nhwc` names the layout and compiles NHWC
-#    convolutions; without the flag the ResNet is NCHW;
+#    convolutions; without the flag the ResNet is NCHW; on data=2 both layouts
+#    have the same collectives and bytes;
 #  - errors: --layout nhwc for a model without a channels-last build (cnn, mlp)
 #    and an unknown value are usage errors (exit 2) naming the value.
 set -u
@@ -72,6 +73,15 @@ then ok "inspect --layout nhwc: the header and NHWC convolutions"
 else bad "inspect --layout nhwc: $(head -2 "$tmp/insp.out")"; fi
 if grep -q ', layout nchw$' "$tmp/insp0.out" && ! grep -q ' nhwc' "$tmp/insp0.out"; then ok "inspect: nchw by default"
 else bad "inspect default: $(head -1 "$tmp/insp0.out")"; fi
+
+# data parallel: the same collectives and bytes in both layouts (130 and 2177452 bytes at batch 4)
+for L in nchw nhwc; do
+  "$tessel" inspect --model resnet20 --batch 4 --mesh data=2 --layout $L --no-graph --no-program 2>&1 |
+    grep '^== collectives per step' >"$tmp/coll_$L.txt"
+done
+if [ -s "$tmp/coll_nchw.txt" ] && cmp -s "$tmp/coll_nchw.txt" "$tmp/coll_nhwc.txt"; then
+  ok "data=2: nhwc sends what nchw sends ($(cat "$tmp/coll_nhwc.txt"))"
+else bad "data=2 collectives: nchw '$(cat "$tmp/coll_nchw.txt")', nhwc '$(cat "$tmp/coll_nhwc.txt")'"; fi
 
 expect train_cnn 2 "--layout nhwc is for the resnets .*, not --model cnn" train --model cnn --layout nhwc
 expect train_value 2 "--layout: unknown layout 'NHWC' (valid: nchw, nhwc)" train --model resnet20 --layout NHWC
