@@ -19,6 +19,11 @@
 # model and input; both: the two alternate in every round and the table compares
 # tessel against PyTorch's faster one per configuration, naming it and showing the
 # other's median) [nchw]. A claim for tessel's nhwc compares against `both`.
+# PyTorch's two layouts, stop 34 (nhwc15), indicative only (1 thread, load 7-16, 2 rounds
+# interleaved contiguous / channels_last, the least step's process CPU ms, torch_convnet_step.py
+# --threads 1 [--channels-last], ResNet-20/18 8 steps, ResNet-50 4): channels_last / contiguous
+# ResNet-20 0.84 fp32 (364 / 431) and 0.76 bf16 (180 / 238), ResNet-18 0.97 (885 / 910) and 0.83
+# (374 / 450), ResNet-50 0.93 (2311 / 2492) and 0.73 (1076 / 1469): PyTorch is faster channels-last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
