@@ -17,7 +17,8 @@
  *          samples_per_s=.. final_loss=L arena_mib=A rss_mib=R
  * (A: the memory plan's temporaries; R: the process's peak RSS so far), and
  * cpu_median_ms: the process CPU time per step (with --threads 1 the work
- * done, which on a loaded shared host tracks the code better than wall time).
+ * done, which on a loaded shared host tracks the code better than wall time),
+ * min_ms and cpu_min_ms: the least step (wall, CPU).
  * bench/run_convnets.sh runs it next to bench/torch_convnet_step.py. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,11 +91,12 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
     final_loss = lossv;
     if (t >= warmup) ms[t - warmup] = 1e3 * (now_s() - t0), cpu[t - warmup] = 1e3 * (double)(clock() - c0) / CLOCKS_PER_SEC;
   }
-  double med = 0, p25 = 0, p75 = 0, cmed = 0;
+  double med = 0, p25 = 0, p75 = 0, cmed = 0, mn = 0, cmn = 0;
   if (steps > 0) {
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
     med = ms[steps / 2], p25 = ms[steps / 4], p75 = ms[(3 * steps) / 4], cmed = cpu[steps / 2];
+    mn = ms[0], cmn = cpu[0];
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -102,9 +104,11 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
   fprintf(stderr, "tessel %s amp=%s: compile %.2fs, %lld params, %d threads\n", model, amp_name, tc,
           (long long)ts_params_trainable_numel(p), ts_client_num_threads(c));
   printf("RESULT tessel %s amp=%s layout=%s batch=%lld steps=%d warmup=%d median_ms=%.3f p25_ms=%.3f p75_ms=%.3f "
-         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f cpu_median_ms=%.3f\n",
-         model, amp_name, layout == TS_LAYOUT_NHWC ? "nhwc" : "nchw", (long long)B, steps, warmup, med, p25, p75, med > 0 ? 1e3 * (double)B / med : 0.0,
-         final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20), (double)ru.ru_maxrss / 1024, cmed);
+         "samples_per_s=%.2f final_loss=%.9g arena_mib=%.1f rss_mib=%.1f cpu_median_ms=%.3f min_ms=%.3f "
+         "cpu_min_ms=%.3f\n",
+         model, amp_name, layout == TS_LAYOUT_NHWC ? "nhwc" : "nchw", (long long)B, steps, warmup, med, p25, p75,
+         med > 0 ? 1e3 * (double)B / med : 0.0, final_loss, (double)ts_executable_peak_bytes(exe) / (1 << 20),
+         (double)ru.ru_maxrss / 1024, cmed, mn, cmn);
   fflush(stdout);
   free(ms), free(cpu), free(xh), free(yh), free(out);
   model_io_free(&io);

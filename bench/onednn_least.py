@@ -8,7 +8,10 @@ PyTorch's fp32 FLOP-count forward) are left out. ms per step of a key =
 k x its least time over the log: on a loaded host a primitive's least time
 over R >= 5 runs is near its unloaded time, where sums and medians are not.
 
-  usage: onednn_least.py TESSEL.log TORCH.log --runs R [--shapes]
+  usage: onednn_least.py TESSEL.log TORCH.log --runs R [--shapes] [--labels A,B]
+
+--labels: the two logs' column names [tessel,PyTorch] (e.g. nchw,nhwc when
+both logs are tessel's, bench/run_onednn_least.sh --versus layouts).
 
 Prints per kind (conv fwd / bwd-data / bwd-weights, reorder, matmul) the two
 sides' ms per step and the difference (> 0: tessel loses), and with --shapes
@@ -59,13 +62,15 @@ def main():
     ap.add_argument("torch")
     ap.add_argument("--runs", type=int, required=True, help="training steps in each log")
     ap.add_argument("--shapes", action="store_true")
+    ap.add_argument("--labels", default="tessel,PyTorch", help="the two logs' names in the table")
     a = ap.parse_args()
     side = {"tessel": parse(a.tessel, a.runs), "torch": parse(a.torch, a.runs)}
     tot = defaultdict(lambda: defaultdict(float))
     for s, d in side.items():
         for key, (_, k, least) in d.items():
             tot[group(key)][s] += k * least
-    print(f"{'oneDNN primitives, ms/step (least)':36s} {'tessel':>8s} {'PyTorch':>8s} {'diff':>8s}")
+    la, lb = (a.labels.split(",") + ["", ""])[:2]
+    print(f"{'oneDNN primitives, ms/step (least)':36s} {la:>8s} {lb:>8s} {'diff':>8s}")
     for g in sorted(tot):
         t, p = tot[g]["tessel"], tot[g]["torch"]
         print(f"  {g:34s} {t:8.2f} {p:8.2f} {t - p:+8.2f}")
@@ -79,7 +84,7 @@ def main():
             for s in ("tessel", "torch"):
                 hit = [(k, v) for k, v in side[s].items() if k[:3] == k3]
                 cells.append("  ".join(f"{v[0]} x{v[1]} {v[2]:.3f}" for _, v in hit) or "-")
-            print(f"SHAPE {k3[1]:17s} {k3[2]:60s} tessel: {cells[0]:40s} torch: {cells[1]}")
+            print(f"SHAPE {k3[1]:17s} {k3[2]:60s} {la}: {cells[0]:40s} {lb}: {cells[1]}")
 
 
 if __name__ == "__main__":

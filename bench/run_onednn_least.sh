@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # run_onednn_least.sh [BUILD_DIR (build/)] [--model M (resnet20)] [--amp A (bf16)] [--steps N (6)] [--warmup W (2)]
+#                     [--layout nchw|nhwc] [--torch-layout nchw|nhwc] [--versus torch|layouts]
 # tessel's and PyTorch's oneDNN primitives in one ResNet training step, shape
 # by shape, in least times (bench/onednn_least.py): both sides on 1 thread
 # with ONEDNN_VERBOSE=1, the same model, batch and amp as run_convnets.sh.
 # Least times over W+N runs of each primitive hold up on a loaded host, where
 # run_op_profile.sh's sums do not. Prints the per-kind table and one SHAPE
 # line per convolution (each side's oneDNN implementation, count, least ms).
+# --layout: tessel's activations [nchw]; --torch-layout: PyTorch's (nhwc:
+# torch.channels_last) [nchw]; --versus layouts: tessel nchw against tessel
+# nhwc instead of PyTorch (reorders included: conv.c's weight reorders in nhwc,
+# activation and weight reorders in nchw).
 #
 # Stop 33 (conv13), ResNet-20 bf16 b128, 1 thread, least times, host load 7-10
 # on 2 cores (so no 2-thread number here decides anything):
@@ -42,28 +47,55 @@
 #  primitive alone (the reorders they save paid for that when plain_fits was
 #  measured). A per-image size rule (C*O*OH*OW: ResNet-18's 2.1M against
 #  ResNet-50's 12.8M+) would separate them; not tried.
+#
+# Stop 34 (nhwc15), --versus layouts, ResNet-20 fp32 b128, 1 thread, 6+2 runs, load 8:
+#   kind, ms/step (least)   nchw    nhwc
+#   conv fwd               66.46   77.46  (nhwc: brgconv / brgconv_1x1 on nxc; nchw: jit on nChw16c, 1x1 gemm)
+#   conv bwd-data          84.49   78.64  (jit / jit_1x1 on both)
+#   conv bwd-weights       86.65   65.42
+#   reorder                56.78    0.75  (nhwc: the weights' only, Acdb16a / ABcd16a16b in, ABcd16b16a out)
+#   all                   294.41  222.30  (nhwc 0.76x)
+# NHWC's forward loses on the 16-channel 32x32 layers (brgconv 5.92 vs blocked jit 4.57 ms each, x6).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
-model=resnet20 amp=bf16 steps=6 warmup=2
+model=resnet20 amp=bf16 steps=6 warmup=2 layout=nchw torch_layout=nchw versus=torch
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2" ;;
     --amp) amp="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
+    --layout) layout="$2" ;;
+    --torch-layout) torch_layout="$2" ;;
+    --versus) versus="$2" ;;
     *) echo "run_onednn_least.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
   shift 2
 done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-ONEDNN_VERBOSE=1 OMP_WAIT_POLICY=passive TESSEL_NUM_THREADS=1 nice "$build/bench_convnet_step" --threads 1 \
-  --model "$model" --amp "$amp" --steps "$steps" --warmup "$warmup" >"$tmp/tessel.log" 2>&1
-ONEDNN_VERBOSE=1 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=1 nice \
-  /usr/bin/python3 "$here/torch_convnet_step.py" --threads 1 --model "$model" --amp "$amp" --steps "$steps" \
-  --warmup "$warmup" >"$tmp/torch.log" 2>&1
+tessel() { # tessel LAYOUT LOG
+  ONEDNN_VERBOSE=1 OMP_WAIT_POLICY=passive TESSEL_NUM_THREADS=1 nice "$build/bench_convnet_step" --threads 1 \
+    --model "$model" --amp "$amp" --steps "$steps" --warmup "$warmup" --layout "$1" >"$2" 2>&1
+}
+case "$versus" in
+  torch)
+    tessel "$layout" "$tmp/tessel.log"
+    cl=()
+    [ "$torch_layout" = nhwc ] && cl=(--channels-last)
+    ONEDNN_VERBOSE=1 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=1 nice \
+      /usr/bin/python3 "$here/torch_convnet_step.py" --threads 1 --model "$model" --amp "$amp" --steps "$steps" \
+      --warmup "$warmup" "${cl[@]}" >"$tmp/torch.log" 2>&1
+    labels="tessel-$layout,torch-$torch_layout" ;;
+  layouts)
+    tessel nchw "$tmp/tessel.log"
+    tessel nhwc "$tmp/torch.log"
+    labels="nchw,nhwc" ;;
+  *) echo "run_onednn_least.sh: --versus '$versus': expected torch or layouts" >&2; exit 2 ;;
+esac
 grep -h '^RESULT' "$tmp/tessel.log" "$tmp/torch.log" || true
 echo "$model amp=$amp, 1 thread, load $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 "$here/onednn_least.py" "$tmp/tessel.log" "$tmp/torch.log" --runs $((steps + warmup)) --shapes
+/usr/bin/python3 "$here/onednn_least.py" "$tmp/tessel.log" "$tmp/torch.log" --runs $((steps + warmup)) --shapes \
+  --labels "$labels"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_op_profile.sh [BUILD_DIR (build/)] [--model M] [--amp A] [--steps N] [--warmup W] [--batch B]
-#                   [--threads T (2)] [--least]
+#                   [--threads T (2)] [--least] [--layout nchw|nhwc] [--torch-layout nchw|nhwc]
 # Where the ResNet training step's time goes, op category by op category,
 # tessel next to PyTorch (2 threads each, the models, batches and amp of
 # run_convnets.sh): tessel's bench_convnet_step with TESSEL_TRACE, its kernels
@@ -16,13 +16,15 @@
 # over the N steps, by position (trace_ops.py --least, torch_convnet_step.py
 # --least), where sums follow the host's load; the "step" row is then the
 # sum of least kernel / op times (traced) next to the sides' median steps.
+# --layout: tessel's activations (bench_convnet_step --layout) [nchw];
+# --torch-layout: PyTorch's (nhwc: torch.channels_last model and input) [nchw].
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build}"
 shift || true
 . "$here/prologue.bash"
 bench_prologue run_op_profile.sh bench_convnet_step torch
-model=resnet50 amp=all steps=3 warmup=2 batch=() threads=2 least=()
+model=resnet50 amp=all steps=3 warmup=2 batch=() threads=2 least=() layout=nchw torch_layout=nchw
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2" ;;
@@ -31,23 +33,31 @@ while [ $# -gt 0 ]; do
     --warmup) warmup="$2" ;;
     --batch) batch=(--batch "$2") ;;
     --threads) threads="$2" ;;
+    --layout) layout="$2" ;;
+    --torch-layout) torch_layout="$2" ;;
     --least) least=(--least); shift; continue ;;
     *) echo "run_op_profile.sh: unknown flag '$1'" >&2; exit 2 ;;
   esac
   shift 2
 done
 [ "$amp" = all ] && amps="none bf16" || amps="$amp"
+case "$torch_layout" in
+  nchw) cl=() ;;
+  nhwc) cl=(--channels-last) ;;
+  *) echo "run_op_profile.sh: --torch-layout '$torch_layout': expected nchw or nhwc" >&2; exit 2 ;;
+esac
 for a in $amps; do
-  echo "$model amp=$a: tessel ..." >&2
+  echo "$model amp=$a: tessel $layout ..." >&2
   TESSEL_NUM_THREADS=$threads TESSEL_TRACE="$tmp/trace.json" "$bin" --threads "$threads" --model "$model" --amp "$a" \
-    --steps "$steps" --warmup "$warmup" "${batch[@]}" | tee -a "$tmp/out.txt" >&2
+    --steps "$steps" --warmup "$warmup" --layout "$layout" "${batch[@]}" | tee -a "$tmp/out.txt" >&2
   /usr/bin/python3 "$here/trace_ops.py" "$tmp/trace.json" --steps "$steps" --label "$model amp=$a" "${least[@]}" >>"$tmp/out.txt"
-  echo "$model amp=$a: PyTorch ..." >&2
+  echo "$model amp=$a: PyTorch $torch_layout ..." >&2
   LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_NUM_THREADS=$threads \
     /usr/bin/python3 "$here/torch_convnet_step.py" --threads "$threads" --model "$model" --amp "$a" --steps "$steps" \
-    --warmup "$warmup" --profile "$steps" "${batch[@]}" "${least[@]}" | tee -a "$tmp/out.txt" | grep RESULT >&2
+    --warmup "$warmup" --profile "$steps" "${batch[@]}" "${least[@]}" "${cl[@]}" | tee -a "$tmp/out.txt" |
+    grep RESULT >&2
 done
-/usr/bin/python3 - "$tmp/out.txt" <<'PY'
+/usr/bin/python3 - "$tmp/out.txt" "tessel $layout, PyTorch $torch_layout" <<'PY'
 import sys
 from collections import defaultdict
 prof = defaultdict(lambda: defaultdict(float))  # (label) -> side:cat -> ms
@@ -76,7 +86,7 @@ ROWS = [("conv forward", ["conv_fwd"], ["conv_fwd"]),
                                "convert", "fused", "reduce", "other"], None),
         ("step (traced / median)", ["step"], ["median_step"])]
 for label, d in prof.items():
-    print(f"\n{label}: ms per step     tessel   PyTorch   tessel-PyTorch")
+    print(f"\n{label} ({sys.argv[2]}): ms per step     tessel   PyTorch   tessel-PyTorch")
     allt = sum(v for k, v in d.items() if k.startswith("torch:") and k != "torch:median_step")
     for name, tc, pc in ROWS:
         t = sum(d.get("tessel:" + c, 0.0) for c in tc)

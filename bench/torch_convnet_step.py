@@ -10,11 +10,15 @@ torchvision). Random data, 4 batches cycled.
 
   usage: torch_convnet_step.py [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
                                [--steps N] [--warmup N] [--threads N (2)] [--batch B]
-                               [--profile N [--least]]
+                               [--profile N [--least]] [--channels-last]
+
+--channels-last: model and input in torch.channels_last (NHWC) memory
+format, PyTorch's counterpart of tessel's --layout nhwc (layout=nhwc in the
+RESULT line; contiguous NCHW otherwise).
 
 Prints per configuration, like the C side:
-  RESULT torch <model> amp=<none|bf16> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
-         samples_per_s=.. final_loss=L rss_mib=R gflop_per_step=F
+  RESULT torch <model> amp=<none|bf16> layout=<nchw|nhwc> batch=B steps=N warmup=W median_ms=.. p25_ms=.. p75_ms=..
+         samples_per_s=.. final_loss=L rss_mib=R gflop_per_step=F min_ms=.. cpu_min_ms=..
 F = 3 x the forward FLOPs of the convolutions and the linear layer (2 per
 multiply-add), counted with forward hooks: the FLOP count both sides'
 GFLOP/s use. --profile N: then N more steps under torch.profiler, printed as
@@ -60,15 +64,17 @@ def forward_flops(net, x):
     return total[0]
 
 
-def bench(model, amp, b, steps, warmup, profile, least=False):
+def bench(model, amp, b, steps, warmup, profile, least=False, channels_last=False):
     c, hw, classes, _, _, _ = SHAPES[model]
     torch.manual_seed(1)
     net = ResNet(model, c, classes).train()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    net = net.to(memory_format=fmt)  # before the optimizer: it holds the parameters as they end up
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    xs = torch.rand(N_BATCHES, b, c, hw, hw) * 2 - 1
+    xs = [x.contiguous(memory_format=fmt) for x in torch.rand(N_BATCHES, b, c, hw, hw) * 2 - 1]
     ys = torch.arange(N_BATCHES * b).reshape(N_BATCHES, b) * 7 % classes
     flops = 3 * forward_flops(net, xs[0]) if b else 0
-    ms, last, t = [], float("nan"), [0]
+    ms, cpu, last, t = [], [], float("nan"), [0]
 
     def step():
         k = t[0] % N_BATCHES
@@ -85,19 +91,22 @@ def bench(model, amp, b, steps, warmup, profile, least=False):
         return loss.item()
 
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         last = step()
         if i >= warmup:
             ms.append(1e3 * (time.perf_counter() - t0))
+            cpu.append(1e3 * (time.process_time() - c0))
     ms.sort()
     med, p25, p75 = (ms[steps // 2], ms[steps // 4], ms[(3 * steps) // 4]) if steps else (0, 0, 0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"RESULT torch {model} amp={amp} batch={b} steps={steps} warmup={warmup} median_ms={med:.3f} "
+    layout = "nhwc" if channels_last else "nchw"
+    print(f"RESULT torch {model} amp={amp} layout={layout} batch={b} steps={steps} warmup={warmup} median_ms={med:.3f} "
           f"p25_ms={p25:.3f} p75_ms={p75:.3f} samples_per_s={1e3 * b / med if med else 0:.2f} "
-          f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f}", flush=True)
+          f"final_loss={last:.9g} rss_mib={rss:.1f} gflop_per_step={flops / 1e9:.3f} "
+          f"min_ms={min(ms) if ms else 0:.3f} cpu_min_ms={min(cpu) if cpu else 0:.3f}", flush=True)
     if profile:
         for cat, v in sorted(profile_steps(step, profile, least).items()):
-            print(f"PROFILE torch {model} amp={amp} cat={cat} ms_per_step={v:.3f}", flush=True)
+            print(f"PROFILE torch {model} amp={amp} layout={layout} cat={cat} ms_per_step={v:.3f}", flush=True)
 
 
 def main():
@@ -112,6 +121,8 @@ def main():
                     help="then N more steps under torch.profiler: ms per step per op category")
     ap.add_argument("--least", action="store_true",
                     help="with --profile: each op of the step at its least time over the N steps")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="model and input in torch.channels_last memory format (NHWC)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     for m in ("resnet20", "resnet18", "resnet50"):
@@ -121,7 +132,7 @@ def main():
         for amp in ("none", "bf16"):
             if a.amp in ("all", amp):
                 bench(m, amp, a.batch or b, steps if a.steps < 0 else a.steps, warmup if a.warmup < 0 else a.warmup,
-                      a.profile, a.least)
+                      a.profile, a.least, a.channels_last)
 
 
 if __name__ == "__main__":

@@ -470,6 +470,22 @@ static void test_layout(void) {
           bad += get(&e, t, ((i3 * 2 + i0) * 4 + i2) * 3 + i1) != want;
         }
   CHECK(bad == 0, "broadcast / transpose: %d wrong", bad);
+  { /* NCHW (2,3,4,5) -> NHWC (2,4,5,3): a 3-element inner run, copied along the source's unit stride */
+    ex_t f;
+    ex_init(&f);
+    int64_t xs4[4] = {2, 3, 4, 5}, ys4[4] = {2, 4, 5, 3};
+    ts_tensor x4 = rinput(&f, TS_F64, 4, xs4);
+    ts_attr an = {.n_dims = 4, .dims = {0, 2, 3, 1}};
+    ts_tensor y4 = node(&f, TS_OP_TRANSPOSE, TS_F64, 4, ys4, 1, &x4, &an);
+    CHECK_OK(run(&f, y4));
+    int wrong = 0;
+    for (int i = 0; i < 120; i++) {
+      int n = i / 60, c = i / 20 % 3, h = i / 5 % 4, w = i % 5;
+      wrong += get(&f, y4, ((n * 4 + h) * 5 + w) * 3 + c) != get(&f, x4, i);
+    }
+    CHECK(wrong == 0, "transpose to channels last: %d wrong", wrong);
+    ex_free(&f);
+  }
   bad = 0;
   for (int i = 0; i < 16; i++) {
     int a0 = i >> 3, a1 = (i >> 2) & 1, a2 = (i >> 1) & 1, a3 = i & 1;

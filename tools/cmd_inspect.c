@@ -29,9 +29,11 @@
 static const char *const model_names[] = {"mlp", "cnn", "resnet20", "resnet18", "resnet50", "gpt", NULL};
 static const char *const optim_names[] = {"sgd", "adamw", NULL};
 static const char *const amp_names[] = {"none", "bf16", "f16", NULL};
+static const char *const layout_names[] = {"nchw", "nhwc", NULL}; /* indexed by ts_layout */
 
 typedef struct {
   int model, optimizer, amp;
+  int layout; /* --layout: ts_layout (the resnets' activations); -1 until given */
   int64_t batch;
   ts_gpt_config gpt; /* --model gpt: --layers --d-model --heads --seq --vocab [--sequence-parallel] */
   const char *mesh, *axis_names;
@@ -73,6 +75,7 @@ static void usage(FILE *f) {
           "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
           "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
           "                           repeatable; overrides the batch default for x and y\n"
+          "  --layout nchw|nhwc       the resnets' activations as tessel train --layout [nchw]\n"
           "  --amp none|bf16|f16      mixed precision as tessel train --amp: adds a table of the\n"
           "                           compiled ops by the dtype they run in (converts included) [none]\n"
           "  --auto-shard             choose every sharding (but --spec's) with the cost model and\n"
@@ -98,7 +101,7 @@ static void usage(FILE *f) {
 }
 
 static int parse_args(int argc, char **argv, inspect_opts *o) {
-  *o = (inspect_opts){.model = 0, .optimizer = 1,
+  *o = (inspect_opts){.model = 0, .optimizer = 1, .layout = -1,
                       .gpt = {.layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256}};
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
@@ -147,6 +150,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
       if (r < 0 || cli_parse_choice(CMD, "--amp", v, "precision", amp_names, &o->amp) < 0) return -1;
       continue;
     }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--layout", &v)) != 0) {
+      if (r < 0 || cli_parse_choice(CMD, "--layout", v, "layout", layout_names, &o->layout) < 0) return -1;
+      continue;
+    }
     if ((r = cli_flag(CMD, argc, argv, &i, "--optimizer", &v)) != 0) {
       if (r < 0 || cli_parse_choice(CMD, "--optimizer", v, "optimizer", optim_names, &o->optimizer) < 0) return -1;
       continue;
@@ -190,6 +197,13 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
+  bool resnet = o->model >= MODEL_GRAPH_RESNET20 && o->model <= MODEL_GRAPH_RESNET50;
+  if (o->layout == TS_LAYOUT_NHWC && !resnet) {
+    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
+              model_names[o->model]);
+    return -1;
+  }
+  if (o->layout < 0) o->layout = TS_LAYOUT_NCHW;
   static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
   if (o->model == MODEL_GRAPH_GPT && !o->gpt.sequence_parallel && ts_gpt_config_check(&o->gpt) < 0) {
@@ -400,7 +414,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
                          .classes = o->model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
                                    .weight_decay = o->optimizer == 0 ? 0.0 : 0.01},
-                         .amp = o->amp == 1 ? TS_BF16 : o->amp == 2 ? TS_F16 : TS_F32};
+                         .amp = o->amp == 1 ? TS_BF16 : o->amp == 2 ? TS_F16 : TS_F32,
+                         .layout = (ts_layout)o->layout};
   bool gpt = o->model == MODEL_GRAPH_GPT, megatron = o->model == MODEL_GRAPH_MLP || gpt;
   if (gpt) /* tessel train --model gpt's step, on the mesh (checked there: heads, vocab, seq over 'model') */
     gs.gpt = o->gpt, gs.gpt.mesh = mesh,
@@ -477,6 +492,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
          gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
   if (gpt && o->gpt.sequence_parallel) printf(", sequence parallel");
+  if (o->model >= MODEL_GRAPH_RESNET20 && o->model <= MODEL_GRAPH_RESNET50)
+    printf(", layout %s", layout_names[o->layout]);
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),
          ts_graph_num_inputs(g), ts_graph_num_outputs(g), (long long)ts_params_trainable_numel(p));

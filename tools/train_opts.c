@@ -20,6 +20,7 @@ const char *const train_sched_names[] = {"constant", "cosine", NULL};
 const char *const train_parallel_names[] = {"spmd", "ddp", NULL};
 const char *const train_load_names[] = {"auto", "global", "local", NULL};
 const char *const train_amp_names[] = {"none", "bf16", "f16", NULL};
+const char *const train_layout_names[] = {"nchw", "nhwc", NULL};
 
 void cli_train_usage(FILE *f) {
   fprintf(f,
@@ -97,6 +98,9 @@ void cli_train_usage(FILE *f) {
           "                             and matmuls in bf16 or f16, f32 weights, accumulation, norms,\n"
           "                             softmax and loss; f16 adds a dynamic loss scaler (GradScaler)\n"
           "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
+          "  --layout nchw|nhwc         the resnets' activations: nchw, or nhwc (channels last: oneDNN's\n"
+          "                             convolutions read them with no reorders); the parameters are\n"
+          "                             OIHW either way, so checkpoints load under both [nchw]\n"
           "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
           "                             SyncBatchNorm); without it each replica uses its own [off]\n"
           "  --shard-update             ddp: gradients reduce-scattered, each replica updates 1/N of\n"
@@ -179,12 +183,25 @@ static int train_opts_gpt(train_opts *o) {
   return 0;
 }
 
+/* --layout: nhwc is the resnets' alone (the other models build NCHW layers
+ * only); -1 (not given) becomes nchw. */
+static int train_opts_layout(train_opts *o) {
+  bool resnet = o->model == MODEL_RESNET20 || o->model == MODEL_RESNET18 || o->model == MODEL_RESNET50;
+  if (o->layout == LAYOUT_NHWC && !resnet) {
+    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
+              train_model_names[o->model]);
+    return -1;
+  }
+  if (o->layout < 0) o->layout = LAYOUT_NCHW;
+  return 0;
+}
+
 int train_opts_parse(int argc, char **argv, train_opts *o) {
   *o = (train_opts){.model = -1, .dataset = -1, .data_dir = NULL, .eval_batch = 1000,
                     .warmup = -1, .optimizer = 1, .schedule = 1, .lr = -1,
                     .weight_decay = -1, .momentum = 0.9, .fault = {.rank = -1},
                     .layers = 6, .d_model = 256, .heads = 4, .seq = 128, .vocab = 0,
-                    .eval_every = 100, .eval_batches = 20, .temperature = 0.8, .top_k = 200};
+                    .layout = -1, .eval_every = 100, .eval_batches = 20, .temperature = 0.8, .top_k = 200};
   bool gpt_flag = false; /* a GPT-only flag was given */
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
@@ -295,6 +312,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
       continue;
     }
     CHOICE_FLAG("--amp", "precision", train_amp_names, o->amp)
+    CHOICE_FLAG("--layout", "layout", train_layout_names, o->layout)
     if (strcmp(argv[i], "--sync-bn") == 0) {
       o->sync_bn = true;
       continue;
@@ -459,6 +477,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     return -1;
   }
   if (o->model < 0) o->model = MODEL_MLP;
+  if (train_opts_layout(o) < 0) return -1;
   if (!o->data_dir) o->data_dir = TS_FASHION_MNIST_DIR;
   static const int64_t epochs[] = {5, 3, 2, 2, 2, 1}, batch[] = {128, 64, 128, 32, 8, 16};
   if (o->dataset == DATA_SYNTHETIC && o->model == MODEL_MLP) {
@@ -489,6 +508,8 @@ void train_opts_text(const train_opts *o, char *buf, size_t n) {
   if (o->amp && len < n) snprintf(buf + len, n - len, " amp=%s", train_amp_names[o->amp]);
   len = strlen(buf);
   if (o->sync_bn && len < n) snprintf(buf + len, n - len, " sync_bn=1");
+  len = strlen(buf);
+  if (o->layout == LAYOUT_NHWC && len < n) snprintf(buf + len, n - len, " layout=nhwc");
   len = strlen(buf);
   if (o->model == MODEL_GPT && len < n)
     snprintf(buf + len, n - len, " layers=%lld d_model=%lld heads=%lld seq=%lld vocab=%lld%s", (long long)o->layers,

@@ -18,8 +18,9 @@ enum { PARALLEL_SPMD, PARALLEL_DDP };
  * 0 sgd, 1 adamw; schedule: 0 constant, 1 cosine). */
 extern const char *const train_model_names[], *const train_dataset_names[], *const train_optim_names[],
     *const train_sched_names[], *const train_parallel_names[], *const train_load_names[],
-    *const train_amp_names[];
+    *const train_amp_names[], *const train_layout_names[];
 enum { AMP_NONE, AMP_BF16, AMP_F16 };
+enum { LAYOUT_NCHW, LAYOUT_NHWC }; /* --layout; the values of ts_layout */
 
 typedef struct {
   int model;           /* -1 until chosen: mlp for fashion-mnist, cnn for cifar10 */
@@ -72,6 +73,7 @@ typedef struct {
   bool skip_bad_files;  /* --skip-bad-files: imagefolder files that do not decode are counted and skipped */
   int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
   int amp;              /* --amp none|bf16|f16: index into train_amp_names */
+  int layout;           /* --layout nchw|nhwc: LAYOUT_* (the resnets' activations) [nchw] */
   bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
   bool shard_update;    /* --shard-update: DDP's weight update sharded over the replicas (the default) */
   bool replicated_update; /* --replicated-update / --no-shard-update: DDP's every replica updates everything */

@@ -234,7 +234,7 @@ static model_graph_spec graph_spec(const train_opts *o) {
       .optim = {.kind = o->optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW,
                 .momentum = o->momentum, .weight_decay = o->weight_decay},
       .amp = o->amp == AMP_BF16 ? TS_BF16 : o->amp == AMP_F16 ? TS_F16 : TS_F32,
-      .sync_bn = o->sync_bn};
+      .sync_bn = o->sync_bn, .layout = o->layout == LAYOUT_NHWC ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW};
 }
 
 /* Marks g's shardings on the mesh (if any) and compiles it into *pr; g (NULL
@@ -335,6 +335,8 @@ int train_compile(train_run *r) {
            train_amp_names[o->amp], train_amp_names[o->amp],
            o->amp == AMP_F16 ? " (stored as f16, computed in f32: no f16 arithmetic on this CPU)" : "",
            o->amp == AMP_F16 ? "; dynamic loss scaler (init 65536, x2 every 2000 clean steps, x0.5 on inf/NaN)" : "");
+  if (o->layout == LAYOUT_NHWC)
+    printf("layout: nhwc (channels last) activations; parameters OIHW as with nchw\n");
   if (r->ddp)
     printf("DDP: %d replicas (one per process), batch %lld each; gradients averaged in %d buckets\n", r->nproc,
            (long long)r->gs.batch, ts_executable_num_collectives(r->step_pr.exe) - 1);

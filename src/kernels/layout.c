@@ -70,6 +70,19 @@ void tk_copy_strided(int rank, const int64_t *shape, size_t esize, const void *s
     memcpy(dst, src, esize);
     return;
   }
+  /* A short innermost run (the channels of an NCHW -> NHWC transpose: 3 at a ResNet's stem)
+   * would cost a row's overhead per few elements: an outer dim that reads the source with
+   * unit stride and is longer becomes the run instead (written strided). Only the traversal
+   * order changes, so the copy is the same (src and dst never overlap here). */
+  if (r >= 2 && sh[r - 1] < 16 && src != dst)
+    for (int d = r - 2; d >= 0; d--)
+      if (ss[d] == 1 && sh[d] > sh[r - 1]) {
+        int64_t t;
+        t = sh[d], sh[d] = sh[r - 1], sh[r - 1] = t;
+        t = ss[d], ss[d] = ss[r - 1], ss[r - 1] = t;
+        t = ds[d], ds[d] = ds[r - 1], ds[r - 1] = t;
+        break;
+      }
   int64_t inner = sh[r - 1], rows = 1;
   for (int d = 0; d < r - 1; d++) rows *= sh[d];
   int nt = rows * inner >= TK_PAR_MIN ? nthreads : 1;

@@ -2,8 +2,10 @@
  * Max: padding is -inf, gradient goes to the first max of the window in
  * row-major order. Avg: divides by the full window KH*KW (PyTorch's
  * count_include_pad=True). f32/f64 run natively; bf16/f16 through double.
- * NHWC tensors (N, H, W, C) are read into planar (N, C, H, W) doubles, pooled
- * there and written back (pool_nhwc): the same planes, in another order.
+ * NHWC tensors (N, H, W, C) in f32 / f64 pool in place, channels innermost
+ * (nhwc_f32/f64 below: to the same bits as the planar kernels); bf16 / f16 ones
+ * are read into planar (N, C, H, W) doubles, pooled there and written back
+ * (pool_nhwc).
  * 3x3 max windows of stride 2 (ResNet-50's stem pool) run a row of windows at
  * a time on the row's even and odd columns split apart (row33s2): unit-stride
  * loops the compiler vectorizes, the gradient added in the same order (so to
@@ -238,6 +240,117 @@ ROW33S2_IMPL(double, f64)
 POOL_IMPL(float, f32)
 POOL_IMPL(double, f64)
 
+/* ---- NHWC in f32 / f64 ----
+ * A window's C channels lie together, so every loop runs over a chunk of up to
+ * NHWC_CHUNK channels innermost (unit stride, vectorized) where the planar
+ * kernel above reads strided rows. Per channel the operations and their order
+ * are the planar kernel's: a window inside the plane folds its max in row-major
+ * order (m = v > m ? v : m from its first value; NaN if any value is NaN) and
+ * sends the gradient to its first max (or first NaN); a window over padding
+ * keeps the first of the strictly larger values (or the first NaN); averages
+ * sum in double and divide by the full window; gradients are added window by
+ * window in (oh, ow) order. So an NHWC tensor pools to the bits its NCHW
+ * transpose does. Threads split images x channel chunks (one writer per
+ * output element); a gradient's output is zeroed first, image by image. */
+#define NHWC_CHUNK 64
+
+#define NHWC_IMPL(T, SUF)                                                                   \
+  static void nhwc_##SUF(const pgeom *p, int64_t N, int64_t C, ts_op op, const T *x, const T *dy, T *out, \
+                         int nt) {                                                          \
+    bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
+    bool isavg = op == TS_OP_AVGPOOL || op == TS_OP_AVGPOOL_GRAD;                           \
+    double inv = 1.0 / ((double)p->kh * p->kw);                                             \
+    int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW, chunks = (C + NHWC_CHUNK - 1) / NHWC_CHUNK; \
+    int64_t ostride = (grad ? H * W : OH * OW) * C;                                         \
+    if (grad) {                                                                             \
+      _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                               \
+      for (int64_t n = 0; n < N; n++) memset(out + n * ostride, 0, sizeof(T) * (size_t)ostride); \
+    }                                                                                       \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                 \
+    for (int64_t t = 0; t < N * chunks; t++) {                                              \
+      int64_t n = t / chunks, c0 = (t % chunks) * NHWC_CHUNK;                               \
+      int cn = (int)(C - c0 < NHWC_CHUNK ? C - c0 : NHWC_CHUNK);                            \
+      const T *xn = x ? x + n * H * W * C + c0 : NULL, *dn = dy ? dy + n * OH * OW * C + c0 : NULL; \
+      T *on = out + n * ostride + c0;                                                       \
+      for (int64_t oh = 0; oh < OH; oh++)                                                   \
+        for (int64_t ow = 0; ow < OW; ow++) {                                               \
+          int64_t h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;                         \
+          int ilo = h0 < 0 ? (int)-h0 : 0, jlo = w0 < 0 ? (int)-w0 : 0;                     \
+          int ihi = h0 + p->kh > H ? (int)(H - h0) : p->kh, jhi = w0 + p->kw > W ? (int)(W - w0) : p->kw; \
+          const T *d = dn ? dn + (oh * OW + ow) * C : NULL;                                 \
+          T *y = grad ? NULL : on + (oh * OW + ow) * C;                                     \
+          if (isavg && grad) {                                                              \
+            for (int i = ilo; i < ihi; i++)                                                 \
+              for (int j = jlo; j < jhi; j++) {                                             \
+                T *g = on + ((h0 + i) * W + w0 + j) * C;                                    \
+                _Pragma("omp simd")                                                         \
+                for (int c = 0; c < cn; c++) g[c] += (T)(d[c] * inv);                       \
+              }                                                                             \
+            continue;                                                                       \
+          }                                                                                 \
+          if (isavg) {                                                                      \
+            double acc[NHWC_CHUNK] = {0};                                                   \
+            for (int i = ilo; i < ihi; i++)                                                 \
+              for (int j = jlo; j < jhi; j++) {                                             \
+                const T *r = xn + ((h0 + i) * W + w0 + j) * C;                              \
+                _Pragma("omp simd")                                                         \
+                for (int c = 0; c < cn; c++) acc[c] += r[c];                                \
+              }                                                                             \
+            for (int c = 0; c < cn; c++) y[c] = (T)(acc[c] * inv);                          \
+            continue;                                                                       \
+          }                                                                                 \
+          T m[NHWC_CHUNK];                                                                  \
+          if (ilo == 0 && jlo == 0 && ihi == p->kh && jhi == p->kw) { /* inside the plane */ \
+            int32_t nan[NHWC_CHUNK], done[NHWC_CHUNK]; /* flags as ints: vectorized */      \
+            const T *r0 = xn + (h0 * W + w0) * C;                                           \
+            for (int c = 0; c < cn; c++) m[c] = r0[c], nan[c] = r0[c] != r0[c], done[c] = 0;    \
+            for (int i = 0; i < p->kh; i++)                                                 \
+              for (int j = i ? 0 : 1; j < p->kw; j++) {                                     \
+                const T *r = xn + ((h0 + i) * W + w0 + j) * C;                              \
+                _Pragma("omp simd")                                                         \
+                for (int c = 0; c < cn; c++) {                                              \
+                  m[c] = r[c] > m[c] ? r[c] : m[c];                                         \
+                  nan[c] |= r[c] != r[c];                                                   \
+                }                                                                           \
+              }                                                                             \
+            if (!grad) {                                                                    \
+              _Pragma("omp simd")                                                           \
+              for (int c = 0; c < cn; c++) y[c] = nan[c] ? (T)NAN : m[c];                   \
+              continue;                                                                     \
+            }                                                                               \
+            for (int i = 0; i < p->kh; i++)                                                 \
+              for (int j = 0; j < p->kw; j++) {                                             \
+                int64_t at = ((h0 + i) * W + w0 + j) * C;                                  \
+                const T *r = xn + at;                                                       \
+                T *g = on + at;                                                             \
+                _Pragma("omp simd")                                                         \
+                for (int c = 0; c < cn; c++) { /* a select, not + 0: -0 stays -0 */         \
+                  int32_t hit = (done[c] == 0) & (nan[c] ? r[c] != r[c] : r[c] == m[c]);      \
+                  g[c] = hit ? g[c] + d[c] : g[c];                                          \
+                  done[c] |= hit;                                                           \
+                }                                                                           \
+              }                                                                             \
+            continue;                                                                       \
+          }                                                                                 \
+          int64_t arg[NHWC_CHUNK];                                                          \
+          for (int c = 0; c < cn; c++) m[c] = (T)-INFINITY, arg[c] = -1;                    \
+          for (int i = ilo; i < ihi; i++)                                                   \
+            for (int j = jlo; j < jhi; j++) {                                               \
+              int64_t at = ((h0 + i) * W + w0 + j) * C;                                     \
+              const T *r = xn + at;                                                         \
+              for (int c = 0; c < cn; c++)                                                  \
+                if (arg[c] < 0 || r[c] > m[c] || (r[c] != r[c] && m[c] == m[c])) m[c] = r[c], arg[c] = at; \
+            }                                                                               \
+          for (int c = 0; c < cn; c++)                                                      \
+            if (!grad) y[c] = m[c];                                                         \
+            else if (arg[c] >= 0) on[arg[c] + c] += d[c];                                   \
+        }                                                                                   \
+    }                                                                                       \
+  }
+
+NHWC_IMPL(float, f32)
+NHWC_IMPL(double, f64)
+
 static double *to_f64(ts_dtype dt, const void *p, int64_t n) {
   double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
   if (d)
@@ -289,6 +402,12 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   const void *x = n->op == TS_OP_AVGPOOL_GRAD ? NULL : in[0];
   const void *dy = n->op == TS_OP_MAXPOOL_GRAD ? in[1] : n->op == TS_OP_AVGPOOL_GRAD ? in[0] : NULL;
   int nt = tk_threads(ctx, p.planes * p.H * p.W);
+  if (pp->layout == TS_LAYOUT_NHWC && (n->dtype == TS_F32 || n->dtype == TS_F64)) {
+    int64_t N = xs->shape[0], C = xs->shape[3];
+    if (n->dtype == TS_F32) nhwc_f32(&p, N, C, n->op, x, dy, out, nt);
+    else nhwc_f64(&p, N, C, n->op, x, dy, out, nt);
+    return 0;
+  }
   if (pp->layout == TS_LAYOUT_NHWC) return pool_nhwc(n, &p, xs, ys, x, dy, out, nt);
   if (n->dtype == TS_F32) {
     pool_f32(&p, n->op, x, dy, out, nt);
