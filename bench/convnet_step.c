@@ -5,7 +5,7 @@
  *
  *   usage: bench_convnet_step [--model resnet20|resnet18|resnet50|all] [--amp none|bf16|all]
  *                             [--steps N] [--warmup N] [--threads N (2)] [--batch B]
- *                             [--layout nchw|nhwc (nchw)]
+ *                             [--layout nchw|nhwc (nhwc, tessel train's default)]
  *
  * Inputs: resnet20 and resnet18 3x32x32, 10 classes (CIFAR; batch 128 and 32),
  * resnet50 3x224x224, 1000 classes (batch 8) — the sizes of
@@ -119,7 +119,7 @@ static void bench(const char *model, int64_t B, int steps, int warmup, int threa
 }
 
 int main(int argc, char **argv) {
-  const char *model = "all", *amp = "all", *layout = "nchw";
+  const char *model = "all", *amp = "all", *layout = "nhwc";
   int steps = -1, warmup = -1, threads = 2;
   int64_t batch = 0;
   for (int i = 1; i < argc; i++) {

@@ -14,11 +14,11 @@
 # plan (temporaries) and peak RSS, PyTorch's peak RSS.
 # Defaults: ResNet-20/18 3 warm-up + 20 timed steps, ResNet-50 2 + 8 (as
 # peer-baselines.md). A quick smoke run: run_convnets.sh build --steps 1 --warmup 0 --batch 2
-# Layouts: --layout nchw|nhwc is tessel's (bench_convnet_step --layout; nchw by
-# default); --torch-layout nchw|nhwc|both is PyTorch's (nhwc: torch.channels_last
+# Layouts: --layout nchw|nhwc is tessel's (bench_convnet_step --layout; nhwc by
+# default, as tessel train); --torch-layout nchw|nhwc|both is PyTorch's (nhwc: torch.channels_last
 # model and input; both: the two alternate in every round and the table compares
 # tessel against PyTorch's faster one per configuration, naming it and showing the
-# other's median) [nchw]. A claim for tessel's nhwc compares against `both`.
+# other's median) [both]. A claim for tessel's nhwc compares against `both`.
 # PyTorch's two layouts, stop 34 (nhwc15), indicative only (1 thread, load 7-16, 2 rounds
 # interleaved contiguous / channels_last, the least step's process CPU ms, torch_convnet_step.py
 # --threads 1 [--channels-last], ResNet-20/18 8 steps, ResNet-50 4): channels_last / contiguous
@@ -31,7 +31,7 @@ shift || true
 . "$here/prologue.bash"
 bench_prologue run_convnets.sh bench_convnet_step torch
 rounds="${ROUNDS:-2}"
-common=() ts_layout=(--layout nchw) pt_layouts=nchw
+common=() ts_layout=(--layout nhwc) pt_layouts=both
 while [ $# -gt 0 ]; do
   case "$1" in
     --layout) ts_layout=(--layout "${2:?--layout needs nchw or nhwc}"); shift 2 ;;

@@ -16,7 +16,7 @@
 # over the N steps, by position (trace_ops.py --least, torch_convnet_step.py
 # --least), where sums follow the host's load; the "step" row is then the
 # sum of least kernel / op times (traced) next to the sides' median steps.
-# --layout: tessel's activations (bench_convnet_step --layout) [nchw];
+# --layout: tessel's activations (bench_convnet_step --layout) [nhwc, tessel's default];
 # --torch-layout: PyTorch's (nhwc: torch.channels_last model and input) [nchw].
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,7 +24,7 @@ build="${1:-$here/../build}"
 shift || true
 . "$here/prologue.bash"
 bench_prologue run_op_profile.sh bench_convnet_step torch
-model=resnet50 amp=all steps=3 warmup=2 batch=() threads=2 least=() layout=nchw torch_layout=nchw
+model=resnet50 amp=all steps=3 warmup=2 batch=() threads=2 least=() layout=nhwc torch_layout=nchw
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2" ;;

@@ -26,7 +26,14 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 data="$tmp/data"
 /usr/bin/python3 "$here/make_imagefolder.py" "$data" --classes 3 --train 8 --val 3 --size 24x20 --vary ||
   bad "make_imagefolder.py failed"
-common=(--dataset imagefolder --data-dir "$data" --model resnet20 --image-size 16 --batch 6 --eval-batch 4 --epochs 2)
+# --layout nchw: the configuration this test's 1e-4 check was set on. Its
+# 8 AdamW steps of batch norms over 3 images per process on 16x16 crops are
+# ill-conditioned: 1 and 2 processes start 2e-7 apart and part by 9e-5 (NCHW,
+# seed 1), 7e-4 (NHWC, seed 1), 2e-3 (NCHW, seed 4), 5e-7 (NHWC, seed 4) at
+# step 8 (stop 34): which layout passes depends on the seed, not on a defect.
+# The layouts' SPMD equivalence is test_resnet_spmd's and layout_cli.sh's.
+common=(--dataset imagefolder --data-dir "$data" --model resnet20 --image-size 16 --batch 6 --eval-batch 4 --epochs 2
+  --layout nchw)
 
 run() { # run NAME NP ARGS...: 8 steps (2 epochs of 4), JSON log in $tmp/NAME.json; NP 0: no mpirun
   local name="$1" np="$2"

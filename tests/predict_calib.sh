@@ -22,7 +22,7 @@
 #    as the runtime runs them: data=4's step is longer by half its compute at
 #    least than with TESSEL_COMM_INLINE_BYTES=0 (on the worker, overlapped);
 #    over an axis across hosts (devices_per_host) the limit is 64 KiB;
-#  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's compute (batch-norm
+#  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's NCHW compute (batch-norm
 #    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
 #    (one bias per kernel) does not;
 #  - inspect's compute per op name adds up to its compute and kernel count;
@@ -61,8 +61,8 @@ EOF
 step_ms() { # [FIELD] JSON on stdin -> predicted.FIELD (step_ms)
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"][sys.argv[1]])' "${1:-step_ms}"
 }
-plan_ms() { # plan_ms CALIBRATION MESH [FIELD [MODEL]]
-  timeout -k 5 60 "$tessel" plan --model "${4:-mlp}" --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
+plan_ms() { # plan_ms CALIBRATION MESH [FIELD [MODEL [LAYOUT]]]
+  timeout -k 5 60 "$tessel" plan --model "${4:-mlp}" ${5:+--layout "$5"} --mesh "$2" --device "$1" --json 2>"$tmp/plan.err" | step_ms "${3:-step_ms}"
 }
 inspect_ms() { # inspect_ms CALIBRATION MESH: inspect reads the cache (this machine's key)
   local out
@@ -148,9 +148,10 @@ else bad "plan data=4: compute $o -> $n ms with op_overhead.4_s = 1 ms ('$k' ker
 same "plan data=2 compute (its own entry)" "$(plan_ms "$tmp/old.txt" data=2 compute_ms)" "$(plan_ms "$tmp/opo.txt" data=2 compute_ms)"
 
 # a fused kernel's broadcast operands beyond the first (kernel.broadcast.operand_s: a batch norm's
-# mean, scale, shift): ResNet-20's batch-norm kernels cost more, the MLP's (one bias each) do not
+# mean, scale, shift): ResNet-20's NCHW batch-norm kernels cost more, the MLP's (one bias each) do
+# not (nor NHWC's, tessel's default since stop 34: there the terms run along the last dim, as a bias)
 { cat "$tmp/old.txt"; echo "kernel.broadcast.operand_s = 1e-9"; } >"$tmp/bop.txt"
-o=$(plan_ms "$tmp/old.txt" data=1 compute_ms resnet20) n=$(plan_ms "$tmp/bop.txt" data=1 compute_ms resnet20)
+o=$(plan_ms "$tmp/old.txt" data=1 compute_ms resnet20 nchw) n=$(plan_ms "$tmp/bop.txt" data=1 compute_ms resnet20 nchw)
 if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 1)" 2>/dev/null; then
   ok "plan resnet20: compute $o -> $n ms with kernel.broadcast.operand_s = 1 ns"
 else bad "plan resnet20: compute '$o' -> '$n' ms with kernel.broadcast.operand_s = 1 ns (expected 1 ms more at least)"; fi

@@ -75,7 +75,7 @@ static void usage(FILE *f) {
           "  --spec INPUT=SPEC        mark graph input INPUT (x, y, or a parameter such as\n"
           "                           fc1.weight) with partition spec SPEC, e.g. None,model;\n"
           "                           repeatable; overrides the batch default for x and y\n"
-          "  --layout nchw|nhwc       the resnets' activations as tessel train --layout [nchw]\n"
+          "  --layout nchw|nhwc       the resnets' activations as tessel train --layout [nhwc]\n"
           "  --amp none|bf16|f16      mixed precision as tessel train --amp: adds a table of the\n"
           "                           compiled ops by the dtype they run in (converts included) [none]\n"
           "  --auto-shard             choose every sharding (but --spec's) with the cost model and\n"
@@ -203,7 +203,7 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               model_names[o->model]);
     return -1;
   }
-  if (o->layout < 0) o->layout = TS_LAYOUT_NCHW;
+  if (o->layout < 0) o->layout = resnet ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW; /* as tessel train */
   static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
   if (o->model == MODEL_GRAPH_GPT && !o->gpt.sequence_parallel && ts_gpt_config_check(&o->gpt) < 0) {

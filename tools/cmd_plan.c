@@ -38,6 +38,7 @@ static void usage(FILE *f) {
           "  --batch B                global batch [8 x devices]\n"
           "  --layers N               the GPT's transformer blocks [6]\n"
           "  --optimizer sgd|adamw    [adamw]\n"
+          "  --layout nchw|nhwc       the resnets' activations, as tessel train --layout [nhwc]\n"
           "  --mesh AXIS=N,...        the mesh, e.g. data=64,model=8 (required)\n"
           "  --auto-shard             the solver chooses the shardings (any axis names)\n"
           "  --time-limit S           the solver's time limit [10]\n"
@@ -63,7 +64,7 @@ static void usage(FILE *f) {
 }
 
 int ts_cmd_plan(int argc, char **argv) {
-  int model = 0, optimizer = 1;
+  int model = 0, optimizer = 1, layout = -1; /* layout: ts_layout; -1 until --layout */
   int64_t batch = 0;
   const char *mesh_text = NULL, *device = NULL;
   bool auto_shard = false, json = false, analytic = false;
@@ -92,6 +93,11 @@ int ts_cmd_plan(int argc, char **argv) {
     if ((r = cli_flag(CMD, argc, argv, &i, "--optimizer", &v)) != 0) {
       static const char *const optims[] = {"sgd", "adamw", NULL};
       if (r < 0 || cli_parse_choice(CMD, "--optimizer", v, "optimizer", optims, &optimizer) < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--layout", &v)) != 0) {
+      static const char *const layouts[] = {"nchw", "nhwc", NULL}; /* indexed by ts_layout */
+      if (r < 0 || cli_parse_choice(CMD, "--layout", v, "layout", layouts, &layout) < 0) return CLI_EXIT_USAGE;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
@@ -150,6 +156,13 @@ int ts_cmd_plan(int argc, char **argv) {
     cli_error(CMD, "--mesh is required (e.g. --mesh data=64,model=8)");
     return CLI_EXIT_USAGE;
   }
+  bool resnet = model >= MODEL_GRAPH_RESNET20 && model <= MODEL_GRAPH_RESNET50;
+  if (layout == TS_LAYOUT_NHWC && !resnet) {
+    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
+              model_names[model]);
+    return CLI_EXIT_USAGE;
+  }
+  if (layout < 0) layout = resnet ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW; /* as tessel train / inspect */
   device_desc dd;
   char note[1400];
   if (device) {
@@ -172,7 +185,8 @@ int ts_cmd_plan(int argc, char **argv) {
   model_graph_spec gs = {.model = model, .batch = batch, .c = natural ? 3 : 1, .h = hw, .w = hw,
                          .classes = model == MODEL_GRAPH_RESNET50 ? 1000 : 10,
                          .optim = {.kind = optimizer == 0 ? TS_OPTIM_SGD : TS_OPTIM_ADAMW, .momentum = 0.9,
-                                   .weight_decay = optimizer == 0 ? 0.0 : 0.01}};
+                                   .weight_decay = optimizer == 0 ? 0.0 : 0.01},
+                         .layout = (ts_layout)layout};
   if (model == MODEL_GRAPH_GPT) /* tessel train --model gpt's defaults: 6 layers, d_model 256, 4 heads, seq 128, vocab 256 */
     gs.gpt = (ts_gpt_config){.layers = layers, .d_model = 256, .heads = 4, .seq = 128, .vocab = 256, .mesh = auto_shard ? NULL : m},
     gs.optim = (ts_optim_config){.kind = TS_OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1,

@@ -100,7 +100,8 @@ void cli_train_usage(FILE *f) {
           "                             and is computed in f32 here (no f16 arithmetic on this CPU) [none]\n"
           "  --layout nchw|nhwc         the resnets' activations: nchw, or nhwc (channels last: oneDNN's\n"
           "                             convolutions read them with no reorders); the parameters are\n"
-          "                             OIHW either way, so checkpoints load under both [nchw]\n"
+          "                             OIHW either way, so checkpoints load under both [nhwc for\n"
+          "                             the resnets: faster, see README; nchw for the other models]\n"
           "  --sync-bn                  ddp: batch-norm statistics over the global batch (PyTorch's\n"
           "                             SyncBatchNorm); without it each replica uses its own [off]\n"
           "  --shard-update             ddp: gradients reduce-scattered, each replica updates 1/N of\n"
@@ -184,7 +185,8 @@ static int train_opts_gpt(train_opts *o) {
 }
 
 /* --layout: nhwc is the resnets' alone (the other models build NCHW layers
- * only); -1 (not given) becomes nchw. */
+ * only); -1 (not given) becomes nhwc for the resnets (their faster layout:
+ * README's "stop 34" rows) and nchw for the others. */
 static int train_opts_layout(train_opts *o) {
   bool resnet = o->model == MODEL_RESNET20 || o->model == MODEL_RESNET18 || o->model == MODEL_RESNET50;
   if (o->layout == LAYOUT_NHWC && !resnet) {
@@ -192,7 +194,7 @@ static int train_opts_layout(train_opts *o) {
               train_model_names[o->model]);
     return -1;
   }
-  if (o->layout < 0) o->layout = LAYOUT_NCHW;
+  if (o->layout < 0) o->layout = resnet ? LAYOUT_NHWC : LAYOUT_NCHW;
   return 0;
 }
 

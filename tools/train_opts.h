@@ -73,7 +73,7 @@ typedef struct {
   bool skip_bad_files;  /* --skip-bad-files: imagefolder files that do not decode are counted and skipped */
   int load;             /* --load: LOAD_* (auto: per-host when data parallel over processes) */
   int amp;              /* --amp none|bf16|f16: index into train_amp_names */
-  int layout;           /* --layout nchw|nhwc: LAYOUT_* (the resnets' activations) [nchw] */
+  int layout;           /* --layout nchw|nhwc: LAYOUT_* (the resnets' activations) [resnets nhwc, others nchw] */
   bool sync_bn;         /* --sync-bn: DDP batch norm over the global batch */
   bool shard_update;    /* --shard-update: DDP's weight update sharded over the replicas (the default) */
   bool replicated_update; /* --replicated-update / --no-shard-update: DDP's every replica updates everything */
