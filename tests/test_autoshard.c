@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "tessel/tessel.h"
+#include "ir/ir.h"          /* ts_node: which nodes the plan marks */
 #include "util/config.h" /* env_config_reload: TESSEL_AUTO_SPMD */
 
 enum { B = 8, STEPS = 2 };
@@ -450,6 +451,16 @@ int main(int argc, char **argv) {
   CHECK(ai.greedy && text && strstr(text, "greedy"), "a 1 us limit: greedy %d, '%.200s'", ai.greedy, text ? text : "");
   printf("time limit 1 us: %.*s", text ? (int)(strchr(text, '\n') - text + 1) : 0, text ? text : "");
   free(text);
+  model_free(&md);
+  /* reshapes carry the plan's layout too: left to propagation, the GPT's
+   * head-merging reshape on 4x2 took its operand's layout, not the solver's
+   * (the CNN's flatten here) */
+  CHECK_OK(build(CNN, &md));
+  CHECK_OK(ts_auto_shard(md.g, &(ts_auto_shard_options){.mesh = m, .time_limit_s = 2}, &ai, NULL));
+  int reshapes = 0, unmarked = 0;
+  for (int v = 0; v < md.g->n_nodes; v++)
+    if (md.g->nodes[v].op == TS_OP_RESHAPE && md.g->nodes[v].rank > 0) reshapes++, unmarked += !md.g->nodes[v].sharding;
+  CHECK(reshapes > 0 && unmarked == 0, "%d of %d reshapes left unmarked by the plan", unmarked, reshapes);
   model_free(&md);
   ts_mesh_free(m);
   /* TESSEL_AUTO_SPMD=1 TESSEL_AUTO_SPMD_MESH=2,2: a compile without options auto-shards on a 2x2 mesh */

@@ -243,11 +243,13 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
    * (ResNet-20 on 2 devices: 42 all-to-alls nobody modeled) */
   for (int v = 0; v < g->n_nodes; v++) {
     ts_node *nd = &g->nodes[v];
-    /* every node the solver priced but reshapes and constants; a broadcast
+    /* every node the solver priced but constants (reshapes too: left to
+     * propagation, the GPT's head-merging reshape on 4x2 took its operand's
+     * layout, not the solver's, and the dot after it resharded); a broadcast
      * its users' fused kernel reads by index costs the solver nothing in any
      * layout, so it takes its first user's (another would be materialized
      * and sliced: the MNIST CNN's bias adds ran replicated) */
-    if (nd->op == TS_OP_RESHAPE || nd->op == TS_OP_CONSTANT || nd->sharding || nd->rank == 0) continue;
+    if (nd->op == TS_OP_CONSTANT || nd->sharding || nd->rank == 0) continue;
     const uint8_t *want = lay[v];
     if (nd->op == TS_OP_BROADCAST && p.c.kernel && !p.c.kernel[v]) {
       int u = v + 1;

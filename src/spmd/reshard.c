@@ -216,9 +216,12 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
       if (P & (1u << a)) axes[n++] = a;
     v = part_emit_coll(p, TS_OP_ALL_REDUCE, dt, rank, cur, v, axes, n, kind, 0, 0);
   }
-  /* 1a. dim i goes from axes A to none while dim j goes from none to A */
-  for (int i = 0; i < rank; i++) {
-    if (!S.naxes[i] || T->naxes[i]) continue;
+  /* 1a. dim i goes from axes A to none (or to axes other than A) while dim
+   * j goes from none to A; repeated, so a chain of moves (a: dim 0 -> 1
+   * while b: dim 2 -> 0) is one all-to-all each, not a gather of both */
+  for (int pass = 0, moved = 1; moved && pass < rank; pass++)
+  for (int i = moved = 0; i < rank; i++) {
+    if (!S.naxes[i] || (dim_mask(T, i) & dim_mask(&S, i))) continue;
     int64_t t = spmd_dim_tiles(m, &S, i);
     if (shape[i] % t) continue;
     for (int j = 0; j < rank; j++) {
@@ -232,6 +235,7 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
       memcpy(S.axes[j], T->axes[j], sizeof S.axes[j]);
       S.naxes[i] = 0;
       memcpy(cur, out, sizeof cur);
+      moved = 1;
       break;
     }
   }
