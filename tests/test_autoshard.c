@@ -371,6 +371,38 @@ static void sync_checks(void) {
   ts_mesh_free(m4);
 }
 
+/* Lowerings priced as spmd/ does them, on a=2,b=2: a dim split a+b wanted
+ * over b alone (not nested) is gathered whole, 3/4 of 512 bytes sent, not
+ * gathered over a (128); a weight gradient's partial sum over a scattered
+ * into a dim dy splits over b pays the permute into a+b order (64 bytes
+ * beyond b's gather of h and the reduce-scatter, 64 each). */
+static void order_checks(void) {
+  ts_mesh *m = ts_mesh_from_text("a=2,b=2");
+  ts_graph *g = ts_graph_new();
+  int64_t xs[2] = {16, 8};
+  ts_tensor x = ts_input(g, "x", TS_F32, 2, xs), y = ts_relu(g, x);
+  ts_graph_add_output(g, y);
+  int ab[2] = {3, 0}, b[2] = {2, 0}, none_ab[2] = {0, 3}, a_b[2] = {1, 2};
+  mark(g, m, x, 2, ab), mark(g, m, y, 2, b);
+  ts_auto_shard_info info;
+  CHECK_OK(ts_shard_predict(g, &(ts_auto_shard_options){.mesh = m}, &info));
+  CHECK(info.comm_bytes_per_device == 384, "a+b -> b: %.0f bytes sent, want 384", info.comm_bytes_per_device);
+  ts_graph_free(g);
+  g = ts_graph_new();
+  int64_t hs[2] = {16, 4}, ds[2] = {16, 16};
+  ts_tensor h = ts_input(g, "h", TS_F32, 2, hs), dy = ts_input(g, "dy", TS_F32, 2, ds);
+  ts_dot_dims dd = {.n_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}};
+  ts_tensor dw = ts_dot_general(g, h, dy, &dd);
+  ts_graph_add_output(g, dw);
+  mark(g, m, h, 2, ab), mark(g, m, dy, 2, a_b), mark(g, m, dw, 2, none_ab);
+  CHECK_OK(ts_shard_predict(g, &(ts_auto_shard_options){.mesh = m}, &info));
+  CHECK(info.comm_bytes_per_device == 192, "dW into a+b: %.0f bytes sent, want 192", info.comm_bytes_per_device);
+  printf("cost model: a+b -> b gathered whole; a reduce-scatter into b's blocks permuted: %.0f bytes\n",
+         info.comm_bytes_per_device);
+  ts_graph_free(g);
+  ts_mesh_free(m);
+}
+
 static void cost_model_checks(void) {
   ts_mesh *m1 = ts_mesh_from_text("a=1"), *m2 = ts_mesh_from_text("a=2");
   ts_graph *g = ts_graph_new();
@@ -400,6 +432,7 @@ static void cost_model_checks(void) {
   printf("cost model: a weight gradient reduce-scattered to its row blocks sends %.0f bytes (an all-reduce: %.0f)\n",
          info.comm_bytes_per_device, 2 * rs);
   ts_graph_free(g);
+  order_checks();
   inline_checks(m2);
   broadcast_operand_checks(m1);
   sync_checks();
