@@ -3,8 +3,11 @@
  * (plus the scalar loss), and a Megatron block (fc1 column-parallel, fc2
  * row-parallel) on data=2,model=4 all-reduces the activation once in the
  * forward pass and its gradient once in the backward pass, with the bytes
- * the shapes imply. Both steps also match the 1-device step numerically. */
+ * the shapes imply. Both steps also match the 1-device step numerically.
+ * dot_partial_rules: a dot whose result dim is split over axes it contracts
+ * part of reduce-scatters into that dim instead of gathering an operand. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +213,118 @@ static void op_rules(ts_client *c8) {
   ts_mesh_free(m);
 }
 
+/* The collectives of program e as "kind/axes/bytes " entries, in order. */
+static void coll_string(ts_executable *e, char *buf, size_t len) {
+  buf[0] = 0;
+  for (int i = 0; i < ts_executable_num_collectives(e); i++) {
+    ts_collective_info ci;
+    ts_executable_collective(e, i, &ci);
+    size_t at = strlen(buf);
+    snprintf(buf + at, len - at, "%s/%u/%zu ", ts_collective_kind_name(ci.kind), ci.mesh_axes, ci.bytes);
+  }
+}
+
+/* Compiles g (inputs x (M, K) and w, one output), checks its collectives
+ * against `want` and its result against the host's product of dot dims dd. */
+static void check_dot(ts_client *c8, ts_graph *g, const ts_dot_dims *dd, const int64_t *xs, const int64_t *ws,
+                      const int64_t *os, const char *want, const char *what) {
+  ts_executable *e = ts_compile(c8, g, NULL);
+  CHECK(e != NULL, "%s: %s", what, ts_last_error());
+  if (!e) return;
+  char got[512];
+  coll_string(e, got, sizeof got);
+  CHECK(strcmp(got, want) == 0, "%s: collectives \"%s\", want \"%s\"", what, got, want);
+  float xv[256], wv[256], ov[256], ref[256] = {0};
+  for (int i = 0; i < xs[0] * xs[1]; i++) xv[i] = (float)((i * 7) % 13) - 6.f;
+  for (int i = 0; i < ws[0] * ws[1]; i++) wv[i] = (float)((i * 5) % 11) - 5.f;
+  /* out[i][j] = sum_k x[...] w[...]: x's free dim i, w's free dim j, contracting k */
+  int xc = dd->lhs_contract[0], wc = dd->rhs_contract[0];
+  for (int i = 0; i < os[0]; i++)
+    for (int j = 0; j < os[1]; j++)
+      for (int k = 0; k < xs[xc]; k++)
+        ref[i * os[1] + j] += xv[xc ? i * xs[1] + k : k * xs[1] + i] * wv[wc ? j * ws[1] + k : k * ws[1] + j];
+  ts_buffer *in[2] = {ts_buffer_from_host(c8, TS_F32, 2, xs, xv), ts_buffer_from_host(c8, TS_F32, 2, ws, wv)};
+  ts_buffer *out = NULL;
+  CHECK_OK(ts_execute(e, in, &out));
+  CHECK(out && ts_buffer_read(out, ov, (size_t)(os[0] * os[1]) * 4) == 0, "%s: reading: %s", what, ts_last_error());
+  int bad = 0;
+  for (int i = 0; i < os[0] * os[1]; i++) bad += ov[i] != ref[i]; /* small integers: exact */
+  CHECK(bad == 0, "%s: %d of %lld values wrong", what, bad, (long long)(os[0] * os[1]));
+  ts_buffer_free(out);
+  ts_buffer_free(in[0]);
+  ts_buffer_free(in[1]);
+  ts_executable_free(e);
+}
+
+/* A result dim split over data+model whose model the operands contract
+ * (auto-sharding's plans for the GPT on 2x2): the dot runs split over data
+ * on that dim and reduce-scatters its partial sum over model into it, with
+ * no gather of the operand's data blocks (which doubled the FLOPs); a
+ * weight gradient contracting data, its result dim split over model by dy
+ * and wanted over data+model, reduce-scatters over data (giving model, data)
+ * and permutes the blocks into data, model, no all-reduce, no dy gathered. */
+static void dot_partial_rules(ts_client *c8) {
+  ts_mesh *m = ts_mesh_parse("2,4", "data,model", NULL);
+  step s;
+  ts_graph *g = s.g = ts_graph_new();
+  int64_t xs[2] = {16, 8}, ws[2] = {8, 12}, os[2] = {16, 12};
+  ts_tensor x = ts_input(g, "x", TS_F32, 2, xs), w = ts_input(g, "w", TS_F32, 2, ws);
+  ts_dot_dims dd = {.n_contract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+  ts_tensor y = ts_dot_general(g, x, w, &dd);
+  ts_graph_add_output(g, y);
+  mark(&s, m, x, "data,model");
+  mark(&s, m, w, "model,None");
+  mark(&s, m, y, "data+model,None");
+  /* the (8, 12) block reduce-scattered over model: 384 bytes */
+  check_dot(c8, g, &dd, xs, ws, os, "reduce-scatter/2/384 ", "contracted model into data+model");
+  ts_graph_free(g);
+
+  g = s.g = ts_graph_new();
+  int64_t hs[2] = {16, 4}, ds[2] = {16, 16}, gs[2] = {4, 16};
+  x = ts_input(g, "h", TS_F32, 2, hs), w = ts_input(g, "dy", TS_F32, 2, ds);
+  ts_dot_dims dw = {.n_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}};
+  y = ts_dot_general(g, x, w, &dw);
+  ts_graph_add_output(g, y);
+  mark(&s, m, x, "data+model,None");
+  mark(&s, m, w, "data,model");
+  mark(&s, m, y, "None,data+model");
+  /* h gathered over model to its data block (8, 4); the (4, 4) partial sum
+   * scattered over data; its (4, 2) block permuted */
+  check_dot(c8, g, &dw, hs, ds, gs, "all-gather/2/128 reduce-scatter/1/64 collective-permute/3/32 ",
+            "weight gradient into data+model");
+  ts_graph_free(g);
+
+  /* a chain of moves, data: dim 0 -> 1 while model: dim 2 -> 0 (the GPT's
+   * attention output into its head-merging reshape on 4x2): an all-to-all
+   * each, not both dims gathered */
+  g = s.g = ts_graph_new();
+  x = ts_input(g, "x", TS_F32, 3, (int64_t[]){8, 8, 8});
+  y = ts_add(g, x, x);
+  ts_graph_add_output(g, y);
+  mark(&s, m, x, "data,None,model");
+  mark(&s, m, y, "model,data,None");
+  ts_executable *e = ts_compile(c8, g, NULL);
+  CHECK(e != NULL, "chained all-to-alls: %s", ts_last_error());
+  if (e) {
+    char got[256];
+    coll_string(e, got, sizeof got);
+    CHECK(strcmp(got, "all-to-all/1/256 all-to-all/2/256 ") == 0, "chained moves: collectives \"%s\"", got);
+    float xv[512], yv[512] = {0};
+    for (int i = 0; i < 512; i++) xv[i] = (float)i;
+    ts_buffer *in = ts_buffer_from_host(c8, TS_F32, 3, (int64_t[]){8, 8, 8}, xv), *out = NULL;
+    CHECK_OK(ts_execute(e, &in, &out));
+    CHECK(out && ts_buffer_read(out, yv, sizeof yv) == 0, "reading y: %s", ts_last_error());
+    int bad = 0;
+    for (int i = 0; i < 512; i++) bad += yv[i] != 2.f * (float)i;
+    CHECK(bad == 0, "chained moves: %d of 512 values wrong", bad);
+    ts_buffer_free(out);
+    ts_buffer_free(in);
+    ts_executable_free(e);
+  }
+  ts_graph_free(g);
+  ts_mesh_free(m);
+}
+
 int main(void) {
   ts_test_init("spmd_collectives", 1);
   ts_client_options o1 = {.num_threads = 2, .num_devices = 1}, o8 = {.num_threads = 2, .num_devices = 8};
@@ -300,6 +415,7 @@ int main(void) {
   compare(ref, got, np / 4, "megatron");
 
   op_rules(c8);
+  dot_partial_rules(c8);
   ts_mesh_free(dp);
   ts_mesh_free(mp);
   free(ref);

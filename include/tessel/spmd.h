@@ -293,7 +293,7 @@ typedef struct {
   int n_ops;
 } ts_auto_shard_info;
 
-/* Marks g's nodes (not reshapes and constants) with the chosen shardings (in place;
+/* Marks g's nodes (not constants) with the chosen shardings (in place;
  * user marks stay) and fills info (may be NULL). explain (may be NULL) gets
  * a malloc'd text: each parameter's sharding, the prediction, and for the
  * largest tensors the runner-up's cost. A memory limit nothing can meet is

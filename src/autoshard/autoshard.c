@@ -153,6 +153,58 @@ static char *explain_text(const as_prob *p, const adjacency *a, const int *choic
   return spmd_str_take(&s);
 }
 
+/* Devices a layout (spec) and the partial-sum axes split a node's work over. */
+static int64_t spec_split(const ts_mesh *m, const ts_partition_spec *sp, uint32_t partial) {
+  int64_t t = spmd_total_tiles(m, sp);
+  for (int a = 0; a < m->rank; a++)
+    if (partial & (1u << a)) t *= m->shape[a];
+  return t;
+}
+
+/* Appends to *explain, for the marked graph g, how many dot_generals the
+ * partitioner splits over as many devices as the plan (their per-device
+ * FLOPs as priced), and each one it splits less (what made the GPT's 2x2
+ * program 1.3x its plan: a result dim cleared, an operand gathered). */
+static int explain_dots(const as_ctx *c, const ts_graph *g, const int *pick, char **explain) {
+  int n = g->n_nodes, dots = 0, same = 0;
+  ts_partition_spec *W = calloc((size_t)n + 1, sizeof *W);
+  if (!W) return set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+  if (spmd_propagate(g, c->m, W, NULL) < 0) {
+    free(W);
+    return -1;
+  }
+  spmd_str s = {0};
+  spmd_str_printf(&s, "%s", *explain);
+  spmd_str lines = {0};
+  for (int v = 0; v < n; v++) {
+    if (g->nodes[v].op != TS_OP_DOT) continue;
+    const as_strat *st = &c->nodes[v].s[pick[v]];
+    ts_partition_spec out, sp[2];
+    uint32_t partial;
+    as_mask_to_spec(c, st->out, g->nodes[v].rank, &out);
+    int64_t plan = spec_split(c->m, &out, st->partial);
+    spmd_dot_specs(g, W, v, sp, &out, &partial);
+    int64_t low = spec_split(c->m, &out, partial);
+    dots++;
+    if (low >= plan) {
+      same++;
+      continue;
+    }
+    char sh[96], b0[128], b1[128];
+    spmd_str_printf(&lines, "  %%%d dot_general %s: planned over %lld devices, lowered over %lld (reads %s, %s)\n", v,
+                    ir_shape_str(&g->nodes[v], sh, sizeof sh), (long long)plan, (long long)low,
+                    spmd_spec_str(c->m, &sp[0], b0, sizeof b0), spmd_spec_str(c->m, &sp[1], b1, sizeof b1));
+  }
+  spmd_str_printf(&s, "dot_generals the partitioner splits as planned: %d of %d\n", same, dots);
+  char *l = spmd_str_take(&lines);
+  if (l) spmd_str_printf(&s, "%s", l);
+  free(l);
+  free(W);
+  free(*explain);
+  *explain = spmd_str_take(&s);
+  return *explain ? 0 : set_error_code(TS_ERR_OUT_OF_MEMORY, "auto_shard: out of memory");
+}
+
 int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_shard_info *info, char **explain) {
   if (explain) *explain = NULL;
   if (check_opts(g, o_in) < 0) return -1;
@@ -243,11 +295,13 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
    * (ResNet-20 on 2 devices: 42 all-to-alls nobody modeled) */
   for (int v = 0; v < g->n_nodes; v++) {
     ts_node *nd = &g->nodes[v];
-    /* every node the solver priced but reshapes and constants; a broadcast
+    /* every node the solver priced but constants (reshapes too: left to
+     * propagation, the GPT's head-merging reshape on 4x2 took its operand's
+     * layout, not the solver's, and the dot after it resharded); a broadcast
      * its users' fused kernel reads by index costs the solver nothing in any
      * layout, so it takes its first user's (another would be materialized
      * and sliced: the MNIST CNN's bias adds ran replicated) */
-    if (nd->op == TS_OP_RESHAPE || nd->op == TS_OP_CONSTANT || nd->sharding || nd->rank == 0) continue;
+    if (nd->op == TS_OP_CONSTANT || nd->sharding || nd->rank == 0) continue;
     const uint8_t *want = lay[v];
     if (nd->op == TS_OP_BROADCAST && p.c.kernel && !p.c.kernel[v]) {
       int u = v + 1;
@@ -266,6 +320,7 @@ int autoshard_annotate(ts_graph *g, const ts_auto_shard_options *o_in, ts_auto_s
     ts_sharding_free(sh);
     if (m < 0) goto done;
   }
+  if (explain && explain_dots(&p.c, g, pick, explain) < 0) goto done;
   rc = 0;
 done:
   if (info) *info = inf;

@@ -5,7 +5,7 @@
  * producer's layout and what its user needs; an integer linear program over
  * one-hot strategy choices (GLPK's MIP, with a time limit and a greedy
  * fallback) picks the cheapest plan under a per-device memory limit. The plan
- * becomes sharding annotations on every node but reshapes and constants (so
+ * becomes sharding annotations on every node but constants (so
  * propagation does not choose other layouts than the ones priced); spmd/'s
  * partitioner does the rest. */
 #ifndef TS_AUTOSHARD_H

@@ -444,7 +444,9 @@ int as_solve_ilp(const as_prob *p, const mem_rows *r, double limit, double time_
   parm.tm_lim = (int)fmax(1, time_limit_s * 1e3);
   int err = glp_intopt(lp, &parm);
   int st = glp_mip_status(lp);
-  if ((err == 0 || err == GLP_ETMLIM) && (st == GLP_OPT || st == GLP_FEAS)) {
+  /* GLP_EMIPGAP: stopped within mip_gap of the bound, an incumbent in hand
+   * (was taken for no plan: the MLP on 2x2 fell back to the greedy plan) */
+  if ((err == 0 || err == GLP_ETMLIM || err == GLP_EMIPGAP) && (st == GLP_OPT || st == GLP_FEAS)) {
     for (int k = 0; k < p->n_leaders; k++) {
       int L = p->leaders[k], best = 0;
       double bv = -1;
@@ -454,7 +456,7 @@ int as_solve_ilp(const as_prob *p, const mem_rows *r, double limit, double time_
       }
       choice[L] = best;
     }
-    *optimal = err == 0 && st == GLP_OPT;
+    *optimal = (err == 0 && st == GLP_OPT) || err == GLP_EMIPGAP; /* optimal within mip_gap */
     rc = 1;
   } else {
     rc = 0;

@@ -374,10 +374,43 @@ static double coll_wait(const as_ctx *c) {
   return env_config()->async_collectives && c->k.coll_async > 0 ? c->k.coll_async : c->k.coll_wait;
 }
 
+/* Whether a dim split over the axes `from` (a mask: major to minor in axis
+ * order) re-split over `to` keeps its blocks in place: one is a prefix of
+ * the other (a local slice, or a gather over the lost minor axes alone).
+ * Else (a+b -> b, b -> a+b) the partitioner gathers the dim whole and
+ * slices it (spmd/reshard.c): the axes it keeps move too. */
+static bool nested(uint8_t from, uint8_t to) {
+  uint8_t both = from & to, rest = (from | to) & (uint8_t)~both;
+  if (both != from && both != to) return false;
+  return !rest || !both || __builtin_ctz(rest) > 31 - __builtin_clz(both); /* rest all after both */
+}
+
+/* Dim d of layout `from` gathered whole over its axes that no other dim of
+ * `to` takes (those move by all-to-all first), one collective, as
+ * spmd/reshard.c does where the dim's axes are not nested; *done gets them. */
+static double gather_whole(const as_ctx *c, const uint8_t *from, const uint8_t *to, int rank, int d,
+                           double local_from, double *sent, uint32_t *done) {
+  int g = 1;
+  double bw = INFINITY, lat = 0;
+  bool remote = false;
+  for (int a = 0; a < c->m->rank; a++) {
+    if (!(from[d] & (1u << a)) || c->m->shape[a] <= 1) continue;
+    bool elsewhere = false;
+    for (int e = 0; e < rank && !elsewhere; e++) elsewhere = e != d && (to[e] & (1u << a));
+    if (elsewhere) continue;
+    g *= (int)c->m->shape[a], *done |= 1u << a;
+    bw = fmin(bw, c->k.link_bw[a]), lat = fmax(lat, c->k.latency[a]), remote |= c->k.remote[a];
+  }
+  return g <= 1 ? 0 : autoshard_ring_s(bw, lat, g, local_from * g, 1, remote, sent) + coll_wait(c);
+}
+
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
   double full = as_bytes(n), t = 0;
   double local_to = full / (double)as_layout_tiles(c, to, n->rank);
   double local_from = full / (double)as_layout_tiles(c, from, n->rank);
+  uint32_t done = 0; /* axes of dims gathered whole */
+  for (int d = 0; d < n->rank; d++)
+    if (from[d] && !nested(from[d], to[d])) t += gather_whole(c, from, to, n->rank, d, local_from, sent, &done);
   for (int a = 0; a < c->m->rank; a++) {
     int sz = (int)c->m->shape[a];
     if (sz <= 1) continue;
@@ -386,9 +419,9 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
       if (from[d] & (1u << a)) df = d;
       if (to[d] & (1u << a)) dt = d;
     }
-    if (df < 0 || df == dt) continue; /* same, or a local slice */
-    if (dt < 0) t += ring(c, a, local_to, 1, sent);           /* all-gather */
-    else t += ring(c, a, local_from / sz, 1, sent);           /* all-to-all */
+    if (df < 0 || df == dt || (done & (1u << a))) continue; /* same, a local slice, or gathered above */
+    if (dt < 0) t += ring(c, a, local_to, 1, sent);             /* all-gather */
+    else t += ring(c, a, local_from / sz, 1, sent);             /* all-to-all */
     t += coll_wait(c); /* the wait for the group's last device (as ts_predict_program) */
   }
   /* a different axis order within one dim, same axes: a permutation of blocks */
@@ -649,6 +682,14 @@ int as_node_strategies(as_ctx *c, int id) {
         if (n->shape[d] % t != 0) continue;
         v.comm_bytes = 0;
         v.cost = v.compute + partial_cost(c, id, s.partial, a, local_out, &v.comm_bytes);
+        /* d already split over a later axis: the scattered blocks come in
+         * that axis' order first (b, a), the layout is a then b: the
+         * partitioner permutes them (ts_predict_program: one permute) */
+        if (s.out[d] >> (a + 1)) {
+          double blk = local_out / (double)c->m->shape[a];
+          v.cost += coll_wait(c) + c->k.latency[a] + blk / c->k.link_bw[a];
+          v.comm_bytes += blk;
+        }
         v.partial &= (uint8_t)~(1u << a);
         v.mem = local_out / (double)c->m->shape[a];
         if (push(an, &v) < 0) return -1;

@@ -29,6 +29,19 @@ static uint32_t dim_mask(const ts_partition_spec *s, int d) {
   return m;
 }
 
+/* Removes the axes in `mask` from every dim of s, the others kept in order:
+ * a result dim split over a+b whose b the operands contract computes split
+ * over a, its partial sum over b reduce-scattered into it after (clearing
+ * the whole dim gathered the operand's a: twice the FLOPs, GPT on 2x2). */
+static void drop_axes(ts_partition_spec *s, int rank, uint32_t mask) {
+  for (int d = 0; d < rank; d++) {
+    int k = 0;
+    for (int j = 0; j < s->naxes[d]; j++)
+      if (!(mask & (1u << s->axes[d][j]))) s->axes[d][k++] = s->axes[d][j];
+    s->naxes[d] = k;
+  }
+}
+
 /* Copies the block of a row-major global array starting at `start` with
  * shape lshape into dst. */
 static void take_block(char *dst, const char *src, int rank, const int64_t *shape, const int64_t *start,
@@ -127,19 +140,19 @@ static int sole_user(const ts_graph *g, int id) {
 
 static uint32_t scatter_partial_axes(const part *p, int id, ts_partition_spec *is, ts_partition_spec *us);
 
-static int32_t lower_dot(part *p, int id) {
-  const ts_graph *g = p->g;
+void spmd_dot_specs(const ts_graph *g, const ts_partition_spec *W, int id, ts_partition_spec *s, ts_partition_spec *out,
+                    uint32_t *partial) {
   const ts_node *n = &g->nodes[id];
   const ts_dot_dims *dd = &n->attr.dot;
   const ts_node *x = &g->nodes[n->in[0]], *y = &g->nodes[n->in[1]];
-  const ts_partition_spec *xw = &p->W[n->in[0]], *yw = &p->W[n->in[1]];
+  const ts_partition_spec *xw = &W[n->in[0]], *yw = &W[n->in[1]];
   /* axes the result wants on a dim whose operand dim already has them:
    * splitting a contracting dim over them instead would move that operand
    * (a weight gradient dW = dY^T h with dY split on the sequence and h on
    * the features keeps h's features and gathers dY) */
   uint32_t keep = 0;
   {
-    const ts_partition_spec *Wd = &p->W[id];
+    const ts_partition_spec *Wd = &W[id];
     int o = 0;
     for (int b = 0; b < dd->n_batch; b++, o++)
       keep |= dim_mask(Wd, o) & (dim_mask(xw, dd->lhs_batch[b]) | dim_mask(yw, dd->rhs_batch[b]));
@@ -165,10 +178,8 @@ static int32_t lower_dot(part *p, int id) {
     else if (rm && !(rm & (cmask | keep))) copy_dim(&ck, k, yw, rc);
     cmask |= dim_mask(&ck, k);
   }
-  ts_partition_spec O = p->W[id];
-  for (int d = 0; d < n->rank; d++)
-    if (dim_mask(&O, d) & cmask) O.naxes[d] = 0;
-  ts_partition_spec s[2];
+  ts_partition_spec O = W[id];
+  drop_axes(&O, n->rank, cmask);
   int o = dd->n_batch;
   for (int side = 0; side < 2; side++) {
     const ts_node *t = side ? y : x;
@@ -183,6 +194,16 @@ static int32_t lower_dot(part *p, int id) {
       if (!skip) copy_dim(&s[side], i, &O, o++);
     }
   }
+  *out = O;
+  *partial = cmask;
+}
+
+static int32_t lower_dot(part *p, int id) {
+  const ts_graph *g = p->g;
+  const ts_node *n = &g->nodes[id];
+  ts_partition_spec s[2], O;
+  uint32_t cmask;
+  spmd_dot_specs(g, p->W, id, s, &O, &cmask);
   int32_t in[2] = {part_get(p, n->in[0], &s[0]), part_get(p, n->in[1], &s[1])};
   int64_t ls[TS_MAX_RANK];
   part_local_shape(p, &O, n->rank, n->shape, ls);

@@ -35,6 +35,13 @@ uint32_t spmd_spec_axes(const ts_partition_spec *s);
  * (may be NULL) tells which were annotated. */
 int spmd_propagate(const ts_graph *g, const ts_mesh *m, ts_partition_spec *specs, bool *fixed);
 
+/* How the partitioner lowers dot_general node id of g whose nodes are laid
+ * out as W (propagated): the operand layouts s[0], s[1] it reads, the
+ * result's layout out as computed and the mesh axes *partial it leaves a
+ * partial sum over (then reduce-scattered or all-reduced into W[id]). */
+void spmd_dot_specs(const ts_graph *g, const ts_partition_spec *W, int id, ts_partition_spec *s, ts_partition_spec *out,
+                    uint32_t *partial);
+
 /* A collective the partitioner inserted, with the node it served. */
 typedef struct {
   ts_collective_info *v;

@@ -1,10 +1,12 @@
 /* reshard.c — moving a value of a per-device program from one sharding to
  * another with the cheapest correct collectives: a pending partial reduction
  * becomes a reduce-scatter where the target splits a dim over the partial
- * axes (else an all-reduce); a dim moving from one axis to another dim
- * becomes an all-to-all; a dim moving to another mesh axis of the same size
- * a collective-permute; other dims that lose axes are all-gathered (over the
- * lost minor axes only where the target keeps the major ones); dims
+ * axes beyond the ones the dim has (else an all-reduce); a dim moving from
+ * one axis to another dim becomes an all-to-all; a dim moving to another
+ * mesh axis of the same size, or split over the target's axes in another
+ * order (b, a -> a, b), a collective-permute; other dims that lose axes are
+ * all-gathered (over the lost minor axes only where the target keeps the
+ * major ones); dims
  * that gain axes are sliced locally (no communication). Uneven dims (only at
  * program inputs and outputs) are padded on the right and sliced off. */
 #include <stdlib.h>
@@ -110,9 +112,28 @@ int32_t part_emit_coll(part *p, ts_op op, ts_dtype dt, int rank, const int64_t *
   return t;
 }
 
-/* Collective-permute for a block moving from axis a to axis b: device d
- * receives from the device at d's coordinates with coordinate a := d's b. */
-static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape, int32_t v, int a, int b) {
+/* The mesh coordinates of flat device index f. */
+static void mesh_coords(const ts_mesh *m, int64_t f, int64_t *co) {
+  for (int k = m->rank - 1; k >= 0; k--) {
+    co[k] = f % m->shape[k];
+    f /= m->shape[k];
+  }
+}
+
+static int64_t mesh_flat(const ts_mesh *m, const int64_t *co) {
+  int64_t f = 0;
+  for (int k = 0; k < m->rank; k++) f = f * m->shape[k] + co[k];
+  return f;
+}
+
+/* Collective-permute of this device's block: for a block moving from axis
+ * a to axis b (na == 0), device d receives from the device at d's
+ * coordinates with coordinate a := d's b; for a dim whose mesh axes `from`
+ * (na of them) become the same axes in the order `to` (a reduce-scatter into
+ * a dim already split over a later axis: b then a, wanted a then b), from
+ * the device whose block in `from`'s order is d's in `to`'s. */
+static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape, int32_t v, int a, int b,
+                            const int *from, const int *to, int na) {
   const ts_mesh *m = p->m;
   if (v == TS_NONE) return TS_NONE; /* an earlier emit failed */
   ts_collective *c = malloc(sizeof *c);
@@ -123,15 +144,14 @@ static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape
     return TS_NONE;
   }
   c->n = (int)m->ndevices;
+  uint32_t mask = na ? 0 : (1u << a) | (1u << b);
   for (int64_t f = 0; f < m->ndevices; f++) {
-    int64_t co[TS_MESH_MAX_RANK], rest = f, src = 0;
-    for (int k = m->rank - 1; k >= 0; k--) {
-      co[k] = rest % m->shape[k];
-      rest /= m->shape[k];
-    }
-    co[a] = co[b];
-    for (int k = 0; k < m->rank; k++) src = src * m->shape[k] + co[k];
-    c->ids[2 * f] = m->device_ids[src];
+    int64_t co[TS_MESH_MAX_RANK], t = 0;
+    mesh_coords(m, f, co);
+    if (!na) co[a] = co[b];
+    for (int k = 0; k < na; k++) t = t * m->shape[to[k]] + co[to[k]], mask |= 1u << to[k];
+    for (int k = na - 1; k >= 0; k--) co[from[k]] = t % m->shape[from[k]], t /= m->shape[from[k]];
+    c->ids[2 * f] = m->device_ids[mesh_flat(m, co)];
     c->ids[2 * f + 1] = m->device_ids[f];
   }
   ts_attr at = {0};
@@ -142,7 +162,7 @@ static int32_t emit_permute(part *p, ts_dtype dt, int rank, const int64_t *shape
     spmd_coll_list *l = p->colls;
     int cause = p->cause >= 0 ? p->cause : 0;
     size_t bytes = (size_t)ts_shape_numel(rank, shape) * ts_dtype_size(dt);
-    if (coll_list_push(l, (ts_collective_info){TS_COLLECTIVE_PERMUTE, (1u << a) | (1u << b), 2, bytes, cause,
+    if (coll_list_push(l, (ts_collective_info){TS_COLLECTIVE_PERMUTE, mask, 2, bytes, cause,
                                                ir_op_name(p->g->nodes[cause].op)}) < 0)
       return TS_NONE;
   }
@@ -172,14 +192,19 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
    * the partial axes, all-reduce over the rest */
   if (P && kind == TS_REDUCE_SUM) {
     for (int e = 0; e < rank; e++) {
-      uint32_t tm = dim_mask(T, e);
-      if (S.naxes[e] || !tm || (tm & ~P) || shape[e] % spmd_dim_tiles(m, T, e)) continue;
+      /* the target's axes on e beyond the ones e has (those of them in P):
+       * scattered into each block of e, they follow e's axes */
+      uint32_t sm = dim_mask(&S, e), tm = dim_mask(T, e) & ~sm;
+      if ((sm & ~dim_mask(T, e)) || !tm || (tm & ~P) || shape[e] % spmd_dim_tiles(m, T, e)) continue;
+      int rs[TS_MESH_MAX_RANK] = {0}, n = 0;
+      int64_t g = 1;
+      for (int k = 0; k < T->naxes[e]; k++)
+        if (tm & (1u << T->axes[e][k])) rs[n++] = T->axes[e][k], g *= m->shape[T->axes[e][k]];
       int64_t out[TS_MAX_RANK];
       memcpy(out, cur, sizeof out);
-      out[e] = cur[e] / spmd_dim_tiles(m, T, e);
-      v = part_emit_coll(p, TS_OP_REDUCE_SCATTER, dt, rank, out, v, T->axes[e], T->naxes[e], kind, e, 0);
-      S.naxes[e] = T->naxes[e];
-      memcpy(S.axes[e], T->axes[e], sizeof S.axes[e]);
+      out[e] = cur[e] / g;
+      v = part_emit_coll(p, TS_OP_REDUCE_SCATTER, dt, rank, out, v, rs, n, kind, e, 0);
+      for (int k = 0; k < n; k++) S.axes[e][S.naxes[e]++] = rs[k];
       memcpy(cur, out, sizeof cur);
       P &= ~tm;
       break;
@@ -191,9 +216,12 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
       if (P & (1u << a)) axes[n++] = a;
     v = part_emit_coll(p, TS_OP_ALL_REDUCE, dt, rank, cur, v, axes, n, kind, 0, 0);
   }
-  /* 1a. dim i goes from axes A to none while dim j goes from none to A */
-  for (int i = 0; i < rank; i++) {
-    if (!S.naxes[i] || T->naxes[i]) continue;
+  /* 1a. dim i goes from axes A to none (or to axes other than A) while dim
+   * j goes from none to A; repeated, so a chain of moves (a: dim 0 -> 1
+   * while b: dim 2 -> 0) is one all-to-all each, not a gather of both */
+  for (int pass = 0, moved = 1; moved && pass < rank; pass++)
+  for (int i = moved = 0; i < rank; i++) {
+    if (!S.naxes[i] || (dim_mask(T, i) & dim_mask(&S, i))) continue;
     int64_t t = spmd_dim_tiles(m, &S, i);
     if (shape[i] % t) continue;
     for (int j = 0; j < rank; j++) {
@@ -207,6 +235,7 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
       memcpy(S.axes[j], T->axes[j], sizeof S.axes[j]);
       S.naxes[i] = 0;
       memcpy(cur, out, sizeof cur);
+      moved = 1;
       break;
     }
   }
@@ -217,10 +246,18 @@ int32_t part_reshard(part *p, int32_t v, ts_dtype dt, int rank, const int64_t *s
     int a = S.axes[e][0], b = T->axes[e][0];
     if (a == b || m->shape[a] != m->shape[b] || shape[e] % m->shape[a]) continue;
     if ((spmd_spec_axes(&S) & (1u << b)) || (spmd_spec_axes(T) & (1u << a))) continue;
-    v = emit_permute(p, dt, rank, cur, v, a, b);
+    v = emit_permute(p, dt, rank, cur, v, a, b, NULL, NULL, 0);
     S.axes[e][0] = b;
   }
-  /* 1c. dims whose axes are not a prefix of the target's: gather them whole */
+  /* 1c. a dim split over the target's axes in another order: the blocks permuted */
+  for (int e = 0; e < rank; e++) {
+    if (S.naxes[e] < 2 || dim_equal(&S, e, T, e) || dim_mask(&S, e) != dim_mask(T, e) ||
+        S.naxes[e] != T->naxes[e] || shape[e] % spmd_dim_tiles(m, T, e))
+      continue;
+    v = emit_permute(p, dt, rank, cur, v, 0, 0, S.axes[e], T->axes[e], S.naxes[e]);
+    memcpy(S.axes[e], T->axes[e], sizeof S.axes[e]);
+  }
+  /* 1d. dims whose axes are not a prefix of the target's: gather them whole */
   for (int e = 0; e < rank; e++) {
     if (!S.naxes[e] || dim_equal(&S, e, T, e)) continue;
     bool even = shape[e] % spmd_dim_tiles(m, T, e) == 0 && shape[e] % spmd_dim_tiles(m, &S, e) == 0;
