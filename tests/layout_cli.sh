@@ -86,6 +86,16 @@ else bad "data=2 collectives: nchw '$(cat "$tmp/coll_nchw.txt")', nhwc '$(cat "$
 expect train_cnn 2 "--layout nhwc is for the resnets .*, not --model cnn" train --model cnn --layout nhwc
 expect train_value 2 "--layout: unknown layout 'NHWC' (valid: nchw, nhwc)" train --model resnet20 --layout NHWC
 expect inspect_mlp 2 "--layout nhwc is for the resnets .*, not --model mlp" inspect --layout nhwc
+# the cost model prices a convolution by its FLOPs whatever the layout (the filter gradient's
+# N * OH * OW rows were read as dy's dims 0, 2, 3: NHWC's (N, OW, O); priced 4x too high on ResNet-20)
+for L in nchw nhwc; do
+  TESSEL_CALIBRATION=none "$tessel" inspect --model resnet20 --batch 8 --layout $L --json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; o = json.load(sys.stdin)["ops"]
+print(" ".join("%s=%.6g" % (k, o[k]["ms"]) for k in sorted(o) if k.startswith("conv2d")))' >"$tmp/price_$L.txt"
+done
+if [ -s "$tmp/price_nchw.txt" ] && cmp -s "$tmp/price_nchw.txt" "$tmp/price_nhwc.txt"; then
+  ok "inspect: the convolutions' prices are the same in both layouts ($(cat "$tmp/price_nhwc.txt"))"
+else bad "convolution prices: nchw '$(cat "$tmp/price_nchw.txt")', nhwc '$(cat "$tmp/price_nhwc.txt")'"; fi
 expect plan_cnn 2 "--layout nhwc is for the resnets .*, not --model cnn" plan --model cnn --mesh data=2 --layout nhwc
 expect inspect_value 2 "--layout: unknown layout 'cl' (valid: nchw, nhwc)" inspect --model resnet50 --layout cl
 expect train_nchw_cnn 0 "" train --model cnn --layout nchw --steps 1 --batch 8 --eval-batch 10000 --dataset synthetic

@@ -234,9 +234,13 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
     const ts_node *w = &g->nodes[n->in[1]];
     return 2 * out * (double)(w->shape[0] * w->shape[2] * w->shape[3]) / (n->attr.conv.groups > 1 ? n->attr.conv.groups : 1);
   }
-  case TS_OP_CONV_BWD_FILTER: {
+  case TS_OP_CONV_BWD_FILTER: { /* 2 * dw * N * OH * OW; dy (N, O, OH, OW), or (N, OH, OW, O) in NHWC */
     const ts_node *dy = &g->nodes[n->in[1]];
-    return 2 * out * (double)(dy->shape[0] * dy->shape[2] * dy->shape[3]);
+    int cd = ir_chan_dim(n->attr.conv.layout);
+    double rows = 1;
+    for (int i = 0; i < dy->rank; i++)
+      if (i != cd) rows *= (double)dy->shape[i];
+    return 2 * out * rows;
   }
   case TS_OP_ATTENTION: case TS_OP_ATTENTION_GRAD: { /* causal: half of 2 (fwd) or 5 (bwd) T x T x Dh matmuls */
     const ts_node *x = &g->nodes[n->in[0]]; /* (B, T, 3, H, Dh) */
