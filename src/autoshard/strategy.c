@@ -299,8 +299,13 @@ static bool transcendental(ts_op op) {
 }
 
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
+  /* bytes read + written; a slice reads only the elements it copies (the
+   * collective combiner's slices of one all-reduced buffer each read their
+   * part, not the buffer); a concatenate reads its operands whole */
   double bytes = as_bytes(n);
-  for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
+  if (n->op == TS_OP_SLICE) bytes *= 2;
+  else
+    for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
   double f = node_flops(g, n) / par;
   *units = bytes / par;
   switch (n->op) {
