@@ -298,9 +298,13 @@ static void test_boundaries(void) {
     ckpt_save_direct = 1;
     snprintf(dir, sizeof dir, "%s/step-00000007", root);
     long pages = 0, cached = cached_pages(dir, "shard-00000-of-00001.safetensors", &pages);
-    if (direct_mode[k] != 1) /* the buffered fallback was taken: the whole file went through the page cache */
-      CHECK(cached == pages && pages > 2, "direct mode %d: %ld of the block file's %ld pages cached (want all)",
-            direct_mode[k], cached, pages);
+    /* the buffered fallback was taken: the file went through the page cache. Not "all of it": the
+     * host's reclaim (DAMON) may already have dropped a few pages (stop 34's CI: 105 of 107); at
+     * least half of them still tells it from O_DIRECT's tail page below */
+    if (direct_mode[k] != 1)
+      CHECK(cached >= (pages + 1) / 2 && pages > 2,
+            "direct mode %d: %ld of the block file's %ld pages cached (want half at least)", direct_mode[k], cached,
+            pages);
     else if (direct_ok(tmp_root)) /* O_DIRECT: at most the tail page cached (so the check above tells them apart) */
       CHECK(cached >= 0 && cached <= 1 && pages > 2, "O_DIRECT save: %ld of the block file's %ld pages cached",
             cached, pages);
