@@ -197,13 +197,10 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
               argv[i]);
     return -1;
   }
-  bool resnet = o->model >= MODEL_GRAPH_RESNET20 && o->model <= MODEL_GRAPH_RESNET50;
-  if (o->layout == TS_LAYOUT_NHWC && !resnet) {
-    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
-              model_names[o->model]);
+  if ((o->layout = model_graph_layout(o->model, model_names[o->model], o->layout)) < 0) { /* as tessel train */
+    cli_error(CMD, "%s", ts_last_error());
     return -1;
   }
-  if (o->layout < 0) o->layout = resnet ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW; /* as tessel train */
   static const int64_t batch[] = {128, 64, 128, 32, 8, 16}; /* tessel train's defaults */
   if (o->batch == 0) o->batch = batch[o->model];
   if (o->model == MODEL_GRAPH_GPT && !o->gpt.sequence_parallel && ts_gpt_config_check(&o->gpt) < 0) {
@@ -492,7 +489,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
   printf("tessel inspect: %s training step (%s), batch %lld, %lld device%s", model_names[o->model],
          gpt ? "adamw" : optim_names[o->optimizer], (long long)o->batch, (long long)ndev, ndev == 1 ? "" : "s");
   if (gpt && o->gpt.sequence_parallel) printf(", sequence parallel");
-  if (o->model >= MODEL_GRAPH_RESNET20 && o->model <= MODEL_GRAPH_RESNET50)
+  if (model_graph_is_resnet(o->model))
     printf(", layout %s", layout_names[o->layout]);
   if (mesh) printf(", mesh %s%s%s", o->mesh, o->axis_names ? " " : "", o->axis_names ? o->axis_names : "");
   printf("\nglobal graph: %d nodes, %d inputs, %d outputs; %lld trainable parameters\n", ts_graph_num_nodes(g),

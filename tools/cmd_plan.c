@@ -156,13 +156,10 @@ int ts_cmd_plan(int argc, char **argv) {
     cli_error(CMD, "--mesh is required (e.g. --mesh data=64,model=8)");
     return CLI_EXIT_USAGE;
   }
-  bool resnet = model >= MODEL_GRAPH_RESNET20 && model <= MODEL_GRAPH_RESNET50;
-  if (layout == TS_LAYOUT_NHWC && !resnet) {
-    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
-              model_names[model]);
+  if ((layout = model_graph_layout(model, model_names[model], layout)) < 0) { /* as tessel train / inspect */
+    cli_error(CMD, "%s", ts_last_error());
     return CLI_EXIT_USAGE;
   }
-  if (layout < 0) layout = resnet ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW; /* as tessel train / inspect */
   device_desc dd;
   char note[1400];
   if (device) {

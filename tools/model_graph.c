@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/error.h" /* set_error */
+
 /* The CIFAR CNN: three 3x3 conv (pad 1) + ReLU + 2x2 max-pool stages (32, 64,
  * 128 channels), fc 2048-256, ReLU, dropout 0.5, fc 256-10.
  * x (B, 3, 32, 32) -> logits (B, 10). */
@@ -26,10 +28,21 @@ static ts_tensor cifar_cnn(ts_nn *m, ts_tensor x) {
   return ts_nn_linear(m, "fc2", h, 256, 10, true); // (B, 10)
 }
 
+bool model_graph_is_resnet(int model) {
+  return model == MODEL_GRAPH_RESNET20 || model == MODEL_GRAPH_RESNET18 || model == MODEL_GRAPH_RESNET50;
+}
+
+int model_graph_layout(int model, const char *model_name, int layout) {
+  bool resnet = model_graph_is_resnet(model);
+  if (layout == TS_LAYOUT_NHWC && !resnet) {
+    return set_error("--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s", model_name);
+  }
+  return layout >= 0 ? layout : resnet ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW;
+}
+
 /* The ResNets run in the spec's layout; the other models are NCHW-only. */
 static ts_layout resnet_layout(const model_graph_spec *o) {
-  bool resnet = o->model == MODEL_GRAPH_RESNET20 || o->model == MODEL_GRAPH_RESNET18 || o->model == MODEL_GRAPH_RESNET50;
-  return resnet ? o->layout : TS_LAYOUT_NCHW;
+  return model_graph_is_resnet(o->model) ? o->layout : TS_LAYOUT_NCHW;
 }
 
 static ts_tensor build_model(ts_nn *m, const model_graph_spec *o, ts_tensor x) {

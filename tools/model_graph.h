@@ -31,6 +31,14 @@ typedef struct {
   ts_layout layout;
 } model_graph_spec;
 
+/* The ResNets' activation layout for `--layout` (tessel train, inspect, plan):
+ * layout is a ts_layout, or -1 when not given, which becomes NHWC for the
+ * ResNets (their faster layout: README's "stop 34" rows) and NCHW for the
+ * other models. Returns the layout, or -1 with the error set (naming
+ * model_name) for NHWC on a model without a channels-last build. */
+bool model_graph_is_resnet(int model);
+int model_graph_layout(int model, const char *model_name, int layout);
+
 /* The training step: inputs params + optimizer state, x (B,C,H,W) f32, y (B)
  * i32 (GPT: x, y (B,T) i32 tokens), lr, step (f32 scalars), seed (i64
  * scalar, dropout); output 0 is the loss, the rest are the in-place updates.

@@ -9,6 +9,7 @@
 #include "args.h"            // cli_flag, cli_parse_*, cli_error
 #include "tessel/loader.h"   // TS_FASHION_MNIST_DIR
 #include "tessel/runtime.h"  // TS_MAX_THREADS
+#include "model_graph.h"     // model_graph_layout
 #include "train_fault.h"     // --testing-fault (test builds only)
 
 #define CMD "train"
@@ -184,17 +185,17 @@ static int train_opts_gpt(train_opts *o) {
   return 0;
 }
 
-/* --layout: nhwc is the resnets' alone (the other models build NCHW layers
- * only); -1 (not given) becomes nhwc for the resnets (their faster layout:
- * README's "stop 34" rows) and nchw for the others. */
+/* --layout: model_graph_layout's default and check. */
+_Static_assert((int)MODEL_RESNET20 == (int)MODEL_GRAPH_RESNET20 && (int)MODEL_RESNET18 == (int)MODEL_GRAPH_RESNET18 &&
+                   (int)MODEL_RESNET50 == (int)MODEL_GRAPH_RESNET50 && (int)MODEL_GPT == (int)MODEL_GRAPH_GPT,
+               "train's MODEL_* are model_graph's");
 static int train_opts_layout(train_opts *o) {
-  bool resnet = o->model == MODEL_RESNET20 || o->model == MODEL_RESNET18 || o->model == MODEL_RESNET50;
-  if (o->layout == LAYOUT_NHWC && !resnet) {
-    cli_error(CMD, "--layout nhwc is for the resnets (resnet20, resnet18, resnet50), not --model %s",
-              train_model_names[o->model]);
+  int layout = model_graph_layout(o->model, train_model_names[o->model], o->layout);
+  if (layout < 0) {
+    cli_error(CMD, "%s", ts_last_error());
     return -1;
   }
-  if (o->layout < 0) o->layout = resnet ? LAYOUT_NHWC : LAYOUT_NCHW;
+  o->layout = layout;
   return 0;
 }
 
