@@ -17,6 +17,7 @@
 #    least, data=2's does not change;
 #  - with allreduce.4.async_s = 1 ms, data=4's step (asynchronous gradient
 #    all-reduces) grows by at least 1 ms; those take it instead of busy_s;
+#    async_s equal to its probe's alpha (2 log2 4 latency steps) adds nothing;
 #  - TESSEL_ASYNC_COLLECTIVES=0: no collective is asynchronous, async_s unused;
 #  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
 #    as the runtime runs them: data=4's step is longer by half its compute at
@@ -103,6 +104,14 @@ b=$(plan_ms "$tmp/new.txt" data=4) a=$(plan_ms "$tmp/async0.txt" data=4)
 if /usr/bin/python3 -c "import sys; sys.exit(not float('$a') + 0.999 <= float('$b'))" 2>/dev/null; then
   ok "plan data=4: busy_s = 1 ms: $b -> $a ms with async_s = 1 ns (asynchronous ones take async_s)"
 else bad "plan data=4: busy_s = 1 ms: '$b' -> '$a' ms with async_s = 1 ns (expected 1 ms less at least)"; fi
+# async_s is the probe's whole time per collective, its 1-element all-reduce's alpha (2 log2 4
+# steps of allreduce.4.latency_s = 2e-5 s: 80 us) included; the prediction adds every collective's
+# alpha itself, so only what is beyond it is a wait: async_s = 80 us waits as long as 1 ns
+# (charged twice until stop 35: MLP 2x2 by hand 1.30x its measured step)
+{ cat "$tmp/old.txt"; echo "allreduce.4.async_s = 8e-5"; } >"$tmp/async_alpha.txt"
+{ cat "$tmp/old.txt"; echo "allreduce.4.async_s = 1e-9"; } >"$tmp/async_1ns.txt"
+same "plan data=4: async_s equal to its probe's alpha waits nothing more" "$(plan_ms "$tmp/async_1ns.txt" data=4)" \
+  "$(plan_ms "$tmp/async_alpha.txt" data=4)"
 same "plan data=2 with allreduce.4.async_s (its own entry)" "$(plan_ms "$tmp/old.txt" data=2)" "$(plan_ms "$tmp/async.txt" data=2)"
 # TESSEL_ASYNC_COLLECTIVES=0: the compiler starts none asynchronously, so async_s is not charged
 same "plan data=4, TESSEL_ASYNC_COLLECTIVES=0: async_s unused" "$(TESSEL_ASYNC_COLLECTIVES=0 plan_ms "$tmp/old.txt" data=4)" \

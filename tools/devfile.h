@@ -72,6 +72,11 @@ int calibrate(const char *cmd, const char *path, int rounds);
  * between kernels. *latency: alpha of the ring model (ts - step over
  * 2 log2 D steps); *busy_s: busy beyond that back-to-back time. */
 void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s);
+/* allreduce.N.async_s (entry q, N = dev_ar_devices[q]) beyond the alpha of
+ * the probe's own 1-element all-reduce, 2 log2 N allreduce.N.latency_s: what
+ * ts_auto_shard_options.collective_async_s means (the prediction adds every
+ * collective's alpha-beta itself). 0: not measured; else at least 1 ns. */
+double async_beyond_alpha(const device_desc *d, int q);
 /* The cost model's options for mesh m (per-axis links: inside a host when the
  * axis and the axes minor to it span at most devices_per_host); in_host per
  * axis may be NULL. */
