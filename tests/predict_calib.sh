@@ -18,6 +18,7 @@
 #  - with allreduce.4.async_s = 1 ms, data=4's step (asynchronous gradient
 #    all-reduces) grows by at least 1 ms; those take it instead of busy_s;
 #    async_s equal to its probe's alpha (2 log2 4 latency steps) adds nothing;
+#  - with kernel.matmul.bytes_per_s, the MLP's 16-row matmuls on 8 devices cost their bytes too;
 #  - TESSEL_ASYNC_COLLECTIVES=0: no collective is asynchronous, async_s unused;
 #  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
 #    as the runtime runs them: data=4's step is longer by half its compute at
@@ -166,6 +167,14 @@ if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 1)
 else bad "plan resnet20: compute '$o' -> '$n' ms with kernel.broadcast.operand_s = 1 ns (expected 1 ms more at least)"; fi
 same "plan mlp data=4 compute with kernel.broadcast.operand_s" "$(plan_ms "$tmp/old.txt" data=4 compute_ms)" \
   "$(plan_ms "$tmp/bop.txt" data=4 compute_ms)"
+# kernel.matmul.bytes_per_s: a dot_general moving more than 256 KiB also streams its operands and
+# result (the MLP on 8 devices: 16-row products, ~6 MB a step per device, 1e9 B/s per core shared
+# by 4 devices a core: ~24 ms); absent, nothing changes (files written before it)
+{ cat "$tmp/old.txt"; echo "kernel.matmul.bytes_per_s = 1e9"; } >"$tmp/dotb.txt"
+o=$(plan_ms "$tmp/old.txt" data=8 compute_ms) n=$(plan_ms "$tmp/dotb.txt" data=8 compute_ms)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 10)" 2>/dev/null; then
+  ok "plan mlp data=8: compute $o -> $n ms with kernel.matmul.bytes_per_s = 1e9"
+else bad "plan mlp data=8: compute '$o' -> '$n' ms with kernel.matmul.bytes_per_s = 1e9 (expected 10 ms more at least)"; fi
 
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls

@@ -321,6 +321,80 @@ static double measure_bcast_operands(ts_client *c, int rounds) {
   return fmax(1e-13, (best[1] - best[0]) / (3.0 * 128 * 16 * 28 * 28)); /* a file's numbers are > 0 */
 }
 
+/* `layers` layers' products as training runs them (y = a b, da = dy b^T,
+ * db = a^T dy) of a (m, k), b (k, n), n = k when chained: x_{i+1} = x_i w_i,
+ * each w_i its own (at most 6: the weights, 4 MiB each, and their gradients,
+ * 48 MiB a run, out of the cache as a step's are when it comes back to them;
+ * one layer's stayed in the cache and streamed 2.6x faster, 2.9e10 B/s, than
+ * the MLP's did in its step, 1.1e10). */
+static ts_graph *layer_products(int64_t m, int64_t k, int64_t n, int layers) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t sa[2] = {m, k}, sb[2] = {k, n}, sy[2] = {m, n};
+  ts_tensor x = in_f32(g, "a", 2, sa), wrt[7] = {x}, gr[7]; /* cal_prog: at most 8 inputs and outputs */
+  if (layers > 6) layers = 6;
+  for (int i = 0; i < layers; i++) {
+    char nm[16];
+    snprintf(nm, sizeof nm, "w%d", i);
+    wrt[i + 1] = in_f32(g, nm, 2, sb);
+    x = ts_matmul(g, x, wrt[i + 1]);
+  }
+  ts_tensor dy = in_f32(g, "dy", 2, sy);
+  for (int i = 0; i <= layers; i++) gr[i] = TS_NONE;
+  if (ts_vjp(g, 1, &x, &dy, layers + 1, wrt, gr) < 0) return ts_graph_free(g), NULL;
+  ts_graph_add_output(g, x);
+  for (int i = 0; i <= layers; i++) ts_graph_add_output(g, gr[i]);
+  return g;
+}
+
+/* The dot_generals' FLOPs (*f) and operand + result bytes (*e) of g's
+ * compiled program, 1 device, as ts_predict_program counts them; its kernels. */
+static int dot_work(ts_graph *g, double *f, double *e) {
+  int64_t one = 1;
+  ts_mesh *m1 = ts_mesh_new(1, &one, NULL, 0, NULL);
+  ts_auto_shard_options o = {.mesh = m1, .flops_per_s = 1e30, .bytes_per_s = 1e30, .matmul_bytes_per_s = 1};
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) o.kernel_per_s[k] = 1e30;
+  ts_auto_shard_info info;
+  int rc = m1 ? ts_predict_program(g, &o, NULL, &info) : -1;
+  *e = rc == 0 ? info.class_s[TS_KERNEL_MATMUL] : 0; /* every dot here moves more than AS_DOT_STREAM_BYTES */
+  o.matmul_bytes_per_s = 0, o.kernel_per_s[TS_KERNEL_MATMUL] = o.kernel_per_s[TS_KERNEL_MATMUL_SMALL] = 1;
+  if (rc == 0) rc = ts_predict_program(g, &o, NULL, &info);
+  *f = rc == 0 ? info.class_s[TS_KERNEL_MATMUL] + info.class_s[TS_KERNEL_MATMUL_SMALL] : 0;
+  ts_mesh_free(m1);
+  return rc == 0 ? info.kernels : -1;
+}
+
+/* kernel.matmul.bytes_per_s (*bw) and kernel.matmul with it (*rate), on client
+ * c (1 thread): a dot_general's time is t = F / R + E / B (F its FLOPs, E its
+ * operands' and result's bytes, streamed and packed into the GEMM's blocks).
+ * The large layer (2048 x 256 -> 1024, 93 FLOPs a byte) and 6 chained
+ * 16-row ones (16 x 1024 -> 1024, 7.7 FLOPs a byte: a data-parallel MLP's
+ * per-device batch on 8 devices; out of the cache), each
+ * the least of `rounds` interleaved windows, less
+ * `overhead` per kernel, solve for R and B. The large layer's rate alone
+ * (kernel.matmul) priced the MLP's 16-64-row products at 1.77e11 FLOP/s; they
+ * ran at 0.57e11 (16 rows), 0.95e11 (32), 1.16e11 (64) (traces, least of 100
+ * steps). 0 (*bw): the two did not separate (no term). */
+static int measure_dot_stream(ts_client *c, int rounds, double overhead, double *rate, double *bw) {
+  ts_graph *g[2] = {layer_products(2048, 256, 1024, 1), layer_products(16, 1024, 1024, 6)};
+  double best[2] = {-1, -1}, f[2] = {0, 0}, e[2] = {0, 0};
+  int kern[2] = {-1, -1};
+  for (int k = 0; k < 2 && g[0] && g[1]; k++) kern[k] = dot_work(g[k], &f[k], &e[k]);
+  for (int r = 0; r < rounds && kern[0] > 0 && kern[1] > 0; r++)
+    for (int k = 0; k < 2; k++) {
+      double t = time_graph_runs(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds, 1, NULL);
+      if (t > 0 && (best[k] < 0 || t < best[k])) best[k] = t;
+    }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  *bw = 0;
+  if (best[0] <= 0 || best[1] <= 0 || f[0] <= 0 || f[1] <= 0 || e[0] <= 0 || e[1] <= 0) return -1;
+  double t0 = best[0] - kern[0] * overhead, t1 = best[1] - kern[1] * overhead;
+  double det = f[0] * e[1] - f[1] * e[0];
+  double inv_r = (t0 * e[1] - t1 * e[0]) / det, inv_b = (f[0] * t1 - f[1] * t0) / det;
+  if (inv_r > 0 && inv_b > 0) *rate = 1 / inv_r, *bw = 1 / inv_b;
+  return 0;
+}
+
 /* Every kernel class on client c in at least `rounds` rounds, each round
  * timing every class not yet settled once (a shared machine's load drifts over
  * seconds: interleaved, every class gets runs in each quieter spell); rounds
@@ -385,6 +459,7 @@ typedef struct {
   double units[TS_KERNEL_CLASSES], rate[TS_KERNEL_CLASSES], ceff[TS_KERNEL_CLASSES];
   cal_est cls[TS_KERNEL_CLASSES], cls_t[TS_KERNEL_CLASSES]; /* 1 thread; every thread */
   double overhead, bcast_op, step1, chain1, par_over, eff;
+  double dot_bw; /* kernel.matmul.bytes_per_s (0: not separated) */
   cal_est e_overhead, e_step1, e_chain1, e_step_t, e_par[2];
   double arb[DEV_AR_SIZES], arl[DEV_AR_SIZES], step_over[DEV_AR_SIZES], ar_async[DEV_AR_SIZES];
   double ar_step[DEV_AR_SIZES], ar_between[DEV_AR_SIZES], ar_busy[DEV_AR_SIZES], shared_eff[DEV_AR_SIZES];
@@ -415,6 +490,8 @@ static int measure_one_thread(cal_result *r) {
   for (int i = 0; i < 3; i++) ts_graph_free(p[i].g);
   r->overhead = r->e_overhead.value / 200, r->step1 = r->e_step1.value, r->chain1 = r->e_chain1.value;
   r->bcast_op = rc == 0 ? measure_bcast_operands(c, r->rounds) : -1;
+  double dot_rate = 0;
+  if (rc == 0 && measure_dot_stream(c, r->rounds, r->overhead, &dot_rate, &r->dot_bw) < 0) rc = -1;
   ts_client_free(c);
   if (rc < 0 || r->overhead <= 0 || r->step1 <= 0 || r->chain1 <= 0 || r->bcast_op <= 0) return -1;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
@@ -422,6 +499,8 @@ static int measure_one_thread(cal_result *r) {
     double t = r->cls[k].value;
     r->rate[k] = r->units[k] / (t > 2 * r->overhead ? t - r->overhead : t / 2);
   }
+  /* with the operands' streaming apart, kernel.matmul is the FLOP rate beside it */
+  if (r->dot_bw > 0) r->rate[TS_KERNEL_MATMUL] = dot_rate;
   return 0;
 }
 
@@ -524,6 +603,10 @@ static void write_kernels(FILE *f, const cal_result *r) {
   char n[128];
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     fprintf(f, "%s = %.4g   # %s; %s\n", dev_kernel_keys[k], r->rate[k], class_what[k], est_note(n, sizeof n, &r->cls[k]));
+  if (r->dot_bw > 0)
+    fprintf(f, "kernel.matmul.bytes_per_s = %.4g   # a dot_general's operands and result streamed beside its FLOPs "
+               "(kernel.matmul then the FLOP rate alone): (2048,256)x(256,1024) and 6 chained (16,1024)x(1024,1024) "
+               "with their gradients, each the least of %d rounds\n", r->dot_bw, r->rounds);
   fprintf(f, "kernel.broadcast.operand_s = %.4g   # per result element per broadcast operand beyond the first: a batch "
              "norm + ReLU of (128,16,28,28) against a bias add + ReLU; %d rounds\n", r->bcast_op, r->rounds);
   if (r->threads > 1)

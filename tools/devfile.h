@@ -31,6 +31,7 @@ typedef struct {
   double kernel[TS_KERNEL_CLASSES];
   double op_overhead_s, parallel_efficiency;
   double bcast_operand_s; /* kernel.broadcast.operand_s: per element per broadcast operand beyond the first */
+  double dot_bytes_per_s; /* kernel.matmul.bytes_per_s: a dot_general's operands and result streamed (0: none) */
   double par_overhead_s; /* a kernel's fixed cost on every thread (its fork and join) */
   double kernel_eff[TS_KERNEL_CLASSES]; /* per class: its own parallel efficiency (0: parallel_efficiency) */
   double ar_bw[DEV_AR_SIZES], ar_lat[DEV_AR_SIZES];

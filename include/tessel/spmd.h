@@ -242,6 +242,14 @@ typedef struct {
    * (x - m) r g + b and ReLU against a bias add and ReLU of the same shape;
    * 0: none) */
   double broadcast_operand_s;
+  /* a dot_general also streams its operands and result (packing them into
+   * the GEMM's blocks): one moving more than 256 KiB per device
+   * (AS_DOT_STREAM_BYTES) is priced at kernel_per_s[TS_KERNEL_MATMUL] on its
+   * FLOPs plus those bytes over this, per device (measured:
+   * kernel.matmul.bytes_per_s, a 16-row layer against the large matmul; a
+   * data-parallel MLP's per-device batch of 16-64 rows ran 1.5-3x slower per
+   * FLOP than the large matmul). 0: none */
+  double matmul_bytes_per_s;
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
   /* per kernel large enough to run on several threads (a device with more
    * than one: 32768 elements or more), its fork and join in place of

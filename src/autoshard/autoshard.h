@@ -28,6 +28,7 @@ typedef struct {
   double coll_wait;               /* seconds per collective: waiting for the group's last device */
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
   double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
+  double dot_bw;                  /* bytes/s a dot_general streams its operands and result at (0: none) */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
   bool remote[TS_MESH_MAX_RANK];  /* per mesh axis: it spans hosts */
 } autoshard_costs;
@@ -40,6 +41,17 @@ bool autoshard_node_runs(const ts_node *n);
 /* The fixed cost of running a kernel whose result has `elems` elements per device. */
 double autoshard_kernel_overhead(const autoshard_costs *k, double elems);
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units);
+/* A dot_general moving more than this (operands and result, bytes per
+ * device) streams them at autoshard_costs.dot_bw; at most this (the small
+ * class's 96^3 probe: 108 KiB) stays in cache. */
+#define AS_DOT_STREAM_BYTES (256.0 * 1024)
+/* Seconds of a dot_general's work: flops over its class's rate (*kc); with
+ * k->dot_bw set and more than AS_DOT_STREAM_BYTES moved (`bytes`, per
+ * device), flops over the large class's rate (*kc becomes it) plus bytes
+ * over dot_bw. */
+double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes);
+/* The bytes dot_general n of g reads and writes (operands and result), over `par` devices. */
+double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par);
 /* The broadcast instructions of fused kernel n (0 for any other node). */
 int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency

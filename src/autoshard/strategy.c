@@ -266,6 +266,7 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   k->coll_wait = o->collective_wait_s > 0 ? o->collective_wait_s : 0;
   k->coll_async = o->collective_async_s > 0 ? o->collective_async_s : 0;
   k->bcast_operand = o->broadcast_operand_s > 0 ? o->broadcast_operand_s : 0;
+  k->dot_bw = o->matmul_bytes_per_s > 0 ? o->matmul_bytes_per_s : 0;
   k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
@@ -340,6 +341,20 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   }
   default: return update ? TS_KERNEL_OPTIMIZER : TS_KERNEL_ELEMENTWISE;
   }
+}
+
+double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par) {
+  double b = as_bytes(n);
+  for (int k = 0; k < n->n_in; k++) b += as_bytes(&g->nodes[n->in[k]]);
+  return b / par;
+}
+
+double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes) {
+  if (k->dot_bw > 0 && bytes > AS_DOT_STREAM_BYTES) {
+    *kc = TS_KERNEL_MATMUL;
+    return flops / k->rate[TS_KERNEL_MATMUL] + bytes / k->dot_bw;
+  }
+  return flops / k->rate[*kc];
 }
 
 int autoshard_broadcast_operands(const ts_node *n) {
@@ -585,7 +600,9 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
   bool runs = c->kernel ? c->kernel[id] : true;
   double bcast = c->bcast ? c->bcast[id] / par * c->k.bcast_operand : 0;
-  return units / c->k.rate[kc] + bcast + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
+  double work = n->op == TS_OP_DOT ? autoshard_dot_s(&c->k, &kc, units, autoshard_dot_bytes(c->g, n, par))
+                                   : units / c->k.rate[kc];
+  return work + bcast + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
 }
 
 /* Appends strategy s to the node's list (grows it). */
