@@ -19,6 +19,7 @@
 #    all-reduces) grows by at least 1 ms; those take it instead of busy_s;
 #    async_s equal to its probe's alpha (2 log2 4 latency steps) adds nothing;
 #  - with kernel.matmul.bytes_per_s, the MLP's 16-row matmuls on 8 devices cost their bytes too;
+#  - with kernel.elementwise.cached and cache_bytes, the MLP's small copies on 2x2 cost less;
 #  - TESSEL_ASYNC_COLLECTIVES=0: no collective is asynchronous, async_s unused;
 #  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
 #    as the runtime runs them: data=4's step is longer by half its compute at
@@ -175,6 +176,17 @@ o=$(plan_ms "$tmp/old.txt" data=8 compute_ms) n=$(plan_ms "$tmp/dotb.txt" data=8
 if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') >= float('$o') + 10)" 2>/dev/null; then
   ok "plan mlp data=8: compute $o -> $n ms with kernel.matmul.bytes_per_s = 1e9"
 else bad "plan mlp data=8: compute '$o' -> '$n' ms with kernel.matmul.bytes_per_s = 1e9 (expected 10 ms more at least)"; fi
+# kernel.CLASS.cached with cache_bytes: memory-bound kernels moving at most cache_bytes per device
+# run at the in-cache rate (the MLP on 2x2: its combiner's slices and concatenate of one 1.3 MB
+# all-reduced buffer, its 0.5-3.2 MB parameter updates); without cache_bytes the rate is unused
+{ cat "$tmp/old.txt"; echo "kernel.elementwise.cached = 1e12"; echo "cache_bytes = 4194304"; } >"$tmp/cached.txt"
+{ cat "$tmp/old.txt"; echo "kernel.elementwise.cached = 1e12"; } >"$tmp/cached0.txt"
+o=$(plan_ms "$tmp/old.txt" data=2,model=2 compute_ms) n=$(plan_ms "$tmp/cached.txt" data=2,model=2 compute_ms)
+if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') <= float('$o') - 0.2)" 2>/dev/null; then
+  ok "plan mlp data=2,model=2: compute $o -> $n ms with kernel.elementwise.cached"
+else bad "plan mlp data=2,model=2: compute '$o' -> '$n' ms with kernel.elementwise.cached (expected 0.2 ms less at least)"; fi
+same "plan mlp data=2,model=2 compute: kernel.elementwise.cached without cache_bytes" "$o" \
+  "$(plan_ms "$tmp/cached0.txt" data=2,model=2 compute_ms)"
 
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls

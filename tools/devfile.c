@@ -71,12 +71,17 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
         {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
         {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency},
         {"op_overhead.parallel_s", &d->par_overhead_s}, {"kernel.broadcast.operand_s", &d->bcast_operand_s},
-        {"kernel.matmul.bytes_per_s", &d->dot_bytes_per_s}};
+        {"kernel.matmul.bytes_per_s", &d->dot_bytes_per_s}, {"cache_bytes", &d->cache_bytes}};
     bool found = false;
     for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
     for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++)
       if (strcmp(key, dev_kernel_keys[k]) == 0) d->kernel[k] = x, found = true;
+    for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++) { /* kernel.CLASS.cached */
+      size_t n = strlen(dev_kernel_keys[k]);
+      if (strncmp(key, dev_kernel_keys[k], n) == 0 && strcmp(key + n, ".cached") == 0)
+        d->kernel_cached[k] = x, found = true;
+    }
     for (int k = 0; k < TS_KERNEL_CLASSES && !found; k++) /* parallel_efficiency.CLASS */
       if (strncmp(key, "parallel_efficiency.", 20) == 0 && strcmp(key + 20, dev_kernel_keys[k] + 7) == 0)
         d->kernel_eff[k] = x, found = true;
@@ -105,7 +110,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
-                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
@@ -229,6 +234,8 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
   ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */
   ao->matmul_bytes_per_s = d->dot_bytes_per_s * cls_share[TS_KERNEL_MATMUL];      /* one core's, as kernel.matmul */
+  ao->cache_bytes = d->cache_bytes; /* per kernel: the caches are not shared out as the cores are */
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_cached_per_s[k] = d->kernel_cached[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;
   /* several devices in this process: their kernels' fixed cost as measured with that many
    * (the devices' dispatch and hand-offs on shared cores; 1/share of one device's was half

@@ -32,6 +32,8 @@ typedef struct {
   double op_overhead_s, parallel_efficiency;
   double bcast_operand_s; /* kernel.broadcast.operand_s: per element per broadcast operand beyond the first */
   double dot_bytes_per_s; /* kernel.matmul.bytes_per_s: a dot_general's operands and result streamed (0: none) */
+  double kernel_cached[TS_KERNEL_CLASSES]; /* kernel.CLASS.cached: one core's in-cache rate (0: none) */
+  double cache_bytes;     /* cache_bytes: kernels moving at most this use kernel_cached (0: none) */
   double par_overhead_s; /* a kernel's fixed cost on every thread (its fork and join) */
   double kernel_eff[TS_KERNEL_CLASSES]; /* per class: its own parallel efficiency (0: parallel_efficiency) */
   double ar_bw[DEV_AR_SIZES], ar_lat[DEV_AR_SIZES];

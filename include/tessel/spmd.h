@@ -250,6 +250,14 @@ typedef struct {
    * data-parallel MLP's per-device batch of 16-64 rows ran 1.5-3x slower per
    * FLOP than the large matmul). 0: none */
   double matmul_bytes_per_s;
+  /* a memory-bound kernel (bytes units) moving at most cache_bytes per
+   * device finds its operands in the cache: kernel_cached_per_s[class] where
+   * > 0 in place of kernel_per_s (measured: kernel.CLASS.cached, the class's
+   * probe at an in-cache size; the class probes run out of the cache, and
+   * the MLP's 1-3 MB updates, slices and concatenates ran 2x their rates).
+   * 0: none */
+  double cache_bytes;
+  double kernel_cached_per_s[TS_KERNEL_CLASSES];
   double step_overhead_s;    /* a fixed cost per step (starting the devices' programs; 0: none) */
   /* per kernel large enough to run on several threads (a device with more
    * than one: 32768 elements or more), its fork and join in place of

@@ -29,6 +29,8 @@ typedef struct {
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
   double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
   double dot_bw;                  /* bytes/s a dot_general streams its operands and result at (0: none) */
+  double cache_bytes;             /* memory-bound kernels moving at most this use cached[] (0: none) */
+  double cached[TS_KERNEL_CLASSES]; /* their rates then, where > 0 */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
   bool remote[TS_MESH_MAX_RANK];  /* per mesh axis: it spans hosts */
 } autoshard_costs;
@@ -50,6 +52,10 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
  * device), flops over the large class's rate (*kc becomes it) plus bytes
  * over dot_bw. */
 double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes);
+/* The rate of a kernel of class kc doing `units` per device: the in-cache
+ * rate when it moves at most k->cache_bytes and that rate is set, else the
+ * class's. */
+double autoshard_rate(const autoshard_costs *k, ts_kernel_class kc, double units);
 /* The bytes dot_general n of g reads and writes (operands and result), over `par` devices. */
 double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par);
 /* The broadcast instructions of fused kernel n (0 for any other node). */

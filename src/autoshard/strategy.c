@@ -267,6 +267,9 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   k->coll_async = o->collective_async_s > 0 ? o->collective_async_s : 0;
   k->bcast_operand = o->broadcast_operand_s > 0 ? o->broadcast_operand_s : 0;
   k->dot_bw = o->matmul_bytes_per_s > 0 ? o->matmul_bytes_per_s : 0;
+  k->cache_bytes = o->cache_bytes > 0 ? o->cache_bytes : 0;
+  for (int c = 0; c < TS_KERNEL_CLASSES; c++)
+    k->cached[c] = o->kernel_cached_per_s[c] > 0 ? o->kernel_cached_per_s[c] : 0;
   k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
@@ -347,6 +350,10 @@ double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par) {
   double b = as_bytes(n);
   for (int k = 0; k < n->n_in; k++) b += as_bytes(&g->nodes[n->in[k]]);
   return b / par;
+}
+
+double autoshard_rate(const autoshard_costs *k, ts_kernel_class kc, double units) {
+  return k->cached[kc] > 0 && units <= k->cache_bytes ? k->cached[kc] : k->rate[kc];
 }
 
 double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes) {
@@ -601,7 +608,7 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   bool runs = c->kernel ? c->kernel[id] : true;
   double bcast = c->bcast ? c->bcast[id] / par * c->k.bcast_operand : 0;
   double work = n->op == TS_OP_DOT ? autoshard_dot_s(&c->k, &kc, units, autoshard_dot_bytes(c->g, n, par))
-                                   : units / c->k.rate[kc];
+                                   : units / autoshard_rate(&c->k, kc, units);
   return work + bcast + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
 }
 
