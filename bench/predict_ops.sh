@@ -135,7 +135,8 @@ if slowest > 0:  # the program's kernels in order: "%N = op(args) ... : dtype[sh
         m = re.match(r"^%(\d+) = (\w+)(?:\(([^)]*)\))?.*: (\w+)\[([\d,]*)\]$", line)
         if m:
             shapes[m.group(1)] = size(m.group(4), m.group(5))
-            if m.group(2) not in ("input", "constant", "reshape"):
+            if m.group(2) not in ("input", "constant", "reshape", "all_reduce", "all_gather", "reduce_scatter",
+                                  "all_to_all", "collective_permute"):  # collectives: not kernels
                 args = [a.strip().lstrip("%") for a in (m.group(3) or "").split(",") if a.strip()]
                 nodes.append([m.group(2), "%%%s %s[%s]" % (m.group(1), m.group(4), m.group(5)), [],
                               shapes[m.group(1)] + sum(shapes.get(a, 0) for a in args)])
