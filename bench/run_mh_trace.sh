@@ -15,11 +15,19 @@
 # rows, bench_train_step --local-bn; ddp-sbn: --sync-bn, over both; spmd;
 # fsdp; as bench/run_multihost.sh's configurations), RATE (1gbit), STEPS (30), WARMUP
 # (10), OUT (a directory for the traces; a temporary one if unset),
-# EXTRA (more bench_train_step arguments).
+# EXTRA (more bench_train_step arguments). ANALYZE=DIR: no run, only the
+# analysis of the traces already in DIR (rank*.json, pair*.json; STEPS of
+# them per file). A step is an execute that runs kernels: bench_train_step's
+# ar_ms probe after the timed steps (15 executes of one all-reduce of the
+# gradient's bytes; for the CNN at 1 Gbit/s as long as a step) is left out
+# (tests/multihost_trace.sh).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$(cd "${1:-$here/../build}" && pwd)"
 bin="$build/bench_train_step"
+if [ -n "${ANALYZE:-}" ]; then
+  out="$ANALYZE"
+else
 [ -x "$bin" ] || { echo "run_mh_trace.sh: no $bin" >&2; exit 2; }
 model="${MODEL:-resnet20}" par="${PAR:-ddp}" rate="${RATE:-1gbit}"
 case $par in ddp) pargs="ddp --local-bn" ;; ddp-sbn) pargs=ddp ;; *) pargs=$par ;; esac
@@ -46,13 +54,24 @@ timeout -k 10 600 env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile
   ${steps[*]} ${EXTRA:-}" >"$tmp/out" 2>&1 || { tail -5 "$tmp/out"; exit 1; }
 netns_kill
 grep '^RESULT' "$tmp/out"
+fi
 
 /usr/bin/python3 - "$out" "${STEPS:-30}" <<'PY'
-import glob, json, os, statistics, sys
+import bisect, glob, json, os, statistics, sys
 d, steps = sys.argv[1], int(sys.argv[2])
 for f in sorted(glob.glob(os.path.join(d, "*.json"))):
     ev = [e for e in json.load(open(f))["traceEvents"] if e.get("ph") == "X"]
     ex = sorted((e for e in ev if e.get("cat") == "execute"), key=lambda e: e["ts"])
+    if not ex:
+        continue
+    # a training step runs kernels; bench_train_step's ar_ms probe after the timed steps (15 executes of
+    # one all-reduce of the gradient's bytes, ~40 ms at 1 Gbit/s for the CNN, as long as a step) runs none
+    comp = sorted((e["ts"], e["dur"]) for e in ev if e.get("cat") == "kernel" and e.get("pid") == 0
+                  and not any(c in e["name"] for c in ("all_reduce", "all_gather", "reduce_scatter")))
+    def computes(x):
+        i = bisect.bisect_left(comp, (x["ts"], -1.0))
+        return i < len(comp) and comp[i][0] < x["ts"] + x["dur"]
+    ex = [e for e in ex if computes(e)]
     if not ex:
         continue
     top = statistics.median(sorted(e["dur"] for e in ex)[len(ex) // 2:])  # the training steps are the long ones

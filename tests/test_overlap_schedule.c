@@ -27,7 +27,10 @@
  *  - with every weight sharded (shard_update_min_bytes 1, as SPMD data=2
  *    shards them), the carried gathers start in the order the next step
  *    reads their weights (conv1's first, not fc1's, whose reduce-scatter
- *    ended first), and the result is still the replicated update's. */
+ *    ended first), and the result is still the replicated update's;
+ *  - each weight all-gather's operand (the update's new block) is computed
+ *    in the gather's own slot of the new weight, so starting it copies
+ *    nothing (runtime/execute.c), with the same bits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +181,31 @@ static void batch(int s, float *x, int32_t *y) {
   for (int i = 0; i < 2 * B; i++) y[i] = (i * 7 + s) % 10;
 }
 
+/* After a run: each started weight all-gather with one block per member
+ * whose operand is a temporary read by it alone (the fused update's new
+ * block) had that operand computed in the gather's own slot of its result
+ * (runtime/execute.c gather_operands_in_slot): the start copies nothing.
+ * Returns how many. */
+static int gathers_in_slot(const ts_executable *e, int d) {
+  const ts_graph *g = e->g;
+  int in_slot = 0;
+  for (int a = 0; a < g->n_nodes; a++) {
+    const ts_node *n = &g->nodes[a];
+    if (n->op != TS_OP_ALL_GATHER || !e->async || !e->async[a]) continue;
+    const ts_node *x = &g->nodes[n->in[0]];
+    size_t bytes = (size_t)ts_shape_numel(x->rank, x->shape) * ts_dtype_size(x->dtype);
+    int r = -1;
+    for (int i = 0; i < n->attr.coll->n; i++)
+      if (n->attr.coll->ids[i] == d) r = i;
+    int p = ir_reshape_base(g, n->in[0]);
+    CHECK(r >= 0 && e->values[p] == (char *)e->values[a] + (size_t)r * bytes,
+          "device %d: all-gather %d's operand %d (%s) is not computed in its slot %d of the result", d, a, p,
+          ir_op_name(g->nodes[p].op), r);
+    in_slot += r >= 0 && e->values[p] == (char *)e->values[a] + (size_t)r * bytes;
+  }
+  return in_slot;
+}
+
 /* STEPS steps; the losses, then the parameters (ts_params_sync_host). */
 static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_params *p, bool check) {
   ts_graph *g = step_graph(p, shard); /* the sharded runs: the loss in the last bucket */
@@ -218,6 +246,8 @@ static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_p
     if (rc == 0) rc = ts_execute(e, in, out);
     if (rc == 0) rc = ts_buffer_read(bloss, &losses[s], sizeof(float));
   }
+  if (rc == 0 && check)
+    for (int d = 0; d < e->n_dev; d++) CHECK(gathers_in_slot(e->dev[d], d) >= 1, "device %d: no gather in place", d);
   if (rc == 0) rc = ts_params_sync_host(p);
   for (int k = 0; k < 4; k++) ts_buffer_free(data[k]);
   ts_buffer_free(bloss);
