@@ -44,38 +44,13 @@ INLINE void run_loop(const void *X, bool xb, const void *Y, bool yb, int form, f
   }
 }
 
-/* Means repeated over this many elements (whole rows) for rows_rep. */
-#define ROW_REP 256
-
 /* d[0 .. n) = the term of form over elements of one channel each (runs of 1:
  * channels innermost, NHWC), element 0 of channel ch, the means m[0 .. nch):
  * row by row, each a loop over its channels with their means (a loop per
- * channel run would be a call per element). Rows of at most ROW_REP / 2
- * channels (ResNet-20's 16, 32, 64) go ROW_REP / nch rows a loop against
- * the means repeated that many times: a 16-element loop per row spent more
- * on the loop than on the arithmetic (the centered square of a 128x32x32x16
- * activation took twice its mean's plain reduction). Each element's term is
- * the same expression of the same operands: the same bits. */
+ * channel run would be a call per element). */
 INLINE void row_loop(const void *X, bool xb, const void *Y, bool yb, int form, const float *m, int64_t nch,
                      int64_t ch, float *d, int64_t n) {
-  int64_t e = 0;
-  if (nch <= ROW_REP / 2 && n >= ROW_REP + nch) {
-    if (ch) { /* the rest of the first row */
-      int64_t cnt = nch - ch;
-      _Pragma("omp simd") for (int64_t j = 0; j < cnt; j++)
-        d[j] = term(nan_ld(X, xb, j), form == SQUARE ? 0.f : nan_ld(Y, yb, j), form, m[ch + j]);
-      e = cnt, ch = 0;
-    }
-    float mr[ROW_REP];
-    int64_t P = ROW_REP / nch * nch;
-    for (int64_t i = 0; i < P; i++) mr[i] = m[i % nch];
-    for (; e + P <= n; e += P) {
-      float *dr = d + e;
-      _Pragma("omp simd") for (int64_t j = 0; j < P; j++)
-        dr[j] = term(nan_ld(X, xb, e + j), form == SQUARE ? 0.f : nan_ld(Y, yb, e + j), form, mr[j]);
-    }
-  }
-  while (e < n) {
+  for (int64_t e = 0; e < n;) {
     int64_t cnt = nch - ch < n - e ? nch - ch : n - e;
     const float *mr = m + ch;
     float *dr = d + e;
