@@ -9,7 +9,9 @@
  * gradients on any; bf16 ones with 64+ input channels), which run on NCHW
  * itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
- * weights are reordered (to the layout the primitive picks) and back. The
+ * weights are reordered (to the layout the primitive picks) and back; f32
+ * forwards with few input channels or a narrow output skip brgconv for the
+ * next kernel oneDNN lists (nhwc_jit_fits). The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. A filter gradient of bf16 x and dy may be f32 (autocast's:
  * oneDNN writes its f32 accumulation as is, wide_dw). f64 and other types use
