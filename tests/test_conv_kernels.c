@@ -205,18 +205,19 @@ static void test_conv_weights_scratch(void) {
   ex_free(&e);
 }
 
-/* f32 channels-last forward convolutions: with few input channels (16 -> 16,
- * 3x3) or a 4-wide output (64 -> 64 on 4x4) conv.c takes oneDNN's first
- * kernel that is not a brgconv (nhwc_jit_fits; measured faster there, the
- * note in conv.c), elsewhere (64 -> 64 on 8x8) the one oneDNN lists first,
- * and with the choice off the first one everywhere; both results agree to
- * 1e-5 relative (sums of 144 / 576 terms in other orders). */
+/* f32 channels-last forward convolutions: 3x3 with few input channels
+ * (16 -> 16) or a 4-wide output (64 -> 64 on 4x4, 3x3 or 1x1) conv.c takes
+ * oneDNN's first kernel that is not a brgconv (nhwc_jit_fits; measured
+ * faster there, the note in conv.c), elsewhere (64 -> 64 3x3 on 8x8, a 1x1
+ * of 16 channels on 8x8) the one oneDNN lists first, and with the choice
+ * off the first one everywhere; both results agree to 1e-5 relative (sums
+ * of up to 576 terms in other orders). */
 static void test_conv_nhwc_jit(void) {
-  static const int64_t cases[3][3] = {{16, 8, 1}, {64, 4, 1}, {64, 8, 0}}; /* C = O, H = W, rule fires */
-  for (int ci = 0; ci < 3; ci++) {
-    int64_t C = cases[ci][0], H = cases[ci][1];
-    int64_t xs[4] = {2, H, H, C}, ws[4] = {C, C, 3, 3}, ys[4] = {2, H, H, C};
-    ts_attr at = {.conv = {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, TS_LAYOUT_NHWC}};
+  static const int64_t cases[5][4] = {{16, 8, 3, 1}, {64, 4, 3, 1}, {64, 4, 1, 1}, {64, 8, 3, 0}, {16, 8, 1, 0}};
+  for (int ci = 0; ci < 5; ci++) { /* C = O, H = W, K, whether the rule fires */
+    int64_t C = cases[ci][0], H = cases[ci][1], K = cases[ci][2], P = K / 2;
+    int64_t xs[4] = {2, H, H, C}, ws[4] = {C, C, K, K}, ys[4] = {2, H, H, C};
+    ts_attr at = {.conv = {{1, 1}, {(int)P, (int)P}, {(int)P, (int)P}, {1, 1}, 1, TS_LAYOUT_NHWC}};
     ex_t e;
     ex_init(&e);
     ts_tensor x = rinput(&e, TS_F32, 4, xs), w = rinput(&e, TS_F32, 4, ws);
@@ -228,7 +229,7 @@ static void test_conv_nhwc_jit(void) {
     for (int pass = 0; pass < 2; pass++) {
       tk_conv_set_nhwc_jit(pass == 1);
       CHECK_OK(run(&e, y));
-      CHECK(e.st[y], "conv nhwc %lld ch %lldx%lld: no oneDNN state", (long long)C, (long long)H, (long long)H);
+      CHECK(e.st[y], "conv nhwc %lld ch %lldx%lld k%lld: no oneDNN state", (long long)C, (long long)H, (long long)H, (long long)K);
       snprintf(impl[pass], sizeof impl[pass], "%s", e.st[y] ? tk_conv_state_impl(e.st[y]) : "");
       if (pass == 0) {
         first = malloc((size_t)n * sizeof *first);
@@ -239,16 +240,16 @@ static void test_conv_nhwc_jit(void) {
     }
     tk_conv_set_nhwc_jit(true);
     bool brg_first = !strncmp(impl[0], "brgconv", 7);
-    if (cases[ci][2])
+    if (cases[ci][3])
       CHECK(strncmp(impl[1], "brgconv", 7) && strncmp(impl[1], "ref", 3) && *impl[1],
-            "conv nhwc %lld ch %lldx%lld: took %s (oneDNN's first: %s)", (long long)C, (long long)H, (long long)H,
+            "conv nhwc %lld ch %lldx%lld k%lld: took %s (oneDNN's first: %s)", (long long)C, (long long)H, (long long)H, (long long)K,
             impl[1], impl[0]);
     else
-      CHECK(!strcmp(impl[0], impl[1]), "conv nhwc %lld ch %lldx%lld: took %s, oneDNN's first %s", (long long)C,
-            (long long)H, (long long)H, impl[1], impl[0]);
+      CHECK(!strcmp(impl[0], impl[1]), "conv nhwc %lld ch %lldx%lld k%lld: took %s, oneDNN's first %s", (long long)C,
+            (long long)H, (long long)H, (long long)K, impl[1], impl[0]);
     if (ci == 0 && !brg_first) fprintf(stderr, "note: oneDNN lists %s first here: the choice is not exercised\n", impl[0]);
     double err = max_err(&e, y, first, n);
-    CHECK(err < 1e-5, "conv nhwc %lld ch %lldx%lld: %s vs %s err %g", (long long)C, (long long)H, (long long)H,
+    CHECK(err < 1e-5, "conv nhwc %lld ch %lldx%lld k%lld: %s vs %s err %g", (long long)C, (long long)H, (long long)H, (long long)K,
           impl[1], impl[0], err);
     free(first);
     ex_free(&e);

@@ -299,24 +299,27 @@ static bool plain_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
 
 /* Channels-last f32 forward: oneDNN 2.6 lists brgconv (brgconv_1x1) first
  * for nxc activations, and it loses to the next one (jit / jit_1x1 avx512)
- * where the input has few channels or the output plane is narrow — its
- * padded borders and short rows. Least CPU ms, 1 thread, conv + its weight
- * reorder, brgconv vs the first other (`build/bench_conv_impls 1 5 3`, stop
- * 35, load 3): ResNet-20 b128 3->16 32x32 1.21 / 0.87, 16->16 5.21 / 4.70
- * (x6), 16->32 3x3/2 2.35 / 1.69, 16->32 1x1/2 0.50 / 0.36, 32->32 16x16
- * 3.51 / 3.39 (x5), 32->64 3x3/2 1.89 / 1.77; ResNet-18 b32 512->512 4x4
- * 21.16 / 15.16 (x3), 256->512 3x3/2 to 4x4 11.64 / 7.58, 1x1/2 0.90 /
- * 0.77. Elsewhere brgconv is ahead or level (ResNet-20 64->64 8x8 3.27 /
- * 3.44, ResNet-18 128->128 16x16 13.27 / 14.22, ResNet-50 b8's 1x1s up to
- * 12.2 / 17.7, its 7x7 stem on 3 channels 12.76 / 13.00): those keep it.
- * A different kernel sums in another order: the results move by rounding. */
+ * on 3x3 convolutions of few input channels and where the output is 4
+ * wide — its padded borders and short rows. Least CPU ms, 1 thread, conv +
+ * its weight reorder, brgconv vs the first other, two runs of
+ * `build/bench_conv_impls 1 R 3` (stop 35, R = 5 at load 3, R = 7 at load
+ * 8): ResNet-20 b128 3->16 32x32 1.21 / 0.87 and 0.98 / 0.70, 16->16 (x6)
+ * 5.21 / 4.70 and 3.79 / 3.87, 16->32 3x3/2 2.35 / 1.69 and 1.92 / 1.49,
+ * 32->32 16x16 (x5) 3.51 / 3.39 and 3.15 / 3.02; ResNet-18 b32 512->512 4x4
+ * (x3) 21.16 / 15.16 and 20.15 / 12.93, 256->512 3x3/2 to 4x4 11.64 / 7.58
+ * and 10.86 / 6.28, its 1x1/2 0.90 / 0.77 and 0.79 / 0.68. Elsewhere brgconv
+ * is ahead or level and stays: 1x1s of few channels (ResNet-20 16->32 1x1/2
+ * 0.50 / 0.60 and 0.52 / 0.62 against jit_1x1), ResNet-20 64->64 8x8 3.27 /
+ * 3.44, ResNet-18 128->128 16x16 13.27 / 14.22, ResNet-50 b8's 1x1s (up to
+ * 12.2 / 17.7) and its 7x7 stem on 3 channels (12.76 / 13.00). A different
+ * kernel sums in another order: the results move by rounding. */
 static bool g_nhwc_jit = true;
 
 void tk_conv_set_nhwc_jit(bool on) { __atomic_store_n(&g_nhwc_jit, on, __ATOMIC_RELAXED); }
 
 static bool nhwc_jit_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
   return __atomic_load_n(&g_nhwc_jit, __ATOMIC_RELAXED) && op == TS_OP_CONV && q->nhwc && t == dnnl_f32 &&
-         q->G == 1 && ((q->C <= 32 && q->KH <= 3 && q->KW <= 3) || q->OW <= 4);
+         q->G == 1 && ((q->C <= 32 && q->KH == 3 && q->KW == 3) || q->OW <= 4);
 }
 
 /* The first implementation of `cd` that is not a brgconv (nor a reference
