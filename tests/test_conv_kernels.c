@@ -3,7 +3,7 @@
  * dilation and groups in every dtype; the plain (NCHW gemm) and blocked 1x1
  * paths against each other, and which 1x1 convolutions take which; a
  * blocked convolution whose weights changed after another used the thread's
- * scratch; and blk16.c's bf16 transposition between NCHW and nChw16c. Graphs
+ * scratch; which kernel f32 channels-last forwards take; and blk16.c's bf16 transposition between NCHW and nChw16c. Graphs
  * run on kernel_ex.h's executor. */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
@@ -205,6 +205,57 @@ static void test_conv_weights_scratch(void) {
   ex_free(&e);
 }
 
+/* f32 channels-last forward convolutions: 3x3 with few input channels
+ * (16 -> 16) or a 4-wide output (64 -> 64 on 4x4, 3x3 or 1x1) conv.c takes
+ * oneDNN's first kernel that is not a brgconv (nhwc_jit_fits; measured
+ * faster there, the note in conv.c), elsewhere (64 -> 64 3x3 on 8x8, a 1x1
+ * of 16 channels on 8x8) the one oneDNN lists first, and with the choice
+ * off the first one everywhere; both results agree to 1e-5 relative (sums
+ * of up to 576 terms in other orders). */
+static void test_conv_nhwc_jit(void) {
+  static const int64_t cases[5][4] = {{16, 8, 3, 1}, {64, 4, 3, 1}, {64, 4, 1, 1}, {64, 8, 3, 0}, {16, 8, 1, 0}};
+  for (int ci = 0; ci < 5; ci++) { /* C = O, H = W, K, whether the rule fires */
+    int64_t C = cases[ci][0], H = cases[ci][1], K = cases[ci][2], P = K / 2;
+    int64_t xs[4] = {2, H, H, C}, ws[4] = {C, C, K, K}, ys[4] = {2, H, H, C};
+    ts_attr at = {.conv = {{1, 1}, {(int)P, (int)P}, {(int)P, (int)P}, {1, 1}, 1, TS_LAYOUT_NHWC}};
+    ex_t e;
+    ex_init(&e);
+    ts_tensor x = rinput(&e, TS_F32, 4, xs), w = rinput(&e, TS_F32, 4, ws);
+    int32_t in[2] = {x, w};
+    ts_tensor y = node(&e, TS_OP_CONV, TS_F32, 4, ys, 2, in, &at);
+    char impl[2][48];
+    double *first = NULL;
+    int64_t n = numel_of(e.g, y);
+    for (int pass = 0; pass < 2; pass++) {
+      tk_conv_set_nhwc_jit(pass == 1);
+      CHECK_OK(run(&e, y));
+      CHECK(e.st[y], "conv nhwc %lld ch %lldx%lld k%lld: no oneDNN state", (long long)C, (long long)H, (long long)H, (long long)K);
+      snprintf(impl[pass], sizeof impl[pass], "%s", e.st[y] ? tk_conv_state_impl(e.st[y]) : "");
+      if (pass == 0) {
+        first = malloc((size_t)n * sizeof *first);
+        for (int64_t i = 0; i < n; i++) first[i] = get(&e, y, i);
+        free(e.buf[y]), e.buf[y] = NULL;
+        if (e.st[y]) e.st[y]->free(e.st[y]), e.st[y] = NULL;
+      }
+    }
+    tk_conv_set_nhwc_jit(true);
+    bool brg_first = !strncmp(impl[0], "brgconv", 7);
+    if (cases[ci][3])
+      CHECK(strncmp(impl[1], "brgconv", 7) && strncmp(impl[1], "ref", 3) && *impl[1],
+            "conv nhwc %lld ch %lldx%lld k%lld: took %s (oneDNN's first: %s)", (long long)C, (long long)H, (long long)H, (long long)K,
+            impl[1], impl[0]);
+    else
+      CHECK(!strcmp(impl[0], impl[1]), "conv nhwc %lld ch %lldx%lld k%lld: took %s, oneDNN's first %s", (long long)C,
+            (long long)H, (long long)H, (long long)K, impl[1], impl[0]);
+    if (ci == 0 && !brg_first) fprintf(stderr, "note: oneDNN lists %s first here: the choice is not exercised\n", impl[0]);
+    double err = max_err(&e, y, first, n);
+    CHECK(err < 1e-5, "conv nhwc %lld ch %lldx%lld k%lld: %s vs %s err %g", (long long)C, (long long)H, (long long)H, (long long)K,
+          impl[1], impl[0], err);
+    free(first);
+    ex_free(&e);
+  }
+}
+
 /* blk16.c's NCHW <-> nChw16c transposition of 16-bit values against the
  * layout's definition (element (n, c, p) at ((n C/16 + c/16) HW + p) 16 + c%16),
  * on planes below, at and around its 16-wide tiles, on 1 and 2 threads; then
@@ -259,6 +310,7 @@ int main(void) {
   test_conv_plain_vs_blocked();
   test_conv_bf16_small_1x1();
   test_conv_weights_scratch();
+  test_conv_nhwc_jit();
   test_conv_blk16();
   return ts_test_finish();
 }

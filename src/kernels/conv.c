@@ -9,12 +9,15 @@
  * gradients on any; bf16 ones with 64+ input channels), which run on NCHW
  * itself (plain_fits).
  * NHWC activations go to oneDNN as they are (its nxc kernels): only the
- * weights are reordered (to the layout the primitive picks) and back. The
+ * weights are reordered (to the layout the primitive picks) and back; f32
+ * forwards with few input channels or a narrow output skip brgconv for the
+ * next kernel oneDNN lists (nhwc_jit_fits). The
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. A filter gradient of bf16 x and dy may be f32 (autocast's:
  * oneDNN writes its f32 accumulation as is, wide_dw). f64 and other types use
  * direct loops in double. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <oneapi/dnnl/dnnl.h> /* convolution, reorder primitives */
@@ -133,6 +136,7 @@ typedef struct {
   size_t out_bytes, pad_bytes, wei_bytes; /* blocked output, scratchpad, blocked weights: thread's conv scratch */
   conv_arg args[3]; /* in[0], in[1], out */
   bool plain;       /* NCHW / OIHW throughout (plain_fits below): no reorders */
+  char impl[48];    /* oneDNN's implementation name (tk_conv_state_impl) */
 } conv_state;
 
 /* The blocked output, the scratchpad and the blocked weights (forward and
@@ -293,6 +297,54 @@ static bool plain_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
          (op == TS_OP_CONV_BWD_FILTER || q->OH * q->OW > PLAIN_MIN_PLANE);
 }
 
+/* Channels-last f32 forward: oneDNN 2.6 lists brgconv (brgconv_1x1) first
+ * for nxc activations, and it loses to the next one (jit / jit_1x1 avx512)
+ * on 3x3 convolutions of few input channels and where the output is 4
+ * wide — its padded borders and short rows. Least CPU ms, 1 thread, conv +
+ * its weight reorder, brgconv vs the first other, two runs of
+ * `build/bench_conv_impls 1 R 3` (stop 35, R = 5 at load 3, R = 7 at load
+ * 8): ResNet-20 b128 3->16 32x32 1.21 / 0.87 and 0.98 / 0.70, 16->16 (x6)
+ * 5.21 / 4.70 and 3.79 / 3.87, 16->32 3x3/2 2.35 / 1.69 and 1.92 / 1.49,
+ * 32->32 16x16 (x5) 3.51 / 3.39 and 3.15 / 3.02; ResNet-18 b32 512->512 4x4
+ * (x3) 21.16 / 15.16 and 20.15 / 12.93, 256->512 3x3/2 to 4x4 11.64 / 7.58
+ * and 10.86 / 6.28, its 1x1/2 0.90 / 0.77 and 0.79 / 0.68. Elsewhere brgconv
+ * is ahead or level and stays: 1x1s of few channels (ResNet-20 16->32 1x1/2
+ * 0.50 / 0.60 and 0.52 / 0.62 against jit_1x1), ResNet-20 64->64 8x8 3.27 /
+ * 3.44, ResNet-18 128->128 16x16 13.27 / 14.22, ResNet-50 b8's 1x1s (up to
+ * 12.2 / 17.7) and its 7x7 stem on 3 channels (12.76 / 13.00). A different
+ * kernel sums in another order: the results move by rounding. */
+static bool g_nhwc_jit = true;
+
+void tk_conv_set_nhwc_jit(bool on) { __atomic_store_n(&g_nhwc_jit, on, __ATOMIC_RELAXED); }
+
+static bool nhwc_jit_fits(const geom_t *q, ts_op op, dnnl_data_type_t t) {
+  return __atomic_load_n(&g_nhwc_jit, __ATOMIC_RELAXED) && op == TS_OP_CONV && q->nhwc && t == dnnl_f32 &&
+         q->G == 1 && ((q->C <= 32 && q->KH == 3 && q->KW == 3) || q->OW <= 4);
+}
+
+/* The first implementation of `cd` that is not a brgconv (nor a reference
+ * loop), else the first one oneDNN lists. */
+static dnnl_status_t pd_without_brgconv(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t cd,
+                                        const_dnnl_primitive_attr_t attr, dnnl_engine_t eng) {
+  dnnl_primitive_desc_iterator_t it;
+  dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, cd, attr, eng, NULL);
+  if (st != dnnl_success) return st;
+  *pd = NULL;
+  do {
+    dnnl_primitive_desc_t p = dnnl_primitive_desc_iterator_fetch(it);
+    const char *impl = NULL;
+    if (!p) break;
+    if (dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+        strncmp(impl, "brgconv", 7) && strncmp(impl, "ref", 3)) {
+      *pd = p;
+      break;
+    }
+    dnnl_primitive_desc_destroy(p);
+  } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+  dnnl_primitive_desc_iterator_destroy(it);
+  return *pd ? dnnl_success : dnnl_primitive_desc_create(pd, cd, attr, eng, NULL);
+}
+
 /* oneDNN's reference implementations are loops: the blocked path is better. */
 static bool is_ref_impl(const_dnnl_primitive_desc_t pd) {
   const char *impl = NULL;
@@ -304,6 +356,8 @@ bool tk_conv_state_is_plain(const ts_kstate *st) {
   const conv_state *s = (const conv_state *)st;
   return s && s->plain;
 }
+
+const char *tk_conv_state_impl(const ts_kstate *st) { return st ? ((const conv_state *)st)->impl : ""; }
 
 /* tw: the result's type when it is the filter gradient (f32 from bf16 x and
  * dy: oneDNN's bf16 backward-weights writes f32 diff_weights), else t. */
@@ -332,7 +386,9 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
                                                  &xa, &wa, NULL, &ya, strides, dil, pl, pr) != dnnl_success)
     goto done;
-  if (dnnl_primitive_desc_create(&fpd, &fd, n->op == TS_OP_CONV ? attr : NULL, eng, NULL) != dnnl_success)
+  if ((nhwc_jit_fits(q, n->op, t) ? pd_without_brgconv(&fpd, &fd, attr, eng)
+                                    : dnnl_primitive_desc_create(&fpd, &fd, n->op == TS_OP_CONV ? attr : NULL, eng,
+                                                                 NULL)) != dnnl_success)
     goto done;
   if (n->op == TS_OP_CONV) {
     pd = fpd, fpd = NULL;
@@ -346,6 +402,9 @@ static int conv_setup(conv_state *s, const ts_node *n, const geom_t *q, dnnl_dat
   }
   if (plain && is_ref_impl(pd)) goto done;
   s->plain = plain;
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+    snprintf(s->impl, sizeof s->impl, "%s", impl);
   if (dnnl_primitive_create(&s->prim, pd) != dnnl_success) goto done;
   const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;

@@ -43,6 +43,12 @@ bool tk_conv_state_is_plain(const ts_kstate *state);
 /* bf16 activations into / out of the blocked convolutions by blk16.c's
  * transposition (on by default) or, off, by oneDNN's reorder primitive. */
 void tk_conv_set_blk16(bool on);
+/* f32 channels-last forward convolutions with few input channels or a
+ * narrow output take oneDNN's first non-brgconv kernel (on by default; off:
+ * the one oneDNN lists first), and the implementation a conv node's cached
+ * state runs (oneDNN's name; "" for none or the f64 loops). */
+void tk_conv_set_nhwc_jit(bool on);
+const char *tk_conv_state_impl(const ts_kstate *state);
 
 /* Fused programs: fast paths (fused_fast.c) for the patterns they match
  * (on by default) or, off, every program in the tile interpreter (tests
