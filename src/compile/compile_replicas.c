@@ -12,7 +12,9 @@
  * and the new weight is all-gathered. Each element of the new weight and
  * state goes through the same operations as in the replicated update, so the
  * values are bit for bit those of every replica updating everything
- * (tests/mpi_ddp_zero.c). */
+ * (tests/mpi_ddp_zero.c). A large block (zero_chunks) is reduce-scattered
+ * and updated in chunks, so one chunk's reduce-scatter crosses the link
+ * while the chunk before is updated; the new block is gathered whole. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
