@@ -470,24 +470,30 @@ static ts_graph *hoist_chunked_grads(const ts_graph *g) {
     int t = x->in[0], sliced = 0, chain[3], nc = 0;
     while (nc < 3 && (g->nodes[t].op == TS_OP_RESHAPE || g->nodes[t].op == TS_OP_SLICE))
       sliced |= g->nodes[t].op == TS_OP_SLICE, chain[nc++] = t, t = g->nodes[t].in[0];
-    if (!sliced || nc != 3) continue;
+    if (!sliced || nc != 3 || g->nodes[t].n_in == 0) continue; /* (a node without operands stays) */
     grp[t] = t;
     for (int k = 0; k < nc; k++) grp[chain[k]] = t;
   }
   if (!(dst = ts_graph_new())) goto out;
+  int placed = 0;
   for (int i = 0; i < n; i++) {
     if (grp[i] >= 0) continue; /* placed with its gradient's anchor */
-    map[i] = opt_copy_node(dst, g, i, map);
+    map[i] = opt_copy_node(dst, g, i, map), placed++;
     for (int s = i + 1; s < n; s++) { /* the gradients whose last operand is i, and their chunks */
       if (grp[s] != s) continue;
       int last = -1;
       for (int k = 0; k < g->nodes[s].n_in; k++) last = g->nodes[s].in[k] > last ? g->nodes[s].in[k] : last;
       if (last != i) continue;
       for (int j = s; j < n; j++)
-        if (grp[j] == s) map[j] = opt_copy_node(dst, g, j, map);
+        if (grp[j] == s) map[j] = opt_copy_node(dst, g, j, map), placed++;
     }
   }
-  if (opt_set_outputs(dst, g, map) < 0) ts_graph_free(dst), dst = NULL;
+  if (placed != n) { /* a gradient whose last operand moves too: keep the order */
+    ts_graph_free(dst);
+    dst = opt_rebuild(g, NULL, NULL, NULL);
+  } else if (opt_set_outputs(dst, g, map) < 0) {
+    ts_graph_free(dst), dst = NULL;
+  }
 out:
   if (!grp || !map) error_oom("compile: sharding the update", (size_t)n);
   free(grp), free(map);
