@@ -7,10 +7,7 @@
  *    constants and reshapes between), so fc1's reduce-scatter starts before
  *    the convolutions' backward, and it is started asynchronously; the
  *    weight gradient it reduces runs before fc1's input gradient (a
- *    reduction's operand as soon as its operands exist); fc1's 2.4 MB block
- *    is reduced and updated in 4 chunks (compile_replicas.c: chunk k+1's
- *    reduce-scatter crosses the link while chunk k is updated), whose
- *    reduce-scatters all start before fc1's input gradient;
+ *    reduction's operand as soon as its operands exist);
  *  - with the loss averaged in the last bucket (ts_ddp_average_gradients_
  *    logged) and the fc2/fc1-bias gradients in the conv bucket (the bucket
  *    stays open across fc1's weight), fc1's reduce-scatter is the program's
@@ -76,7 +73,7 @@ static bool passive(ts_op op) { return op == TS_OP_INPUT || op == TS_OP_CONSTANT
 
 static void check_program(const ts_executable *e, int d) {
   const ts_graph *g = e->g;
-  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1, first_coll = -1, reductions = 0, dx_fc1 = -1, fc1_chunks = 0;
+  int rs_fc1 = -1, bwd_conv = -1, gathers = 0, last = -1, first_coll = -1, reductions = 0, dx_fc1 = -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const ts_node *n = &g->nodes[i];
     if (!passive(n->op)) last = i;
@@ -93,11 +90,7 @@ static void check_program(const ts_executable *e, int d) {
               ir_op_name(n->op), i, j, ir_op_name(g->nodes[j].op), lastop);
       CHECK(e->async && e->async[i], "device %d: %s %d is not started asynchronously", d, ir_op_name(n->op), i);
     }
-    /* fc1's block (64 x 9216 f32, 2.4 MB) is reduced in 4 chunks (compile_replicas.c zero_chunks) */
-    if (n->op == TS_OP_REDUCE_SCATTER && ts_shape_numel(n->rank, n->shape) == 16 * 9216) {
-      if (rs_fc1 < 0) rs_fc1 = i;
-      fc1_chunks++;
-    }
+    if (n->op == TS_OP_REDUCE_SCATTER && ts_shape_numel(n->rank, n->shape) == 64 * 9216) rs_fc1 = i;
     if (n->op == TS_OP_ALL_GATHER) {
       gathers++;
       CHECK(e->async && e->async[i] && e->defer && e->defer[i],
@@ -112,10 +105,9 @@ static void check_program(const ts_executable *e, int d) {
   CHECK(last >= 0, "device %d: an empty program", d);
   CHECK(dx_fc1 > rs_fc1 && rs_fc1 >= 0, "device %d: fc1's input gradient (node %d) runs before its weight gradient's "
         "reduce-scatter (node %d) starts", d, dx_fc1, rs_fc1);
-  CHECK(first_coll == rs_fc1 && fc1_chunks == 4 && reductions == 5, "device %d: first collective %d (%s), fc1's first "
-        "reduce-scatter %d, %d of fc1's chunks (expected 4), %d reductions (expected 5: fc1's 4 chunks and the loss and "
-        "the small gradients in the last bucket)", d, first_coll,
-        first_coll >= 0 ? ir_op_name(g->nodes[first_coll].op) : "", rs_fc1, fc1_chunks, reductions);
+  CHECK(first_coll == rs_fc1 && reductions == 2, "device %d: first collective %d (%s), fc1's reduce-scatter %d, %d "
+        "reductions (expected 2: the loss and the small gradients in the last bucket)", d, first_coll,
+        first_coll >= 0 ? ir_op_name(g->nodes[first_coll].op) : "", rs_fc1, reductions);
   /* after the last reduction starts, nodes run in the order of the
    * collectives they wait for (opt/schedule.c): fc1's update and all-gather
    * (its reduce-scatter started first) before the convolutions' updates

@@ -12,9 +12,7 @@
  * and the new weight is all-gathered. Each element of the new weight and
  * state goes through the same operations as in the replicated update, so the
  * values are bit for bit those of every replica updating everything
- * (tests/mpi_ddp_zero.c). A large block (zero_chunks) is reduce-scattered
- * and updated in chunks, so one chunk's reduce-scatter crosses the link
- * while the chunk before is updated; the new block is gathered whole. */
+ * (tests/mpi_ddp_zero.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,14 +130,10 @@ static int zero_plan_make(const ts_graph *g, int n, size_t min_bytes, zero_plan 
   return count;
 }
 
-/* Builder of block r (of n, along dim d) of full-shape values, or of chunk
- * k (of K) of that block: `len` elements along d from `lo` (the whole block:
- * lo = r * B, len = B, K = 1; B = full[d] / n). */
+/* Builder of block r (of n, along dim d) of full-shape values. */
 typedef struct {
   ts_graph *g;
   int d, r, n;
-  int k, K;
-  int64_t lo, len;
   const int64_t *full; /* the weight's shape */
   int rank;
   int32_t *memo;       /* (g->n_nodes at the start) block id per node, or -1 */
@@ -154,13 +148,12 @@ typedef struct {
  * a member, `cat`/`piece` name its operand of the bucket's concat. */
 struct rs_fix {
   int32_t rs, full, ar, cat, piece;
-  int d;
-  int64_t lo; /* the reduce-scatter's result is full[lo, lo + its length) along d */
+  int d, r, n;
 };
 
 static void block_shape(const blk_ctx *b, int64_t *shape) {
   memcpy(shape, b->full, (size_t)b->rank * sizeof *shape);
-  shape[b->d] = b->len;
+  shape[b->d] /= b->n;
 }
 
 /* Static slice of block r of node t (full shape). */
@@ -173,8 +166,9 @@ static ts_tensor blk_slice(blk_ctx *b, ts_tensor t) {
   }
   ts_attr a = {0};
   for (int k = 0; k < x->rank; k++) a.start[k] = 0, a.limit[k] = x->shape[k], a.stride[k] = 1;
-  a.start[b->d] = b->lo;
-  a.limit[b->d] = b->lo + b->len;
+  int64_t k = x->shape[b->d] / b->n;
+  a.start[b->d] = k * b->r;
+  a.limit[b->d] = k * (b->r + 1);
   int64_t shape[TS_MAX_RANK];
   block_shape(b, shape);
   return ir_append(b->g, TS_OP_SLICE, x->dtype, x->rank, shape, 1, &t, &a);
@@ -190,25 +184,6 @@ static ts_collective *all_members(int n) {
   c->n = n;
   for (int m = 0; m < n; m++) c->ids[m] = m;
   return c;
-}
-
-/* The operand of chunk k's reduce-scatter: chunk k of every replica's block
- * of src (full shape, d = 0) side by side, (n * len, ...): src viewed as
- * (n, K, len * rest), its [:, k, :] (one strided copy of 1/K of src). */
-static ts_tensor chunk_operand(blk_ctx *b, ts_tensor src) {
-  ts_dtype dt = b->g->nodes[src].dtype;
-  int64_t rest = ts_shape_numel(b->rank, b->full) / b->full[0];
-  int64_t v[3] = {b->n, b->K, b->len * rest}, one[3] = {b->n, 1, b->len * rest};
-  ts_attr a = {0};
-  for (int j = 0; j < 3; j++) a.start[j] = 0, a.limit[j] = v[j], a.stride[j] = 1;
-  a.start[1] = b->k, a.limit[1] = b->k + 1;
-  ts_tensor t = ir_append(b->g, TS_OP_RESHAPE, dt, 3, v, 1, &src, NULL);
-  if (t != TS_NONE) t = ir_append(b->g, TS_OP_SLICE, dt, 3, one, 1, &t, &a);
-  int64_t shape[TS_MAX_RANK];
-  memcpy(shape, b->full, (size_t)b->rank * sizeof *shape);
-  shape[0] = b->n * b->len;
-  if (t != TS_NONE) t = ir_append(b->g, TS_OP_RESHAPE, dt, b->rank, shape, 1, &t, NULL);
-  return t;
 }
 
 /* Block r of the averaged gradient t, when t is a replica all-reduce of a
@@ -251,14 +226,13 @@ static ts_tensor blk_grad(blk_ctx *b, ts_tensor t) {
   ts_attr at = {0};
   at.axis = b->d;
   at.reduce = g->nodes[ar].attr.reduce;
-  ts_dtype dt = x->dtype;
-  if (b->K > 1 && (src = chunk_operand(b, src)) == TS_NONE) return -2;
   if (!(at.coll = all_members(b->n))) return -2;
   int64_t shape[TS_MAX_RANK];
   block_shape(b, shape);
+  ts_dtype dt = x->dtype;
   ts_tensor r = ir_append(b->g, TS_OP_REDUCE_SCATTER, dt, b->rank, shape, 1, &src, &at);
   if (r == TS_NONE) return -2;
-  b->fix[(*b->n_fix)++] = (struct rs_fix){r, t, ar, cat, piece, b->d, b->lo};
+  b->fix[(*b->n_fix)++] = (struct rs_fix){r, t, ar, cat, piece, b->d, b->r, b->n};
   return r;
 }
 
@@ -299,41 +273,13 @@ static ts_tensor blk(blk_ctx *b, ts_tensor t) {
   return r;
 }
 
-/* A SLICE of a state input (now block-shaped, its block starting at
- * shrunk[input] along its split dim) as the input itself, or as the same
- * chunk of the block (a pipelined update). */
+/* Replaces a SLICE of a state input (now block-shaped) by the input itself. */
 static ts_tensor drop_state_slices(ts_graph *dst, const ts_graph *src, int id, const int32_t *map, void *user) {
-  const int64_t *shrunk = user; /* per node of src: the block's start, or -1 */
+  (void)dst;
+  const bool *shrunk = user; /* per node of src */
   const ts_node *n = &src->nodes[id];
-  if (n->op != TS_OP_SLICE || shrunk[n->in[0]] < 0) return OPT_KEEP;
-  const ts_node *in = &src->nodes[n->in[0]];
-  if (same_shape(n, in)) return map[n->in[0]];
-  ts_attr a = n->attr;
-  a.fused = NULL, a.coll = NULL;
-  for (int j = 0; j < n->rank; j++)
-    if (a.limit[j] > in->shape[j]) a.start[j] -= shrunk[n->in[0]], a.limit[j] -= shrunk[n->in[0]];
-  return ir_append(dst, TS_OP_SLICE, n->dtype, n->rank, n->shape, 1, &map[n->in[0]], &a);
-}
-
-/* Chunks of weight w's block (of n) the update is pipelined in: its block
- * along dim 0 of 1 MiB or more splits into K <= 4 chunks of >= 512 KiB (each
- * chunk's reduce-scatter overlaps the previous chunk's update); 1 otherwise. */
-static int zero_chunks(const ts_node *w, int d, int n) {
-  size_t bytes = (size_t)ts_shape_numel(w->rank, w->shape) * ts_dtype_size(w->dtype) / (size_t)n;
-  int64_t rows = w->shape[0] / n;
-  int K = d == 0 ? (int)(bytes / ((size_t)512 << 10)) : 1;
-  if (K > 4) K = 4;
-  if (K < 1) K = 1;
-  while (K > 1 && rows % K) K--;
-  return K;
-}
-
-/* The concatenation along d of parts[0..K) (block-shaped as a whole). */
-static ts_tensor concat_chunks(ts_graph *w, const int32_t *parts, int K, int d, const int64_t *block) {
-  if (K == 1) return parts[0];
-  ts_attr a = {0};
-  a.axis = d;
-  return ir_append(w, TS_OP_CONCAT, w->nodes[parts[0]].dtype, w->nodes[parts[0]].rank, block, K, parts, &a);
+  if (n->op == TS_OP_SLICE && shrunk[n->in[0]]) return map[n->in[0]];
+  return OPT_KEEP;
 }
 
 /* Turns reduce-scatter f back into block r of its full gradient (the
@@ -344,8 +290,9 @@ static void rs_to_slice(ts_graph *w, const struct rs_fix *f) {
   free(x->attr.coll);
   x->attr = (ts_attr){0};
   for (int k = 0; k < x->rank; k++) x->attr.start[k] = 0, x->attr.limit[k] = x->shape[k], x->attr.stride[k] = 1;
-  x->attr.start[f->d] = f->lo;
-  x->attr.limit[f->d] = f->lo + x->shape[f->d];
+  int64_t blk = x->shape[f->d];
+  x->attr.start[f->d] = blk * f->r;
+  x->attr.limit[f->d] = blk * (f->r + 1);
   x->op = TS_OP_SLICE;
   x->in[0] = f->full;
 }
@@ -452,59 +399,11 @@ static int rs_finish(ts_graph *w, struct rs_fix *fix, int n_fix) {
   return rc;
 }
 
-/* g with each chunked gradient (the source of a reduce-scatter read through
- * slices and reshapes: chunk_operand) and those chunk operands moved to right
- * after the gradient's last operand, so that the gradient and its
- * reduce-scatters come as early as the schedule's feeders of unchunked ones
- * (opt/schedule.c hoists a reduction's single producer, here a slice, only
- * once its operands exist: fc1's weight gradient before its input gradient). */
-static ts_graph *hoist_chunked_grads(const ts_graph *g) {
-  int n = g->n_nodes;
-  int32_t *grp = malloc(((size_t)n + 1) * sizeof *grp), *map = malloc(((size_t)n + 1) * sizeof *map);
-  ts_graph *dst = NULL;
-  if (!grp || !map) goto out;
-  for (int i = 0; i < n; i++) grp[i] = -1; /* the gradient node i moves with */
-  for (int i = 0; i < n; i++) {
-    const ts_node *x = &g->nodes[i];
-    if (x->op != TS_OP_REDUCE_SCATTER) continue;
-    int t = x->in[0], sliced = 0, chain[3], nc = 0;
-    while (nc < 3 && (g->nodes[t].op == TS_OP_RESHAPE || g->nodes[t].op == TS_OP_SLICE))
-      sliced |= g->nodes[t].op == TS_OP_SLICE, chain[nc++] = t, t = g->nodes[t].in[0];
-    if (!sliced || nc != 3 || g->nodes[t].n_in == 0) continue; /* (a node without operands stays) */
-    grp[t] = t;
-    for (int k = 0; k < nc; k++) grp[chain[k]] = t;
-  }
-  if (!(dst = ts_graph_new())) goto out;
-  int placed = 0;
-  for (int i = 0; i < n; i++) {
-    if (grp[i] >= 0) continue; /* placed with its gradient's anchor */
-    map[i] = opt_copy_node(dst, g, i, map), placed++;
-    for (int s = i + 1; s < n; s++) { /* the gradients whose last operand is i, and their chunks */
-      if (grp[s] != s) continue;
-      int last = -1;
-      for (int k = 0; k < g->nodes[s].n_in; k++) last = g->nodes[s].in[k] > last ? g->nodes[s].in[k] : last;
-      if (last != i) continue;
-      for (int j = s; j < n; j++)
-        if (grp[j] == s) map[j] = opt_copy_node(dst, g, j, map), placed++;
-    }
-  }
-  if (placed != n) { /* a gradient whose last operand moves too: keep the order */
-    ts_graph_free(dst);
-    dst = opt_rebuild(g, NULL, NULL, NULL);
-  } else if (opt_set_outputs(dst, g, map) < 0) {
-    ts_graph_free(dst), dst = NULL;
-  }
-out:
-  if (!grp || !map) error_oom("compile: sharding the update", (size_t)n);
-  free(grp), free(map);
-  return dst;
-}
-
 /* The program of replica r of n with the sharded update (plan z), or NULL. */
 static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int n) {
   ts_graph *w = opt_rebuild(g, NULL, NULL, NULL), *w2 = NULL, *out = NULL;
   int32_t *memo = NULL;
-  int64_t *shrunk = NULL;
+  bool *shrunk = NULL;
   struct rs_fix *fix = NULL;
   int n_fix = 0;
   if (!w) return NULL;
@@ -518,28 +417,16 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
     const ts_node *wn = &w->nodes[w->inputs[i]];
     int64_t full[TS_MAX_RANK];
     memcpy(full, wn->shape, sizeof full);
-    int K = zero_chunks(wn, z->dim[i], n), outs[4], n_outs = 0, rank = wn->rank; /* wn moves as w grows */
-    int32_t parts[4][4];
-    int64_t B = full[z->dim[i]] / n, block[TS_MAX_RANK];
-    memcpy(block, full, sizeof block);
-    block[z->dim[i]] = B;
-    for (int k = 0; k < w->n_outputs && n_outs < 4; k++) {
+    blk_ctx b = {w, z->dim[i], r, n, full, wn->rank, memo, n0, fix, &n_fix, n0 + 1};
+    for (int k = 0; k < n0; k++) memo[k] = -1;
+    for (int k = 0; k < w->n_outputs; k++) {
       int a = w->alias[k];
-      if (a >= 0 && (a == i || z->weight[a] == i)) outs[n_outs++] = k;
-    }
-    for (int c = 0; c < K; c++) { /* chunk c of every output (the whole block: K = 1) */
-      blk_ctx b = {w, z->dim[i], r, n, c, K, r * B + c * (B / K), B / K, full, rank, memo, n0, fix, &n_fix, n0 + 1};
-      for (int k = 0; k < n0; k++) memo[k] = -1;
-      for (int o = 0; o < n_outs; o++)
-        if ((parts[o][c] = blk(&b, w->outputs[outs[o]])) == TS_NONE) goto done;
-    }
-    for (int o = 0; o < n_outs; o++) {
-      int k = outs[o], a = w->alias[k];
-      ts_tensor v = concat_chunks(w, parts[o], K, z->dim[i], block);
+      if (a < 0 || (a != i && z->weight[a] != i)) continue;
+      ts_tensor v = blk(&b, w->outputs[k]);
       if (v == TS_NONE) goto done;
       if (a == i) { /* the weight: all-gathered from every replica's block */
         ts_attr at = {0};
-        at.axis = z->dim[i];
+        at.axis = b.d;
         if (!(at.coll = malloc(sizeof *at.coll)) || !(at.coll->ids = malloc((size_t)n * sizeof *at.coll->ids))) {
           free(at.coll);
           set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
@@ -548,7 +435,7 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
         at.coll->n = n;
         for (int m = 0; m < n; m++) at.coll->ids[m] = m;
         ts_dtype dt = w->nodes[v].dtype;
-        if ((v = ir_append(w, TS_OP_ALL_GATHER, dt, rank, full, 1, &v, &at)) == TS_NONE) goto done;
+        if ((v = ir_append(w, TS_OP_ALL_GATHER, dt, b.rank, full, 1, &v, &at)) == TS_NONE) goto done;
       }
       w->outputs[k] = v;
     }
@@ -557,23 +444,17 @@ static ts_graph *zero_program(const ts_graph *g, const zero_plan *z, int r, int 
   /* the replicated update is dead now: drop it, then shrink the state inputs
    * to their blocks (only this replica's block is ever read or written) */
   if (!(w2 = opt_dce(w, NULL))) goto done;
-  if (!(shrunk = malloc(((size_t)w2->n_nodes + 1) * sizeof *shrunk))) {
+  if (!(shrunk = calloc((size_t)w2->n_nodes + 1, sizeof *shrunk))) {
     error_oom("compile: sharding the update", (size_t)w2->n_nodes);
     goto done;
   }
-  for (int i = 0; i < w2->n_nodes; i++) shrunk[i] = -1;
   for (int i = 0; i < w2->n_inputs; i++) {
     if (!z->state[i]) continue;
     ts_node *s = &w2->nodes[w2->inputs[i]];
     s->shape[z->dim[i]] /= n;
-    shrunk[w2->inputs[i]] = s->shape[z->dim[i]] * r;
+    shrunk[w2->inputs[i]] = true;
   }
   out = opt_rebuild(w2, drop_state_slices, shrunk, NULL);
-  if (out) {
-    ts_graph *h = hoist_chunked_grads(out);
-    ts_graph_free(out);
-    out = h;
-  }
 done:
   free(memo);
   free(fix);
