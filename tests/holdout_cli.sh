@@ -9,6 +9,8 @@
 #    64): the padding rows count nowhere (val accuracy and loss equal one
 #    batch of 200's, the loss to 1e-5);
 #  - without --holdout the epoch lines keep their old keys only;
+#  - the per-model AdamW peak: resnet20 2e-3 (chosen on --holdout 10000,
+#    stop 35), mlp, cnn, resnet18 1e-3; SGD 0.05;
 #  - bad values are usage errors naming the value.
 set -u
 build="${1:?usage: holdout_cli.sh BUILD_DIR}"
@@ -66,6 +68,18 @@ assert w["val_accuracy"] == h["val_accuracy"] and abs(w["val_loss"] - h["val_los
 print(f"7 equal losses; val = test accuracy {h['val_accuracy']}; val loss {h['val_loss']} / {w['val_loss']}")
 PY
 then ok "held-out rows untrained, val accuracy = test accuracy, padding ignored"; else bad "logs in $tmp"; fi
+
+# ResNet-20's AdamW default chosen on the hold-out (stop 35: 2e-3); the others keep 1e-3, SGD 0.05
+header() { # header ARGS...: the run's header line (1 step)
+  "$tessel" train --steps 1 --epochs 1 "$@" 2>&1 | grep -m1 "^tessel train:"
+}
+for m in "resnet20:lr 0.002" "resnet20 --optimizer sgd:lr 0.05" "resnet18:lr 0.001" "cnn:lr 0.001"; do
+  args=${m%%:*} want=${m#*:}
+  if header --model $args --dataset synthetic --batch 2 --eval-batch 1000 | grep -q " $want "; then
+    ok "--model $args: $want by default"; else bad "--model $args: $(header --model $args --dataset synthetic --batch 2)"; fi
+done
+if header --model mlp --data-dir "$tmp/with" | grep -q "adamw lr 0.001 "; then ok "--model mlp: lr 0.001 by default"
+else bad "--model mlp: $(header --model mlp --data-dir "$tmp/with")"; fi
 
 expect_usage_error() { # expect_usage_error PATTERN ARGS...: exit 2, PATTERN in stderr
   local pat="$1" rc=0
