@@ -173,21 +173,30 @@ static int train_one_epoch(train_run *r, loop_state *st, int64_t epoch, double *
 static int evaluate_epoch(train_run *r, loop_state *st, int64_t epoch, double epoch_loss, int64_t epoch_n) {
   double te = train_now_s();
   if ((r->test_src ? train_images_evaluate(r, &r->eval_pr, &st->acc)
-                   : train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc)) < 0)
+                   : train_evaluate(&r->eval_pr, &r->tail_pr, &r->test, r->eval_b, &r->norm, &st->acc, NULL)) < 0)
     return train_lib_error();
+  double val_acc = 0, val_loss = 0; /* --holdout: its last batch padded through eval_pr */
+  if (r->val.n && train_evaluate(&r->eval_pr, NULL, &r->val, r->eval_b, &r->norm, &val_acc, &val_loss) < 0)
+    return train_lib_error();
+  char val[80] = "";
+  if (r->val.n) snprintf(val, sizeof val, " | val accuracy %.2f%% loss %.4f", 100 * val_acc, val_loss);
   train_images_report(r); /* --skip-bad-files: what this epoch skipped */
   double t = train_now_s();
   char e1[32], e2[32];
   double per_step = st->train_time / (double)(st->step - st->first_step);
-  printf("epoch %lld done | train loss %.4f | test accuracy %.2f%% | eval %.1fs | elapsed %s | eta %s\n",
-         (long long)epoch, epoch_loss / (double)epoch_n, 100 * st->acc, t - te,
+  printf("epoch %lld done | train loss %.4f | test accuracy %.2f%%%s | eval %.1fs | elapsed %s | eta %s\n",
+         (long long)epoch, epoch_loss / (double)epoch_n, 100 * st->acc, val, t - te,
          fmt_duration(t - st->start, e1, sizeof e1),
          fmt_duration(per_step * (double)(r->total_steps - st->step), e2, sizeof e2));
   fflush(stdout);
   st->window_loss = 0;
   st->window_n = 0;
   if (r->log) {
-    fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f}\n", (long long)epoch, st->acc);
+    if (r->val.n)
+      fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f,\"val_accuracy\":%.6f,\"val_loss\":%.6f}\n",
+              (long long)epoch, st->acc, val_acc, val_loss);
+    else
+      fprintf(r->log, "{\"epoch\":%lld,\"test_accuracy\":%.6f}\n", (long long)epoch, st->acc);
     return train_log_flush(r);
   }
   return CLI_EXIT_OK;

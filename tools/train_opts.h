@@ -32,6 +32,7 @@ typedef struct {
   int64_t batch;       /* 0 = model default */
   int64_t steps;       /* 0 = no limit */
   int64_t eval_batch;
+  int64_t holdout;     /* --holdout N: the training set's last N samples validate, untrained [0 = none] */
   int64_t warmup;      /* -1 = default */
   int64_t threads;     /* 0 = TESSEL_NUM_THREADS or all cores */
   int optimizer;       /* index into train_optim_names */

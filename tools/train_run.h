@@ -47,6 +47,9 @@ typedef struct train_run {
   int64_t steps_done;         /* > 0: training started (outputs may be written) */
   int stop_signal;            /* SIGINT or SIGTERM: the run stopped early (train_stop.h) */
   ts_dataset train, test;
+  /* --holdout N: the training set's last N samples, a view into train's arrays
+   * (train.n excludes them; freed with train, never on its own); n = 0: none */
+  ts_dataset val;
   ts_augment norm;            /* pixel normalization (evaluation) */
   ts_augment train_aug;       /* normalization + CIFAR-10's crop and flip */
   int64_t steps_per_epoch, total_steps, warmup, eval_b;
@@ -111,10 +114,13 @@ int train_ckpt_save(train_run *r, int64_t step);
  * (saves run on a thread while training goes on); 0 or -1 with its error. */
 int train_ckpt_finish(train_run *r);
 
-/* train_eval.c: test accuracy in [0, 1]; full batches of e with `full`, the
- * rest with `tail`; pixels normalized by `norm` (no crop or flip). */
+/* train_eval.c: accuracy in [0, 1] over `test`; full batches of e with `full`,
+ * the rest with `tail` (NULL: the last batch is padded with zero images
+ * through `full`; rows past the set are ignored); pixels normalized by `norm`
+ * (no crop or flip). loss (NULL: not computed): the mean cross-entropy of the
+ * logits, in double on the host. */
 int train_evaluate(program *full, program *tail, const ts_dataset *test, int64_t e, const ts_augment *norm,
-                   double *acc);
+                   double *acc, double *loss);
 
 /* train_images.c: --dataset imagefolder: the train and val sources (the
  * same classes; listings checked equal over the processes) into

@@ -151,6 +151,24 @@ static int load_data(train_run *r) {
   return 0;
 }
 
+/* --holdout N: the training set's last N samples become r->val (a view into
+ * the same arrays) and are not trained on; 0 or a usage exit code. */
+static int holdout_split(train_run *r) {
+  const train_opts *o = &r->o;
+  ts_dataset *t = &r->train;
+  if (o->holdout > t->n - o->batch) {
+    cli_error(CMD, "--holdout %lld: the training set in '%s' has %lld samples; holding out more than %lld leaves "
+                   "less than one --batch of %lld to train on", (long long)o->holdout, o->data_dir, (long long)t->n,
+              (long long)(t->n - o->batch > 0 ? t->n - o->batch : 0), (long long)o->batch);
+    return CLI_EXIT_USAGE;
+  }
+  int64_t keep = t->n - o->holdout, sample = (int64_t)t->c * t->h * t->w;
+  r->val = (ts_dataset){.n = o->holdout, .c = t->c, .h = t->h, .w = t->w, .num_classes = t->num_classes,
+                        .images = t->images + keep * sample, .labels = t->labels + keep};
+  t->n = keep;
+  return 0;
+}
+
 int train_load(train_run *r) {
   train_opts *o = &r->o;
   if (train_opts_tokens(o)) return train_text_load(r); /* --model gpt: train_text.c */
@@ -167,6 +185,7 @@ int train_load(train_run *r) {
       return CLI_EXIT_FAIL;
     }
   }
+  if (o->holdout && (lrc = holdout_split(r)) != 0) return lrc;
   o->c = train->c, o->h = train->h, o->w = train->w, o->classes = train->num_classes ? train->num_classes : 10;
   r->eval_b = o->eval_batch < test->n ? o->eval_batch : test->n;
   /* Normalization by the training set's channel statistics; CIFAR-10 also
@@ -316,10 +335,12 @@ int train_compile(train_run *r) {
            (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
            o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
            train_now_s() - t0);
-  else
-  printf("tessel train: %s on %s (%lld train, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
+  char held[48] = ""; /* --holdout */
+  if (r->val.n) snprintf(held, sizeof held, ", %lld held out", (long long)r->val.n);
+  if (o->model != MODEL_GPT)
+  printf("tessel train: %s on %s (%lld train%s, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
          "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
-         train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, (long long)r->test.n,
+         train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, held, (long long)r->test.n,
          (long long)ts_params_trainable_numel(r->params), train_optim_names[o->optimizer], o->lr,
          train_sched_names[o->schedule], (long long)r->warmup, o->weight_decay, (long long)o->batch,
          (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client), capped,
