@@ -11,6 +11,7 @@
 #  - without --holdout the epoch lines keep their old keys only;
 #  - the per-model AdamW peak: resnet20 2e-3 (chosen on --holdout 10000,
 #    stop 35), mlp, cnn, resnet18 1e-3; SGD 0.05;
+#  - a resume with another hold-out (or none) is an error naming both;
 #  - bad values are usage errors naming the value.
 set -u
 build="${1:?usage: holdout_cli.sh BUILD_DIR}"
@@ -80,6 +81,17 @@ for m in "resnet20:lr 0.002" "resnet20 --optimizer sgd:lr 0.05" "resnet18:lr 0.0
 done
 if header --model mlp --data-dir "$tmp/with" | grep -q "adamw lr 0.001 "; then ok "--model mlp: lr 0.001 by default"
 else bad "--model mlp: $(header --model mlp --data-dir "$tmp/with")"; fi
+
+# the hold-out is part of what a resume must keep: other rows train otherwise
+if run saved --data-dir "$tmp/with" --holdout 200 --steps 4 --save-dir "$tmp/ck" --save-every 2; then
+  for other in "--holdout 100:holdout 200 (saved) -> 100 (now)" ":holdout 200 (saved) -> 0 (now)"; do
+    rc=0
+    TESSEL_NUM_THREADS=2 "$tessel" train --model mlp --epochs 1 --data-dir "$tmp/with" --steps 4 ${other%%:*} \
+      --resume "$tmp/ck/step-00000002" >"$tmp/r.out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ] && grep -q -- "${other#*:}" "$tmp/r.out"; then ok "resume ${other%%:*}: ${other#*:}"; else
+      bad "resume ${other%%:*} (exit $rc): $(tail -2 "$tmp/r.out")"; fi
+  done
+fi
 
 expect_usage_error() { # expect_usage_error PATTERN ARGS...: exit 2, PATTERN in stderr
   local pat="$1" rc=0

@@ -32,11 +32,18 @@ static void run_config(const train_run *r, char *buf, size_t n) {
   char lr[32], wd[32], mom[32];
   snprintf(buf, n,
            "model=%s dataset=%s batch=%lld optimizer=%s lr=%s weight_decay=%s momentum=%s schedule=%s "
-           "warmup=%lld total_steps=%lld seed=%llu",
+           "warmup=%lld total_steps=%lld seed=%llu holdout=%lld",
            train_model_names[o->model], train_dataset_names[o->dataset], (long long)o->batch,
            train_optim_names[o->optimizer], fmt_exact(o->lr, lr, sizeof lr), fmt_exact(o->weight_decay, wd, sizeof wd),
            fmt_exact(o->momentum, mom, sizeof mom), train_sched_names[o->schedule], (long long)r->warmup,
-           (long long)r->total_steps, (unsigned long long)o->seed);
+           (long long)r->total_steps, (unsigned long long)o->seed, (long long)o->holdout);
+}
+
+/* Keys run_config gained after checkpoints were written: a checkpoint
+ * without one was saved with its default (a run before --holdout held
+ * nothing out). */
+static const char *later_key_default(const char *key) {
+  return strcmp(key, "holdout") == 0 ? "0" : "(not saved)";
 }
 
 /* Appends to diff every key whose value differs between the saved text and
@@ -51,8 +58,9 @@ static int config_diff(const char *saved, const char *now, char *diff, size_t n)
     const char *eq = strchr(p, '='), *end = strchr(p, ' ');
     if (!end) end = p + strlen(p);
     if (!eq || eq > end) break;
-    char key[64], mine[128], theirs[128] = "(not saved)";
+    char key[64], mine[128], theirs[128];
     snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+    snprintf(theirs, sizeof theirs, "%s", later_key_default(key));
     snprintf(mine, sizeof mine, "%.*s", (int)(end - eq - 1), eq + 1);
     char pat[72];
     snprintf(pat, sizeof pat, "%s=", key);
