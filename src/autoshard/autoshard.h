@@ -47,17 +47,16 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
  * device) streams them at autoshard_costs.dot_bw; at most this (the small
  * class's 96^3 probe: 108 KiB) stays in cache. */
 #define AS_DOT_STREAM_BYTES (256.0 * 1024)
-/* Seconds of a dot_general's work: flops over its class's rate (*kc); with
- * k->dot_bw set and more than AS_DOT_STREAM_BYTES moved (`bytes`, per
- * device), flops over the large class's rate (*kc becomes it) plus bytes
- * over dot_bw. */
-double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes);
-/* The rate of a kernel of class kc doing `units` per device: the in-cache
- * rate when it moves at most k->cache_bytes and that rate is set, else the
- * class's. */
-double autoshard_rate(const autoshard_costs *k, ts_kernel_class kc, double units);
-/* The bytes dot_general n of g reads and writes (operands and result), over `par` devices. */
-double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par);
+/* Seconds of node n's work alone (no per-kernel overhead) over `par`
+ * devices, `units` and *kc from autoshard_node_class: a memory-bound kernel
+ * of at most k->cache_bytes at its class's in-cache rate when that is set;
+ * a dot_general moving more than AS_DOT_STREAM_BYTES per device (operands
+ * and result) with k->dot_bw set, its FLOPs over the large class's rate (*kc
+ * becomes it) plus those bytes over dot_bw; else units over the class's
+ * rate. The one formula of the solver (as_node_compute) and the
+ * prediction (predict.c). */
+double autoshard_work_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double par,
+                        ts_kernel_class *kc, double units);
 /* The broadcast instructions of fused kernel n (0 for any other node). */
 int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency

@@ -302,14 +302,18 @@ static bool transcendental(ts_op op) {
   return op == TS_OP_EXP || op == TS_OP_LOG || op == TS_OP_TANH || op == TS_OP_ERF || op == TS_OP_GELU;
 }
 
+/* The bytes node n reads (its operands whole) and writes. */
+static double io_bytes(const ts_graph *g, const ts_node *n) {
+  double b = as_bytes(n);
+  for (int k = 0; k < n->n_in; k++) b += as_bytes(&g->nodes[n->in[k]]);
+  return b;
+}
+
 ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double par, bool update, double *units) {
   /* bytes read + written; a slice reads only the elements it copies (the
    * collective combiner's slices of one all-reduced buffer each read their
    * part, not the buffer); a concatenate reads its operands whole */
-  double bytes = as_bytes(n);
-  if (n->op == TS_OP_SLICE) bytes *= 2;
-  else
-    for (int k = 0; k < n->n_in; k++) bytes += as_bytes(&g->nodes[n->in[k]]);
+  double bytes = n->op == TS_OP_SLICE ? 2 * as_bytes(n) : io_bytes(g, n);
   double f = node_flops(g, n) / par;
   *units = bytes / par;
   switch (n->op) {
@@ -346,22 +350,19 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
   }
 }
 
-double autoshard_dot_bytes(const ts_graph *g, const ts_node *n, double par) {
-  double b = as_bytes(n);
-  for (int k = 0; k < n->n_in; k++) b += as_bytes(&g->nodes[n->in[k]]);
-  return b / par;
-}
-
-double autoshard_rate(const autoshard_costs *k, ts_kernel_class kc, double units) {
-  return k->cached[kc] > 0 && units <= k->cache_bytes ? k->cached[kc] : k->rate[kc];
-}
-
-double autoshard_dot_s(const autoshard_costs *k, ts_kernel_class *kc, double flops, double bytes) {
-  if (k->dot_bw > 0 && bytes > AS_DOT_STREAM_BYTES) {
-    *kc = TS_KERNEL_MATMUL;
-    return flops / k->rate[TS_KERNEL_MATMUL] + bytes / k->dot_bw;
+double autoshard_work_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double par,
+                        ts_kernel_class *kc, double units) {
+  if (n->op == TS_OP_DOT) {
+    if (k->dot_bw > 0) {
+      double bytes = io_bytes(g, n) / par;
+      if (bytes > AS_DOT_STREAM_BYTES) {
+        *kc = TS_KERNEL_MATMUL;
+        return units / k->rate[TS_KERNEL_MATMUL] + bytes / k->dot_bw;
+      }
+    }
+    return units / k->rate[*kc];
   }
-  return flops / k->rate[*kc];
+  return units / (k->cached[*kc] > 0 && units <= k->cache_bytes ? k->cached[*kc] : k->rate[*kc]);
 }
 
 int autoshard_broadcast_operands(const ts_node *n) {
@@ -607,8 +608,7 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
   bool runs = c->kernel ? c->kernel[id] : true;
   double bcast = c->bcast ? c->bcast[id] / par * c->k.bcast_operand : 0;
-  double work = n->op == TS_OP_DOT ? autoshard_dot_s(&c->k, &kc, units, autoshard_dot_bytes(c->g, n, par))
-                                   : units / autoshard_rate(&c->k, kc, units);
+  double work = autoshard_work_s(&c->k, c->g, n, par, &kc, units);
   return work + bcast + (runs ? autoshard_kernel_overhead(&c->k, (double)numel(n) / par) : 0);
 }
 

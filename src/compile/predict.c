@@ -180,11 +180,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     double units;
     ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
     double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
-    /* a dot_general also streams its operands and result (k->dot_bw); a
-     * memory-bound kernel of at most k->cache_bytes runs at its in-cache rate */
-    double work = nd->op == TS_OP_DOT ? autoshard_dot_s(k, &kc, units, autoshard_dot_bytes(opt, nd, 1))
-                                      : units / autoshard_rate(k, kc, units);
-    double t = work + autoshard_kernel_overhead(k, elems);
+    double t = autoshard_work_s(k, opt, nd, 1, &kc, units) + autoshard_kernel_overhead(k, elems);
     int nb = kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
     if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
     info->class_s[kc] += t;
