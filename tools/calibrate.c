@@ -397,6 +397,12 @@ static int measure_dot_stream(ts_client *c, int rounds, double overhead, double 
   return 0;
 }
 
+/* A class's rate: `units` over time t less one kernel's overhead (at most
+ * half of t: a probe no longer than two overheads is not read as free). */
+static double rate_of_work(double units, double t, double overhead) {
+  return units / (t > 2 * overhead ? t - overhead : t / 2);
+}
+
 /* The classes measured in the cache too (kernel.CLASS.cached): the
  * elementwise and optimizer probes on 512 KiB tensors (2.5-3.5 MB a run),
  * run after run on the same buffers, each the least of `rounds` windows, less
@@ -413,7 +419,7 @@ static int measure_cached(ts_client *c, int rounds, double overhead, double *cac
       if (t > 0 && (best < 0 || t < best)) best = t;
     }
     if (best <= 0 || units <= 0) return -1;
-    cached[cls[i]] = units / (best > 2 * overhead ? best - overhead : best / 2);
+    cached[cls[i]] = rate_of_work(units, best, overhead);
   }
   return 0;
 }
@@ -521,8 +527,7 @@ static int measure_one_thread(cal_result *r) {
   if (rc < 0 || r->overhead <= 0 || r->step1 <= 0 || r->chain1 <= 0 || r->bcast_op <= 0) return -1;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
-    double t = r->cls[k].value;
-    r->rate[k] = r->units[k] / (t > 2 * r->overhead ? t - r->overhead : t / 2);
+    r->rate[k] = rate_of_work(r->units[k], r->cls[k].value, r->overhead);
   }
   /* with the operands' streaming apart, kernel.matmul is the FLOP rate beside it */
   if (r->dot_bw > 0) r->rate[TS_KERNEL_MATMUL] = dot_rate;
