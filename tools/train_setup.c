@@ -326,6 +326,8 @@ int train_compile(train_run *r) {
   char capped[64] = "";
   if (asked > ts_client_num_threads(r->client))
     snprintf(capped, sizeof capped, " (%d asked, capped to the cores)", asked);
+  char held[48] = ""; /* --holdout */
+  if (r->val.n) snprintf(held, sizeof held, ", %lld held out", (long long)r->val.n);
   if (o->model == MODEL_GPT)
     printf("tessel train: gpt (%lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld) on %s (%lld training "
            "windows), %lld params, adamw lr %g (cosine to %g, warm-up %lld) weight decay %g, clip 1, batch %lld, "
@@ -335,16 +337,14 @@ int train_compile(train_run *r) {
            (long long)ts_params_trainable_numel(r->params), o->lr, 0.1 * o->lr, (long long)r->warmup,
            o->weight_decay, (long long)o->batch, (long long)r->total_steps, ts_client_num_threads(r->client), capped,
            train_now_s() - t0);
-  char held[48] = ""; /* --holdout */
-  if (r->val.n) snprintf(held, sizeof held, ", %lld held out", (long long)r->val.n);
-  if (o->model != MODEL_GPT)
-  printf("tessel train: %s on %s (%lld train%s, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
-         "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
-         train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, held, (long long)r->test.n,
-         (long long)ts_params_trainable_numel(r->params), train_optim_names[o->optimizer], o->lr,
-         train_sched_names[o->schedule], (long long)r->warmup, o->weight_decay, (long long)o->batch,
-         (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client), capped,
-         train_now_s() - t0);
+  else
+    printf("tessel train: %s on %s (%lld train%s, %lld test), %lld params, %s lr %g (%s, warm-up %lld) weight decay %g, "
+           "batch %lld, %lld epochs x %lld steps, %d threads%s; compiled in %.2fs\n",
+           train_model_names[o->model], train_dataset_names[o->dataset], (long long)r->train.n, held, (long long)r->test.n,
+           (long long)ts_params_trainable_numel(r->params), train_optim_names[o->optimizer], o->lr,
+           train_sched_names[o->schedule], (long long)r->warmup, o->weight_decay, (long long)o->batch,
+           (long long)o->epochs, (long long)r->steps_per_epoch, ts_client_num_threads(r->client), capped,
+           train_now_s() - t0);
   if (r->mesh) /* say what SPMD does: the mesh and the collectives the partitioner inserted */
     printf("SPMD: mesh %s on %d virtual CPU devices in %d process%s; %d collectives per training step "
            "(tessel inspect shows them)\n",
