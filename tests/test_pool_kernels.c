@@ -8,7 +8,12 @@
  * first max (or first NaN) in window order (oh, then ow) from +0 — the
  * kernel's documented rule, so any change in the order of the sums, in the tie
  * rule or in the vectorized path shows as different bits. f32 and f64; 1 and 2
- * threads give the same bits. */
+ * threads give the same bits. dy holds -0.0 (0 + -0.0 is +0.0: a kernel that
+ * stores dy instead of adding it to 0 fails) and NaNs too.
+ * 2x2 windows of stride 2 (pool.c's row22s2 path, the CNN's pool) on every
+ * width from 2 to 41 (the vector body, its remainders, odd W) and heights
+ * 2, 3, 5 (odd H: a last row no window covers; 2x2 and 3x3: one output),
+ * also in bf16 (pooled through doubles). */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
 typedef struct {
@@ -48,15 +53,36 @@ static double level(void) { /* few levels: ties; signed zeros; a NaN now and the
   return floor(srand1() * 3) / 2;
 }
 
+static void setv(ts_dtype dt, void *buf, int64_t i, double v) {
+  if (dt == TS_F32) ((float *)buf)[i] = (float)v;
+  else if (dt == TS_F64) ((double *)buf)[i] = v;
+  else ((uint16_t *)buf)[i] = ts_f32_to_bf16((float)v);
+}
+
+/* reference of a bf16 case: the f32 one on the same (exact) values, rounded */
+static void ref_bf16(const pcase *c, const uint16_t *x, const uint16_t *dy, uint16_t *y, uint16_t *dx) {
+  int64_t xn = c->P * c->H * c->W, yn = c->P * c->OH * c->OW;
+  float *xf = calloc((size_t)xn, 4), *df = calloc((size_t)yn, 4), *yf = calloc((size_t)yn, 4),
+        *dxf = calloc((size_t)xn, 4);
+  for (int64_t i = 0; i < xn; i++) xf[i] = ts_bf16_to_f32(x[i]);
+  for (int64_t i = 0; i < yn; i++) df[i] = ts_bf16_to_f32(dy[i]);
+  ref_f32(c, xf, df, yf, dxf);
+  for (int64_t i = 0; i < yn; i++) y[i] = ts_f32_to_bf16(yf[i]);
+  for (int64_t i = 0; i < xn; i++) dx[i] = ts_f32_to_bf16(dxf[i]);
+  free(xf), free(df), free(yf), free(dxf);
+}
+
 static void check_case(const pcase *c, ts_dtype dt, int threads) {
   ex_t e;
   ex_init(&e);
   int64_t xs[4] = {1, c->P, c->H, c->W}, ys[4] = {1, c->P, c->OH, c->OW};
   int64_t xn = c->P * c->H * c->W, yn = c->P * c->OH * c->OW;
   ts_tensor x = input(&e, dt, 4, xs), dy = rinput(&e, dt, 4, ys);
-  for (int64_t i = 0; i < xn; i++) {
-    if (dt == TS_F32) ((float *)e.buf[x])[i] = (float)level();
-    else ((double *)e.buf[x])[i] = level();
+  for (int64_t i = 0; i < xn; i++) setv(dt, e.buf[x], i, level());
+  for (int64_t i = 0; i < yn; i++) { /* some dy -0.0 and NaN, the rest random */
+    double u = urand();
+    if (u < 0.1) setv(dt, e.buf[dy], i, -0.0);
+    else if (u < 0.12) setv(dt, e.buf[dy], i, NAN);
   }
   ts_attr at = {.pool = {{c->k, c->k}, {c->s, c->s}, {c->pad, c->pad}, TS_LAYOUT_NCHW}};
   int32_t gi[2] = {x, dy};
@@ -70,7 +96,8 @@ static void check_case(const pcase *c, ts_dtype dt, int threads) {
   size_t ts = ts_dtype_size(dt);
   void *ry = malloc((size_t)yn * ts), *rdx = malloc((size_t)xn * ts);
   if (dt == TS_F32) ref_f32(c, e.buf[x], e.buf[dy], ry, rdx);
-  else ref_f64(c, e.buf[x], e.buf[dy], ry, rdx);
+  else if (dt == TS_F64) ref_f64(c, e.buf[x], e.buf[dy], ry, rdx);
+  else ref_bf16(c, e.buf[x], e.buf[dy], ry, rdx);
   CHECK(!memcmp(ry, e.buf[y], (size_t)yn * ts), "max_pool2d %dx%d/%d pad %d on %lldx%lld %s %d threads: not bit-equal",
         c->k, c->k, c->s, c->pad, (long long)c->H, (long long)c->W, ts_dtype_name(dt), threads);
   CHECK(!memcmp(rdx, e.buf[dx], (size_t)xn * ts),
@@ -92,6 +119,14 @@ int main(void) {
         c.OH = (c.H + 2 * c.pad - c.k) / c.s + 1, c.OW = (c.W + 2 * c.pad - c.k) / c.s + 1;
         check_case(&c, d ? TS_F64 : TS_F32, 1);
         check_case(&c, d ? TS_F64 : TS_F32, 2);
+      }
+  /* 2x2 stride 2: every width 2..41, heights 2, 3, 5; f32, f64, bf16 */
+  ts_dtype dts[3] = {TS_F32, TS_F64, TS_BF16};
+  for (int64_t H = 2; H <= 5; H += H == 2 ? 1 : 2)
+    for (int64_t W = 2; W <= 41; W++)
+      for (int d = 0; d < 3; d++) {
+        pcase c = {.P = 5, .H = H, .W = W, .k = 2, .s = 2, .pad = 0, .OH = H / 2, .OW = W / 2};
+        check_case(&c, dts[d], 1 + (int)(W % 2));
       }
   return ts_test_finish();
 }

@@ -79,6 +79,67 @@ typedef struct {
 ROW33S2_IMPL(float, f32)
 ROW33S2_IMPL(double, f64)
 
+/* A row of n 2x2 windows of stride 2: input rows r0 and r1 (window k reads
+ * r0[2k], r0[2k+1], r1[2k], r1[2k+1]). Forward (d NULL): y[k] = the max folded
+ * in that order (m = v > m ? v : m from the first), NaN if any is NaN.
+ * Backward: each window's 4 gradient values are written, not added: 0 + d[k]
+ * at its first max (or first NaN), +0 at the other three, into g0[0, 2n) and
+ * g1[0, 2n) -- the bits of zeroing the plane and adding d[k] there (windows do
+ * not overlap; 0 + -0 is +0), with no scatter: every lane selects with masks,
+ * so the loop vectorizes (the stride-2 loads and stores are shuffles). */
+#define ROW22S2_IMPL(T, SUF)                                                                  \
+  static void row22s2_##SUF(const T *r0, const T *r1, int64_t n, const T *d, T *y, T *g0, T *g1) { \
+    if (!d) {                                                                                 \
+      _Pragma("omp simd")                                                                     \
+      for (int64_t k = 0; k < n; k++) {                                                       \
+        T v0 = r0[2 * k], v1 = r0[2 * k + 1], v2 = r1[2 * k], v3 = r1[2 * k + 1];            \
+        T m = v1 > v0 ? v1 : v0;                                                              \
+        m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                             \
+        bool nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                         \
+        y[k] = nan ? (T)NAN : m;                                                              \
+      }                                                                                       \
+      return;                                                                                 \
+    }                                                                                         \
+    _Pragma("omp simd")                                                                       \
+    for (int64_t k = 0; k < n; k++) {                                                         \
+      T v0 = r0[2 * k], v1 = r0[2 * k + 1], v2 = r1[2 * k], v3 = r1[2 * k + 1];              \
+      T m = v1 > v0 ? v1 : v0;                                                                \
+      m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                               \
+      /* a = 0 + d, not d: -0 becomes +0, as 0 += d does; it goes to the first */           \
+      /* v == m (p) or, where a value is NaN, to the first NaN (q): selects only, */         \
+      /* so the loop vectorizes */                                                            \
+      T a = (T)0 + d[k];                                                                      \
+      T p0 = v0 == m ? a : (T)0, r = v0 == m ? (T)0 : a;                                      \
+      T p1 = v1 == m ? r : (T)0;                                                              \
+      r = v1 == m ? (T)0 : r;                                                                 \
+      T p2 = v2 == m ? r : (T)0, p3 = v2 == m ? (T)0 : r;                                     \
+      T q0 = v0 != v0 ? a : (T)0, s = v0 != v0 ? (T)0 : a;                                    \
+      T q1 = v1 != v1 ? s : (T)0;                                                             \
+      s = v1 != v1 ? (T)0 : s;                                                                \
+      T q2 = v2 != v2 ? s : (T)0, q3 = v2 != v2 ? (T)0 : s;                                   \
+      int nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
+      g0[2 * k] = nan ? q0 : p0, g0[2 * k + 1] = nan ? q1 : p1;                               \
+      g1[2 * k] = nan ? q2 : p2, g1[2 * k + 1] = nan ? q3 : p3;                               \
+    }                                                                                         \
+  }                                                                                           \
+  /* one plane (H, W) -> (OH, OW) of 2x2 stride-2 windows, OH <= H / 2, OW <= W / 2: */        \
+  /* forward (dp NULL) into out (OH, OW); backward: every element of out (H, W) written, */  \
+  /* the rows and columns no window covers (odd H, W) zero */                                \
+  static void pool22_##SUF(const pgeom *p, const T *xp, const T *dp, T *out) {              \
+    int64_t W = p->W, OW = p->OW;                                                             \
+    for (int64_t oh = 0; oh < p->OH; oh++) {                                                  \
+      const T *r0 = xp + 2 * oh * W;                                                          \
+      T *g0 = out + 2 * oh * W;                                                               \
+      row22s2_##SUF(r0, r0 + W, OW, dp ? dp + oh * OW : NULL, out + oh * OW, g0, g0 + W);     \
+      if (dp)                                                                                 \
+        for (int64_t w = 2 * OW; w < W; w++) g0[w] = 0, g0[W + w] = 0;                        \
+    }                                                                                         \
+    if (dp) memset(out + 2 * p->OH * W, 0, sizeof(T) * (size_t)((p->H - 2 * p->OH) * W));     \
+  }
+
+ROW22S2_IMPL(float, f32)
+ROW22S2_IMPL(double, f64)
+
 #define POOL_IMPL(T, SUF)                                                                   \
   static void pool_##SUF(const pgeom *p, ts_op op, const T *x, const T *dy, T *out, int nt) { \
     bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
@@ -91,28 +152,11 @@ ROW33S2_IMPL(double, f64)
       const T *xp = x ? x + pl * p->H * p->W : NULL;                                        \
       const T *dp = dy ? dy + pl * p->OH * p->OW : NULL;                                    \
       T *op_ = out + pl * (grad ? p->H * p->W : p->OH * p->OW);                             \
-      if (grad) memset(op_, 0, sizeof(T) * (size_t)(p->H * p->W));                          \
       if (fast22) { /* 2x2 windows, stride 2, no padding: the CNN case */                   \
-        for (int64_t oh = 0; oh < p->OH; oh++)                                              \
-          for (int64_t ow = 0; ow < p->OW; ow++) {                                          \
-            int64_t o = 2 * oh * p->W + 2 * ow;                                             \
-            const T *r = xp + o;                                                            \
-            T v0 = r[0], v1 = r[1], v2 = r[p->W], v3 = r[p->W + 1];                         \
-            T m = v1 > v0 ? v1 : v0;                                                        \
-            m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                       \
-            bool nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                   \
-            if (!grad) {                                                                    \
-              op_[oh * p->OW + ow] = nan ? (T)NAN : m;                                      \
-              continue;                                                                     \
-            }                                                                               \
-            int64_t a = p->W + 1;                                                           \
-            a = (nan ? v2 != v2 : v2 == m) ? p->W : a;                                      \
-            a = (nan ? v1 != v1 : v1 == m) ? 1 : a;                                         \
-            a = (nan ? v0 != v0 : v0 == m) ? 0 : a;                                         \
-            op_[o + a] += dp[oh * p->OW + ow];                                              \
-          }                                                                                 \
+        pool22_##SUF(p, xp, dp, op_);                                                       \
         continue;                                                                           \
       }                                                                                     \
+      if (grad) memset(op_, 0, sizeof(T) * (size_t)(p->H * p->W));                          \
       /* 3x3 max: the run [olo, ohi) of windows inside the row goes in one batch: */        \
       /* the argmaxes first (a loop the compiler can vectorize), then the scatter */        \
       bool max33 = !isavg && p->kh == 3 && p->kw == 3;                                      \
