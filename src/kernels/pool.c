@@ -9,15 +9,13 @@
  * 3x3 max windows of stride 2 (ResNet-50's stem pool) run a row of windows at
  * a time on the row's even and odd columns split apart (row33s2): unit-stride
  * loops the compiler vectorizes, the gradient added in the same order (so to
- * the same bits) as one window at a time. */
+ * the same bits) as one window at a time. 2x2 max windows of stride 2 without
+ * padding (the MNIST CNN's pool) go to pool22.c (f32 / f64 / bf16 / f16 planar,
+ * f32 / f64 NHWC; bf16 / f16 NHWC through the planar doubles), to the same bits. */
 #include <stdlib.h>
 
-#include "kernels/kernels_internal.h"
+#include "kernels/pool_internal.h"
 
-typedef struct {
-  int64_t planes, H, W, OH, OW;
-  int kh, kw, sh, sw, ph, pw;
-} pgeom;
 
 /* cn (<= 64) adjacent 3x3 max windows of stride 2 whose top-left input is rb
  * (row stride W; the last window's columns end inside the row): forward
@@ -79,83 +77,16 @@ typedef struct {
 ROW33S2_IMPL(float, f32)
 ROW33S2_IMPL(double, f64)
 
-/* A row of n 2x2 windows of stride 2: input rows r0 and r1 (window k reads
- * r0[2k], r0[2k+1], r1[2k], r1[2k+1]). Forward (d NULL): y[k] = the max folded
- * in that order (m = v > m ? v : m from the first), NaN if any is NaN.
- * Backward: each window's 4 gradient values are written, not added: 0 + d[k]
- * at its first max (or first NaN), +0 at the other three, into g0[0, 2n) and
- * g1[0, 2n) -- the bits of zeroing the plane and adding d[k] there (windows do
- * not overlap; 0 + -0 is +0), with no scatter: every lane selects with masks,
- * so the loop vectorizes (the stride-2 loads and stores are shuffles). */
-#define ROW22S2_IMPL(T, SUF)                                                                  \
-  static void row22s2_##SUF(const T *r0, const T *r1, int64_t n, const T *d, T *y, T *g0, T *g1) { \
-    if (!d) {                                                                                 \
-      _Pragma("omp simd")                                                                     \
-      for (int64_t k = 0; k < n; k++) {                                                       \
-        T v0 = r0[2 * k], v1 = r0[2 * k + 1], v2 = r1[2 * k], v3 = r1[2 * k + 1];            \
-        T m = v1 > v0 ? v1 : v0;                                                              \
-        m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                             \
-        bool nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                         \
-        y[k] = nan ? (T)NAN : m;                                                              \
-      }                                                                                       \
-      return;                                                                                 \
-    }                                                                                         \
-    _Pragma("omp simd")                                                                       \
-    for (int64_t k = 0; k < n; k++) {                                                         \
-      T v0 = r0[2 * k], v1 = r0[2 * k + 1], v2 = r1[2 * k], v3 = r1[2 * k + 1];              \
-      T m = v1 > v0 ? v1 : v0;                                                                \
-      m = v2 > m ? v2 : m, m = v3 > m ? v3 : m;                                               \
-      /* a = 0 + d, not d: -0 becomes +0, as 0 += d does; it goes to the first */           \
-      /* v == m (p) or, where a value is NaN, to the first NaN (q): selects only, */         \
-      /* so the loop vectorizes */                                                            \
-      T a = (T)0 + d[k];                                                                      \
-      T p0 = v0 == m ? a : (T)0, r = v0 == m ? (T)0 : a;                                      \
-      T p1 = v1 == m ? r : (T)0;                                                              \
-      r = v1 == m ? (T)0 : r;                                                                 \
-      T p2 = v2 == m ? r : (T)0, p3 = v2 == m ? (T)0 : r;                                     \
-      T q0 = v0 != v0 ? a : (T)0, s = v0 != v0 ? (T)0 : a;                                    \
-      T q1 = v1 != v1 ? s : (T)0;                                                             \
-      s = v1 != v1 ? (T)0 : s;                                                                \
-      T q2 = v2 != v2 ? s : (T)0, q3 = v2 != v2 ? (T)0 : s;                                   \
-      int nan = (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);                            \
-      g0[2 * k] = nan ? q0 : p0, g0[2 * k + 1] = nan ? q1 : p1;                               \
-      g1[2 * k] = nan ? q2 : p2, g1[2 * k + 1] = nan ? q3 : p3;                               \
-    }                                                                                         \
-  }                                                                                           \
-  /* one plane (H, W) -> (OH, OW) of 2x2 stride-2 windows, OH <= H / 2, OW <= W / 2: */        \
-  /* forward (dp NULL) into out (OH, OW); backward: every element of out (H, W) written, */  \
-  /* the rows and columns no window covers (odd H, W) zero */                                \
-  static void pool22_##SUF(const pgeom *p, const T *xp, const T *dp, T *out) {              \
-    int64_t W = p->W, OW = p->OW;                                                             \
-    for (int64_t oh = 0; oh < p->OH; oh++) {                                                  \
-      const T *r0 = xp + 2 * oh * W;                                                          \
-      T *g0 = out + 2 * oh * W;                                                               \
-      row22s2_##SUF(r0, r0 + W, OW, dp ? dp + oh * OW : NULL, out + oh * OW, g0, g0 + W);     \
-      if (dp)                                                                                 \
-        for (int64_t w = 2 * OW; w < W; w++) g0[w] = 0, g0[W + w] = 0;                        \
-    }                                                                                         \
-    if (dp) memset(out + 2 * p->OH * W, 0, sizeof(T) * (size_t)((p->H - 2 * p->OH) * W));     \
-  }
-
-ROW22S2_IMPL(float, f32)
-ROW22S2_IMPL(double, f64)
-
 #define POOL_IMPL(T, SUF)                                                                   \
   static void pool_##SUF(const pgeom *p, ts_op op, const T *x, const T *dy, T *out, int nt) { \
     bool grad = op == TS_OP_MAXPOOL_GRAD || op == TS_OP_AVGPOOL_GRAD;                       \
     bool isavg = op == TS_OP_AVGPOOL || op == TS_OP_AVGPOOL_GRAD;                           \
     double inv = 1.0 / ((double)p->kh * p->kw);                                             \
-    bool fast22 = !isavg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&         \
-                  p->ph == 0 && p->pw == 0;                                                 \
     _Pragma("omp parallel for num_threads(nt) if (nt > 1)")                                 \
     for (int64_t pl = 0; pl < p->planes; pl++) {                                            \
       const T *xp = x ? x + pl * p->H * p->W : NULL;                                        \
       const T *dp = dy ? dy + pl * p->OH * p->OW : NULL;                                    \
       T *op_ = out + pl * (grad ? p->H * p->W : p->OH * p->OW);                             \
-      if (fast22) { /* 2x2 windows, stride 2, no padding: the CNN case */                   \
-        pool22_##SUF(p, xp, dp, op_);                                                       \
-        continue;                                                                           \
-      }                                                                                     \
       if (grad) memset(op_, 0, sizeof(T) * (size_t)(p->H * p->W));                          \
       /* 3x3 max: the run [olo, ohi) of windows inside the row goes in one batch: */        \
       /* the argmaxes first (a loop the compiler can vectorize), then the scatter */        \
@@ -413,6 +344,12 @@ static double *nhwc_to_planar(ts_dtype dt, const void *p, const int64_t *s) {
   return d;
 }
 
+/* 2x2 max windows of stride 2 without padding, each inside the input: pool22.c's case */
+static bool is22(const ts_node *n, const pgeom *p) {
+  return (n->op == TS_OP_MAXPOOL || n->op == TS_OP_MAXPOOL_GRAD) && p->kh == 2 && p->kw == 2 && p->sh == 2 &&
+         p->sw == 2 && p->ph == 0 && p->pw == 0 && 2 * p->OH <= p->H && 2 * p->OW <= p->W;
+}
+
 static int pool_nhwc(const ts_node *n, const pgeom *p, const ts_node *xs, const ts_node *ys, const void *x,
                      const void *dy, void *out, int nt) {
   double *xd = x ? nhwc_to_planar(n->dtype, x, xs->shape) : NULL, *dd = dy ? nhwc_to_planar(n->dtype, dy, ys->shape) : NULL;
@@ -421,7 +358,8 @@ static int pool_nhwc(const ts_node *n, const pgeom *p, const ts_node *xs, const 
   if ((x && !xd) || (dy && !dd) || !od) {
     rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "%s: out of memory", ir_op_name(n->op));
   } else {
-    pool_f64(p, n->op, xd, dd, od, nt);
+    if (is22(n, p)) tk_pool22_f64(p, xd, dd, od, nt);
+    else pool_f64(p, n->op, xd, dd, od, nt);
     int64_t N = n->shape[0], HW = n->shape[1] * n->shape[2], C = n->shape[3];
     for (int64_t i = 0, b = 0; b < N; b++)
       for (int64_t hw = 0; hw < HW; hw++)
@@ -429,6 +367,22 @@ static int pool_nhwc(const ts_node *n, const pgeom *p, const ts_node *xs, const 
   }
   free(xd), free(dd), free(od);
   return rc;
+}
+
+/* 2x2 stride-2 max windows in pool22.c where it has the layout and dtype: true when done */
+static bool pool22(const ts_node *n, const pgeom *p, const ts_node *xs, const void *x, const void *dy, void *out,
+                   int nt) {
+  if (n->attr.pool.layout == TS_LAYOUT_NHWC) {
+    if (n->dtype == TS_F32) tk_pool22_nhwc_f32(p, xs->shape[0], xs->shape[3], x, dy, out, nt);
+    else if (n->dtype == TS_F64) tk_pool22_nhwc_f64(p, xs->shape[0], xs->shape[3], x, dy, out, nt);
+    else return false;
+    return true;
+  }
+  if (n->dtype == TS_F32) tk_pool22_f32(p, x, dy, out, nt);
+  else if (n->dtype == TS_F64) tk_pool22_f64(p, x, dy, out, nt);
+  else if (n->dtype == TS_BF16 || n->dtype == TS_F16) tk_pool22_half(n->dtype, p, x, dy, out, nt);
+  else return false;
+  return true;
 }
 
 int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx) {
@@ -446,6 +400,7 @@ int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_k
   const void *x = n->op == TS_OP_AVGPOOL_GRAD ? NULL : in[0];
   const void *dy = n->op == TS_OP_MAXPOOL_GRAD ? in[1] : n->op == TS_OP_AVGPOOL_GRAD ? in[0] : NULL;
   int nt = tk_threads(ctx, p.planes * p.H * p.W);
+  if (is22(n, &p) && pool22(n, &p, xs, x, dy, out, nt)) return 0; /* the CNN's pool: pool22.c */
   if (pp->layout == TS_LAYOUT_NHWC && (n->dtype == TS_F32 || n->dtype == TS_F64)) {
     int64_t N = xs->shape[0], C = xs->shape[3];
     if (n->dtype == TS_F32) nhwc_f32(&p, N, C, n->op, x, dy, out, nt);
