@@ -13,10 +13,11 @@
  * Every case in NCHW and in NHWC (the kernels' output is filled with garbage
  * first: an element left unwritten fails). 2x2 windows of stride 2 (pool22.c,
  * the CNN's pool) on every width from 2 to 41 (the vector body, its
- * remainders, odd W) and heights 2, 3, 5 (odd H: a last row no window covers;
- * 2x2 and 3x3: one output), in f32, f64, bf16 and f16 (the reference: f32 on
- * the same values, rounded back), NHWC also with 70 channels (a full and a
- * partial chunk of 64). The eaee734 kernels pass all of it: same bits. */
+ * remainders, odd W) and 261 (bf16 / f16: chunks of 128 windows), heights 2,
+ * 3, 5 (odd H: a last row no window covers; 2x2 and 3x3: one output), in f32,
+ * f64, bf16 and f16 (the reference: f32 on the same values, rounded back),
+ * NHWC also with 70 channels (a full and a partial chunk of 64). The eaee734
+ * kernels pass all of it: same bits. */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
 typedef struct {
@@ -146,11 +147,12 @@ int main(void) {
           check_case(&c, d ? TS_F64 : TS_F32, l ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW, 2);
         }
       }
-  /* 2x2 stride 2 (pool22.c): every width 2..41, heights 2, 3, 5; f32, f64, bf16,
+  /* 2x2 stride 2 (pool22.c): every width 2..41 and 261 (bf16/f16 planar: 2 row
+   * chunks of 128 windows and a partial one), heights 2, 3, 5; f32, f64, bf16,
    * f16; NCHW and NHWC (5 channels; 70: a full and a partial channel chunk) */
   ts_dtype dts[4] = {TS_F32, TS_F64, TS_BF16, TS_F16};
   for (int64_t H = 2; H <= 5; H += H == 2 ? 1 : 2)
-    for (int64_t W = 2; W <= 41; W++)
+    for (int64_t W = 2; W <= 261; W = W == 41 ? 261 : W + 1)
       for (int d = 0; d < 4; d++)
         for (int l = 0; l < 2; l++) {
           pcase c = {.P = l && W == 9 ? 70 : 5, .H = H, .W = W, .k = 2, .s = 2, .pad = 0, .OH = H / 2, .OW = W / 2};
