@@ -10,8 +10,8 @@
  * a time on the row's even and odd columns split apart (row33s2): unit-stride
  * loops the compiler vectorizes, the gradient added in the same order (so to
  * the same bits) as one window at a time. 2x2 max windows of stride 2 without
- * padding (the MNIST CNN's pool) go to pool22.c (f32 / f64 / bf16 / f16 planar,
- * f32 / f64 NHWC; bf16 / f16 NHWC through the planar doubles), to the same bits. */
+ * padding (the MNIST CNN's pool) go to pool22.c (every float dtype, both
+ * layouts), to the same bits. */
 #include <stdlib.h>
 
 #include "kernels/pool_internal.h"
@@ -375,6 +375,8 @@ static bool pool22(const ts_node *n, const pgeom *p, const ts_node *xs, const vo
   if (n->attr.pool.layout == TS_LAYOUT_NHWC) {
     if (n->dtype == TS_F32) tk_pool22_nhwc_f32(p, xs->shape[0], xs->shape[3], x, dy, out, nt);
     else if (n->dtype == TS_F64) tk_pool22_nhwc_f64(p, xs->shape[0], xs->shape[3], x, dy, out, nt);
+    else if (n->dtype == TS_BF16 || n->dtype == TS_F16) /* out of memory: the general path reports it */
+      return tk_pool22_nhwc_half(n->dtype, p, xs->shape[0], xs->shape[3], x, dy, out, nt) == 0;
     else return false;
     return true;
   }

@@ -9,7 +9,10 @@
  * vectorize. Planar (N, C, H, W) f32 / f64 a row of windows at a time (the
  * stride-2 loads and stores are shuffles); bf16 / f16 the same on f32 copies
  * of row chunks (every value is exact in f32: the bits the double path gave);
- * NHWC f32 / f64 a window's channels at a time (unit stride). */
+ * NHWC f32 / f64 a window's channels at a time (unit stride), NHWC bf16 / f16
+ * the same on f32 copies of the whole tensors. */
+#include <stdlib.h>
+
 #include "kernels/pool_internal.h"
 
 /* The max m of window values v0..v3 and whether one is NaN (nan): declares both. */
@@ -186,3 +189,36 @@ void tk_pool22_half(ts_dtype dt, const pgeom *p, const uint16_t *x, const uint16
 
 NHWC22_IMPL(float, f32)
 NHWC22_IMPL(double, f64)
+
+/* ---- NHWC bf16 / f16: the whole tensors widened to f32 (no transpose; exact),
+ * pooled by the NHWC f32 kernel and rounded back (the same bits, as planar) ---- */
+#define HALF_BLOCK 4096
+
+/* n halves at s <-> f32 t, blocks of HALF_BLOCK over nt threads */
+static void half_all_in(bool bf, const uint16_t *s, int64_t n, float *t, int nt) {
+  _Pragma("omp parallel for num_threads(nt) if (nt > 1)")
+  for (int64_t b = 0; b < n; b += HALF_BLOCK) half_in(bf, s + b, n - b < HALF_BLOCK ? n - b : HALF_BLOCK, t + b);
+}
+
+static void half_all_out(bool bf, const float *t, int64_t n, uint16_t *s, int nt) {
+  _Pragma("omp parallel for num_threads(nt) if (nt > 1)")
+  for (int64_t b = 0; b < n; b += HALF_BLOCK) half_out(bf, t + b, n - b < HALF_BLOCK ? n - b : HALF_BLOCK, s + b);
+}
+
+int tk_pool22_nhwc_half(ts_dtype dt, const pgeom *p, int64_t N, int64_t C, const uint16_t *x, const uint16_t *dy,
+                        uint16_t *out, int nt) {
+  bool bf = dt == TS_BF16;
+  int64_t nx = N * p->H * p->W * C, ny = N * p->OH * p->OW * C, no = dy ? nx : ny;
+  float *xf = malloc((size_t)(nx ? nx : 1) * 4), *df = dy ? malloc((size_t)(ny ? ny : 1) * 4) : NULL;
+  float *of = malloc((size_t)(no ? no : 1) * 4);
+  int rc = -1;
+  if (xf && of && (!dy || df)) {
+    half_all_in(bf, x, nx, xf, nt);
+    if (dy) half_all_in(bf, dy, ny, df, nt);
+    tk_pool22_nhwc_f32(p, N, C, xf, df, of, nt);
+    half_all_out(bf, of, no, out, nt);
+    rc = 0;
+  }
+  free(xf), free(df), free(of);
+  return rc;
+}

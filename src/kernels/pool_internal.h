@@ -25,5 +25,8 @@ void tk_pool22_half(ts_dtype dt, const pgeom *p, const uint16_t *x, const uint16
 void tk_pool22_nhwc_f32(const pgeom *p, int64_t N, int64_t C, const float *x, const float *dy, float *out, int nt);
 void tk_pool22_nhwc_f64(const pgeom *p, int64_t N, int64_t C, const double *x, const double *dy, double *out,
                         int nt);
+/* NHWC bf16 / f16 (dt) through f32 copies it allocates: 0, or -1 when out of memory (nothing written) */
+int tk_pool22_nhwc_half(ts_dtype dt, const pgeom *p, int64_t N, int64_t C, const uint16_t *x, const uint16_t *dy,
+                        uint16_t *out, int nt);
 
 #endif
