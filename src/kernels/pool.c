@@ -16,7 +16,6 @@
 
 #include "kernels/pool_internal.h"
 
-
 /* cn (<= 64) adjacent 3x3 max windows of stride 2 whose top-left input is rb
  * (row stride W; the last window's columns end inside the row): forward
  * (db NULL) writes yo[k]; backward adds dy db[k] to the first max of window k
