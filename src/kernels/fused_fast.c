@@ -34,7 +34,9 @@
  *     (SGD's 0.9 * buf + g and p - lr * g);
  *   - AdamW's moments, k0 x0 + k1 x1 (a term x * x where squared), and its
  *     parameter update, pd - step * (m / (sqrt(v) / bc + eps)) with pd = p or
- *     p * decay (f32; their loops are fused_adam.c's). */
+ *     p * decay (f32; their loops are fused_adam.c's);
+ *   - a bias add, x + b or b + x (b broadcast per channel, a run of one: a
+ *     row), optionally max(., constant) (ReLU), f32 (fused_bias.c's loop). */
 #include <stdlib.h>
 
 #include "kernels/bf16_round.h"
@@ -282,13 +284,25 @@ static bool m_adamw(const mctx *M, int32_t v, tk_fast *F) {
   return F->decay_left || (P && m_k(M, P->b, &F->decay) && m_f32(M, P->a, &F->ap));
 }
 
+/* v is max(u, constant) (then F->relu, F->relu_c): u, else v. */
+static int32_t m_relu(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
+  if (!X || X->b < 0 || M->p->ins[X->b].op != TS_OP_CONSTANT || M->p->ins[X->b].dtype != TS_F32) return v;
+  F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
+  return X->a;
+}
+
+/* v is [max(] x + b [, constant)] or b + x: x an f32 input, b an f32 input broadcast per channel. */
+static bool m_bias(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *A = f32_ins(M, m_relu(M, v, F), TS_OP_ADD);
+  if (!A) return false;
+  F->x_first = m_f32(M, A->a, &F->x.ext) && m_chan(M, A->b, &F->m);
+  return F->x_first || (m_chan(M, A->a, &F->m) && m_f32(M, A->b, &F->x.ext));
+}
+
 /* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
 static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
-  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
-  if (X && X->b >= 0 && M->p->ins[X->b].op == TS_OP_CONSTANT && M->p->ins[X->b].dtype == TS_F32) {
-    F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
-    v = X->a;
-  }
+  v = m_relu(M, v, F);
   if (m_affine(M, v, &F->t[0])) return F->nterm = 1, true;
   const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
   F->nterm = 2;
@@ -306,6 +320,7 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
             : kind == TK_FAST_SCALED   ? m_scaled(M, v, M->F)
             : kind == TK_FAST_MOMENT   ? !out_bf16 && m_moment(M, v, M->F)
             : kind == TK_FAST_ADAMW    ? !out_bf16 && m_adamw(M, v, M->F)
+            : kind == TK_FAST_BIAS     ? !out_bf16 && m_bias(M, v, M->F)
                                        : m_forward(M, v, M->F);
   M->F->kind = ok ? kind : TK_FAST_NONE;
   return ok;
@@ -327,7 +342,8 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
          try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_SRC, out_bf16) ||
          try_kind(&M, v, TK_FAST_SCALED, out_bf16) || try_kind(&M, v, TK_FAST_MOMENT, out_bf16) ||
-         try_kind(&M, v, TK_FAST_ADAMW, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
+         try_kind(&M, v, TK_FAST_ADAMW, out_bf16) || try_kind(&M, v, TK_FAST_BIAS, out_bf16) ||
+         try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
 }
 
 /* ---- the loops (n <= CHUNK elements from element e) ----
@@ -573,6 +589,8 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) 
     tk_fast_mask_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_MOMENT || F->kind == TK_FAST_ADAMW) { /* fused_adam.c: one pass */
     tk_fast_adam_run(F, in, out, lo, hi);
+  } else if (F->kind == TK_FAST_BIAS) { /* fused_bias.c: one pass per run or row */
+    tk_fast_bias_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
     tk_fast_centered_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_SCALED) {

@@ -164,7 +164,7 @@ typedef struct {
 } tk_fast_term;
 enum {
   TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK, TK_FAST_SRC, TK_FAST_SCALED,
-  TK_FAST_MOMENT, TK_FAST_ADAMW
+  TK_FAST_MOMENT, TK_FAST_ADAMW, TK_FAST_BIAS
 };
 /* A scalar operand of the AdamW loops: the f32 scalar input ext (>= 0) or the constant c. */
 typedef struct {
@@ -211,6 +211,11 @@ typedef struct {
   int ap, am, av; /* the f32 inputs p, m', v' */
   tk_fast_k decay, step, bc, eps;
   bool decay_on, decay_left, step_left, eps_left;
+  /* TK_FAST_BIAS: x + b (x_first) or b + x, then max(., relu_c) where relu:
+   * x an f32 input (F->x), b the f32 per-channel input F->m (a conv's or a
+   * dense layer's bias: runs of inner elements, or inner 1: a row of nch);
+   * f32 result (fused_bias.c's loop) */
+  bool x_first;
 } tk_fast;
 /* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
  * numel elements has a fast path (described into *F); false when the switch
@@ -225,6 +230,8 @@ void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 void tk_fast_mask_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* fused_adam.c: tk_fast_run of a TK_FAST_MOMENT or TK_FAST_ADAMW program (AdamW's update). */
 void tk_fast_adam_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+/* fused_bias.c: tk_fast_run of a TK_FAST_BIAS program (a bias add, then ReLU). */
+void tk_fast_bias_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* fused_centered.c: tk_fast_run of a TK_FAST_CENTERED program (batch norm's reduced terms). */
 void tk_fast_centered_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* How many chunks the fast loops have run again with the NaN-ordered add and
