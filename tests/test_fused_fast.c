@@ -17,7 +17,8 @@
  * gradient (a select by a compare with a constant) with every comparison,
  * the two terms of a sum of the same or different types, a NaN constant; a
  * widening convert alone, a convert node to bf16; the optimizer's scaled terms (k * x, x * k, plus or
- * minus another input on either side; k a constant or a scalar input). Each pattern must
+ * minus another input on either side; k a constant or a scalar input); a bias add (either
+ * side) with or without ReLU (a NaN constant too). Each pattern must
  * be matched (a fast path that silently stopped matching fails here), and
  * programs that differ from a pattern by one operand order must not be. */
 #include <math.h>
@@ -367,6 +368,24 @@ static void interp_bias(ts_dtype vdt, int64_t m, int64_t numel) {
   free(x), free(v), free(got);
 }
 
+/* A bias add, x + b or b + x (b per channel: runs of s.inner, or a row of
+ * s.nch), then max with c (relu) or not; bad 1: x - b, 2: x bf16 (no pattern). */
+static void bias(shape s, bool x_first, bool relu, float c, int bad) {
+  case_t C = {.out_dt = TS_F32};
+  int64_t numel = s.nb * s.nch * s.inner;
+  ts_dtype xdt = bad == 2 ? TS_BF16 : TS_F32;
+  set_ext(&C, 0, xdt, numel), set_ext(&C, 1, TS_F32, s.nch);
+  prog *P = &C.P;
+  int32_t x = src(P, 0, xdt, rnd32() % 2), b = bc(P, 1, s.inner);
+  int32_t t = bin(P, bad == 1 ? TS_OP_SUB : TS_OP_ADD, x_first ? x : b, x_first ? b : x);
+  if (relu) bin(P, TS_OP_MAX, t, emit(P, TS_OP_CONSTANT, TS_F32, 0, 0, c));
+  char what[128];
+  snprintf(what, sizeof what, "bias x first %d relu %d (%g)%s, shape %lldx%lldx%lld", x_first, relu, (double)c,
+           bad == 1 ? " (x - b)" : bad == 2 ? " (x bf16)" : "", (long long)s.nb, (long long)s.nch,
+           (long long)s.inner);
+  run_case(what, &C, numel, !bad);
+}
+
 /* Every per-channel and elementwise pattern over shape s. */
 static void patterns(shape s, int si) {
   ts_dtype dts[] = {TS_F32, TS_BF16};
@@ -387,6 +406,8 @@ static void patterns(shape s, int si) {
       mask(s, xdt, dts[(di + cmp) % 2], (ts_cmp)cmp, cmp % 2, dts[cmp / 3], cmp % 3 ? 0.f : 0.1f,
            dts[(cmp / 2) % 2], false);
     mask(s, xdt, xdt, TS_CMP_GT, true, TS_F32, 0.f, xdt, true);
+    for (int v = 0; v < 4; v++) bias(s, v & 1, v & 2, di && v == 3 ? NAN : consts[(si + v) % 3], 0);
+    bias(s, di, true, 0.f, 1 + di);
     /* v and w of different types (fused_mask.c's loops are per type), and a NaN k */
     for (int cmp = TS_CMP_EQ; cmp <= TS_CMP_GE; cmp++) {
       mask_w(s, xdt, dts[cmp % 2], dts[(cmp + 1) % 2], (ts_cmp)cmp, true, TS_BF16, 0.f, dts[(cmp / 2) % 2], false);

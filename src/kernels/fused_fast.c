@@ -31,7 +31,12 @@
  *     (a convert node f32 -> bf16: a bf16 step's weight casts);
  *   - the optimizer's scaled terms: k * x or x * k (k a constant or a scalar
  *     f32 input), alone or added to / subtracted from y on either side
- *     (SGD's 0.9 * buf + g and p - lr * g). */
+ *     (SGD's 0.9 * buf + g and p - lr * g);
+ *   - AdamW's moments, k0 x0 + k1 x1 (a term x * x where squared), and its
+ *     parameter update, pd - step * (m / (sqrt(v) / bc + eps)) with pd = p or
+ *     p * decay (f32; their loops are fused_adam.c's);
+ *   - a bias add, x + b or b + x (b broadcast per channel, a run of one: a
+ *     row), optionally max(., constant) (ReLU), f32 (fused_bias.c's loop). */
 #include <stdlib.h>
 
 #include "kernels/bf16_round.h"
@@ -220,13 +225,84 @@ static bool m_scaled(const mctx *M, int32_t v, tk_fast *F) {
   return F->dy_first || (m_product(M, A->a, F) && m_src(M, A->b, &F->dy));
 }
 
+/* v is an f32 input of the output's size (read directly or through CONVERT): *k. */
+static bool m_f32(const mctx *M, int32_t v, int *k) {
+  tk_fast_src s;
+  if (!m_src(M, v, &s) || s.bf16) return false;
+  *k = s.ext;
+  return true;
+}
+
+static bool m_k(const mctx *M, int32_t v, tk_fast_k *k) { return m_scalar(M, v, &k->ext, &k->c); }
+
+/* v is an f32 input or x * x (one input twice): t->x, t->square. */
+static bool m_sq(const mctx *M, int32_t v, tk_fast_prod *t) {
+  const ts_fused_instr *Q = f32_ins(M, v, TS_OP_MUL);
+  int other;
+  t->square = Q && m_f32(M, Q->a, &t->x) && m_f32(M, Q->b, &other) && other == t->x;
+  return t->square || m_f32(M, v, &t->x);
+}
+
+/* v is k * x or x * k, x: m_sq. */
+static bool m_prod(const mctx *M, int32_t v, tk_fast_prod *t) {
+  const ts_fused_instr *P = f32_ins(M, v, TS_OP_MUL);
+  if (!P) return false;
+  t->k_left = m_k(M, P->a, &t->k) && m_sq(M, P->b, t);
+  return t->k_left || (m_k(M, P->b, &t->k) && m_sq(M, P->a, t));
+}
+
+/* v is AdamW's moment update, pr[0] + pr[1] (b1 m + c1 g, b2 v + c2 (g g)). */
+static bool m_moment(const mctx *M, int32_t v, tk_fast *F) {
+  no_channels(F);
+  const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
+  return A && m_prod(M, A->a, &F->pr[0]) && m_prod(M, A->b, &F->pr[1]);
+}
+
+/* v is `op` of a scalar (*k; *left: its first operand) and instruction `of`: that one, or NULL. */
+static const ts_fused_instr *m_with_k(const mctx *M, int32_t v, ts_op op, ts_op of, tk_fast_k *k, bool *left) {
+  const ts_fused_instr *I = f32_ins(M, v, op), *X = NULL;
+  if (!I) return NULL;
+  if (m_k(M, I->a, k) && (X = f32_ins(M, I->b, of))) return *left = true, X;
+  if (m_k(M, I->b, k) && (X = f32_ins(M, I->a, of))) return *left = false, X;
+  return NULL;
+}
+
+/* v is AdamW's parameter update: pd - step * (m / (sqrt(v) / bc + eps)), pd = p or p * decay. */
+static bool m_adamw(const mctx *M, int32_t v, tk_fast *F) {
+  no_channels(F);
+  const ts_fused_instr *S = f32_ins(M, v, TS_OP_SUB);
+  if (!S) return false;
+  const ts_fused_instr *D = m_with_k(M, S->b, TS_OP_MUL, TS_OP_DIV, &F->step, &F->step_left);
+  bool m_ok = D && m_f32(M, D->a, &F->am);
+  const ts_fused_instr *Q = m_ok ? m_with_k(M, D->b, TS_OP_ADD, TS_OP_DIV, &F->eps, &F->eps_left) : NULL;
+  const ts_fused_instr *R = Q && m_k(M, Q->b, &F->bc) ? f32_ins(M, Q->a, TS_OP_SQRT) : NULL;
+  if (!R || !m_f32(M, R->a, &F->av)) return false;
+  if (m_f32(M, S->a, &F->ap)) return true;
+  const ts_fused_instr *P = f32_ins(M, S->a, TS_OP_MUL);
+  F->decay_on = P != NULL;
+  F->decay_left = P && m_k(M, P->a, &F->decay) && m_f32(M, P->b, &F->ap);
+  return F->decay_left || (P && m_k(M, P->b, &F->decay) && m_f32(M, P->a, &F->ap));
+}
+
+/* v is max(u, constant) (then F->relu, F->relu_c): u, else v. */
+static int32_t m_relu(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
+  if (!X || X->b < 0 || M->p->ins[X->b].op != TS_OP_CONSTANT || M->p->ins[X->b].dtype != TS_F32) return v;
+  F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
+  return X->a;
+}
+
+/* v is [max(] x + b [, constant)] or b + x: x an f32 input, b an f32 input broadcast per channel. */
+static bool m_bias(const mctx *M, int32_t v, tk_fast *F) {
+  const ts_fused_instr *A = f32_ins(M, m_relu(M, v, F), TS_OP_ADD);
+  if (!A) return false;
+  F->x_first = m_f32(M, A->a, &F->x.ext) && m_chan(M, A->b, &F->m);
+  return F->x_first || (m_chan(M, A->a, &F->m) && m_f32(M, A->b, &F->x.ext));
+}
+
 /* The forward pattern below the final store: [max(] t [+ u] [, constant)]. */
 static bool m_forward(const mctx *M, int32_t v, tk_fast *F) {
-  const ts_fused_instr *X = f32_ins(M, v, TS_OP_MAX);
-  if (X && X->b >= 0 && M->p->ins[X->b].op == TS_OP_CONSTANT && M->p->ins[X->b].dtype == TS_F32) {
-    F->relu = true, F->relu_c = (float)M->p->ins[X->b].value;
-    v = X->a;
-  }
+  v = m_relu(M, v, F);
   if (m_affine(M, v, &F->t[0])) return F->nterm = 1, true;
   const ts_fused_instr *A = f32_ins(M, v, TS_OP_ADD);
   F->nterm = 2;
@@ -242,6 +318,9 @@ static bool try_kind(const mctx *M, int32_t v, int kind, bool out_bf16) {
             : kind == TK_FAST_MASK     ? m_mask(M, v, M->F)
             : kind == TK_FAST_SRC      ? m_plain(M, v, M->F)
             : kind == TK_FAST_SCALED   ? m_scaled(M, v, M->F)
+            : kind == TK_FAST_MOMENT   ? !out_bf16 && m_moment(M, v, M->F)
+            : kind == TK_FAST_ADAMW    ? !out_bf16 && m_adamw(M, v, M->F)
+            : kind == TK_FAST_BIAS     ? !out_bf16 && m_bias(M, v, M->F)
                                        : m_forward(M, v, M->F);
   M->F->kind = ok ? kind : TK_FAST_NONE;
   return ok;
@@ -262,7 +341,9 @@ bool tk_fast_match(const ts_fused *p, const ts_dtype *ext_dt, const int64_t *ext
   else if (out_dt != TS_F32 || L->dtype != TS_F32) return false;
   return try_kind(&M, v, TK_FAST_BN_GRAD, out_bf16) || try_kind(&M, v, TK_FAST_CENTERED, out_bf16) ||
          try_kind(&M, v, TK_FAST_MASK, out_bf16) || try_kind(&M, v, TK_FAST_SRC, out_bf16) ||
-         try_kind(&M, v, TK_FAST_SCALED, out_bf16) || try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
+         try_kind(&M, v, TK_FAST_SCALED, out_bf16) || try_kind(&M, v, TK_FAST_MOMENT, out_bf16) ||
+         try_kind(&M, v, TK_FAST_ADAMW, out_bf16) || try_kind(&M, v, TK_FAST_BIAS, out_bf16) ||
+         try_kind(&M, v, TK_FAST_FORWARD, out_bf16);
 }
 
 /* ---- the loops (n <= CHUNK elements from element e) ----
@@ -506,6 +587,10 @@ static bool src_clear(const tk_fast_src *s, tk_in in, const void *out, int64_t l
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi) {
   if (F->kind == TK_FAST_MASK) { /* fused_mask.c: one pass, no rerun */
     tk_fast_mask_run(F, in, out, lo, hi);
+  } else if (F->kind == TK_FAST_MOMENT || F->kind == TK_FAST_ADAMW) { /* fused_adam.c: one pass */
+    tk_fast_adam_run(F, in, out, lo, hi);
+  } else if (F->kind == TK_FAST_BIAS) { /* fused_bias.c: one pass per run or row */
+    tk_fast_bias_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_CENTERED) { /* fused_centered.c: a loop per channel run, no rerun */
     tk_fast_centered_run(F, in, out, lo, hi);
   } else if (F->kind == TK_FAST_FORWARD || F->kind == TK_FAST_BN_GRAD || F->kind == TK_FAST_SCALED) {

@@ -150,7 +150,8 @@ int tk_fused_extract(const ts_fused *p, int n_ext, int r, ts_fused *out, int32_t
 
 /* fused_fast.c: one-pass loops for the fused programs that dominate the
  * convnets' steps (batch-norm apply with residual add and ReLU, batch-norm
- * input gradient, batch-norm's reduced terms, ReLU's gradient), the same bits as the interpreter. */
+ * input gradient, batch-norm's reduced terms, ReLU's gradient, the optimizers' updates), the same bits as
+ * the interpreter. */
 typedef struct {
   int ext;   /* the input (full size) */
   bool bf16; /* stored as bf16 (else f32) */
@@ -161,7 +162,21 @@ typedef struct {
   tk_fast_src x;
   int m, a, g, b;   /* inputs broadcast per channel */
 } tk_fast_term;
-enum { TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK, TK_FAST_SRC, TK_FAST_SCALED };
+enum {
+  TK_FAST_NONE, TK_FAST_FORWARD, TK_FAST_BN_GRAD, TK_FAST_CENTERED, TK_FAST_MASK, TK_FAST_SRC, TK_FAST_SCALED,
+  TK_FAST_MOMENT, TK_FAST_ADAMW, TK_FAST_BIAS
+};
+/* A scalar operand of the AdamW loops: the f32 scalar input ext (>= 0) or the constant c. */
+typedef struct {
+  int ext;
+  float c;
+} tk_fast_k;
+/* A scaled term of TK_FAST_MOMENT: k * x or x * k (k_left), x an f32 input, or x * x (square). */
+typedef struct {
+  tk_fast_k k;
+  bool k_left, square;
+  int x;
+} tk_fast_prod;
 typedef struct {
   int kind;               /* TK_FAST_* */
   int64_t inner, nch;     /* channel c covers runs of inner elements; nch channels, repeating */
@@ -187,6 +202,20 @@ typedef struct {
   int scale_ext;
   float scale_c;
   bool k_left, comb_sub;
+  /* TK_FAST_MOMENT: pr[0] + pr[1] (AdamW's b1 m + c1 g and b2 v + c2 (g g));
+   * TK_FAST_ADAMW: pd - step * (am / (sqrt(av) / bc + eps)) with pd = ap, or
+   * ap * decay (decay_on; decay_left: decay * ap), step * q or q * step
+   * (step_left), eps + r or r + eps (eps_left): AdamW's parameter update
+   * (src/nn/optim.c). All f32, no channels (fused_adam.c's loops). */
+  tk_fast_prod pr[2];
+  int ap, am, av; /* the f32 inputs p, m', v' */
+  tk_fast_k decay, step, bc, eps;
+  bool decay_on, decay_left, step_left, eps_left;
+  /* TK_FAST_BIAS: x + b (x_first) or b + x, then max(., relu_c) where relu:
+   * x an f32 input (F->x), b the f32 per-channel input F->m (a conv's or a
+   * dense layer's bias: runs of inner elements, or inner 1: a row of nch);
+   * f32 result (fused_bias.c's loop) */
+  bool x_first;
 } tk_fast;
 /* Whether program p over inputs (ext_dt, ext_numel) with an out_dt result of
  * numel elements has a fast path (described into *F); false when the switch
@@ -199,6 +228,10 @@ bool tk_fused_fast_on(void);
 void tk_fast_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* fused_mask.c: tk_fast_run of a TK_FAST_MASK program (ReLU's gradient). */
 void tk_fast_mask_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+/* fused_adam.c: tk_fast_run of a TK_FAST_MOMENT or TK_FAST_ADAMW program (AdamW's update). */
+void tk_fast_adam_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
+/* fused_bias.c: tk_fast_run of a TK_FAST_BIAS program (a bias add, then ReLU). */
+void tk_fast_bias_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* fused_centered.c: tk_fast_run of a TK_FAST_CENTERED program (batch norm's reduced terms). */
 void tk_fast_centered_run(const tk_fast *F, tk_in in, void *out, int64_t lo, int64_t hi);
 /* How many chunks the fast loops have run again with the NaN-ordered add and
