@@ -84,22 +84,29 @@ typedef struct {
   double step, ar1, arbig, lat, bw, busy, chain, step_wait;
 } procs_result;
 
-/* The chain with and without its collectives, alternated 3 times: the median
- * difference per collective (*chain: the median chain without). */
+/* Pairs of the chain without and with its collectives (each the median of 9
+ * runs), alternated PROCS_PAIRS times: the median difference per collective
+ * (*chain: the median chain without). A median, as allreduce.N.busy_s: the
+ * wait a typical step sees. Not the least pair: under another job's load
+ * the pairs' differences scatter by more than the wait (3 processes at load
+ * 5: the least of 5 pairs 0 for both probes, the medians of 3 pairs 0.2-2.9
+ * and 2.2-16 ms at load 2-9); calibrate on a quiet machine. */
+#define PROCS_PAIRS 5
 static double procs_busy(ts_client *c, int64_t n, int segs, double *chain) {
   ts_graph *g[2] = {procs_chain(n, segs, false), procs_chain(n, segs, true)};
-  double d[3] = {-1, -1, -1}, t0s[3] = {-1, -1, -1};
-  for (int r = 0; r < 3; r++) {
+  double d[PROCS_PAIRS], t0s[PROCS_PAIRS];
+  int k = 0;
+  for (; k < PROCS_PAIRS && g[0] && g[1]; k++) {
     double t0 = procs_time(c, g[0], 9, false), t1 = procs_time(c, g[1], 9, false);
     if (t0 <= 0 || t1 <= 0) break;
-    d[r] = (t1 - t0) / segs, t0s[r] = t0;
+    d[k] = (t1 - t0) / segs, t0s[k] = t0;
   }
   ts_graph_free(g[0]), ts_graph_free(g[1]);
-  if (d[2] < -0.5) return -1;
-  qsort(d, 3, sizeof *d, cmp_d);
-  qsort(t0s, 3, sizeof *t0s, cmp_d);
-  *chain = t0s[1];
-  return fmax(d[1], 0); /* a loaded machine's noise can make it negative: no wait */
+  if (k < PROCS_PAIRS) return -1;
+  qsort(d, PROCS_PAIRS, sizeof *d, cmp_d);
+  qsort(t0s, PROCS_PAIRS, sizeof *t0s, cmp_d);
+  *chain = t0s[PROCS_PAIRS / 2];
+  return fmax(d[PROCS_PAIRS / 2], 0); /* noise can make it negative: no wait */
 }
 
 static int measure_procs(ts_client *c, procs_result *r) {
@@ -150,11 +157,11 @@ static int merge_write(const char *cmd, const char *path, const procs_result *r,
           "allreduce.procs%d.bytes_per_s = %.4g   # 16 MiB per process: the least of 7 steps, %.4g s\n"
           "step_overhead.procs%d_s = %.4g   # a 1-element add on every process, median of 41\n"
           "allreduce.procs%d.busy_s = %.4g   # per collective between kernels: 20 matmuls of %d^3 with a 1-element "
-          "all-reduce after each less without (median of 3 pairs), less back to back\n"
+          "all-reduce after each less without (the median of 5 pairs of medians), less back to back\n"
           "allreduce.procs%d.busy_after_s = %.4g   # that chain's compute per collective: its median time without "
           "them / 20\n"
           "allreduce.procs%d.step_wait_s = %.4g   # a step's first collective: runs of one %d^3 matmul and a "
-          "1-element all-reduce, less the matmul alone (median of 3 pairs), less back to back\n",
+          "1-element all-reduce, less the matmul alone (the median of 5 pairs of medians), less back to back\n",
           P, r->lat, P, threads, r->ar1, P, P, P, r->bw, r->arbig, P, r->step, P, r->busy, PROCS_CHAIN_N, P,
           r->chain / 20, P, r->step_wait, PROCS_STEP_N);
   return fclose(f) == 0 ? 0 : -1;
