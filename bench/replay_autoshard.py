@@ -12,7 +12,11 @@ the CPU, threads and cores from the log's lines). An auto row is solved again:
 when the model change moves the solver's choice, its prediction is of another
 plan than the one measured (compare the hand rows).
 SET="key=value ...": those calibration keys replaced before the replay (the
-rows' sensitivity to one term: which term puts a row outside the bounds)."""
+rows' sensitivity to one term: which term puts a row outside the bounds).
+The P-process rows are predicted with --processes P: with the log's
+allreduce.procsP.* lines (logs from stop 36 on), else (SET may add them, or
+PROCS_CAL=FILE: a calibration file's allreduce.procs* and
+step_overhead.procs* lines added) as P devices of one process."""
 import json, math, os, re, subprocess, sys, tempfile
 
 if len(sys.argv) < 2:
@@ -47,6 +51,12 @@ if "allreduce.2.bytes_per_s" in keys:
     derived["host_link_latency_s"] = num("allreduce.2.latency_s")
 for k, v in derived.items():
     keys.setdefault(k, v)
+# PROCS_CAL=FILE: the processes' keys of another calibration (an older log has none)
+if os.environ.get("PROCS_CAL"):
+    for line in open(os.environ["PROCS_CAL"]):
+        m = re.match(r"^((?:allreduce|step_overhead)\.procs\d[\w.]*) = ([^#\s]+)", line)
+        if m:
+            keys.setdefault(m.group(1), m.group(2))
 # SET="key=value ...": those calibration keys replaced (or added) before the
 # replay: how far one term moves the rows (e.g. SET=shared_efficiency.2=1)
 changed = []
@@ -76,8 +86,8 @@ print("%-9s %-6s %-5s %9s %9s %9s %9s %9s" % ("model", "mesh", "plan", "meas_ms"
 for model, shape, plan, meas, then in rows:
     meas, then = float(meas), float(then)
     second = "fsdp" if model in ("cnn", "resnet20") else "model"
-    if shape.endswith("proc"):
-        mesh = ["--mesh", "data=" + shape[:-4]]
+    if shape.endswith("proc"):  # the processes' links: the log's allreduce.procsP.* (none before stop 36: as one process)
+        mesh = ["--mesh", "data=" + shape[:-4], "--processes", shape[:-4]]
     elif shape == "1":
         mesh = []
     elif plan == "hand":

@@ -14,6 +14,7 @@
 
 #include "args.h"
 #include "calprobe.h" /* cal_prog, cal_probe: graphs timed in rounds */
+#include "util/config.h"  /* env_config: launched by mpirun */
 #include "calrun.h"  /* cal_run, cal_least, cal_est: a probe's work time from its runs and rounds */
 #include "util/clock.h"  /* util_now_s */
 
@@ -780,6 +781,18 @@ int calibrate(const char *cmd, const char *path, int rounds) {
   if (rounds < 1 || rounds > CAL_MAX_ROUNDS) {
     cli_error(cmd, "--rounds %d: not 1..%d", rounds, CAL_MAX_ROUNDS);
     return -1;
+  }
+  /* launched by mpirun with several processes: their links alone (calprocs.c) */
+  const ts_env_config *env = env_config();
+  if (env->mpi == 1 || (env->mpi < 0 && env->mpi_launcher)) {
+    ts_client *c = ts_client_new(&(ts_client_options){.num_devices = 1});
+    if (!c) {
+      cli_error(cmd, "--calibrate: %s", ts_last_error());
+      return -1;
+    }
+    int rc = ts_client_process_count(c) > 1 ? calibrate_procs(c, cmd, path) : 1;
+    ts_client_free(c);
+    if (rc <= 0) return rc;
   }
   double t0 = util_now_s();
   cal_result *r = calloc(1, sizeof *r);

@@ -44,6 +44,8 @@ typedef struct {
   bool analytic;               /* --analytic: the solver's global-graph model only */
   double time_limit, memory_limit; /* --time-limit S, --memory-limit BYTES */
   const char *device;              /* --device FILE: the prediction's costs */
+  const char *processes_arg;       /* --processes N (NULL: 1) */
+  int processes;                   /* its value, checked against the mesh */
 } inspect_opts;
 
 static void usage(FILE *f) {
@@ -87,6 +89,11 @@ static void usage(FILE *f) {
           "  --device FILE            the solver's and the prediction's device description or\n"
           "                           calibration file [the calibration cache when it is this\n"
           "                           machine's, else the defaults; tessel plan --help]\n"
+          "  --processes N            the mesh's devices spread over N processes of this host\n"
+          "                           (mpirun -n N; process-major, N divides the devices): the\n"
+          "                           collectives over axes between them priced with the\n"
+          "                           calibration's allreduce.procsN.* (tessel plan --calibrate\n"
+          "                           under mpirun -n N) when it has them [1]\n"
           "  --analytic               predict with the solver's model of the global graph (the\n"
           "                           same costs) instead of device 0's compiled program\n"
           "  --json                   print only the prediction and the inputs' shardings as JSON:\n"
@@ -177,6 +184,11 @@ static int parse_args(int argc, char **argv, inspect_opts *o) {
     if ((r = cli_flag(CMD, argc, argv, &i, "--mesh", &v)) != 0) {
       if (r < 0) return -1;
       o->mesh = v;
+      continue;
+    }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--processes", &v)) != 0) {
+      if (r < 0) return -1;
+      o->processes_arg = v;
       continue;
     }
     if ((r = cli_flag(CMD, argc, argv, &i, "--axis-names", &v)) != 0) {
@@ -459,6 +471,7 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     device_auto(&dd, note, sizeof note);
   }
   ts_auto_shard_options ao = {.mesh = pm, .time_limit_s = o->time_limit, .memory_limit_bytes = o->memory_limit};
+  dd.processes = o->processes;
   if (pm) device_options(&dd, pm, &ao, NULL);
   if (prc == 0)
     prc = o->auto_shard ? ts_auto_shard(g, &ao, &info, o->json ? NULL : &explain) : ts_shard_predict(g, &ao, &info);
@@ -594,6 +607,10 @@ int ts_cmd_inspect(int argc, char **argv) {
   }
   if (!o.mesh && o.n_specs) {
     cli_error(CMD, "--spec needs --mesh");
+    return CLI_EXIT_USAGE;
+  }
+  if (device_parse_processes(CMD, o.processes_arg, mesh ? ts_mesh_num_devices(mesh) : 1, &o.processes) < 0) {
+    ts_mesh_free(mesh);
     return CLI_EXIT_USAGE;
   }
   int rc = inspect(&o, mesh);

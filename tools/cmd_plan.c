@@ -49,6 +49,10 @@ static void usage(FILE *f) {
           "                           hosts, devices per host; or a calibration file)\n"
           "                           [the calibration cache when it is this machine's, else the\n"
           "                           cost model's defaults]\n"
+          "  --processes N            the mesh's devices spread over N processes of this host\n"
+          "                           (mpirun -n N, process-major; N divides the devices): the\n"
+          "                           collectives between them priced with the calibration's\n"
+          "                           allreduce.procsN.* when it has them [1]\n"
           "  --json                   one JSON object instead of text\n"
           "  --analytic               the cost model on the global graph only (the solver's view),\n"
           "                           not device 0's compiled program\n"
@@ -59,14 +63,17 @@ static void usage(FILE *f) {
           "                           calibration.txt, else ~/.cache/tessel/calibration.txt]; no plan\n"
           "  --rounds N               --calibrate: time the kernel classes in at least N\n"
           "                           interleaved rounds, more (up to 9) until two agree within\n"
-          "                           10%%; each class the least confirmed round (1-9) [3]\n"
+          "                           10%%; each class the least confirmed round (1-9) [3].\n"
+          "                           Launched by mpirun -n P (P >= 2, one device each): the\n"
+          "                           links between the P processes alone (allreduce.procsP.*,\n"
+          "                           step_overhead.procsP_s), merged into FILE by process 0\n"
           "  -h, --help               this text\n");
 }
 
 int ts_cmd_plan(int argc, char **argv) {
   int model = 0, optimizer = 1, layout = -1; /* layout: ts_layout; -1 until --layout */
   int64_t batch = 0;
-  const char *mesh_text = NULL, *device = NULL;
+  const char *mesh_text = NULL, *device = NULL, *processes_arg = NULL;
   bool auto_shard = false, json = false, analytic = false;
   int layers = 6;
   bool untie = false;
@@ -139,6 +146,11 @@ int ts_cmd_plan(int argc, char **argv) {
       device = v;
       continue;
     }
+    if ((r = cli_flag(CMD, argc, argv, &i, "--processes", &v)) != 0) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      processes_arg = v;
+      continue;
+    }
     cli_error(CMD, "unknown %s '%s' (see 'tessel plan --help')", argv[i][0] == '-' ? "flag" : "argument", argv[i]);
     return CLI_EXIT_USAGE;
   }
@@ -176,6 +188,10 @@ int ts_cmd_plan(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   int64_t ndev = ts_mesh_num_devices(m);
+  if (device_parse_processes(CMD, processes_arg, ndev, &dd.processes) < 0) {
+    ts_mesh_free(m);
+    return CLI_EXIT_USAGE;
+  }
   if (batch == 0) batch = 8 * ndev;
   bool natural = model == MODEL_GRAPH_RESNET18 || model == MODEL_GRAPH_RESNET50;
   int hw = model == MODEL_GRAPH_RESNET50 ? 224 : natural ? 32 : 28;

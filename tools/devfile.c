@@ -28,6 +28,26 @@ void device_default(device_desc *d) {
   snprintf(d->name, sizeof d->name, "the cost model's defaults (an estimate for a CPU core, not calibrated)");
 }
 
+/* The processes' keys (allreduce.procsP.*, step_overhead.procsP_s, P in
+ * 2..DEV_PROC_MAX) into d; false when key is none of them. */
+static bool proc_key(const char *key, double x, device_desc *d) {
+  for (int P = 2; P <= DEV_PROC_MAX; P++) {
+    char k[64];
+    struct { const char *fmt; double *v; } keys[] = {
+        {"allreduce.procs%d.bytes_per_s", &d->pr_bw[P]}, {"allreduce.procs%d.latency_s", &d->pr_lat[P]},
+        {"allreduce.procs%d.busy_s", &d->pr_busy[P]},    {"allreduce.procs%d.busy_after_s", &d->pr_after[P]},
+        {"allreduce.procs%d.step_wait_s", &d->pr_swait[P]}, {"step_overhead.procs%d_s", &d->pr_step[P]}};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+      snprintf(k, sizeof k, keys[i].fmt, P);
+      if (strcmp(key, k) == 0) {
+        *keys[i].v = x;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 /* "key = value" lines, '#' comments; unknown keys are errors naming them. */
 int device_read(const char *cmd, const char *path, device_desc *d) {
   FILE *f = fopen(path, "r");
@@ -103,6 +123,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
       else if (strcmp(key, as) == 0) d->ar_async[k] = x, found = true;
     }
+    if (!found) found = proc_key(key, x, d);
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
     if (!found && strcmp(key, "step_overhead.1_s") == 0) d->step1 = x, found = true;
     if (!found && strcmp(key, "calibration.threads") == 0) d->threads = (int)x, found = true;
@@ -111,7 +132,8 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, cores, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, "
+                     "allreduce.procsP.bytes_per_s, allreduce.procsP.latency_s, allreduce.procsP.busy_s, allreduce.procsP.busy_after_s, allreduce.procsP.step_wait_s, step_overhead.procsP_s (P 2..8), cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -266,4 +288,41 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
     ao->axis_latency_s[a] = inside ? hlat : d->net_latency_s;
     ao->axis_between_hosts[a] = !inside; /* its asynchronous collectives: the between-hosts in-line limit */
   }
+  device_process_options(d, m, ao);
+}
+
+void device_process_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_options *ao) {
+  int P = d->processes;
+  int64_t ndev = ts_mesh_num_devices(m);
+  /* not measured for P (or one process): today's prediction, every group one process's */
+  if (P < 2 || P > DEV_PROC_MAX || ndev % P != 0 || !(d->pr_bw[P] > 0 && d->pr_lat[P] > 0 && d->pr_busy[P] > 0))
+    return;
+  int64_t span = 1, per_proc = ndev / P; /* devices numbered process-major, as under mpirun */
+  for (int a = ts_mesh_rank(m) - 1; a >= 0; a--) {
+    span *= ts_mesh_axis_size(m, a);
+    if (span <= per_proc || ao->axis_between_hosts[a]) continue; /* in one process, or across hosts */
+    ao->axis_between_processes[a] = true;
+    ao->axis_bytes_per_s[a] = d->pr_bw[P];
+    ao->axis_latency_s[a] = d->pr_lat[P];
+  }
+  ao->process_wait_s = d->pr_busy[P];
+  ao->process_wait_after_s = d->pr_after[P];
+  ao->process_step_wait_s = d->pr_swait[P];
+  if (per_proc == 1 && d->pr_step[P] > 0) ao->step_overhead_s = d->pr_step[P]; /* one device each: no in-process hand-off */
+}
+
+int device_parse_processes(const char *cmd, const char *v, int64_t ndev, int *processes) {
+  char *end;
+  long p = v ? strtol(v, &end, 10) : 1;
+  if (v && (end == v || *end || p < 1 || p > TS_MAX_DEVICES)) {
+    cli_error(cmd, "--processes '%s': not a count of processes 1..%d", v, TS_MAX_DEVICES);
+    return -1;
+  }
+  if (ndev % p != 0) {
+    cli_error(cmd, "--processes %ld: the mesh's %lld devices do not spread evenly over %ld processes", p,
+              (long long)ndev, p);
+    return -1;
+  }
+  *processes = (int)p;
+  return 0;
 }

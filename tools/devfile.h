@@ -12,6 +12,7 @@
 #include "tessel/tessel.h"
 
 #define DEV_AR_SIZES 3 /* in-process all-reduce measured on 2, 4 and 8 devices */
+#define DEV_PROC_MAX 8 /* allreduce.procsP.* keys: P = 2..DEV_PROC_MAX processes of one host */
 
 /* The calibration file's kernel class keys ("kernel.matmul", ... by
  * ts_kernel_class) and the device counts of its in-process entries
@@ -43,6 +44,14 @@ typedef struct {
   double ar_async[DEV_AR_SIZES];  /* the same started asynchronously: what each adds to the step (0: not measured) */
   double shared_eff[DEV_AR_SIZES]; /* 2, 4, 8 devices of at most a core each: speed / their share of the cores */
   double op_over[DEV_AR_SIZES];    /* per kernel of each of 2, 4, 8 devices in this process (0: not measured) */
+  /* processes of this host under mpirun, per P (index P; 0: not measured):
+   * allreduce.procsP.bytes_per_s, .latency_s, .busy_s, .busy_after_s, .step_wait_s, step_overhead.procsP_s */
+  double pr_bw[DEV_PROC_MAX + 1], pr_lat[DEV_PROC_MAX + 1], pr_busy[DEV_PROC_MAX + 1];
+  double pr_after[DEV_PROC_MAX + 1], pr_step[DEV_PROC_MAX + 1], pr_swait[DEV_PROC_MAX + 1];
+  /* not a file key: the mesh's devices spread over this many processes of this
+   * host (tessel inspect/plan --processes; 0 or 1: one process), which
+   * device_options prices with the pr_* entry of that count when measured */
+  int processes;
   char cpu[128];     /* calibration key: the CPU model */
   int threads;       /* calibration key: the threads (TESSEL_NUM_THREADS or the cores) */
   int cores;         /* per_core: the host's cores the devices share */
@@ -69,12 +78,27 @@ void device_auto(device_desc *d, char *note, size_t len);
 #define CAL_MAX_ROUNDS 9
 #define CAL_DEFAULT_ROUNDS 3
 int calibrate(const char *cmd, const char *path, int rounds);
+/* Under mpirun with P >= 2 processes (every process calls it with its
+ * client of one device): the links between the processes of this host,
+ * merged by process 0 into path (allreduce.procsP.*, step_overhead.procsP_s;
+ * tools/calprocs.c). */
+int calibrate_procs(ts_client *c, const char *cmd, const char *path);
 /* The calibration's all-reduce terms on D devices from its measurements: ts,
  * a step of one 1-element all-reduce (back to back); step, a 1-element
  * step's fixed cost (step_overhead.D_s); busy, what one such all-reduce adds
  * between kernels. *latency: alpha of the ring model (ts - step over
  * 2 log2 D steps); *busy_s: busy beyond that back-to-back time. */
 void allreduce_terms(int D, double ts, double step, double busy, double *latency, double *busy_s);
+/* The processes' part of device_options (called by it): with d->processes
+ * = P >= 2 and allreduce.procsP.* measured, the mesh axes spanning
+ * processes (devices numbered process-major, ndev / P per process; P must
+ * divide the mesh: the CLI checks) get the processes' links and wait
+ * (ts_auto_shard_options.axis_between_processes, process_wait_s). Otherwise
+ * nothing changes. */
+void device_process_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_options *ao);
+/* --processes v (NULL: 1) for a mesh of ndev devices: a count 1..TS_MAX_DEVICES
+ * that divides ndev into *processes; else -1 with an error naming the value. */
+int device_parse_processes(const char *cmd, const char *v, int64_t ndev, int *processes);
 /* allreduce.N.async_s (entry q, N = dev_ar_devices[q]) beyond the alpha of
  * the probe's own 1-element all-reduce, 2 log2 N allreduce.N.latency_s: what
  * ts_auto_shard_options.collective_async_s means (the prediction adds every

@@ -285,6 +285,25 @@ typedef struct {
    * operand), so the solver chooses one block and every copy takes that
    * choice. true: solve every node on its own (slower; for comparison). */
   bool untie_repeated;
+  /* Processes of one host (tessel inspect/plan --processes; tools/devfile.c):
+   * per mesh axis, whether it spans processes (the mesh's devices numbered
+   * process-major, as under mpirun). A collective over such an axis waits
+   * process_wait_s for the group's last process in place of
+   * collective_wait_s / collective_async_s (measured: allreduce.procsP.busy_s,
+   * P processes under mpirun running a chain of matmuls with a 1-element
+   * all-reduce after each, against without), scaled by the device's compute
+   * since its previous collective over process_wait_after_s (the probe's
+   * compute per collective) when that is less: processes taking turns on the
+   * cores fall behind each other by about the compute between two meetings.
+   * The step's first collective over processes waits process_step_wait_s
+   * instead when > 0 (measured: allreduce.procsP.step_wait_s, runs of one
+   * matmul and a 1-element all-reduce against the matmul alone: the
+   * processes drift apart between two runs). 0: no process axis, today's
+   * prediction. */
+  bool axis_between_processes[TS_MESH_MAX_RANK];
+  double process_wait_s;
+  double process_wait_after_s;
+  double process_step_wait_s;
 } ts_auto_shard_options;
 
 typedef struct {

@@ -33,6 +33,10 @@ typedef struct {
   double cached[TS_KERNEL_CLASSES]; /* their rates then, where > 0 */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
   bool remote[TS_MESH_MAX_RANK];  /* per mesh axis: it spans hosts */
+  bool procs[TS_MESH_MAX_RANK];   /* per mesh axis: it spans processes of one host */
+  double proc_wait;               /* seconds per collective over such an axis: the last process (0: none) */
+  double proc_after;              /* compute since the previous collective at which proc_wait is whole (0: always) */
+  double proc_step_wait;          /* the step's first collective over processes waits this (0: proc_wait) */
 } autoshard_costs;
 
 void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k);

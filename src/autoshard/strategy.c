@@ -275,7 +275,11 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
     k->latency[a] = o->axis_latency_s[a] > 0 ? o->axis_latency_s[a] : o->link_latency_s > 0 ? o->link_latency_s : 5e-6;
     k->remote[a] = o->axis_between_hosts[a];
+    k->procs[a] = o->axis_between_processes[a];
   }
+  k->proc_wait = o->process_wait_s > 0 ? o->process_wait_s : 0;
+  k->proc_after = o->process_wait_after_s > 0 ? o->process_wait_after_s : 0;
+  k->proc_step_wait = o->process_step_wait_s > 0 ? o->process_step_wait_s : 0;
 }
 
 bool autoshard_runs_inline(const autoshard_costs *k, uint32_t axes, double bytes) {

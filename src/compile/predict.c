@@ -22,7 +22,14 @@
  * devices_per_host): in-process meshes start none of the MLP's, CNN's or
  * ResNet's on the worker, so none of them hides behind compute (it still
  * waits k->coll_async, measured on in-line ones too). Within a host the
- * prediction takes every group as one process's (it has no process layout). */
+ * prediction takes every group as one process's unless the options give
+ * mesh axes spanning processes of the host (tessel inspect --processes): a
+ * collective over one waits k->proc_wait for the group's last process (the
+ * processes' measured wait between kernels), scaled down when the device
+ * computed less than k->proc_after since its previous collective, the
+ * step's first one k->proc_step_wait (the processes drift apart between
+ * steps), with the links of those processes (allreduce.procsP.*,
+ * devices/README.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,14 +69,30 @@ static uint32_t group_axes(const ts_mesh *m, const ts_collective *cl, bool pairs
 }
 
 /* The slowest link and largest latency over the mesh axes a device group
- * spans; *remote: one of them spans hosts. */
+ * spans; *remote: one of them spans hosts; *procs: one spans processes. */
 static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_collective *cl, bool pairs, double *bw,
-                        double *lat, bool *remote) {
+                        double *lat, bool *remote, bool *procs) {
   uint32_t axes = group_axes(m, cl, pairs);
-  *bw = INFINITY, *lat = 0, *remote = false;
+  *bw = INFINITY, *lat = 0, *remote = false, *procs = false;
   for (int a = 0; a < m->rank; a++)
-    if (axes & (1u << a)) *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]), *remote |= k->remote[a];
-  if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0], *remote = k->remote[0];
+    if (axes & (1u << a)) {
+      *bw = fmin(*bw, k->link_bw[a]), *lat = fmax(*lat, k->latency[a]);
+      *remote |= k->remote[a], *procs |= k->procs[a];
+    }
+  if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0], *remote = k->remote[0], *procs = k->procs[0];
+}
+
+/* A collective over processes of one host: its wait for the group's last
+ * process. The step's first (*first, then cleared) k->proc_step_wait when
+ * measured (the processes drifted apart since the previous step); else
+ * k->proc_wait, scaled down when the device computed less than
+ * k->proc_after since its previous collective (`since`: the processes
+ * drift apart by about the compute between two meetings). */
+static double proc_wait_s(const autoshard_costs *k, double since, bool *first) {
+  bool step = *first && k->proc_step_wait > 0;
+  *first = false;
+  if (step) return k->proc_step_wait;
+  return k->proc_after > 0 && since < k->proc_after ? k->proc_wait * since / k->proc_after : k->proc_wait;
 }
 
 /* The alpha-beta part of coll_seconds over a group of gs with links bw / lat
@@ -93,16 +116,20 @@ static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, doub
   }
 }
 
-/* Seconds and bytes sent of collective node n (operand x) of the local program. */
+/* Seconds and bytes sent of collective node n (operand x) of the local
+ * program; since: the device's compute since its previous collective;
+ * *first: no collective over processes yet in the step (proc_wait_s). */
 static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
-                           bool async, double *sent) {
+                           bool async, double since, bool *first, double *sent) {
   if (!n->attr.coll || !m) return 0;
   int gs = n->attr.coll->n;
   double bw, lat;
-  bool remote;
-  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote);
-  /* an asynchronous one (on the collective worker) waits k->coll_async when measured */
-  double wait = gs < 2 ? 0 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
+  bool remote, procs;
+  group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote, &procs);
+  /* an asynchronous one (on the collective worker) waits k->coll_async when
+   * measured; one over processes the processes' wait when measured */
+  double wait = gs < 2 ? 0 : procs && k->proc_wait > 0 ? proc_wait_s(k, since, first)
+                : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
   return wait + coll_link_seconds(n, x, gs, bw, lat, remote, sent);
 }
 
@@ -157,6 +184,8 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
   for (int o = 0; o < opt->n_outputs; o++)
     if (opt->alias && opt->alias[o] >= 0) update[base[opt->outputs[o]]] = true;
   double now = k->step_overhead, worker = 0, comp = 0, comm = 0, exposed = 0, sent = 0;
+  double since = 0; /* compute since the previous collective (a process wait's scale) */
+  bool first = true; /* no collective over processes yet (the step's first waits k->proc_step_wait) */
   for (int i = 0; i < n; i++) {
     const ts_node *nd = &opt->nodes[i];
     for (int q = 0; q < nd->n_in; q++) { /* wait for asynchronous collectives it reads */
@@ -167,7 +196,8 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     if (ir_op_is_collective(nd->op)) {
       const ts_node *x = nd->n_in ? &opt->nodes[nd->in[0]] : nd;
       bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
-      double t = coll_seconds(m, k, nd, x, async, &sent);
+      double t = coll_seconds(m, k, nd, x, async, since, &first, &sent);
+      since = 0;
       comm += t;
       if (async && !runs_inline(m, k, nd, x, worker <= now)) {
         double start = fmax(now, worker);
@@ -187,6 +217,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     add_op(info, ir_op_name(nd->op), t);
     info->kernels++;
     comp += t;
+    since += t;
     now += t;
   }
   if (worker > now) exposed += worker - now, now = worker; /* the step ends when its collectives do */
