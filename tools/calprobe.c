@@ -15,6 +15,15 @@ int cal_prog_open(cal_prog *p, ts_client *c, ts_graph *g, bool replicas) {
       cal_prog_close(p);
       return -1;
     }
+    /* a scalar f32 input (the AdamW probe's lr and step) is 1, not 0: step 0
+     * makes the bias correction 0 and the step size lr / 0 = 0 / 0, a NaN
+     * that sends the update's fused kernels down their NaN-ordered path
+     * (kernels/fused_adam.c), which no training step takes */
+    float one = 1.0f;
+    if (ts_tensor_rank(g, t) == 0 && ts_tensor_dtype(g, t) == TS_F32 && ts_buffer_write(p->in[i], &one, sizeof one) < 0) {
+      cal_prog_close(p);
+      return -1;
+    }
   }
   return 0;
 }

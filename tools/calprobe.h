@@ -28,7 +28,8 @@ enum {
   PROBE_CLEAN   /* calrun.h's cal_clean_median on work_threads (a typical run with no wait for a core) */
 };
 
-/* A compiled graph with zero-filled inputs and its outputs (allocated by the
+/* A compiled graph with zero-filled inputs (a scalar f32 one is 1: the
+ * AdamW probe's lr and step, cal_prog_open) and its outputs (allocated by the
  * first run, reused after). Owns the executable and buffers, not the graph. */
 typedef struct {
   ts_executable *e;
