@@ -97,9 +97,9 @@ static double measure_class(ts_client *c, int threads, int cls, int rounds, doub
   case TS_KERNEL_CONV:
   case TS_KERNEL_CONV_BWD_DATA:
   case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of cache) */
-    int64_t xs[4] = {64, 32, 32, 16}, ws[4] = {16, 16, 3, 3}; /* NHWC, as the ResNets run */
+    int64_t xs[4] = {64, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
     ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
-    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}, .layout = TS_LAYOUT_NHWC};
+    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
     ts_tensor y = ts_conv2d(g, x, w, &p);
     *units = 2.0 * 64 * 16 * 32 * 32 * 16 * 9;
     if (cls == TS_KERNEL_CONV) {
