@@ -96,16 +96,24 @@ static double measure_class(ts_client *c, int threads, int cls, int rounds, doub
   }
   case TS_KERNEL_CONV:
   case TS_KERNEL_CONV_BWD_DATA:
-  case TS_KERNEL_CONV_BWD_FILTER: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of cache) */
+  case TS_KERNEL_CONV_BWD_FILTER:
+  case TS_KERNEL_CONV_NHWC:
+  case TS_KERNEL_CONV_BWD_DATA_NHWC:
+  case TS_KERNEL_CONV_BWD_FILTER_NHWC: { /* a ResNet-20 stage-1 conv: (64,16,32,32) * (16,16,3,3), pad 1 (out of
+                                         * cache); NCHW (the CNN's: oneDNN reorders to its blocked layout and back
+                                         * inside the kernel) or NHWC (the ResNets': none), 1.4-1.6x apart */
+    bool nhwc = cls >= TS_KERNEL_CONV_NHWC;
+    int kind = nhwc ? cls - TS_KERNEL_CONV_NHWC : cls - TS_KERNEL_CONV; /* 0 forward, 1 data, 2 filter gradient */
     int64_t xs[4] = {64, 16, 32, 32}, ws[4] = {16, 16, 3, 3};
+    if (nhwc) xs[1] = 32, xs[3] = 16;
     ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
-    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}};
+    ts_conv_params p = {.pad_lo = {1, 1}, .pad_hi = {1, 1}, .layout = nhwc ? TS_LAYOUT_NHWC : TS_LAYOUT_NCHW};
     ts_tensor y = ts_conv2d(g, x, w, &p);
     *units = 2.0 * 64 * 16 * 32 * 32 * 16 * 9;
-    if (cls == TS_KERNEL_CONV) {
+    if (kind == 0) {
       ts_graph_add_output(g, y);
     } else {
-      ts_tensor wrt = cls == TS_KERNEL_CONV_BWD_DATA ? x : w, grad = TS_NONE;
+      ts_tensor wrt = kind == 1 ? x : w, grad = TS_NONE;
       if (ts_vjp(g, 1, &y, &dy, 1, &wrt, &grad) < 0) break;
       ts_graph_add_output(g, grad);
     }
@@ -627,7 +635,8 @@ static const char *const class_what[TS_KERNEL_CLASSES] = {
     "bytes/s, gather of 8192 rows of 4096x256", "bytes/s, AdamW update of a 1536x2048 weight",
     "bytes/s, bias add + ReLU of (96,64,32,32)", "bytes/s, 2x2 max pooling of (192,32,32,32) and its gradient",
     "FLOP/s, causal attention of qkv (16,128,3,4,64) and its gradient", "bytes/s, last-dim bias add of (6144,1024)",
-    "bytes/s, GELU (erf) of (3072,2048) and its gradient"};
+    "bytes/s, GELU (erf) of (3072,2048) and its gradient", "FLOP/s, the conv in NHWC (64,32,32,16)",
+    "FLOP/s, its data gradient (NHWC)", "FLOP/s, its filter gradient (NHWC)"};
 
 /* The kernel classes, overheads and efficiencies of r into f. */
 static void write_kernels(FILE *f, const cal_result *r) {

@@ -519,7 +519,8 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
     static const char *const cls[TS_KERNEL_CLASSES] = {"matmul_small", "matmul", "conv", "conv_bwd_data",
                                                        "conv_bwd_filter", "elementwise", "reduce", "gather",
                                                        "optimizer", "broadcast", "pool", "attention",
-                                                       "broadcast_rows", "transcendental"};
+                                                       "broadcast_rows", "transcendental", "conv_nhwc",
+                                                       "conv_bwd_data_nhwc", "conv_bwd_filter_nhwc"};
     printf("compute by kernel class (%d kernels):", info.kernels);
     for (int k = 0; k < TS_KERNEL_CLASSES; k++)
       if (info.class_s[k] > 0) printf(" %s %.3f ms", cls[k], 1e3 * info.class_s[k]);

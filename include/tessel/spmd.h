@@ -208,6 +208,12 @@ typedef enum {
   TS_KERNEL_ATTENTION,        /* causal attention and its gradient: FLOPs */
   TS_KERNEL_BROADCAST_ROWS,   /* fused kernels broadcasting along the last dim (a row bias): bytes */
   TS_KERNEL_TRANSCENDENTAL,   /* computed per element: exp / erf / tanh / log / GELU (fused or not), RNG: bytes */
+  /* the three convolution classes with NHWC activations (the ResNets'): oneDNN
+   * runs them on the caller's buffers, no reorders, 1.4-1.6x the NCHW FLOP
+   * rate; unset (0), the NCHW class's rate */
+  TS_KERNEL_CONV_NHWC,
+  TS_KERNEL_CONV_BWD_DATA_NHWC,
+  TS_KERNEL_CONV_BWD_FILTER_NHWC,
   TS_KERNEL_CLASSES
 } ts_kernel_class;
 

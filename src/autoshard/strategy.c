@@ -258,7 +258,7 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
 void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   double flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10, bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
   for (int c = 0; c < TS_KERNEL_CLASSES; c++) {
-    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER || c == TS_KERNEL_ATTENTION;
+    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER || c == TS_KERNEL_ATTENTION || c >= TS_KERNEL_CONV_NHWC;
     k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : contraction ? flops : bw;
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
@@ -270,6 +270,11 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   k->cache_bytes = o->cache_bytes > 0 ? o->cache_bytes : 0;
   for (int c = 0; c < TS_KERNEL_CLASSES; c++)
     k->cached[c] = o->kernel_cached_per_s[c] > 0 ? o->kernel_cached_per_s[c] : 0;
+  for (int c = TS_KERNEL_CONV_NHWC; c <= TS_KERNEL_CONV_BWD_FILTER_NHWC; c++) /* unset: the NCHW class's */
+    if (!(o->kernel_per_s[c] > 0)) {
+      k->rate[c] = k->rate[c - TS_KERNEL_CONV_NHWC + TS_KERNEL_CONV];
+      k->cached[c] = k->cached[c - TS_KERNEL_CONV_NHWC + TS_KERNEL_CONV];
+    }
   k->par_overhead = o->parallel_overhead_s > 0 ? o->parallel_overhead_s : k->overhead;
   for (int a = 0; a < TS_MESH_MAX_RANK; a++) {
     k->link_bw[a] = o->axis_bytes_per_s[a] > 0 ? o->axis_bytes_per_s[a] : o->link_bytes_per_s > 0 ? o->link_bytes_per_s : 5e9;
@@ -319,14 +324,15 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
    * part, not the buffer); a concatenate reads its operands whole */
   double bytes = n->op == TS_OP_SLICE ? 2 * as_bytes(n) : io_bytes(g, n);
   double f = node_flops(g, n) / par;
+  bool nhwc = ir_op_attr_kind(n->op) == TS_ATTRS_CONV && n->attr.conv.layout == TS_LAYOUT_NHWC; /* the NHWC conv classes */
   *units = bytes / par;
   switch (n->op) {
   case TS_OP_DOT:
     *units = f;
     return f < (double)(1 << 24) ? TS_KERNEL_MATMUL_SMALL : TS_KERNEL_MATMUL;
-  case TS_OP_CONV: *units = f; return TS_KERNEL_CONV;
-  case TS_OP_CONV_BWD_DATA: *units = f; return TS_KERNEL_CONV_BWD_DATA;
-  case TS_OP_CONV_BWD_FILTER: *units = f; return TS_KERNEL_CONV_BWD_FILTER;
+  case TS_OP_CONV: *units = f; return nhwc ? TS_KERNEL_CONV_NHWC : TS_KERNEL_CONV;
+  case TS_OP_CONV_BWD_DATA: *units = f; return nhwc ? TS_KERNEL_CONV_BWD_DATA_NHWC : TS_KERNEL_CONV_BWD_DATA;
+  case TS_OP_CONV_BWD_FILTER: *units = f; return nhwc ? TS_KERNEL_CONV_BWD_FILTER_NHWC : TS_KERNEL_CONV_BWD_FILTER;
   case TS_OP_REDUCE: return TS_KERNEL_REDUCE;
   case TS_OP_RNG_UNIFORM: case TS_OP_RNG_NORMAL: return TS_KERNEL_TRANSCENDENTAL; /* computed per element */
   case TS_OP_EXP: case TS_OP_LOG: case TS_OP_TANH: case TS_OP_ERF: case TS_OP_GELU:
@@ -606,7 +612,7 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   const ts_node *n = &c->g->nodes[id];
   double units;
   ts_kernel_class kc = autoshard_node_class(c->g, n, par, false, &units);
-  bool contraction = kc <= TS_KERNEL_CONV_BWD_FILTER || kc == TS_KERNEL_ATTENTION;
+  bool contraction = kc <= TS_KERNEL_CONV_BWD_FILTER || kc == TS_KERNEL_ATTENTION || kc >= TS_KERNEL_CONV_NHWC;
   if (c->moved && c->moved[id] >= 0 && !contraction) units = c->moved[id] / par;
   if (c->trans && c->trans[id] && kc == TS_KERNEL_ELEMENTWISE) kc = TS_KERNEL_TRANSCENDENTAL;
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
