@@ -14,7 +14,7 @@
 
 #include "args.h"
 #include "calprobe.h" /* cal_prog, cal_probe: graphs timed in rounds */
-#include "util/config.h"  /* env_config: launched by mpirun */
+#include "util/config.h"  /* env_mpi_wanted: launched by mpirun */
 #include "calrun.h"  /* cal_run, cal_least, cal_est: a probe's work time from its runs and rounds */
 #include "util/clock.h"  /* util_now_s */
 
@@ -792,8 +792,7 @@ int calibrate(const char *cmd, const char *path, int rounds) {
     return -1;
   }
   /* launched by mpirun with several processes: their links alone (calprocs.c) */
-  const ts_env_config *env = env_config();
-  if (env->mpi == 1 || (env->mpi < 0 && env->mpi_launcher)) {
+  if (env_mpi_wanted()) {
     ts_client *c = ts_client_new(&(ts_client_options){.num_devices = 1});
     if (!c) {
       cli_error(cmd, "--calibrate: %s", ts_last_error());

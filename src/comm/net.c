@@ -57,11 +57,6 @@ static ts_net g_net;
 static int g_state; /* 0 untried, 1 up, 2 alone, 3 failed */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static bool launched_by_mpi(void) {
-  const ts_env_config *env = env_config();
-  return env->mpi >= 0 ? env->mpi == 1 : env->mpi_launcher != NULL;
-}
-
 /* Open MPI between processes of one host (its vader BTL): messages past
  * the eager size go by single copy (CMA, process_vm_readv, made by the
  * receiver) unless told otherwise. CMA pins the sender's pages page by page
@@ -130,7 +125,7 @@ ts_net *net_world(bool *failed) {
   pthread_mutex_lock(&g_init_mu);
   if (g_state == 0) {
     g_state = 2;
-    if (launched_by_mpi()) {
+    if (env_mpi_wanted()) {
       int inited = 0, provided = 0, rc = MPI_SUCCESS;
       MPI_Initialized(&inited);
       if (!inited) {

@@ -124,6 +124,11 @@ int64_t env_inline_bytes(bool between_hosts) {
   return between_hosts ? ENV_INLINE_BYTES_HOSTS : (int64_t)8 << 20;
 }
 
+bool env_mpi_wanted(void) {
+  const ts_env_config *env = env_config();
+  return env->mpi >= 0 ? env->mpi == 1 : env->mpi_launcher != NULL;
+}
+
 const ts_env_config *env_config(void) {
   pthread_once(&g_once, env_read);
   return &g_config;

@@ -145,6 +145,9 @@ typedef struct {
 
 /* The environment as read on the first call; never NULL. */
 const ts_env_config *env_config(void);
+/* Whether this process joins an MPI job: TESSEL_MPI on, or unset with an MPI
+ * launcher's variable present (comm/net.c; tessel plan --calibrate). */
+bool env_mpi_wanted(void);
 
 /* The most bytes a collective the compiler marked asynchronous may move and
  * still run in line on its device thread (no collective worker), as comm/
