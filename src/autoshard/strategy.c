@@ -255,11 +255,15 @@ static double node_flops(const ts_graph *g, const ts_node *n) {
 
 /* ---- the constants and the per-node work (shared with compile/predict.c) ---- */
 
+/* A class whose units are FLOPs (contractions), not bytes. */
+static bool flop_class(int c) {
+  return c <= TS_KERNEL_CONV_BWD_FILTER || c == TS_KERNEL_ATTENTION || c >= TS_KERNEL_CONV_NHWC;
+}
+
 void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
   double flops = o->flops_per_s > 0 ? o->flops_per_s : 2e10, bw = o->bytes_per_s > 0 ? o->bytes_per_s : 1e10;
   for (int c = 0; c < TS_KERNEL_CLASSES; c++) {
-    bool contraction = c <= TS_KERNEL_CONV_BWD_FILTER || c == TS_KERNEL_ATTENTION || c >= TS_KERNEL_CONV_NHWC;
-    k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : contraction ? flops : bw;
+    k->rate[c] = o->kernel_per_s[c] > 0 ? o->kernel_per_s[c] : flop_class(c) ? flops : bw;
   }
   k->overhead = o->op_overhead_s > 0 ? o->op_overhead_s : 0;
   k->step_overhead = o->step_overhead_s > 0 ? o->step_overhead_s : 0;
@@ -612,8 +616,7 @@ double as_node_compute(const as_ctx *c, int id, double par) {
   const ts_node *n = &c->g->nodes[id];
   double units;
   ts_kernel_class kc = autoshard_node_class(c->g, n, par, false, &units);
-  bool contraction = kc <= TS_KERNEL_CONV_BWD_FILTER || kc == TS_KERNEL_ATTENTION || kc >= TS_KERNEL_CONV_NHWC;
-  if (c->moved && c->moved[id] >= 0 && !contraction) units = c->moved[id] / par;
+  if (c->moved && c->moved[id] >= 0 && !flop_class(kc)) units = c->moved[id] / par;
   if (c->trans && c->trans[id] && kc == TS_KERNEL_ELEMENTWISE) kc = TS_KERNEL_TRANSCENDENTAL;
   if (!autoshard_node_runs(n)) return 0; /* inputs, constants, reshapes: no kernel */
   bool runs = c->kernel ? c->kernel[id] : true;
