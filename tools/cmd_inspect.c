@@ -516,14 +516,9 @@ static int inspect(const inspect_opts *o, ts_mesh *mesh) {
          1e3 * info.step_s, 1e3 * info.compute_s, 1e3 * info.comm_s, info.comm_bytes_per_device,
          info.peak_bytes_per_device, info.arena_bytes, info.input_bytes);
   if (!o->analytic) {
-    static const char *const cls[TS_KERNEL_CLASSES] = {"matmul_small", "matmul", "conv", "conv_bwd_data",
-                                                       "conv_bwd_filter", "elementwise", "reduce", "gather",
-                                                       "optimizer", "broadcast", "pool", "attention",
-                                                       "broadcast_rows", "transcendental", "conv_nhwc",
-                                                       "conv_bwd_data_nhwc", "conv_bwd_filter_nhwc"};
     printf("compute by kernel class (%d kernels):", info.kernels);
-    for (int k = 0; k < TS_KERNEL_CLASSES; k++)
-      if (info.class_s[k] > 0) printf(" %s %.3f ms", cls[k], 1e3 * info.class_s[k]);
+    for (int k = 0; k < TS_KERNEL_CLASSES; k++) /* the class's name: its calibration key less "kernel." */
+      if (info.class_s[k] > 0) printf(" %s %.3f ms", dev_kernel_keys[k] + strlen("kernel."), 1e3 * info.class_s[k]);
     printf("\n");
     print_ops(&info);
   }

@@ -255,8 +255,7 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   ao->flops_per_s = (d->kernel[TS_KERNEL_MATMUL] > 0 ? d->kernel[TS_KERNEL_MATMUL] : d->flops_f32) * share;
   ao->bytes_per_s = (d->kernel[TS_KERNEL_ELEMENTWISE] > 0 ? d->kernel[TS_KERNEL_ELEMENTWISE] : d->bytes_per_s) * share;
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_per_s[k] = d->kernel[k] * cls_share[k];
-  for (int k = TS_KERNEL_CONV_NHWC; k <= TS_KERNEL_CONV_BWD_FILTER_NHWC; k++) /* not calibrated: the NCHW class's */
-    if (!(d->kernel[k] > 0)) ao->kernel_per_s[k] = ao->kernel_per_s[k - TS_KERNEL_CONV_NHWC + TS_KERNEL_CONV];
+  /* an NHWC conv class not calibrated (0) takes the NCHW class's rate: autoshard_costs_from */
   ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */
   ao->matmul_bytes_per_s = d->dot_bytes_per_s * cls_share[TS_KERNEL_MATMUL];      /* one core's, as kernel.matmul */
   ao->cache_bytes = d->cache_bytes; /* per kernel: the caches are not shared out as the cores are */
