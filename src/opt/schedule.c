@@ -387,6 +387,61 @@ out:
   return rc;
 }
 
+/* Tiny values of inputs and constants alone (AdamW's step size and bias
+ * corrections: scalars of the step count and the learning rate) go right
+ * after their last operand, at the start of the program instead of before
+ * the first update: a weight's update can then be handed to the collective
+ * worker as soon as the backward pass is done with the weight (plan.h
+ * plan_async.chain_at), not after the whole backward pass. */
+enum { SCHED_EARLY_NUMEL = 64 };
+
+static int early_values(const ts_graph *g, int32_t *order) {
+  int n = g->n_nodes, n_early = 0;
+  bool *early = calloc((size_t)n + 1, sizeof *early), *emitted = calloc((size_t)n + 1, sizeof *emitted);
+  int32_t *tmp = malloc(((size_t)n + 1) * sizeof *tmp), *list = malloc(((size_t)n + 1) * sizeof *list);
+  int rc = 0;
+  if (!early || !emitted || !tmp || !list) {
+    rc = set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory scheduling %d nodes", n);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) { /* operands have smaller ids */
+    const ts_node *nd = &g->nodes[i];
+    if (nd->op == TS_OP_INPUT || nd->op == TS_OP_CONSTANT || ir_op_is_collective(nd->op) || !nd->n_in ||
+        ts_shape_numel(nd->rank, nd->shape) > SCHED_EARLY_NUMEL)
+      continue;
+    bool e = true;
+    for (int k = 0; k < nd->n_in && e; k++) {
+      ts_op op = g->nodes[nd->in[k]].op;
+      e = early[nd->in[k]] || op == TS_OP_INPUT || op == TS_OP_CONSTANT;
+    }
+    if (e) early[i] = true, list[n_early++] = i;
+  }
+  if (!n_early) goto out;
+  int m = 0, next = 0; /* list: the early nodes in id order, a topological one */
+  for (int p = 0; p <= n; p++) {
+    for (bool more = true; more;) { /* the early nodes whose operands are all out */
+      more = false;
+      for (int e = next; e < n_early; e++) {
+        int v = list[e];
+        if (emitted[v]) continue;
+        bool ready = true;
+        for (int k = 0; k < g->nodes[v].n_in && ready; k++) ready = emitted[g->nodes[v].in[k]];
+        if (ready) tmp[m++] = v, emitted[v] = more = true;
+      }
+      while (next < n_early && emitted[list[next]]) next++;
+    }
+    if (p < n && !early[order[p]]) tmp[m++] = order[p], emitted[order[p]] = true;
+  }
+  if (m != n) rc = set_error("compile: scheduling the early values placed %d of %d nodes", m, n);
+  else memcpy(order, tmp, (size_t)n * sizeof *tmp);
+out:
+  free(early);
+  free(emitted);
+  free(tmp);
+  free(list);
+  return rc;
+}
+
 ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   int n = g->n_nodes;
   opt_users u;
@@ -469,6 +524,7 @@ ts_graph *opt_schedule(const ts_graph *g, int *changed) {
   free(feed);
   if (tail_by_collective(g, &u, stat, order, map) < 0) goto out; /* map: scratch here */
   if (order_carried(g, &u, order) < 0) goto out;
+  if (early_values(g, order) < 0) goto out;
   int moved = 0;
   for (int i = 0; i < n; i++) moved += order[i] != i;
   if (changed) *changed = moved;
