@@ -62,9 +62,10 @@ if same_losses "$tmp/first.log" "$tmp/second.log"; then ok "same losses from the
 else bad "losses differ: $(head -3 "$tmp/first.log") vs $(head -3 "$tmp/second.log")"; fi
 
 # ---- a corrupted entry: warned once, recompiled ----
-for f in "$cache"/*.tsc; do
+for f in "$cache"/*.tsc; do # the middle byte inverted (writing 0xff over a 0xff changed nothing)
   size=$(stat -c %s "$f")
-  printf '\xff' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f" | tr -d ' ')
+  printf "\\$(printf %o $((255 - byte)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
 done
 train third
 d3=$(counter PersistentCacheDiscarded "$tmp/third.json")
