@@ -78,7 +78,7 @@ static void run_zero(ts_comm *c, ts_net *net, int P, bool read, bool sync_small,
   bool async[5] = {false, false, true, !sync_small, false}, defer[5] = {false, false, true, false, false};
   void *state[5] = {0};
   rt_carry *carry = rt_carry_new(c, 0);
-  ts_program prog = {g, state, 1, 0, c, async, defer, carry, NULL};
+  ts_program prog = {g, state, 1, 0, c, async, defer, carry, NULL, NULL, NULL, 0};
   ts_device d;
   cpu_device_init(&d, 0);
   int rc = d.run(NULL, &prog, (void *const *)v);

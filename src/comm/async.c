@@ -46,12 +46,15 @@ typedef struct {
   int64_t bytes;      /* the operand's bytes (metrics) */
   int lane;           /* comm_lane: 1 the small lane */
   bool ended;         /* run (in [done, started): the slot's job) */
+  comm_prologue pre;  /* run first (NULL: none): comm_all_gather_start_after */
+  void *pre_ctx;
 } job;
 
 enum { LANES = 2 };
 
 /* Runs one job on the worker (the calls the device thread would make). */
 static int run_job(ts_comm *c, int device, const job *j) {
+  if (j->pre && j->pre(j->pre_ctx) < 0) return -1;
   int64_t t0 = obs_now();
   int rc;
   const char *kind;
@@ -228,23 +231,28 @@ static int64_t start(ts_comm *c, int device, const job *j) {
 
 int64_t comm_all_reduce_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                  void *buf, int64_t count) {
-  job j = {JOB_ALL_REDUCE, group, n, dt, op, buf, buf, count, 0, 0, count * (int64_t)ts_dtype_size(dt), 0, false};
+  job j = {JOB_ALL_REDUCE, group, n, dt, op, buf, buf, count, 0, 0, count * (int64_t)ts_dtype_size(dt), 0, false, NULL, NULL};
   j.lane = c ? comm_lane(c, group, n, (double)j.bytes) : 0;
+  return start(c, device, &j);
+}
+
+int64_t comm_all_gather_start_after(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                                    int64_t outer, size_t chunk_bytes, comm_prologue pre, void *pre_ctx) {
+  job j = {JOB_ALL_GATHER, group, n, TS_F32, TS_REDUCE_SUM, in, out, outer, 0, chunk_bytes,
+           outer * (int64_t)chunk_bytes, 0, false, pre, pre_ctx};
+  j.lane = c ? comm_lane(c, group, n, (double)outer * n * (double)chunk_bytes) : 0;
   return start(c, device, &j);
 }
 
 int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
                               int64_t outer, size_t chunk_bytes) {
-  job j = {JOB_ALL_GATHER, group, n, TS_F32, TS_REDUCE_SUM, in, out, outer, 0, chunk_bytes,
-           outer * (int64_t)chunk_bytes, 0, false};
-  j.lane = c ? comm_lane(c, group, n, (double)outer * n * (double)chunk_bytes) : 0;
-  return start(c, device, &j);
+  return comm_all_gather_start_after(c, device, group, n, in, out, outer, chunk_bytes, NULL, NULL);
 }
 
 int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                   const void *in, void *out, int64_t outer, int64_t chunk) {
   job j = {JOB_REDUCE_SCATTER, group, n, dt, op, in, out, outer, chunk, 0,
-           outer * n * chunk * (int64_t)ts_dtype_size(dt), 0, false};
+           outer * n * chunk * (int64_t)ts_dtype_size(dt), 0, false, NULL, NULL};
   j.lane = c ? comm_lane(c, group, n, (double)outer * n * (double)chunk * (double)ts_dtype_size(dt)) : 0;
   return start(c, device, &j);
 }

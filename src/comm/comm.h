@@ -101,6 +101,16 @@ int64_t comm_all_gather_start(ts_comm *c, int device, const int *group, int n, c
                               int64_t outer, size_t chunk_bytes);
 int64_t comm_reduce_scatter_start(ts_comm *c, int device, const int *group, int n, ts_dtype dt, ts_reduce_kind op,
                                   const void *in, void *out, int64_t outer, int64_t chunk);
+/* comm_all_gather_start with a prologue: the worker's lane first calls
+ * pre(pre_ctx), which computes `in` (0, or -1 with the error set: the
+ * gather is not made and the error comes back from the wait, as a failed
+ * collective's), then gathers. The prologue runs in the lane's start order,
+ * so after every collective started before it on that lane (the runtime's
+ * update chains: ZeRO-1's weight update, run where its reduce-scatter ends,
+ * runtime/cpu_device.c). pre_ctx is borrowed until the wait. */
+typedef int (*comm_prologue)(void *pre_ctx);
+int64_t comm_all_gather_start_after(ts_comm *c, int device, const int *group, int n, const void *in, void *out,
+                                    int64_t outer, size_t chunk_bytes, comm_prologue pre, void *pre_ctx);
 /* Waits until the started collective `ticket` and every one started before
  * it ended (in start order, whichever lane ran them). */
 int comm_wait_ticket(ts_comm *c, int device, int64_t ticket);

@@ -120,10 +120,14 @@ static int fill_pool(ts_executable *e) {
 static int mark_async(ts_executable *e) {
   if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
   plan_async m;
-  if (plan_mark_async(e->g, &e->plan, &m) < 0) return -1;
+  int chains = env_config()->update_chains;
+  if (plan_mark_async(e->g, &e->plan, chains == 2 || (chains == 1 && e->client->process_count > 1), &m) < 0) return -1;
   e->async = m.async;
   e->defer = m.defer;
   e->borrow = m.borrow;
+  e->chain_at = m.chain_at;
+  e->chains = m.chains;
+  e->n_chains = m.n_chains;
   return 0;
 }
 
@@ -276,6 +280,8 @@ void ts_executable_free(ts_executable *e) {
   free(e->async);
   free(e->defer);
   free(e->borrow);
+  free(e->chain_at);
+  free(e->chains);
   plan_free(&e->plan);
   ts_graph_free(e->g);
   free(e);

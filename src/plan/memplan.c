@@ -179,9 +179,38 @@ static int reusable_operand(const ts_graph *g, const ts_plan *p, int i) {
   return -1;
 }
 
-int plan_build(const ts_graph *g, ts_plan *p) { return plan_build_kept(g, NULL, p); }
+int plan_build(const ts_graph *g, ts_plan *p) { return plan_build_live(g, NULL, NULL, p); }
 
-int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
+int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) { return plan_build_live(g, keep, NULL, p); }
+
+static bool moved(const int32_t *from, int v) { return from && from[v] >= 0 && from[v] < v; }
+
+/* The order in which the arena takes values (order[k], at schedule position
+ * at[k]): each value at its own node, a moved one (from[v] < v) right
+ * after the node it moved to, in node order. 0, or -1 out of memory. */
+static int take_order(int n, const int32_t *from, int32_t *order, int32_t *at) {
+  int32_t *off = calloc((size_t)n + 2, sizeof *off), *list = malloc(((size_t)n + 1) * sizeof *list);
+  if (!off || !list) {
+    free(off);
+    free(list);
+    return -1;
+  }
+  for (int v = 0; v < n; v++) /* moved values grouped by position: list[off[i], off[i + 1]) */
+    if (moved(from, v)) off[from[v] + 2]++;
+  for (int i = 0; i < n; i++) off[i + 2] += off[i + 1];
+  for (int v = 0; v < n; v++)
+    if (moved(from, v)) list[off[from[v] + 1]++] = v;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (!moved(from, i)) order[k] = i, at[k++] = i;
+    for (int j = off[i]; j < off[i + 1]; j++) order[k] = list[j], at[k++] = i;
+  }
+  free(off);
+  free(list);
+  return 0;
+}
+
+int plan_build_live(const ts_graph *g, const int32_t *keep, const int32_t *from, ts_plan *p) {
   int n = g->n_nodes;
   memset(p, 0, sizeof *p);
   p->n = n;
@@ -189,8 +218,9 @@ int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
   bool *claimed = calloc((size_t)n + 1, sizeof *claimed);
   bool *needs_copy = calloc((size_t)g->n_outputs + 1, sizeof *needs_copy);
   int *active = malloc(((size_t)n + 1) * sizeof *active);
+  int32_t *order = malloc(((size_t)n + 1) * sizeof *order), *at = malloc(((size_t)n + 1) * sizeof *at);
   arena_alloc al = {0};
-  if (!p->values || !claimed || !needs_copy || !active) goto oom;
+  if (!p->values || !claimed || !needs_copy || !active || !order || !at) goto oom;
 
   /* kinds of leaves and aliases; live ranges on the storage roots */
   for (int i = 0; i < n; i++) {
@@ -220,6 +250,8 @@ int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
       plan_value *r = &p->values[root_of(p, g->nodes[i].in[0])];
       if (r->last < keep[i]) r->last = keep[i] < n ? keep[i] : n;
     }
+  for (int v = 0; from && v < n; v++) /* taken early, live to the end */
+    if (from[v] >= 0 && p->values[v].kind == PLAN_ARENA) p->values[v].def = from[v], p->values[v].last = n;
   for (int k = 0; k < g->n_outputs; k++) p->values[root_of(p, g->outputs[k])].last = n;
   for (int i = 0; i < n; i++) /* aliases show their root's range */
     if (p->values[i].kind == PLAN_ALIAS) p->values[i].last = p->values[root_of(p, i)].last;
@@ -228,10 +260,12 @@ int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
 
   /* arena: in schedule order, free what died before i, then best fit */
   int n_active = 0;
-  for (int i = 0; i < n; i++) {
+  if (take_order(n, from, order, at) < 0) goto oom;
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
     for (int a = 0; a < n_active;) {
       plan_value *v = &p->values[active[a]];
-      if (v->last < i) {
+      if (v->last < at[k]) {
         if (arena_give(&al, v->offset, round_up(v->bytes)) < 0) goto oom;
         active[a] = active[--n_active];
       } else {
@@ -240,7 +274,7 @@ int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
     }
     plan_value *v = &p->values[i];
     if (v->kind != PLAN_ARENA) continue;
-    int r = reusable_operand(g, p, i);
+    int r = from && from[i] >= 0 ? -1 : reusable_operand(g, p, i); /* a chain's value: its own block */
     if (r >= 0) { /* take over the dying operand's block */
       v->offset = p->values[r].offset;
       for (int a = 0; a < n_active; a++)
@@ -261,12 +295,16 @@ int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p) {
   free(claimed);
   free(needs_copy);
   free(active);
+  free(order);
+  free(at);
   return 0;
 oom:
   free(al.free);
   free(claimed);
   free(needs_copy);
   free(active);
+  free(order);
+  free(at);
   plan_free(p);
   return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory planning %d values", n);
 }

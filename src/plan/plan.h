@@ -56,6 +56,11 @@ int plan_build(const ts_graph *g, ts_plan *p);
  * an operand that a collective started at i reads until its result's first
  * user awaits it (plan/async.c plan_mark_async), so no staging copy is needed. */
 int plan_build_kept(const ts_graph *g, const int32_t *keep, ts_plan *p);
+/* The same, and each arena value v with from[v] >= 0 (from NULL: none)
+ * taken at schedule position from[v] (<= v) instead of v and live to the
+ * end: a value an update chain computes on the collective worker at any
+ * time after the device passed from[v] (plan_mark_async). */
+int plan_build_live(const ts_graph *g, const int32_t *keep, const int32_t *from, ts_plan *p);
 void plan_free(ts_plan *p);
 
 /* async.c — the collectives a device starts asynchronously (all-reduces,
@@ -69,12 +74,30 @@ void plan_free(ts_plan *p);
  * prediction (predict.c), so both plan the same arena. */
 typedef struct {
   bool *async, *defer, *borrow;
+  /* Update chains (only when asked: plan_mark_async's chains): a started
+   * all-gather G of one block per member whose operand is computed, from a
+   * started reduce-scatter or all-reduce R, program inputs and tiny values
+   * of inputs alone, by nodes nothing else reads (ZeRO-1's update of a
+   * weight block: R its gradient's reduce-scatter, G the new weight's
+   * gather). The device hands those nodes and G to the collective worker
+   * once it has run node chain_at[G] (R, and every other node that reads or
+   * writes memory the chain writes, or writes memory it reads), and skips
+   * them at their own places; the worker runs them as soon as R ends
+   * (runtime/cpu_device.c). chain_at: per node, the hand-off node of the
+   * chain it belongs to (its nodes and G), else -1; chains: the G's in
+   * order of their hand-off nodes. NULL / 0: none. */
+  int32_t *chain_at;
+  int32_t *chains;
+  int n_chains;
 } plan_async;
 /* base[i]: node i's storage root (through reshapes); first_use[i]: the first
  * node that reads it (reshapes run nothing: their users count as users of
  * what they reshape), `none` when nobody does. Arrays of g->n_nodes. */
 void plan_first_uses(const ts_graph *g, int32_t *base, int32_t *first_use, int32_t none);
-int plan_mark_async(const ts_graph *g, ts_plan *p, plan_async *marks);
+/* chains: also form update chains (between processes, where the worker's
+ * early gather hides the link; compile.c); the plan then keeps each chain's
+ * values from its hand-off to the end (plan_build_live). */
+int plan_mark_async(const ts_graph *g, ts_plan *p, bool chains, plan_async *marks);
 void plan_async_free(plan_async *marks);
 /* Appends the plan as text (one value a line) to a malloc'd string *buf of
  * length *len; returns 0 or -1. */

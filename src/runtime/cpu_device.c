@@ -3,6 +3,8 @@
  * collectives the compiler marked async (all-reduces, all-gathers,
  * reduce-scatters) are started on the communicator's worker and awaited by
  * their first user, so they overlap with the nodes in between. */
+#include <sched.h> /* sched_yield: a chain's kernels run by the other thread */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h> /* madvise */
@@ -134,22 +136,201 @@ static int finish(pending *p, const ts_program *prog, void *const *values, bool 
 /* Starts the collective of node id on the communicator's worker
  * (cpu_collective_start copies the operand first: its memory may be reused
  * as soon as this returns; unless the plan keeps it until the wait, borrow). */
-static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
+/* Appends node id's started job (ticket t) to the pending list. */
+static int push(pending *p, int32_t id, int64_t t) {
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 16;
     int32_t *nodes = realloc(p->node, (size_t)cap * sizeof *nodes);
     if (nodes) p->node = nodes;
     int64_t *tickets = nodes ? realloc(p->ticket, (size_t)cap * sizeof *tickets) : NULL;
-    if (!tickets) return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting all-reduce %d", id);
+    if (!tickets) return set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory starting collective %d", id);
     p->ticket = tickets;
     p->cap = cap;
   }
-  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id],
-                                   prog->borrow && prog->borrow[id]);
-  if (t < 0) return -1;
   p->node[p->n] = id;
   p->ticket[p->n++] = t;
   return 0;
+}
+
+static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
+  int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id],
+                                   prog->borrow && prog->borrow[id]);
+  return t < 0 ? -1 : push(p, id, t);
+}
+
+/* ---- update chains (plan.h plan_async.chain_at) ----
+ * A chain's nodes (a weight block's update) and its all-gather run on the
+ * collective worker: handed off after node chain_at, they run as soon as
+ * their reduction ended, not where the schedule put them after the rest of
+ * the backward pass. The job keeps its own copy of the memory it touches
+ * (values[] is rewritten by the next run); it lives in the gather's node
+ * state (an all-gather of one block per member stages nothing). */
+typedef struct {
+  ts_kstate base;
+  const ts_graph *g;
+  void **state;
+  int device;
+  struct ts_comm *comm;
+  int32_t *nodes;     /* (n) its kernels, in program order */
+  int n;
+  int *first;         /* (n + 1) node k's operands are ins[first[k], first[k + 1]) */
+  const void **ins;
+  void **outs;        /* (n) */
+  const void *operand; /* the gather's operand, computed by the chain ... */
+  void *slot;          /* ... and gathered from its block of the result */
+  size_t bytes;
+  int r;              /* the reduction it reads (a started one), or -1 */
+  int64_t r_ticket;   /* its ticket, when it was in flight at the hand-off; else -1 */
+  int64_t ticket;     /* the gather's, -1 before the first hand-off */
+  /* Who runs the kernels: CHAIN_OPEN until the worker (when the reduction
+   * ended) or the device (at the end of the run, chain_settle) takes them;
+   * they end before the run does, as they use the run's arena. */
+  _Atomic int claim;
+} chain_job;
+
+enum { CHAIN_OPEN, CHAIN_TAKEN, CHAIN_DONE, CHAIN_FAILED };
+
+static void chain_free(ts_kstate *s) {
+  chain_job *j = (chain_job *)s;
+  free(j->nodes);
+  free(j->first);
+  free(j->ins);
+  free(j->outs);
+  free(j);
+}
+
+static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
+
+/* The chain of gather G: its kernels (nodes marked with G's hand-off,
+ * reached from G's operand) and the started reduction it reads. */
+static chain_job *chain_new(const ts_program *prog, int G) {
+  const ts_graph *g = prog->g;
+  chain_job *j = calloc(1, sizeof *j);
+  int32_t *stack = malloc(((size_t)g->n_nodes + 1) * sizeof *stack);
+  bool *seen = calloc((size_t)g->n_nodes + 1, 1);
+  if (!j || !stack || !seen || !(j->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *j->nodes))) goto oom;
+  j->base.free = chain_free;
+  int sp = 0, ins = 0;
+  j->r = -1;
+  stack[sp++] = g->nodes[G].in[0];
+  while (sp) {
+    int v = stack[--sp];
+    if (seen[v]) continue;
+    seen[v] = true;
+    const ts_node *n = &g->nodes[v];
+    if (prog->chain_at[v] < 0) {
+      if (prog->async && prog->async[v]) j->r = v;
+      continue;
+    }
+    if (n->op != TS_OP_RESHAPE) j->nodes[j->n++] = v, ins += n->n_in;
+    for (int k = 0; k < n->n_in; k++) stack[sp++] = n->in[k];
+  }
+  qsort(j->nodes, (size_t)j->n, sizeof *j->nodes, by_id);
+  if (!(j->first = malloc(((size_t)j->n + 1) * sizeof *j->first)) ||
+      !(j->ins = malloc(((size_t)ins + 1) * sizeof *j->ins)) || !(j->outs = malloc(((size_t)j->n + 1) * sizeof *j->outs)))
+    goto oom;
+  j->first[0] = 0;
+  for (int k = 0; k < j->n; k++) j->first[k + 1] = j->first[k] + g->nodes[j->nodes[k]].n_in;
+  j->g = g;
+  j->state = prog->state;
+  j->device = prog->device;
+  j->comm = prog->comm;
+  j->ticket = -1;
+  free(stack);
+  free(seen);
+  return j;
+oom:
+  if (j) chain_free(&j->base);
+  free(stack);
+  free(seen);
+  set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory handing off update chain %d", G);
+  return NULL;
+}
+
+static int chain_kernels(chain_job *j, const ts_kctx *kctx) {
+  for (int k = 0; k < j->n; k++) {
+    int id = j->nodes[k];
+    if (kernel_run(j->g, id, j->ins + j->first[k], j->outs[k], (ts_kstate **)&j->state[id], kctx) < 0) return -1;
+  }
+  if (j->slot != j->operand && j->bytes) memmove(j->slot, j->operand, j->bytes);
+  return 0;
+}
+
+/* Runs the kernels if nobody took them (rc: the reduction's wait), else
+ * waits until the one who did is done. */
+static int chain_take(chain_job *j, int rc, const ts_kctx *kctx) {
+  int open = CHAIN_OPEN;
+  if (atomic_compare_exchange_strong_explicit(&j->claim, &open, CHAIN_TAKEN, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    if (rc == 0) rc = chain_kernels(j, kctx);
+    atomic_store_explicit(&j->claim, rc == 0 ? CHAIN_DONE : CHAIN_FAILED, memory_order_release);
+    return rc;
+  }
+  int c;
+  while ((c = atomic_load_explicit(&j->claim, memory_order_acquire)) == CHAIN_TAKEN) sched_yield();
+  return c == CHAIN_DONE ? rc : set_error("update chain of node %d: its kernels failed", j->nodes[j->n - 1]);
+}
+
+/* On the worker, the gather's prologue: once the reduction ended, the
+ * chain's kernels (one thread) and its operand into its slot. */
+static int chain_run(void *ctx) {
+  chain_job *j = ctx;
+  int rc = j->r_ticket >= 0 ? comm_wait_alone(j->comm, j->device, j->r_ticket) : 0; /* it may run on another lane */
+  ts_kctx kctx = {1, j->device};
+  return chain_take(j, rc, &kctx);
+}
+
+/* The end of the run: the kernels of each chain it handed off (the first
+ * n of prog->chains) ran or run now on the device, whose arena they use. */
+static int chain_settle(const ts_program *prog, int n, const ts_kctx *kctx) {
+  int rc = 0;
+  for (int c = 0; c < n; c++) {
+    chain_job *j = prog->state[prog->chains[c]];
+    int r = j->r_ticket >= 0 && atomic_load_explicit(&j->claim, memory_order_acquire) == CHAIN_OPEN
+                ? comm_wait_alone(prog->comm, prog->device, j->r_ticket)
+                : 0;
+    if (chain_take(j, r, kctx) < 0 && rc == 0) rc = -1;
+  }
+  return rc;
+}
+
+static int rank_of(const ts_collective *k, int device) {
+  for (int i = 0; i < k->n; i++)
+    if (k->ids[i] == device) return i;
+  return -1;
+}
+
+/* Hands chain G to the worker: its gather's ticket goes to the pending
+ * list for G (deferred: the gather may end after the run, its kernels not). */
+static int hand_off(pending *p, const ts_program *prog, void *const *values, int G) {
+  const ts_graph *g = prog->g;
+  chain_job *j = prog->state[G];
+  if (!j) {
+    if (!(j = chain_new(prog, G))) return -1;
+    prog->state[G] = j;
+  }
+  if (j->ticket >= 0 && comm_wait_alone(prog->comm, prog->device, j->ticket) < 0) return -1; /* the last run's */
+  j->r_ticket = -1;
+  atomic_store_explicit(&j->claim, CHAIN_OPEN, memory_order_relaxed); /* published by the start's lock */
+  for (int i = 0; i < p->n; i++)
+    if (p->node[i] == j->r) j->r_ticket = p->ticket[i];
+  for (int k = 0; k < j->n; k++) {
+    const ts_node *n = &g->nodes[j->nodes[k]];
+    for (int i = 0; i < n->n_in; i++) j->ins[j->first[k] + i] = values[n->in[i]];
+    j->outs[k] = values[j->nodes[k]];
+  }
+  const ts_node *n = &g->nodes[G];
+  const ts_collective *coll = n->attr.coll;
+  j->bytes = (size_t)ts_shape_numel(g->nodes[n->in[0]].rank, g->nodes[n->in[0]].shape) * ts_dtype_size(n->dtype);
+  j->operand = values[n->in[0]];
+  int rank = rank_of(coll, prog->device);
+  if (rank < 0) return set_error("execute: device %d is not in the group of update chain %d", prog->device, G);
+  j->slot = (char *)values[G] + (size_t)rank * j->bytes;
+  int64_t t = comm_all_gather_start_after(prog->comm, prog->device, coll->ids, coll->n, j->slot, values[G], 1,
+                                          j->bytes, chain_run, j);
+  if (t < 0) return -1;
+  j->ticket = t;
+  return push(p, G, t);
 }
 
 static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
@@ -158,9 +339,13 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   ts_kctx kctx = {prog->num_threads > 0 ? prog->num_threads : 1, prog->device};
   const void *in_small[16];
   pending p = {0};
-  int rc = 0;
+  int rc = 0, chain = 0;
   for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
+    while (rc == 0 && chain < prog->n_chains && prog->chain_at[prog->chains[chain]] < id)
+      rc = hand_off(&p, prog, values, prog->chains[chain++]);
+    if (rc) break;
+    if (prog->chain_at && prog->chain_at[id] >= 0) continue; /* the worker runs it */
     if (n->op == TS_OP_INPUT || n->op == TS_OP_CONSTANT || n->op == TS_OP_RESHAPE) continue;
     /* a started all-reduce must be done before a user reads it and before
      * the device makes its next collective call */
@@ -204,6 +389,8 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     }
     if (in != in_small) free(in);
   }
+  while (rc == 0 && chain < prog->n_chains) rc = hand_off(&p, prog, values, prog->chains[chain++]);
+  if (rc == 0 && chain) rc = chain_settle(prog, chain, &kctx);
   int wait_rc = finish(&p, prog, values, rc == 0); /* also after an error: no worker may outlive the run's memory */
   free(p.node);
   free(p.ticket);

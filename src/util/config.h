@@ -48,6 +48,16 @@ typedef struct {
    * overlap). Any other value or unset: on. */
   bool async_collectives;
 
+  /* TESSEL_UPDATE_CHAINS: where the collective worker itself runs a
+   * weight's sharded update (ZeRO-1, SPMD data=N) as soon as its gradient's
+   * reduce-scatter ends, then starts the new weight's all-gather
+   * (plan/plan.h plan_async.chain_at; runtime/cpu_device.c): "0" nowhere
+   * (the device runs the update where the schedule put it); "all" on every
+   * program with such a gather, also between the devices of one process
+   * (tests); unset or any other value: programs run by several processes,
+   * where the gather crosses a link (1). Same values either way. */
+  int update_chains;
+
   /* TESSEL_HIER_ALLREDUCE: "1" makes all-reduces over several processes
    * with several devices in each two-level (comm/hier.c: reduce-scatter in
    * the process, all-reduce of 1/k across processes, all-gather): fewer
