@@ -14,7 +14,8 @@
  * every parameter and optimizer state after the last step is identical
  * (bytes), the sharded program has all-gathers (the update really was split;
  * every weight, shard_update_min_bytes = 1; the default 512 KiB splits the
- * MLP's two large weights only) and, across processes, every process holds the same parameters. */
+ * MLP's two large weights only), across processes every process holds the same parameters, and the MLP's
+ * block updates ran as update chains on the collective worker (metrics UpdateChains). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +128,14 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
   int g_rep = 0, g_sh = 0;
   CHECK(train(c, gr, pr, false, b, STEPS, lr_, &g_rep) == 0, "%s rank %d: replicated: %s", setup, rank, ts_last_error());
   size_t red_rep = coll_reduced;
+  int64_t chains0 = ts_counter_value("UpdateChains");
   CHECK(train(c, gs, ps, true, b, STEPS, ls, &g_sh) == 0, "%s rank %d: sharded: %s", setup, rank, ts_last_error());
+  /* across processes the MLP's block updates (SGD: from the reduce-scatter
+   * alone) run on the collective worker, update chains (runtime/cpu_device.c);
+   * the CNN's clip coefficient reads every gradient: its updates stay */
+  int64_t chains = ts_counter_value("UpdateChains") - chains0;
+  bool chained = ts_client_process_count(c) > 1 && !cnn && R % 2 == 0;
+  CHECK(chained ? chains >= STEPS : chains == 0, "%s: %lld update chains in %d steps", setup, (long long)chains, STEPS);
   /* the sharded update reduces each gradient once: a reduce-scatter where
    * the full average is not needed (the MLP with SGD), else the all-reduce
    * (the CNN's clipping reads every gradient whole) */
@@ -162,9 +170,10 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
     CHECK(ts_client_check_same(c, "sharded-update replicas' parameters", text) == 0, "%s", ts_last_error());
   }
   if (rank == 0)
-    printf("%s, %s: %d replicas, %d all-gathers, %d reduce-scatters, losses %.9g .. %.9g identical, %d parameter/state "
-           "tensors identical\n",
-           setup, cnn ? "CNN AdamW" : "MLP SGD", R, g_sh, scatters, ls[0], ls[STEPS - 1], ts_params_count(pr));
+    printf("%s, %s: %d replicas, %d all-gathers, %d reduce-scatters, %lld update chains, losses %.9g .. %.9g "
+           "identical, %d parameter/state tensors identical\n",
+           setup, cnn ? "CNN AdamW" : "MLP SGD", R, g_sh, scatters, (long long)chains, ls[0], ls[STEPS - 1],
+           ts_params_count(pr));
   ts_graph_free(gr);
   ts_graph_free(gs);
   ts_params_free(pr);

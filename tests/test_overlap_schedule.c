@@ -30,13 +30,22 @@
  *    ended first), and the result is still the replicated update's;
  *  - each weight all-gather's operand (the update's new block) is computed
  *    in the gather's own slot of the new weight, so starting it copies
- *    nothing (runtime/execute.c), with the same bits. */
+ *    nothing (runtime/execute.c), with the same bits;
+ *  - with update chains (TESSEL_UPDATE_CHAINS=all: on in one process too),
+ *    every weight sharded: each device program hands 4 chains (conv1, conv2,
+ *    fc1, fc2's block updates and gathers) to the collective worker, fc1's
+ *    right after fc1's input gradient (the last node that reads its weight;
+ *    conv2's after its input gradient, conv1's after its reduction); no value the plan keeps for a
+ *    chain shares arena memory with a value live after its hand-off; the
+ *    metrics count 4 hand-offs per step and device; and the losses and
+ *    parameters are the replicated update's bit for bit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/executable.h" /* per-device programs, async/defer marks */
+#include "runtime/executable.h" /* per-device programs, async/defer marks, update chains */
+#include "util/config.h"         /* env_config_reload: TESSEL_UPDATE_CHAINS */
 #include "tessel/tessel.h"
 
 enum { B = 4, STEPS = 3, PIX = 28 * 28 };
@@ -206,6 +215,44 @@ static int gathers_in_slot(const ts_executable *e, int d) {
   return in_slot;
 }
 
+static bool overlap(const plan_value *a, const plan_value *b) {
+  return a->bytes && b->bytes && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+/* The update chains of device d's program (TESSEL_UPDATE_CHAINS=all, every
+ * weight sharded): 4, fc1's handed off after the node that reads fc1's
+ * weight last (its input gradient, a dot_general), and every arena value of
+ * a chain disjoint from each arena value live after that hand-off. */
+static void check_chains(const ts_executable *e, int d) {
+  const ts_graph *g = e->g;
+  CHECK(e->n_chains == 4, "device %d: %d update chains, want 4 (one per weight block gather)", d, e->n_chains);
+  int fc1 = -1;
+  for (int c = 0; c < e->n_chains; c++) {
+    int G = e->chains[c];
+    CHECK(g->nodes[G].op == TS_OP_ALL_GATHER && e->defer && e->defer[G], "device %d: chain %d ends in node %d (%s)", d,
+          c, G, ir_op_name(g->nodes[G].op));
+    if (g->nodes[G].shape[0] == 128 && g->nodes[G].rank == 2 && g->nodes[G].shape[1] == 9216) fc1 = G;
+  }
+  CHECK(fc1 >= 0, "device %d: no chain gathers fc1's weight", d);
+  if (fc1 >= 0) {
+    int h = e->chain_at[fc1];
+    CHECK(h >= 0 && g->nodes[h].op == TS_OP_DOT, "device %d: fc1's chain handed off after node %d (%s)", d, h,
+          h >= 0 ? ir_op_name(g->nodes[h].op) : "-");
+  }
+  for (int v = 0; v < g->n_nodes; v++) {
+    const plan_value *pv = &e->plan.values[v];
+    if (e->chain_at[v] < 0 || pv->kind != PLAN_ARENA) continue;
+    CHECK(pv->def == e->chain_at[v] && pv->last == g->n_nodes, "device %d: chain value %d live [%d, %d], want [%d, end]",
+          d, v, pv->def, pv->last, e->chain_at[v]);
+    for (int w = 0; w < g->n_nodes; w++) {
+      const plan_value *pw = &e->plan.values[w];
+      if (w == v || pw->kind != PLAN_ARENA || pw->last < pv->def) continue;
+      CHECK(!overlap(pv, pw), "device %d: chain value %d [%zu, +%zu) shares arena memory with %d (%s, live [%d, %d])",
+            d, v, pv->offset, pv->bytes, w, ir_op_name(g->nodes[w].op), pw->def, pw->last);
+    }
+  }
+}
+
 /* STEPS steps; the losses, then the parameters (ts_params_sync_host). */
 static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_params *p, bool check) {
   ts_graph *g = step_graph(p, shard); /* the sharded runs: the loss in the last bucket */
@@ -215,7 +262,8 @@ static int train(ts_client *c, bool shard, size_t min_bytes, float *losses, ts_p
   if (check) {
     CHECK(e->n_dev == 2, "2 device programs, got %d", e->n_dev);
     for (int d = 0; d < e->n_dev; d++)
-      if (min_bytes) check_carried_order(e->dev[d], d);
+      if (env_config()->update_chains == 2) check_chains(e->dev[d], d);
+      else if (min_bytes) check_carried_order(e->dev[d], d);
       else check_program(e->dev[d], d);
   }
   int ni = ts_graph_num_inputs(g), no = ts_graph_num_outputs(g), rc = 0;
@@ -268,10 +316,17 @@ int main(void) {
   ts_params *pr = ts_params_new(7);
   float lr_[STEPS] = {0};
   CHECK(train(c, false, 0, lr_, pr, false) == 0, "replicated update: %s", ts_last_error());
-  for (int all = 0; all < 2; all++) { /* fc1 sharded (default threshold), then every weight */
+  for (int all = 0; all < 3; all++) { /* fc1 sharded (default threshold), every weight, every weight chained */
     ts_params *ps = ts_params_new(7);
     float ls[STEPS] = {0};
+    if (all == 2) {
+      setenv("TESSEL_UPDATE_CHAINS", "all", 1);
+      env_config_reload();
+    }
+    int64_t chains0 = ts_counter_value("UpdateChains");
     CHECK(train(c, true, all ? 1 : 0, ls, ps, true) == 0, "sharded update: %s", ts_last_error());
+    int64_t chains = ts_counter_value("UpdateChains") - chains0;
+    CHECK(chains == (all == 2 ? 4 * 2 * STEPS : 0), "%lld update chains handed off (pass %d)", (long long)chains, all);
     CHECK(memcmp(lr_, ls, sizeof ls) == 0, "losses differ: %.9g %.9g %.9g vs %.9g %.9g %.9g", lr_[0], lr_[1],
           lr_[2], ls[0], ls[1], ls[2]);
     for (int i = 0; i < ts_params_count(pr); i++) {

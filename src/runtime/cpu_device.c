@@ -258,10 +258,11 @@ static int chain_kernels(chain_job *j, const ts_kctx *kctx) {
 
 /* Runs the kernels if nobody took them (rc: the reduction's wait), else
  * waits until the one who did is done. */
-static int chain_take(chain_job *j, int rc, const ts_kctx *kctx) {
+static int chain_take(chain_job *j, int rc, const ts_kctx *kctx, bool *took) {
   int open = CHAIN_OPEN;
-  if (atomic_compare_exchange_strong_explicit(&j->claim, &open, CHAIN_TAKEN, memory_order_acq_rel,
-                                              memory_order_acquire)) {
+  *took = atomic_compare_exchange_strong_explicit(&j->claim, &open, CHAIN_TAKEN, memory_order_acq_rel,
+                                                  memory_order_acquire);
+  if (*took) {
     if (rc == 0) rc = chain_kernels(j, kctx);
     atomic_store_explicit(&j->claim, rc == 0 ? CHAIN_DONE : CHAIN_FAILED, memory_order_release);
     return rc;
@@ -277,11 +278,14 @@ static int chain_run(void *ctx) {
   chain_job *j = ctx;
   int rc = j->r_ticket >= 0 ? comm_wait_alone(j->comm, j->device, j->r_ticket) : 0; /* it may run on another lane */
   ts_kctx kctx = {1, j->device};
-  return chain_take(j, rc, &kctx);
+  bool took;
+  return chain_take(j, rc, &kctx, &took);
 }
 
 /* The end of the run: the kernels of each chain it handed off (the first
- * n of prog->chains) ran or run now on the device, whose arena they use. */
+ * n of prog->chains) ran or run now on the device, whose arena they use
+ * (metrics: UpdateChains counts hand-offs, UpdateChainsOnDevice the chains
+ * whose kernels the device ran here because the worker had not begun them). */
 static int chain_settle(const ts_program *prog, int n, const ts_kctx *kctx) {
   int rc = 0;
   for (int c = 0; c < n; c++) {
@@ -289,7 +293,9 @@ static int chain_settle(const ts_program *prog, int n, const ts_kctx *kctx) {
     int r = j->r_ticket >= 0 && atomic_load_explicit(&j->claim, memory_order_acquire) == CHAIN_OPEN
                 ? comm_wait_alone(prog->comm, prog->device, j->r_ticket)
                 : 0;
-    if (chain_take(j, r, kctx) < 0 && rc == 0) rc = -1;
+    bool took;
+    if (chain_take(j, r, kctx, &took) < 0 && rc == 0) rc = -1;
+    if (took) obs_count("UpdateChainsOnDevice", 1); /* the worker had not started it: its reduction ended late */
   }
   return rc;
 }
@@ -330,6 +336,7 @@ static int hand_off(pending *p, const ts_program *prog, void *const *values, int
                                           j->bytes, chain_run, j);
   if (t < 0) return -1;
   j->ticket = t;
+  obs_count("UpdateChains", 1);
   return push(p, G, t);
 }
 
