@@ -79,8 +79,10 @@
  * buffer, without which the small one waited behind every piece of the
  * large one (bench_net_link -m pass at 1 Gbit/s: an 80 KiB all-reduce
  * started 2 ms after a 4.7 MB one took 0.94x the large one's time, 0.17x
- * with them; stop 32). Moving the update and all-gather here is what is
- * left, untried.
+ * with them; stop 32). Between processes the update and its all-gather now
+ * run on the collective worker as soon as the reduce-scatter ends (update
+ * chains: plan/async.c, runtime/cpu_device.c); this schedule is where the
+ * device runs them otherwise.
  *
  * Last, the collectives carried into the next step (their result only an
  * output aliased to an input: ZeRO-1's and SPMD data=N's new weights) start
