@@ -145,6 +145,25 @@ int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool
   return 0;
 }
 
+bool train_mesh_check_batch(const char *cmd, const ts_mesh *m, int64_t batch) {
+  int64_t split = 1;
+  char axes[64] = "";
+  for (int a = 0; a < ts_mesh_rank(m); a++) {
+    const char *n = ts_mesh_axis_name(m, a);
+    if (!n || (strcmp(n, "data") != 0 && strcmp(n, "fsdp") != 0) || ts_mesh_axis_size(m, a) < 2) continue;
+    split *= ts_mesh_axis_size(m, a);
+    snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%s%s=%lld", *axes ? "," : "", n,
+             (long long)ts_mesh_axis_size(m, a));
+  }
+  if (batch <= 0 || batch % split == 0) return true;
+  fprintf(stderr, "tessel %s: warning: the batch of %lld does not divide over the %lld devices of %s: the partitioner "
+                  "gathers the unevenly split batch back (padded to %lld rows), so every device computes every row "
+                  "and nothing runs data parallel; choose a batch that %lld divides\n",
+          cmd, (long long)batch, (long long)split, axes, (long long)((batch + split - 1) / split * split),
+          (long long)split);
+  return false;
+}
+
 /* The first number in file after `key` (NAN when absent). */
 static double read_number(const char *file, const char *key) {
   FILE *f = fopen(file, "r");

@@ -38,6 +38,12 @@ int train_mesh_mark_replicated_update(ts_graph *g, const ts_mesh *m, bool megatr
  * `placed`, when the caller places tensors on it itself (inspect --spec).
  * cmd names the command in the note. */
 int train_mesh_check_axes(const char *cmd, const ts_mesh *m, bool megatron, bool placed);
+/* A note on stderr when the batch does not divide over the devices of the
+ * axes that split it ("data" and "fsdp"): the partitioner gathers such an
+ * unevenly split dim back whole (padded: tessel inspect shows the
+ * all-gather), so every device computes every row and nothing is data
+ * parallel. Returns whether it divides. */
+bool train_mesh_check_batch(const char *cmd, const ts_mesh *m, int64_t batch);
 
 /* Whether the mesh's devices in this process (local_devices of it) fit in
  * memory before anything is compiled for them: every device keeps its own

@@ -63,6 +63,7 @@ int train_join(train_run *r) {
       return CLI_EXIT_FAIL;
     }
   }
+  if (r->mesh && !o->auto_shard && r->rank == 0) train_mesh_check_batch(CMD, r->mesh, o->batch);
   /* every output path checked before the data is read; nothing is written yet */
   int rc = train_outputs_check(r);
   if (rc != CLI_EXIT_OK) {
