@@ -25,7 +25,9 @@
 # QUICK=1: the prediction table alone, short: hand layouts on 1, 2, 4 and 8
 # devices and 2 processes, 6 steps after 3 warm-up ones, the GPT's after 10
 # (each unset variable; its first 9 steps ran 1.6x its steady step: stop 24).
-# The last lines count the rows within the issue's bounds and give the load.
+# The last lines count the rows within the issue's bounds and give the load; then (END_CAL=0:
+# not) the calibration is made again and every row predicted with it and with the geometric
+# mean of both calibrations, the machine's rates over the measurement (the host drifts).
 # AB_DROP=REGEX: a second prediction per row, with the calibration's lines
 # matching REGEX removed (e.g. 'busy_s': the model without that term), as
 # column old/meas, against the same measured step. AB_BUILD=DIR instead: that
@@ -136,6 +138,7 @@ for model in ${MODELS:-mlp cnn resnet20 gpt}; do
       ah=""; [ $plan = auto ] && [ -n "${meas[hand]:-}" ] &&
         ah=$(/usr/bin/python3 -c "print('%.2f' % (${meas[auto]} / ${meas[hand]}))" 2>/dev/null)
       row "$model" "$shape" $plan "$m" "$p" "$pm" "$am" "$s" "$ah" "$(old_pred --model "$model" ${mesh[@]+"${mesh[@]}"})"
+      echo "$model $shape $plan $m --model $model ${mesh[*]:-}" >>"$tmp/rowargs"
     done
   done
   for P in ${PROCS:-}; do
@@ -151,6 +154,7 @@ for model in ${MODELS:-mlp cnn resnet20 gpt}; do
     "$tessel" inspect --model "$model" --mesh "data=$P" --processes "$P" --no-graph --no-program >"$tmp/mpi.insp" 2>&1 || rc=1
     read -r m p pm am s < <(summary "$tmp/mpi.json" "$tmp/mpi.insp" "$tmp/mpi.pred")
     row "$model" "${P}proc" hand "$m" "$p" "$pm" "$am" 0 "" "$(old_pred --model "$model" --mesh "data=$P")"
+    echo "$model ${P}proc hand $m --model $model --mesh data=$P --processes $P" >>"$tmp/rowargs"
   done
 done
 /usr/bin/python3 - "$tmp/rows" <<'PY'
@@ -162,6 +166,55 @@ m = sum(abs(e) <= 5 for _, e in rows if not math.isnan(e))
 print("pred/meas within 0.75..1.25: %d of %d rows%s; memory within 5%%: %d of %d" % (
     t, len(rows), " (range %.2f..%.2f)" % (min(r), max(r)) if r else "", m, len(rows)))
 PY
+# The host's speed drifts (stop 36: one run in four lost 10 rows to a fast spell during the 20 s
+# calibration): calibrated again after the rows (END_CAL=0: not), every row is predicted again
+# with that calibration and with the geometric mean of both, the machine's rates over the
+# measurement's span (the processes' keys, calibrated once before, are kept).
+if [ "${END_CAL:-1}" != 0 ] && [ -s "$tmp/rowargs" ] &&
+  TESSEL_CALIBRATION= "$tessel" plan --calibrate "$tmp/cal_end.txt" ${ROUNDS:+--rounds "$ROUNDS"} >/dev/null 2>&1; then
+  /usr/bin/python3 - "$TESSEL_CALIBRATION" "$tmp/cal_end.txt" "$tmp/cal_mean.txt" <<'PY'
+import math, re, sys
+def read(path):
+    return [l.rstrip("\n") for l in open(path)]
+start, end = read(sys.argv[1]), read(sys.argv[2])
+val = lambda l: re.match(r"^([a-z][\w.]*) = ([-+0-9.eE]+)(\s.*)?$", l)
+ends = {m.group(1): float(m.group(2)) for m in map(val, end) if m}
+out = []
+for l in start:
+    m = val(l)
+    if m and m.group(1) in ends and float(m.group(2)) > 0 and ends[m.group(1)] > 0:
+        g = math.sqrt(float(m.group(2)) * ends[m.group(1)])
+        l = "%s = %.4g   # geometric mean of the start's %s and the end's %.4g" % (m.group(1), g, m.group(2), ends[m.group(1)])
+    out.append(l)
+open(sys.argv[3], "w").write("\n".join(out) + "\n")
+s = {m.group(1): float(m.group(2)) for m in map(val, start) if m}
+print("calibrated again at the end: kernel.matmul %.3g (start %.3g, x%.2f), kernel.conv %.3g (x%.2f), kernel.elementwise %.3g (x%.2f)" % (
+    ends.get("kernel.matmul", float("nan")), s.get("kernel.matmul", float("nan")),
+    ends.get("kernel.matmul", float("nan")) / s.get("kernel.matmul", float("nan")),
+    ends.get("kernel.conv", float("nan")), ends.get("kernel.conv", float("nan")) / s.get("kernel.conv", float("nan")),
+    ends.get("kernel.elementwise", float("nan")), ends.get("kernel.elementwise", float("nan")) / s.get("kernel.elementwise", float("nan"))))
+PY
+  printf "%-9s %-6s %-5s %9s %12s %13s\n" model mesh plan meas_ms end/meas mean/meas
+  : >"$tmp/rows2"
+  while read -r model shape plan m args; do
+    pe=$(TESSEL_CALIBRATION="$tmp/cal_end.txt" "$tessel" inspect $args --json 2>/dev/null |
+      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])' 2>/dev/null || echo nan)
+    pg=$(TESSEL_CALIBRATION="$tmp/cal_mean.txt" "$tessel" inspect $args --json 2>/dev/null |
+      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])' 2>/dev/null || echo nan)
+    /usr/bin/python3 -c 'import sys
+m, pe, pg = map(float, sys.argv[4:7])
+print("%-9s %-6s %-5s %9.2f %12.2f %13.2f" % (sys.argv[1], sys.argv[2], sys.argv[3], m, pe / m, pg / m))
+open(sys.argv[7], "a").write("%g %g\n" % (pe / m, pg / m))' "$model" "$shape" "$plan" "$m" "$pe" "$pg" "$tmp/rows2"
+  done <"$tmp/rowargs"
+  /usr/bin/python3 - "$tmp/rows2" <<'PY'
+import math, sys
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
+for i, name in ((0, "the end's calibration"), (1, "the geometric mean of both")):
+    r = [x[i] for x in rows if not math.isnan(x[i])]
+    print("pred/meas within 0.75..1.25 with %s: %d of %d rows%s" % (name, sum(0.75 <= x <= 1.25 for x in r), len(rows),
+          " (range %.2f..%.2f)" % (min(r), max(r)) if r else ""))
+PY
+fi
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "run_autoshard.sh: $(($(date +%s) - start)) s"
 exit $rc
