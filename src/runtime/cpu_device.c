@@ -133,9 +133,6 @@ static int finish(pending *p, const ts_program *prog, void *const *values, bool 
   return rc;
 }
 
-/* Starts the collective of node id on the communicator's worker
- * (cpu_collective_start copies the operand first: its memory may be reused
- * as soon as this returns; unless the plan keeps it until the wait, borrow). */
 /* Appends node id's started job (ticket t) to the pending list. */
 static int push(pending *p, int32_t id, int64_t t) {
   if (p->n == p->cap) {
@@ -152,6 +149,9 @@ static int push(pending *p, int32_t id, int64_t t) {
   return 0;
 }
 
+/* Starts the collective of node id on the communicator's worker
+ * (cpu_collective_start copies the operand first: its memory may be reused
+ * as soon as this returns; unless the plan keeps it until the wait, borrow). */
 static int start(pending *p, const ts_program *prog, int32_t id, const void *in, void *out) {
   int64_t t = cpu_collective_start(prog->g, id, in, out, prog->device, prog->comm, &prog->state[id],
                                    prog->borrow && prog->borrow[id]);
@@ -206,7 +206,9 @@ static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(
 static chain_job *chain_new(const ts_program *prog, int G) {
   const ts_graph *g = prog->g;
   chain_job *j = calloc(1, sizeof *j);
-  int32_t *stack = malloc(((size_t)g->n_nodes + 1) * sizeof *stack);
+  size_t edges = 1; /* the stack holds at most one entry per edge */
+  for (int v = 0; v < g->n_nodes; v++) edges += (size_t)g->nodes[v].n_in;
+  int32_t *stack = malloc(edges * sizeof *stack);
   bool *seen = calloc((size_t)g->n_nodes + 1, 1);
   if (!j || !stack || !seen || !(j->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *j->nodes))) goto oom;
   j->base.free = chain_free;
