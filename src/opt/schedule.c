@@ -333,6 +333,14 @@ static int carried_input(const ts_graph *g, const opt_users *u, int c) {
   return input;
 }
 
+/* order becomes tmp, a reordering of its n nodes (m placed), or an error
+ * naming the pass `what`. */
+static int adopt_order(int32_t *order, const int32_t *tmp, int m, int n, const char *what) {
+  if (m != n) return set_error("compile: scheduling the %s placed %d of %d nodes", what, m, n);
+  memcpy(order, tmp, (size_t)n * sizeof *tmp);
+  return 0;
+}
+
 /* The collectives carried into the next step (carried_input) start in the
  * order the next step reads their weights (the first user of the aliased
  * input in order[]), not in the order their updates end: else the step's
@@ -378,8 +386,7 @@ static int order_carried(const ts_graph *g, const opt_users *u, int32_t *order) 
         if (g->nodes[v].op == TS_OP_RESHAPE && ir_reshape_base(g, v) == c) tmp[m++] = v;
     }
   }
-  if (m != n) rc = set_error("compile: scheduling the carried collectives placed %d of %d nodes", m, n);
-  else memcpy(order, tmp, (size_t)n * sizeof *tmp);
+  rc = adopt_order(order, tmp, m, n, "carried collectives");
 out:
   free(pos);
   free(tmp);
@@ -434,8 +441,7 @@ static int early_values(const ts_graph *g, int32_t *order) {
     }
     if (p < n && !early[order[p]]) tmp[m++] = order[p], emitted[order[p]] = true;
   }
-  if (m != n) rc = set_error("compile: scheduling the early values placed %d of %d nodes", m, n);
-  else memcpy(order, tmp, (size_t)n * sizeof *tmp);
+  rc = adopt_order(order, tmp, m, n, "early values");
 out:
   free(early);
   free(emitted);
