@@ -15,13 +15,14 @@
  * (bytes), the sharded program has all-gathers (the update really was split;
  * every weight, shard_update_min_bytes = 1; the default 512 KiB splits the
  * MLP's two large weights only), across processes every process holds the same parameters, and the MLP's
- * block updates ran as update chains on the collective worker (metrics UpdateChains). */
+ * block updates ran as update chains on the collective worker (TESSEL_UPDATE_CHAINS=all; metrics UpdateChains). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "util/config.h" /* env_config_reload: TESSEL_UPDATE_CHAINS */
 #include "tessel/tessel.h"
 
 enum { GB = 6, STEPS = 30, PIX = 28 * 28 };
@@ -130,11 +131,12 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
   size_t red_rep = coll_reduced;
   int64_t chains0 = ts_counter_value("UpdateChains");
   CHECK(train(c, gs, ps, true, b, STEPS, ls, &g_sh) == 0, "%s rank %d: sharded: %s", setup, rank, ts_last_error());
-  /* across processes the MLP's block updates (SGD: from the reduce-scatter
-   * alone) run on the collective worker, update chains (runtime/cpu_device.c);
-   * the CNN's clip coefficient reads every gradient: its updates stay */
+  /* the MLP's block updates (SGD: from the reduce-scatter alone) run on the
+   * collective worker, update chains (runtime/cpu_device.c; forced here:
+   * TESSEL_UPDATE_CHAINS=all); the CNN's clip coefficient reads every
+   * gradient: its updates stay */
   int64_t chains = ts_counter_value("UpdateChains") - chains0;
-  bool chained = ts_client_process_count(c) > 1 && !cnn && R % 2 == 0;
+  bool chained = !cnn && R % 2 == 0;
   CHECK(chained ? chains >= STEPS : chains == 0, "%s: %lld update chains in %d steps", setup, (long long)chains, STEPS);
   /* the sharded update reduces each gradient once: a reduce-scatter where
    * the full average is not needed (the MLP with SGD), else the all-reduce
@@ -182,6 +184,8 @@ static void compare(ts_client *c, const char *setup, bool cnn) {
 
 int main(void) {
   ts_test_init("mpi_ddp_zero", 0);
+  setenv("TESSEL_UPDATE_CHAINS", "all", 1); /* on one host too: the sharded runs check update chains */
+  env_config_reload();
   ts_client *c = ts_client_new(&(ts_client_options){.num_devices = 1, .num_threads = 1});
   ts_client *local = ts_client_new(&(ts_client_options){.num_devices = 2, .num_threads = 2, .process_local = true});
   if (!c || !local) {

@@ -7,6 +7,7 @@
 #  - SPMD --mesh data=2 (1 device per host), data=2,model=2
 #    (2 devices per host), fsdp=2, and --parallel ddp over 2 and 3 hosts follow
 #    the 1-device loss curve within 1e-4 relative;
+#  - data=2's weight updates run as update chains on the collective worker (metrics UpdateChains);
 #  - data=2 sends 2(P-1)/P = 1x the gradients' bytes across hosts a step
 #    (metrics NetBytesSent), in pieces of MPI's eager size (NetEagerPieces;
 #    TESSEL_NET_EAGER=1); unset, pieces go only over a link measured (at the
@@ -122,6 +123,12 @@ assert c.get("NetEagerPieces", 0) >= 20 * 50, f"NetEagerPieces {c.get('NetEagerP
 PY
 then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metrics NetBytesSent), in eager pieces"; else
   bad "bytes crossing hosts per step (metrics NetBytesSent)"; fi
+# update chains (on by default between hosts: runtime/cpu_device.c): data=2's ZeRO-1 block updates run on the
+# collective worker as soon as their reduce-scatters end, then their all-gathers; the losses above followed 1 device
+chains=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("UpdateChains", 0))' \
+  "$tmp/h_d2.metrics" 2>/dev/null || echo 0)
+if [ "${chains:-0}" -ge 50 ]; then ok "data=2 over 2 hosts: $chains update chains in 50 steps"
+else bad "data=2 over 2 hosts: UpdateChains=$chains (want >= 50: the weight updates ran on the device)"; fi
 # eager pieces by the link (net.c NET_EAGER_BELOW_MBPS): unset, process 0 measures the link at the start (metrics
 # NetLinkMbps, every rank) and pieces go only below 1600 Mbit/s (this unshaped link is usually faster: whichever
 # way it measured, pieces and measurement agree); TESSEL_NET_EAGER=0 never cuts, =1 (h_d2, above) always

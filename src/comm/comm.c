@@ -276,6 +276,12 @@ bool comm_group_same_host(const ts_comm *c, const int *group, int n) {
   return true;
 }
 
+bool comm_spans_hosts(const ts_comm *c) {
+  for (int i = 0; c && c->host && i < c->n; i++)
+    if (c->host[c->proc[i]] != c->host[c->proc[c->first]]) return true;
+  return false;
+}
+
 bool comm_group_local(const ts_comm *c, const int *group, int n) {
   for (int i = 0; c->net && i < n; i++)
     if (group[i] < c->first || group[i] >= c->first + c->n_local) return false;

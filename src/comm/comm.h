@@ -152,6 +152,10 @@ int comm_wait_lane(ts_comm *c, int device, const int *group, int n, int64_t byte
 /* True when a collective of `bytes` over group goes on the small lane (a
  * group spanning hosts, at most COMM_LANE_BYTES; comm_internal.h). */
 bool comm_small_lane(const ts_comm *c, const int *group, int n, int64_t bytes);
+/* Whether some device of c is on another host than this process (the
+ * processes learned their hosts when the communicator was made): where a
+ * collective crosses a network link (compile.c: update chains). */
+bool comm_spans_hosts(const ts_comm *c);
 /* The limits in bytes (0: never in line; INT64_MAX: always). Defaults:
  * $TESSEL_COMM_INLINE_BYTES for all three, else up to 8 MiB in shared
  * memory, up to 8 MiB between processes of one host (64 KiB for a while

@@ -120,8 +120,9 @@ static int fill_pool(ts_executable *e) {
 static int mark_async(ts_executable *e) {
   if (e->client->num_devices < 2 || !env_config()->async_collectives) return 0;
   plan_async m;
-  int chains = env_config()->update_chains;
-  if (plan_mark_async(e->g, &e->plan, chains == 2 || (chains == 1 && e->client->process_count > 1), &m) < 0) return -1;
+  int chains = env_config()->update_chains; /* by default where a gather crosses a network link */
+  if (plan_mark_async(e->g, &e->plan, chains == 2 || (chains == 1 && rt_client_spans_hosts(e->client)), &m) < 0)
+    return -1;
   e->async = m.async;
   e->defer = m.defer;
   e->borrow = m.borrow;

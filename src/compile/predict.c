@@ -265,8 +265,8 @@ int ts_predict_program(const ts_graph *g, const ts_auto_shard_options *o, const 
   planned = true;
   if (m->ndevices > 1 && env_config()->async_collectives) { /* as compile.c plans it */
     plan_async marks;
-    bool spans = false; /* compile.c's update chains: programs run by several processes */
-    for (int a = 0; a < m->rank; a++) spans |= k.procs[a] || k.remote[a];
+    bool spans = false; /* compile.c's update chains: where a gather crosses hosts */
+    for (int a = 0; a < m->rank; a++) spans |= k.remote[a];
     int chains = env_config()->update_chains;
     if (plan_mark_async(opt, &plan, chains == 2 || (chains == 1 && spans), &marks) < 0) goto done;
     plan_async_free(&marks);

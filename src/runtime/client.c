@@ -343,3 +343,5 @@ int ts_client_device_cpus(const ts_client *c, int device, char *buf, size_t n) {
 }
 
 const char *ts_client_platform(const ts_client *c) { return c ? c->dev.platform : "none"; }
+
+bool rt_client_spans_hosts(const ts_client *c) { return c && c->comm && comm_spans_hosts(c->comm); }

@@ -93,6 +93,10 @@ bool rt_buffer_has_sharding(const ts_buffer *b, const ts_sharding *s);
 /* carry.c: waits for the collectives left in flight that write b's blocks
  * (b NULL: all of them); 0 or -1 with their error. */
 int rt_client_settle(ts_client *c, const ts_buffer *b);
+/* client.c: whether the client's devices span several hosts (its processes
+ * learned their hosts when the communicator was made): collectives then
+ * cross a network link (compile.c: update chains). */
+bool rt_client_spans_hosts(const ts_client *c);
 
 /* hold.c (ts_buffer_hold): see there. */
 bool rt_hold_active(ts_buffer *b);

@@ -54,8 +54,10 @@ typedef struct {
    * (plan/plan.h plan_async.chain_at; runtime/cpu_device.c): "0" nowhere
    * (the device runs the update where the schedule put it); "all" on every
    * program with such a gather, also between the devices of one process
-   * (tests); unset or any other value: programs run by several processes,
-   * where the gather crosses a link (1). Same values either way. */
+   * (tests); unset or any other value: programs run by processes on several
+   * hosts, where the gather crosses a network link (1; over one host's
+   * shared memory the update on the device costs the same and the worker
+   * would only take a core). Same values either way. */
   int update_chains;
 
   /* TESSEL_HIER_ALLREDUCE: "1" makes all-reduces over several processes
