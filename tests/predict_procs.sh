@@ -6,9 +6,14 @@
 #  - without the allreduce.procsP.* keys, --processes P predicts what one
 #    process does (today's prediction); --processes 1 too;
 #  - with allreduce.procs3.step_wait_s = 10 ms (and the other process keys
-#    equal to the in-process entry's), the MLP's data=3 step over 3
-#    processes is exactly 10 ms longer (its first collective waits it),
-#    in `tessel inspect --device` and `tessel plan --device`;
+#    equal to the in-process entry's) and a core per device (cores = 3), the
+#    MLP's data=3 step over 3 processes is exactly 10 ms longer (its first
+#    collective waits it), in `tessel inspect --device` and `tessel plan
+#    --device`; on 2 cores (the processes take turns: 2 turns where the
+#    compute is priced at 1.5 of a device's alone) it waits the turns'
+#    excess, a third of its compute since the previous step's last
+#    collective (all of the MLP's: its only collectives over processes, two
+#    all-gathers, start the step), when that is less than step_wait_s;
 #  - without step_wait_s and busy_s = 1 ms: every collective waits 1 ms (the
 #    step grows by a whole number of ms, at least 1); with busy_after_s far
 #    above the step's compute the wait scales down to almost nothing;
@@ -40,7 +45,10 @@ EOF
 procs="allreduce.procs3.bytes_per_s = 5e9
 allreduce.procs3.latency_s = 2e-5
 step_overhead.procs3_s = 2e-5"
-{ cat "$tmp/base.txt"; echo "$procs"; echo "allreduce.procs3.busy_s = 1e-9"; echo "allreduce.procs3.step_wait_s = 1e-2"; } >"$tmp/step.txt"
+{ cat "$tmp/base.txt"; echo "$procs"; echo "allreduce.procs3.busy_s = 1e-9"; echo "allreduce.procs3.step_wait_s = 1e-2"; } >"$tmp/turns.txt"
+sed 's/^cores = 2$/cores = 3/' "$tmp/turns.txt" >"$tmp/step.txt" # a core per device: no turns
+sed 's/^cores = 2$/cores = 3/' "$tmp/base.txt" >"$tmp/base3.txt"
+sed 's/step_wait_s = 1e-2/step_wait_s = 1e-5/' "$tmp/turns.txt" >"$tmp/turns_small.txt"
 { cat "$tmp/base.txt"; echo "$procs"; echo "allreduce.procs3.busy_s = 1e-3"; } >"$tmp/busy.txt"
 { cat "$tmp/busy.txt"; echo "allreduce.procs3.busy_after_s = 1e3"; } >"$tmp/after.txt"
 { cat "$tmp/base.txt"; echo "$procs"; echo "allreduce.procs3.busy_s = 1e-9"; } >"$tmp/fast.txt"
@@ -59,8 +67,16 @@ check() { # check NAME PYTHON-EXPRESSION(a, b)
 
 one=$(ms "$tmp/base.txt" data=3)
 check "no process keys: --processes 3 is one process's prediction" "a == b and a == a" "$one" "$(ms "$tmp/base.txt" data=3 --processes 3)"
-check "--processes 1 is one process's prediction" "a == b" "$one" "$(ms "$tmp/step.txt" data=3 --processes 1)"
-check "step_wait_s 10 ms: the step's first collective waits it" "abs(b - a - 10) < 1e-3" "$one" "$(ms "$tmp/step.txt" data=3 --processes 3)"
+check "--processes 1 is one process's prediction" "a == b" "$one" "$(ms "$tmp/turns.txt" data=3 --processes 1)"
+one3=$(ms "$tmp/base3.txt" data=3)
+check "step_wait_s 10 ms, a core per device: the step's first collective waits it" "abs(b - a - 10) < 1e-3" "$one3" "$(ms "$tmp/step.txt" data=3 --processes 3)"
+compute=$(timeout -k 5 60 "$tessel" inspect --model mlp --mesh data=3 --device "$tmp/turns.txt" --processes 3 --json |
+  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["compute_ms"])')
+turns=$(ms "$tmp/turns.txt" data=3 --processes 3)
+check "3 processes on 2 cores: the step's first collective waits the turns' excess, a third of the compute ($compute ms)" \
+  "abs(b - a - $compute / 3) < 1e-3 and b - a < 10" "$one" "$turns"
+check "3 processes on 2 cores, step_wait_s 0.01 ms below the turns' excess: it waits step_wait_s" "abs(b - a - 0.01) < 1e-4" \
+  "$one" "$(ms "$tmp/turns_small.txt" data=3 --processes 3)"
 p=$(timeout -k 5 60 "$tessel" plan --model mlp --mesh data=3 --device "$tmp/step.txt" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])')
 pp=$(timeout -k 5 60 "$tessel" plan --model mlp --mesh data=3 --device "$tmp/step.txt" --processes 3 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["step_ms"])')
 check "tessel plan --processes 3 too" "abs(b - a - 10) < 1e-3" "$p" "$pp"

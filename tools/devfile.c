@@ -310,6 +310,8 @@ void device_process_options(const device_desc *d, const ts_mesh *m, ts_auto_shar
   ao->process_wait_s = d->pr_busy[P];
   ao->process_wait_after_s = d->pr_after[P];
   ao->process_step_wait_s = d->pr_swait[P];
+  /* devices of at most one thread each taking turns on the host's cores */
+  if (d->per_core && d->cores > 0) ao->process_core_share = fmin(1, (double)d->cores / (double)ndev);
   if (per_proc == 1 && d->pr_step[P] > 0) ao->step_overhead_s = d->pr_step[P]; /* one device each: no in-process hand-off */
 }
 

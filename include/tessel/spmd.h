@@ -310,6 +310,15 @@ typedef struct {
   double process_wait_s;
   double process_wait_after_s;
   double process_step_wait_s;
+  /* each device's share of a core when the host's processes take turns on
+   * its cores (cores / devices of the host, at most 1; 0: not known). Below
+   * 1, a synchronized step's turns make it ceil(1/share) times a device's
+   * compute alone, not the 1/share its compute is priced at: the step's
+   * first collective over processes waits that excess, (ceil(1/share) share
+   * - 1) times the device's compute since its previous one (the step
+   * wrapped around), at most process_step_wait_s (the probe's measured
+   * wait). Set by tools/devfile.c from the calibration's cores. */
+  double process_core_share;
 } ts_auto_shard_options;
 
 typedef struct {
