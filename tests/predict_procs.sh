@@ -14,6 +14,11 @@
 #    excess, a third of its compute since the previous step's last
 #    collective (all of the MLP's: its only collectives over processes, two
 #    all-gathers, start the step), when that is less than step_wait_s;
+#  - allreduce.procs3.cached_bytes_per_s prices the collectives moving at
+#    most cache_bytes (all of the MLP's data=3 ones): 10x slower than
+#    bytes_per_s, the step grows by exactly the bytes sent x (1/cached -
+#    1/bytes_per_s); without cache_bytes, or below the collectives' bytes,
+#    the key changes nothing;
 #  - without step_wait_s and busy_s = 1 ms: every collective waits 1 ms (the
 #    step grows by a whole number of ms, at least 1); with busy_after_s far
 #    above the step's compute the wait scales down to almost nothing;
@@ -53,6 +58,10 @@ sed 's/step_wait_s = 1e-2/step_wait_s = 1e-5/' "$tmp/turns.txt" >"$tmp/turns_sma
 { cat "$tmp/busy.txt"; echo "allreduce.procs3.busy_after_s = 1e3"; } >"$tmp/after.txt"
 { cat "$tmp/base.txt"; echo "$procs"; echo "allreduce.procs3.busy_s = 1e-9"; } >"$tmp/fast.txt"
 { cat "$tmp/base.txt"; sed 's/bytes_per_s = 5e9/bytes_per_s = 5e8/' <<<"$procs"; echo "allreduce.procs3.busy_s = 1e-9"; } >"$tmp/slow.txt"
+{ cat "$tmp/fast.txt"; echo "allreduce.procs3.cached_bytes_per_s = 5e8"; } >"$tmp/cached_nokey.txt"
+{ cat "$tmp/cached_nokey.txt"; echo "cache_bytes = 4194304"; } >"$tmp/cached.txt"
+{ cat "$tmp/cached_nokey.txt"; echo "cache_bytes = 256"; } >"$tmp/cached_small.txt"
+{ cat "$tmp/fast.txt"; echo "cache_bytes = 4194304"; } >"$tmp/fast_cache.txt"
 
 ms() { # ms CALIBRATION MESH [ARGS...]: inspect's predicted step (ms)
   local cal="$1" mesh="$2"
@@ -83,7 +92,16 @@ check "tessel plan --processes 3 too" "abs(b - a - 10) < 1e-3" "$p" "$pp"
 busy=$(ms "$tmp/busy.txt" data=3 --processes 3)
 check "busy_s 1 ms: each collective waits 1 ms" "b - a >= 0.999 and abs((b - a) - round(b - a)) < 1e-3" "$one" "$busy"
 check "busy_after_s 1000 s: the wait scales with the compute before it" "0 <= b - a < 1e-3" "$one" "$(ms "$tmp/after.txt" data=3 --processes 3)"
-check "process links 10x slower: a longer step" "b > a" "$(ms "$tmp/fast.txt" data=3 --processes 3)" "$(ms "$tmp/slow.txt" data=3 --processes 3)"
+fast=$(ms "$tmp/fast.txt" data=3 --processes 3)
+check "process links 10x slower: a longer step" "b > a" "$fast" "$(ms "$tmp/slow.txt" data=3 --processes 3)"
+sent=$(timeout -k 5 60 "$tessel" inspect --model mlp --mesh data=3 --device "$tmp/cached.txt" --processes 3 --json |
+  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["predicted"]["comm_bytes_per_device"])')
+check "cached_bytes_per_s 10x slower, collectives within cache_bytes: longer by the bytes sent ($sent) at it" \
+  "abs(b - a - $sent * (1 / 5e8 - 1 / 5e9) * 1e3) < 1e-4 and b > a" "$(ms "$tmp/fast_cache.txt" data=3 --processes 3)" \
+  "$(ms "$tmp/cached.txt" data=3 --processes 3)"
+check "cached_bytes_per_s without cache_bytes: no change" "a == b" "$fast" "$(ms "$tmp/cached_nokey.txt" data=3 --processes 3)"
+check "cached_bytes_per_s, collectives above cache_bytes: no change" "a == b" "$fast" \
+  "$(ms "$tmp/cached_small.txt" data=3 --processes 3)"
 
 expect processes_zero 2 "--processes '0'" inspect --model mlp --mesh data=3 --processes 0
 expect processes_word 2 "--processes 'two'" inspect --model mlp --mesh data=3 --processes two
@@ -91,6 +109,8 @@ expect processes_uneven 2 "--processes 2: the mesh's 3 devices" inspect --model 
 expect plan_processes_uneven 2 "--processes 4: the mesh's 6 devices" plan --model mlp --mesh data=6 --processes 4
 { cat "$tmp/base.txt"; echo "allreduce.procs3.busy_s = -1"; } >"$tmp/badval.txt"
 expect procs_bad_value 2 "allreduce.procs3.busy_s = '-1'" plan --model mlp --mesh data=3 --device "$tmp/badval.txt"
+{ cat "$tmp/base.txt"; echo "allreduce.procs3.cached_bytes_per_s = 0"; } >"$tmp/badcached.txt"
+expect procs_bad_cached 2 "allreduce.procs3.cached_bytes_per_s = '0'" plan --model mlp --mesh data=3 --device "$tmp/badcached.txt"
 { cat "$tmp/base.txt"; echo "allreduce.procs9.busy_s = 1"; } >"$tmp/badkey.txt"
 expect procs_bad_key 2 "unknown key 'allreduce.procs9.busy_s'" plan --model mlp --mesh data=3 --device "$tmp/badkey.txt"
 echo "$passed passed, $failed failed"

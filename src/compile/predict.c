@@ -83,16 +83,17 @@ static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_col
 }
 
 /* The options' terms for processes of one host that autoshard_costs lacks
- * (ts_auto_shard_options.process_core_share) and the step's state: the
- * compute after its last collective over processes (`tail`: the next
- * step's first one waits for it as well). */
+ * (ts_auto_shard_options.process_cached_bytes_per_s, process_core_share) and
+ * the step's state: the compute after its last collective over processes
+ * (`tail`: the next step's first one waits for it as well). */
 typedef struct {
-  double turns; /* the turns' excess per second of compute: ceil(1/share) share - 1 (0: none) */
-  double tail;  /* seconds */
+  double cached_bw; /* over processes, collectives moving at most k->cache_bytes (0: none) */
+  double turns;     /* the turns' excess per second of compute: ceil(1/share) share - 1 (0: none) */
+  double tail;      /* seconds */
 } proc_terms;
 
 static proc_terms proc_terms_from(const ts_auto_shard_options *o) {
-  proc_terms p = {0};
+  proc_terms p = {.cached_bw = o->process_cached_bytes_per_s > 0 ? o->process_cached_bytes_per_s : 0};
   double s = o->process_core_share;
   if (s > 0 && s < 1) p.turns = fmax(ceil(1 / s - 1e-9) * s - 1, 0);
   return p;
@@ -146,6 +147,9 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const pro
   double bw, lat;
   bool remote, procs;
   group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote, &procs);
+  /* over processes, buffers in the cache: the in-cache bandwidth */
+  if (procs && pt->cached_bw > 0 && k->cache_bytes > 0 && fmax(node_bytes(n), node_bytes(x)) <= k->cache_bytes)
+    bw = pt->cached_bw;
   /* an asynchronous one (on the collective worker) waits k->coll_async when
    * measured; one over processes the processes' wait when measured */
   double wait = gs < 2 ? 0 : procs && k->proc_wait > 0 ? proc_wait_s(k, pt, since, first)
