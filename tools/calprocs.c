@@ -8,7 +8,9 @@
  * number of times on every process (no time windows: the processes must make
  * the same calls), and process 0's times are used. Process 0 merges the
  * keys (devices/README.md: allreduce.procsP.*, step_overhead.procsP_s) into
- * FILE: its other lines are kept, those of the same P replaced. */
+ * FILE: its other lines are kept, those of the same P replaced. The links'
+ * beta twice: 16 MiB per process (out of the cache) and 1 MiB (in it:
+ * cached_bytes_per_s, for the collectives moving at most cache_bytes). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,8 +28,9 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* The median (least: the least) wall time of `reps` runs of g on every
- * device of c after one warm-up run. Every process makes the same runs. */
-static double procs_time(ts_client *c, ts_graph *g, int reps, bool least) {
+ * device of c after one warm-up run (*min: the least, when not NULL).
+ * Every process makes the same runs. */
+static double procs_time2(ts_client *c, ts_graph *g, int reps, bool least, double *min) {
   cal_prog p;
   cal_run runs[64];
   if (!g || reps > 64 || cal_prog_open(&p, c, g, true) < 0) return -1;
@@ -37,7 +40,12 @@ static double procs_time(ts_client *c, ts_graph *g, int reps, bool least) {
   double w[64];
   for (int i = 0; i < n; i++) w[i] = runs[i].wall;
   qsort(w, (size_t)n, sizeof *w, cmp_d);
+  if (min) *min = w[0];
   return least ? w[0] : w[n / 2];
+}
+
+static double procs_time(ts_client *c, ts_graph *g, int reps, bool least) {
+  return procs_time2(c, g, reps, least, NULL);
 }
 
 /* A 1-element program: x + x (coll: all-reduced), or `count` f32 all-reduced. */
@@ -79,9 +87,15 @@ static ts_graph *procs_chain(int64_t n, int segs, bool coll) {
  * 2-5 ms per all-reduce, 20 in one run 0-1.6 ms each, at load 3.5) */
 #define PROCS_STEP_N 768
 
+/* The in-cache all-reduce: 1 MiB per process (a data-parallel MLP's
+ * gradients, 20 KB-1.6 MB each, are in the cache when all-reduced; at 2
+ * processes 1 MiB ran 6.0e9 B/s against 16 MiB's 3.1e9, at 3 2.1e9 against
+ * 1.3e9; stop 37, load 5) */
+#define PROCS_CACHED_COUNT (256 << 10)
+
 typedef struct {
   int P;
-  double step, ar1, arbig, lat, bw, busy, chain, step_wait;
+  double step, ar1, ar1_least, arbig, arcached, lat, bw, cached_bw, busy, chain, step_wait;
 } procs_result;
 
 /* Pairs of the chain without and with its collectives (each the median of 9
@@ -111,17 +125,21 @@ static double procs_busy(ts_client *c, int64_t n, int segs, double *chain) {
 
 static int measure_procs(ts_client *c, procs_result *r) {
   const int64_t one = 1, big = 4 << 20; /* 16 MiB per process, out of cache as calibrate.c's */
-  ts_graph *g[3] = {procs_allreduce(one, false), procs_allreduce(one, true), procs_allreduce(big, true)};
+  ts_graph *g[4] = {procs_allreduce(one, false), procs_allreduce(one, true), procs_allreduce(big, true),
+                    procs_allreduce(PROCS_CACHED_COUNT, true)};
   r->step = procs_time(c, g[0], 41, false);
-  r->ar1 = procs_time(c, g[1], 41, false);
+  r->ar1 = procs_time2(c, g[1], 41, false, &r->ar1_least);
   r->arbig = procs_time(c, g[2], 7, true);
-  for (int i = 0; i < 3; i++) ts_graph_free(g[i]);
+  r->arcached = procs_time(c, g[3], 21, true);
+  for (int i = 0; i < 4; i++) ts_graph_free(g[i]);
   double busy = procs_busy(c, PROCS_CHAIN_N, 20, &r->chain), chain1 = 0;
   r->step_wait = procs_busy(c, PROCS_STEP_N, 1, &chain1);
-  if (r->step <= 0 || r->ar1 <= 0 || r->arbig <= 0 || busy < 0 || r->step_wait < 0) return -1;
+  if (r->step <= 0 || r->ar1 <= 0 || r->arbig <= 0 || r->arcached <= 0 || busy < 0 || r->step_wait < 0) return -1;
   allreduce_terms(r->P, r->ar1, r->step, busy, &r->lat, &r->busy);
   r->step_wait = fmax(r->step_wait - (r->ar1 - r->step), 1e-9); /* beyond back to back, as busy */
   r->bw = 2.0 * (double)big * 4 * (r->P - 1) / r->P / fmax(r->arbig - r->ar1, 1e-9);
+  /* least against least: 1 MiB's 0.2 ms is near a loaded machine's median 1-element step */
+  r->cached_bw = 2.0 * PROCS_CACHED_COUNT * 4 * (r->P - 1) / r->P / fmax(r->arcached - r->ar1_least, 1e-9);
   return 0;
 }
 
@@ -155,6 +173,8 @@ static int merge_write(const char *cmd, const char *path, const procs_result *r,
           "allreduce.procs%d.latency_s = %.4g   # %d processes of this host (mpirun, %d thread(s) each): (a "
           "1-element all-reduce's step, %.4g s median, less step_overhead.procs%d_s) / (2 log2 %d)\n"
           "allreduce.procs%d.bytes_per_s = %.4g   # 16 MiB per process: the least of 7 steps, %.4g s\n"
+          "allreduce.procs%d.cached_bytes_per_s = %.4g   # 1 MiB per process, in the cache (collectives moving at "
+          "most cache_bytes): the least of 21 steps, %.4g s, less the least 1-element one\n"
           "step_overhead.procs%d_s = %.4g   # a 1-element add on every process, median of 41\n"
           "allreduce.procs%d.busy_s = %.4g   # per collective between kernels: 20 matmuls of %d^3 with a 1-element "
           "all-reduce after each less without (the median of 5 pairs of medians), less back to back\n"
@@ -162,7 +182,7 @@ static int merge_write(const char *cmd, const char *path, const procs_result *r,
           "them / 20\n"
           "allreduce.procs%d.step_wait_s = %.4g   # a step's first collective: runs of one %d^3 matmul and a "
           "1-element all-reduce, less the matmul alone (the median of 5 pairs of medians), less back to back\n",
-          P, r->lat, P, threads, r->ar1, P, P, P, r->bw, r->arbig, P, r->step, P, r->busy, PROCS_CHAIN_N, P,
+          P, r->lat, P, threads, r->ar1, P, P, P, r->bw, r->arbig, P, r->cached_bw, r->arcached, P, r->step, P, r->busy, PROCS_CHAIN_N, P,
           r->chain / 20, P, r->step_wait, PROCS_STEP_N);
   return fclose(f) == 0 ? 0 : -1;
 }
@@ -182,7 +202,7 @@ int calibrate_procs(ts_client *c, const char *cmd, const char *path) {
   if (ts_client_process_index(c) != 0) return 0;
   int rc = merge_write(cmd, path, &r, ts_client_threads_per_device(c));
   if (rc == 0)
-    printf("calibrated %d processes in %.1f s: all-reduce %.3g s + %.3g B/s, between kernels +%.3g s, a step's first "
-           "+%.3g s, step %.3g s -> %s\n", r.P, util_now_s() - t0, r.lat, r.bw, r.busy, r.step_wait, r.step, path);
+    printf("calibrated %d processes in %.1f s: all-reduce %.3g s + %.3g B/s (in the cache %.3g B/s), between kernels +%.3g s, a step's first "
+           "+%.3g s, step %.3g s -> %s\n", r.P, util_now_s() - t0, r.lat, r.bw, r.cached_bw, r.busy, r.step_wait, r.step, path);
   return rc;
 }

@@ -65,7 +65,9 @@ static void usage(FILE *f) {
           "                           interleaved rounds, more (up to 9) until two agree within\n"
           "                           10%%; each class the least confirmed round (1-9) [3].\n"
           "                           Launched by mpirun -n P (P >= 2, one device each): the\n"
-          "                           links between the P processes alone (allreduce.procsP.*,\n"
+          "                           links between the P processes alone (allreduce.procsP.*:\n"
+          "                           latency_s, bytes_per_s, cached_bytes_per_s (1 MiB, in\n"
+          "                           the cache), busy_s, busy_after_s, step_wait_s;\n"
           "                           step_overhead.procsP_s), merged into FILE by process 0\n"
           "  -h, --help               this text\n");
 }

@@ -37,7 +37,8 @@ static bool proc_key(const char *key, double x, device_desc *d) {
     struct { const char *fmt; double *v; } keys[] = {
         {"allreduce.procs%d.bytes_per_s", &d->pr_bw[P]}, {"allreduce.procs%d.latency_s", &d->pr_lat[P]},
         {"allreduce.procs%d.busy_s", &d->pr_busy[P]},    {"allreduce.procs%d.busy_after_s", &d->pr_after[P]},
-        {"allreduce.procs%d.step_wait_s", &d->pr_swait[P]}, {"step_overhead.procs%d_s", &d->pr_step[P]}};
+        {"allreduce.procs%d.step_wait_s", &d->pr_swait[P]}, {"step_overhead.procs%d_s", &d->pr_step[P]},
+        {"allreduce.procs%d.cached_bytes_per_s", &d->pr_cbw[P]}};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
       snprintf(k, sizeof k, keys[i].fmt, P);
       if (strcmp(key, k) == 0) {
@@ -134,7 +135,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, "
-                     "allreduce.procsP.bytes_per_s, allreduce.procsP.latency_s, allreduce.procsP.busy_s, allreduce.procsP.busy_after_s, allreduce.procsP.step_wait_s, step_overhead.procsP_s (P 2..8), cores, "
+                     "allreduce.procsP.bytes_per_s, allreduce.procsP.latency_s, allreduce.procsP.busy_s, allreduce.procsP.busy_after_s, allreduce.procsP.step_wait_s, allreduce.procsP.cached_bytes_per_s, step_overhead.procsP_s (P 2..8), cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
@@ -310,6 +311,9 @@ void device_process_options(const device_desc *d, const ts_mesh *m, ts_auto_shar
   ao->process_wait_s = d->pr_busy[P];
   ao->process_wait_after_s = d->pr_after[P];
   ao->process_step_wait_s = d->pr_swait[P];
+  ao->process_cached_bytes_per_s = d->pr_cbw[P];
+  /* devices of at most one thread each taking turns on the host's cores */
+  if (d->per_core && d->cores > 0) ao->process_core_share = fmin(1, (double)d->cores / (double)ndev);
   if (per_proc == 1 && d->pr_step[P] > 0) ao->step_overhead_s = d->pr_step[P]; /* one device each: no in-process hand-off */
 }
 

@@ -45,8 +45,9 @@ typedef struct {
   double shared_eff[DEV_AR_SIZES]; /* 2, 4, 8 devices of at most a core each: speed / their share of the cores */
   double op_over[DEV_AR_SIZES];    /* per kernel of each of 2, 4, 8 devices in this process (0: not measured) */
   /* processes of this host under mpirun, per P (index P; 0: not measured):
-   * allreduce.procsP.bytes_per_s, .latency_s, .busy_s, .busy_after_s, .step_wait_s, step_overhead.procsP_s */
-  double pr_bw[DEV_PROC_MAX + 1], pr_lat[DEV_PROC_MAX + 1], pr_busy[DEV_PROC_MAX + 1];
+   * allreduce.procsP.bytes_per_s, .latency_s, .busy_s, .busy_after_s, .step_wait_s, step_overhead.procsP_s,
+   * .cached_bytes_per_s */
+  double pr_bw[DEV_PROC_MAX + 1], pr_lat[DEV_PROC_MAX + 1], pr_busy[DEV_PROC_MAX + 1], pr_cbw[DEV_PROC_MAX + 1];
   double pr_after[DEV_PROC_MAX + 1], pr_step[DEV_PROC_MAX + 1], pr_swait[DEV_PROC_MAX + 1];
   /* not a file key: the mesh's devices spread over this many processes of this
    * host (tessel inspect/plan --processes; 0 or 1: one process), which

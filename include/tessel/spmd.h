@@ -310,6 +310,19 @@ typedef struct {
   double process_wait_s;
   double process_wait_after_s;
   double process_step_wait_s;
+  /* over such an axis, a collective moving at most cache_bytes per device
+   * at this bandwidth in place of axis_bytes_per_s (its buffers are in the
+   * cache: allreduce.procsP.cached_bytes_per_s, 1 MiB per process). 0: none */
+  double process_cached_bytes_per_s;
+  /* each device's share of a core when the host's processes take turns on
+   * its cores (cores / devices of the host, at most 1; 0: not known). Below
+   * 1, a synchronized step's turns make it ceil(1/share) times a device's
+   * compute alone, not the 1/share its compute is priced at: the step's
+   * first collective over processes waits that excess, (ceil(1/share) share
+   * - 1) times the device's compute since its previous one (the step
+   * wrapped around), at most process_step_wait_s (the probe's measured
+   * wait). Set by tools/devfile.c from the calibration's cores. */
+  double process_core_share;
 } ts_auto_shard_options;
 
 typedef struct {

@@ -82,16 +82,37 @@ static void group_links(const ts_mesh *m, const autoshard_costs *k, const ts_col
   if (*bw == INFINITY) *bw = k->link_bw[0], *lat = k->latency[0], *remote = k->remote[0], *procs = k->procs[0];
 }
 
+/* The options' terms for processes of one host that autoshard_costs lacks
+ * (ts_auto_shard_options.process_cached_bytes_per_s, process_core_share) and
+ * the step's state: the compute after its last collective over processes
+ * (`tail`: the next step's first one waits for it as well). */
+typedef struct {
+  double cached_bw; /* over processes, collectives moving at most k->cache_bytes (0: none) */
+  double turns;     /* the turns' excess per second of compute: ceil(1/share) share - 1 (0: none) */
+  double tail;      /* seconds */
+} proc_terms;
+
+static proc_terms proc_terms_from(const ts_auto_shard_options *o) {
+  proc_terms p = {.cached_bw = o->process_cached_bytes_per_s > 0 ? o->process_cached_bytes_per_s : 0};
+  double s = o->process_core_share;
+  if (s > 0 && s < 1) p.turns = fmax(ceil(1 / s - 1e-9) * s - 1, 0);
+  return p;
+}
+
 /* A collective over processes of one host: its wait for the group's last
  * process. The step's first (*first, then cleared) k->proc_step_wait when
- * measured (the processes drifted apart since the previous step); else
- * k->proc_wait, scaled down when the device computed less than
- * k->proc_after since its previous collective (`since`: the processes
- * drift apart by about the compute between two meetings). */
-static double proc_wait_s(const autoshard_costs *k, double since, bool *first) {
+ * measured (the processes drifted apart since the previous step), at most
+ * the turns' excess over the compute since the previous step's last
+ * collective over processes (pt->tail + since: processes taking turns on
+ * fewer cores finish a step's compute ceil(1/share) times their compute
+ * alone apart, the MLP's 3.5 ms on 3 processes of 2 cores 4 ms apart in
+ * every other step); else k->proc_wait, scaled down when the device
+ * computed less than k->proc_after since its previous collective (`since`:
+ * the processes drift apart by about the compute between two meetings). */
+static double proc_wait_s(const autoshard_costs *k, const proc_terms *pt, double since, bool *first) {
   bool step = *first && k->proc_step_wait > 0;
   *first = false;
-  if (step) return k->proc_step_wait;
+  if (step) return pt->turns > 0 ? fmin(k->proc_step_wait, pt->turns * (pt->tail + since)) : k->proc_step_wait;
   return k->proc_after > 0 && since < k->proc_after ? k->proc_wait * since / k->proc_after : k->proc_wait;
 }
 
@@ -119,16 +140,19 @@ static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, doub
 /* Seconds and bytes sent of collective node n (operand x) of the local
  * program; since: the device's compute since its previous collective;
  * *first: no collective over processes yet in the step (proc_wait_s). */
-static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const ts_node *n, const ts_node *x,
-                           bool async, double since, bool *first, double *sent) {
+static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const proc_terms *pt, const ts_node *n,
+                           const ts_node *x, bool async, double since, bool *first, double *sent) {
   if (!n->attr.coll || !m) return 0;
   int gs = n->attr.coll->n;
   double bw, lat;
   bool remote, procs;
   group_links(m, k, n->attr.coll, n->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote, &procs);
+  /* over processes, buffers in the cache: the in-cache bandwidth */
+  if (procs && pt->cached_bw > 0 && k->cache_bytes > 0 && fmax(node_bytes(n), node_bytes(x)) <= k->cache_bytes)
+    bw = pt->cached_bw;
   /* an asynchronous one (on the collective worker) waits k->coll_async when
    * measured; one over processes the processes' wait when measured */
-  double wait = gs < 2 ? 0 : procs && k->proc_wait > 0 ? proc_wait_s(k, since, first)
+  double wait = gs < 2 ? 0 : procs && k->proc_wait > 0 ? proc_wait_s(k, pt, since, first)
                 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
   return wait + coll_link_seconds(n, x, gs, bw, lat, remote, sent);
 }
@@ -169,7 +193,46 @@ static void add_op(ts_auto_shard_info *info, const char *name, double t) {
   info->ops[i].count++;
 }
 
-static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, int ndev,
+/* Seconds of kernel node nd of opt (update: it writes a donated output);
+ * *kc: its class. */
+static double kernel_seconds(const ts_graph *opt, const ts_node *nd, const autoshard_costs *k, bool update,
+                             ts_kernel_class *kc) {
+  double units;
+  *kc = autoshard_node_class(opt, nd, 1, update, &units);
+  double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
+  double t = autoshard_work_s(k, opt, nd, 1, kc, units) + autoshard_kernel_overhead(k, elems);
+  int nb = *kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
+  if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
+  return t;
+}
+
+/* Whether collective nd of the local program spans processes of the host. */
+static bool over_procs(const ts_mesh *m, const autoshard_costs *k, const ts_node *nd) {
+  double bw, lat;
+  bool remote, procs = false;
+  if (m && nd->attr.coll)
+    group_links(m, k, nd->attr.coll, nd->op == TS_OP_COLLECTIVE_PERMUTE, &bw, &lat, &remote, &procs);
+  return procs;
+}
+
+/* The compute after the step's last collective over processes (0: none). */
+static double proc_tail_s(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, const bool *update) {
+  double tail = 0;
+  bool seen = false;
+  for (int i = 0; i < opt->n_nodes; i++) {
+    const ts_node *nd = &opt->nodes[i];
+    if (!autoshard_node_runs(nd)) continue;
+    ts_kernel_class kc;
+    if (ir_op_is_collective(nd->op)) {
+      if (over_procs(m, k, nd)) tail = 0, seen = true;
+    } else {
+      tail += kernel_seconds(opt, nd, k, update[i], &kc);
+    }
+  }
+  return seen ? tail : 0;
+}
+
+static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_costs *k, proc_terms *pt, int ndev,
                          ts_auto_shard_info *info) {
   int n = opt->n_nodes;
   int32_t *base = malloc(((size_t)n + 1) * sizeof *base), *first_use = malloc(((size_t)n + 1) * sizeof *first_use);
@@ -183,6 +246,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
   /* the parameter update: kernels whose result is a donated output */
   for (int o = 0; o < opt->n_outputs; o++)
     if (opt->alias && opt->alias[o] >= 0) update[base[opt->outputs[o]]] = true;
+  if (pt->turns > 0) pt->tail = proc_tail_s(opt, m, k, update);
   double now = k->step_overhead, worker = 0, comp = 0, comm = 0, exposed = 0, sent = 0;
   double since = 0; /* compute since the previous collective (a process wait's scale) */
   bool first = true; /* no collective over processes yet (the step's first waits k->proc_step_wait) */
@@ -196,7 +260,7 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     if (ir_op_is_collective(nd->op)) {
       const ts_node *x = nd->n_in ? &opt->nodes[nd->in[0]] : nd;
       bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
-      double t = coll_seconds(m, k, nd, x, async, since, &first, &sent);
+      double t = coll_seconds(m, k, pt, nd, x, async, since, &first, &sent);
       since = 0;
       comm += t;
       if (async && !runs_inline(m, k, nd, x, worker <= now)) {
@@ -207,12 +271,8 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
       }
       continue;
     }
-    double units;
-    ts_kernel_class kc = autoshard_node_class(opt, nd, 1, update[i], &units);
-    double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
-    double t = autoshard_work_s(k, opt, nd, 1, &kc, units) + autoshard_kernel_overhead(k, elems);
-    int nb = kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
-    if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
+    ts_kernel_class kc;
+    double t = kernel_seconds(opt, nd, k, update[i], &kc);
     info->class_s[kc] += t;
     add_op(info, ir_op_name(nd->op), t);
     info->kernels++;
@@ -271,7 +331,8 @@ int ts_predict_program(const ts_graph *g, const ts_auto_shard_options *o, const 
     if (plan_mark_async(opt, &plan, chains == 2 || (chains == 1 && spans), &marks) < 0) goto done;
     plan_async_free(&marks);
   }
-  if (predict_local(opt, m->ndevices > 1 ? m : NULL, &k, (int)m->ndevices, info) < 0) goto done;
+  proc_terms pt = proc_terms_from(o);
+  if (predict_local(opt, m->ndevices > 1 ? m : NULL, &k, &pt, (int)m->ndevices, info) < 0) goto done;
   double in_bytes = 0, out_bytes = 0;
   for (int i = 0; i < opt->n_inputs; i++) in_bytes += node_bytes(&opt->nodes[opt->inputs[i]]);
   for (int q = 0; q < opt->n_outputs; q++)
