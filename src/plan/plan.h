@@ -76,7 +76,8 @@ typedef struct {
   bool *async, *defer, *borrow;
   /* Update chains (only when asked: plan_mark_async's chains): a started
    * all-gather G of one block per member whose operand is computed, from a
-   * started reduce-scatter or all-reduce R, program inputs and tiny values
+   * started reduce-scatter or all-reduce R (a gather of more than 1 MiB: a
+   * network link's milliseconds), program inputs and tiny values
    * of inputs alone, by nodes nothing else reads (ZeRO-1's update of a
    * weight block: R its gradient's reduce-scatter, G the new weight's
    * gather). The device hands those nodes and G to the collective worker
