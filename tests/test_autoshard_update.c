@@ -5,7 +5,10 @@
  *    sharded optimizer step gathered into it (graph shrinking had tied
  *    w * (1 - lr wd) and w - step to w's variable: the GPT on 8 devices
  *    updated every parameter on every device, 1.08-1.11x the hand layout's
- *    measured step); and 2 steps of it in f64 equal 1 device. */
+ *    measured step); and 2 steps of it in f64 equal 1 device;
+ *  - the cost model prices a weight gradient reduce-scattered into its
+ *    columns above the same one into its rows (a block per row moved: the
+ *    runtime's strided pieces), so the solver takes the hand layout's rows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,11 +147,42 @@ static void equal_checks(const ts_mesh *m, uint64_t seed) {
   printf("equal: AdamW, auto-sharded on 4 devices, %d steps f64: worst relative difference %.3g\n", STEPS, diff / big);
 }
 
+/* dW = x^T dy reduce-scattered into dW's rows against its columns: the
+ * columns move a block per row (strided pieces), priced above the rows. */
+static void pieces_checks(const ts_mesh *m) {
+  double t[2];
+  for (int d = 0; d < 2; d++) {
+    ts_graph *g = ts_graph_new();
+    int64_t xs[2] = {64, 256}, ys[2] = {64, 1024};
+    ts_tensor x = ts_input(g, "x", TS_F32, 2, xs), dy = ts_input(g, "dy", TS_F32, 2, ys);
+    ts_dot_dims dd = {.n_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}};
+    ts_tensor dw = ts_dot_general(g, x, dy, &dd); /* [256, 1024] */
+    ts_graph_add_output(g, dw);
+    ts_partition_spec batch, out;
+    ts_partition_spec_init(&batch, 2), ts_partition_spec_init(&out, 2);
+    ts_partition_spec_add_axis(&batch, 0, 0), ts_partition_spec_add_axis(&out, d, 0);
+    ts_sharding *sb = ts_sharding_new(m, &batch, 2), *so = ts_sharding_new(m, &out, 2);
+    CHECK_OK(ts_mark_sharding(g, x, sb));
+    CHECK_OK(ts_mark_sharding(g, dy, sb));
+    CHECK_OK(ts_mark_sharding(g, dw, so));
+    ts_sharding_free(sb), ts_sharding_free(so);
+    ts_auto_shard_info info;
+    CHECK_OK(ts_shard_predict(g, &(ts_auto_shard_options){.mesh = m}, &info));
+    t[d] = info.step_s;
+    ts_graph_free(g);
+  }
+  CHECK(t[1] > t[0], "a weight gradient reduce-scattered into its columns %.6g s, into its rows %.6g s (want more)",
+        t[1], t[0]);
+  printf("cost model: a [256,1024] gradient reduce-scattered into its rows %.4f ms, into its columns %.4f ms\n",
+         1e3 * t[0], 1e3 * t[1]);
+}
+
 int main(void) {
   uint64_t seed = ts_test_init("test_autoshard_update", 16);
   ts_mesh *m = ts_mesh_from_text("a=4");
   plan_checks(m);
   equal_checks(m, seed);
+  pieces_checks(m);
   ts_mesh_free(m);
   return ts_test_finish();
 }
