@@ -454,14 +454,18 @@ static double gather_whole(const as_ctx *c, const uint8_t *from, const uint8_t *
  * `members` devices) or a local slice of it (members 1) moves beyond one per
  * member: comm/ and the slice kernel copy or reduce a block per index of the
  * dims before d (the runtime's `outer`: cpu_collective.c), so a dim after a
- * split-free leading one moves in outer x members pieces. AS_PIECE_S per
- * piece, measured on the GPT's weight gradients and updates split on their
- * last dim against their first (2 and 8 devices, least traced times per
- * step, bench/trace_ops.py's positions): reduce-scatters 44 ns, slices
- * 38 ns per extra row; the dim-0 split the hand layout uses moves one. Among
- * plans the rest of the model prices alike (a gradient reduce-scattered into
- * either dim of a weight), the contiguous one. */
-#define AS_PIECE_S 4e-8
+ * split-free leading one moves in outer x members pieces. Among plans the
+ * rest of the model prices alike (a gradient reduce-scattered into either
+ * dim of a weight: the GPT's optimizer state went to the columns), the
+ * contiguous one. AS_PIECE_S per piece: the GPT's weight gradients and
+ * updates on their last dim against their first, least traced times per
+ * step on a loaded machine, cost 44 ns per extra piece (reduce-scatters, 2
+ * devices) and 38 ns (slices, 8 devices); priced at 40 ns the solver moved
+ * the MLP's 2-device plan to one with 5 more small collectives, measured
+ * 1.8x slower (median step 12.9 vs 7.0 ms, 4 interleaved rounds), the rest of
+ * the model being that coarse there; at 10 ns the MLP's plan stays and the
+ * GPT's weights take their rows. */
+#define AS_PIECE_S 1e-8
 double as_pieces_s(const as_ctx *c, const uint8_t *lay, const ts_node *n, int d, int members) {
   double outer = 1;
   for (int e = 0; e < d && e < n->rank; e++) {
