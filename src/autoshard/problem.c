@@ -1,6 +1,7 @@
 /* problem.c — the auto-sharding problem: each node's strategies
- * (strategy.c), graph shrinking (a unary elementwise node of its operand's
- * shape shares the operand's variable), resharding edges merged per pair of
+ * (strategy.c), graph shrinking (an elementwise node of its operand's shape
+ * shares the operand's variable, unless that is a graph input other nodes
+ * read too: follow_operand), resharding edges merged per pair of
  * variables, the memory rows and the objective. */
 #include <glpk.h>
 #include <math.h>
