@@ -66,6 +66,18 @@ for mm in gpt:data=2 gpt:data=2,model=2 mlp:data=4; do
   else bad "$mm: analytic '$a' bytes sent vs the compiled program's '$p' (10% asked)"; fi
 done
 
+# the GPT's plan on 2 devices gathers and scatters what the hand data layout does (ZeRO-1 on the weights'
+# rows): every reduce-scatter and all-gather of device 0's program is one of data=2's (kind, dim, shape);
+# its weight gradients went to their columns (strided, a block per row) and its updates ran on the whole weight
+colls() { "$tessel" inspect --model gpt --layers 2 --no-graph "$@" 2>/dev/null | awk '/^== program/{p=1} p' |
+  grep -E '= (reduce_scatter|all_gather)\(' | sed -E 's/^%[0-9]+ = //; s/\(%[0-9]+\)//; s/ group=\[[0-9,]*\]//' | sort; }
+colls --mesh data=2 >"$tmp/hand.colls"
+colls --mesh a=2 --auto-shard >"$tmp/auto.colls"
+extra=$(comm -13 "$tmp/hand.colls" "$tmp/auto.colls")
+if [ -s "$tmp/auto.colls" ] && [ "$(wc -l <"$tmp/auto.colls")" -ge 12 ] && [ -z "$extra" ]; then
+  ok "gpt a=2 auto: its $(wc -l <"$tmp/auto.colls") reduce-scatters and all-gathers are data=2's"
+else bad "gpt a=2 auto: collectives data=2 has not: $(echo "$extra" | head -5 | tr '\n' ';') ($(wc -l <"$tmp/auto.colls") in all)"; fi
+
 TESSEL_NUM_THREADS=2 timeout -k 5 120 "$tessel" inspect --model mlp --mesh a=2,b=2 --auto-shard --no-graph \
   --no-program >"$tmp/explain.out" 2>&1
 if grep -q "ILP optimal" "$tmp/explain.out" && grep -q "runner-up" "$tmp/explain.out" &&

@@ -62,6 +62,10 @@ int64_t as_layout_tiles(const as_ctx *c, const uint8_t *lay, int rank);
 /* Seconds to turn layout `from` of tensor n into `to`; adds the bytes a
  * device sends to *sent (may be NULL). */
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent);
+/* Seconds of the extra pieces a collective over dim d of n in layout lay
+ * among `members` devices (1: a local slice) moves: a block per index of the
+ * dims before d (0 when d is the first split-free one). */
+double as_pieces_s(const as_ctx *c, const uint8_t *lay, const ts_node *n, int d, int members);
 /* Fills c->moved and c->kernel (NULL on no memory: unfused costs). */
 void as_fusion(as_ctx *c);
 /* Fills c->window (NULL on no memory: nothing hidden). */

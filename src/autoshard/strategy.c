@@ -450,6 +450,33 @@ static double gather_whole(const as_ctx *c, const uint8_t *from, const uint8_t *
   return g <= 1 ? 0 : autoshard_ring_s(bw, lat, g, local_from * g, 1, remote, sent) + coll_wait(c);
 }
 
+/* Seconds of the pieces a collective over dim d of tensor n (layout lay,
+ * `members` devices) or a local slice of it (members 1) moves beyond one per
+ * member: comm/ and the slice kernel copy or reduce a block per index of the
+ * dims before d (the runtime's `outer`: cpu_collective.c), so a dim after a
+ * split-free leading one moves in outer x members pieces. Among plans the
+ * rest of the model prices alike (a gradient reduce-scattered into either
+ * dim of a weight: the GPT's optimizer state went to the columns), the
+ * contiguous one. AS_PIECE_S per piece: the GPT's weight gradients and
+ * updates on their last dim against their first, least traced times per
+ * step on a loaded machine, cost 44 ns per extra piece (reduce-scatters, 2
+ * devices) and 38 ns (slices, 8 devices); priced at 40 ns the solver moved
+ * the MLP's 2-device plan to one with 5 more small collectives, measured
+ * 1.8x slower (median step 12.9 vs 7.0 ms, 4 interleaved rounds), the rest of
+ * the model being that coarse there; at 10 ns the MLP's plan stays and the
+ * GPT's weights take their rows. */
+#define AS_PIECE_S 1e-8
+double as_pieces_s(const as_ctx *c, const uint8_t *lay, const ts_node *n, int d, int members) {
+  double outer = 1;
+  for (int e = 0; e < d && e < n->rank; e++) {
+    int64_t t = 1;
+    for (int a = 0; a < c->m->rank; a++)
+      if (lay[e] & (1u << a)) t *= c->m->shape[a];
+    outer *= (double)n->shape[e] / (double)t;
+  }
+  return outer > 1 ? outer * members * AS_PIECE_S : 0;
+}
+
 double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, const ts_node *n, double *sent) {
   double full = as_bytes(n), t = 0;
   double local_to = full / (double)as_layout_tiles(c, to, n->rank);
@@ -465,8 +492,9 @@ double as_reshard_cost(const as_ctx *c, const uint8_t *from, const uint8_t *to, 
       if (from[d] & (1u << a)) df = d;
       if (to[d] & (1u << a)) dt = d;
     }
+    if (df < 0 && dt >= 0) t += as_pieces_s(c, to, n, dt, 1); /* a local slice */
     if (df < 0 || df == dt || (done & (1u << a))) continue; /* same, a local slice, or gathered above */
-    if (dt < 0) t += ring(c, a, local_to, 1, sent);             /* all-gather */
+    if (dt < 0) t += ring(c, a, local_to, 1, sent) + as_pieces_s(c, from, n, df, sz); /* all-gather */
     else t += ring(c, a, local_from / sz, 1, sent);             /* all-to-all */
     t += coll_wait(c); /* the wait for the group's last device (as ts_predict_program) */
   }
@@ -727,7 +755,8 @@ int as_node_strategies(as_ctx *c, int id) {
           if (v.out[d] & (1u << b)) t *= c->m->shape[b];
         if (n->shape[d] % t != 0) continue;
         v.comm_bytes = 0;
-        v.cost = v.compute + partial_cost(c, id, s.partial, a, local_out, &v.comm_bytes);
+        v.cost = v.compute + partial_cost(c, id, s.partial, a, local_out, &v.comm_bytes) +
+                 as_pieces_s(c, v.out, n, d, (int)c->m->shape[a]);
         /* d already split over a later axis: the scattered blocks come in
          * that axis' order first (b, a), the layout is a then b: the
          * partitioner permutes them (ts_predict_program: one permute) */
