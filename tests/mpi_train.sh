@@ -33,9 +33,9 @@ run spdf 0 --mesh data=2,fsdp=2
 run mpf2 2 --mesh fsdp=2
 run mpf4 2 --mesh fsdp=4
 run mpdf 2 --mesh data=2,fsdp=2
-# the CNN's SPMD data=2 step over 2 processes: ZeRO-1's updates run on the collective worker
-# (update chains, on by default between hosts, here forced: runtime/cpu_device.c), the same
-# losses exactly; and by default on one host, none (tests/multihost.sh: between hosts)
+# the CNN's SPMD data=2 step over 2 processes: ZeRO-1's fc1 update runs on the collective worker
+# (update chains, TESSEL_UPDATE_CHAINS=all: runtime/cpu_device.c), the same losses exactly; by
+# default none (=1 between hosts: tests/multihost.sh)
 model=cnn run cnn2 0 --mesh data=2
 model=cnn TESSEL_UPDATE_CHAINS=all run mcnn2 2 --mesh data=2 --metrics "$tmp/mcnn2.metrics.json"
 model=cnn run mcnn2off 2 --mesh data=2 --metrics "$tmp/mcnn2off.metrics.json"
@@ -57,8 +57,8 @@ compare cnn2 mcnn2off 0 10
 chains() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("UpdateChains", 0))' "$1" 2>/dev/null || echo ERR; }
 c_on=$(chains "$tmp/mcnn2.metrics.json") c_off=$(chains "$tmp/mcnn2off.metrics.json")
 # 1 chain a step (fc1's weight block; the other gathers move < 1 MiB) on rank 0's device, 10 steps, the eval's none
-if [ "$c_on" = 10 ] && [ "$c_off" = 0 ]; then ok "update chains: $c_on hand-offs in 10 CNN steps, $c_off by default on one host"
-else bad "update chains: UpdateChains=$c_on (want 10) with TESSEL_UPDATE_CHAINS=all and $c_off by default on one host (want 0)"; fi
+if [ "$c_on" = 10 ] && [ "$c_off" = 0 ]; then ok "update chains: $c_on hand-offs in 10 CNN steps, $c_off by default"
+else bad "update chains: UpdateChains=$c_on (want 10) with TESSEL_UPDATE_CHAINS=all and $c_off by default (want 0)"; fi
 
 # only rank 0 prints; the default mesh under mpirun is data parallel over every device
 n=$(grep -c "epoch 1 done" "$tmp/mp4.out")

@@ -5,8 +5,9 @@
  * pass then overlaps them, and whatever touches that memory first waits —
  * a node of a later run that reads or writes it (cpu_device.c), the plan's
  * copies (execute.c), a host read, write, reshard or free of the buffer
- * (buffer.c). Waits are by ticket: the worker ends collectives in start
- * order, so waiting for one also ends every entry started before it. */
+ * (buffer.c). Waits are by ticket, each entry's alone where it is a range
+ * that is touched (rt_carry_wait_range: two lanes between hosts end out of
+ * start order), every entry's at once otherwise. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -67,26 +68,32 @@ int rt_carry_add(rt_carry *k, const void *p, size_t bytes, int64_t ticket) {
   return 0;
 }
 
-/* Drops the entries up to ticket t (they ended); under mu. */
-static void drop_upto(rt_carry *k, int64_t t) {
+/* Drops the entries whose collectives ended; under mu. */
+static void drop_ended(rt_carry *k) {
   int m = 0;
   for (int i = 0; i < k->n; i++)
-    if (k->v[i].ticket > t) k->v[m++] = k->v[i];
+    if (!comm_ticket_ended(k->comm, k->device, k->v[i].ticket)) k->v[m++] = k->v[i];
   k->n = m;
 }
 
+/* Each collective that writes the range is awaited alone (comm_wait_alone),
+ * not with every one started before it: between hosts a small one runs on
+ * a lane of its own, and an update chain hands a large gather off before
+ * the small ones the next step reads first (the CNN's fc1 before conv1's
+ * and conv2's under SPMD data=2: waiting in start order held the next
+ * step's first convolution for fc1's 20 ms gather at 1 Gbit/s). */
 int rt_carry_wait_range(rt_carry *k, const void *p, size_t bytes) {
   if (!k || !atomic_load_explicit(&k->n, memory_order_relaxed)) return 0;
   uintptr_t lo = (uintptr_t)p, hi = lo + (bytes ? bytes : 1);
   pthread_mutex_lock(&k->mu);
-  int64_t t = -1;
-  for (int i = 0; i < k->n; i++)
-    if (k->v[i].lo < hi && lo < k->v[i].hi && k->v[i].ticket > t) t = k->v[i].ticket;
   int rc = 0;
-  if (t >= 0) {
-    rc = comm_wait_ticket(k->comm, k->device, t);
-    drop_upto(k, t);
-  }
+  bool waited = false;
+  for (int i = 0; i < k->n && rc == 0; i++)
+    if (k->v[i].lo < hi && lo < k->v[i].hi) {
+      rc = comm_wait_alone(k->comm, k->device, k->v[i].ticket);
+      waited = true;
+    }
+  if (waited) drop_ended(k);
   pthread_mutex_unlock(&k->mu);
   return rc;
 }

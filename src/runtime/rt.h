@@ -17,9 +17,9 @@ rt_carry *rt_carry_new(struct ts_comm *comm, int device);
 void rt_carry_free(rt_carry *k); /* waits for what is left */
 /* Leaves started collective `ticket` (writing [p, p + bytes)) in flight. */
 int rt_carry_add(rt_carry *k, const void *p, size_t bytes, int64_t ticket);
-/* Waits for the entries that write memory overlapping [p, p + bytes) (and,
- * the worker being in order, every one started before them); 0 or -1 with
- * the collective's error. */
+/* Waits for the entries that write memory overlapping [p, p + bytes), each
+ * alone (one started before them on the other lane may still run); 0 or -1
+ * with the collective's error. */
 int rt_carry_wait_range(rt_carry *k, const void *p, size_t bytes);
 int rt_carry_wait_all(rt_carry *k);
 bool rt_carry_pending(const rt_carry *k); /* entries left (k may be NULL) */

@@ -51,13 +51,13 @@ typedef struct {
   /* TESSEL_UPDATE_CHAINS: where the collective worker itself runs a
    * weight's sharded update (ZeRO-1, SPMD data=N) as soon as its gradient's
    * reduce-scatter ends, then starts the new weight's all-gather
-   * (plan/plan.h plan_async.chain_at; runtime/cpu_device.c): "0" nowhere
-   * (the device runs the update where the schedule put it); "all" on every
-   * program with such a gather, also between the devices of one process
-   * (tests); unset or any other value: programs run by processes on several
-   * hosts, where the gather crosses a network link (1; over one host's
-   * shared memory the update on the device costs the same and the worker
-   * would only take a core). Same values either way. */
+   * (plan/plan.h plan_async.chain_at; runtime/cpu_device.c): "1" in
+   * programs whose devices span hosts (1); "all" in every program with such
+   * a gather, also between the devices of one process (2; tests); unset,
+   * "0" or any other value: nowhere (0), the device runs the update where
+   * the schedule put it. Off by default: on this 2-core host the 2-host CNN
+   * did not gain (the worker's update waits for a core, and the earlier
+   * gather slows the small collectives beside it). Same values either way. */
   int update_chains;
 
   /* TESSEL_HIER_ALLREDUCE: "1" makes all-reduces over several processes
