@@ -59,27 +59,15 @@ static int mark(ts_graph *g, const ts_mesh *m, ts_tensor t, int n, const int *di
   return rc;
 }
 
-/* Bytes of a weight below which its update stays replicated: as DDP's
- * shard_update (ts_compile_options.shard_update_min_bytes' default). A small
- * weight's sharded update saves microseconds of compute and costs a
- * reduce-scatter and an all-gather in place of its share of a bucket's
- * all-reduce: between hosts the CNN's conv1, conv2 and fc2 gathers at the
- * step's start and the 80 KB reduce-scatter at its end held the device
- * (CNN SPMD data=2 over 2 hosts at 1 Gbit/s, quiet: 47.7-49.6 ms a step
- * against DDP's 46.6-46.8 with only fc1 sharded). */
-enum { ZERO1_MIN_BYTES = 512 << 10 };
-
 /* An optimizer state input (AdamW's exp_avg / exp_avg_sq, SGD's
  * momentum_buffer: "<param>.<suffix>", src/nn/optim.c) of a weight (rank >= 2:
- * biases weigh too little to be worth two collectives) of ZERO1_MIN_BYTES or
- * more. */
+ * biases weigh too little to be worth two collectives). */
 static bool is_update_state(ts_graph *g, ts_tensor t, const char *name) {
   static const char *const suffix[] = {".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
   size_t n = strlen(name);
-  int64_t bytes = ts_shape_numel(ts_tensor_rank(g, t), ts_tensor_shape(g, t)) * (int64_t)ts_dtype_size(ts_tensor_dtype(g, t));
   for (int k = 0; k < 3; k++) {
     size_t s = strlen(suffix[k]);
-    if (n > s && strcmp(name + n - s, suffix[k]) == 0) return ts_tensor_rank(g, t) >= 2 && bytes >= ZERO1_MIN_BYTES;
+    if (n > s && strcmp(name + n - s, suffix[k]) == 0) return ts_tensor_rank(g, t) >= 2;
   }
   return false;
 }
