@@ -14,15 +14,8 @@ tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad
 need_mpirun # OpenMPI's settings for root and ASan
 export TESSEL_CALIBRATION=none
-cat >"$tmp/cal.txt" <<EOF
-name = a fixed test calibration
-calibration.cpu = test
-calibration.threads = 2
-cores = 2
-kernel.matmul = 1e11
-kernel.elementwise = 1e10
-cache_bytes = 4194304
-EOF
+fixed_calibration "$tmp/cal.txt"
+echo "cache_bytes = 4194304" >>"$tmp/cal.txt"
 if TESSEL_NUM_THREADS=1 timeout -k 5 120 mpirun -n 2 --oversubscribe --bind-to none "$tessel" plan \
   --calibrate "$tmp/cal.txt" >"$tmp/cal.out" 2>&1; then
   ok "mpirun -n 2 tessel plan --calibrate: $(tail -1 "$tmp/cal.out")"

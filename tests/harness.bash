@@ -70,3 +70,20 @@ need_mpirun() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 }
+
+# fixed_calibration FILE [CPU]: writes a calibration file of fixed rates (not this machine's
+# measurement) that the prediction tests start from and append their own keys to: one core's
+# matmul at 1e11 FLOP/s and elementwise kernels at 1e10 B/s, 1 us per kernel and per 1-device
+# step, 2 threads on 2 cores; calibration.cpu CPU (default "test").
+fixed_calibration() {
+  cat >"$1" <<EOF
+name = a fixed test calibration
+calibration.cpu = ${2:-test}
+calibration.threads = 2
+cores = 2
+kernel.matmul = 1e11
+kernel.elementwise = 1e10
+op_overhead_s = 1e-6
+step_overhead.1_s = 1e-6
+EOF
+}

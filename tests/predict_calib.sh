@@ -40,15 +40,8 @@ tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, expect
 export TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION=none
 cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
-cat >"$tmp/old.txt" <<EOF
-name = a fixed test calibration
-calibration.cpu = ${cpu:-unknown CPU}
-calibration.threads = 2
-cores = 2
-kernel.matmul = 1e11
-kernel.elementwise = 1e10
-op_overhead_s = 1e-6
-step_overhead.1_s = 1e-6
+fixed_calibration "$tmp/old.txt" "${cpu:-unknown CPU}"
+cat >>"$tmp/old.txt" <<EOF
 allreduce.2.bytes_per_s = 1e10
 allreduce.2.latency_s = 1e-5
 step_overhead.2_s = 1e-5

@@ -14,19 +14,8 @@ build="${1:?usage: predict_conv_layout.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, expect
 export TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION=none
-cat >"$tmp/base.txt" <<EOT
-name = a fixed test calibration
-calibration.cpu = test
-calibration.threads = 2
-cores = 2
-kernel.matmul = 1e11
-kernel.conv = 1e11
-kernel.conv_bwd_data = 1.1e11
-kernel.conv_bwd_filter = 1.2e11
-kernel.elementwise = 1e10
-op_overhead_s = 1e-6
-step_overhead.1_s = 1e-6
-EOT
+fixed_calibration "$tmp/base.txt"
+printf 'kernel.conv = 1e11\nkernel.conv_bwd_data = 1.1e11\nkernel.conv_bwd_filter = 1.2e11\n' >>"$tmp/base.txt"
 { cat "$tmp/base.txt"; printf 'kernel.conv_nhwc = 1e11\nkernel.conv_bwd_data_nhwc = 1.1e11\nkernel.conv_bwd_filter_nhwc = 1.2e11\n'; } >"$tmp/same.txt"
 { cat "$tmp/base.txt"; printf 'kernel.conv_nhwc = 2e11\nkernel.conv_bwd_data_nhwc = 2.2e11\nkernel.conv_bwd_filter_nhwc = 2.4e11\n'; } >"$tmp/fast.txt"
 pred() { # pred MODEL CALIBRATION: "step_ms conv_ms conv_nhwc_ms" (inspect's classes, the three of each layout summed)

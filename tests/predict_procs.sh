@@ -30,15 +30,8 @@ build="${1:?usage: predict_procs.sh BUILD_DIR}"
 tessel="$build/tessel"
 . "$(dirname "${BASH_SOURCE[0]}")/harness.bash" # $tmp, ok, bad, expect
 export TESSEL_NUM_THREADS=2 TESSEL_CALIBRATION=none
-cat >"$tmp/base.txt" <<EOF
-name = a fixed test calibration
-calibration.cpu = test
-calibration.threads = 2
-cores = 2
-kernel.matmul = 1e11
-kernel.elementwise = 1e10
-op_overhead_s = 1e-6
-step_overhead.1_s = 1e-6
+fixed_calibration "$tmp/base.txt"
+cat >>"$tmp/base.txt" <<EOF
 allreduce.2.bytes_per_s = 1e10
 allreduce.2.latency_s = 1e-5
 step_overhead.2_s = 1e-5
