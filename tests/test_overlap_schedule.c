@@ -230,22 +230,23 @@ static void check_chains(const ts_executable *e, int d) {
         e->n_chains);
   int fc1 = -1;
   for (int c = 0; c < e->n_chains; c++) {
-    int G = e->chains[c];
+    int G = e->chains[c].gather;
     CHECK(g->nodes[G].op == TS_OP_ALL_GATHER && e->defer && e->defer[G], "device %d: chain %d ends in node %d (%s)", d,
           c, G, ir_op_name(g->nodes[G].op));
     if (g->nodes[G].shape[0] == 128 && g->nodes[G].rank == 2 && g->nodes[G].shape[1] == 9216) fc1 = G;
   }
   CHECK(fc1 >= 0, "device %d: no chain gathers fc1's weight", d);
   if (fc1 >= 0) {
-    int h = e->chain_at[fc1];
+    int h = e->chains[0].gather == fc1 ? e->chains[0].hand_off : -1;
     CHECK(h >= 0 && g->nodes[h].op == TS_OP_DOT, "device %d: fc1's chain handed off after node %d (%s)", d, h,
           h >= 0 ? ir_op_name(g->nodes[h].op) : "-");
   }
   for (int v = 0; v < g->n_nodes; v++) {
     const plan_value *pv = &e->plan.values[v];
-    if (e->chain_at[v] < 0 || pv->kind != PLAN_ARENA) continue;
-    CHECK(pv->def == e->chain_at[v] && pv->last == g->n_nodes, "device %d: chain value %d live [%d, %d], want [%d, end]",
-          d, v, pv->def, pv->last, e->chain_at[v]);
+    if (e->chain_of[v] < 0 || pv->kind != PLAN_ARENA) continue;
+    int h = e->chains[0].hand_off; /* the one chain's */
+    CHECK(pv->def == h && pv->last == g->n_nodes, "device %d: chain value %d live [%d, %d], want [%d, end]", d, v,
+          pv->def, pv->last, h);
     for (int w = 0; w < g->n_nodes; w++) {
       const plan_value *pw = &e->plan.values[w];
       if (w == v || pw->kind != PLAN_ARENA || pw->last < pv->def) continue;

@@ -126,7 +126,7 @@ static int mark_async(ts_executable *e) {
   e->async = m.async;
   e->defer = m.defer;
   e->borrow = m.borrow;
-  e->chain_at = m.chain_at;
+  e->chain_of = m.chain_of;
   e->chains = m.chains;
   e->n_chains = m.n_chains;
   return 0;
@@ -281,7 +281,7 @@ void ts_executable_free(ts_executable *e) {
   free(e->async);
   free(e->defer);
   free(e->borrow);
-  free(e->chain_at);
+  free(e->chain_of);
   free(e->chains);
   plan_free(&e->plan);
   ts_graph_free(e->g);

@@ -401,7 +401,7 @@ out:
  * after their last operand, at the start of the program instead of before
  * the first update: a weight's update can then be handed to the collective
  * worker as soon as the backward pass is done with the weight (plan.h
- * plan_async.chain_at), not after the whole backward pass. */
+ * plan_async.chain_of), not after the whole backward pass. */
 enum { SCHED_EARLY_NUMEL = 64 };
 
 static int early_values(const ts_graph *g, int32_t *order) {

@@ -12,7 +12,7 @@ void plan_async_free(plan_async *m) {
   free(m->async);
   free(m->defer);
   free(m->borrow);
-  free(m->chain_at);
+  free(m->chain_of);
   free(m->chains);
   *m = (plan_async){0};
 }
@@ -84,7 +84,7 @@ static int mark(const ts_graph *g, const ts_plan *p, const int32_t *base, const 
   return 0;
 }
 
-/* ---- update chains (plan.h plan_async.chain_at) ---- */
+/* ---- update chains (plan.h plan_async.chain_of) ---- */
 
 enum { CHAIN_TINY = 64 }; /* elements: a step scalar (AdamW's step size, bias corrections) */
 /* Bytes a gather moves before its chain pays: one that crosses a 1 Gbit/s
@@ -238,21 +238,21 @@ static int find_chains(chainer *c, plan_async *m) {
         if (c->owner[v] == G) c->owner[v] = -1;
       continue;
     }
-    if (!m->chain_at) {
-      m->chain_at = malloc(((size_t)n + 1) * sizeof *m->chain_at);
+    if (!m->chain_of) {
+      m->chain_of = malloc(((size_t)n + 1) * sizeof *m->chain_of);
       m->chains = malloc(((size_t)n + 1) * sizeof *m->chains);
-      if (!m->chain_at || !m->chains) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
-      for (int v = 0; v < n; v++) m->chain_at[v] = -1;
+      if (!m->chain_of || !m->chains) return set_error_code(TS_ERR_OUT_OF_MEMORY, "compile: out of memory");
+      for (int v = 0; v < n; v++) m->chain_of[v] = -1;
     }
     int at = m->n_chains++;
-    while (at > 0 && m->chain_at[m->chains[at - 1]] > h) m->chains[at] = m->chains[at - 1], at--;
-    m->chains[at] = G;
-    m->chain_at[G] = h;
+    while (at > 0 && m->chains[at - 1].hand_off > h) m->chains[at] = m->chains[at - 1], at--;
+    m->chains[at] = (plan_chain){G, h, r};
+    m->chain_of[G] = G;
     c->keep[r] = n; /* its operand, read in place (borrow), and its result until the chain ran */
     c->from[r] = r;
     for (int v = 0; v < n; v++) {
       if (c->owner[v] != G) continue;
-      m->chain_at[v] = h;
+      m->chain_of[v] = G;
       c->from[v] = h; /* computed any time after the hand-off */
       for (int k = 0; k < g->nodes[v].n_in; k++) {
         int x = c->base[g->nodes[v].in[k]];
@@ -295,9 +295,9 @@ int plan_mark_async(const ts_graph *g, ts_plan *p, bool chains, plan_async *m) {
     rc = mark(g, p, base, first_use, keep, m);
   }
   if (rc == 0 && chains && m->async) rc = mark_chains(g, p, base, keep, from, m);
-  if (rc == 0 && (m->borrow || m->chain_at)) { /* the borrowed operands live until their collectives are awaited */
+  if (rc == 0 && (m->borrow || m->chains)) { /* the borrowed operands live until their collectives are awaited */
     plan_free(p);
-    rc = plan_build_live(g, keep, m->chain_at ? from : NULL, p);
+    rc = plan_build_live(g, keep, m->chains ? from : NULL, p);
   }
   free(base);
   free(first_use);

@@ -81,16 +81,19 @@ typedef struct {
    * of inputs alone, by nodes nothing else reads (ZeRO-1's update of a
    * weight block: R its gradient's reduce-scatter, G the new weight's
    * gather). The device hands those nodes and G to the collective worker
-   * once it has run node chain_at[G] (R, and every other node that reads or
+   * once it has run the chain's hand-off node (R, and every other node that reads or
    * writes memory the chain writes, or writes memory it reads), and skips
    * them at their own places; the worker runs them as soon as R ends
-   * (runtime/cpu_device.c). chain_at: per node, the hand-off node of the
-   * chain it belongs to (its nodes and G), else -1; chains: the G's in
-   * order of their hand-off nodes. NULL / 0: none. */
-  int32_t *chain_at;
-  int32_t *chains;
+   * (runtime/cpu_device.c). chain_of: per node, the G of the chain that runs
+   * it (G's own entry too), else -1; chains: each chain's G, hand-off node
+   * and R, in order of their hand-off nodes. NULL / 0: none. */
+  int32_t *chain_of;
+  struct plan_chain *chains;
   int n_chains;
 } plan_async;
+typedef struct plan_chain {
+  int32_t gather, hand_off, reduction;
+} plan_chain;
 /* base[i]: node i's storage root (through reshapes); first_use[i]: the first
  * node that reads it (reshapes run nothing: their users count as users of
  * what they reshape), `none` when nobody does. Arrays of g->n_nodes. */

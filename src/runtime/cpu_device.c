@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"      /* started all-reduces */
 #include "kernels/kernels.h" /* kernel_run, ts_kstate */
+#include "plan/plan.h"       /* plan_chain: an update chain's gather, hand-off node and reduction */
 #include "runtime/device.h"
 #include "runtime/rt.h"       /* rt_carry: collectives left in flight by earlier runs */
 #include "metrics/metrics_internal.h" /* kernel trace events, collective metrics */
@@ -158,9 +159,9 @@ static int start(pending *p, const ts_program *prog, int32_t id, const void *in,
   return t < 0 ? -1 : push(p, id, t);
 }
 
-/* ---- update chains (plan.h plan_async.chain_at) ----
+/* ---- update chains (plan.h plan_async.chain_of) ----
  * A chain's nodes (a weight block's update) and its all-gather run on the
- * collective worker: handed off after node chain_at, they run as soon as
+ * collective worker: handed off after the chain's hand-off node, they run as soon as
  * their reduction ended, not where the schedule put them after the rest of
  * the backward pass. The job keeps its own copy of the memory it touches
  * (values[] is rewritten by the next run); it lives in the gather's node
@@ -199,35 +200,17 @@ static void chain_free(ts_kstate *s) {
   free(j);
 }
 
-static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
-
-/* The chain of gather G: its kernels (nodes marked with G's hand-off,
- * reached from G's operand) and the started reduction it reads. */
-static chain_job *chain_new(const ts_program *prog, int G) {
+/* The job of chain c: its kernels (the nodes the plan gave its gather,
+ * reshapes aside), in program order, and the reduction it reads. */
+static chain_job *chain_new(const ts_program *prog, const plan_chain *c) {
   const ts_graph *g = prog->g;
   chain_job *j = calloc(1, sizeof *j);
-  size_t edges = 1; /* the stack holds at most one entry per edge */
-  for (int v = 0; v < g->n_nodes; v++) edges += (size_t)g->nodes[v].n_in;
-  int32_t *stack = malloc(edges * sizeof *stack);
-  bool *seen = calloc((size_t)g->n_nodes + 1, 1);
-  if (!j || !stack || !seen || !(j->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *j->nodes))) goto oom;
+  int ins = 0;
+  if (!j || !(j->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *j->nodes))) goto oom;
   j->base.free = chain_free;
-  int sp = 0, ins = 0;
-  j->r = -1;
-  stack[sp++] = g->nodes[G].in[0];
-  while (sp) {
-    int v = stack[--sp];
-    if (seen[v]) continue;
-    seen[v] = true;
-    const ts_node *n = &g->nodes[v];
-    if (prog->chain_at[v] < 0) {
-      if (prog->async && prog->async[v]) j->r = v;
-      continue;
-    }
-    if (n->op != TS_OP_RESHAPE) j->nodes[j->n++] = v, ins += n->n_in;
-    for (int k = 0; k < n->n_in; k++) stack[sp++] = n->in[k];
-  }
-  qsort(j->nodes, (size_t)j->n, sizeof *j->nodes, by_id);
+  for (int v = 0; v < g->n_nodes; v++)
+    if (prog->chain_of[v] == c->gather && v != c->gather && g->nodes[v].op != TS_OP_RESHAPE)
+      j->nodes[j->n++] = v, ins += g->nodes[v].n_in;
   if (!(j->first = malloc(((size_t)j->n + 1) * sizeof *j->first)) ||
       !(j->ins = malloc(((size_t)ins + 1) * sizeof *j->ins)) || !(j->outs = malloc(((size_t)j->n + 1) * sizeof *j->outs)))
     goto oom;
@@ -237,15 +220,12 @@ static chain_job *chain_new(const ts_program *prog, int G) {
   j->state = prog->state;
   j->device = prog->device;
   j->comm = prog->comm;
+  j->r = c->reduction;
   j->ticket = -1;
-  free(stack);
-  free(seen);
   return j;
 oom:
   if (j) chain_free(&j->base);
-  free(stack);
-  free(seen);
-  set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory handing off update chain %d", G);
+  set_error_code(TS_ERR_OUT_OF_MEMORY, "execute: out of memory handing off update chain %d", c->gather);
   return NULL;
 }
 
@@ -291,7 +271,7 @@ static int chain_run(void *ctx) {
 static int chain_settle(const ts_program *prog, int n, const ts_kctx *kctx) {
   int rc = 0;
   for (int c = 0; c < n; c++) {
-    chain_job *j = prog->state[prog->chains[c]];
+    chain_job *j = prog->state[prog->chains[c].gather];
     int r = j->r_ticket >= 0 && atomic_load_explicit(&j->claim, memory_order_acquire) == CHAIN_OPEN
                 ? comm_wait_alone(prog->comm, prog->device, j->r_ticket)
                 : 0;
@@ -310,11 +290,12 @@ static int rank_of(const ts_collective *k, int device) {
 
 /* Hands chain G to the worker: its gather's ticket goes to the pending
  * list for G (deferred: the gather may end after the run, its kernels not). */
-static int hand_off(pending *p, const ts_program *prog, void *const *values, int G) {
+static int hand_off(pending *p, const ts_program *prog, void *const *values, const plan_chain *c) {
   const ts_graph *g = prog->g;
+  int G = c->gather;
   chain_job *j = prog->state[G];
   if (!j) {
-    if (!(j = chain_new(prog, G))) return -1;
+    if (!(j = chain_new(prog, c))) return -1;
     prog->state[G] = j;
   }
   if (j->ticket >= 0 && comm_wait_alone(prog->comm, prog->device, j->ticket) < 0) return -1; /* the last run's */
@@ -351,10 +332,10 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
   int rc = 0, chain = 0;
   for (int id = 0; id < g->n_nodes && rc == 0; id++) {
     const ts_node *n = &g->nodes[id];
-    while (rc == 0 && chain < prog->n_chains && prog->chain_at[prog->chains[chain]] < id)
-      rc = hand_off(&p, prog, values, prog->chains[chain++]);
+    while (rc == 0 && chain < prog->n_chains && prog->chains[chain].hand_off < id)
+      rc = hand_off(&p, prog, values, &prog->chains[chain++]);
     if (rc) break;
-    if (prog->chain_at && prog->chain_at[id] >= 0) continue; /* the worker runs it */
+    if (prog->chain_of && prog->chain_of[id] >= 0) continue; /* the worker runs it */
     if (n->op == TS_OP_INPUT || n->op == TS_OP_CONSTANT || n->op == TS_OP_RESHAPE) continue;
     /* a started all-reduce must be done before a user reads it and before
      * the device makes its next collective call */
@@ -398,7 +379,7 @@ static int cpu_run(void *ctx, const ts_program *prog, void *const *values) {
     }
     if (in != in_small) free(in);
   }
-  while (rc == 0 && chain < prog->n_chains) rc = hand_off(&p, prog, values, prog->chains[chain++]);
+  while (rc == 0 && chain < prog->n_chains) rc = hand_off(&p, prog, values, &prog->chains[chain++]);
   if (rc == 0 && chain) rc = chain_settle(prog, chain, &kctx);
   int wait_rc = finish(&p, prog, values, rc == 0); /* also after an error: no worker may outlive the run's memory */
   free(p.node);

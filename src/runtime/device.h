@@ -38,11 +38,12 @@ typedef struct {
    * plan keeps unchanged until it is awaited: started without a staging
    * copy (plan/async.c plan_mark_async). */
   const bool *borrow;
-  /* Per node (NULL: none): -1, or the node after which the device hands
-   * this node to an update chain that the collective worker runs (plan.h
-   * plan_async.chain_at); chains: the chains' all-gathers in hand-off order. */
-  const int32_t *chain_at;
-  const int32_t *chains;
+  /* Per node (NULL: none): -1, or the all-gather of the update chain that
+   * the collective worker runs this node in (plan.h plan_async.chain_of);
+   * chains: each chain's gather, hand-off node and reduction, in hand-off
+   * order. */
+  const int32_t *chain_of;
+  const struct plan_chain *chains;
   int n_chains;
 } ts_program;
 

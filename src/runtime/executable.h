@@ -26,8 +26,8 @@ struct ts_executable {
   bool *async;        /* per node: a collective started asynchronously (NULL: none) */
   bool *defer;        /* per node: an async one that may end after the run (NULL: none) */
   bool *borrow;       /* per node: an async one that reads its operand in place, kept live by the plan (NULL: none) */
-  int32_t *chain_at;  /* per node: run by the update chain handed off after that node, or -1 (NULL: none; plan.h) */
-  int32_t *chains;    /* (n_chains) the chains' gathers, in hand-off order */
+  int32_t *chain_of;  /* per node: run by the update chain of that gather, or -1 (NULL: none; plan.h) */
+  plan_chain *chains; /* (n_chains) gather, hand-off node, reduction; in hand-off order */
   int n_chains;
   /* ---- SPMD top level only (n_dev > 0) ---- */
   int n_dev;

@@ -194,7 +194,7 @@ static int run_device(ts_executable *e, int dev, ts_buffer *const *inputs, ts_bu
   const ts_device *d = &c->devs[dev];
   rt_carry *carry = c->carry ? c->carry[dev - c->first_local] : NULL;
   ts_program prog = {e->g,     e->state, c->num_devices > 1 ? c->threads_per_device : c->num_threads, dev, c->comm,
-                     e->async, e->defer, carry, e->borrow, e->chain_at, e->chains, e->n_chains};
+                     e->async, e->defer, carry, e->borrow, e->chain_of, e->chains, e->n_chains};
   if (d->run(d->ctx, &prog, e->values) < 0) return -1;
   for (int k = 0; k < e->plan.n_copies; k++) {
     const plan_copy *x = &e->plan.copies[k];

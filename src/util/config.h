@@ -51,7 +51,7 @@ typedef struct {
   /* TESSEL_UPDATE_CHAINS: where the collective worker itself runs a
    * weight's sharded update (ZeRO-1, SPMD data=N) as soon as its gradient's
    * reduce-scatter ends, then starts the new weight's all-gather
-   * (plan/plan.h plan_async.chain_at; runtime/cpu_device.c): "1" in
+   * (plan/plan.h plan_async.chain_of; runtime/cpu_device.c): "1" in
    * programs whose devices span hosts (1); "all" in every program with such
    * a gather, also between the devices of one process (2; tests); unset,
    * "0" or any other value: nowhere (0), the device runs the update where
