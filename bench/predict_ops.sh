@@ -16,7 +16,7 @@
 # (0.72 of its prediction in stop 29, 2 devices of one process 0.87) loses its
 # time in kernels or in collectives, and how many of its collectives run on
 # the collective worker (comm/async.c) rather than in line.
-# Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), STEPS (8),
+# Environment: MODEL (gpt), MESH (none: 1 device; e.g. data=2), BATCH (the model's), STEPS (8),
 # WARMUP (5), CALIBRATE=1 (tessel plan --calibrate into a scratch file first),
 # NODES=N: then device 0's N slowest kernels, each matched to its node of the
 # program (tessel inspect's listing, in the order the device runs it): op,
@@ -44,14 +44,15 @@ mesh=() launch=()
 [ -n "${MESH:-}" ] && mesh=(--mesh "$MESH")
 extra=(--eval-batch 1000)
 [ "$model" = gpt ] && extra=(--eval-batches 1 --sample 0)
+case $model in resnet18 | resnet50) extra=(--dataset synthetic --eval-batch 8) ;; esac # natural shapes, as inspect prices
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
-${launch[@]+"${launch[@]}"} "$tessel" train --model "$model" ${mesh[@]+"${mesh[@]}"} --steps $((steps + warmup)) --epochs 1 "${extra[@]}" \
+${launch[@]+"${launch[@]}"} "$tessel" train --model "$model" ${BATCH:+--batch "$BATCH"} ${mesh[@]+"${mesh[@]}"} --steps $((steps + warmup)) --epochs 1 "${extra[@]}" \
   --trace "$tmp/trace.json" >"$tmp/train.out" 2>&1 || { echo "predict_ops.sh: train failed: $(tail -2 "$tmp/train.out")" >&2; exit 1; }
-"$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --json >"$tmp/pred.json" 2>"$tmp/pred.err" ||
+"$tessel" inspect --model "$model" ${BATCH:+--batch "$BATCH"} ${mesh[@]+"${mesh[@]}"} --json >"$tmp/pred.json" 2>"$tmp/pred.err" ||
   { echo "predict_ops.sh: inspect failed: $(cat "$tmp/pred.err")" >&2; exit 1; }
 : >"$tmp/prog.txt"
 if [ "${NODES:-0}" -gt 0 ]; then
-  "$tessel" inspect --model "$model" ${mesh[@]+"${mesh[@]}"} --no-graph >"$tmp/prog.txt" 2>&1 ||
+  "$tessel" inspect --model "$model" ${BATCH:+--batch "$BATCH"} ${mesh[@]+"${mesh[@]}"} --no-graph >"$tmp/prog.txt" 2>&1 ||
     { echo "predict_ops.sh: inspect failed: $(tail -2 "$tmp/prog.txt")" >&2; exit 1; }
 fi
 /usr/bin/python3 - "$tmp/trace.json" "$tmp/pred.json" "$warmup" "$tmp/prog.txt" "${NODES:-0}" "${PROCS:-}" <<'PY'

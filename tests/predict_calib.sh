@@ -28,6 +28,9 @@
 #  - with kernel.broadcast.operand_s = 1 ns, ResNet-20's NCHW compute (batch-norm
 #    kernels: several broadcast operands) grows by 1 ms at least, the MLP's
 #    (one bias per kernel) does not;
+#  - with kernel.CONV.weight_bytes_per_s (forward, data and filter gradient), each convolution
+#    kind's op grows by its weights' bytes, the others do not; the solver splits ResNet-20's conv
+#    weights when moving them is dear;
 #  - inspect's compute per op name adds up to its compute and kernel count;
 #  - a bad key or value is an error naming it;
 #  - bench/run_autoshard.sh's REPLAY with SET="key=value" replays a log's
@@ -180,6 +183,43 @@ if /usr/bin/python3 -c "import sys; sys.exit(not float('$n') <= float('$o') - 0.
 else bad "plan mlp data=2,model=2: compute '$o' -> '$n' ms with kernel.elementwise.cached (expected 0.2 ms less at least)"; fi
 same "plan mlp data=2,model=2 compute: kernel.elementwise.cached without cache_bytes" "$o" \
   "$(plan_ms "$tmp/cached0.txt" data=2,model=2 compute_ms)"
+
+# kernel.CONV.weight_bytes_per_s: each convolution kind (forward, data gradient, filter gradient)
+# also moves its weight (its filter gradient): ResNet-18's 1-device step, per op name, grows in
+# that kind's op alone by its convolutions' weights, 11.2 M floats (44.7 MB), over 1e9 B/s per core
+# on the 2 threads' share (22.3 ms); the others and the MLP (no convolution) do not change. The
+# solver prices it per strategy: ResNet-20 auto-sharded on 2 devices keeps data parallelism's
+# whole weights at no weight cost, and splits them (output channels) when moving one costs 1 s/MB
+conv_ops() { # conv_ops CALIBRATION: "conv2d conv2d_bwd_data conv2d_bwd_filter" ms (resnet18, 1 device)
+  TESSEL_CALIBRATION="$1" timeout -k 5 120 "$tessel" inspect --model resnet18 --json 2>"$tmp/conv.err" |
+    /usr/bin/python3 -c 'import json, sys; o = json.load(sys.stdin)["ops"]
+print(" ".join("%.6f" % o[k]["ms"] for k in ("conv2d", "conv2d_bwd_data", "conv2d_bwd_filter")))'
+}
+c0=$(conv_ops "$tmp/old.txt")
+kinds=(conv conv_bwd_data conv_bwd_filter)
+for i in 0 1 2; do
+  { cat "$tmp/old.txt"; echo "kernel.${kinds[$i]}.weight_bytes_per_s = 1e9"; } >"$tmp/cw$i.txt"
+  c1=$(conv_ops "$tmp/cw$i.txt")
+  if /usr/bin/python3 - "$i" "$c0" "$c1" <<'PY'
+import sys
+i, a, b = int(sys.argv[1]), [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+ok = all((22.0 <= b[k] - a[k] <= 22.6) if k == i else b[k] == a[k] for k in range(3))
+sys.exit(not ok)
+PY
+  then ok "inspect resnet18: kernel.${kinds[$i]}.weight_bytes_per_s = 1e9 adds 22.3 ms to its op alone ($c0 -> $c1)"
+  else bad "inspect resnet18: kernel.${kinds[$i]}.weight_bytes_per_s = 1e9: '$c0' -> '$c1' ms (expected +22.0..22.6 in op $i alone: $(cat "$tmp/conv.err"))"; fi
+done
+same "plan mlp data=4 with kernel.conv.weight_bytes_per_s" "$(plan_ms "$tmp/old.txt" data=4)" "$(plan_ms "$tmp/cw0.txt" data=4)"
+{ cat "$tmp/old.txt"; for k in "${kinds[@]}"; do echo "kernel.$k.weight_bytes_per_s = 1e6"; done; } >"$tmp/cwslow.txt"
+conv_split() { # conv_split CALIBRATION: ResNet-20's conv weights auto-sharded on a=2 that are split
+  TESSEL_CALIBRATION="$1" timeout -k 5 120 "$tessel" inspect --model resnet20 --mesh a=2 --auto-shard --json 2>"$tmp/conv.err" |
+    /usr/bin/python3 -c 'import json, sys; s = json.load(sys.stdin)["shardings"]
+print(sum(1 for k, v in s.items() if "conv" in k and k.endswith(".weight") and "a" in v.split(",")))'
+}
+s0=$(conv_split "$tmp/old.txt") s1=$(conv_split "$tmp/cwslow.txt")
+if [ "$s0" = 0 ] && [ -n "$s1" ] && [ "$s1" -ge 10 ]; then
+  ok "auto-shard resnet20 a=2: conv weights split $s0 -> $s1 when a weight's bytes cost 1 us each"
+else bad "auto-shard resnet20 a=2: conv weights split '$s0' -> '$s1' (expected 0, then 10 or more): $(cat "$tmp/conv.err")"; fi
 
 # inspect's compute per op name (the names a trace gives kernels: bench/predict_ops.sh) adds up
 # to the compute, its kernel counts to the kernels, and names the matmuls

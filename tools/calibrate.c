@@ -488,6 +488,75 @@ void allreduce_terms(int D, double ts, double step, double busy, double *latency
   *busy_s = fmax(busy - coll, 1e-9);
 }
 
+/* The weight probe's graph: a ResNet's last-stage conv at a small per-device
+ * batch, (4,4,4,512) NHWC * (512,512,3,3), pad 1, its forward, with (kind 1)
+ * the data gradient or (kind 2) the filter gradient beside it. */
+static ts_graph *conv_weight_graph(int kind) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  int64_t xs[4] = {4, 4, 4, 512}, ws[4] = {512, 512, 3, 3};
+  ts_tensor x = in_f32(g, "x", 4, xs), w = in_f32(g, "w", 4, ws), dy = in_f32(g, "dy", 4, xs);
+  ts_conv_params cp = {.pad_lo = {1, 1}, .pad_hi = {1, 1}, .layout = TS_LAYOUT_NHWC};
+  ts_tensor y = ts_conv2d(g, x, w, &cp), wrt = kind == 1 ? x : w, gr = TS_NONE;
+  ts_graph_add_output(g, y);
+  if (kind > 0 && ts_vjp(g, 1, &y, &dy, 1, &wrt, &gr) < 0) return ts_graph_free(g), NULL;
+  if (kind > 0) ts_graph_add_output(g, gr);
+  return g;
+}
+
+/* g's predicted time (1 device) with one core's class rates and `overhead`
+ * per kernel, no weight term (*t0), and its convolutions' weight bytes (*w). */
+static int conv_weight_model(ts_graph *g, const double *rate, double overhead, double *t0, double *w) {
+  int64_t one = 1;
+  ts_mesh *m1 = ts_mesh_new(1, &one, NULL, 0, NULL);
+  ts_auto_shard_options o = {.mesh = m1, .op_overhead_s = overhead};
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) o.kernel_per_s[k] = rate[k];
+  ts_auto_shard_info info;
+  int rc = m1 ? ts_predict_program(g, &o, NULL, &info) : -1;
+  if (rc == 0) *t0 = info.compute_s;
+  memset(&o, 0, sizeof o); /* the weight bytes: every rate infinite but the term's, 1 byte/s */
+  o.mesh = m1, o.flops_per_s = o.bytes_per_s = 1e30;
+  for (int k = 0; k < 3; k++) o.conv_weight_bytes_per_s[k] = 1;
+  for (int k = 0; k < TS_KERNEL_CLASSES; k++) o.kernel_per_s[k] = 1e30;
+  if (rc == 0) rc = ts_predict_program(g, &o, NULL, &info);
+  if (rc == 0) *w = info.compute_s;
+  ts_mesh_free(m1);
+  return rc;
+}
+
+/* kernel.conv{,_bwd_data,_bwd_filter}.weight_bytes_per_s (bw[3]), on client
+ * c (1 thread) after the classes (rate[], one core's; `overhead` per
+ * kernel): conv_weight_graph's three graphs (9.4 MB of weight, 33 FLOPs per
+ * weight byte), each the least of `rounds` interleaved windows, less the
+ * model's time for it without the term (its FLOPs at the conv classes'
+ * rates, the overheads): what is left is the weight's bytes moved, the
+ * forward's alone and each gradient's beyond it (with the forward beside it,
+ * as training runs them: the data gradient reads the weight the forward
+ * reordered). The class probes' 16-channel weight is 9 KiB: their rates are
+ * the FLOPs'. Measured in ResNet-18's step at batch 4 (traces, 2 threads): 3x3
+ * convs of equal FLOPs took 0.89 ms at 64 channels and 2.2 ms at 512; 0.14 ms
+ * per MB of weight forward and filter gradient, 0.07 the data gradient.
+ * A kind with no time left beyond its FLOPs: 0 (no term). */
+static int measure_conv_weight(ts_client *c, int rounds, double overhead, const double *rate, double *bw) {
+  ts_graph *g[3] = {conv_weight_graph(0), conv_weight_graph(1), conv_weight_graph(2)};
+  double best[3] = {-1, -1, -1}, t0[3] = {0, 0, 0}, w[3] = {0, 0, 0};
+  int rc = g[0] && g[1] && g[2] ? 0 : -1;
+  for (int r = 0; r < rounds && rc == 0; r++)
+    for (int k = 0; k < 3; k++) {
+      double t = time_graph_runs(c, g[k], false, 3, false, CAL_CLASS_WINDOW_S / rounds, 1, NULL);
+      if (t > 0 && (best[k] < 0 || t < best[k])) best[k] = t;
+    }
+  for (int k = 0; k < 3 && rc == 0; k++) rc = best[k] > 0 ? conv_weight_model(g[k], rate, overhead, &t0[k], &w[k]) : -1;
+  for (int k = 0; k < 3; k++) ts_graph_free(g[k]);
+  if (rc < 0) return -1;
+  double left0 = best[0] - t0[0];
+  for (int k = 0; k < 3; k++) {
+    double left = k == 0 ? left0 : best[k] - t0[k] - fmax(left0, 0), bytes = k == 0 ? w[0] : w[k] - w[0];
+    bw[k] = bytes > 0 && left > 0.02 * best[k] ? bytes / left : 0;
+  }
+  return 0;
+}
+
 /* Everything calibrate measures: the values written and the estimates behind
  * them (their rounds and spread, for the report). */
 typedef struct {
@@ -498,6 +567,7 @@ typedef struct {
   cal_est cls[TS_KERNEL_CLASSES], cls_t[TS_KERNEL_CLASSES]; /* 1 thread; every thread */
   double overhead, bcast_op, step1, chain1, par_over, eff;
   double dot_bw; /* kernel.matmul.bytes_per_s (0: not separated) */
+  double conv_wbw[3]; /* kernel.conv{,_bwd_data,_bwd_filter}.weight_bytes_per_s (0: none left beyond the FLOPs) */
   double cached[TS_KERNEL_CLASSES]; /* kernel.CLASS.cached (0: not measured) */
   cal_est e_overhead, e_step1, e_chain1, e_step_t, e_par[2];
   double arb[DEV_AR_SIZES], arl[DEV_AR_SIZES], step_over[DEV_AR_SIZES], ar_async[DEV_AR_SIZES];
@@ -532,15 +602,16 @@ static int measure_one_thread(cal_result *r) {
   double dot_rate = 0;
   if (rc == 0 && measure_dot_stream(c, r->rounds, r->overhead, &dot_rate, &r->dot_bw) < 0) rc = -1;
   if (rc == 0 && measure_cached(c, r->rounds, r->overhead, r->cached) < 0) rc = -1;
-  ts_client_free(c);
-  if (rc < 0 || r->overhead <= 0 || r->step1 <= 0 || r->chain1 <= 0 || r->bcast_op <= 0) return -1;
+  if (rc < 0 || r->overhead <= 0 || r->step1 <= 0 || r->chain1 <= 0 || r->bcast_op <= 0) return ts_client_free(c), -1;
   /* each time above includes one kernel's overhead: the rate is of the work alone */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) {
     r->rate[k] = rate_of_work(r->units[k], r->cls[k].value, r->overhead);
   }
   /* with the operands' streaming apart, kernel.matmul is the FLOP rate beside it */
   if (r->dot_bw > 0) r->rate[TS_KERNEL_MATMUL] = dot_rate;
-  return 0;
+  rc = measure_conv_weight(c, r->rounds, r->overhead, r->rate, r->conv_wbw);
+  ts_client_free(c);
+  return rc;
 }
 
 /* One device of every thread: a step, a kernel's fork and join, and each
@@ -647,6 +718,12 @@ static void write_kernels(FILE *f, const cal_result *r) {
     fprintf(f, "kernel.matmul.bytes_per_s = %.4g   # a dot_general's operands and result streamed beside its FLOPs "
                "(kernel.matmul then the FLOP rate alone): (2048,256)x(256,1024) and 6 chained (16,1024)x(1024,1024) "
                "with their gradients, each the least of %d rounds\n", r->dot_bw, r->rounds);
+  for (int k = 0; k < 3; k++)
+    if (r->conv_wbw[k] > 0)
+      fprintf(f, "%s.weight_bytes_per_s = %.4g   # its weight%s moved beside its FLOPs: (4,4,4,512) NHWC * "
+                 "(512,512,3,3)%s, the least of %d rounds, less its FLOPs at the conv classes' rates\n",
+              dev_kernel_keys[TS_KERNEL_CONV + k], r->conv_wbw[k], k == 2 ? " gradient" : "",
+              k ? ", the forward and this gradient, less the forward's" : "", r->rounds);
   for (int k = 0; k < TS_KERNEL_CLASSES; k++)
     if (r->cached[k] > 0)
       fprintf(f, "%s.cached = %.4g   # bytes/s, the same probe on 512 KiB tensors, in the cache (kernels moving at most "

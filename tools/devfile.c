@@ -93,7 +93,10 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
         {"net_link_bytes_per_s", &d->net_bytes_per_s},   {"net_link_latency_s", &d->net_latency_s},
         {"op_overhead_s", &d->op_overhead_s},      {"parallel_efficiency", &d->parallel_efficiency},
         {"op_overhead.parallel_s", &d->par_overhead_s}, {"kernel.broadcast.operand_s", &d->bcast_operand_s},
-        {"kernel.matmul.bytes_per_s", &d->dot_bytes_per_s}, {"cache_bytes", &d->cache_bytes}};
+        {"kernel.matmul.bytes_per_s", &d->dot_bytes_per_s}, {"cache_bytes", &d->cache_bytes},
+        {"kernel.conv.weight_bytes_per_s", &d->conv_wbytes_per_s[0]},
+        {"kernel.conv_bwd_data.weight_bytes_per_s", &d->conv_wbytes_per_s[1]},
+        {"kernel.conv_bwd_filter.weight_bytes_per_s", &d->conv_wbytes_per_s[2]}};
     bool found = false;
     for (size_t k = 0; k < sizeof keys / sizeof *keys && !found; k++)
       if (strcmp(key, keys[k].k) == 0) *keys[k].v = x, found = true;
@@ -133,7 +136,7 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
     if (!found) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
-                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
+                     "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, kernel.conv{,_bwd_data,_bwd_filter}.weight_bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
                      "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, "
                      "allreduce.procsP.bytes_per_s, allreduce.procsP.latency_s, allreduce.procsP.busy_s, allreduce.procsP.busy_after_s, allreduce.procsP.step_wait_s, allreduce.procsP.cached_bytes_per_s, step_overhead.procsP_s (P 2..8), cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
@@ -259,6 +262,8 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   /* an NHWC conv class not calibrated (0) takes the NCHW class's rate: autoshard_costs_from */
   ao->broadcast_operand_s = d->bcast_operand_s / cls_share[TS_KERNEL_BROADCAST]; /* work, as the class's rate */
   ao->matmul_bytes_per_s = d->dot_bytes_per_s * cls_share[TS_KERNEL_MATMUL];      /* one core's, as kernel.matmul */
+  for (int i = 0; i < 3; i++) /* one core's, as kernel.conv's */
+    ao->conv_weight_bytes_per_s[i] = d->conv_wbytes_per_s[i] * cls_share[TS_KERNEL_CONV + i];
   ao->cache_bytes = d->cache_bytes; /* per kernel: the caches are not shared out as the cores are */
   for (int k = 0; k < TS_KERNEL_CLASSES; k++) ao->kernel_cached_per_s[k] = d->kernel_cached[k] * cls_share[k];
   ao->op_overhead_s = d->op_overhead_s * over;

@@ -33,6 +33,7 @@ typedef struct {
   double op_overhead_s, parallel_efficiency;
   double bcast_operand_s; /* kernel.broadcast.operand_s: per element per broadcast operand beyond the first */
   double dot_bytes_per_s; /* kernel.matmul.bytes_per_s: a dot_general's operands and result streamed (0: none) */
+  double conv_wbytes_per_s[3]; /* kernel.conv{,_bwd_data,_bwd_filter}.weight_bytes_per_s: a convolution's weight moved (0: none) */
   double kernel_cached[TS_KERNEL_CLASSES]; /* kernel.CLASS.cached: one core's in-cache rate (0: none) */
   double cache_bytes;     /* cache_bytes: kernels moving at most this use kernel_cached (0: none) */
   double par_overhead_s; /* a kernel's fixed cost on every thread (its fork and join) */

@@ -256,6 +256,16 @@ typedef struct {
    * data-parallel MLP's per-device batch of 16-64 rows ran 1.5-3x slower per
    * FLOP than the large matmul). 0: none */
   double matmul_bytes_per_s;
+  /* a convolution also moves its weight (oneDNN reorders it into the
+   * primitive's blocked layout, and the filter gradient back): per kind
+   * (0 conv2d, 1 conv2d_bwd_data, 2 conv2d_bwd_filter) the node is priced at
+   * its class's FLOP rate plus the weight's bytes (the filter gradient's: its
+   * result's) over this, per device (measured: kernel.conv.weight_bytes_per_s
+   * and the two gradients', a (4,4,4,512) NHWC 3x3 conv of 512 -> 512
+   * channels, its forward, then with each gradient, against the FLOP rates;
+   * ResNet-18 at batch 4, 8 devices' per-device batch, ran its 512-channel
+   * convs 2.4x slower per FLOP than its 64-channel ones). 0: none */
+  double conv_weight_bytes_per_s[3];
   /* a memory-bound kernel (bytes units) moving at most cache_bytes per
    * device finds its operands in the cache: kernel_cached_per_s[class] where
    * > 0 in place of kernel_per_s (measured: kernel.CLASS.cached, the class's

@@ -29,6 +29,7 @@ typedef struct {
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
   double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
   double dot_bw;                  /* bytes/s a dot_general streams its operands and result at (0: none) */
+  double conv_wbw[3];             /* per conv kind: bytes/s it moves its weight (or filter gradient) at (0: none) */
   double cache_bytes;             /* memory-bound kernels moving at most this use cached[] (0: none) */
   double cached[TS_KERNEL_CLASSES]; /* their rates then, where > 0 */
   double link_bw[TS_MESH_MAX_RANK], latency[TS_MESH_MAX_RANK]; /* per mesh axis */
@@ -61,6 +62,13 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
  * prediction (predict.c). */
 double autoshard_work_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double par,
                         ts_kernel_class *kc, double units);
+/* Seconds convolution node n (conv2d, conv2d_bwd_data, conv2d_bwd_filter;
+ * 0 for any other node) spends moving its weight, the weight split `split`
+ * ways over the devices: the weight operand's bytes (the filter gradient's,
+ * its result) / split over k->conv_wbw of its kind. Added to autoshard_work_s's by the
+ * prediction (split 1: a compiled per-device program) and by the solver's
+ * strategies (the split their weight layout gives). */
+double autoshard_conv_weight_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double split);
 /* The broadcast instructions of fused kernel n (0 for any other node). */
 int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency
