@@ -301,7 +301,10 @@ static int32_t lower_conv(part *p, int id) {
   uint32_t cmask = 0;
   /* the contracted dim: (operand, dim) pairs that must share its axes */
   switch (n->op) {
-  case TS_OP_CONV: copy_dim(&K, 0, x0, ca); break;           /* C of x (and of w) */
+  case TS_OP_CONV: /* C of x, else of w (a row-parallel conv: x sliced, not w gathered) */
+    copy_dim(&K, 0, x0, ca);
+    if (K.naxes[0] == 0) copy_dim(&K, 0, &p->W[n->in[1]], 1);
+    break;
   case TS_OP_CONV_BWD_DATA: copy_dim(&K, 0, x0, ca); break;  /* O of dy (and of w) */
   case TS_OP_CONV_BWD_FILTER: /* N of x (and of dy): x's axes, else dy's (x sliced, no gather of dy) */
     copy_dim(&K, 0, x0, 0);
