@@ -264,7 +264,8 @@ typedef struct {
    * and the two gradients', a (4,4,4,512) NHWC 3x3 conv of 512 -> 512
    * channels, its forward, then with each gradient, against the FLOP rates;
    * ResNet-18 at batch 4, 8 devices' per-device batch, ran its 512-channel
-   * convs 2.4x slower per FLOP than its 64-channel ones). 0: none */
+   * convs 2.4x slower per FLOP than its 64-channel ones). ts_predict_program
+   * adds it; the solver does not (src/autoshard/autoshard.h says why). 0: none */
   double conv_weight_bytes_per_s[3];
   /* a memory-bound kernel (bytes units) moving at most cache_bytes per
    * device finds its operands in the cache: kernel_cached_per_s[class] where

@@ -62,13 +62,17 @@ ts_kernel_class autoshard_node_class(const ts_graph *g, const ts_node *n, double
  * prediction (predict.c). */
 double autoshard_work_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double par,
                         ts_kernel_class *kc, double units);
-/* Seconds convolution node n (conv2d, conv2d_bwd_data, conv2d_bwd_filter;
- * 0 for any other node) spends moving its weight, the weight split `split`
- * ways over the devices: the weight operand's bytes (the filter gradient's,
- * its result) / split over k->conv_wbw of its kind. Added to autoshard_work_s's by the
- * prediction (split 1: a compiled per-device program) and by the solver's
- * strategies (the split their weight layout gives). */
-double autoshard_conv_weight_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double split);
+/* Seconds convolution node n (conv2d, conv2d_bwd_data, conv2d_bwd_filter of
+ * a compiled per-device program; 0 for any other node) spends moving its
+ * weight: the weight operand's bytes (the filter gradient's: its result's)
+ * over k->conv_wbw of its kind. Added to autoshard_work_s's by the
+ * prediction (predict.c), not by the solver: priced per strategy (data
+ * parallelism paying the whole weight on every device), it made the solver
+ * split ResNet-50's convs on 2x2 by channels, a plan whose compiled program
+ * the prediction put at 990 ms against the solver's 785 and the hand
+ * layout's 833, and which ran 1.24x the hand layout's step (the solver's
+ * blind spot on such 2-D conv plans, not found yet). */
+double autoshard_conv_weight_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n);
 /* The broadcast instructions of fused kernel n (0 for any other node). */
 int autoshard_broadcast_operands(const ts_node *n);
 /* Seconds of a ring collective over `n` devices with the links of bw/latency

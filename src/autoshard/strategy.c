@@ -380,11 +380,11 @@ double autoshard_work_s(const autoshard_costs *k, const ts_graph *g, const ts_no
   return units / (k->cached[*kc] > 0 && units <= k->cache_bytes ? k->cached[*kc] : k->rate[*kc]);
 }
 
-double autoshard_conv_weight_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n, double split) {
+double autoshard_conv_weight_s(const autoshard_costs *k, const ts_graph *g, const ts_node *n) {
   int kind = n->op == TS_OP_CONV ? 0 : n->op == TS_OP_CONV_BWD_DATA ? 1 : n->op == TS_OP_CONV_BWD_FILTER ? 2 : -1;
   if (kind < 0 || !(k->conv_wbw[kind] > 0)) return 0;
   const ts_node *w = kind == 2 ? n : &g->nodes[n->in[1]];
-  return as_bytes(w) / (split > 1 ? split : 1) / k->conv_wbw[kind];
+  return as_bytes(w) / k->conv_wbw[kind];
 }
 
 int autoshard_broadcast_operands(const ts_node *n) {
@@ -648,17 +648,6 @@ void as_windows(as_ctx *c) {
   free(pre), free(first);
 }
 
-/* A convolution's weight moves (autoshard_conv_weight_s) under strategy s:
- * split as s lays out the weight operand (the filter gradient: its result).
- * Data parallel leaves it whole on every device. */
-static double conv_weight_strat_s(const as_ctx *c, int id, const as_strat *s) {
-  const ts_node *n = &c->g->nodes[id];
-  int w = n->op == TS_OP_CONV || n->op == TS_OP_CONV_BWD_DATA ? 1 : n->op == TS_OP_CONV_BWD_FILTER ? -1 : 0;
-  if (w == 0) return 0;
-  const uint8_t *lay = w < 0 ? s->out : s->in[1];
-  return autoshard_conv_weight_s(&c->k, c->g, n, (double)as_layout_tiles(c, lay, 4));
-}
-
 double as_node_compute(const as_ctx *c, int id, double par) {
   const ts_node *n = &c->g->nodes[id];
   double units;
@@ -755,7 +744,7 @@ int as_node_strategies(as_ctx *c, int id) {
     }
     if (!ok) continue;
     /* operands whose dims the loops do not name (scalars) stay replicated: s.in zero */
-    s.compute = as_node_compute(c, id, (double)par) + conv_weight_strat_s(c, id, &s);
+    s.compute = as_node_compute(c, id, (double)par);
     double local_out = as_bytes(n) / (double)as_layout_tiles(c, s.out, n->rank);
     s.cost = s.compute + partial_cost(c, id, s.partial, -1, local_out, &s.comm_bytes);
     s.mem = local_out;

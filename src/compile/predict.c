@@ -200,7 +200,7 @@ static double kernel_seconds(const ts_graph *opt, const ts_node *nd, const autos
   double units;
   *kc = autoshard_node_class(opt, nd, 1, update, &units);
   double elems = node_bytes(nd) / (double)ts_dtype_size(nd->dtype);
-  double t = autoshard_work_s(k, opt, nd, 1, kc, units) + autoshard_conv_weight_s(k, opt, nd, 1) +
+  double t = autoshard_work_s(k, opt, nd, 1, kc, units) + autoshard_conv_weight_s(k, opt, nd) +
              autoshard_kernel_overhead(k, elems);
   int nb = *kc == TS_KERNEL_BROADCAST ? autoshard_broadcast_operands(nd) : 0;
   if (nb > 1) t += (nb - 1) * elems * k->bcast_operand; /* a batch norm's mean, scale, shift */
