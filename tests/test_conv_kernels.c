@@ -3,7 +3,7 @@
  * dilation and groups in every dtype; the plain (NCHW gemm) and blocked 1x1
  * paths against each other, and which 1x1 convolutions take which; a
  * blocked convolution whose weights changed after another used the thread's
- * scratch; which kernel f32 channels-last forwards take; and blk16.c's bf16 transposition between NCHW and nChw16c. Graphs
+ * scratch; which kernel f32 channels-last forwards take; a 1x1 NHWC filter gradient as one GEMM; and blk16.c's bf16 transposition between NCHW and nChw16c. Graphs
  * run on kernel_ex.h's executor. */
 #include "kernel_ex.h" /* random data, the tiny executor */
 
@@ -304,8 +304,46 @@ static void test_conv_blk16(void) {
   ex_free(&e);
 }
 
+/* A 1x1 NHWC f32 filter gradient over at most 2048 output positions runs as
+ * one GEMM (conv_gemm.c; ResNet-50's last stages at one image per device ran
+ * 2-5x slower in oneDNN's convolution): at stride 1 and 2 (x's strided
+ * positions copied), against the sum in double, to 1e-5 relative (2e-8 K
+ * at K terms above 500); over
+ * 56x56 positions (K 3136) the convolution's own kernel as before. */
+static void test_conv_gemm_1x1(void) {
+  for (int k = 0; k < 3; k++) {
+    int64_t st = k == 1 ? 2 : 1, N = k == 2 ? 1 : 2, OH = k == 2 ? 56 : 7, H = (OH - 1) * st + 1 + (st - 1);
+    int64_t C = 24, O = 20, xs[4] = {N, H, H, C}, ws[4] = {O, C, 1, 1}, ys[4] = {N, OH, OH, O};
+    ts_attr at = {.conv = {{(int)st, (int)st}, {0, 0}, {0, 0}, {1, 1}, 1, TS_LAYOUT_NHWC}};
+    ex_t e;
+    ex_init(&e);
+    ts_tensor x = rinput(&e, TS_F32, 4, xs), dy = rinput(&e, TS_F32, 4, ys);
+    int32_t in[2] = {x, dy};
+    ts_tensor dw = node(&e, TS_OP_CONV_BWD_FILTER, TS_F32, 4, ws, 2, in, &at);
+    CHECK_OK(run(&e, dw));
+    double *ref = calloc((size_t)(O * C), sizeof *ref);
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t i = 0; i < OH; i++)
+        for (int64_t j = 0; j < OH; j++)
+          for (int64_t o = 0; o < O; o++)
+            for (int64_t c = 0; c < C; c++)
+              ref[o * C + c] += get(&e, dy, ((b * OH + i) * OH + j) * O + o) *
+                                get(&e, x, ((b * H + i * st) * H + j * st) * C + c);
+    bool gemm = N * OH * OH <= 2048;
+    CHECK(tk_conv_gemm_state(e.st[dw]) == gemm, "conv 1x1 nhwc dw, %lld positions, stride %lld: GEMM %d, expected %d",
+          (long long)(N * OH * OH), (long long)st, tk_conv_gemm_state(e.st[dw]), gemm);
+    double err = max_err(&e, dw, ref, O * C);
+    double tol = fmax(1e-5, 2e-8 * (double)(N * OH * OH)); /* f32 sums of K terms */
+    CHECK(err < tol, "conv 1x1 nhwc dw, %lld positions, stride %lld: err %g (tolerance %g)", (long long)(N * OH * OH),
+          (long long)st, err, tol);
+    free(ref);
+    ex_free(&e);
+  }
+}
+
 int main(void) {
   rs = ts_test_init("test_conv_kernels", 42);
+  test_conv_gemm_1x1();
   test_conv();
   test_conv_plain_vs_blocked();
   test_conv_bf16_small_1x1();

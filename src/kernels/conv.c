@@ -15,7 +15,8 @@
  * primitives, reorders and blocked buffers are created once per node and kept
  * in its ts_kstate. A filter gradient of bf16 x and dy may be f32 (autocast's:
  * oneDNN writes its f32 accumulation as is, wide_dw). f64 and other types use
- * direct loops in double. */
+ * direct loops in double. A 1x1 NHWC f32 filter gradient over few output
+ * positions runs as one GEMM instead (conv_gemm.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,6 +563,7 @@ static bool wide_dw(const ts_node *n, const ts_node *x) {
 
 int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
             const ts_kctx *ctx) {
+  if (tk_conv_gemm_fits(g, n)) return tk_conv_gemm(g, n, in, out, st, ctx->num_threads);
   geom_t q;
   geom_of(g, n, &q);
   const ts_node *a = tk_operand(g, n, 0), *b = tk_operand(g, n, 1);

@@ -116,6 +116,10 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
            const ts_kctx *ctx);
 int tk_conv(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st,
             const ts_kctx *ctx);
+/* conv_gemm.c: a 1x1 NHWC f32 filter gradient over at most 2048 output
+ * positions (N OH OW) runs as one GEMM (tk_conv calls it when it fits). */
+bool tk_conv_gemm_fits(const ts_graph *g, const ts_node *n);
+int tk_conv_gemm(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate **st, int nt);
 int tk_pool(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_index(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
 int tk_rng(const ts_graph *g, const ts_node *n, tk_in in, void *out, const ts_kctx *ctx);
