@@ -13,28 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <oneapi/dnnl/dnnl.h> /* matmul primitive */
-
 #include "kernels/kernels_internal.h"
+#include "kernels/matmul_prim.h" /* the primitive kept per node */
 
 #define CONV_GEMM_MAX_K 2048
 
 typedef struct {
   ts_kstate base;
-  dnnl_primitive_t prim;
-  dnnl_memory_t ma, mb, mc, ms;
-  void *scratch;
+  tk_matmul mm;
   float *xs; /* the strided positions of x (stride > 1), K x C */
 } cg_state;
 
 static void cg_state_free(ts_kstate *b) {
   cg_state *s = (cg_state *)b;
-  if (s->prim) dnnl_primitive_destroy(s->prim);
-  if (s->ma) dnnl_memory_destroy(s->ma);
-  if (s->mb) dnnl_memory_destroy(s->mb);
-  if (s->mc) dnnl_memory_destroy(s->mc);
-  if (s->ms) dnnl_memory_destroy(s->ms);
-  free(s->scratch);
+  tk_matmul_free(&s->mm);
   free(s->xs);
   free(s);
 }
@@ -59,35 +51,13 @@ static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_
   dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, st);
 }
 
+/* dw (O, C) = dy^T (O, K) x_s (K, C): dy is (K, O) row-major */
 static int cg_setup(cg_state *s, int64_t O, int64_t K, int64_t C) {
-  dnnl_engine_t eng;
-  dnnl_stream_t stream;
-  if (tk_dnnl_engine(&eng, &stream)) return -1;
   dnnl_memory_desc_t amd, bmd, cmd;
-  md2(&amd, O, K, 1, O); /* dy^T: dy is (K, O) row-major */
+  md2(&amd, O, K, 1, O);
   md2(&bmd, K, C, C, 1);
   md2(&cmd, O, C, C, 1);
-  dnnl_matmul_desc_t md;
-  if (dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success) return -1;
-  dnnl_primitive_attr_t attr;
-  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return -1;
-  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  dnnl_primitive_desc_t pd;
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL);
-  dnnl_primitive_attr_destroy(attr);
-  if (st != dnnl_success) return -1;
-  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-  st = dnnl_primitive_create(&s->prim, pd);
-  if (st == dnnl_success && sbytes) {
-    s->scratch = aligned_alloc(64, (sbytes + 63) / 64 * 64);
-    st = s->scratch ? dnnl_memory_create(&s->ms, smd, eng, s->scratch) : dnnl_out_of_memory;
-  }
-  if (st == dnnl_success) st = dnnl_memory_create(&s->ma, &amd, eng, DNNL_MEMORY_NONE);
-  if (st == dnnl_success) st = dnnl_memory_create(&s->mb, &bmd, eng, DNNL_MEMORY_NONE);
-  if (st == dnnl_success) st = dnnl_memory_create(&s->mc, &cmd, eng, DNNL_MEMORY_NONE);
-  dnnl_primitive_desc_destroy(pd);
-  return st == dnnl_success ? 0 : -1;
+  return tk_matmul_init(&s->mm, &amd, &bmd, &cmd, false);
 }
 
 /* x_s: x's positions (n, oh s0, ow s1) of x (N, H, W, C), K x C. */
@@ -123,16 +93,7 @@ int tk_conv_gemm(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_ks
   }
   const void *b = in[0];
   if (strided) gather_strided(in[0], cs->xs, N, H, W, C, OH, OW, s, nt), b = cs->xs;
-  dnnl_engine_t eng;
-  dnnl_stream_t stream;
-  if (tk_dnnl_engine(&eng, &stream)) return -1;
-  dnnl_memory_set_data_handle(cs->ma, (void *)in[1]);
-  dnnl_memory_set_data_handle(cs->mb, (void *)b);
-  dnnl_memory_set_data_handle(cs->mc, out);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, cs->ma}, {DNNL_ARG_WEIGHTS, cs->mb}, {DNNL_ARG_DST, cs->mc},
-                             {DNNL_ARG_SCRATCHPAD, cs->ms}};
-  if (dnnl_primitive_execute(cs->prim, stream, cs->ms ? 4 : 3, args) != dnnl_success ||
-      dnnl_stream_wait(stream) != dnnl_success)
+  if (tk_matmul_run(&cs->mm, in[1], b, out))
     return set_error_code(TS_ERR_INTERNAL, "conv2d_bwd_filter: oneDNN matmul failed for (%lld x %lld x %lld)",
                           (long long)O, (long long)K, (long long)C);
   return 0;

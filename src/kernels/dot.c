@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.h> /* matmul primitive */
 
 #include "kernels/kernels_internal.h"
+#include "kernels/matmul_prim.h" /* the primitive kept per node */
 
 /* One operand viewed as 3 groups (batch, row, col) of its dims. */
 typedef struct {
@@ -76,21 +77,14 @@ static void view_dense(view_t *v) {
 
 typedef struct {
   ts_kstate base;
-  dnnl_primitive_t prim;
-  dnnl_memory_t ma, mb, mc, ms;
-  void *scratch;
+  tk_matmul mm;
   bool copy_a, copy_b;
   void *buf_a, *buf_b; /* dense copies when the strides can't express the view */
 } dot_state;
 
 static void dot_state_free(ts_kstate *s) {
   dot_state *d = (dot_state *)s;
-  if (d->prim) dnnl_primitive_destroy(d->prim);
-  if (d->ma) dnnl_memory_destroy(d->ma);
-  if (d->mb) dnnl_memory_destroy(d->mb);
-  if (d->mc) dnnl_memory_destroy(d->mc);
-  if (d->ms) dnnl_memory_destroy(d->ms);
-  free(d->scratch);
+  tk_matmul_free(&d->mm);
   free(d->buf_a);
   free(d->buf_b);
   free(d);
@@ -104,46 +98,16 @@ static void md_of(dnnl_memory_desc_t *md, dnnl_data_type_t t, int64_t B, int64_t
   else dnnl_memory_desc_init_by_strides(md, 3, dims, t, st);
 }
 
-/* Creates the primitive for views a (B,M,K), b (B,K,N); 0 or -1 (unsupported). */
+/* Creates the primitive for views a (B,M,K), b (B,K,N); 0 or -1 (unsupported:
+ * oneDNN's reference implementation is far slower than a dense copy + gemm). */
 static int make_prim(dot_state *s, dnnl_data_type_t t, const view_t *a, const view_t *b, int64_t M,
                      int64_t N) {
-  dnnl_engine_t eng;
-  dnnl_stream_t stream;
-  if (tk_dnnl_engine(&eng, &stream)) return -1;
   int64_t B = a->size[0], K = a->size[2];
   dnnl_memory_desc_t amd, bmd, cmd;
   md_of(&amd, t, B, M, K, a->stride[0], a->stride[1], a->stride[2]);
   md_of(&bmd, t, B, K, N, b->stride[0], b->stride[1], b->stride[2]);
   md_of(&cmd, t, B, M, N, M * N, N, 1);
-  dnnl_matmul_desc_t md;
-  if (dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success) return -1;
-  dnnl_primitive_attr_t attr;
-  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return -1;
-  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  dnnl_primitive_desc_t pd;
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL);
-  dnnl_primitive_attr_destroy(attr);
-  if (st != dnnl_success) return -1;
-  const char *impl = NULL;
-  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-  /* the reference implementation is far slower than a dense copy + gemm */
-  if (impl && strstr(impl, "ref")) {
-    dnnl_primitive_desc_destroy(pd);
-    return -1;
-  }
-  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-  st = dnnl_primitive_create(&s->prim, pd);
-  if (st == dnnl_success && sbytes) {
-    s->scratch = aligned_alloc(64, (sbytes + 63) / 64 * 64);
-    if (!s->scratch) st = dnnl_out_of_memory;
-    else st = dnnl_memory_create(&s->ms, smd, eng, s->scratch);
-  }
-  if (st == dnnl_success) st = dnnl_memory_create(&s->ma, &amd, eng, DNNL_MEMORY_NONE);
-  if (st == dnnl_success) st = dnnl_memory_create(&s->mb, &bmd, eng, DNNL_MEMORY_NONE);
-  if (st == dnnl_success) st = dnnl_memory_create(&s->mc, &cmd, eng, DNNL_MEMORY_NONE);
-  dnnl_primitive_desc_destroy(pd);
-  return st == dnnl_success ? 0 : -1;
+  return tk_matmul_init(&s->mm, &amd, &bmd, &cmd, true);
 }
 
 static bool dnnl_friendly(const view_t *v) {
@@ -263,16 +227,7 @@ int tk_dot(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_kstate *
   const void *pa = in[0], *pb = in[1];
   if (s->copy_a) densify(&va, es, in[0], s->buf_a, nt), pa = s->buf_a;
   if (s->copy_b) densify(&vb, es, in[1], s->buf_b, nt), pb = s->buf_b;
-  dnnl_engine_t eng;
-  dnnl_stream_t stream;
-  if (tk_dnnl_engine(&eng, &stream)) return -1;
-  dnnl_memory_set_data_handle(s->ma, (void *)pa);
-  dnnl_memory_set_data_handle(s->mb, (void *)pb);
-  dnnl_memory_set_data_handle(s->mc, out);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->ma}, {DNNL_ARG_WEIGHTS, s->mb}, {DNNL_ARG_DST, s->mc},
-                             {DNNL_ARG_SCRATCHPAD, s->ms}};
-  if (dnnl_primitive_execute(s->prim, stream, s->ms ? 4 : 3, args) != dnnl_success ||
-      dnnl_stream_wait(stream) != dnnl_success)
+  if (tk_matmul_run(&s->mm, pa, pb, out))
     return set_error_code(TS_ERR_INTERNAL, "dot_general: oneDNN matmul failed for (%lld x %lld x %lld)",
                              (long long)M, (long long)va.size[2], (long long)N);
   return 0;
