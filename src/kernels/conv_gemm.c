@@ -38,7 +38,7 @@ bool tk_conv_gemm_fits(const ts_graph *g, const ts_node *n) {
   const ts_node *x = tk_operand(g, n, 0), *dy = tk_operand(g, n, 1);
   const ts_conv_params *p = &n->attr.conv;
   if (x->dtype != TS_F32 || dy->dtype != TS_F32 || p->layout != TS_LAYOUT_NHWC) return false;
-  if (n->shape[2] != 1 || n->shape[3] != 1 || (p->groups > 1)) return false;
+  if (n->shape[2] != 1 || n->shape[3] != 1 || p->groups > 1) return false;
   for (int i = 0; i < 2; i++)
     if (p->pad_lo[i] || p->pad_hi[i] || p->dilation[i] > 1) return false;
   int64_t K = dy->shape[0] * dy->shape[1] * dy->shape[2];
