@@ -36,7 +36,7 @@
 #
 # Environment: RATES ("10gbit 1gbit 100mbit", tc's units), MODELS ("cnn
 # resnet20"), PARS ("ddp ddp-sbn spmd fsdp"), STEPS and WARMUP (bench_train_step's; defaults 30 and 10),
-# TIMEOUT seconds per run (600). PROFILE=1 adds, per model, rate and
+# TIMEOUT seconds per run (600), NETNS_MTU (tests/netns.bash: the links' MTU, 1500 unset). PROFILE=1 adds, per model, rate and
 # configuration, a `tessel train --profile` run (the CNN on Fashion-MNIST,
 # ResNet-20 on synthetic 3x32x32 images at batch 128; STEPS steps) and
 # prints rank 0's device line: compute, communication exposed and hidden

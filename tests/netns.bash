@@ -8,6 +8,9 @@
 #                    slot each). Sets hosts=(...), net (the CIDR), br, and
 #                    mpi=(mpirun ... TCP only on $net). Returns non-zero with
 #                    netns_error set when something cannot be created.
+#                    NETNS_MTU=BYTES: the bridge's and links' MTU (default
+#                    1500; 9000, jumbo frames, moved the 2-host CNN's steps
+#                    by 0.3-1.6 ms at 1 Gbit/s, stop 38).
 #   netns_rate RATE  limits both ends of hosts 0 and 1's links to RATE (tc's
 #                    units, e.g. 1gbit) with a tbf of 1 ms of burst.
 #   netns_tcp BYTES REPS MODE  raw TCP from host 0 to host 1
@@ -98,6 +101,7 @@ netns_up() {
   ip link add "$br" type bridge 2>"$err" || { netns_fail "ip link add $br type bridge: $(cat "$err")"; return 1; }
   netns_started+=("link:$br")
   ip addr add "$sub.1/24" dev "$br" && ip link set "$br" up || { netns_fail "bridge $br address"; return 1; }
+  [ -z "${NETNS_MTU:-}" ] || ip link set "$br" mtu "$NETNS_MTU" || { netns_fail "bridge $br mtu $NETNS_MTU"; return 1; }
   for i in $(seq 0 $((n - 1))); do
     h="${p}h$i"
     ip netns add "$h" 2>"$err" || { netns_fail "ip netns add $h: $(cat "$err")"; return 1; }
@@ -108,6 +112,8 @@ netns_up() {
     netns_started+=("link:${p}v$i")
     ip link set "${p}v$i" master "$br" up && ip -n "$h" addr add "$sub.$((10 + i))/24" dev eth0 &&
       ip -n "$h" link set eth0 up && ip -n "$h" link set lo up || { netns_fail "addresses of $h"; return 1; }
+    [ -z "${NETNS_MTU:-}" ] || { ip link set "${p}v$i" mtu "$NETNS_MTU" && ip -n "$h" link set eth0 mtu "$NETNS_MTU"; } ||
+      { netns_fail "mtu $NETNS_MTU of $h"; return 1; }
   done
   ip netns exec "${hosts[0]}" unshare --uts sh -c "hostname ${hosts[0]} && hostname" >"$err" 2>&1 &&
     [ "$(cat "$err")" = "${hosts[0]}" ] || { netns_fail "unshare --uts in ${hosts[0]}: $(cat "$err")"; return 1; }
