@@ -96,3 +96,32 @@ cal_est probe_est(const cal_probe *p, bool median) {
   if (p->stat == PROBE_MEDIAN) return cal_median_rounds(p->v, p->n, CAL_AGREE);
   return cal_confirmed_or(p->v, p->n, CAL_AGREE, p->fallback);
 }
+
+/* The least (median: the median) time of at least `reps` runs and `window`
+ * seconds of g on client c (calprobe.h's cal_prog: inputs zero-filled).
+ * work_threads > 0 (c's threads): instead the time of the work alone from the
+ * runs' wall and CPU times (calrun.h's cal_least: a loaded machine's waits
+ * for a core left out); with more than one and no clean run, 0 and the
+ * least CPU time / threads into *fallback (when not NULL) if it is lower. */
+double cal_graph_time(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window,
+                              int work_threads, double *fallback) {
+  cal_prog p;
+  if (cal_prog_open(&p, c, g, replicas) < 0) return -1;
+  cal_run runs[400];
+  int n = cal_prog_time(&p, reps, window, work_threads > 1, runs, 400);
+  cal_prog_close(&p);
+  if (n < 1) return -1;
+  int clean = 0;
+  double work = work_threads > 0 ? cal_least(runs, n, work_threads, &clean) : -1;
+  if (work_threads > 1 && clean == 0 && fallback) { /* see measure_classes */
+    if (work > 0 && (*fallback <= 0 || work < *fallback)) *fallback = work;
+    return 0;
+  }
+  if (work_threads > 0) return work;
+  double med = cal_median_wall(runs, n); /* sorts runs by wall */
+  return median ? med : runs[0].wall;
+}
+
+double cal_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
+  return cal_graph_time(c, g, replicas, reps, median, 0.15, 0, NULL);
+}

@@ -73,4 +73,19 @@ int probe_rounds(ts_client *c, cal_probe *p, int np, int min_rounds);
  * and fallback (the least confirmed). */
 cal_est probe_est(const cal_probe *p, bool median);
 
+/* The least (median: the median) time of at least `reps` runs and `window`
+ * seconds of g on client c (cal_prog: inputs zero-filled). work_threads > 0
+ * (c's threads): instead the time of the work alone from the runs' wall and
+ * CPU times (calrun.h's cal_least: a loaded machine's waits for a core left
+ * out); with more than one and no clean run, 0 and the least CPU time /
+ * threads into *fallback (when not NULL) if it is lower. -1 on failure. */
+double cal_graph_time(ts_client *c, ts_graph *g, bool replicas, int reps, bool median, double window,
+                      int work_threads, double *fallback);
+/* cal_graph_time over a 0.15 s window, its least (median: median) wall time. */
+double cal_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median);
+/* An f32 input of g (the probes' graphs). */
+static inline ts_tensor cal_in_f32(ts_graph *g, const char *name, int rank, const int64_t *shape) {
+  return ts_input(g, name, TS_F32, rank, shape);
+}
+
 #endif
