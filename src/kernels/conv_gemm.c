@@ -3,13 +3,13 @@
  *   dw (O, C) = dy (K, O)^T x_s (K, C),  K = N OH OW
  * with x_s the strided positions of x (x itself at stride 1, else a copy).
  * oneDNN's convolution runs these far below its GEMM: ResNet-50's last
- * stage at one image per device (7x7, K = 49), 512 <- 2048 channels, took
- * 4.07 ms on one thread against 0.78 ms for the GEMM; 1024 -> 2048 at
- * stride 2, 8.26 against 1.53 (bench: the same shapes as a dot_general).
- * Up to K = 1600 the GEMM was never slower (4.6 against 5.0 ms); at 56x56
- * (K = 3136) 0.63 against 0.59. So: K at most CONV_GEMM_MAX_K. The sums
- * run in another order than the convolution's: other bits, same values
- * within rounding. */
+ * stage at one image per device (7x7, K = 49), 2048 -> 512 channels, took
+ * 3.96 ms on one thread against 0.57 ms for the GEMM; 1024 -> 2048 at
+ * stride 2, 8.35 against 1.20; at 40x40 (K = 1600) 5.82 against 5.04
+ * (bench/conv_filter_gemm.c times both paths). At 56x56 (K = 3136) the GEMM
+ * was the slower, 0.63 against 0.59 ms (a one-off, the same product as a
+ * dot_general): so K at most CONV_GEMM_MAX_K. The sums run in another order
+ * than the convolution's: other bits, same values within rounding. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,8 +33,11 @@ static void cg_state_free(ts_kstate *b) {
 
 bool tk_conv_gemm_state(const ts_kstate *s) { return s && s->free == cg_state_free; }
 
+static bool g_gemm_1x1 = true; /* bench/conv_filter_gemm.c times both */
+void tk_conv_set_gemm_1x1(bool on) { g_gemm_1x1 = on; }
+
 bool tk_conv_gemm_fits(const ts_graph *g, const ts_node *n) {
-  if (n->op != TS_OP_CONV_BWD_FILTER || n->dtype != TS_F32) return false;
+  if (!g_gemm_1x1 || n->op != TS_OP_CONV_BWD_FILTER || n->dtype != TS_F32) return false;
   const ts_node *x = tk_operand(g, n, 0), *dy = tk_operand(g, n, 1);
   const ts_conv_params *p = &n->attr.conv;
   if (x->dtype != TS_F32 || dy->dtype != TS_F32 || p->layout != TS_LAYOUT_NHWC) return false;

@@ -41,6 +41,10 @@ void kernels_set_num_threads(int n);
 void tk_conv_set_plain_1x1(bool on);
 bool tk_conv_state_is_plain(const ts_kstate *state);
 bool tk_conv_gemm_state(const ts_kstate *state); /* a filter gradient run as one GEMM (conv_gemm.c) */
+/* off: those filter gradients take oneDNN's convolution (benchmarks); a node
+ * keeps the path of its first run, so set it before a program first runs and
+ * keep it for that program's runs */
+void tk_conv_set_gemm_1x1(bool on);
 /* bf16 activations into / out of the blocked convolutions by blk16.c's
  * transposition (on by default) or, off, by oneDNN's reorder primitive. */
 void tk_conv_set_blk16(bool on);
