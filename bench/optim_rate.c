@@ -3,8 +3,10 @@
  * tessel plan --calibrate measures for kernel.optimizer on a 1024x1024
  * weight, the largest part of its 0.72 pred/meas). The calibration times
  * ts_optim_apply (AdamW, weight decay 0.01) on zero-filled inputs; this times
- * it on the calibration's shape and the MLP's fc1 (512x784) and fc2
- * (512x512), with zeros and with gradient-like data (weights ~0.05, grads
+ * it on the calibration's shape then (1024x1024) and now (1536x2048), the
+ * MLP's fc1 (512x784) and fc2 (512x512) and 4096x4096 (64 MiB a tensor, out
+ * of the L3 as ResNet-50's 100 MB of weights are in its step, stop 38), with
+ * zeros and with gradient-like data (weights ~0.05, grads
  * ~1e-3, moments as after some steps), 1 thread, interleaved rounds, least
  * wall time: ns per element and the model's bytes per second (40 per element:
  * the two moment kernels 12 each, the update 16).
@@ -68,21 +70,22 @@ static int build(ts_client *cl, int64_t r, int64_t c, bool real, case_t *k) {
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 7, runs = argc > 2 ? atoi(argv[2]) : 5;
   ts_client *cl = ts_client_new(&(ts_client_options){.num_threads = 1, .num_devices = 1});
-  const int64_t shapes[3][2] = {{1024, 1024}, {512, 784}, {512, 512}};
-  case_t k[6] = {0};
+  enum { S = 5, C = 2 * S };
+  const int64_t shapes[S][2] = {{1024, 1024}, {512, 784}, {512, 512}, {1536, 2048}, {4096, 4096}};
+  case_t k[C] = {0};
   if (!cl || rounds < 1 || runs < 1) {
     fprintf(stderr, "bench_optim_rate: %s\n", cl ? "rounds and runs must be >= 1" : ts_last_error());
     return 1;
   }
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < C; i++)
     if (build(cl, shapes[i / 2][0], shapes[i / 2][1], i % 2, &k[i]) < 0) {
       fprintf(stderr, "bench_optim_rate: %s\n", ts_last_error());
       return 1;
     }
-  double best[6];
-  for (int i = 0; i < 6; i++) best[i] = INFINITY;
+  double best[C];
+  for (int i = 0; i < C; i++) best[i] = INFINITY;
   for (int r = 0; r < rounds; r++)
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < C; i++)
       for (int q = 0; q < runs + (r == 0); q++) { /* round 0's first run allocates the outputs */
         ts_buffer *out[8] = {0};
         double t0 = now_s();
@@ -98,7 +101,7 @@ int main(int argc, char **argv) {
         }
         if (!(r == 0 && q == 0) && t < best[i]) best[i] = t;
       }
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < C; i++)
     printf("optim_rate %lldx%lld data=%s ns_per_elem=%.3f model_GBps=%.2f\n", (long long)shapes[i / 2][0],
            (long long)shapes[i / 2][1], i % 2 ? "real" : "zero", 1e9 * best[i] / (double)k[i].elems,
            40.0 * (double)k[i].elems / best[i] / 1e9);
