@@ -15,7 +15,8 @@
 # rows, bench_train_step --local-bn; ddp-sbn: --sync-bn, over both; spmd;
 # fsdp; as bench/run_multihost.sh's configurations), RATE (1gbit), STEPS (30), WARMUP
 # (10), OUT (a directory for the traces; a temporary one if unset),
-# EXTRA (more bench_train_step arguments). ANALYZE=DIR: no run, only the
+# EXTRA (more bench_train_step arguments), XENV (VAR=VALUE ... for every rank,
+# e.g. XENV=TESSEL_UPDATE_CHAINS=1). ANALYZE=DIR: no run, only the
 # analysis of the traces already in DIR (rank*.json, pair*.json; STEPS of
 # them per file). A step is an execute that runs kernels: bench_train_step's
 # ar_ms probe after the timed steps (15 executes of one all-reduce of the
@@ -49,7 +50,7 @@ if [ "${PAIR:-0}" = 1 ]; then
 fi
 
 netns_rate "$rate" || { echo "run_mh_trace.sh: tc at $rate failed" >&2; exit 1; }
-timeout -k 10 600 env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS \
+timeout -k 10 600 env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 -x TESSEL_NUM_THREADS ${XENV:+$(printf -- "-x %s " $XENV)} \
   sh -c "TESSEL_TRACE=$out/rank\$OMPI_COMM_WORLD_RANK.json exec $bin --model $model --threads 1 --parallel $pargs \
   ${steps[*]} ${EXTRA:-}" >"$tmp/out" 2>&1 || { tail -5 "$tmp/out"; exit 1; }
 netns_kill

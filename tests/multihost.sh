@@ -14,6 +14,8 @@
 #    TESSEL_NET_EAGER=1); unset, pieces go only over a link measured (at the
 #    start, NetLinkMbps) below 1600 Mbit/s, and =0 never; collectives of at
 #    most 1 MiB between hosts run on the small lane (CommLaneCollectives);
+#  - starting a collective between hosts, the device yields its core to its idle collective worker
+#    (metrics CommWorkerHandoffs; none with TESSEL_COMM_YIELD=0);
 #  - fsdp=2 hides some communication behind compute (--profile's "hidden":
 #    collectives started on the worker overlap the device's kernels);
 #  - faults in the middle of a run (collective timeout 5 s), each ending every
@@ -70,15 +72,15 @@ mlp=(train --model mlp --epochs 1 --eval-batch 5000 --data-dir "$fm")
 
 run() { # run NAME NHOSTS ARGS...: 50 MLP steps, one process per host (NHOSTS 0: alone, 2 threads); $eager,
   # when set: the ranks' TESSEL_NET_EAGER (eager pieces between hosts: 1 always, 0 never; unset: by the link);
-  # $chains, when set: their TESSEL_UPDATE_CHAINS
+  # $chains, when set: their TESSEL_UPDATE_CHAINS; $yield, when set: their TESSEL_COMM_YIELD
   local name="$1" n="$2" rc=0
   shift 2
   if [ "$n" = 0 ]; then
     TESSEL_NUM_THREADS=2 timeout -k 5 60 "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   else
-    TESSEL_NUM_THREADS=1 TESSEL_NET_EAGER="${eager:-}" TESSEL_UPDATE_CHAINS="${chains:-}" timeout -k 5 60 "${mpi[@]}" \
-      ${eager:+-x TESSEL_NET_EAGER} ${chains:+-x TESSEL_UPDATE_CHAINS} \
+    TESSEL_NUM_THREADS=1 TESSEL_NET_EAGER="${eager:-}" TESSEL_UPDATE_CHAINS="${chains:-}" TESSEL_COMM_YIELD="${yield:-}" \
+      timeout -k 5 60 "${mpi[@]}" ${eager:+-x TESSEL_NET_EAGER} ${chains:+-x TESSEL_UPDATE_CHAINS} ${yield:+-x TESSEL_COMM_YIELD} \
       --hostfile "$tmp/hostfile$n" -n "$n" \
       "$tmp/rec" "$tmp/$name" "$tessel" "${mlp[@]}" --steps 50 --log-json "$tmp/$name.json" "$@" \
       >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
@@ -91,7 +93,7 @@ run one 0
 run one126 0 --batch 126
 eager=1 chains=1 run h_d2 2 --mesh data=2 --metrics "$tmp/h_d2.metrics"
 run h_d2m2 2 --mesh data=2,model=2 --metrics "$tmp/h_d2m2.metrics"
-eager=0 run h_f2 2 --mesh fsdp=2 --profile --metrics "$tmp/h_f2.metrics"
+eager=0 yield=0 run h_f2 2 --mesh fsdp=2 --profile --metrics "$tmp/h_f2.metrics"
 run h_ddp2 2 --parallel ddp --check-replicas 10
 run h_ddp3 3 --parallel ddp --batch 126 --check-replicas 10
 echo "equivalence runs: $(($(date +%s) - t_start)) s"
@@ -135,6 +137,15 @@ c_on=$(n_chains "$tmp/h_d2.metrics") c_off=$(n_chains "$tmp/h_d2m2.metrics")
 if [ "$c_on" != ERR ] && [ "$c_on" -ge 50 ] && [ "$c_off" = 0 ]; then
   ok "data=2 over 2 hosts: $c_on update chains in 50 steps with TESSEL_UPDATE_CHAINS=1, $c_off by default"
 else bad "update chains between hosts: UpdateChains=$c_on with TESSEL_UPDATE_CHAINS=1 (want >= 50), $c_off by default (want 0)"; fi
+# the device yields its core to its idle collective worker when it starts a collective between hosts
+# (comm/async.c hand_core; metrics CommWorkerHandoffs), so the worker's first send does not wait for a time
+# slice; TESSEL_COMM_YIELD=0 (h_f2) never
+n_handoffs() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("CommWorkerHandoffs", 0))' \
+  "$1" 2>/dev/null || echo ERR; }
+y_on=$(n_handoffs "$tmp/h_d2m2.metrics") y_off=$(n_handoffs "$tmp/h_f2.metrics")
+if [ "$y_on" != ERR ] && [ "$y_on" -ge 50 ] && [ "$y_off" = 0 ]; then
+  ok "data=2,model=2 over 2 hosts: the device handed its core to the collective worker $y_on times in 50 steps; $y_off times with TESSEL_COMM_YIELD=0"
+else bad "worker hand-offs between hosts: CommWorkerHandoffs=$y_on by default (want >= 50), $y_off with TESSEL_COMM_YIELD=0 (want 0)"; fi
 # eager pieces by the link (net.c NET_EAGER_BELOW_MBPS): unset, process 0 measures the link at the start (metrics
 # NetLinkMbps, every rank) and pieces go only below 1600 Mbit/s (this unshaped link is usually faster: whichever
 # way it measured, pieces and measurement agree); TESSEL_NET_EAGER=0 never cuts, =1 (h_d2, above) always

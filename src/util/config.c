@@ -78,6 +78,8 @@ static void env_read(void) {
   c->async_collectives = !(a && strcmp(a, "0") == 0);
   const char *uc = getenv("TESSEL_UPDATE_CHAINS");
   c->update_chains = uc && strcmp(uc, "1") == 0 ? 1 : uc && strcmp(uc, "all") == 0 ? 2 : 0;
+  const char *cy = getenv("TESSEL_COMM_YIELD");
+  c->comm_yield = !(cy && strcmp(cy, "0") == 0);
   const char *h2 = getenv("TESSEL_HIER_ALLREDUCE");
   c->hier_allreduce = h2 && strcmp(h2, "1") == 0;
   const char *ib = getenv("TESSEL_COMM_INLINE_BYTES");

@@ -60,6 +60,11 @@ typedef struct {
    * gather slows the small collectives beside it). Same values either way. */
   int update_chains;
 
+  /* TESSEL_COMM_YIELD: "0" turns off the device's yield to its idle
+   * collective worker when it starts a collective between hosts
+   * (comm/async.c hand_core). Any other value or unset: on. */
+  bool comm_yield;
+
   /* TESSEL_HIER_ALLREDUCE: "1" makes all-reduces over several processes
    * with several devices in each two-level (comm/hier.c: reduce-scatter in
    * the process, all-reduce of 1/k across processes, all-gather): fewer
