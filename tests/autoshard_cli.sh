@@ -60,12 +60,13 @@ compare gpt1 gpt4 10
 if TESSEL_NUM_THREADS=2 timeout -k 5 180 "$tessel" plan --calibrate "$tmp/cal/calibration.txt" >"$tmp/cal.out" 2>&1 &&
   grep -q "^kernel.conv_bwd_filter = " "$tmp/cal/calibration.txt" && grep -q "^kernel.attention = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.latency_s = " "$tmp/cal/calibration.txt" &&
   grep -q "^allreduce.8.busy_s = " "$tmp/cal/calibration.txt" && grep -q "^shared_efficiency.8 = " "$tmp/cal/calibration.txt" &&
+  grep -q "^allreduce.8.busy_long_s = " "$tmp/cal/calibration.txt" && grep -q "^allreduce.8.busy_long_after_s = " "$tmp/cal/calibration.txt" &&
   grep -q "^kernel.conv_bwd_filter.weight_bytes_per_s = " "$tmp/cal/calibration.txt" &&
   [ "$(grep -Ec "^kernel\.[a-z_]* = .*# .*; [3-9] rounds: spread [0-9]+%, range [0-9]+%(, unconfirmed)?$" "$tmp/cal/calibration.txt")" = 17 ] && grep -q "^kernel.conv_bwd_filter_nhwc = " "$tmp/cal/calibration.txt" &&
   grep -q "^kernel classes over 3+ rounds (1 thread): largest spread" "$tmp/cal.out" &&
   grep -Eq "^rounds: [0-9]+ estimates, [0-9]+ rounds, [0-9]+ confirmed within 10%, [0-9]+ unconfirmed; largest spread" "$tmp/cal.out" &&
   grep -Eq "^step_overhead\.2_s = .*# [3-9] rounds: spread [0-9]+%" "$tmp/cal/calibration.txt"; then
-  ok "plan --calibrate writes every kernel class (3-9 rounds, their spread and range), the filter gradient's weight rate, the all-reduce alpha/beta, busy wait and shared efficiency, and the rounds' report"
+  ok "plan --calibrate writes every kernel class (3-9 rounds, their spread and range), the filter gradient's weight rate, the all-reduce alpha/beta, busy waits (after little and more compute) and shared efficiency, and the rounds' report"
 else
   bad "plan --calibrate: $(tail -3 "$tmp/cal.out")"
 fi

@@ -20,6 +20,10 @@
 #    async_s equal to its probe's alpha (2 log2 4 latency steps) adds nothing;
 #  - with kernel.matmul.bytes_per_s, the MLP's 16-row matmuls on 8 devices cost their bytes too;
 #  - with kernel.elementwise.cached and cache_bytes, the MLP's small copies on 2x2 cost less;
+#  - with allreduce.4.busy_long_s = 10 ms after 1 ns of compute (its
+#    busy_long_after_s), data=4's step grows by 10 ms at least (its blocking
+#    collectives), after 1e9 s by nothing; data=2 and collectives on the
+#    worker do not change; one key without the other is an error;
 #  - TESSEL_ASYNC_COLLECTIVES=0: no collective is asynchronous, async_s unused;
 #  - collectives marked asynchronous of at most 8 MiB run in line (blocking),
 #    as the runtime runs them: data=4's step is longer by half its compute at
@@ -113,6 +117,24 @@ same "plan data=2 with allreduce.4.async_s (its own entry)" "$(plan_ms "$tmp/old
 # TESSEL_ASYNC_COLLECTIVES=0: the compiler starts none asynchronously, so async_s is not charged
 same "plan data=4, TESSEL_ASYNC_COLLECTIVES=0: async_s unused" "$(TESSEL_ASYNC_COLLECTIVES=0 plan_ms "$tmp/old.txt" data=4)" \
   "$(TESSEL_ASYNC_COLLECTIVES=0 plan_ms "$tmp/async.txt" data=4)"
+
+# the longer wait of devices that compute more between collectives (allreduce.N.busy_long_s after
+# allreduce.N.busy_long_after_s of compute, scaled down below it): with 10 ms after 1 ns of compute,
+# every collective data=4's MLP runs in line (blocking) waits 10 ms; after 1e9 s of compute it waits
+# about nothing more; data=2 (its own entry) and on the worker (TESSEL_COMM_INLINE_BYTES=0) nothing;
+# one key without the other is an error naming both
+{ cat "$tmp/old.txt"; echo "allreduce.4.busy_long_s = 1e-2"; echo "allreduce.4.busy_long_after_s = 1e-9"; } >"$tmp/long.txt"
+{ cat "$tmp/old.txt"; echo "allreduce.4.busy_long_s = 1e-2"; echo "allreduce.4.busy_long_after_s = 1e9"; } >"$tmp/long0.txt"
+o=$(plan_ms "$tmp/old.txt" data=4) n=$(plan_ms "$tmp/long.txt" data=4) z=$(plan_ms "$tmp/long0.txt" data=4)
+if /usr/bin/python3 -c "import sys; sys.exit(not (float('$n') >= float('$o') + 9.99 and float('$o') <= float('$z') < float('$o') + 0.01))" 2>/dev/null; then
+  ok "plan data=4: $o -> $n ms with allreduce.4.busy_long_s = 10 ms after 1 ns of compute; $z after 1e9 s"
+else bad "plan data=4: '$o' -> '$n' ms with busy_long_s = 10 ms after 1 ns (expected 10 ms more at least), '$z' after 1e9 s (expected '$o')"; fi
+same "plan data=2 with allreduce.4.busy_long_s (its own entry)" "$(plan_ms "$tmp/old.txt" data=2)" "$(plan_ms "$tmp/long.txt" data=2)"
+same "plan data=4 on the worker (TESSEL_COMM_INLINE_BYTES=0): busy_long_s unused" \
+  "$(TESSEL_COMM_INLINE_BYTES=0 plan_ms "$tmp/old.txt" data=4)" "$(TESSEL_COMM_INLINE_BYTES=0 plan_ms "$tmp/long.txt" data=4)"
+{ cat "$tmp/old.txt"; echo "allreduce.4.busy_long_s = 1e-2"; } >"$tmp/long_half.txt"
+expect long_half 2 "allreduce.4.busy_long_s and allreduce.4.busy_long_after_s go together" plan --model mlp \
+  --mesh data=4 --device "$tmp/long_half.txt"
 
 # collectives marked asynchronous run in line on the device thread (blocking) up to 8 MiB, as
 # the runtime runs them (the MLP's all are smaller): nothing hides behind compute, so with

@@ -55,10 +55,11 @@ static ts_graph *par_overhead_graph(int k) {
 }
 
 /* The matmul chain's collectives: none, blocking (the next matmul reads
- * each), asynchronous (read only after the last matmul). */
-enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY };
+ * each), asynchronous (read only after the last matmul); CHAIN_LONG,
+ * CHAIN_LONG_BLOCKING: none and blocking between 512^3 matmuls. */
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY, CHAIN_LONG, CHAIN_LONG_BLOCKING };
 
-/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3), each followed by (mode
+/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3; CHAIN_LONG*: 512^3), each followed by (mode
  * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
  * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
  * matmul waits for one: the compiler starts them on the collective worker,
@@ -68,14 +69,16 @@ static ts_graph *matmul_chain(int mode) {
   ts_graph *g = ts_graph_new();
   if (!g) return NULL;
   bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY; /* also: the sums read after the last matmul */
-  int64_t n = tiny ? 2 : 256;
+  bool lng = mode == CHAIN_LONG || mode == CHAIN_LONG_BLOCKING;
+  int64_t n = tiny ? 2 : lng ? 512 : 256;
   int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
   int dims[2] = {0, 1};
   ts_tensor x = cal_in_f32(g, "x", 2, sh), w = cal_in_f32(g, "w", 2, sh), late[20];
   for (int i = 0; i < 20; i++) {
     x = ts_matmul(g, x, w);
     ts_tensor s = ts_slice(g, x, lo, hi, st);
-    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC) s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC || mode == CHAIN_LONG_BLOCKING)
+      s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
     if (tiny) late[i] = s;
     else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
   }
@@ -94,8 +97,12 @@ static ts_graph *matmul_chain(int mode) {
  * chain with its collectives started asynchronously against without, the
  * worker's time per collective when it is what the step waits for (devices
  * sharing the cores: every device's worker must be scheduled for each). */
-static double measure_busy_collective(ts_client *c, int mode) {
-  ts_graph *g[2] = {matmul_chain(mode == CHAIN_ASYNC ? CHAIN_TINY : CHAIN_NONE), matmul_chain(mode)};
+/* per_coll (when not NULL): the chain's median time per collective without
+ * them (with the client's devices sharing the cores: the compute each device
+ * does between two collectives, as the prediction counts it). */
+static double measure_busy_collective(ts_client *c, int mode, double *per_coll) {
+  int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_LONG_BLOCKING ? CHAIN_LONG : CHAIN_NONE;
+  ts_graph *g[2] = {matmul_chain(base), matmul_chain(mode)};
   double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
   /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
   for (int r = 0; r < 3 && g[0] && g[1]; r++) {
@@ -106,6 +113,8 @@ static double measure_busy_collective(ts_client *c, int mode) {
   ts_graph_free(g[0]), ts_graph_free(g[1]);
   if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
   qsort(d, 3, sizeof *d, cmp_double);
+  qsort(t, 3, sizeof *t, cmp_double);
+  if (per_coll) *per_coll = t[1] / 20; /* the chain's time per collective without them */
   return fmax(d[1], 0);
 }
 
@@ -150,6 +159,7 @@ typedef struct {
   double arb[DEV_AR_SIZES], arl[DEV_AR_SIZES], step_over[DEV_AR_SIZES], ar_async[DEV_AR_SIZES];
   double ar_step[DEV_AR_SIZES], ar_between[DEV_AR_SIZES], ar_busy[DEV_AR_SIZES], shared_eff[DEV_AR_SIZES];
   double op_over[DEV_AR_SIZES];
+  double ar_long[DEV_AR_SIZES], ar_long_after[DEV_AR_SIZES]; /* the wait between 512^3 matmuls; their time per collective */
   /* per D: the step, the 1-element all-reduce (least, median), 16 MiB, the overhead chain, the matmul chain */
   cal_est e_dev[DEV_AR_SIZES][6];
 } cal_result;
@@ -247,15 +257,20 @@ static int measure_devices(cal_result *r, int q) {
   e[DEV_AR1_MED] = probe_est(&p[1], true), e[DEV_ARBIG] = probe_est(&p[2], false);
   e[DEV_OVER] = probe_est(&p[3], false), e[DEV_CHAIN] = probe_est(&p[4], false);
   for (int i = 0; i < 5; i++) ts_graph_free(p[i].g);
-  double busy = rc == 0 ? measure_busy_collective(c, CHAIN_BLOCKING) : -1;
-  r->ar_async[q] = rc == 0 ? measure_busy_collective(c, CHAIN_ASYNC) : -1;
+  double busy = rc == 0 ? measure_busy_collective(c, CHAIN_BLOCKING, NULL) : -1;
+  r->ar_async[q] = rc == 0 ? measure_busy_collective(c, CHAIN_ASYNC, NULL) : -1;
+  /* the same wait with more compute between the collectives: devices taking
+   * turns on the cores meet later the longer each computes in between */
+  r->ar_long[q] = rc == 0 ? measure_busy_collective(c, CHAIN_LONG_BLOCKING, &r->ar_long_after[q]) : -1;
   ts_client_free(c);
   double ts = e[DEV_AR1].value, ts_med = e[DEV_AR1_MED].value, tb = e[DEV_ARBIG].value;
   r->step_over[q] = e[DEV_STEP].value, r->op_over[q] = e[DEV_OVER].value / 200;
   if (rc < 0 || r->step_over[q] <= 0 || ts <= 0 || ts_med <= 0 || tb <= 0 || busy < 0 || r->ar_async[q] < 0 ||
+      r->ar_long[q] < 0 ||
       r->op_over[q] <= 0 || e[DEV_CHAIN].value <= 0)
     return -1;
   r->ar_async[q] = fmax(r->ar_async[q], 1e-9); /* a file's numbers are > 0 */
+  r->ar_long[q] = fmax(r->ar_long[q], 1e-9);
   /* D devices of at most one core each (device_options' share): the chain's speed
    * against one core's, over that share; 0 (not written) above one core */
   int th = r->threads;
@@ -342,6 +357,11 @@ static void write_devices(FILE *f, const cal_result *r) {
     fprintf(f, "allreduce.%d.async_s = %.4g   # per collective started asynchronously after each of 20 2x2 matmuls, "
                "read after the last: the chain's median time with them less without (the worker's time each)\n",
             dev_ar_devices[q], r->ar_async[q]);
+  for (int q = 0; q < DEV_AR_SIZES; q++)
+    fprintf(f, "allreduce.%d.busy_long_s = %.4g   # per collective between kernels of more compute (20 matmuls of "
+               "512^3), less none: the median of 3 pairs\nallreduce.%d.busy_long_after_s = %.4g   # that chain's "
+               "time per collective without them (its compute per collective with %d devices)\n",
+            dev_ar_devices[q], r->ar_long[q], dev_ar_devices[q], r->ar_long_after[q], dev_ar_devices[q]);
   for (int q = 0; q < DEV_AR_SIZES; q++)
     fprintf(f, "op_overhead.%d_s = %.4g   # per kernel with %d devices in this process: a chain of 200 2x2 matmuls "
                "on each; %s\n", dev_ar_devices[q], r->op_over[q], dev_ar_devices[q],

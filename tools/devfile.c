@@ -114,8 +114,10 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       char b[64], l[64];
       snprintf(b, sizeof b, "allreduce.%d.bytes_per_s", dev_ar_devices[k]);
       snprintf(l, sizeof l, "allreduce.%d.latency_s", dev_ar_devices[k]);
-      char so[64], bz[64], se[64], oo[64], as[64];
+      char so[64], bz[64], se[64], oo[64], as[64], bl[64], ba[64];
       snprintf(as, sizeof as, "allreduce.%d.async_s", dev_ar_devices[k]);
+      snprintf(bl, sizeof bl, "allreduce.%d.busy_long_s", dev_ar_devices[k]);
+      snprintf(ba, sizeof ba, "allreduce.%d.busy_long_after_s", dev_ar_devices[k]);
       snprintf(so, sizeof so, "step_overhead.%d_s", dev_ar_devices[k]);
       snprintf(oo, sizeof oo, "op_overhead.%d_s", dev_ar_devices[k]);
       snprintf(bz, sizeof bz, "allreduce.%d.busy_s", dev_ar_devices[k]);
@@ -127,6 +129,8 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       else if (strcmp(key, se) == 0) d->shared_eff[k] = x, found = true;
       else if (strcmp(key, oo) == 0) d->op_over[k] = x, found = true;
       else if (strcmp(key, as) == 0) d->ar_async[k] = x, found = true;
+      else if (strcmp(key, bl) == 0) d->ar_long[k] = x, found = true;
+      else if (strcmp(key, ba) == 0) d->ar_long_after[k] = x, found = true;
     }
     if (!found) found = proc_key(key, x, d);
     if (!found && strcmp(key, "devices_per_host") == 0) d->devices_per_host = (int)x, found = true;
@@ -137,13 +141,20 @@ int device_read(const char *cmd, const char *path, device_desc *d) {
       cli_error(cmd, "device file %s:%d: unknown key '%s' (valid: name, flops_per_s.f32, flops_per_s.bf16, "
                      "memory_bytes_per_s, memory_bytes, host_link_bytes_per_s, host_link_latency_s, "
                      "net_link_bytes_per_s, net_link_latency_s, devices_per_host, kernel.CLASS, kernel.CLASS.cached, cache_bytes, kernel.broadcast.operand_s, kernel.matmul.bytes_per_s, kernel.conv{,_bwd_data,_bwd_filter}.weight_bytes_per_s, op_overhead_s, op_overhead.parallel_s, "
-                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, "
+                     "parallel_efficiency, parallel_efficiency.CLASS, allreduce.N.bytes_per_s, allreduce.N.latency_s, allreduce.N.busy_s, allreduce.N.busy_long_s, allreduce.N.busy_long_after_s, allreduce.N.async_s, step_overhead.N_s, shared_efficiency.N, op_overhead.N_s, "
                      "allreduce.procsP.bytes_per_s, allreduce.procsP.latency_s, allreduce.procsP.busy_s, allreduce.procsP.busy_after_s, allreduce.procsP.step_wait_s, allreduce.procsP.cached_bytes_per_s, step_overhead.procsP_s (P 2..8), cores, "
                      "calibration.cpu, calibration.threads; devices/README.md)", path, ln, key);
       rc = -1;
     }
   }
   fclose(f);
+  for (int k = 0; k < DEV_AR_SIZES && rc == 0; k++) /* the long wait is a pair: a value and its compute */
+    if ((d->ar_long[k] > 0) != (d->ar_long_after[k] > 0)) {
+      cli_error(cmd, "device file %s: allreduce.%d.busy_long_s and allreduce.%d.busy_long_after_s go together "
+                     "(the wait and the compute per collective it was measured after); one is missing",
+                path, dev_ar_devices[k], dev_ar_devices[k]);
+      rc = -1;
+    }
   return rc;
 }
 
@@ -282,6 +293,9 @@ void device_options(const device_desc *d, const ts_mesh *m, ts_auto_shard_option
   double hbw = q >= 0 ? d->ar_bw[q] : d->host_bytes_per_s, hlat = q >= 0 ? d->ar_lat[q] : d->host_latency_s;
   ao->step_overhead_s = host <= 1 ? d->step1 : q >= 0 ? d->step_over[q] : 0;
   ao->collective_wait_s = host > 1 && q >= 0 ? d->ar_busy[q] : 0;
+  bool lng = host > 1 && q >= 0 && d->ar_long[q] > 0 && d->ar_long_after[q] > 0;
+  ao->collective_wait_long_s = lng ? d->ar_long[q] : 0;
+  ao->collective_wait_long_after_s = lng ? d->ar_long_after[q] : 0;
   /* the options' asynchronous wait is beyond alpha-beta (as busy_s is), but
    * allreduce.N.async_s is the probe's whole time per collective: less the
    * alpha of its 1-element all-reduce on N devices, which the prediction adds

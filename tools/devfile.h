@@ -43,6 +43,9 @@ typedef struct {
   double step_over[DEV_AR_SIZES]; /* the same with 2, 4, 8 devices */
   double ar_busy[DEV_AR_SIZES];   /* a 1-element all-reduce between kernels on 2, 4, 8 devices, less back to back */
   double ar_async[DEV_AR_SIZES];  /* the same started asynchronously: what each adds to the step (0: not measured) */
+  /* the blocking one between kernels of more compute (allreduce.N.busy_long_s) and that compute per
+   * collective (allreduce.N.busy_long_after_s; 0: not measured) */
+  double ar_long[DEV_AR_SIZES], ar_long_after[DEV_AR_SIZES];
   double shared_eff[DEV_AR_SIZES]; /* 2, 4, 8 devices of at most a core each: speed / their share of the cores */
   double op_over[DEV_AR_SIZES];    /* per kernel of each of 2, 4, 8 devices in this process (0: not measured) */
   /* processes of this host under mpirun, per P (index P; 0: not measured):

@@ -285,6 +285,16 @@ typedef struct {
    * between kernels against back to back; devices sharing cores arrive late);
    * ts_predict_program adds it to every collective (0: none) */
   double collective_wait_s;
+  /* devices sharing cores meet later the more each computes between two
+   * collectives: a blocking collective (in line on the device thread) waits
+   * at least collective_wait_long_s * min(1, c / collective_wait_long_after_s),
+   * c the device's compute since its previous collective (measured:
+   * allreduce.N.busy_long_s, the wait between 512^3 matmuls, and their time per
+   * collective with N devices, allreduce.N.busy_long_after_s; 8 devices on 2
+   * cores: 0.28 ms after 0.17 ms of compute, 0.5-0.9 ms after 0.6-9 ms).
+   * ts_predict_program only; the solver charges collective_wait_s. 0: none */
+  double collective_wait_long_s;
+  double collective_wait_long_after_s;
   /* a collective started asynchronously (run by the device's collective
    * worker beside its kernels): the worker's time for it beyond alpha-beta,
    * in place of collective_wait_s for those (measured: allreduce.N.async_s,

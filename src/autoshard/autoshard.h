@@ -27,6 +27,7 @@ typedef struct {
   double step_overhead;           /* seconds per step */
   double coll_wait;               /* seconds per collective: waiting for the group's last device */
   double coll_async;              /* seconds per asynchronous collective on the device's timeline (0: none) */
+  double coll_long, coll_long_after; /* a blocking one's wait after coll_long_after s of compute (0: none) */
   double bcast_operand;           /* seconds per result element per broadcast operand beyond the first */
   double dot_bw;                  /* bytes/s a dot_general streams its operands and result at (0: none) */
   double conv_wbw[3];             /* per conv kind: bytes/s it moves its weight (or filter gradient) at (0: none) */

@@ -287,6 +287,8 @@ void autoshard_costs_from(const ts_auto_shard_options *o, autoshard_costs *k) {
     k->remote[a] = o->axis_between_hosts[a];
     k->procs[a] = o->axis_between_processes[a];
   }
+  k->coll_long = o->collective_wait_long_s > 0 && o->collective_wait_long_after_s > 0 ? o->collective_wait_long_s : 0;
+  k->coll_long_after = k->coll_long > 0 ? o->collective_wait_long_after_s : 0;
   k->proc_wait = o->process_wait_s > 0 ? o->process_wait_s : 0;
   k->proc_after = o->process_wait_after_s > 0 ? o->process_wait_after_s : 0;
   k->proc_step_wait = o->process_step_wait_s > 0 ? o->process_step_wait_s : 0;

@@ -14,6 +14,10 @@
  * waits k->coll_async on the worker instead when it was measured (the
  * worker's time per collective when it runs them one after another: with
  * devices sharing the cores each worker of the group must be scheduled).
+ * One the device runs in line waits at least k->coll_long scaled by the
+ * device's compute since its previous collective over k->coll_long_after
+ * (at most 1): devices taking turns on the cores meet later the more each
+ * computed in between (allreduce.N.busy_long_s).
  * As the runtime does (runtime/cpu_device.c, comm/async.c), a collective
  * marked asynchronous runs in line on the device thread, blocking, when the
  * worker is idle and it moves at most env_inline_bytes (8 MiB between devices
@@ -138,10 +142,11 @@ static double coll_link_seconds(const ts_node *n, const ts_node *x, int gs, doub
 }
 
 /* Seconds and bytes sent of collective node n (operand x) of the local
- * program; since: the device's compute since its previous collective;
+ * program; blocking: it runs in line on the device thread (not marked
+ * asynchronous, or so when its worker is idle); since: the device's compute since its previous collective;
  * *first: no collective over processes yet in the step (proc_wait_s). */
 static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const proc_terms *pt, const ts_node *n,
-                           const ts_node *x, bool async, double since, bool *first, double *sent) {
+                           const ts_node *x, bool async, bool blocking, double since, bool *first, double *sent) {
   if (!n->attr.coll || !m) return 0;
   int gs = n->attr.coll->n;
   double bw, lat;
@@ -154,6 +159,10 @@ static double coll_seconds(const ts_mesh *m, const autoshard_costs *k, const pro
    * measured; one over processes the processes' wait when measured */
   double wait = gs < 2 ? 0 : procs && k->proc_wait > 0 ? proc_wait_s(k, pt, since, first)
                 : async && k->coll_async > 0 ? k->coll_async : k->coll_wait;
+  /* a blocking one: devices taking turns on the cores meet later the more
+   * each computed since they last met (k->coll_long) */
+  if (gs >= 2 && !procs && blocking && k->coll_long > 0)
+    wait = fmax(wait, k->coll_long * fmin(1, since / k->coll_long_after));
   return wait + coll_link_seconds(n, x, gs, bw, lat, remote, sent);
 }
 
@@ -261,10 +270,11 @@ static int predict_local(const ts_graph *opt, const ts_mesh *m, const autoshard_
     if (ir_op_is_collective(nd->op)) {
       const ts_node *x = nd->n_in ? &opt->nodes[nd->in[0]] : nd;
       bool async = is_async(opt, i, first_use, ndev > 1 && env_config()->async_collectives); /* as compile.c */
-      double t = coll_seconds(m, k, pt, nd, x, async, since, &first, &sent);
+      bool inl = async && runs_inline(m, k, nd, x, worker <= now);
+      double t = coll_seconds(m, k, pt, nd, x, async, !async || inl, since, &first, &sent);
       since = 0;
       comm += t;
-      if (async && !runs_inline(m, k, nd, x, worker <= now)) {
+      if (async && !inl) {
         double start = fmax(now, worker);
         worker = done[i] = start + t;
       } else {
