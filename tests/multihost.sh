@@ -131,18 +131,18 @@ then ok "data=2: bytes crossing hosts per step = 2(P-1)/P x the gradients (metri
 # update chains (TESSEL_UPDATE_CHAINS=1: between hosts; runtime/cpu_device.c): data=2's ZeRO-1 block updates run
 # on the collective worker as soon as their reduce-scatters end, then their all-gathers; the losses above followed
 # 1 device; the other runs (default: off) have none
-n_chains() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("UpdateChains", 0))' \
-  "$1" 2>/dev/null || echo ERR; }
-c_on=$(n_chains "$tmp/h_d2.metrics") c_off=$(n_chains "$tmp/h_d2m2.metrics")
+counter() { # counter NAME METRICS_FILE: the metrics counter's value (0 when absent, ERR unreadable)
+  /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[2]))["counters"].get(sys.argv[1], 0))' \
+    "$1" "$2" 2>/dev/null || echo ERR
+}
+c_on=$(counter UpdateChains "$tmp/h_d2.metrics") c_off=$(counter UpdateChains "$tmp/h_d2m2.metrics")
 if [ "$c_on" != ERR ] && [ "$c_on" -ge 50 ] && [ "$c_off" = 0 ]; then
   ok "data=2 over 2 hosts: $c_on update chains in 50 steps with TESSEL_UPDATE_CHAINS=1, $c_off by default"
 else bad "update chains between hosts: UpdateChains=$c_on with TESSEL_UPDATE_CHAINS=1 (want >= 50), $c_off by default (want 0)"; fi
 # the device yields its core to its idle collective worker when it starts a collective between hosts
 # (comm/async.c hand_core; metrics CommWorkerHandoffs), so the worker's first send does not wait for a time
 # slice; TESSEL_COMM_YIELD=0 (h_f2) never
-n_handoffs() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("CommWorkerHandoffs", 0))' \
-  "$1" 2>/dev/null || echo ERR; }
-y_on=$(n_handoffs "$tmp/h_d2m2.metrics") y_off=$(n_handoffs "$tmp/h_f2.metrics")
+y_on=$(counter CommWorkerHandoffs "$tmp/h_d2m2.metrics") y_off=$(counter CommWorkerHandoffs "$tmp/h_f2.metrics")
 if [ "$y_on" != ERR ] && [ "$y_on" -ge 50 ] && [ "$y_off" = 0 ]; then
   ok "data=2,model=2 over 2 hosts: the device handed its core to the collective worker $y_on times in 50 steps; $y_off times with TESSEL_COMM_YIELD=0"
 else bad "worker hand-offs between hosts: CommWorkerHandoffs=$y_on by default (want >= 50), $y_off with TESSEL_COMM_YIELD=0 (want 0)"; fi
