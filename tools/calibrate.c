@@ -228,7 +228,11 @@ static int measure_threads(cal_result *r) {
 /* In-process all-reduce on D = dev_ar_devices[q] devices: 1 element (latency)
  * and 4 Mi f32 (bandwidth: 16 MiB per device, out of cache as a step's
  * gradients are; 4 MiB ran in the L3 cache, 3-8x the bandwidth a step sees,
- * which made every resharding look cheap to the solver); the ring model:
+ * which made every resharding look cheap to the solver; 20 runs a round, the
+ * least: on 2 and 4 devices sharing 2 cores its times are bimodal, rounds
+ * 1.1-2.3x apart, and with 5 runs a round two slow rounds could settle it:
+ * the 4 devices' bandwidth read 2.7e9 B/s in one calibration against 4.7-5.2e9
+ * in others, the MLP on 4 devices then predicted 1.30x its unchanged step); the ring model:
  * t = 2 log2(D) alpha + 2 B (D-1)/D / beta. Also the step, the per-kernel
  * overhead and the matmul chain (shared_efficiency.D: the median of its clean
  * runs, cal_clean_median over the cores the D devices can use, against one
@@ -245,7 +249,7 @@ static int measure_devices(cal_result *r, int q) {
   int busy_threads = D < r->cores ? D : (int)r->cores;
   cal_probe p[5] = {{.g = trivial_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
                     {.g = ar[0], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
-                    {.g = ar[1], .replicas = true, .reps = 5, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
+                    {.g = ar[1], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = overhead_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
                      .stat = PROBE_CLEAN, .work_threads = busy_threads, .queued = D > busy_threads}};
