@@ -57,7 +57,8 @@
 # interleaved pairs compare two builds). The second-step losses of A and B
 # must be equal (bit for bit), else exit 1. AB_ENV_A="VAR=VALUE ..." gives
 # side A's ranks those variables (mpirun -x), e.g. AB_BUILD=build
-# AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode. AB_ARGS_B="ARGS"
+# AB_ENV_A=TESSEL_COMM_LANES=0: one build with and without a mode; AB_ENV_B likewise for
+# side B (the same mode on either side: whether B, always run second, gains by its place). AB_ARGS_B="ARGS"
 # adds bench_train_step arguments to side B's runs (e.g. --bucket-kib 256).
 # A side A whose bench_train_step has no --local-bn (before it) always ran
 # DDP with sync-bn: there DDP-SBN is its DDP, and DDP (local statistics) is
@@ -141,8 +142,9 @@ ab_compare() {
         for i in $(seq "${AB_REPS:-3}"); do
           for side in A B; do
             [ $side = A ] && b="$a" ppa=($pa) || b="$bin" ppa=($pb)
-            xa=() xb=() # AB_ENV_A: side A's ranks get these variables; AB_ARGS_B: side B's arguments
+            xa=() xb=() # AB_ENV_A / AB_ENV_B: that side's ranks get these variables; AB_ARGS_B: side B's arguments
             [ $side = A ] && for v in ${AB_ENV_A:-}; do xa+=(-x "$v"); done
+            [ $side = B ] && for v in ${AB_ENV_B:-}; do xa+=(-x "$v"); done
             [ $side = B ] && xb=(${AB_ARGS_B:-})
             out=$(timeout -k 10 "$tlimit" env TESSEL_NUM_THREADS=1 "${mpi[@]}" --hostfile "$tmp/hostfile2" -n 2 \
               -x TESSEL_NUM_THREADS "${xa[@]}" "$b" --model "$m" --threads 1 "${ppa[@]}" "${steps[@]}" "${xb[@]}" 2>"$tmp/err" |
