@@ -20,11 +20,6 @@
 #include "calrun.h"  /* cal_run, cal_least, cal_est: a probe's work time from its runs and rounds */
 #include "util/clock.h"  /* util_now_s */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* A step's fixed cost: one 1-element add run on every device of a client.
  * This and the fork-and-join below are medians per round, as the collective
  * wait is: they wake threads, and on a machine busy with other work a typical
@@ -53,71 +48,6 @@ static ts_graph *par_overhead_graph(int k) {
   ts_graph_add_output(g, x);
   return g;
 }
-
-/* The matmul chain's collectives: none, blocking (the next matmul reads
- * each), asynchronous (read only after the last matmul); CHAIN_LONG,
- * CHAIN_LONG_BLOCKING: none and blocking between 512^3 matmuls. */
-enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY, CHAIN_LONG, CHAIN_LONG_BLOCKING };
-
-/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3; CHAIN_LONG*: 512^3), each followed by (mode
- * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
- * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
- * matmul waits for one: the compiler starts them on the collective worker,
- * which runs them one after another while the kernels take microseconds),
- * else the next matmul reads it. */
-static ts_graph *matmul_chain(int mode) {
-  ts_graph *g = ts_graph_new();
-  if (!g) return NULL;
-  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY; /* also: the sums read after the last matmul */
-  bool lng = mode == CHAIN_LONG || mode == CHAIN_LONG_BLOCKING;
-  int64_t n = tiny ? 2 : lng ? 512 : 256;
-  int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
-  int dims[2] = {0, 1};
-  ts_tensor x = cal_in_f32(g, "x", 2, sh), w = cal_in_f32(g, "w", 2, sh), late[20];
-  for (int i = 0; i < 20; i++) {
-    x = ts_matmul(g, x, w);
-    ts_tensor s = ts_slice(g, x, lo, hi, st);
-    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC || mode == CHAIN_LONG_BLOCKING)
-      s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
-    if (tiny) late[i] = s;
-    else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
-  }
-  for (int i = 0; tiny && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
-  ts_graph_add_output(g, x);
-  return g;
-}
-
-/* A blocking collective between kernels, on every device of c: the matmul
- * chain with its all-reduces against the chain without them, seconds per
- * collective. A collective waits for the last device to arrive; back to back
- * (allreduce.N.latency_s) every device is already there, between kernels one
- * may still be computing or not be scheduled (more devices than cores).
- * Medians, not the least times: the wait is what a typical step sees (a lucky
- * run's schedule hides it), as the measured steps are medians. mode CHAIN_ASYNC: the tiny
- * chain with its collectives started asynchronously against without, the
- * worker's time per collective when it is what the step waits for (devices
- * sharing the cores: every device's worker must be scheduled for each). */
-/* per_coll (when not NULL): the chain's median time per collective without
- * them (with the client's devices sharing the cores: the compute each device
- * does between two collectives, as the prediction counts it). */
-static double measure_busy_collective(ts_client *c, int mode, double *per_coll) {
-  int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_LONG_BLOCKING ? CHAIN_LONG : CHAIN_NONE;
-  ts_graph *g[2] = {matmul_chain(base), matmul_chain(mode)};
-  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
-  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
-  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
-    double t0 = cal_graph_stat(c, g[0], true, 10, true), t1 = cal_graph_stat(c, g[1], true, 10, true);
-    if (t0 <= 0 || t1 <= 0) break;
-    d[r] = (t1 - t0) / 20, t[r] = t0;
-  }
-  ts_graph_free(g[0]), ts_graph_free(g[1]);
-  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
-  qsort(d, 3, sizeof *d, cmp_double);
-  qsort(t, 3, sizeof *t, cmp_double);
-  if (per_coll) *per_coll = t[1] / 20; /* the chain's time per collective without them */
-  return fmax(d[1], 0);
-}
-
 
 /* A chain of 200 2x2 matmuls: per kernel, its time / 200 (op_overhead_s, op_overhead.N_s). */
 static ts_graph *overhead_graph(void) {
@@ -179,7 +109,7 @@ static int measure_one_thread(cal_result *r) {
   if (!c || measure_classes(c, 1, r->rounds, r->units, r->cls) < 0) return ts_client_free(c), -1;
   cal_probe p[3] = {{.g = overhead_graph(), .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_WORK, .work_threads = 1},
                     {.g = trivial_graph(), .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_MEDIAN},
-                    {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
+                    {.g = cal_matmul_chain(CHAIN_NONE, 0), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
                      .stat = PROBE_CLEAN, .work_threads = 1}};
   int rc = p[0].g && p[1].g && p[2].g ? probe_rounds(c, p, 3, CAL_PROBE_ROUNDS) : -1;
   r->e_overhead = probe_est(&p[0], false), r->e_step1 = probe_est(&p[1], false), r->e_chain1 = probe_est(&p[2], false);
@@ -251,7 +181,7 @@ static int measure_devices(cal_result *r, int q) {
                     {.g = ar[0], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = ar[1], .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
                     {.g = overhead_graph(), .replicas = true, .reps = 20, .window = CAL_PROBE_WINDOW_S, .stat = PROBE_LEAST},
-                    {.g = matmul_chain(CHAIN_NONE), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
+                    {.g = cal_matmul_chain(CHAIN_NONE, 0), .replicas = true, .reps = 10, .window = CAL_PROBE_WINDOW_S,
                      .stat = PROBE_CLEAN, .work_threads = busy_threads, .queued = D > busy_threads}};
   bool built = true;
   for (int i = 0; i < 5; i++) built &= p[i].g != NULL;
@@ -261,11 +191,11 @@ static int measure_devices(cal_result *r, int q) {
   e[DEV_AR1_MED] = probe_est(&p[1], true), e[DEV_ARBIG] = probe_est(&p[2], false);
   e[DEV_OVER] = probe_est(&p[3], false), e[DEV_CHAIN] = probe_est(&p[4], false);
   for (int i = 0; i < 5; i++) ts_graph_free(p[i].g);
-  double busy = rc == 0 ? measure_busy_collective(c, CHAIN_BLOCKING, NULL) : -1;
-  r->ar_async[q] = rc == 0 ? measure_busy_collective(c, CHAIN_ASYNC, NULL) : -1;
+  double busy = rc == 0 ? cal_busy_collective(c, CHAIN_BLOCKING, 0, NULL) : -1;
+  r->ar_async[q] = rc == 0 ? cal_busy_collective(c, CHAIN_ASYNC, 0, NULL) : -1;
   /* the same wait with more compute between the collectives: devices taking
    * turns on the cores meet later the longer each computes in between */
-  r->ar_long[q] = rc == 0 ? measure_busy_collective(c, CHAIN_LONG_BLOCKING, &r->ar_long_after[q]) : -1;
+  r->ar_long[q] = rc == 0 ? cal_busy_collective(c, CHAIN_LONG_BLOCKING, 0, &r->ar_long_after[q]) : -1;
   ts_client_free(c);
   double ts = e[DEV_AR1].value, ts_med = e[DEV_AR1_MED].value, tb = e[DEV_ARBIG].value;
   r->step_over[q] = e[DEV_STEP].value, r->op_over[q] = e[DEV_OVER].value / 200;

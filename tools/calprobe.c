@@ -1,6 +1,10 @@
 /* calprobe.c — the calibration's timed programs and probes (calprobe.h). */
 #include "calprobe.h"
 
+#include <math.h> /* fmax */
+
+#include "tessel/spmd.h" /* ts_replica_all_reduce: the busy probes' chain */
+
 #include "util/clock.h" /* util_now_s */
 
 int cal_prog_open(cal_prog *p, ts_client *c, ts_graph *g, bool replicas) {
@@ -124,4 +128,66 @@ double cal_graph_time(ts_client *c, ts_graph *g, bool replicas, int reps, bool m
 
 double cal_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median) {
   return cal_graph_time(c, g, replicas, reps, median, 0.15, 0, NULL);
+}
+
+static double median3(double *v) {
+  double a = v[0], b = v[1], c = v[2];
+  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3; CHAIN_LONG*: 512^3), each followed by (mode
+ * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
+ * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
+ * matmul waits for one: the compiler starts them on the collective worker,
+ * which runs them one after another while the kernels take microseconds),
+ * else the next matmul reads it. */
+ts_graph *cal_matmul_chain(int mode, int64_t size) {
+  ts_graph *g = ts_graph_new();
+  if (!g) return NULL;
+  bool tiny = mode == CHAIN_ASYNC || mode == CHAIN_TINY; /* also: the sums read after the last matmul */
+  bool lng = mode == CHAIN_LONG || mode == CHAIN_LONG_BLOCKING;
+  int64_t n = size > 0 ? size : tiny ? 2 : lng ? 512 : 256;
+  int64_t sh[2] = {n, n}, lo[2] = {0, 0}, hi[2] = {1, 1}, st[2] = {1, 1};
+  int dims[2] = {0, 1};
+  ts_tensor x = cal_in_f32(g, "x", 2, sh), w = cal_in_f32(g, "w", 2, sh), late[20];
+  for (int i = 0; i < 20; i++) {
+    x = ts_matmul(g, x, w);
+    ts_tensor s = ts_slice(g, x, lo, hi, st);
+    if (mode == CHAIN_BLOCKING || mode == CHAIN_ASYNC || mode == CHAIN_LONG_BLOCKING)
+      s = ts_replica_all_reduce(g, s, TS_REDUCE_SUM);
+    if (tiny) late[i] = s;
+    else x = ts_add(g, x, ts_broadcast_in_dim(g, s, 2, sh, dims));
+  }
+  for (int i = 0; tiny && i < 20; i++) x = ts_add(g, x, ts_broadcast_in_dim(g, late[i], 2, sh, dims));
+  ts_graph_add_output(g, x);
+  return g;
+}
+
+/* A blocking collective between kernels, on every device of c: the matmul
+ * chain with its all-reduces against the chain without them, seconds per
+ * collective. A collective waits for the last device to arrive; back to back
+ * (allreduce.N.latency_s) every device is already there, between kernels one
+ * may still be computing or not be scheduled (more devices than cores).
+ * Medians, not the least times: the wait is what a typical step sees (a lucky
+ * run's schedule hides it), as the measured steps are medians. mode CHAIN_ASYNC: the tiny
+ * chain with its collectives started asynchronously against without, the
+ * worker's time per collective when it is what the step waits for (devices
+ * sharing the cores: every device's worker must be scheduled for each). */
+/* per_coll (when not NULL): the chain's median time per collective without
+ * them (with the client's devices sharing the cores: the compute each device
+ * does between two collectives, as the prediction counts it). */
+double cal_busy_collective(ts_client *c, int mode, int64_t size, double *per_coll) {
+  int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_LONG_BLOCKING ? CHAIN_LONG : CHAIN_NONE;
+  ts_graph *g[2] = {cal_matmul_chain(base, size), cal_matmul_chain(mode, size)};
+  double d[3] = {-1, -1, -1}, t[3] = {-1, -1, -1};
+  /* without, with, alternated 3 times (a shared machine's load drifts): the median difference */
+  for (int r = 0; r < 3 && g[0] && g[1]; r++) {
+    double t0 = cal_graph_stat(c, g[0], true, 10, true), t1 = cal_graph_stat(c, g[1], true, 10, true);
+    if (t0 <= 0 || t1 <= 0) break;
+    d[r] = (t1 - t0) / 20, t[r] = t0;
+  }
+  ts_graph_free(g[0]), ts_graph_free(g[1]);
+  if (t[0] < 0 || t[1] < 0 || t[2] < 0) return -1;
+  if (per_coll) *per_coll = median3(t) / 20; /* the chain's time per collective without them */
+  return fmax(median3(d), 0);
 }

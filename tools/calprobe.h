@@ -83,6 +83,19 @@ double cal_graph_time(ts_client *c, ts_graph *g, bool replicas, int reps, bool m
                       int work_threads, double *fallback);
 /* cal_graph_time over a 0.15 s window, its least (median: median) wall time. */
 double cal_graph_stat(ts_client *c, ts_graph *g, bool replicas, int reps, bool median);
+/* The matmul chain's collectives: none, blocking (the next matmul reads
+ * each), asynchronous (read only after the last matmul); CHAIN_LONG,
+ * CHAIN_LONG_BLOCKING: none and blocking between 512^3 matmuls. */
+enum { CHAIN_NONE, CHAIN_BLOCKING, CHAIN_ASYNC, CHAIN_TINY, CHAIN_LONG, CHAIN_LONG_BLOCKING };
+
+/* The busy probes' chain (mode above): 20 matmuls of size^3 (size 0: the
+ * mode's own, 256, 2 or 512), each followed by a 1-element all-reduce of one
+ * element of its result where the mode has them. */
+ts_graph *cal_matmul_chain(int mode, int64_t size);
+/* The wait per blocking (or asynchronous) collective between the chain's
+ * matmuls on every device of c, against the chain without them (medians of
+ * 3 pairs; -1 on failure); per_coll: the chain's time per collective. */
+double cal_busy_collective(ts_client *c, int mode, int64_t size, double *per_coll);
 /* An f32 input of g (the probes' graphs). */
 static inline ts_tensor cal_in_f32(ts_graph *g, const char *name, int rank, const int64_t *shape) {
   return ts_input(g, name, TS_F32, rank, shape);

@@ -291,7 +291,8 @@ typedef struct {
    * c the device's compute since its previous collective (measured:
    * allreduce.N.busy_long_s, the wait between 512^3 matmuls, and their time per
    * collective with N devices, allreduce.N.busy_long_after_s; 8 devices on 2
-   * cores: 0.28 ms after 0.17 ms of compute, 0.5-0.9 ms after 0.6-9 ms).
+   * cores: 0.29-0.31 ms after 0.16 ms of one device's compute alone,
+   * 0.46-0.55 after 0.55, 0.56-0.70 after 1.3, bench/collective_wait.c).
    * ts_predict_program only; the solver charges collective_wait_s. 0: none */
   double collective_wait_long_s;
   double collective_wait_long_after_s;
