@@ -82,17 +82,21 @@ int tk_conv_gemm(const ts_graph *g, const ts_node *n, tk_in in, void *out, ts_ks
   int64_t s[2] = {p->stride[0] > 0 ? p->stride[0] : 1, p->stride[1] > 0 ? p->stride[1] : 1};
   bool strided = s[0] > 1 || s[1] > 1;
   cg_state *cs = (cg_state *)*st;
-  if (!cs) {
+  if (!cs) { /* kept in the node only once complete: a failed setup is tried again, not run half-made */
     cs = calloc(1, sizeof *cs);
     if (!cs) return set_error_code(TS_ERR_OUT_OF_MEMORY, "conv2d_bwd_filter: out of memory");
     cs->base.free = cg_state_free;
-    *st = &cs->base;
-    if (strided && !(cs->xs = aligned_alloc(64, ((size_t)(K * C) * sizeof(float) + 63) / 64 * 64)))
+    if (strided && !(cs->xs = aligned_alloc(64, ((size_t)(K * C) * sizeof(float) + 63) / 64 * 64))) {
+      cg_state_free(&cs->base);
       return set_error_code(TS_ERR_OUT_OF_MEMORY, "conv2d_bwd_filter: out of memory for x's %lld strided positions",
                             (long long)(K * C));
-    if (cg_setup(cs, O, K, C))
+    }
+    if (cg_setup(cs, O, K, C)) {
+      cg_state_free(&cs->base);
       return set_error_code(TS_ERR_INTERNAL, "conv2d_bwd_filter: no oneDNN matmul for (%lld x %lld x %lld)",
                             (long long)O, (long long)K, (long long)C);
+    }
+    *st = &cs->base;
   }
   const void *b = in[0];
   if (strided) gather_strided(in[0], cs->xs, N, H, W, C, OH, OW, s, nt), b = cs->xs;
