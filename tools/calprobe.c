@@ -135,12 +135,10 @@ static double median3(double *v) {
   return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
 }
 
-/* 20 matmuls (256^3; CHAIN_TINY, CHAIN_ASYNC: 2^3; CHAIN_LONG*: 512^3), each followed by (mode
- * CHAIN_BLOCKING, CHAIN_ASYNC: a 1-element all-reduce of) one element of its
- * result; CHAIN_ASYNC, CHAIN_TINY: the 20 summed after the last matmul (no
- * matmul waits for one: the compiler starts them on the collective worker,
- * which runs them one after another while the kernels take microseconds),
- * else the next matmul reads it. */
+/* calprobe.h. CHAIN_ASYNC, CHAIN_TINY: the 20 elements summed after the last
+ * matmul (no matmul waits for one: the compiler starts them on the collective
+ * worker, which runs them one after another while the kernels take
+ * microseconds); else the next matmul reads each. */
 ts_graph *cal_matmul_chain(int mode, int64_t size) {
   ts_graph *g = ts_graph_new();
   if (!g) return NULL;
@@ -163,19 +161,16 @@ ts_graph *cal_matmul_chain(int mode, int64_t size) {
   return g;
 }
 
-/* A blocking collective between kernels, on every device of c: the matmul
- * chain with its all-reduces against the chain without them, seconds per
- * collective. A collective waits for the last device to arrive; back to back
+/* calprobe.h. A collective waits for the last device to arrive; back to back
  * (allreduce.N.latency_s) every device is already there, between kernels one
  * may still be computing or not be scheduled (more devices than cores).
  * Medians, not the least times: the wait is what a typical step sees (a lucky
- * run's schedule hides it), as the measured steps are medians. mode CHAIN_ASYNC: the tiny
- * chain with its collectives started asynchronously against without, the
- * worker's time per collective when it is what the step waits for (devices
- * sharing the cores: every device's worker must be scheduled for each). */
-/* per_coll (when not NULL): the chain's median time per collective without
- * them (with the client's devices sharing the cores: the compute each device
- * does between two collectives, as the prediction counts it). */
+ * run's schedule hides it), as the measured steps are medians. CHAIN_ASYNC:
+ * the tiny chain with its collectives started asynchronously, the worker's
+ * time per collective when it is what the step waits for (devices sharing
+ * the cores: every device's worker must be scheduled for each). per_coll,
+ * with the client's devices sharing the cores: the compute each device does
+ * between two collectives, as the prediction counts it. */
 double cal_busy_collective(ts_client *c, int mode, int64_t size, double *per_coll) {
   int base = mode == CHAIN_ASYNC ? CHAIN_TINY : mode == CHAIN_LONG_BLOCKING ? CHAIN_LONG : CHAIN_NONE;
   ts_graph *g[2] = {cal_matmul_chain(base, size), cal_matmul_chain(mode, size)};
