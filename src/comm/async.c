@@ -224,7 +224,8 @@ static comm_worker *worker_of(ts_comm *c, int device) {
  * HAND_CORE_NS): woken on a machine whose cores all compute, the worker
  * otherwise waits for a time slice before its first send, and the link
  * idles meanwhile (2-host CNN DDP at 1 Gbit/s on 2 cores: a mean 1.1 ms,
- * up to 7 ms, from the reduce-scatter's start to its first byte). The
+ * up to 7 ms, from the reduce-scatter's start to its first byte;
+ * bench/trace_link_gaps.py). The
  * worker posts its first pieces, then naps while the device computes.
  * Metrics counter CommWorkerHandoffs; TESSEL_COMM_YIELD=0 turns it off. */
 enum { HAND_CORE_NS = 300000 };
